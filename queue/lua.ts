@@ -1,0 +1,125 @@
+// Lua scripts that make every job-record change atomic: the state check, the history entry, the indexes,
+// the counters and the change notification happen in one step, so racing gateways or workers cannot both win.
+import type { RedisClient } from '../shared/redis';
+
+// Shared by create and transition: enter one state, keeping indexes, counters and statistics in step.
+const ENTER = `
+local function enter(prefix, id, job, hist, prev, to, reason, wid, iso, nowms, seq, q, prio)
+  local entry = {state = to, timestamp = iso, reason = reason}
+  if wid ~= '' then entry.worker_id = wid end
+  redis.call('RPUSH', hist, cjson.encode(entry))
+  if prev then
+    redis.call('ZREM', prefix .. ':jobs:state:' .. prev, id)
+    redis.call('HINCRBY', prefix .. ':counts:state', prev, -1)
+    if q then redis.call('HINCRBY', prefix .. ':queue:' .. q .. ':counts', prev, -1) end
+    if prev == 'QUEUED' and prio then redis.call('HINCRBY', prefix .. ':queued:by_priority', prio, -1) end
+  end
+  redis.call('ZADD', prefix .. ':jobs:state:' .. to, seq, id)
+  redis.call('HINCRBY', prefix .. ':counts:state', to, 1)
+  if q then redis.call('HINCRBY', prefix .. ':queue:' .. q .. ':counts', to, 1) end
+  if to == 'QUEUED' and prio then redis.call('HINCRBY', prefix .. ':queued:by_priority', prio, 1) end
+  if to == 'RUNNING' and not redis.call('HGET', job, 'started_at') then redis.call('HSET', job, 'started_at', nowms) end
+  if to == 'COMPLETED' or to == 'FAILED' or to == 'CANCELLED' then
+    redis.call('HSET', job, 'finished_at', nowms)
+    local stats = prefix .. ':stats'
+    redis.call('HINCRBY', stats, 'total:' .. string.lower(to), 1)
+    local started = redis.call('HGET', job, 'started_at')
+    if started and to ~= 'CANCELLED' then
+      local d = (nowms - tonumber(started)) / 1000
+      for _, b in ipairs({60, 300, 600}) do
+        if d <= b then redis.call('HINCRBY', stats, 'duration_le:' .. b, 1) end
+      end
+      redis.call('HINCRBY', stats, 'duration_count', 1)
+      redis.call('HINCRBYFLOAT', stats, 'duration_sum', d)
+    end
+  end
+end
+local function setfields(job, json)
+  if json == '' then return end
+  for k, v in pairs(cjson.decode(json)) do
+    if v == cjson.null or v == false then redis.call('HDEL', job, k) else redis.call('HSET', job, k, tostring(v)) end
+  end
+end
+`;
+
+// KEYS: job, history. ARGV: prefix, id, iso, nowms, fields-json, n, then (to, reason) n times.
+const CREATE = ENTER + `
+local prefix, id, iso, nowms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local job, hist = KEYS[1], KEYS[2]
+if redis.call('EXISTS', job) == 1 then return {'exists', ''} end
+local seq = redis.call('INCR', prefix .. ':jobs:seq')
+setfields(job, ARGV[5])
+redis.call('HSET', job, 'seq', seq, 'created_at', iso, 'updated_at', iso, 'state', 'CREATED')
+redis.call('ZADD', prefix .. ':jobs', seq, id)
+local q = redis.call('HGET', job, 'queue')
+local prio = redis.call('HGET', job, 'priority')
+if q then redis.call('SADD', prefix .. ':queues', q) end
+enter(prefix, id, job, hist, nil, 'CREATED', 'job submitted', '', iso, nowms, seq, q, prio)
+local prev, last = 'CREATED', 'job submitted'
+local n = tonumber(ARGV[6])
+for i = 0, n - 1 do
+  local to, reason = ARGV[7 + i * 2], ARGV[8 + i * 2]
+  enter(prefix, id, job, hist, prev, to, reason, '', iso, nowms, seq, q, prio)
+  prev, last = to, reason
+end
+redis.call('HSET', job, 'state', prev)
+redis.call('PUBLISH', prefix .. ':bus:jobs', cjson.encode({job_id = id, state = prev, timestamp = iso, reason = last}))
+return {'ok', tostring(seq)}
+`;
+
+// KEYS: job, history. ARGV: prefix, id, iso, nowms, lease ('' = any), fields-json, n,
+// then (to, allowed-from csv, reason, worker id) n times. Returns {'ok', prev} or {code, current state}.
+const TRANSITION = ENTER + `
+local prefix, id, iso, nowms, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local job, hist = KEYS[1], KEYS[2]
+local cur = redis.call('HGET', job, 'state')
+if not cur then return {'missing', ''} end
+if lease ~= '' and redis.call('HGET', job, 'lease') ~= lease then return {'lease', cur} end
+local n = tonumber(ARGV[7])
+local s = cur
+for i = 0, n - 1 do
+  if not string.find(',' .. ARGV[9 + i * 4] .. ',', ',' .. s .. ',', 1, true) then return {'conflict', cur} end
+  s = ARGV[8 + i * 4]
+end
+local seq = redis.call('HGET', job, 'seq')
+local q = redis.call('HGET', job, 'queue')
+local prio = redis.call('HGET', job, 'priority')
+local prev, last = cur, ''
+for i = 0, n - 1 do
+  local to = ARGV[8 + i * 4]
+  last = ARGV[10 + i * 4]
+  enter(prefix, id, job, hist, prev, to, last, ARGV[11 + i * 4], iso, nowms, seq, q, prio)
+  prev = to
+end
+setfields(job, ARGV[6])
+redis.call('HSET', job, 'state', prev, 'updated_at', iso)
+redis.call('PUBLISH', prefix .. ':bus:jobs', cjson.encode({job_id = id, state = prev, prev = cur, timestamp = iso, reason = last}))
+return {'ok', cur}
+`;
+
+// KEYS: events stream, job. ARGV: prefix, id, event-json, maxlen, lease ('' = any).
+const EVENT = `
+local cur = redis.call('HGET', KEYS[2], 'state')
+if not cur then return {'missing', ''} end
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[2], 'lease') ~= ARGV[5] then return {'lease', cur} end
+local eid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'e', ARGV[3])
+redis.call('HSET', KEYS[2], 'latest_event', ARGV[3], 'latest_event_id', eid)
+redis.call('PUBLISH', ARGV[1] .. ':bus:events', '{"job_id":' .. cjson.encode(ARGV[2]) .. ',"id":"' .. eid .. '","event":' .. ARGV[3] .. '}')
+return {'ok', eid}
+`;
+
+export interface FerryScripts {
+  ferryCreate(job: string, hist: string, ...args: (string | number)[]): Promise<[string, string]>;
+  ferryTransition(job: string, hist: string, ...args: (string | number)[]): Promise<[string, string]>;
+  ferryEvent(stream: string, job: string, ...args: (string | number)[]): Promise<[string, string]>;
+}
+
+export function withScripts(redis: RedisClient): RedisClient & FerryScripts {
+  const r = redis as RedisClient & FerryScripts;
+  if (!(r as any).ferryCreate) {
+    redis.defineCommand('ferryCreate', { numberOfKeys: 2, lua: CREATE });
+    redis.defineCommand('ferryTransition', { numberOfKeys: 2, lua: TRANSITION });
+    redis.defineCommand('ferryEvent', { numberOfKeys: 2, lua: EVENT });
+  }
+  return r;
+}

@@ -1,0 +1,62 @@
+// Cluster-wide job metrics read from Redis at scrape time: the transition script keeps the counters.
+import type client from 'prom-client';
+import { registerComputed, Sample } from '../shared/metrics';
+import { daemonStatus, DAEMON_STATUSES, STATES } from '../shared/states';
+import type { JobStore } from './store';
+import type { Registry } from './registry';
+
+export const DURATION_BUCKETS = [60, 300, 600];
+
+export function registerJobMetrics(registry: client.Registry, store: JobStore, workers: Registry) {
+  const r = store.redis;
+  const k = store.k;
+  const stateCounts = async () => (await r.hgetall(k.stateCounts)) || {};
+
+  registerComputed(registry, 'svc_migration_total', 'Jobs that reached a terminal state, by status', 'counter', async () => {
+    const s = await r.hgetall(k.stats);
+    return ['completed', 'failed', 'cancelled'].map((status) => ({ labels: { status }, value: Number(s[`total:${status}`] || 0) }));
+  });
+  registerComputed(registry, 'svc_migration_duration_seconds', 'Run time of finished jobs (RUNNING to COMPLETED or FAILED)', 'histogram', async () => {
+    const s = await r.hgetall(k.stats);
+    const out: Sample[] = DURATION_BUCKETS.map((b) => ({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: b }, value: Number(s[`duration_le:${b}`] || 0) }));
+    out.push({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: '+Inf' }, value: Number(s.duration_count || 0) });
+    out.push({ metricName: 'svc_migration_duration_seconds_sum', value: Number(s.duration_sum || 0) });
+    out.push({ metricName: 'svc_migration_duration_seconds_count', value: Number(s.duration_count || 0) });
+    return out;
+  });
+  registerComputed(registry, 'svc_worker_jobs_active', 'Jobs held by workers (ASSIGNED or RUNNING)', 'gauge', async () => {
+    const c = await stateCounts();
+    return [{ value: Number(c.ASSIGNED || 0) + Number(c.RUNNING || 0) }];
+  });
+  registerComputed(registry, 'svc_job_states', 'Jobs in the store by state', 'gauge', async () => {
+    const c = await stateCounts();
+    return STATES.map((state) => ({ labels: { state }, value: Number(c[state] || 0) }));
+  });
+  registerComputed(registry, 'svc_jobs_total', 'Jobs in the store by daemon status (pending, running, completed, failed, cancelled)', 'gauge', async () => {
+    const c = await stateCounts();
+    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
+    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
+    return Object.entries(by).map(([status, value]) => ({ labels: { status }, value }));
+  });
+  registerComputed(registry, 'svc_queue_depth', 'Jobs per queue (requirement set) and state', 'gauge', async () => {
+    const queues = await r.smembers(k.queues);
+    const p = r.pipeline();
+    for (const q of queues) p.hgetall(k.queueCounts(q));
+    const res = (await p.exec()) || [];
+    const out: Sample[] = [];
+    queues.forEach((queue, i) => {
+      const c = (res[i]?.[1] || {}) as Record<string, string>;
+      for (const state of ['QUEUED', 'ASSIGNED', 'RUNNING']) out.push({ labels: { queue, state }, value: Number(c[state] || 0) });
+    });
+    return out;
+  });
+  registerComputed(registry, 'svc_workers', 'Registered workers by liveness', 'gauge', async () => {
+    const ws = await workers.list();
+    return [{ labels: { state: 'active' }, value: ws.filter((w) => w.active).length }, { labels: { state: 'stale' }, value: ws.filter((w) => !w.active).length }];
+  });
+  registerComputed(registry, 'svc_workers_active_by_capability', 'Active workers per capability', 'gauge', async () => {
+    const by: Record<string, number> = {};
+    for (const w of await workers.active()) for (const c of w.capabilities.length ? w.capabilities : ['none']) by[c] = (by[c] || 0) + 1;
+    return Object.entries(by).map(([capability, value]) => ({ labels: { capability }, value }));
+  });
+}

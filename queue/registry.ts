@@ -1,0 +1,96 @@
+// Worker registration and heartbeats: who is alive, with which capabilities.
+import { keys as makeKeys, RedisClient } from '../shared/redis';
+import { config } from '../shared/config';
+
+export interface WorkerInfo {
+  worker_id: string;
+  capabilities: string[];
+  system_info: Record<string, unknown>;
+  execution_mode: string;
+  registered_at: string;
+  last_heartbeat: string;
+  active: boolean;
+  kind: string;
+  jobs: string[];
+}
+
+export class Registry {
+  readonly k = makeKeys();
+  constructor(readonly redis: RedisClient) {}
+
+  async register(w: { worker_id: string; capabilities: string[]; system_info: object; execution_mode: string }, kind: 'http' | 'native') {
+    const now = new Date();
+    await this.redis.multi()
+      .hset(this.k.worker(w.worker_id), {
+        worker_id: w.worker_id,
+        capabilities: JSON.stringify([...new Set(w.capabilities)].sort()),
+        system_info: JSON.stringify(w.system_info || {}),
+        execution_mode: w.execution_mode,
+        registered_at: now.toISOString(),
+        last_heartbeat: now.toISOString(),
+        kind,
+      })
+      .zadd(this.k.workers, now.getTime(), w.worker_id)
+      .exec();
+    return now.toISOString();
+  }
+
+  /** Null when the worker is not registered. */
+  async heartbeat(id: string): Promise<string | null> {
+    if (!(await this.redis.exists(this.k.worker(id)))) return null;
+    const now = new Date();
+    await this.redis.multi().hset(this.k.worker(id), 'last_heartbeat', now.toISOString()).zadd(this.k.workers, now.getTime(), id).exec();
+    return now.toISOString();
+  }
+
+  async get(id: string): Promise<WorkerInfo | null> {
+    const [[, h], [, jobs]] = (await this.redis.multi().hgetall(this.k.worker(id)).smembers(this.k.workerJobs(id)).exec()) as any;
+    return h && h.worker_id ? this.toInfo(h, jobs) : null;
+  }
+
+  private toInfo(h: Record<string, string>, jobs: string[]): WorkerInfo {
+    return {
+      worker_id: h.worker_id,
+      capabilities: JSON.parse(h.capabilities || '[]'),
+      system_info: JSON.parse(h.system_info || '{}'),
+      execution_mode: h.execution_mode,
+      registered_at: h.registered_at,
+      last_heartbeat: h.last_heartbeat,
+      active: Date.now() - Date.parse(h.last_heartbeat) <= config.workerStaleSeconds * 1000,
+      kind: h.kind,
+      jobs: jobs.sort(),
+    };
+  }
+
+  async list(): Promise<WorkerInfo[]> {
+    const ids = await this.redis.zrevrange(this.k.workers, 0, -1);
+    if (!ids.length) return [];
+    const p = this.redis.pipeline();
+    for (const id of ids) p.hgetall(this.k.worker(id)).smembers(this.k.workerJobs(id));
+    const res = (await p.exec()) || [];
+    const out: WorkerInfo[] = [];
+    for (let i = 0; i < res.length; i += 2) {
+      const h = res[i][1] as Record<string, string>;
+      if (h && h.worker_id) out.push(this.toInfo(h, res[i + 1][1] as string[]));
+    }
+    return out;
+  }
+
+  async active(): Promise<WorkerInfo[]> {
+    return (await this.list()).filter((w) => w.active);
+  }
+
+  /** Ids of workers whose heartbeat is older than the stale limit. */
+  async stale(): Promise<string[]> {
+    return this.redis.zrangebyscore(this.k.workers, 0, Date.now() - config.workerStaleSeconds * 1000);
+  }
+
+  async remove(id: string): Promise<boolean> {
+    const [[, n]] = (await this.redis.multi().del(this.k.worker(id)).zrem(this.k.workers, id).exec()) as any;
+    return n > 0;
+  }
+
+  async holdJob(workerId: string, jobId: string) { await this.redis.sadd(this.k.workerJobs(workerId), jobId); }
+  async releaseJob(workerId: string, jobId: string) { await this.redis.srem(this.k.workerJobs(workerId), jobId); }
+  async heldJobs(workerId: string) { return this.redis.smembers(this.k.workerJobs(workerId)); }
+}

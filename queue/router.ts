@@ -1,0 +1,147 @@
+// The BullMQ side: one queue per requirement set, enqueue with priority, capability-matched dequeue under a
+// lease (the BullMQ lock), and the queue's view of a job's position.
+import { Job, Queue, Worker } from 'bullmq';
+import { parseQueueName } from '../shared/capabilities';
+import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
+import { config } from '../shared/config';
+
+/** Ferry priority 0-100 (higher more urgent) onto BullMQ's 1.. (lower more urgent); equal priorities stay FIFO. */
+export const bullPriority = (p: number) => 101 - p;
+/** BullMQ refuses integer-looking and colon ids, which job_id allows; prefix them. */
+export const bullId = (jobId: string) => `j_${jobId}`;
+export const jobIdOf = (bid: string) => bid.replace(/^j_/, '');
+
+export interface Claimed { queue: string; job: Job }
+
+export class QueueRouter {
+  readonly k: Keys;
+  private queues = new Map<string, Queue>();
+  private workers = new Map<string, Worker>();
+  private stalledHandler?: (queue: string, jobId: string) => void;
+
+  constructor(readonly redis: RedisClient, private opts: { lockSeconds?: number; stalledCheck?: boolean } = {}) {
+    this.k = makeKeys();
+  }
+
+  queue(name: string): Queue {
+    let q = this.queues.get(name);
+    if (!q) {
+      q = new Queue(name, { connection: this.redis as any, prefix: this.k.bullPrefix });
+      q.on('error', () => undefined); // connection errors surface on the commands that fail
+      this.queues.set(name, q);
+    }
+    return q;
+  }
+
+  /** A BullMQ Worker without a processor: jobs are fetched by hand (getNextJob) so one process can walk its
+   *  queues most specific first, and so the gateway can hand jobs to HTTP workers. */
+  private worker(name: string): Worker {
+    let w = this.workers.get(name);
+    if (!w) {
+      const lock = (this.opts.lockSeconds ?? config.leaseSeconds) * 1000;
+      w = new Worker(name, null as any, {
+        connection: this.redis as any,
+        prefix: this.k.bullPrefix,
+        autorun: false,
+        lockDuration: lock,
+        stalledInterval: Math.max(500, Math.floor(lock / 2)),
+        // Ferry counts lost attempts against retry_count itself; BullMQ must never fail a job for stalling.
+        maxStalledCount: 1_000_000,
+      });
+      w.on('error', () => undefined);
+      w.on('stalled', (bid: string) => this.stalledHandler?.(name, jobIdOf(bid)));
+      if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch(() => undefined);
+      this.workers.set(name, w);
+    }
+    return w;
+  }
+
+  onStalled(fn: (queue: string, jobId: string) => void) { this.stalledHandler = fn; }
+
+  async knownQueues(): Promise<string[]> {
+    return (await this.redis.smembers(this.k.queues)).filter((q) => parseQueueName(q)).sort();
+  }
+
+  /** Starts stalled checking on every known queue, so a dead worker's job is found even if no live process
+   *  serves its queue. */
+  async watchAll() {
+    for (const q of await this.knownQueues()) this.worker(q);
+  }
+
+  async enqueue(queue: string, jobId: string, priority: number, delayMs = 0) {
+    await this.queue(queue).add('job', { job_id: jobId }, {
+      jobId: bullId(jobId),
+      priority: bullPriority(priority),
+      delay: delayMs || undefined,
+      removeOnComplete: true,
+      removeOnFail: true,
+      attempts: 1,
+    });
+    await this.redis.publish(this.k.chanEnqueued, queue);
+  }
+
+  async remove(queue: string, jobId: string): Promise<boolean> {
+    try {
+      return (await this.queue(queue).remove(bullId(jobId))) === 1;
+    } catch {
+      return false; // locked by a worker: the claim will see the cancelled record and drop it
+    }
+  }
+
+  /** Tries each queue in order (most specific first) and takes the first job without blocking. */
+  async next(queues: string[], token: string): Promise<Claimed | null> {
+    for (const q of queues) {
+      const job = (await this.worker(q).getNextJob(token, { block: false })) as Job | undefined;
+      if (job) return { queue: q, job };
+    }
+    return null;
+  }
+
+  async extendLocks(queue: string, jobIds: string[], tokens: string[], seconds: number) {
+    if (!jobIds.length) return;
+    await this.worker(queue).extendJobLocks(jobIds.map(bullId), tokens, seconds * 1000);
+  }
+
+  private async bullJob(queue: string, jobId: string): Promise<Job | undefined> {
+    return Job.fromId(this.queue(queue), bullId(jobId));
+  }
+
+  async finish(queue: string, jobId: string, token: string) {
+    const j = await this.bullJob(queue, jobId);
+    if (j) await j.moveToCompleted('done', token, false).catch(() => undefined);
+  }
+
+  /** Back to the queue after `delayMs` (a retry) or at once (a hand-back). */
+  async requeue(queue: string, jobId: string, token: string, delayMs: number) {
+    const j = await this.bullJob(queue, jobId);
+    if (!j) return;
+    if (delayMs > 0) await j.moveToDelayed(Date.now() + delayMs, token);
+    else await j.moveToWait(token);
+  }
+
+  /** 1-based rank among the jobs the same workers would take before it: its own queue's jobs ahead of it (by
+   *  priority, then submission), plus the waiting jobs of more specific queues, which those workers take first. */
+  async position(queue: string, jobId: string): Promise<number | null> {
+    const base = `${this.k.bullPrefix}:${queue}`;
+    const rank = await this.redis.zrank(`${base}:prioritized`, bullId(jobId));
+    if (rank === null) return null;
+    const mine = parseQueueName(queue)!;
+    const supersets = (await this.knownQueues()).filter((q) => {
+      if (q === queue) return false;
+      const r = parseQueueName(q)!;
+      return mine.capabilities.every((c) => r.capabilities.includes(c)) && r.capabilities.length > mine.capabilities.length;
+    });
+    let ahead = rank;
+    if (supersets.length) {
+      const p = this.redis.pipeline();
+      for (const q of supersets) p.zcard(`${this.k.bullPrefix}:${q}:prioritized`).llen(`${this.k.bullPrefix}:${q}:wait`);
+      for (const [, n] of (await p.exec()) || []) ahead += Number(n || 0);
+    }
+    return ahead + 1;
+  }
+
+  async close() {
+    await Promise.all([...this.workers.values()].map((w) => w.close(true).catch(() => undefined)));
+    await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
+  }
+}

@@ -1,0 +1,162 @@
+// Job records in Redis: create, read, list, move between states, and the per-job progress-event log.
+import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
+import { allowedFrom, JobState, isTerminal } from '../shared/states';
+import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
+import { config } from '../shared/config';
+import { withScripts, FerryScripts } from './lua';
+
+export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
+
+export interface JobRecord {
+  job_id: string;
+  spec: JobSpec;
+  state: JobState;
+  state_history: HistoryEntry[];
+  result: Record<string, unknown> | null;
+  latest_event: ProgressEvent | null;
+  created_at: string;
+  updated_at: string;
+  is_terminal: boolean;
+  attempts: number;
+  max_attempts: number;
+  worker_id: string | null;
+  queue: string | null;
+  priority: number;
+  error: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  /** Extra data other services keep with the job (the daemon's export/migration view); never secrets. */
+  meta: Record<string, unknown>;
+}
+
+export interface Step { to: JobState; reason: string; worker_id?: string }
+export type TransitionResult = { ok: true; prev: JobState } | { ok: false; code: 'missing' | 'conflict' | 'lease'; state: JobState | null };
+export interface StoredEvent extends ProgressEvent { id: string }
+
+const parse = <T>(s: string | undefined | null, dflt: T): T => {
+  if (!s) return dflt;
+  try { return JSON.parse(s) as T; } catch { return dflt; }
+};
+const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
+
+export class JobStore {
+  readonly k: Keys;
+  readonly redis: RedisClient & FerryScripts;
+  constructor(redis: RedisClient, prefix = config.prefix) {
+    this.redis = withScripts(redis);
+    this.k = makeKeys(prefix);
+  }
+
+  /** Creates the record in CREATED and walks it through `steps` in the same atomic call. */
+  async create(id: string, fields: Record<string, string | number>, steps: Step[]): Promise<{ created: boolean; seq: number }> {
+    const now = new Date();
+    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), JSON.stringify(fields), steps.length];
+    for (const s of steps) args.push(s.to, s.reason);
+    const [code, seq] = await this.redis.ferryCreate(this.k.job(id), this.k.history(id), ...args);
+    return { created: code === 'ok', seq: Number(seq) };
+  }
+
+  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null> } = {}): Promise<TransitionResult> {
+    const now = new Date();
+    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), opts.lease || '', opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
+    for (const s of steps) args.push(s.to, allowedFrom(s.to).join(','), s.reason, s.worker_id || '');
+    const [code, state] = await this.redis.ferryTransition(this.k.job(id), this.k.history(id), ...args);
+    if (code === 'ok') return { ok: true, prev: state as JobState };
+    return { ok: false, code: code as 'missing' | 'conflict' | 'lease', state: (state || null) as JobState | null };
+  }
+
+  async raw(id: string): Promise<Record<string, string> | null> {
+    const h = await this.redis.hgetall(this.k.job(id));
+    return h && h.state ? h : null;
+  }
+
+  async get(id: string): Promise<JobRecord | null> {
+    const [[, h], [, hist]] = (await this.redis.multi().hgetall(this.k.job(id)).lrange(this.k.history(id), 0, -1).exec()) as [[null, Record<string, string>], [null, string[]]];
+    if (!h || !h.state) return null;
+    return this.toRecord(id, h, hist.map((e) => JSON.parse(e)));
+  }
+
+  toRecord(id: string, h: Record<string, string>, history: HistoryEntry[]): JobRecord {
+    return {
+      job_id: id,
+      spec: parse(h.spec, {} as JobSpec),
+      state: h.state as JobState,
+      state_history: history,
+      result: parse(h.result, null),
+      latest_event: parse(h.latest_event, null),
+      created_at: h.created_at,
+      updated_at: h.updated_at,
+      is_terminal: isTerminal(h.state),
+      attempts: Number(h.attempts || 0),
+      max_attempts: Number(h.max_attempts || 1),
+      worker_id: h.worker_id || null,
+      queue: h.queue || null,
+      priority: Number(h.priority || 0),
+      error: h.error || null,
+      started_at: iso(h.started_at),
+      finished_at: iso(h.finished_at),
+      meta: parse(h.meta, {}),
+    };
+  }
+
+  /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */
+  async list(opts: { state?: string; states?: string[]; limit: number; offset?: number }): Promise<{ total: number; ids: string[] }> {
+    const off = opts.offset || 0;
+    const states = opts.states || (opts.state ? [opts.state] : null);
+    if (!states) {
+      const [total, ids] = await Promise.all([this.redis.zcard(this.k.jobs), this.redis.zrevrange(this.k.jobs, off, off + opts.limit - 1)]);
+      return { total, ids };
+    }
+    if (states.length === 1) {
+      const key = this.k.jobsInState(states[0]);
+      const [total, ids] = await Promise.all([this.redis.zcard(key), this.redis.zrevrange(key, off, off + opts.limit - 1)]);
+      return { total, ids };
+    }
+    // Several states: merge the per-state indexes by sequence (each already sorted).
+    const per = await Promise.all(states.map((s) => this.redis.zrevrange(this.k.jobsInState(s), 0, off + opts.limit - 1, 'WITHSCORES')));
+    const totals = await Promise.all(states.map((s) => this.redis.zcard(this.k.jobsInState(s))));
+    const all: [string, number][] = [];
+    for (const arr of per) for (let i = 0; i < arr.length; i += 2) all.push([arr[i], Number(arr[i + 1])]);
+    all.sort((a, b) => b[1] - a[1]);
+    return { total: totals.reduce((a, b) => a + b, 0), ids: all.slice(off, off + opts.limit).map((x) => x[0]) };
+  }
+
+  /** Several records' hashes in one round trip (history left out). */
+  async many(ids: string[], fields?: string[]): Promise<(Record<string, string> | null)[]> {
+    if (!ids.length) return [];
+    const p = this.redis.pipeline();
+    for (const id of ids) fields ? p.hmget(this.k.job(id), ...fields) : p.hgetall(this.k.job(id));
+    const res = (await p.exec()) || [];
+    return res.map(([, v]) => {
+      if (!v) return null;
+      if (Array.isArray(v)) {
+        const o: Record<string, string> = {};
+        fields!.forEach((f, i) => { if (v[i] !== null) o[f] = v[i] as string; });
+        return o.state ? o : null;
+      }
+      const h = v as Record<string, string>;
+      return h.state ? h : null;
+    });
+  }
+
+  async appendEvent(id: string, ev: ProgressEvent, lease = ''): Promise<{ ok: boolean; id?: string; code?: string; state?: string }> {
+    const [code, val] = await this.redis.ferryEvent(this.k.events(id), this.k.job(id), this.k.prefix, id, JSON.stringify(ev), config.eventsKeptPerJob, lease);
+    return code === 'ok' ? { ok: true, id: val } : { ok: false, code, state: val };
+  }
+
+  /** Events in order; `afterId` is exclusive (a reconnecting SSE client's Last-Event-ID). */
+  async events(id: string, opts: { afterId?: string; since?: string } = {}): Promise<StoredEvent[]> {
+    const start = opts.afterId ? '(' + opts.afterId : '-';
+    const rows = (await this.redis.xrange(this.k.events(id), start, '+')) as [string, string[]][];
+    let out = rows.map(([eid, f]) => ({ id: eid, ...(JSON.parse(f[1]) as ProgressEvent) }));
+    if (opts.since) {
+      const t = Date.parse(opts.since);
+      out = out.filter((e) => Date.parse(e.timestamp) > t);
+    }
+    return out;
+  }
+
+  async setFields(id: string, fields: Record<string, string>) {
+    await this.redis.hset(this.k.job(id), fields);
+  }
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Ferry needs on a fresh Debian machine with Node 20; each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
+if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
+  command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
+  command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+  command -v ssh >/dev/null || need_apt+=(openssh-client)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing ${need_apt[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: please install as root: apt-get install -y ${need_apt[*]}" >&2
+    exit 1
+  fi
+fi
+
+# npm packages: install when missing or when package-lock.json changed since the last install.
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm packages" >&2
+  npm ci --no-audit --no-fund --loglevel=error
+fi

@@ -1,0 +1,73 @@
+// Wires the gateway: Redis, the job lifecycle, the event hub and the HTTP API. main.ts only runs it.
+import http from 'node:http';
+import { createApp } from '../../shared/http';
+import { createRedis, RedisClient } from '../../shared/redis';
+import { createLogger } from '../../shared/log';
+import { config } from '../../shared/config';
+import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Registry } from '../../queue/registry';
+import { Lifecycle } from '../../queue/lifecycle';
+import { Bus } from '../../queue/bus';
+import { registerJobMetrics } from '../../queue/metrics';
+import { EventHub } from './sse';
+import { buildApi } from './routes';
+
+export function gatewayEnvelope(status: number, message: string, path: string, details?: any) {
+  return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) } };
+}
+
+export async function startGateway(opts: { port?: number; host?: string } = {}) {
+  const log = createLogger('gateway');
+  const redis: RedisClient = createRedis();
+  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
+  const store = new JobStore(redis);
+  const router = new QueueRouter(redis, { lockSeconds: config.httpLeaseSeconds });
+  const registry = new Registry(redis);
+  const life = new Lifecycle(store, router, registry);
+  const bus = new Bus();
+  const hub = new EventHub(bus, store, config.sseHeartbeatSeconds);
+  await hub.start();
+
+  const metrics = createRegistry('gateway');
+  const httpMetrics = new HttpMetrics(metrics);
+  registerJobMetrics(metrics, store, registry);
+  registerComputed(metrics, 'svc_sse_clients', 'Open SSE streams on this gateway', 'gauge', async () => [{ value: hub.size }]);
+
+  let doc: object | undefined;
+  const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: gatewayEnvelope });
+
+  // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
+  await router.watchAll().catch(() => undefined);
+  const sweep = setInterval(async () => {
+    try {
+      await router.watchAll();
+      for (const id of await registry.stale()) {
+        if ((await registry.heldJobs(id)).length) await life.releaseWorker(id, `no heartbeat for ${config.workerStaleSeconds} s`);
+      }
+    } catch (e) { log.warn('sweep failed', { error: (e as Error).message }); }
+  }, Math.min(30_000, Math.max(1000, (config.workerStaleSeconds * 1000) / 4)));
+  sweep.unref();
+
+  const server = http.createServer(app.callback());
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve) => server.listen(opts.port ?? config.gatewayPort, opts.host ?? config.host, resolve));
+  const port = (server.address() as any).port;
+  log.info('gateway listening', { port, redis: config.redisUrl.replace(/\/\/[^@]*@/, '//***@') });
+
+  return {
+    port,
+    server,
+    async close() {
+      clearInterval(sweep);
+      hub.stop();
+      await new Promise((r) => server.close(r));
+      server.closeAllConnections?.();
+      await router.close();
+      await bus.close();
+      redis.disconnect();
+    },
+  };
+}

@@ -1,0 +1,262 @@
+// The worker job protocol (port 8000): every endpoint of the seed, plus the report-back endpoints a pull
+// worker needs (start, events, complete, fail) and POST /jobs/{id}/queue.
+import Joi from 'joi';
+import { randomUUID } from 'node:crypto';
+import type client from 'prom-client';
+import { Api } from '../../shared/http';
+import { config } from '../../shared/config';
+import { ApiError, conflict, notFound } from '../../shared/errors';
+import { parseQueueName, canServe } from '../../shared/capabilities';
+import {
+  dequeueSchema, eventsQuery, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, workerCompleteSchema,
+  workerEventSchema, workerFailSchema, workerRegistrationSchema, workerReportSchema, JobSpec,
+} from '../../shared/schemas/job';
+import { jobId as jobIdSchema, workerId as workerIdSchema } from '../../shared/schemas/common';
+import { errorSchema, jobStatusSchema, jobSummarySchema, queueStatusSchema, submitResponse, workerSchema } from '../../shared/schemas/responses';
+import { isTerminal } from '../../shared/states';
+import type { Lifecycle } from '../../queue/lifecycle';
+import type { EventHub } from './sse';
+
+const jobParams = Joi.object({ job_id: jobIdSchema.required() });
+const workerParams = Joi.object({ worker_id: workerIdSchema.required() });
+const err = (description: string) => ({ description, schema: errorSchema });
+
+export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client.Registry; openapi: () => object }) {
+  const { life, hub } = deps;
+  const { store, registry, router } = life;
+  const api = new Api();
+
+  async function jobStatus(id: string) {
+    const rec = await store.get(id);
+    if (!rec) throw notFound(`job ${id} not found`);
+    const queued = rec.state === 'QUEUED' && rec.queue;
+    return {
+      job_id: rec.job_id, spec: rec.spec, state: rec.state, state_history: rec.state_history,
+      result: rec.result, latest_event: rec.latest_event, created_at: rec.created_at, updated_at: rec.updated_at,
+      is_terminal: rec.is_terminal, attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id,
+      error: rec.error,
+      queue: {
+        name: rec.queue,
+        position: queued ? await router.position(rec.queue!, id) : null,
+        waiting_reason: queued ? await life.waitingReason(rec.queue!) : null,
+      },
+    };
+  }
+
+  /** Report-back calls must come from the worker that holds the job. */
+  async function heldBy(id: string, workerId: string) {
+    const h = await store.raw(id);
+    if (!h) throw notFound(`job ${id} not found`);
+    if (h.worker_id !== workerId || !h.lease) throw conflict(`job ${id} is not held by worker ${workerId} (state ${h.state}${h.worker_id ? `, held by ${h.worker_id}` : ''})`);
+    return h;
+  }
+
+  api.add({
+    method: 'post', path: '/jobs', summary: 'Submit a job', tags: ['jobs'], query: submitQuery, body: jobSpecSchema,
+    responses: { 201: { description: 'registered (and queued with ?queue=true)', schema: submitResponse }, 400: err('invalid specification'), 409: err('job_id already exists') },
+    handler: async (ctx, { query, body }) => {
+      const spec = body as JobSpec;
+      spec.job_id ||= randomUUID();
+      const r = await life.submit(spec, { enqueue: query.queue });
+      ctx.status = 201;
+      return { ...r, message: query.queue ? `job ${r.job_id} queued` : `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)` };
+    },
+  });
+  api.add({
+    method: 'get', path: '/jobs', summary: 'List jobs, newest first', tags: ['jobs'], query: listJobsQuery,
+    responses: { 200: { description: 'jobs', schema: Joi.object({ total: Joi.number().integer(), jobs: Joi.array().items(jobSummarySchema) }) } },
+    handler: async (_ctx, { query }) => {
+      const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset });
+      const hs = await store.many(ids, ['state', 'created_at']);
+      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i]!.state, created_at: hs[i]!.created_at, is_terminal: isTerminal(hs[i]!.state) }).filter(Boolean) };
+    },
+  });
+  api.add({
+    method: 'get', path: '/jobs/:job_id', summary: 'Job status', tags: ['jobs'], params: jobParams,
+    responses: { 200: { description: 'the job', schema: jobStatusSchema }, 404: err('unknown job') },
+    handler: (_ctx, { params }) => jobStatus(params.job_id),
+  });
+  api.add({
+    method: 'delete', path: '/jobs/:job_id', summary: 'Cancel a job', tags: ['jobs'], params: jobParams,
+    responses: { 200: { description: 'cancelled', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('job already terminal'), 404: err('unknown job') },
+    handler: (_ctx, { params }) => life.cancel(params.job_id),
+  });
+  api.add({
+    method: 'post', path: '/jobs/:job_id/queue', summary: 'Queue a job submitted without ?queue=true', tags: ['jobs'], params: jobParams,
+    responses: { 200: { description: 'queued', schema: submitResponse }, 400: err('job is not VALIDATED'), 404: err('unknown job') },
+    handler: async (_ctx, { params }) => ({ ...(await life.enqueueExisting(params.job_id)), message: `job ${params.job_id} queued` }),
+  });
+  api.add({
+    method: 'get', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,
+    responses: { 200: { description: 'events', schema: Joi.array().items(progressEventSchema.keys({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
+    handler: async (_ctx, { params, query }) => {
+      if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
+      return store.events(params.job_id, { since: query.since, afterId: query.after_id });
+    },
+  });
+  api.add({
+    method: 'get', path: '/jobs/:job_id/events/stream', summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], params: jobParams,
+    responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
+    handler: async (ctx, { params }) => {
+      if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
+      const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
+      if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
+      await hub.attach(ctx, params.job_id, last);
+      return undefined;
+    },
+  });
+
+  // Report-back endpoints for pull workers (the seed has none; see docs/worker-protocol.md).
+  api.add({
+    method: 'post', path: '/jobs/:job_id/start', summary: 'Worker starts a job it was handed (ASSIGNED -> RUNNING)', tags: ['worker reports'], params: jobParams, body: workerReportSchema,
+    responses: { 200: { description: 'running', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    handler: async (_ctx, { params, body }) => {
+      const h = await heldBy(params.job_id, body.worker_id);
+      if (h.state === 'ASSIGNED' && !(await life.start(params.job_id, body.worker_id, h.lease))) throw conflict(`job ${params.job_id} could not be started`);
+      return { job_id: params.job_id, state: 'RUNNING' };
+    },
+  });
+  api.add({
+    method: 'post', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'], params: jobParams, body: workerEventSchema,
+    responses: { 201: { description: 'recorded', schema: Joi.object({ id: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    handler: async (ctx, { params, body }) => {
+      const h = await heldBy(params.job_id, body.worker_id);
+      if (h.state === 'ASSIGNED') await life.start(params.job_id, body.worker_id, h.lease);
+      const { worker_id, job_id, ...ev } = body;
+      const r = await life.progress(params.job_id, h.lease, ev);
+      if (!r.ok) throw conflict(`job ${params.job_id} is no longer held by worker ${worker_id}`);
+      ctx.status = 201;
+      return { id: r.id };
+    },
+  });
+  api.add({
+    method: 'post', path: '/jobs/:job_id/complete', summary: 'Worker reports success', tags: ['worker reports'], params: jobParams, body: workerCompleteSchema,
+    responses: { 200: { description: 'completed', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    handler: async (_ctx, { params, body }) => {
+      const h = await heldBy(params.job_id, body.worker_id);
+      if (h.state === 'ASSIGNED') await life.start(params.job_id, body.worker_id, h.lease);
+      if (!(await life.complete(params.job_id, body.worker_id, h.lease, body.result))) throw conflict(`job ${params.job_id} could not be completed`);
+      return { job_id: params.job_id, state: 'COMPLETED' };
+    },
+  });
+  api.add({
+    method: 'post', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)', tags: ['worker reports'], params: jobParams, body: workerFailSchema,
+    responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    handler: async (_ctx, { params, body }) => {
+      const h = await heldBy(params.job_id, body.worker_id);
+      const r = await life.fail(params.job_id, body.worker_id, h.lease, body.error, body.retryable);
+      if (!r.ok) throw conflict(`job ${params.job_id} could not be failed`);
+      return { job_id: params.job_id, state: r.state, retry_in_ms: r.retry_in_ms };
+    },
+  });
+
+  api.add({
+    method: 'post', path: '/workers/register', summary: 'Register a worker', tags: ['workers'], body: workerRegistrationSchema,
+    responses: { 201: { description: 'registered', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), capabilities: Joi.array().items(Joi.string()), registered_at: Joi.string() }) }, 400: err('invalid registration') },
+    handler: async (ctx, { body }) => {
+      const registered_at = await registry.register(body, 'http');
+      ctx.status = 201;
+      return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: [...new Set<string>(body.capabilities)].sort(), registered_at };
+    },
+  });
+  api.add({
+    method: 'post', path: '/workers/:worker_id/heartbeat', summary: 'Worker heartbeat (also renews the leases of the jobs it holds)', tags: ['workers'], params: workerParams,
+    responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string() }) }, 404: err('unknown worker') },
+    handler: async (_ctx, { params }) => {
+      const ts = await registry.heartbeat(params.worker_id);
+      if (!ts) throw notFound(`worker ${params.worker_id} not found`);
+      for (const id of await registry.heldJobs(params.worker_id)) {
+        const h = await store.raw(id);
+        if (h?.lease && h.worker_id === params.worker_id) await router.extendLocks(h.queue, [id], [h.lease], config.httpLeaseSeconds).catch(() => undefined);
+      }
+      return { worker_id: params.worker_id, message: 'heartbeat recorded', timestamp: ts };
+    },
+  });
+  api.add({
+    method: 'get', path: '/workers', summary: 'Registered workers (active: heartbeat within the stale limit, 300 s)', tags: ['workers'],
+    responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
+    handler: async () => {
+      const ws = await registry.list();
+      return { total: ws.length, active: ws.filter((w) => w.active).length, workers: ws.map(({ kind, ...w }) => w) };
+    },
+  });
+  api.add({
+    method: 'delete', path: '/workers/:worker_id', summary: 'Deregister a worker; the jobs it holds go back to the queue', tags: ['workers'], params: workerParams,
+    responses: { 200: { description: 'removed', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string() }) }, 404: err('unknown worker') },
+    handler: async (_ctx, { params }) => {
+      if (!(await registry.get(params.worker_id))) throw notFound(`worker ${params.worker_id} not found`);
+      await life.releaseWorker(params.worker_id, 'worker deregistered');
+      await registry.remove(params.worker_id);
+      return { worker_id: params.worker_id, message: `worker ${params.worker_id} removed` };
+    },
+  });
+
+  api.add({
+    method: 'get', path: '/queue', summary: 'Queued jobs by priority and by requirement set', tags: ['queue'],
+    responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
+    handler: async () => {
+      const [byPrio, names, active] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active()]);
+      const by_priority: Record<string, number> = {};
+      let total = 0;
+      for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
+      const queues = await Promise.all(names.map(async (name) => {
+        const c = await store.redis.hgetall(store.k.queueCounts(name));
+        const req = parseQueueName(name)!;
+        const serving = active.filter((w) => canServe(w, req)).length;
+        const queued = Number(c.QUEUED || 0);
+        return {
+          name, capabilities: req.capabilities, execution_mode: req.execution_mode || null,
+          queued, assigned: Number(c.ASSIGNED || 0), running: Number(c.RUNNING || 0), active_workers: serving,
+          waiting_reason: queued && !serving ? await life.waitingReason(name) : null,
+        };
+      }));
+      return { total_jobs: total, by_priority, queues };
+    },
+  });
+  api.add({
+    method: 'post', path: '/queue/dequeue', summary: 'Hand the caller the next job it can run (ASSIGNED under a lease), or null', tags: ['queue'], body: dequeueSchema,
+    responses: { 200: { description: 'the JobSpec, or the JSON value null', schema: jobSpecSchema.allow(null) }, 400: err('invalid request') },
+    handler: async (ctx, { body }) => {
+      // A pull worker need not register first: dequeue registers (or refreshes) it with what it says it can do.
+      const known = await registry.get(body.worker_id);
+      if (!known) await registry.register({ ...body, system_info: {} }, 'http');
+      else await registry.heartbeat(body.worker_id);
+      const lease = await life.claim(body);
+      ctx.type = 'application/json';
+      if (!lease) return 'null';
+      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(() => undefined);
+      return lease.record.spec;
+    },
+  });
+
+  api.add({
+    method: 'get', path: '/health', summary: 'Health', tags: ['system'],
+    responses: { 200: { description: 'healthy', schema: Joi.object({ status: Joi.string(), version: Joi.string(), timestamp: Joi.string(), workers: Joi.number().integer(), active_jobs: Joi.number().integer() }) }, 503: { description: 'Redis unreachable' } },
+    handler: async (ctx) => {
+      try {
+        const [active, counts] = await Promise.race([
+          Promise.all([registry.active(), store.redis.hmget(store.k.stateCounts, 'ASSIGNED', 'RUNNING')]),
+          new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
+        ]);
+        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: Number(counts[0] || 0) + Number(counts[1] || 0) };
+      } catch (e) {
+        ctx.status = 503;
+        return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: `redis: ${(e as Error).message}` };
+      }
+    },
+  });
+  api.add({
+    method: 'get', path: '/metrics', summary: 'Prometheus metrics', tags: ['system'],
+    responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
+    handler: async (ctx) => {
+      ctx.type = deps.metrics.contentType;
+      return deps.metrics.metrics();
+    },
+  });
+  api.add({
+    method: 'get', path: '/openapi.json', summary: 'This API description', tags: ['system'],
+    responses: { 200: { description: 'OpenAPI 3 document', schema: { type: 'object' } } },
+    handler: () => deps.openapi(),
+  });
+  return api;
+}

@@ -1,0 +1,108 @@
+// Server-Sent Events for job progress. One Redis subscription per process fans out to every client; a client
+// reconnecting with Last-Event-ID is replayed from the job's event log, then switched to live events, so it
+// receives every event exactly once.
+import type Koa from 'koa';
+import type { ServerResponse } from 'node:http';
+import type { Bus } from '../../queue/bus';
+import type { JobStore } from '../../queue/store';
+import { isTerminal } from '../../shared/states';
+
+interface Client { res: ServerResponse; lastId: string; buffering: boolean; buffer: (() => void)[]; closed: boolean }
+
+/** Orders Redis stream ids ("ms-seq"). */
+export function idAfter(a: string, b: string): boolean {
+  if (!b) return true;
+  const [am, as] = a.split('-').map(Number);
+  const [bm, bs] = b.split('-').map(Number);
+  return am > bm || (am === bm && as > bs);
+}
+
+const MAX_BUFFERED = 8 * 1024 * 1024;
+
+export class EventHub {
+  private clients = new Map<string, Set<Client>>();
+  private timer?: NodeJS.Timeout;
+  constructor(private bus: Bus, private store: JobStore, private heartbeatSeconds: number) {}
+
+  get size() { let n = 0; for (const s of this.clients.values()) n += s.size; return n; }
+
+  async start() {
+    await this.bus.on(this.bus.k.chanEvents, (msg) => {
+      const set = this.clients.get(msg.job_id);
+      if (!set) return;
+      const frame = `event: progress\nid: ${msg.id}\ndata: ${JSON.stringify(msg.event)}\n\n`;
+      for (const c of set) {
+        const send = () => { if (idAfter(msg.id, c.lastId)) { c.lastId = msg.id; this.write(c, frame); } };
+        c.buffering ? c.buffer.push(send) : send();
+      }
+    });
+    await this.bus.on(this.bus.k.chanJobs, (msg) => {
+      if (!isTerminal(msg.state)) return;
+      const set = this.clients.get(msg.job_id);
+      if (!set) return;
+      for (const c of set) {
+        const send = () => this.finish(msg.job_id, c, msg.state);
+        c.buffering ? c.buffer.push(send) : send();
+      }
+    });
+    this.timer = setInterval(() => {
+      for (const set of this.clients.values()) for (const c of set) this.write(c, ': heartbeat\n\n');
+    }, this.heartbeatSeconds * 1000);
+    this.timer.unref();
+  }
+
+  stop() {
+    if (this.timer) clearInterval(this.timer);
+    for (const [id, set] of this.clients) for (const c of set) this.drop(id, c);
+  }
+
+  private write(c: Client, s: string) {
+    if (c.closed) return;
+    // A client too slow to read is cut off rather than buffered without bound; it reconnects with Last-Event-ID.
+    if (c.res.writableLength > MAX_BUFFERED) { c.res.destroy(); return; }
+    c.res.write(s);
+  }
+
+  private finish(jobId: string, c: Client, state: string) {
+    this.write(c, `event: complete\ndata: ${JSON.stringify({ state })}\n\n`);
+    this.drop(jobId, c);
+  }
+
+  private drop(jobId: string, c: Client) {
+    if (!c.closed) { c.closed = true; c.res.end(); }
+    const set = this.clients.get(jobId);
+    set?.delete(c);
+    if (set && !set.size) this.clients.delete(jobId);
+  }
+
+  /** Takes over the response: replay after `lastEventId`, then live events, then `complete`. */
+  async attach(ctx: Koa.Context, jobId: string, lastEventId: string) {
+    ctx.respond = false;
+    ctx.req.socket.setTimeout(0);
+    ctx.req.socket.setNoDelay(true);
+    const res = ctx.res;
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
+    res.write('retry: 2000\n\n');
+    const c: Client = { res, lastId: lastEventId, buffering: true, buffer: [], closed: false };
+    let set = this.clients.get(jobId);
+    if (!set) this.clients.set(jobId, (set = new Set()));
+    set.add(c);
+    ctx.req.on('close', () => this.drop(jobId, c));
+    try {
+      for (const e of await this.store.events(jobId, { afterId: lastEventId || undefined })) {
+        const { id, ...ev } = e;
+        if (idAfter(id, c.lastId)) {
+          c.lastId = id;
+          this.write(c, `event: progress\nid: ${id}\ndata: ${JSON.stringify(ev)}\n\n`);
+        }
+      }
+      const h = await this.store.raw(jobId);
+      c.buffering = false;
+      for (const f of c.buffer.splice(0)) f();
+      if (h && isTerminal(h.state) && !c.closed) this.finish(jobId, c, h.state);
+    } catch (err) {
+      this.write(c, `event: error\ndata: ${JSON.stringify({ message: (err as Error).message })}\n\n`);
+      this.drop(jobId, c);
+    }
+  }
+}

@@ -1,0 +1,45 @@
+// Worker process. Options (or environment):
+//   --capabilities img_tool,nbd_access   FERRY_WORKER_CAPABILITIES (default img_tool)
+//   --execution-mode PROCESS             FERRY_EXECUTION_MODE (PROCESS, CONTAINER, PRIVILEGED_CONTAINER)
+//   --id NAME                            FERRY_WORKER_ID (default <hostname>-<pid>)
+//   --concurrency N                      FERRY_WORKER_CONCURRENCY (default 1)
+//   --metrics-port N                     FERRY_WORKER_METRICS_PORT (0 = any free port; unset = none)
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { startWorker } from './runner';
+import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
+
+const { values } = parseArgs({
+  options: {
+    capabilities: { type: 'string' }, 'execution-mode': { type: 'string' }, id: { type: 'string' },
+    concurrency: { type: 'string' }, 'metrics-port': { type: 'string' },
+  },
+});
+const env = process.env;
+const caps = (values.capabilities ?? env.FERRY_WORKER_CAPABILITIES ?? 'img_tool').split(',').map((s) => s.trim()).filter(Boolean);
+const mode = values['execution-mode'] ?? env.FERRY_EXECUTION_MODE ?? 'PROCESS';
+const concurrency = Number(values.concurrency ?? env.FERRY_WORKER_CONCURRENCY ?? 1);
+const mp = values['metrics-port'] ?? env.FERRY_WORKER_METRICS_PORT;
+
+function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
+for (const c of caps) if (!CAPABILITY_PATTERN.test(c)) die(`invalid capability "${c}"`);
+if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
+if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
+
+startWorker({
+  workerId: values.id ?? env.FERRY_WORKER_ID ?? `${os.hostname()}-${process.pid}`,
+  capabilities: caps,
+  executionMode: mode,
+  concurrency,
+  metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
+}).then((w) => {
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await w.stop().catch(() => undefined);
+    process.exit(0);
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}).catch((e) => die(`failed to start: ${e.message}`));

@@ -1,0 +1,9 @@
+// What each operation named in shared/operations.ts runs on a worker.
+import type { Operation } from './types';
+import { convert, cleanupConvert } from './convert';
+import { noop } from './noop';
+
+export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void> }> = {
+  convert: { run: convert, cleanup: cleanupConvert },
+  noop: { run: noop },
+};

@@ -1,0 +1,175 @@
+// A worker process: registers with its capabilities, claims only jobs it can run (most specific queue first),
+// runs them with a lease it keeps renewing, reports progress, and obeys cancel, timeout and shutdown.
+import http from 'node:http';
+import os from 'node:os';
+import client from 'prom-client';
+import { config } from '../../shared/config';
+import { createLogger } from '../../shared/log';
+import { createRedis } from '../../shared/redis';
+import { OperationError } from '../../shared/errors';
+import { createRegistry } from '../../shared/metrics';
+import { servedQueues } from '../../shared/capabilities';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Registry } from '../../queue/registry';
+import { Lifecycle, Lease } from '../../queue/lifecycle';
+import { Bus } from '../../queue/bus';
+import { IMPLEMENTATIONS } from './operations';
+
+export interface WorkerOptions {
+  workerId: string;
+  capabilities: string[];
+  executionMode: string;
+  concurrency: number;
+  metricsPort?: number;
+}
+
+interface Running { lease: Lease; abort: AbortController; why?: 'cancel' | 'timeout' | 'shutdown' }
+
+export async function startWorker(o: WorkerOptions) {
+  const log = createLogger(`worker:${o.workerId}`);
+  const redis = createRedis();
+  redis.on('error', (e) => log.debug('redis error', { error: e.message }));
+  const store = new JobStore(redis);
+  const router = new QueueRouter(redis, { lockSeconds: config.leaseSeconds });
+  const registry = new Registry(redis);
+  const life = new Lifecycle(store, router, registry);
+  const bus = new Bus();
+  const me = { worker_id: o.workerId, capabilities: o.capabilities, execution_mode: o.executionMode };
+  const running = new Map<string, Running>();
+  let stopping = false;
+  let wake: () => void = () => undefined;
+
+  const metrics = createRegistry('worker');
+  const jobsTotal = new client.Counter({ name: 'ferry_worker_jobs_total', help: 'Jobs this worker finished, by operation and outcome', labelNames: ['operation', 'outcome'], registers: [metrics] });
+  const jobSeconds = new client.Histogram({ name: 'ferry_worker_job_seconds', help: 'Run time of jobs on this worker', labelNames: ['operation'], buckets: [1, 5, 15, 60, 300, 600, 1800, 3600], registers: [metrics] });
+  const bytesTotal = new client.Counter({ name: 'ferry_worker_bytes_converted_total', help: 'Bytes of source image converted on this worker', registers: [metrics] });
+  new client.Gauge({ name: 'ferry_worker_active_jobs', help: 'Jobs running on this worker', registers: [metrics], collect() { this.set(running.size); } });
+  new client.Gauge({ name: 'ferry_worker_info', help: 'Worker identity and capabilities', labelNames: ['worker_id', 'capabilities', 'execution_mode'], registers: [metrics], collect() { this.set({ worker_id: o.workerId, capabilities: o.capabilities.join(','), execution_mode: o.executionMode }, 1); } });
+
+  const register = () => registry.register({ ...me, system_info: { hostname: os.hostname(), os: `${os.type()} ${os.release()}`, kernel: os.release(), architecture: os.arch(), memory_mb: Math.round(os.totalmem() / 1048576), disk_space_mb: 0, pid: process.pid } }, 'native');
+  await register();
+
+  const heartbeat = setInterval(async () => {
+    try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch { /* Redis away: next beat */ }
+  }, config.heartbeatSeconds * 1000);
+  const renew = setInterval(async () => {
+    for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(() => undefined);
+  }, Math.max(500, (config.leaseSeconds * 1000) / 3));
+
+  await bus.on(bus.k.chanCancel, (id) => {
+    const r = running.get(String(id));
+    if (r) { r.why = 'cancel'; r.abort.abort(new Error('cancelled')); }
+  });
+  await bus.on(bus.k.chanEnqueued, () => wake());
+
+  let queues: string[] = [];
+  let queuesAt = 0;
+  const myQueues = async () => {
+    if (Date.now() - queuesAt > 1000) { queues = servedQueues(me, await router.knownQueues()); queuesAt = Date.now(); }
+    return queues;
+  };
+
+  async function execute(lease: Lease) {
+    const { record } = lease;
+    const spec = record.spec;
+    const impl = IMPLEMENTATIONS[spec.operation];
+    const r: Running = { lease, abort: new AbortController() };
+    running.set(lease.job_id, r);
+    const t0 = Date.now();
+    const timer = setTimeout(() => { r.why = 'timeout'; r.abort.abort(new Error('timeout')); }, spec.execution_policy.timeout_seconds * 1000);
+    let outcome = 'completed';
+    try {
+      if (!impl) throw new OperationError(`this worker has no implementation of operation ${spec.operation}`, true);
+      if (!(await life.start(lease.job_id, o.workerId, lease.token))) { outcome = 'lost'; return; }
+      let lastBytes = 0;
+      const result = await impl.run({
+        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log,
+        progress: async (phase, percentage, message, details = {}) => {
+          const d = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
+          if (phase === 'conversion' && d.bytes_processed) { const b = Number(d.bytes_processed); if (b > lastBytes) { bytesTotal.inc(b - lastBytes); lastBytes = b; } }
+          const ok = await life.progress(lease.job_id, lease.token, { phase, percentage, message, details: d });
+          if (!ok.ok && !r.abort.signal.aborted) { r.why = 'cancel'; r.abort.abort(new Error('lease lost')); }
+        },
+      });
+      if (!(await life.complete(lease.job_id, o.workerId, lease.token, result))) {
+        outcome = 'cancelled';
+        await impl.cleanup?.(spec, true); // cancelled (or taken over) as it finished: leave nothing behind
+      }
+    } catch (e) {
+      const err = e as Error;
+      if (r.why === 'cancel') {
+        outcome = 'cancelled';
+        await impl?.cleanup?.(spec, false);
+        log.info('job cancelled; process stopped and partial output removed', { job_id: lease.job_id });
+      } else if (r.why === 'shutdown') {
+        outcome = 'handed_back';
+        await impl?.cleanup?.(spec, false);
+        await life.handBack(lease.job_id, o.workerId, lease.token, 'worker shutting down');
+      } else {
+        outcome = 'failed';
+        await impl?.cleanup?.(spec, false);
+        const msg = r.why === 'timeout' ? `timed out after ${spec.execution_policy.timeout_seconds} s` : err.message;
+        const retryable = r.why === 'timeout' || !(err instanceof OperationError) || err.retryable;
+        await life.fail(lease.job_id, o.workerId, lease.token, msg, retryable);
+        log.warn('attempt failed', { job_id: lease.job_id, error: msg, retryable });
+      }
+    } finally {
+      clearTimeout(timer);
+      running.delete(lease.job_id);
+      jobsTotal.inc({ operation: spec.operation, outcome });
+      jobSeconds.observe({ operation: spec.operation }, (Date.now() - t0) / 1000);
+    }
+  }
+
+  async function slot() {
+    while (!stopping) {
+      let lease: Lease | null = null;
+      try {
+        lease = await life.claim(me, await myQueues());
+      } catch (e) {
+        log.debug('claim failed', { error: (e as Error).message });
+      }
+      if (lease) { await execute(lease); continue; }
+      if (stopping) break;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 1000);
+        wake = () => { clearTimeout(t); resolve(); };
+      });
+    }
+  }
+  const slots = Array.from({ length: o.concurrency }, () => slot());
+
+  let metricsServer: http.Server | undefined;
+  if (o.metricsPort !== undefined && o.metricsPort >= 0) {
+    metricsServer = http.createServer(async (req, res) => {
+      if (req.url === '/metrics') { res.setHeader('Content-Type', metrics.contentType); res.end(await metrics.metrics()); return; }
+      if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: running.size })); return; }
+      res.statusCode = 404; res.end();
+    });
+    await new Promise<void>((r) => metricsServer!.listen(o.metricsPort, config.host, r));
+  }
+  log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsServer ? (metricsServer.address() as any).port : null });
+
+  return {
+    metricsPort: metricsServer ? (metricsServer.address() as any).port as number : undefined,
+    get active() { return running.size; },
+    /** Stops taking jobs, lets running ones finish within the grace period, hands the rest back. */
+    async stop(graceSeconds = config.shutdownGraceSeconds) {
+      stopping = true;
+      wake();
+      const deadline = Date.now() + graceSeconds * 1000;
+      while (running.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      for (const r of running.values()) { r.why = 'shutdown'; r.abort.abort(new Error('shutdown')); }
+      await Promise.all(slots);
+      clearInterval(heartbeat);
+      clearInterval(renew);
+      await registry.remove(o.workerId).catch(() => undefined);
+      metricsServer?.close();
+      await router.close();
+      await bus.close();
+      redis.disconnect();
+      log.info('worker stopped');
+    },
+  };
+}

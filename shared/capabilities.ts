@@ -1,0 +1,43 @@
+// Capabilities, execution modes and how a job's requirements become a queue name (DESIGN.md: capability routing).
+export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations'] as const;
+export const CAPABILITY_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
+/** PRIVILEGED_CONTAINER workers may run jobs that ask for any mode; other modes match only themselves. */
+export const EXECUTION_MODES = ['PRIVILEGED_CONTAINER', 'CONTAINER', 'PROCESS'] as const;
+export const PRIVILEGED = 'PRIVILEGED_CONTAINER';
+
+export interface Requirements {
+  capabilities: string[];
+  execution_mode?: string;
+}
+
+export function normalizeCaps(caps: Iterable<string>): string[] {
+  return [...new Set(caps)].sort();
+}
+
+/** One BullMQ queue per requirement set: "jobs.img_tool+nbd_access" or "jobs.any", "@MODE" when a mode is required. */
+export function queueName(req: Requirements): string {
+  const caps = normalizeCaps(req.capabilities);
+  return `jobs.${caps.length ? caps.join('+') : 'any'}${req.execution_mode ? '@' + req.execution_mode : ''}`;
+}
+
+export function parseQueueName(name: string): Requirements | null {
+  const m = /^jobs\.([a-z0-9_+]+)(?:@([A-Z_]+))?$/.exec(name);
+  if (!m) return null;
+  return { capabilities: m[1] === 'any' ? [] : m[1].split('+'), execution_mode: m[2] };
+}
+
+export function canServe(worker: { capabilities: string[]; execution_mode?: string }, req: Requirements): boolean {
+  const have = new Set(worker.capabilities);
+  if (!req.capabilities.every((c) => have.has(c))) return false;
+  if (!req.execution_mode) return true;
+  return worker.execution_mode === req.execution_mode || worker.execution_mode === PRIVILEGED;
+}
+
+/** The queues a worker serves, most specific first so general workers do not starve specialised jobs. */
+export function servedQueues(worker: { capabilities: string[]; execution_mode?: string }, queues: string[]): string[] {
+  return queues
+    .map((q) => ({ q, r: parseQueueName(q) }))
+    .filter((x): x is { q: string; r: Requirements } => !!x.r && canServe(worker, x.r))
+    .sort((a, b) => b.r.capabilities.length - a.r.capabilities.length || Number(!!b.r.execution_mode) - Number(!!a.r.execution_mode) || a.q.localeCompare(b.q))
+    .map((x) => x.q);
+}

@@ -1,0 +1,18 @@
+// Errors that carry an HTTP status; each API renders them in its own envelope.
+export class ApiError extends Error {
+  constructor(public status: number, message: string, public details?: unknown) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+export const badRequest = (m: string, d?: unknown) => new ApiError(400, m, d);
+export const notFound = (m: string) => new ApiError(404, m);
+export const conflict = (m: string, d?: unknown) => new ApiError(409, m, d);
+
+/** An operation failure; retryable ones go back to the queue while retry_count allows. */
+export class OperationError extends Error {
+  constructor(message: string, public retryable = false) {
+    super(message);
+    this.name = 'OperationError';
+  }
+}

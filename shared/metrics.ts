@@ -1,0 +1,46 @@
+// Prometheus metrics: a registry per process, request metrics by route template, and metrics whose values
+// are read from Redis at scrape time (so every replica reports the same cluster-wide truth).
+import client from 'prom-client';
+
+export function createRegistry(service: string) {
+  const registry = new client.Registry();
+  registry.setDefaultLabels({ service });
+  client.collectDefaultMetrics({ register: registry });
+  return registry;
+}
+
+export class HttpMetrics {
+  private requests: client.Counter<string>;
+  private duration: client.Histogram<string>;
+  constructor(registry: client.Registry) {
+    this.requests = new client.Counter({
+      name: 'svc_api_requests_total',
+      help: 'HTTP requests by method, route template and status',
+      labelNames: ['method', 'path', 'status'],
+      registers: [registry],
+    });
+    this.duration = new client.Histogram({
+      name: 'svc_api_request_duration_seconds',
+      help: 'HTTP request latency by method and route template',
+      labelNames: ['method', 'path'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [registry],
+    });
+  }
+  observe(method: string, path: string, status: number, seconds: number) {
+    this.requests.inc({ method, path, status: String(status) });
+    this.duration.observe({ method, path }, seconds);
+  }
+}
+
+export interface Sample { labels?: Record<string, string | number>; value: number; metricName?: string }
+
+/** A metric computed when scraped. */
+export function registerComputed(registry: client.Registry, name: string, help: string, type: 'gauge' | 'counter' | 'histogram', get: () => Promise<Sample[]>) {
+  registry.registerMetric({
+    name,
+    help,
+    type,
+    get: async () => ({ name, help, type, aggregator: 'sum', values: await get().catch(() => []) }),
+  } as any);
+}

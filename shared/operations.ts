@@ -1,0 +1,50 @@
+// Operations a job may name: the capabilities each needs and the schema of its parameters. Workers implement
+// them in services/worker/operations; this table is what the API validates against and routes by.
+import Joi from 'joi';
+import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
+
+export interface OperationDef {
+  capabilities: string[];
+  needsImage: boolean;
+  parameters: Joi.ObjectSchema;
+  description: string;
+}
+
+const convertParameters = Joi.object({
+  output_format: Joi.string().valid(...OUTPUT_FORMATS).default('qcow2'),
+  compress: Joi.boolean().default(false).when('output_format', {
+    not: 'qcow2',
+    then: Joi.valid(false).messages({ 'any.only': '{{#label}} is only allowed with output_format qcow2' }),
+  }),
+  output_dir: absolutePath.description('directory; the file is named <job_id>.<format>'),
+  output_path: absolutePath.description('exact output file'),
+  overwrite: Joi.boolean().default(false).description('replace an existing output file'),
+})
+  .xor('output_dir', 'output_path')
+  .messages({
+    'object.missing': '{{#label}} must contain one of output_dir or output_path',
+    'object.xor': '{{#label}} must contain only one of output_dir or output_path',
+  });
+
+export const OPERATIONS: Record<string, OperationDef> = {
+  convert: {
+    capabilities: ['img_tool'],
+    needsImage: true,
+    parameters: convertParameters,
+    description: 'qemu-img convert of image.path into parameters.output_format',
+  },
+  noop: {
+    capabilities: [],
+    needsImage: false,
+    parameters: Joi.object({
+      sleep_ms: Joi.number().integer().min(0).max(3600_000).default(0),
+      fail: Joi.string().max(1024).description('fail every attempt with this message (for drills)'),
+      steps: Joi.number().integer().min(0).max(1000).default(0).description('progress events to emit'),
+    }),
+    description: 'does no work: for drills, smoke tests and benchmarks of the queue itself',
+  },
+};
+
+export function operationNames(): string[] {
+  return Object.keys(OPERATIONS);
+}

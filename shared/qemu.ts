@@ -1,0 +1,97 @@
+// qemu-img, always with argument arrays (never a shell): info, convert with live progress, check, compare.
+import { spawn, execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { OperationError } from './errors';
+
+export const QEMU_IMG = process.env.QEMU_IMG || 'qemu-img';
+
+export interface ImageInfo {
+  format: string;
+  'virtual-size': number;
+  'actual-size'?: number;
+  'backing-filename'?: string;
+  'full-backing-filename'?: string;
+  snapshots?: unknown[];
+  [k: string]: unknown;
+}
+
+export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string; code: number }> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, signal: opts.signal, timeout: opts.timeoutMs }, (err, stdout, stderr) => {
+      if (err && (err as any).code === 'ENOENT') return reject(new OperationError(`${cmd} is not installed`, false));
+      if (err && (err as any).name === 'AbortError') return reject(err);
+      resolve({ stdout: String(stdout), stderr: String(stderr), code: err ? Number((err as any).code ?? 1) : 0 });
+    });
+  });
+}
+
+/** `qemu-img info --output=json`; with `format` the image is opened as that format (fails if it is not). */
+export async function imageInfo(path: string, format?: string, backingChain = false): Promise<ImageInfo> {
+  const args = ['info', '--output=json', ...(format ? ['-f', format] : []), ...(backingChain ? ['--backing-chain'] : []), path];
+  const r = await run(QEMU_IMG, args);
+  if (r.code !== 0) throw new OperationError(`qemu-img info ${path}: ${r.stderr.trim() || 'failed'}`, false);
+  const parsed = JSON.parse(r.stdout);
+  return Array.isArray(parsed) ? parsed[0] : parsed;
+}
+
+/** Parses qemu-img -p output ("    (12.34/100%)\r") into percentages. */
+export function parseProgress(chunk: string): number[] {
+  const out: number[] = [];
+  for (const m of chunk.matchAll(/\((\d+(?:\.\d+)?)\/100%\)/g)) out.push(Number(m[1]));
+  return out;
+}
+
+/** Runs `qemu-img convert -p`; `onProgress` gets 0-100. On abort qemu-img is killed and the promise rejects. */
+export function convert(args: { src: string; srcFormat: string; dest: string; destFormat: string; compress?: boolean; options?: string[]; extra?: string[] },
+  onProgress: (pct: number) => void, signal?: AbortSignal): Promise<void> {
+  const argv = ['convert', '-p', '-f', args.srcFormat, '-O', args.destFormat, ...(args.compress ? ['-c'] : []),
+    ...(args.options?.length ? ['-o', args.options.join(',')] : []), ...(args.extra || []), args.src, args.dest];
+  return new Promise((resolve, reject) => {
+    const child = spawn(QEMU_IMG, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    let killTimer: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      child.kill('SIGTERM');
+      killTimer = setTimeout(() => child.kill('SIGKILL'), 2000);
+    };
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdout.setEncoding('utf8').on('data', (s: string) => { for (const p of parseProgress(s)) onProgress(p); });
+    child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 65536) stderr += s; });
+    child.on('error', (e: any) => reject(e.code === 'ENOENT' ? new OperationError('qemu-img is not installed', false) : e));
+    child.on('close', (code, sig) => {
+      signal?.removeEventListener('abort', onAbort);
+      if (killTimer) clearTimeout(killTimer);
+      if (signal?.aborted) return reject(signal.reason instanceof Error ? signal.reason : new Error(String(signal.reason || 'aborted')));
+      if (code === 0) return resolve();
+      reject(new OperationError(`qemu-img convert failed (${sig || `exit ${code}`}): ${stderr.trim()}`, false));
+    });
+  });
+}
+
+export async function check(path: string, format: string): Promise<{ ok: boolean; output: string; report?: any }> {
+  const r = await run(QEMU_IMG, ['check', '--output=json', '-f', format, path]);
+  let report: any;
+  try { report = JSON.parse(r.stdout); } catch { /* raw and vdi may print no JSON */ }
+  // exit 0 clean; 1 check not completed; 2 corruptions; 3 leaks only; 63 format does not support checks
+  return { ok: r.code === 0 || r.code === 3 || r.code === 63, output: (r.stdout + r.stderr).trim(), report };
+}
+
+export async function compare(a: string, aFormat: string, b: string, bFormat: string): Promise<{ identical: boolean; output: string }> {
+  const r = await run(QEMU_IMG, ['compare', '-f', aFormat, '-F', bFormat, a, b]);
+  if (r.code > 1) throw new OperationError(`qemu-img compare failed: ${r.stderr.trim()}`, false);
+  return { identical: r.code === 0, output: (r.stdout + r.stderr).trim() };
+}
+
+/** sha256 of a file in one streaming read; `onBytes` sees progress. */
+export function sha256File(path: string, onBytes?: (n: number) => void, signal?: AbortSignal): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const h = createHash('sha256');
+    let n = 0;
+    const s = createReadStream(path, { highWaterMark: 4 * 1024 * 1024, signal });
+    s.on('data', (b) => { h.update(b); n += b.length; onBytes?.(n); });
+    s.on('error', reject);
+    s.on('end', () => resolve(h.digest('hex')));
+  });
+}

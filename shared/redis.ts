@@ -1,0 +1,62 @@
+// Redis connections: one factory, so every service connects the same way (single node, Sentinel or Cluster).
+import IORedis, { Cluster, Redis, RedisOptions } from 'ioredis';
+import { config } from './config';
+
+export type RedisClient = Redis | Cluster;
+
+/**
+ * REDIS_URL forms:
+ *   redis://host:port/db                       a single node
+ *   redis-sentinel://h1:26379,h2:26379/mymaster  Sentinel (master name after the slash)
+ *   redis-cluster://h1:7000,h2:7001             Cluster (keys use FERRY_PREFIX with a hash tag)
+ */
+export function createRedis(opts: { blocking?: boolean; url?: string } = {}): RedisClient {
+  const url = opts.url || config.redisUrl;
+  // BullMQ needs maxRetriesPerRequest null on connections it blocks on; we use it everywhere so a Redis
+  // restart makes commands wait for the reconnect instead of failing the job.
+  const base: RedisOptions = {
+    maxRetriesPerRequest: null,
+    enableReadyCheck: true,
+    retryStrategy: (times) => Math.min(times * 100, 2000),
+    lazyConnect: false,
+  };
+  const m = /^redis-(sentinel|cluster):\/\/([^/]+)(?:\/(.*))?$/.exec(url);
+  if (m) {
+    const nodes = m[2].split(',').map((hp) => {
+      const [host, port] = hp.split(':');
+      return { host, port: Number(port) };
+    });
+    if (m[1] === 'sentinel') {
+      return new IORedis({ ...base, sentinels: nodes, name: m[3] || 'mymaster', password: process.env.REDIS_PASSWORD });
+    }
+    return new Cluster(nodes, { redisOptions: { ...base, password: process.env.REDIS_PASSWORD } });
+  }
+  return new IORedis(url, base);
+}
+
+/** Key names for Ferry's own data, all under one prefix. */
+export function keys(prefix = config.prefix) {
+  return {
+    prefix,
+    bullPrefix: `${prefix}:q`,
+    seq: `${prefix}:jobs:seq`,
+    jobs: `${prefix}:jobs`,
+    jobsInState: (s: string) => `${prefix}:jobs:state:${s}`,
+    job: (id: string) => `${prefix}:job:${id}`,
+    history: (id: string) => `${prefix}:job:${id}:history`,
+    events: (id: string) => `${prefix}:job:${id}:events`,
+    stateCounts: `${prefix}:counts:state`,
+    queueCounts: (q: string) => `${prefix}:queue:${q}:counts`,
+    queuedByPriority: `${prefix}:queued:by_priority`,
+    queues: `${prefix}:queues`,
+    stats: `${prefix}:stats`,
+    workers: `${prefix}:workers`,
+    worker: (id: string) => `${prefix}:worker:${id}`,
+    workerJobs: (id: string) => `${prefix}:worker:${id}:jobs`,
+    chanJobs: `${prefix}:bus:jobs`,
+    chanEvents: `${prefix}:bus:events`,
+    chanCancel: `${prefix}:bus:cancel`,
+    chanEnqueued: `${prefix}:bus:enqueued`,
+  };
+}
+export type Keys = ReturnType<typeof keys>;

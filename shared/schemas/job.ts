@@ -1,0 +1,127 @@
+// The worker job protocol's resources as joi schemas: one source for validation, types and OpenAPI.
+import Joi from 'joi';
+import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../capabilities';
+import { STATES } from '../states';
+import { OPERATIONS, operationNames } from '../operations';
+import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, workerId } from './common';
+
+const capability = Joi.string().pattern(CAPABILITY_PATTERN)
+  .messages({ 'string.pattern.base': '{{#label}} must be a capability name such as img_tool or nbd_access' });
+
+export const executionPolicySchema = Joi.object({
+  timeout_seconds: Joi.number().integer().min(1).max(7 * 24 * 3600).default(86400)
+    .description('the attempt fails (and may be retried) after this long'),
+  retry_count: Joi.number().integer().min(0).max(20).default(3)
+    .description('further attempts after a failed or lost one'),
+  priority: Joi.number().integer().min(0).max(100).default(50).description('0-100, higher is more urgent'),
+  idempotent: Joi.boolean().default(true),
+}).default();
+
+export const imageSchema = Joi.object({
+  path: absolutePath.required(),
+  format: Joi.string().valid(...DISK_FORMATS).required(),
+});
+
+export const jobSpecSchema = Joi.object({
+  job_id: jobId.description('client-chosen identifier; generated when absent'),
+  operation: Joi.string().valid(...operationNames()).required(),
+  image: imageSchema.when('operation', {
+    is: Joi.valid(...operationNames().filter((n) => OPERATIONS[n].needsImage)),
+    then: Joi.required(),
+  }),
+  parameters: Joi.when('operation', {
+    switch: operationNames().map((n) => ({ is: n, then: OPERATIONS[n].parameters })),
+    otherwise: Joi.object().unknown(true),
+  }).default({}),
+  execution_policy: executionPolicySchema,
+  audit_info: Joi.object({
+    requested_by: Joi.string().max(256),
+    ticket_id: Joi.string().max(256),
+    tags: Joi.array().items(Joi.string().max(128)).max(64),
+  }),
+  requirements: Joi.object({
+    capabilities: Joi.array().items(capability).max(16).default([]),
+    execution_mode: Joi.string().valid(...EXECUTION_MODES),
+  }).description('extra requirements on top of those the operation needs'),
+}).label('JobSpec');
+
+export interface JobSpec {
+  job_id: string;
+  operation: string;
+  image?: { path: string; format: string };
+  parameters: Record<string, any>;
+  execution_policy: { timeout_seconds: number; retry_count: number; priority: number; idempotent: boolean };
+  audit_info?: { requested_by?: string; ticket_id?: string; tags?: string[] };
+  requirements?: { capabilities: string[]; execution_mode?: string };
+}
+
+export const progressEventSchema = Joi.object({
+  job_id: Joi.string(),
+  timestamp: isoTimestamp,
+  phase: Joi.string().max(64).required(),
+  percentage: Joi.number().integer().min(0).max(100).required(),
+  message: Joi.string().allow('').max(4096).default(''),
+  details: Joi.object().pattern(Joi.string(), Joi.string().allow('')).default({}),
+}).label('ProgressEvent');
+
+export interface ProgressEvent {
+  job_id: string;
+  timestamp: string;
+  phase: string;
+  percentage: number;
+  message: string;
+  details: Record<string, string>;
+}
+
+export const historyEntrySchema = Joi.object({
+  state: Joi.string().valid(...STATES),
+  timestamp: isoTimestamp,
+  reason: Joi.string(),
+  worker_id: Joi.string(),
+}).label('StateHistoryEntry');
+
+export const systemInfoSchema = Joi.object({
+  hostname: Joi.string().max(256),
+  os: Joi.string().max(256),
+  kernel: Joi.string().max(256),
+  architecture: Joi.string().max(64),
+  memory_mb: Joi.number().integer().min(0),
+  disk_space_mb: Joi.number().integer().min(0),
+}).unknown(true);
+
+export const workerRegistrationSchema = Joi.object({
+  worker_id: workerId.required(),
+  capabilities: Joi.array().items(capability).max(32).required(),
+  system_info: systemInfoSchema.default({}),
+  execution_mode: Joi.string().valid(...EXECUTION_MODES).default('PROCESS'),
+}).label('WorkerRegistration');
+
+export const dequeueSchema = Joi.object({
+  worker_id: workerId.required(),
+  capabilities: Joi.array().items(capability).max(32).required(),
+  execution_mode: Joi.string().valid(...EXECUTION_MODES).default('PROCESS'),
+}).label('DequeueRequest');
+
+export const listJobsQuery = Joi.object({
+  state: Joi.string().valid(...STATES),
+  limit: Joi.number().integer().min(1).max(1000).default(100),
+  offset: Joi.number().integer().min(0).default(0),
+});
+
+export const eventsQuery = Joi.object({
+  since: isoTimestamp.description('only events with a later timestamp'),
+  after_id: Joi.string().pattern(/^\d+-\d+$/).description('only events after this event id'),
+});
+
+export const submitQuery = Joi.object({
+  queue: Joi.boolean().truthy('1').falsy('0').default(false),
+});
+
+export const workerReportSchema = Joi.object({ worker_id: workerId.required() }).label('WorkerReport');
+export const workerEventSchema = progressEventSchema.keys({ worker_id: workerId.required() }).label('WorkerProgressEvent');
+export const workerCompleteSchema = Joi.object({ worker_id: workerId.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
+export const workerFailSchema = Joi.object({
+  worker_id: workerId.required(),
+  error: Joi.string().max(8192).required(),
+  retryable: Joi.boolean().default(true),
+}).label('WorkerFail');

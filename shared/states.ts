@@ -1,0 +1,44 @@
+// Job states and the transition table: the law every service obeys (worker job protocol seed, plus the
+// moves it leaves out, documented in docs/states.md).
+export const STATES = ['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
+export type JobState = (typeof STATES)[number];
+export const TERMINAL: readonly JobState[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
+
+export const TRANSITIONS: Record<JobState, readonly JobState[]> = {
+  CREATED: ['VALIDATED', 'FAILED', 'CANCELLED'],
+  VALIDATED: ['QUEUED', 'FAILED', 'CANCELLED'],
+  // QUEUED -> FAILED: the job could not be placed in or was lost from the queue, or retries ran out.
+  QUEUED: ['ASSIGNED', 'FAILED', 'CANCELLED'],
+  // ASSIGNED -> QUEUED: the worker lost its lease or handed the job back before starting.
+  ASSIGNED: ['RUNNING', 'QUEUED', 'FAILED', 'CANCELLED'],
+  // RUNNING -> QUEUED: a failed or lost attempt while retry_count allows; RUNNING -> FAILED: operation error,
+  // timeout, or a lost attempt with no retries left.
+  RUNNING: ['COMPLETED', 'FAILED', 'QUEUED', 'CANCELLED'],
+  COMPLETED: [],
+  FAILED: [],
+  CANCELLED: [],
+};
+
+export function isTerminal(s: string): boolean {
+  return (TERMINAL as readonly string[]).includes(s);
+}
+
+/** The states from which `to` may be entered. */
+export function allowedFrom(to: JobState): JobState[] {
+  return STATES.filter((s) => TRANSITIONS[s].includes(to));
+}
+
+/** The daemon API's lowercase view of a state (DESIGN.md). */
+export function daemonStatus(s: string): 'pending' | 'running' | 'completed' | 'failed' | 'cancelled' {
+  switch (s) {
+    case 'RUNNING': return 'running';
+    case 'COMPLETED': return 'completed';
+    case 'FAILED': return 'failed';
+    case 'CANCELLED': return 'cancelled';
+    default: return 'pending';
+  }
+}
+export const DAEMON_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
+export function statesForDaemonStatus(status: string): JobState[] {
+  return STATES.filter((s) => daemonStatus(s) === status);
+}

@@ -1,0 +1,53 @@
+// Ferry's real services as child processes, the way an operator runs them.
+import { spawn, ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { freePort, waitForPort } from './redis';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
+
+export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void> }
+
+export function startProcess(script: string, args: string[], env: Record<string, string>): Proc {
+  const proc = spawn(TSX, [path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: string[] = [];
+  const keep = (b: Buffer) => { logs.push(b.toString()); if (logs.length > 500) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); };
+  proc.stdout!.on('data', keep);
+  proc.stderr!.on('data', keep);
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  return {
+    proc, logs,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (proc.exitCode !== null || proc.signalCode) return;
+      proc.kill(signal);
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 20000))]);
+      if (proc.exitCode === null && !proc.signalCode) { proc.kill('SIGKILL'); await exited; }
+    },
+    async kill() {
+      if (proc.exitCode !== null || proc.signalCode) return;
+      proc.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, string> => ({
+  REDIS_URL: redisUrl,
+  FERRY_PREFIX: prefix,
+  FERRY_LEASE_SECONDS: '2',
+  FERRY_HEARTBEAT_SECONDS: '1',
+  FERRY_RETRY_BACKOFF_MS: '200',
+  FERRY_SHUTDOWN_GRACE_SECONDS: '5',
+});
+
+export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {
+  const port = await freePort();
+  const p = startProcess('services/gateway/main.ts', [], { ...env, GATEWAY_PORT: String(port), FERRY_HOST: '127.0.0.1' });
+  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
+}
+
+export async function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
+  const p = startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env });
+  return p;
+}
