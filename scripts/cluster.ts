@@ -1,0 +1,88 @@
+// `npm start`: the whole local cluster in one terminal. Starts a private redis-server (append-only, data under
+// .data/redis) unless REDIS_URL is set, then every service as its own process; Ctrl-C stops them in order
+// (workers first, so they finish or hand back their jobs, then the rest, then Redis).
+import { spawn, ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+
+const ROOT = path.resolve(__dirname, '..');
+const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
+const env = process.env;
+
+interface Svc { name: string; script: string; args?: string[]; env?: Record<string, string>; stopFirst?: boolean }
+
+/** The services of the local cluster. Later services add themselves here. */
+export const SERVICES: Svc[] = [
+  { name: 'gateway', script: 'services/gateway/main.ts' },
+  { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
+  { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
+];
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((r) => {
+    const c = net.connect(port, '127.0.0.1');
+    c.once('connect', () => { c.destroy(); r(true); });
+    c.once('error', () => r(false));
+  });
+}
+
+async function main() {
+  const children: { svc: Svc; proc: ChildProcess }[] = [];
+  let redis: ChildProcess | undefined;
+  if (!env.REDIS_URL) {
+    const port = Number(env.FERRY_REDIS_PORT || 6379);
+    if (await portOpen(port)) {
+      console.log(`[cluster] REDIS_URL is not set and port ${port} is taken; set REDIS_URL or FERRY_REDIS_PORT`);
+      process.exit(1);
+    }
+    const dir = path.join(ROOT, '.data', 'redis');
+    mkdirSync(dir, { recursive: true });
+    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
+    for (let i = 0; i < 100 && !(await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
+    env.REDIS_URL = `redis://127.0.0.1:${port}`;
+    console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in .data/redis)`);
+  } else {
+    console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
+  }
+  for (const svc of SERVICES) {
+    const proc = spawn(TSX, [path.join(ROOT, svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const prefix = `[${svc.name}] `;
+    for (const s of [proc.stdout!, proc.stderr!]) {
+      let buf = '';
+      s.setEncoding('utf8').on('data', (d: string) => {
+        buf += d;
+        const lines = buf.split('\n');
+        buf = lines.pop()!;
+        for (const l of lines) if (!l.startsWith('npm warn')) process.stdout.write(prefix + l + '\n');
+      });
+    }
+    proc.on('exit', (code, sig) => { if (!stopping) console.log(`[cluster] ${svc.name} exited (${sig || code})`); });
+    children.push({ svc, proc });
+  }
+  console.log(`[cluster] gateway on http://localhost:${env.GATEWAY_PORT || 8000}${SERVICES.some((s) => s.name === 'daemon') ? `, daemon on http://localhost:${env.DAEMON_PORT || 8080}` : ''}; Ctrl-C stops everything`);
+
+  let stopping = false;
+  const stopAll = async () => {
+    if (stopping) return;
+    stopping = true;
+    console.log('[cluster] stopping: workers finish or hand back their jobs, then the other services');
+    const stop = (list: typeof children) => Promise.all(list.map(({ proc }) => new Promise<void>((r) => {
+      if (proc.exitCode !== null || proc.signalCode) return r();
+      proc.once('exit', () => r());
+      proc.kill('SIGTERM');
+      setTimeout(() => proc.kill('SIGKILL'), 60_000).unref();
+    })));
+    await stop(children.filter((c) => c.svc.stopFirst));
+    await stop(children.filter((c) => !c.svc.stopFirst));
+    if (redis) {
+      await new Promise<void>((r) => { redis!.once('exit', () => r()); redis!.kill('SIGTERM'); });
+      console.log('[cluster] redis-server stopped');
+    }
+    process.exit(0);
+  };
+  process.on('SIGINT', stopAll);
+  process.on('SIGTERM', stopAll);
+}
+
+if (require.main === module) main();
