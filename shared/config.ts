@@ -25,8 +25,9 @@ export const config = {
   get workerStaleSeconds() { return num('FERRY_WORKER_STALE_SECONDS', 300); },
   /** Lease of a job held by a worker process; renewed while the job runs. */
   get leaseSeconds() { return num('FERRY_LEASE_SECONDS', 30); },
-  /** Lease of a job handed out over HTTP; renewed by the worker's heartbeat. */
-  get httpLeaseSeconds() { return num('FERRY_HTTP_LEASE_SECONDS', num('FERRY_WORKER_STALE_SECONDS', 300)); },
+  /** Lease of a job handed out over HTTP; renewed by the worker's heartbeat. It outlives the stale limit, so
+   *  the gateway's sweep hands a stale worker's jobs back while it still holds the lease. */
+  get httpLeaseSeconds() { return num('FERRY_HTTP_LEASE_SECONDS', Math.ceil(this.workerStaleSeconds * 1.2) + 10); },
   get heartbeatSeconds() { return num('FERRY_HEARTBEAT_SECONDS', 10); },
   /** First retry delay; doubles each attempt, with jitter, capped at 5 minutes. */
   get retryBackoffMs() { return num('FERRY_RETRY_BACKOFF_MS', 2000); },

@@ -1,0 +1,53 @@
+// A plain SSE reader over node http, so tests control disconnects and Last-Event-ID exactly.
+import http from 'node:http';
+
+export interface Frame { event: string; id?: string; data: any }
+
+export function openSse(url: string, lastEventId?: string) {
+  const frames: Frame[] = [];
+  const comments: string[] = [];
+  let req: http.ClientRequest;
+  let status = 0;
+  let onFrame: (() => void) | undefined;
+  const closed = new Promise<void>((resolve, reject) => {
+    req = http.get(url, { headers: { Accept: 'text/event-stream', ...(lastEventId ? { 'Last-Event-ID': lastEventId } : {}) } }, (res) => {
+      status = res.statusCode || 0;
+      let buf = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        buf += d;
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const f: Frame = { event: 'message', data: '' };
+          let hasData = false;
+          for (const line of block.split('\n')) {
+            if (line.startsWith(':')) comments.push(line);
+            else if (line.startsWith('event: ')) f.event = line.slice(7);
+            else if (line.startsWith('id: ')) f.id = line.slice(4);
+            else if (line.startsWith('data: ')) { f.data = JSON.parse(line.slice(6)); hasData = true; }
+          }
+          if (hasData) { frames.push(f); onFrame?.(); }
+        }
+      });
+      res.on('end', () => resolve());
+      res.on('close', () => resolve());
+    });
+    req.on('error', (e: any) => (e.code === 'ECONNRESET' ? resolve() : reject(e)));
+  });
+  return {
+    frames, comments, closed,
+    get status() { return status; },
+    close() { req.destroy(); },
+    /** Resolves when `pred` holds for the frames so far. */
+    waitFor(pred: (f: Frame[]) => boolean, ms = 20000) {
+      return new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`SSE: timed out; got ${frames.map((f) => f.event + ':' + (f.data?.phase || f.data?.state)).join(',')}`)), ms);
+        const check = () => { if (pred(frames)) { clearTimeout(t); onFrame = undefined; resolve(); } };
+        onFrame = check;
+        check();
+      });
+    },
+  };
+}
