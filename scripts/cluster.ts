@@ -7,7 +7,6 @@ import net from 'node:net';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
-const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
 const env = process.env;
 
 interface Svc { name: string; script: string; args?: string[]; env?: Record<string, string>; stopFirst?: boolean }
@@ -46,7 +45,7 @@ async function main() {
     console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
   }
   for (const svc of SERVICES) {
-    const proc = spawn(TSX, [path.join(ROOT, svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     const prefix = `[${svc.name}] `;
     for (const s of [proc.stdout!, proc.stderr!]) {
       let buf = '';

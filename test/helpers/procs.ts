@@ -1,15 +1,15 @@
-// Ferry's real services as child processes, the way an operator runs them.
+// Ferry's real services as child processes, the way an operator runs them. Node loads TypeScript through
+// tsx's loader (`node --import tsx`), so each service is one process and a SIGKILL really kills it.
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { freePort, waitForPort } from './redis';
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
 
 export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void> }
 
 export function startProcess(script: string, args: string[], env: Record<string, string>): Proc {
-  const proc = spawn(TSX, [path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   const keep = (b: Buffer) => { logs.push(b.toString()); if (logs.length > 500) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); };
   proc.stdout!.on('data', keep);

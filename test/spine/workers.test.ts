@@ -1,0 +1,175 @@
+// Worker processes doing real conversions with qemu-img: progress over SSE, identical output, capability
+// matching, priority order, cancel of a running conversion, and a worker killed mid-job.
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync, openSync, writeSync, closeSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { EventSource } from 'eventsource';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+import { makeImage } from '../helpers/images';
+
+const terminal = (s: string) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s);
+
+describe('worker processes', function () {
+  this.timeout(120000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-workers-'));
+  const out = path.join(dir, 'out');
+  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
+  let env: Record<string, string>;
+  const procs: Proc[] = [];
+  let vmdk: string;
+  let vhdx: string;
+
+  const waitState = (id: string, pred: (s: string) => boolean = terminal, ms = 60000) =>
+    until(async () => { const r = await req(gw.url, 'GET', `/jobs/${id}`); return pred(r.body.state) && r.body; }, ms, `job ${id}`);
+
+  before(async () => {
+    await redis.start();
+    env = testEnv(redis.url);
+    gw = await startGatewayProc(env);
+    vmdk = makeImage(dir, 'disk-a', 'vmdk', 24);
+    vhdx = makeImage(dir, 'disk-b', 'vhdx', 16);
+    procs.push(await startWorkerProc(env, 'plain', ['img_tool']));
+    procs.push(await startWorkerProc(env, 'nbd', ['img_tool', 'nbd_access']));
+    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 2, 30000, 'two workers registered');
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    await gw?.stop();
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('converts vmdk -> qcow2 end to end, streamed over SSE, and the output is identical to the source', async () => {
+    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'conv-1', operation: 'convert', image: { path: vmdk, format: 'vmdk' }, parameters: { output_format: 'qcow2', output_dir: out } });
+    expect(sub.status).to.equal(201);
+    const events: any[] = [];
+    const final = await new Promise<any>((resolve, reject) => {
+      const es = new EventSource(`${gw.url}/jobs/conv-1/events/stream`);
+      es.addEventListener('progress', (e: any) => events.push({ id: e.lastEventId, ...JSON.parse(e.data) }));
+      es.addEventListener('complete', (e: any) => { es.close(); resolve(JSON.parse(e.data)); });
+      setTimeout(() => { es.close(); reject(new Error('no complete event')); }, 60000);
+    });
+    expect(final).to.deep.equal({ state: 'COMPLETED' });
+    expect(events[0]).to.include({ phase: 'initialization', percentage: 0, job_id: 'conv-1' });
+    const conv = events.filter((e) => e.phase === 'conversion');
+    expect(conv.length).to.be.greaterThan(0);
+    expect(conv.at(-1).details.total_bytes).to.equal(String(24 * 1024 * 1024));
+    expect(Number(conv.at(-1).details.bytes_processed)).to.be.at.most(24 * 1024 * 1024);
+    expect(new Set(events.map((e) => e.id)).size).to.equal(events.length);
+    const job = (await req(gw.url, 'GET', '/jobs/conv-1')).body;
+    expect(job.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED']);
+    const r = job.result;
+    expect(r.output_path).to.equal(path.join(out, 'conv-1.qcow2'));
+    expect(r.format).to.equal('qcow2');
+    expect(r.virtual_size).to.equal(24 * 1024 * 1024);
+    expect(r.sha256).to.equal(createHash('sha256').update(readFileSync(r.output_path)).digest('hex'));
+    execFileSync('qemu-img', ['compare', '-f', 'vmdk', '-F', 'qcow2', vmdk, r.output_path]); // throws if they differ
+    expect(readdirSync(out).filter((f) => f.includes('partial'))).to.deep.equal([]);
+  });
+
+  it('converts vhdx -> raw to an exact output_path, identical to the source', async () => {
+    const target = path.join(dir, 'exact', 'b.img');
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'conv-2', operation: 'convert', image: { path: vhdx, format: 'vhdx' }, parameters: { output_format: 'raw', output_path: target } });
+    const j = await waitState('conv-2');
+    expect(j.state).to.equal('COMPLETED');
+    expect(j.result.output_path).to.equal(target);
+    execFileSync('qemu-img', ['compare', '-f', 'vhdx', '-F', 'raw', vhdx, target]);
+  });
+
+  it('fails (not retried) with a clear reason when the source does not exist, and refuses to overwrite', async () => {
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'missing', operation: 'convert', image: { path: '/nonexistent/x.vmdk', format: 'vmdk' }, parameters: { output_dir: out } });
+    const j = await waitState('missing');
+    expect(j.state).to.equal('FAILED');
+    expect(j.error).to.include('/nonexistent/x.vmdk');
+    expect(j.attempts).to.equal(1);
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'dup-out', operation: 'convert', image: { path: vmdk, format: 'vmdk' }, parameters: { output_path: path.join(out, 'conv-1.qcow2') } });
+    const d = await waitState('dup-out');
+    expect(d.state).to.equal('FAILED');
+    expect(d.error).to.include('already exists');
+  });
+
+  it('routes by capability: a job needing nbd_access only ever runs on the worker that has it', async () => {
+    const ids = ['nbd-1', 'nbd-2', 'nbd-3', 'nbd-4'];
+    for (const id of ids) await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation: 'noop', parameters: { sleep_ms: 100 }, requirements: { capabilities: ['nbd_access'] } });
+    for (const id of ids) {
+      const j = await waitState(id);
+      expect(j.state).to.equal('COMPLETED');
+      const assigned = j.state_history.filter((h: any) => h.state === 'ASSIGNED');
+      expect(assigned.map((h: any) => h.worker_id)).to.deep.equal(['nbd']);
+      expect(j.queue.name).to.equal('jobs.nbd_access');
+    }
+  });
+
+  it('takes jobs in priority order (higher first; equal priorities in submission order)', async () => {
+    const prios: [string, number][] = [['p-low', 10], ['p-high-a', 90], ['p-mid', 50], ['p-high-b', 90], ['p-top', 100]];
+    for (const [id, priority] of prios) {
+      await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation: 'noop', parameters: { sleep_ms: 50 }, requirements: { capabilities: ['lvm_tools'] }, execution_policy: { priority } });
+    }
+    const q = (await req(gw.url, 'GET', '/jobs/p-top')).body.queue;
+    expect(q.position).to.equal(1);
+    expect(q.waiting_reason).to.include('lvm_tools');
+    const w = await startWorkerProc(env, 'lvm', ['lvm_tools'], ['--concurrency', '1']);
+    procs.push(w);
+    const started: [string, number][] = [];
+    for (const [id] of prios) {
+      const j = await waitState(id);
+      started.push([id, Date.parse(j.state_history.find((h: any) => h.state === 'ASSIGNED').timestamp)]);
+    }
+    expect(started.sort((a, b) => a[1] - b[1]).map((s) => s[0])).to.deep.equal(['p-top', 'p-high-a', 'p-high-b', 'p-mid', 'p-low']);
+  });
+
+  it('cancels a running conversion: qemu-img is killed, no partial file remains, the job ends CANCELLED', async () => {
+    // Random data compressed into qcow2 is slow enough to cancel mid-way.
+    const big = path.join(dir, 'random.raw');
+    const fd = openSync(big, 'w');
+    for (let i = 0; i < 192; i++) writeSync(fd, require('node:crypto').randomBytes(1024 * 1024));
+    closeSync(fd);
+    const cdir = path.join(dir, 'cancel-out');
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'to-cancel', operation: 'convert', image: { path: big, format: 'raw' }, parameters: { output_format: 'qcow2', compress: true, output_dir: cdir } });
+    await until(async () => {
+      const evs = (await req(gw.url, 'GET', '/jobs/to-cancel/events')).body;
+      return evs.some((e: any) => e.phase === 'conversion');
+    }, 30000, 'conversion to start');
+    expect(existsSync(path.join(cdir, '.to-cancel.qcow2.to-cancel.partial'))).to.equal(true);
+    const r = await req(gw.url, 'DELETE', '/jobs/to-cancel');
+    expect(r.status).to.equal(200);
+    expect(r.body.state).to.equal('CANCELLED');
+    await until(async () => {
+      let ps = '';
+      try { ps = execFileSync('pgrep', ['-f', 'to-cancel.partial']).toString(); } catch { /* pgrep exits 1 when none */ }
+      return ps.trim() === '' && readdirSync(cdir).length === 0;
+    }, 15000, 'qemu-img gone and no partial file');
+    const j = (await req(gw.url, 'GET', '/jobs/to-cancel')).body;
+    expect(j.state).to.equal('CANCELLED');
+    expect(j.state_history.at(-2).state).to.equal('RUNNING');
+    // The worker is free again.
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'after-cancel', operation: 'noop' });
+    expect((await waitState('after-cancel')).state).to.equal('COMPLETED');
+  });
+
+  it('requeues the job of a worker SIGKILLed mid-job; another worker completes it', async () => {
+    const a = await startWorkerProc(env, 'mount-a', ['mount_operations']);
+    const b = await startWorkerProc(env, 'mount-b', ['mount_operations']);
+    procs.push(a, b);
+    await until(async () => (await req(gw.url, 'GET', '/workers')).body.workers.filter((w: any) => w.worker_id.startsWith('mount-')).length === 2, 30000, 'mount workers');
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'survivor', operation: 'noop', parameters: { sleep_ms: 4000, steps: 4 }, requirements: { capabilities: ['mount_operations'] } });
+    const running = await waitState('survivor', (s) => s === 'RUNNING', 30000);
+    const victim = running.worker_id === 'mount-a' ? a : b;
+    const other = running.worker_id === 'mount-a' ? 'mount-b' : 'mount-a';
+    await victim.kill();
+    const j = await waitState('survivor', terminal, 60000);
+    expect(j.state).to.equal('COMPLETED');
+    const hist = j.state_history;
+    const lost = hist.find((h: any) => h.state === 'QUEUED' && /lost/.test(h.reason));
+    expect(lost, JSON.stringify(hist)).to.not.equal(undefined);
+    expect(lost.reason).to.include(running.worker_id);
+    expect(hist.filter((h: any) => h.state === 'ASSIGNED').at(-1).worker_id).to.equal(other);
+    expect(j.attempts).to.equal(2);
+  });
+});
