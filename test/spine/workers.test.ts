@@ -172,4 +172,25 @@ describe('worker processes', function () {
     expect(hist.filter((h: any) => h.state === 'ASSIGNED').at(-1).worker_id).to.equal(other);
     expect(j.attempts).to.equal(2);
   });
+
+  it('fails a job that runs past timeout_seconds, with the reason, after its retries', async () => {
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'slowpoke', operation: 'noop', parameters: { sleep_ms: 20000 }, execution_policy: { timeout_seconds: 1, retry_count: 1 } });
+    const j = await waitState('slowpoke', terminal, 30000);
+    expect(j.state).to.equal('FAILED');
+    expect(j.error).to.include('timed out after 1 s');
+    expect(j.attempts).to.equal(2);
+    expect(j.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
+  });
+
+  it('on SIGTERM a worker finishes its running job within the grace period, then deregisters', async () => {
+    const w = await startWorkerProc(env, 'graceful', ['graceful_cap']);
+    procs.push(w);
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'grace', operation: 'noop', parameters: { sleep_ms: 1500, steps: 3 }, requirements: { capabilities: ['graceful_cap'] } });
+    await waitState('grace', (s) => s === 'RUNNING', 30000);
+    await w.stop('SIGTERM');
+    const j = (await req(gw.url, 'GET', '/jobs/grace')).body;
+    expect(j.state).to.equal('COMPLETED');
+    const ws = (await req(gw.url, 'GET', '/workers')).body.workers.map((x: any) => x.worker_id);
+    expect(ws).to.not.include('graceful');
+  });
 });

@@ -1,0 +1,103 @@
+// What must survive: Redis killed and restarted mid-run, SSE clients that drop and reconnect, and racing
+// state changes on one job.
+import { expect } from 'chai';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+import { openSse } from '../helpers/sse';
+import { createRedis } from '../../shared/redis';
+import { JobStore } from '../../queue/store';
+
+describe('resilience', function () {
+  this.timeout(120000);
+  const redis = new TestRedis();
+  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
+  const procs: Proc[] = [];
+
+  before(async () => {
+    await redis.start();
+    gw = await startGatewayProc(testEnv(redis.url));
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    await gw?.stop();
+    await redis.stop();
+  });
+
+  it('an SSE client that disconnects and reconnects with Last-Event-ID receives every event exactly once', async () => {
+    const w = { worker_id: 'sse-w', capabilities: [] };
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sse-1', operation: 'noop' });
+    expect((await req(gw.url, 'POST', '/queue/dequeue', w)).body.job_id).to.equal('sse-1');
+    const post = (n: number) => req(gw.url, 'POST', '/jobs/sse-1/events', { worker_id: w.worker_id, phase: 'work', percentage: n, message: `step ${n}` });
+    for (const n of [10, 20]) expect((await post(n)).status).to.equal(201);
+
+    const first = openSse(`${gw.url}/jobs/sse-1/events/stream`);
+    await first.waitFor((f) => f.length === 3); // initialization + 10 + 20, replayed from the log
+    await post(30);
+    await first.waitFor((f) => f.length === 4); // live
+    first.close();
+    const lastId = first.frames.at(-1)!.id!;
+    for (const n of [40, 50, 60]) await post(n); // while disconnected
+
+    const second = openSse(`${gw.url}/jobs/sse-1/events/stream`, lastId);
+    await second.waitFor((f) => f.length === 3);
+    await post(70);
+    await req(gw.url, 'POST', '/jobs/sse-1/complete', { worker_id: w.worker_id, result: {} });
+    await second.closed;
+    const all = [...first.frames, ...second.frames];
+    const progress = all.filter((f) => f.event === 'progress');
+    expect(progress.map((f) => f.data.percentage)).to.deep.equal([0, 10, 20, 30, 40, 50, 60, 70, 100]);
+    expect(new Set(progress.map((f) => f.id)).size).to.equal(progress.length);
+    expect(second.frames.at(-1)).to.deep.include({ event: 'complete', data: { state: 'COMPLETED' } });
+    // Matches the polling endpoint exactly.
+    const polled = (await req(gw.url, 'GET', '/jobs/sse-1/events')).body;
+    expect(polled.map((e: any) => e.id)).to.deep.equal(progress.map((f) => f.id));
+  });
+
+  it('a stream opened on a finished job replays its events, sends complete and ends; a bad Last-Event-ID is a 400', async () => {
+    const s = openSse(`${gw.url}/jobs/sse-1/events/stream`);
+    await s.closed;
+    expect(s.frames.at(-1)).to.deep.include({ event: 'complete', data: { state: 'COMPLETED' } });
+    expect(s.frames.length).to.equal(10);
+    const bad = await req(gw.url, 'GET', '/jobs/sse-1/events/stream', undefined, { 'Last-Event-ID': 'garbage' });
+    expect(bad.status).to.equal(400);
+  });
+
+  it('racing state changes on one job: exactly one wins, history has one entry for it', async () => {
+    const store = new JobStore(createRedis({ url: redis.url }));
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'race', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.transition('race', [{ to: 'ASSIGNED', reason: `racer ${i}`, worker_id: `r${i}` }], { fields: { worker_id: `r${i}` } })));
+    expect(results.filter((r) => r.ok).length).to.equal(1);
+    const j = (await req(gw.url, 'GET', '/jobs/race')).body;
+    expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
+    // An illegal move is refused and changes nothing.
+    const illegal = await store.transition('race', [{ to: 'COMPLETED', reason: 'skip RUNNING' }]);
+    expect(illegal).to.deep.equal({ ok: false, code: 'conflict', state: 'ASSIGNED' });
+    const races = await Promise.all([req(gw.url, 'DELETE', '/jobs/race'), req(gw.url, 'DELETE', '/jobs/race'), req(gw.url, 'DELETE', '/jobs/race')]);
+    expect(races.map((r) => r.status).sort()).to.deep.equal([200, 400, 400]);
+    store.redis.disconnect();
+  });
+
+  it('Redis killed and restarted mid-run: workers resume and no job is lost', async () => {
+    const env = testEnv(redis.url);
+    procs.push(await startWorkerProc(env, 'rw-1', ['img_tool'], ['--concurrency', '2']));
+    procs.push(await startWorkerProc(env, 'rw-2', ['img_tool'], ['--concurrency', '2']));
+    const ids = Array.from({ length: 12 }, (_, i) => `survive-${i}`);
+    for (const id of ids) {
+      const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation: 'noop', parameters: { sleep_ms: 600, steps: 3 } });
+      expect(r.status).to.equal(201);
+    }
+    await until(async () => (await req(gw.url, 'GET', '/jobs?state=COMPLETED&limit=1000')).body.jobs.some((j: any) => j.job_id.startsWith('survive-')), 30000, 'first completion');
+    await redis.kill();
+    const down = await req(gw.url, 'GET', '/health').catch(() => ({ status: 0 }));
+    expect(down.status).to.not.equal(200);
+    await new Promise((r) => setTimeout(r, 1500));
+    await redis.start(); // same port, same append-only file
+    const done = await until(async () => {
+      const states = await Promise.all(ids.map(async (id) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state));
+      return states.every((s) => s === 'COMPLETED') && states;
+    }, 90000, 'every job completed after the restart');
+    expect(done.length).to.equal(12);
+    expect((await req(gw.url, 'GET', '/health')).status).to.equal(200);
+  });
+});
