@@ -2,7 +2,11 @@
 import { startGateway } from './app';
 
 startGateway().then((g) => {
-  const stop = async () => { await g.close().catch(() => undefined); process.exit(0); };
+  const stop = async () => {
+    setTimeout(() => process.exit(1), 10_000).unref(); // Redis unreachable: do not hang on the way out
+    await g.close().catch(() => undefined);
+    process.exit(0);
+  };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
 }).catch((e) => {

@@ -7,6 +7,7 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startWorker } from './runner';
+import { config } from '../../shared/config';
 import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
 
 const { values } = parseArgs({
@@ -37,6 +38,8 @@ startWorker({
   const stop = async () => {
     if (stopping) return;
     stopping = true;
+    // With Redis unreachable, deregistering would wait for it forever: leave anyway after the grace period.
+    setTimeout(() => process.exit(1), (config.shutdownGraceSeconds + 10) * 1000).unref();
     await w.stop().catch(() => undefined);
     process.exit(0);
   };
