@@ -26,6 +26,16 @@ const convertParameters = Joi.object({
     'object.xor': '{{#label}} must contain only one of output_dir or output_path',
   });
 
+// Jobs of the daemon API (8080). The password is never a parameter: it is kept encrypted beside the job
+// (services/daemon/credentials.ts), so the spec stays free of secrets.
+const managerParameters = {
+  vm_path: Joi.string().max(1024).required(),
+  manager_url: Joi.string().max(2048),
+  username: Joi.string().max(256),
+  insecure: Joi.boolean().default(false),
+  credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
+};
+
 export const OPERATIONS: Record<string, OperationDef> = {
   convert: {
     capabilities: ['img_tool'],
@@ -42,6 +52,35 @@ export const OPERATIONS: Record<string, OperationDef> = {
       steps: Joi.number().integer().min(0).max(1000).default(0).description('progress events to emit'),
     }),
     description: 'does no work: for drills, smoke tests and benchmarks of the queue itself',
+  },
+  export: {
+    // No capability yet: every worker takes it and fails it with a clear reason until the remote-manager
+    // client lands (services/worker/operations/remote.ts); it will then require a manager_access capability.
+    capabilities: [],
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerParameters,
+      name: Joi.string().max(256),
+      output_path: absolutePath.required(),
+      parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
+      remove_cdrom: Joi.boolean().default(false),
+      show_individual_progress: Joi.boolean().default(false),
+    }),
+    description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
+  },
+  migrate_vm: {
+    capabilities: [],
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerParameters,
+      name: Joi.string().max(256),
+      source_type: Joi.string().max(64).required(),
+      datacenter: Joi.string().max(256),
+      destination: Joi.object({ type: Joi.string().max(64).required(), virt_uri: Joi.string().max(1024) }).required(),
+      conversion_method: Joi.string().max(64),
+      network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
+    }),
+    description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
   },
 };
 

@@ -57,6 +57,15 @@ export function keys(prefix = config.prefix) {
     chanEvents: `${prefix}:bus:events`,
     chanCancel: `${prefix}:bus:cancel`,
     chanEnqueued: `${prefix}:bus:enqueued`,
+    // daemon, scheduler and notifier (issue 4)
+    credentials: (id: string) => `${prefix}:job:${id}:credentials`,
+    schedules: `${prefix}:schedules`,
+    scheduleRuns: `${prefix}:schedules:runs`,
+    scheduleStats: (id: string) => `${prefix}:schedule:${id}:stats`,
+    chanSchedules: `${prefix}:bus:schedules`,
+    webhooks: `${prefix}:webhooks`,
+    webhookDeliveries: (id: string) => `${prefix}:webhook:${id}:deliveries`,
+    webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
   };
 }
 export type Keys = ReturnType<typeof keys>;

@@ -2,8 +2,11 @@
 import type { Operation } from './types';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
+import { remoteUnavailable } from './remote';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void> }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
+  export: { run: remoteUnavailable },
+  migrate_vm: { run: remoteUnavailable },
 };

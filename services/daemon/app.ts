@@ -1,0 +1,206 @@
+// Wires the daemon: Redis, the shared job lifecycle, schedules, webhooks, the HTTP API (both path forms),
+// WebSocket updates, metrics, /openapi.yaml and Swagger UI. main.ts only runs it. `extend` and the returned
+// mountStatic/api let other parts (the dashboard) add routes or a static directory.
+import http from 'node:http';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type Koa from 'koa';
+import Joi from 'joi';
+import yaml from 'js-yaml';
+import { Api, createApp } from '../../shared/http';
+import { ApiError, badRequest } from '../../shared/errors';
+import { createRedis, RedisClient } from '../../shared/redis';
+import { createLogger } from '../../shared/log';
+import { config } from '../../shared/config';
+import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
+import { DAEMON_STATUSES, daemonStatus, STATES } from '../../shared/states';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Registry } from '../../queue/registry';
+import { Lifecycle } from '../../queue/lifecycle';
+import { Bus } from '../../queue/bus';
+import { registerJobMetrics } from '../../queue/metrics';
+import { DaemonConfig, formatDuration } from './config';
+import { buildDaemonApi } from './routes';
+import { jobViews } from './views';
+import { WsHub } from './ws';
+import { StaticMount, staticMiddleware, swaggerMount } from './static';
+import { ScheduleStore } from '../scheduler/schedules';
+import { WebhookStore } from '../notifier/webhooks';
+
+export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
+  return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
+}
+
+const YAML_TYPES = /^(application\/(x-)?yaml|text\/(x-)?yaml)\b/i;
+const PUBLIC_PATHS = /^(\/api\/v1)?(\/health|\/openapi\.yaml|\/swagger-ui(\/.*)?)$/;
+
+async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Promise<string> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of req) {
+    n += (c as Buffer).length;
+    if (n > limit) throw new ApiError(413, 'request body is larger than 2 MiB');
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Accepts X-API-Key or Authorization: Bearer (and ?api_key= on WebSocket upgrades, which browsers cannot
+ *  give headers). 0 = allowed, 401 = no key, 403 = wrong key. */
+export function makeAuthorizer(cfg: DaemonConfig) {
+  const digests = cfg.auth.api_keys.map((k) => createHash('sha256').update(k).digest());
+  return (headers: http.IncomingHttpHeaders, url: string, allowQuery: boolean): number => {
+    if (!cfg.auth.enabled) return 0;
+    let key = (headers['x-api-key'] as string | undefined) || /^Bearer\s+(.+)$/i.exec(String(headers.authorization || ''))?.[1];
+    if (!key && allowQuery) key = new URL(url, 'http://x').searchParams.get('api_key') || undefined;
+    if (!key) return 401;
+    const d = createHash('sha256').update(key.trim()).digest();
+    return digests.some((x) => timingSafeEqual(x, d)) ? 0 : 403;
+  };
+}
+
+export interface DaemonHandle {
+  port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
+  mountStatic(prefix: string, dir: string): void;
+  close(): Promise<void>;
+}
+
+export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host?: string; extend?: (d: Omit<DaemonHandle, 'port' | 'server' | 'close'>) => void } = {}): Promise<DaemonHandle> {
+  const log = createLogger('daemon');
+  const started = Date.now();
+  const redis: RedisClient = createRedis();
+  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
+  const store = new JobStore(redis);
+  const router = new QueueRouter(redis, { stalledCheck: false });
+  const registry = new Registry(redis);
+  const life = new Lifecycle(store, router, registry);
+  const bus = new Bus();
+  const schedules = new ScheduleStore(redis, store.k);
+  const webhooks = new WebhookStore(redis, store.k);
+
+  const metrics = createRegistry('daemon');
+  const httpMetrics = new HttpMetrics(metrics);
+  registerJobMetrics(metrics, store, registry);
+  let hub: WsHub | undefined;
+  registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
+
+  const counts = async () => {
+    const c = await redis.hgetall(store.k.stateCounts);
+    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
+    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
+    return by;
+  };
+  const status = async () => {
+    const [by, ws] = await Promise.all([counts(), registry.list()]);
+    const up = (Date.now() - started) / 1000;
+    return {
+      version: config.version, uptime: formatDuration(up), uptime_seconds: Math.round(up),
+      total_jobs: Object.values(by).reduce((a, b) => a + b, 0), pending_jobs: by.pending, running_jobs: by.running,
+      completed_jobs: by.completed, failed_jobs: by.failed, cancelled_jobs: by.cancelled,
+      worker_count: ws.length, active_workers: ws.filter((w) => w.active).length, websocket_clients: hub?.size || 0, timestamp: new Date().toISOString(),
+    };
+  };
+
+  const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
+  const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
+  api.add({
+    method: 'get', path: '/openapi.yaml', summary: 'This API description (OpenAPI 3, generated from the joi schemas)', tags: ['docs'],
+    responses: { 200: { description: 'OpenAPI YAML', type: 'application/yaml', schema: { type: 'string' } } },
+    handler: (ctx) => {
+      ctx.type = 'application/yaml';
+      return yaml.dump(api.openapi({ title: 'Ferry daemon API', version: config.version, description: 'Export and migration jobs, schedules, webhooks, WebSocket updates (/ws, /api/v1/ws/metrics). Every path also answers under /api/v1. See docs/daemon.md.' }, ['/', '/api/v1']));
+    },
+  });
+  if (cfg.metrics.enabled && cfg.metrics.port === undefined) {
+    api.add({
+      method: 'get', path: '/metrics', summary: 'Prometheus metrics (metrics.enabled)', tags: ['status'],
+      responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
+      handler: async (ctx) => { ctx.type = metrics.contentType; return metrics.metrics(); },
+    });
+  }
+
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope });
+  const authorize = makeAuthorizer(cfg);
+  const mounts: StaticMount[] = [];
+  const mountStatic = (prefix: string, dir: string) => {
+    const p = prefix.replace(/\/+$/, '');
+    mounts.push({ prefix: p, dir }, { prefix: '/api/v1' + p, dir });
+  };
+  mounts.push(swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml'));
+  // Runs after createApp's error/metrics middleware and before its body parser and router.
+  const front: Koa.Middleware = async (ctx, next) => {
+    if (!PUBLIC_PATHS.test(ctx.path)) {
+      const code = authorize(ctx.req.headers, ctx.url, false);
+      if (code) {
+        if (code === 401) ctx.set('WWW-Authenticate', 'Bearer');
+        throw new ApiError(code, code === 401 ? 'an API key is required (X-API-Key or Authorization: Bearer)' : 'the API key is not accepted');
+      }
+    }
+    if (YAML_TYPES.test(ctx.get('content-type'))) {
+      const text = await readBody(ctx.req);
+      try { (ctx.request as any).body = text.trim() ? yaml.load(text) : undefined; } catch (e) { throw badRequest(`malformed YAML body: ${(e as Error).message.split('\n')[0]}`); }
+      if ((ctx.request as any).body === undefined || (ctx.request as any).body === null) (ctx.request as any).body = {};
+    }
+    return next();
+  };
+  app.middleware.splice(1, 0, front, staticMiddleware(mounts));
+
+  hub = new WsHub({
+    bus, store,
+    statusIntervalMs: cfg.websocket.status_interval_seconds * 1000,
+    pingIntervalMs: cfg.websocket.ping_interval_seconds * 1000,
+    maxBufferedBytes: cfg.websocket.max_buffered_bytes,
+    status,
+    firstPage: async () => {
+      const { total, ids } = await store.list({ limit: 100 });
+      return { jobs: await jobViews(store, ids), total, limit: 100 };
+    },
+    metrics: async () => {
+      const [by, st, ws] = await Promise.all([counts(), status(), registry.list()]);
+      const queues = await router.knownQueues();
+      const qc = await Promise.all(queues.map((q) => redis.hgetall(store.k.queueCounts(q))));
+      return {
+        jobs: by, workers: { total: ws.length, active: st.active_workers },
+        queues: Object.fromEntries(queues.map((q, i) => [q, { queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0) }])),
+        websocket_clients: hub!.size, uptime_seconds: st.uptime_seconds, memory_rss_bytes: process.memoryUsage().rss,
+      };
+    },
+    authorize: (req) => authorize(req.headers, req.url || '/', true),
+  });
+
+  opts.extend?.({ api, app, life, mountStatic });
+
+  const server = http.createServer(app.callback());
+  server.keepAliveTimeout = 65_000;
+  await hub.start(server);
+  await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(opts.port ?? config.daemonPort, opts.host ?? config.host, resolve); });
+  const port = (server.address() as any).port;
+
+  let metricsServer: http.Server | undefined;
+  if (cfg.metrics.enabled && cfg.metrics.port !== undefined) {
+    metricsServer = http.createServer(async (req, res) => {
+      if ((req.url || '').split('?')[0] !== '/metrics') { res.writeHead(404, { 'content-type': 'application/json' }); res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || ''))); return; }
+      res.writeHead(200, { 'content-type': metrics.contentType });
+      res.end(await metrics.metrics());
+    });
+    await new Promise<void>((resolve) => metricsServer!.listen(cfg.metrics.port, opts.host ?? config.host, resolve));
+    log.info('metrics listening', { port: (metricsServer.address() as any).port });
+  }
+  log.info('daemon listening', { port, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
+  void Joi;
+
+  return {
+    port, server, api, app, life, mountStatic,
+    async close() {
+      hub!.close();
+      await new Promise((r) => server.close(r));
+      server.closeAllConnections?.();
+      if (metricsServer) await new Promise((r) => metricsServer!.close(r));
+      await schedules.close();
+      await webhooks.close();
+      await router.close();
+      await bus.close();
+      redis.disconnect();
+    },
+  };
+}

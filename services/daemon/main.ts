@@ -1,0 +1,34 @@
+// Daemon process: the daemon API on port 8080. Options:
+//   -addr HOST:PORT | :PORT   listen address (also daemon.addr in the config file, or DAEMON_PORT)
+//   --config FILE             YAML configuration (also FERRY_CONFIG); validated at start
+import { startDaemon } from './app';
+import { ConfigError, configPath, loadConfig } from './config';
+
+function addrOption(argv: string[]): string | undefined {
+  const i = argv.findIndex((a) => a === '-addr' || a === '--addr');
+  if (i >= 0) return argv[i + 1];
+  return argv.find((a) => /^--?addr=/.test(a))?.split('=')[1];
+}
+
+function parseAddr(addr: string): { host?: string; port: number } {
+  const m = /^(.*):(\d{1,5})$/.exec(addr);
+  if (!m || Number(m[2]) > 65535) throw new ConfigError(`-addr must be host:port or :port, got "${addr}"`);
+  return { host: m[1] || undefined, port: Number(m[2]) };
+}
+
+try {
+  const cfg = loadConfig(configPath());
+  const addr = addrOption(process.argv.slice(2)) ?? cfg.daemon.addr;
+  const listen = addr ? parseAddr(addr) : {};
+  startDaemon(cfg, listen).then((d) => {
+    const stop = async () => { await d.close().catch(() => undefined); process.exit(0); };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  }).catch((e) => {
+    process.stderr.write(`daemon failed to start: ${e.message}\n`);
+    process.exit(1);
+  });
+} catch (e) {
+  process.stderr.write(`daemon: ${(e as Error).message}\n`);
+  process.exit(2);
+}

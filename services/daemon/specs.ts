@@ -1,0 +1,80 @@
+// Turns the daemon's job definitions (shape A export, shape B migration, or an operation template) into the
+// JobSpec the 8000 API uses, so both APIs show the same jobs. Passwords are split off here and never enter
+// the spec or the meta.
+import { randomUUID } from 'node:crypto';
+import Joi from 'joi';
+import { ApiError } from '../../shared/errors';
+import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
+import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+import { managerDefaults } from './credentials';
+
+export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
+
+const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
+
+/** Validates with `schema`; a failure is a 400 whose fields are prefixed with `where` (for example jobs[2]). */
+export function check<T>(schema: Joi.Schema, value: unknown, where: string): T {
+  const { error, value: v } = schema.validate(value, VALIDATION);
+  if (error) {
+    const fields = error.details.map((d) => ({ field: [where, d.path.join('.')].filter(Boolean).join('.'), message: d.message }));
+    throw new ApiError(400, `invalid ${where || 'body'}: ${error.details.map((d) => d.message).join('; ')}`, { fields });
+  }
+  return v as T;
+}
+
+const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+
+export function shapeOf(def: any): 'A' | 'B' | 'operation' {
+  if (def && typeof def === 'object' && 'operation' in def) return 'operation';
+  return def && typeof def === 'object' && ('source' in def || 'destination' in def) ? 'B' : 'A';
+}
+
+export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds: number; parallelDownloads: number; jobId?: string }): Built {
+  const shape = shapeOf(def);
+  const job_id = opts.jobId || randomUUID();
+  const policy = (priority?: number) => ({ timeout_seconds: opts.jobTimeoutSeconds, priority: priority ?? 50 });
+  const env = managerDefaults();
+  let raw: Record<string, unknown>;
+  let meta: Record<string, unknown>;
+  let password: string | undefined;
+  let passwordField: string | undefined;
+  if (shape === 'A') {
+    const d = check<any>(exportJobSchema, def, opts.where);
+    password = d.password;
+    passwordField = [opts.where, 'password'].filter(Boolean).join('.');
+    const name = d.name || d.vm_path.split('/').pop();
+    raw = {
+      job_id, operation: 'export', execution_policy: policy(d.priority),
+      parameters: clean({
+        vm_path: d.vm_path, output_path: d.output_path, name,
+        parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
+        remove_cdrom: d.options.remove_cdrom, show_individual_progress: d.options.show_individual_progress,
+        manager_url: d.manager_url ?? env.manager_url, username: d.username ?? env.username, insecure: d.insecure ?? env.insecure,
+        credentials: d.password ? 'job' : env.hasPassword ? 'environment' : 'none',
+      }),
+    };
+    meta = { kind: 'export', name, vm_path: d.vm_path, output_path: d.output_path };
+  } else if (shape === 'B') {
+    const d = check<any>(migrationJobSchema, def, opts.where);
+    password = d.source.password;
+    passwordField = [opts.where, 'source.password'].filter(Boolean).join('.');
+    const name = d.name || d.vm_path.split('/').pop();
+    raw = {
+      job_id, operation: 'migrate_vm', execution_policy: policy(d.priority),
+      parameters: clean({
+        vm_path: d.vm_path, name, source_type: d.source.type, datacenter: d.source.datacenter,
+        manager_url: d.source.manager_url ?? env.manager_url, username: d.source.username ?? env.username,
+        insecure: d.source.insecure ?? env.insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
+        destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
+        conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping,
+      }),
+    };
+    meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };
+  } else {
+    const d = check<any>(operationTemplateSchema, def, opts.where);
+    raw = clean({ job_id, operation: d.operation, image: d.image, parameters: d.parameters, requirements: d.requirements, execution_policy: { timeout_seconds: opts.jobTimeoutSeconds, ...(d.execution_policy || {}) } });
+    meta = { kind: 'operation', name: d.operation };
+  }
+  const spec = check<JobSpec>(jobSpecSchema, raw, opts.where);
+  return { spec, meta, password, passwordField, shape };
+}

@@ -1,0 +1,97 @@
+// How the daemon shows a job (the Job record of the daemon seed: definition, lowercase status, progress) and
+// its progress with a smoothed rate and an ETA. Built from the raw Redis hash, so a page of jobs is one
+// pipelined read.
+import type { JobStore } from '../../queue/store';
+import { daemonStatus, isTerminal } from '../../shared/states';
+
+const parse = (s: string | undefined, d: any) => { if (!s) return d; try { return JSON.parse(s); } catch { return d; } };
+const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
+const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
+
+/** Fields a page of jobs needs (history and result stay in Redis). */
+export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error'];
+
+export function jobView(id: string, h: Record<string, string>) {
+  const spec = parse(h.spec, {});
+  const meta = parse(h.meta, {});
+  const ev = parse(h.latest_event, null);
+  const d = ev?.details || {};
+  const p = spec.parameters || {};
+  const kind = meta.kind || 'operation';
+  const status = daemonStatus(h.state);
+  const bytes = num(d.bytes_downloaded) ?? num(d.bytes_processed) ?? num(d.current_bytes);
+  const total = num(d.total_bytes);
+  const pct = status === 'completed' ? 100 : ev ? Number(ev.percentage) : 0;
+  return {
+    id,
+    definition: {
+      id, name: meta.name || p.name || spec.operation, kind, operation: spec.operation,
+      ...(p.vm_path ? { vm_path: p.vm_path } : {}), ...(p.output_path ? { output_path: p.output_path } : {}), created_at: h.created_at,
+    },
+    status,
+    state: h.state,
+    progress: {
+      phase: ev?.phase || (status === 'pending' ? 'queued' : status), stage: ev?.phase || (status === 'pending' ? 'queued' : status),
+      ...(d.current_file ? { current_file: d.current_file } : {}),
+      ...(num(d.files_downloaded) !== undefined ? { files_downloaded: num(d.files_downloaded) } : {}),
+      ...(num(d.total_files) !== undefined ? { total_files: num(d.total_files) } : {}),
+      ...(bytes !== undefined ? { bytes_downloaded: bytes, current_bytes: bytes } : {}),
+      ...(total !== undefined ? { total_bytes: total } : {}),
+      percent_complete: pct,
+    },
+    created_at: h.created_at,
+    started_at: iso(h.started_at),
+    updated_at: h.updated_at,
+    completed_at: isTerminal(h.state) ? iso(h.finished_at) || h.updated_at : null,
+    error: h.error || null,
+    schedule_id: meta.schedule_id || null,
+  };
+}
+export type DaemonJob = ReturnType<typeof jobView>;
+
+export async function jobViews(store: JobStore, ids: string[]): Promise<DaemonJob[]> {
+  const hs = await store.many(ids, VIEW_FIELDS);
+  return ids.map((id, i) => (hs[i] ? jobView(id, hs[i]!) : null)).filter((x): x is DaemonJob => !!x);
+}
+
+export const RATE_WINDOW_SECONDS = 30;
+
+/** Rate over the events of the last RATE_WINDOW_SECONDS (first to last sample in the window), and the ETA
+ *  from it; null (never Infinity or NaN) when fewer than two samples or no advance. */
+export async function progressView(store: JobStore, id: string, h: Record<string, string>) {
+  const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
+  const evs = rows.map(([, f]) => parse(f[1], null)).filter(Boolean).reverse() as { timestamp: string; percentage: number; phase: string; details: Record<string, string> }[];
+  const last = evs[evs.length - 1];
+  const lastT = last ? Date.parse(last.timestamp) : 0;
+  const win = evs.filter((e) => Date.parse(e.timestamp) >= lastT - RATE_WINDOW_SECONDS * 1000 && e.phase === last?.phase);
+  const bytesOf = (e: any) => num(e.details?.bytes_downloaded) ?? num(e.details?.bytes_processed) ?? num(e.details?.current_bytes);
+  const status = daemonStatus(h.state);
+  const pct = status === 'completed' ? 100 : last ? Number(last.percentage) : 0;
+  const total = last ? num(last.details?.total_bytes) ?? null : null;
+  const done = last ? bytesOf(last) ?? null : null;
+  let rateB: number | null = null;
+  let rateP: number | null = null;
+  if (win.length >= 2) {
+    const a = win[0];
+    const b = win[win.length - 1];
+    const dt = (Date.parse(b.timestamp) - Date.parse(a.timestamp)) / 1000;
+    if (dt > 0) {
+      const ba = bytesOf(a);
+      const bb = bytesOf(b);
+      if (ba !== undefined && bb !== undefined) rateB = Math.max(0, (bb - ba) / dt);
+      rateP = Math.max(0, (Number(b.percentage) - Number(a.percentage)) / dt);
+    }
+  }
+  let eta: number | null = null;
+  if (status === 'completed') eta = 0;
+  else if (status === 'running' || status === 'pending') {
+    if (rateB && total !== null && done !== null) eta = Math.max(0, (total - done) / rateB);
+    else if (rateP) eta = Math.max(0, (100 - pct) / rateP);
+  }
+  return {
+    job_id: id, status, phase: last?.phase || (status === 'pending' ? 'queued' : status), percent_complete: pct,
+    bytes_done: done, total_bytes: total, rate_bytes_per_second: rateB, rate_percent_per_second: rateP,
+    rate_window_seconds: RATE_WINDOW_SECONDS, eta_seconds: eta === null ? null : Math.round(eta * 10) / 10,
+    eta: eta === null ? null : new Date(Date.now() + eta * 1000).toISOString(), samples: win.length, updated_at: h.updated_at,
+  };
+}

@@ -1,0 +1,136 @@
+// WebSocket updates. /ws: `jobs` and `status` on connect, `status` every 2 s, `job_update` for every job change
+// seen on Redis pub/sub (so every daemon replica sees changes made anywhere), `schedule_event`.
+// /ws/metrics: a metrics snapshot every interval. Changes are coalesced per tick and serialised once for all
+// clients; a slow client keeps only the latest update per job instead of an unbounded buffer; clients that miss
+// a ping are dropped.
+import type http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, WebSocket } from 'ws';
+import type { Bus } from '../../queue/bus';
+import type { JobStore } from '../../queue/store';
+import { jobViews } from './views';
+
+interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
+
+export interface WsDeps {
+  bus: Bus; store: JobStore;
+  statusIntervalMs: number; pingIntervalMs: number; maxBufferedBytes: number;
+  status: () => Promise<object>;
+  firstPage: () => Promise<object>;
+  metrics: () => Promise<object>;
+  /** Returns an HTTP status (401/403) to refuse the upgrade, or 0. */
+  authorize: (req: http.IncomingMessage) => number;
+}
+
+const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
+const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
+
+export class WsHub {
+  private wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
+  private clients = new Set<Client>();
+  private changed = new Set<string>();
+  private flushing = false;
+  private timers: NodeJS.Timeout[] = [];
+  constructor(private d: WsDeps) {}
+
+  get size() { return this.clients.size; }
+
+  async start(server: http.Server) {
+    server.on('upgrade', (req, socket: Duplex, head) => {
+      const path = (req.url || '/').split('?')[0].replace(/\/+$/, '');
+      const kind = PATHS[path];
+      if (!kind) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
+      const code = this.d.authorize(req);
+      if (code) return this.refuse(socket, code, code === 401 ? 'API key required' : 'API key not accepted');
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
+    });
+    await this.d.bus.on(this.d.bus.k.chanJobs, (m) => this.mark(m?.job_id));
+    await this.d.bus.on(this.d.bus.k.chanEvents, (m) => this.mark(m?.job_id));
+    await this.d.bus.on(this.d.bus.k.chanSchedules, (m) => this.broadcast('events', msg('schedule_event', m)));
+    this.timers.push(setInterval(() => void this.tick().catch(() => undefined), this.d.statusIntervalMs));
+    this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
+    for (const t of this.timers) t.unref();
+  }
+
+  private refuse(socket: Duplex, code: number, text: string) {
+    const body = JSON.stringify({ error: text, status: code, timestamp: new Date().toISOString() });
+    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : 'Not Found';
+    socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
+  }
+
+  private connected(ws: WebSocket, kind: Client['kind']) {
+    const c: Client = { ws, kind, alive: true, pending: new Map() };
+    this.clients.add(c);
+    ws.on('pong', () => { c.alive = true; });
+    ws.on('close', () => this.clients.delete(c));
+    ws.on('error', () => this.clients.delete(c));
+    ws.on('message', () => undefined); // the protocol is server -> client
+    void (async () => {
+      if (kind === 'events') {
+        this.send(c, msg('jobs', await this.d.firstPage()));
+        this.send(c, msg('status', await this.d.status()));
+      } else {
+        this.send(c, msg('metrics', await this.d.metrics()));
+      }
+    })().catch(() => undefined);
+  }
+
+  private send(c: Client, text: string, jobId?: string) {
+    if (c.ws.readyState !== WebSocket.OPEN) return;
+    if (jobId && c.ws.bufferedAmount > this.d.maxBufferedBytes) { c.pending.set(jobId, text); return; }
+    c.ws.send(text);
+  }
+
+  private broadcast(kind: Client['kind'], text: string) {
+    for (const c of this.clients) if (c.kind === kind) this.send(c, text);
+  }
+
+  private mark(id: string | undefined) {
+    if (!id) return;
+    this.changed.add(id);
+    if (!this.flushing) { this.flushing = true; setImmediate(() => void this.flush()); }
+  }
+
+  private async flush() {
+    try {
+      while (this.changed.size) {
+        const ids = [...this.changed].slice(0, 500);
+        for (const id of ids) this.changed.delete(id);
+        if (![...this.clients].some((c) => c.kind === 'events')) continue;
+        for (const job of await jobViews(this.d.store, ids)) {
+          const text = msg('job_update', job);
+          for (const c of this.clients) if (c.kind === 'events') this.send(c, text, job.id);
+        }
+      }
+    } catch { /* Redis hiccup: the next change or status tick catches up */ } finally { this.flushing = false; }
+  }
+
+  private async tick() {
+    // Slow clients that drained get their latest pending updates first.
+    for (const c of this.clients) {
+      if (c.pending.size && c.ws.bufferedAmount <= this.d.maxBufferedBytes) {
+        const p = [...c.pending.values()];
+        c.pending.clear();
+        for (const t of p) c.ws.send(t);
+      }
+    }
+    const kinds = new Set([...this.clients].map((c) => c.kind));
+    if (kinds.has('events')) this.broadcast('events', msg('status', await this.d.status()));
+    if (kinds.has('metrics')) this.broadcast('metrics', msg('metrics', await this.d.metrics()));
+  }
+
+  private ping() {
+    for (const c of this.clients) {
+      if (!c.alive) { c.ws.terminate(); this.clients.delete(c); continue; }
+      c.alive = false;
+      try { c.ws.ping(); } catch { /* closed */ }
+    }
+  }
+
+  close() {
+    for (const t of this.timers) clearInterval(t);
+    for (const c of this.clients) c.ws.terminate();
+    this.clients.clear();
+    this.wss.close();
+  }
+}

@@ -1,0 +1,59 @@
+// Delivers one webhook message: POST of the JSON body with the configured headers, an HMAC-SHA256 signature
+// when a secret is set, a timeout per attempt, and a delivery-log entry after every attempt. A failed attempt
+// throws, and BullMQ retries it with exponential backoff and jitter until retry_count is used up.
+import { createHmac } from 'node:crypto';
+import { Job, UnrecoverableError } from 'bullmq';
+import { decryptSecret } from '../daemon/credentials';
+import { checkTarget, Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from './webhooks';
+
+export function sign(secret: string, body: string) {
+  return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
+}
+
+export function makeDeliverer(store: WebhookStore, allow: { allow_private: boolean; allow_loopback: boolean }) {
+  // The webhook list changes rarely; read it at most once a second.
+  let cache: { at: number; hooks: Map<string, Webhook> } | undefined;
+  const hook = async (id: string) => {
+    if (!cache || Date.now() - cache.at > 1000) cache = { at: Date.now(), hooks: new Map((await store.list()).map((w) => [w.id, w])) };
+    return cache.hooks.get(id);
+  };
+
+  return async (job: Job) => {
+    const { webhook_id, delivery_id, event, body } = job.data as { webhook_id: string; delivery_id: string; event: string; body: object };
+    const w = await hook(webhook_id);
+    if (!w) return { skipped: 'webhook deleted' };
+    const attempt = job.attemptsMade + 1;
+    const max = job.opts.attempts || 1;
+    const created = new Date(job.timestamp).toISOString();
+    const log = (status: Delivery['status'], response_status: number | null, last_error: string | null, duration_ms: number | null) =>
+      store.record({ delivery_id, webhook_id, event, status, attempts: attempt, max_attempts: max, response_status, last_error, duration_ms, created_at: created, updated_at: new Date().toISOString() }).catch(() => undefined);
+
+    const refused = await checkTarget(w.url, allow);
+    if (refused) { await log('failed', null, refused, null); throw new UnrecoverableError(refused); }
+    const text = JSON.stringify(body);
+    const headers: Record<string, string> = {
+      ...w.headers,
+      'content-type': 'application/json',
+      'user-agent': 'ferry-notifier/1.0',
+      'x-ferry-event': event,
+      'x-ferry-delivery': delivery_id,
+      'x-ferry-attempt': String(attempt),
+    };
+    if (w.secret_box) headers[SIGNATURE_HEADER.toLowerCase()] = sign(decryptSecret(w.secret_box), text);
+    const t0 = Date.now();
+    let status: number | null = null;
+    try {
+      const res = await fetch(w.url, { method: 'POST', headers, body: text, redirect: 'manual', signal: AbortSignal.timeout(w.timeout * 1000) });
+      status = res.status;
+      await res.arrayBuffer().catch(() => undefined);
+      if (status < 200 || status >= 300) throw new Error(`HTTP ${status}`);
+    } catch (e) {
+      const err = e as Error;
+      const msg = err.name === 'TimeoutError' ? `timed out after ${w.timeout} s` : err.message === 'fetch failed' ? `fetch failed: ${(err as any).cause?.message || 'connection error'}` : err.message;
+      await log(attempt >= max ? 'failed' : 'retrying', status, msg, Date.now() - t0);
+      throw new Error(msg);
+    }
+    await log('delivered', status, null, Date.now() - t0);
+    return { status };
+  };
+}

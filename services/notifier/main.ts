@@ -1,0 +1,69 @@
+// Notifier process: turns job state changes and schedule events (Redis pub/sub) into webhook deliveries on a
+// BullMQ queue, and delivers them. Deliveries never touch job processing, so a slow or dead webhook slows
+// nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
+import { Worker } from 'bullmq';
+import { createRedis } from '../../shared/redis';
+import { createLogger } from '../../shared/log';
+import { JobStore } from '../../queue/store';
+import { Bus } from '../../queue/bus';
+import { configPath, loadConfig } from '../daemon/config';
+import { jobView, VIEW_FIELDS } from '../daemon/views';
+import { WebhookStore, WEBHOOK_QUEUE } from './webhooks';
+import { makeDeliverer } from './deliver';
+
+const EVENT_OF: Record<string, string> = { RUNNING: 'job.started', COMPLETED: 'job.completed', FAILED: 'job.failed', CANCELLED: 'job.cancelled' };
+
+async function main() {
+  const log = createLogger('notifier');
+  const cfg = loadConfig(configPath());
+  const redis = createRedis();
+  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
+  const store = new JobStore(redis);
+  const hooks = new WebhookStore(redis, store.k);
+  const bus = new Bus();
+  const backoffMs = cfg.webhooks.backoff_ms;
+
+  // Only look a job up when some webhook wants the event.
+  let wanted: { at: number; events: Set<string> } = { at: 0, events: new Set() };
+  const wants = async (ev: string) => {
+    if (Date.now() - wanted.at > 1000) wanted = { at: Date.now(), events: new Set((await hooks.list()).filter((w) => w.enabled).flatMap((w) => w.events)) };
+    return wanted.events.has(ev);
+  };
+
+  await bus.on(store.k.chanJobs, (msg) => {
+    const event = msg?.prev === undefined ? 'job.created' : EVENT_OF[msg.state];
+    if (!event || !msg.job_id) return;
+    void (async () => {
+      if (!(await wants(event))) return;
+      const h = await store.many([msg.job_id], VIEW_FIELDS);
+      const job = h[0] ? jobView(msg.job_id, h[0]) : null;
+      await hooks.enqueue(event, { job_id: msg.job_id, status: job?.status, state: msg.state, previous_state: msg.prev ?? null, reason: msg.reason, job }, `${msg.job_id}.${msg.state}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
+    })().catch((e) => log.warn('could not queue a webhook delivery', { job_id: msg.job_id, error: (e as Error).message }));
+  });
+  await bus.on(store.k.chanSchedules, (msg) => {
+    if (msg?.event !== 'triggered') return;
+    void (async () => {
+      if (!(await wants('schedule.triggered'))) return;
+      await hooks.enqueue('schedule.triggered', msg, `${msg.schedule_id}.${msg.job_id || 'none'}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
+    })().catch((e) => log.warn('could not queue a webhook delivery', { error: (e as Error).message }));
+  });
+
+  const worker = new Worker(WEBHOOK_QUEUE, makeDeliverer(hooks, cfg.webhooks), {
+    connection: createRedis() as any, prefix: store.k.bullPrefix, concurrency: cfg.webhooks.concurrency,
+  });
+  worker.on('error', (e) => log.warn('delivery worker error', { error: e.message }));
+  worker.on('failed', (j, e) => log.info('delivery attempt failed', { delivery_id: j?.data?.delivery_id, attempt: j?.attemptsMade, error: e.message }));
+  log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
+
+  const stop = async () => {
+    await worker.close().catch(() => undefined);
+    await hooks.close();
+    await bus.close();
+    redis.disconnect();
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+main().catch((e) => { process.stderr.write(`notifier failed to start: ${e.message}\n`); process.exit(1); });

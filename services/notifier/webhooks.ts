@@ -1,0 +1,144 @@
+// Webhooks in Redis (a list, addressed by position as the seed does), their delivery log, the check that keeps
+// deliveries off private and loopback addresses, and the BullMQ queue deliveries go through.
+import { Queue } from 'bullmq';
+import { lookup } from 'node:dns/promises';
+import net from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { ApiError } from '../../shared/errors';
+import type { Keys, RedisClient } from '../../shared/redis';
+import { canEncrypt, encryptSecret } from '../daemon/credentials';
+
+export const WEBHOOK_QUEUE = 'webhooks';
+export const SIGNATURE_HEADER = 'X-Ferry-Signature';
+const SENSITIVE_HEADER = /authorization|token|secret|key|cookie|pass/i;
+
+export interface Webhook {
+  id: string; url: string; events: string[]; enabled: boolean; timeout: number; retry_count: number;
+  headers: Record<string, string>; secret_box?: string; created_at: string;
+}
+
+export interface Delivery {
+  delivery_id: string; webhook_id: string; event: string; status: 'pending' | 'retrying' | 'delivered' | 'failed';
+  attempts: number; max_attempts: number; response_status: number | null; last_error: string | null; duration_ms: number | null;
+  created_at: string; updated_at: string;
+}
+
+/** Kinds of address a webhook may not target unless configuration allows them. */
+export function addressClass(ip: string): 'loopback' | 'private' | 'public' {
+  let a = ip.toLowerCase();
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(a);
+  if (mapped) a = mapped[1];
+  if (net.isIPv4(a)) {
+    const [x, y] = a.split('.').map(Number);
+    if (x === 127) return 'loopback';
+    if (x === 10 || x === 0 || (x === 172 && y >= 16 && y <= 31) || (x === 192 && y === 168) || (x === 169 && y === 254) || (x === 100 && y >= 64 && y <= 127) || x >= 224) return 'private';
+    return 'public';
+  }
+  if (a === '::1') return 'loopback';
+  if (a === '::' || /^f[cd]/.test(a) || /^fe[89ab]/.test(a) || /^ff/.test(a)) return 'private';
+  return 'public';
+}
+
+/** Resolves the URL's host and refuses private/loopback targets not allowed by configuration. */
+export async function checkTarget(url: string, allow: { allow_private: boolean; allow_loopback: boolean }): Promise<string | null> {
+  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+  let addrs: string[];
+  try {
+    addrs = net.isIP(host) ? [host] : (await lookup(host, { all: true })).map((a) => a.address);
+  } catch (e) {
+    return `cannot resolve ${host}: ${(e as Error).message}`;
+  }
+  for (const ip of addrs) {
+    const c = addressClass(ip);
+    if (c === 'loopback' && !allow.allow_loopback) return `target ${host} resolves to loopback address ${ip}; refused (webhooks.allow_loopback is false)`;
+    if (c === 'private' && !allow.allow_private) return `target ${host} resolves to private address ${ip}; refused (webhooks.allow_private is false)`;
+  }
+  return null;
+}
+
+export function publicView(w: Webhook, index: number) {
+  const headers = Object.fromEntries(Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]));
+  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, headers, has_secret: !!w.secret_box, created_at: w.created_at };
+}
+
+// Removes the element at an index only if it is still the one read (no lost update against a racing delete).
+const DELETE_AT = `
+local v = redis.call('LINDEX', KEYS[1], ARGV[1])
+if not v or v ~= ARGV[2] then return 0 end
+redis.call('LSET', KEYS[1], ARGV[1], '__deleted__')
+redis.call('LREM', KEYS[1], 1, '__deleted__')
+return 1`;
+
+export class WebhookStore {
+  readonly queue: Queue;
+  constructor(readonly redis: RedisClient, readonly k: Keys) {
+    this.queue = new Queue(WEBHOOK_QUEUE, { connection: redis as any, prefix: k.bullPrefix });
+    this.queue.on('error', () => undefined);
+  }
+
+  async list(): Promise<Webhook[]> {
+    return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s));
+  }
+
+  async add(input: Omit<Webhook, 'id' | 'created_at' | 'secret_box'> & { secret?: string }) {
+    if (input.secret !== undefined && !canEncrypt()) {
+      throw new ApiError(400, 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted', { fields: [{ field: 'secret', message: 'needs FERRY_SECRET_KEY' }] });
+    }
+    const { secret, ...rest } = input;
+    const w: Webhook = { ...rest, id: `wh-${randomUUID().slice(0, 12)}`, created_at: new Date().toISOString(), ...(secret ? { secret_box: encryptSecret(secret) } : {}) };
+    const len = await this.redis.rpush(this.k.webhooks, JSON.stringify(w));
+    return { webhook: w, index: len - 1 };
+  }
+
+  async removeAt(index: number) {
+    for (let tries = 0; tries < 5; tries++) {
+      const v = await this.redis.lindex(this.k.webhooks, index);
+      if (v === null) throw new ApiError(404, `no webhook at index ${index}`);
+      if (await this.redis.eval(DELETE_AT, 1, this.k.webhooks, index, v)) {
+        const w = JSON.parse(v) as Webhook;
+        await this.redis.del(this.k.webhookDeliveries(w.id), this.k.webhookDeliveryOrder(w.id));
+        return w;
+      }
+    }
+    throw new ApiError(409, 'the webhook list changed while deleting; try again');
+  }
+
+  async record(d: Delivery, onlyIfNew = false) {
+    const m = this.redis.multi();
+    if (onlyIfNew) m.hsetnx(this.k.webhookDeliveries(d.webhook_id), d.delivery_id, JSON.stringify(d));
+    else m.hset(this.k.webhookDeliveries(d.webhook_id), d.delivery_id, JSON.stringify(d));
+    await m
+      .zadd(this.k.webhookDeliveryOrder(d.webhook_id), Date.parse(d.created_at), d.delivery_id)
+      .exec();
+    // Keep the newest 500 per webhook.
+    const old = await this.redis.zrange(this.k.webhookDeliveryOrder(d.webhook_id), 0, -501);
+    if (old.length) await this.redis.multi().zrem(this.k.webhookDeliveryOrder(d.webhook_id), ...old).hdel(this.k.webhookDeliveries(d.webhook_id), ...old).exec();
+  }
+
+  async deliveries(webhookId: string, limit = 100): Promise<Delivery[]> {
+    const ids = await this.redis.zrevrange(this.k.webhookDeliveryOrder(webhookId), 0, limit - 1);
+    if (!ids.length) return [];
+    const vals = await this.redis.hmget(this.k.webhookDeliveries(webhookId), ...ids);
+    return vals.filter((v): v is string => !!v).map((v) => JSON.parse(v));
+  }
+
+  /** Queues one delivery per webhook subscribed to `event`; the BullMQ job id dedups replicas that saw the same change. */
+  async enqueue(event: string, data: Record<string, unknown>, dedup: string, opts: { backoffMs: number; only?: Webhook[] }) {
+    const hooks = opts.only || (await this.list()).filter((w) => w.enabled && w.events.includes(event));
+    const ids: string[] = [];
+    for (const w of hooks) {
+      const delivery_id = `${w.id}.${event}.${dedup}`.replace(/[^A-Za-z0-9._-]/g, '_');
+      const body = { delivery_id, event, timestamp: new Date().toISOString(), data };
+      const now = new Date().toISOString();
+      const added = await this.queue.add('deliver', { webhook_id: w.id, delivery_id, event, body }, {
+        jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },
+        removeOnComplete: { age: 3600, count: 10000 }, removeOnFail: { age: 3600, count: 10000 },
+      });
+      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(() => undefined);
+      ids.push(delivery_id);
+    }
+    return ids;
+  }
+
+  async close() { await this.queue.close().catch(() => undefined); }
+}

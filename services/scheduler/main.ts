@@ -1,0 +1,53 @@
+// Scheduler process: runs the cron schedules. Each iteration is a BullMQ job produced by the schedule's job
+// scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
+import { Worker } from 'bullmq';
+import { createRedis } from '../../shared/redis';
+import { createLogger } from '../../shared/log';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Registry } from '../../queue/registry';
+import { Lifecycle } from '../../queue/lifecycle';
+import { Bus } from '../../queue/bus';
+import { configPath, loadConfig } from '../daemon/config';
+import { ScheduleStore, SCHEDULE_QUEUE } from './schedules';
+import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from './run';
+
+async function main() {
+  const log = createLogger('scheduler');
+  const cfg = loadConfig(configPath());
+  const redis = createRedis();
+  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
+  const store = new JobStore(redis);
+  const router = new QueueRouter(redis, { stalledCheck: false });
+  const life = new Lifecycle(store, router, new Registry(redis));
+  const schedules = new ScheduleStore(redis, store.k);
+  const deps: RunDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
+  await schedules.reconcile();
+
+  const bus = new Bus();
+  await bus.on(store.k.chanJobs, (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(() => undefined); });
+  const sweep = setInterval(() => void sweepOutcomes(deps).catch(() => undefined), 5000);
+
+  const worker = new Worker(SCHEDULE_QUEUE, async (job) => {
+    // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
+    const iteration = /(\d{10,})$/.exec(String(job.id))?.[1] || String(job.timestamp);
+    return runSchedule(deps, job.data.schedule_id, { manual: false, iteration });
+  }, { connection: createRedis() as any, prefix: store.k.bullPrefix, concurrency: 4 });
+  worker.on('error', (e) => log.warn('scheduler worker error', { error: e.message }));
+  worker.on('failed', (j, e) => log.warn('schedule run failed', { schedule_id: j?.data?.schedule_id, error: e.message }));
+  log.info('scheduler running', { schedules: (await schedules.all()).length });
+
+  const stop = async () => {
+    clearInterval(sweep);
+    await worker.close().catch(() => undefined);
+    await schedules.close();
+    await router.close();
+    await bus.close();
+    redis.disconnect();
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+main().catch((e) => { process.stderr.write(`scheduler failed to start: ${e.message}\n`); process.exit(1); });

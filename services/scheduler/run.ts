@@ -1,0 +1,80 @@
+// One run of a schedule: a job created from its template through Lifecycle.submit, exactly once per cron
+// iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
+// (its job's outcome) counted once, however many scheduler processes see it.
+import type { Lifecycle } from '../../queue/lifecycle';
+import { ApiError } from '../../shared/errors';
+import { isTerminal } from '../../shared/states';
+import type { Logger } from '../../shared/log';
+import { buildSpec } from '../daemon/specs';
+import type { ScheduleStore } from './schedules';
+
+export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeoutSeconds: number; parallelDownloads: number; log: Logger }
+
+export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
+  const k = deps.schedules.k;
+  await deps.schedules.redis.publish(k.chanSchedules, JSON.stringify({ schedule_id, event, timestamp: new Date().toISOString(), ...extra }));
+}
+
+/** Returns the created job id, or null when this iteration already ran or the schedule is gone or disabled. */
+export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manual: boolean; iteration?: string }): Promise<string | null> {
+  const { schedules, life } = deps;
+  const r = schedules.redis;
+  const k = schedules.k;
+  const s = await schedules.get(scheduleId);
+  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(() => undefined); return null; }
+  if (!s.enabled && !how.manual) return null;
+  const jobId = how.manual ? `sched-${s.id}-m${Date.now()}${Math.floor(Math.random() * 1000)}` : `sched-${s.id}-${how.iteration}`;
+  const now = new Date().toISOString();
+  if (!s.job_template) {
+    if (!(await r.set(`${k.scheduleStats(s.id)}:once:${jobId}`, '1', 'EX', 86400, 'NX'))) return null;
+    await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hincrby(k.scheduleStats(s.id), 'failed', 1).hset(k.scheduleStats(s.id), 'last_run', now).exec();
+    await publishScheduleEvent(deps, s.id, 'triggered', { manual: how.manual });
+    await publishScheduleEvent(deps, s.id, 'failed', { error: 'schedule has no job template' });
+    return null;
+  }
+  let built;
+  try {
+    built = buildSpec(s.job_template, { where: 'job_template', jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads, jobId });
+  } catch (e) {
+    await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hincrby(k.scheduleStats(s.id), 'failed', 1).hset(k.scheduleStats(s.id), 'last_run', now).exec();
+    await publishScheduleEvent(deps, s.id, 'failed', { error: (e as Error).message });
+    return null;
+  }
+  // Recorded before the job exists, so an instant outcome is never missed.
+  await r.hset(k.scheduleRuns, jobId, s.id);
+  try {
+    await life.submit(built.spec, { enqueue: true, meta: { ...built.meta, schedule_id: s.id, schedule_name: s.name, manual: how.manual } });
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 409) return null; // another scheduler process ran this iteration
+    throw e;
+  }
+  await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).exec();
+  await publishScheduleEvent(deps, s.id, 'triggered', { job_id: jobId, manual: how.manual });
+  deps.log.info('schedule fired', { schedule_id: s.id, job_id: jobId, manual: how.manual });
+  return jobId;
+}
+
+/** Counts a finished run once: HDEL succeeds for exactly one caller. */
+export async function recordOutcome(deps: RunDeps, jobId: string, state: string, error?: string | null) {
+  const r = deps.schedules.redis;
+  const k = deps.schedules.k;
+  const sid = await r.hget(k.scheduleRuns, jobId);
+  if (!sid || !isTerminal(state)) return;
+  if ((await r.hdel(k.scheduleRuns, jobId)) !== 1) return;
+  const ok = state === 'COMPLETED';
+  await r.hincrby(k.scheduleStats(sid), ok ? 'successful' : 'failed', 1);
+  await publishScheduleEvent(deps, sid, ok ? 'completed' : 'failed', { job_id: jobId, state, ...(error ? { error } : {}) });
+}
+
+/** Finds outcomes missed while no scheduler was listening. */
+export async function sweepOutcomes(deps: RunDeps) {
+  const r = deps.schedules.redis;
+  const runs = await r.hgetall(deps.schedules.k.scheduleRuns);
+  const ids = Object.keys(runs);
+  if (!ids.length) return;
+  const hs = await deps.life.store.many(ids, ['state', 'error']);
+  for (let i = 0; i < ids.length; i++) {
+    if (!hs[i]) { await r.hdel(deps.schedules.k.scheduleRuns, ids[i]); continue; }
+    if (isTerminal(hs[i]!.state)) await recordOutcome(deps, ids[i], hs[i]!.state, hs[i]!.error);
+  }
+}
