@@ -23,8 +23,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-# npm packages: install when missing or when package-lock.json changed since the last install.
+# npm packages: install when missing or when package-lock.json changed since the last install (npm install,
+# not npm ci: npm 11 lock files can miss optional platform packages, which makes npm ci refuse).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: installing npm packages" >&2
-  npm ci --no-audit --no-fund --loglevel=error
+  npm install --no-audit --no-fund --loglevel=error
 fi

@@ -63,6 +63,22 @@ describe('resilience', function () {
     expect(bad.status).to.equal(400);
   });
 
+  it('any gateway replica serves any call: submit on one, stream and report on another', async () => {
+    const gw2 = await startGatewayProc(testEnv(redis.url));
+    try {
+      await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'two-gw', operation: 'noop' });
+      const s = openSse(`${gw2.url}/jobs/two-gw/events/stream`);
+      expect((await req(gw2.url, 'POST', '/queue/dequeue', { worker_id: 'x-w', capabilities: [] })).body.job_id).to.equal('two-gw');
+      await req(gw.url, 'POST', '/jobs/two-gw/events', { worker_id: 'x-w', phase: 'work', percentage: 50 });
+      await req(gw2.url, 'POST', '/jobs/two-gw/complete', { worker_id: 'x-w', result: { ok: true } });
+      await s.closed;
+      expect(s.frames.map((f) => f.event + ':' + (f.data.phase || f.data.state))).to.deep.equal(['progress:initialization', 'progress:work', 'progress:completed', 'complete:COMPLETED']);
+      expect((await req(gw.url, 'GET', '/jobs/two-gw')).body.result).to.deep.equal({ ok: true });
+    } finally {
+      await gw2.stop();
+    }
+  });
+
   it('racing state changes on one job: exactly one wins, history has one entry for it', async () => {
     const store = new JobStore(createRedis({ url: redis.url }));
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'race', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
