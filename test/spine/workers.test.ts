@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync, openSync, w
 import os from 'node:os';
 import path from 'node:path';
 import { EventSource } from 'eventsource';
-import { TestRedis } from '../helpers/redis';
+import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
@@ -192,5 +192,18 @@ describe('worker processes', function () {
     expect(j.state).to.equal('COMPLETED');
     const ws = (await req(gw.url, 'GET', '/workers')).body.workers.map((x: any) => x.worker_id);
     expect(ws).to.not.include('graceful');
+  });
+
+  it('a worker exposes its own /metrics port', async () => {
+    const port = await freePort();
+    const w = await startWorkerProc(env, 'metered', ['metered_cap'], ['--metrics-port', String(port)]);
+    procs.push(w);
+    await waitForPort(port, 30000);
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'metered-1', operation: 'noop', requirements: { capabilities: ['metered_cap'] } });
+    expect((await waitState('metered-1')).state).to.equal('COMPLETED');
+    const m = await req(`http://127.0.0.1:${port}`, 'GET', '/metrics');
+    expect(m.status).to.equal(200);
+    expect(m.text).to.include('ferry_worker_info{worker_id="metered",capabilities="metered_cap",execution_mode="PROCESS",service="worker"} 1');
+    expect(m.text).to.match(/ferry_worker_jobs_total\{operation="noop",outcome="completed",service="worker"\} 1/);
   });
 });
