@@ -14,6 +14,9 @@ interface Svc { name: string; script: string; args?: string[]; env?: Record<stri
 /** The services of the local cluster. Later services add themselves here. */
 export const SERVICES: Svc[] = [
   { name: 'gateway', script: 'services/gateway/main.ts' },
+  { name: 'daemon', script: 'services/daemon/main.ts' },
+  { name: 'scheduler', script: 'services/scheduler/main.ts' },
+  { name: 'notifier', script: 'services/notifier/main.ts' },
   { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
   { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
 ];

@@ -4,7 +4,6 @@
 import http from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Koa from 'koa';
-import Joi from 'joi';
 import yaml from 'js-yaml';
 import { Api, createApp } from '../../shared/http';
 import { ApiError, badRequest } from '../../shared/errors';
@@ -187,7 +186,6 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     log.info('metrics listening', { port: (metricsServer.address() as any).port });
   }
   log.info('daemon listening', { port, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
-  void Joi;
 
   return {
     port, server, api, app, life, mountStatic,

@@ -5,14 +5,14 @@ import { Api } from '../../shared/http';
 import { ApiError, notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
 import {
-  batchSchema, cancelSchema, daemonErrorSchema, jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema, scheduleCreateSchema,
+  cancelSchema, daemonErrorSchema, jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema, scheduleCreateSchema,
   scheduleSchema, scheduleUpdateSchema, statusSchema, submitBodySchema, webhookCreateSchema, webhookSchema, webhookTestSchema,
 } from '../../shared/schemas/daemon';
 import { statesForDaemonStatus } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { DaemonConfig } from './config';
 import { checkPasswordStorable, storePassword } from './credentials';
-import { buildSpec, shapeOf } from './specs';
+import { buildSpec } from './specs';
 import { jobViews, progressView } from './views';
 import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
@@ -286,6 +286,5 @@ export function buildDaemonApi(d: RouteDeps) {
     responses: { 200: { description: 'deleted', schema: Joi.object({ message: Joi.string() }) }, 404: err('no webhook at index') },
     handler: async (_ctx, { params }) => { const w = await webhooks.removeAt(params.index); return { message: `webhook ${w.id} at index ${params.index} deleted` }; },
   });
-  void batchSchema; void shapeOf;
   return api;
 }

@@ -14,7 +14,7 @@ export function makeDeliverer(store: WebhookStore, allow: { allow_private: boole
   // The webhook list changes rarely; read it at most once a second.
   let cache: { at: number; hooks: Map<string, Webhook> } | undefined;
   const hook = async (id: string) => {
-    if (!cache || Date.now() - cache.at > 1000) cache = { at: Date.now(), hooks: new Map((await store.list()).map((w) => [w.id, w])) };
+    if (!cache || Date.now() - cache.at > 1000 || !cache.hooks.has(id)) cache = { at: Date.now(), hooks: new Map((await store.list()).map((w) => [w.id, w])) };
     return cache.hooks.get(id);
   };
 

@@ -30,6 +30,7 @@ async function main() {
     return wanted.events.has(ev);
   };
 
+  await bus.on(hooks.changedChannel, () => { wanted = { at: 0, events: new Set() }; });
   await bus.on(store.k.chanJobs, (msg) => {
     const event = msg?.prev === undefined ? 'job.created' : EVENT_OF[msg.state];
     if (!event || !msg.job_id) return;

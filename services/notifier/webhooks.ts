@@ -76,6 +76,9 @@ export class WebhookStore {
     this.queue.on('error', () => undefined);
   }
 
+  /** Notifiers drop their cached webhook list when this fires. */
+  get changedChannel() { return `${this.k.webhooks}:changed`; }
+
   async list(): Promise<Webhook[]> {
     return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s));
   }
@@ -87,6 +90,7 @@ export class WebhookStore {
     const { secret, ...rest } = input;
     const w: Webhook = { ...rest, id: `wh-${randomUUID().slice(0, 12)}`, created_at: new Date().toISOString(), ...(secret ? { secret_box: encryptSecret(secret) } : {}) };
     const len = await this.redis.rpush(this.k.webhooks, JSON.stringify(w));
+    await this.redis.publish(this.changedChannel, 'added');
     return { webhook: w, index: len - 1 };
   }
 
@@ -97,6 +101,7 @@ export class WebhookStore {
       if (await this.redis.eval(DELETE_AT, 1, this.k.webhooks, index, v)) {
         const w = JSON.parse(v) as Webhook;
         await this.redis.del(this.k.webhookDeliveries(w.id), this.k.webhookDeliveryOrder(w.id));
+        await this.redis.publish(this.changedChannel, 'removed');
         return w;
       }
     }
