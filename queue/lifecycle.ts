@@ -8,6 +8,7 @@ import { ApiError, badRequest, conflict, notFound } from '../shared/errors';
 import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
+import { jobWaitSeconds } from '../shared/metrics';
 import { JobRecord, JobStore, Step } from './store';
 import { jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
@@ -108,33 +109,46 @@ export class Lifecycle {
         await this.router.finish(got.queue, id, token);
         continue;
       }
-      await this.registry.holdJob(worker.worker_id, id);
-      return { job_id: id, queue: got.queue, token, record: (await this.store.get(id))! };
+      if (h.state === 'QUEUED' && h.updated_at) jobWaitSeconds.observe({ queue: got.queue }, Math.max(0, Date.now() - Date.parse(h.updated_at)) / 1000);
+      // Independent commands, issued together: one round trip.
+      const [, record] = await Promise.all([this.registry.holdJob(worker.worker_id, id), this.store.get(id)]);
+      return { job_id: id, queue: got.queue, token, record: record! };
     }
     return null;
   }
 
-  /** ASSIGNED -> RUNNING, with the first progress event (phase initialization, 0%). */
-  async start(id: string, workerId: string, lease: string) {
-    const h = await this.store.raw(id);
-    const r = await this.store.transition(id, [{ to: 'RUNNING', reason: `worker ${workerId} started attempt ${h?.attempts || 1}`, worker_id: workerId }], { lease });
-    if (!r.ok) return false;
-    await this.progress(id, lease, { phase: 'initialization', percentage: 0, message: `started on worker ${workerId}`, details: {} });
-    return true;
+  /** ASSIGNED -> RUNNING, with the first progress event (phase initialization, 0%) recorded in the same atomic
+   *  step. `attempt` (the claim's attempt number) saves reading the record when the caller knows it. */
+  async start(id: string, workerId: string, lease: string, attempt?: number) {
+    if (attempt === undefined) attempt = Number((await this.store.raw(id))?.attempts || 1);
+    const r = await this.store.transition(id, [{ to: 'RUNNING', reason: `worker ${workerId} started attempt ${attempt || 1}`, worker_id: workerId }], {
+      lease, event: { ev: this.event(id, { phase: 'initialization', percentage: 0, message: `started on worker ${workerId}`, details: {} }), before: false },
+    });
+    return r.ok;
+  }
+
+  private event(id: string, ev: Omit<ProgressEvent, 'job_id' | 'timestamp'> & { timestamp?: string }): ProgressEvent {
+    return { job_id: id, timestamp: ev.timestamp || new Date().toISOString(), phase: ev.phase, percentage: ev.percentage, message: ev.message || '', details: ev.details || {} };
   }
 
   async progress(id: string, lease: string, ev: Omit<ProgressEvent, 'job_id' | 'timestamp'> & { timestamp?: string }) {
-    const full: ProgressEvent = { job_id: id, timestamp: ev.timestamp || new Date().toISOString(), phase: ev.phase, percentage: ev.percentage, message: ev.message || '', details: ev.details || {} };
-    return this.store.appendEvent(id, full, lease);
+    return this.store.appendEvent(id, this.event(id, ev), lease);
   }
 
-  async complete(id: string, workerId: string, lease: string, result: Record<string, unknown>): Promise<boolean> {
-    const h = await this.store.raw(id);
-    if (!h || h.lease !== lease) return false;
-    await this.progress(id, lease, { phase: 'completed', percentage: 100, message: 'job completed', details: {} });
-    const r = await this.store.transition(id, [{ to: 'COMPLETED', reason: `completed by worker ${workerId}`, worker_id: workerId }], { lease, fields: { result: JSON.stringify(result), lease: null, error: null } });
-    await this.router.finish(h.queue, id, lease);
-    await this.registry.releaseJob(workerId, id);
+  /** RUNNING -> COMPLETED with the final progress event (phase completed, 100%) in the same atomic step; the
+   *  lease is checked there. `queue` (known to a worker from its claim) saves reading the record. */
+  async complete(id: string, workerId: string, lease: string, result: Record<string, unknown>, queue?: string): Promise<boolean> {
+    if (queue === undefined) {
+      const h = await this.store.raw(id);
+      if (!h || h.lease !== lease) return false;
+      queue = h.queue;
+    }
+    const r = await this.store.transition(id, [{ to: 'COMPLETED', reason: `completed by worker ${workerId}`, worker_id: workerId }], {
+      lease, fields: { result: JSON.stringify(result), lease: null, error: null },
+      event: { ev: this.event(id, { phase: 'completed', percentage: 100, message: 'job completed', details: {} }), before: true },
+    });
+    // Even when the lease is gone the calls are harmless (BullMQ refuses a stale token) and drop our own references.
+    await Promise.all([this.router.finish(queue!, id, lease), this.registry.releaseJob(workerId, id)]);
     return r.ok;
   }
 

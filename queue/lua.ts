@@ -67,9 +67,22 @@ redis.call('PUBLISH', prefix .. ':bus:jobs', cjson.encode({job_id = id, state = 
 return {'ok', tostring(seq)}
 `;
 
-// KEYS: job, history. ARGV: prefix, id, iso, nowms, lease ('' = any), fields-json, n,
-// then (to, allowed-from csv, reason, worker id) n times. Returns {'ok', prev} or {code, current state}.
-const TRANSITION = ENTER + `
+// Appends a progress event to the job's log and fans it out (shared by EVENT and TRANSITION).
+const ADD_EVENT = `
+local function addevent(stream, job, prefix, id, ev, maxlen)
+  local eid = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', ev)
+  redis.call('HSET', job, 'latest_event', ev, 'latest_event_id', eid)
+  redis.call('PUBLISH', prefix .. ':bus:events', '{"job_id":' .. cjson.encode(id) .. ',"id":"' .. eid .. '","event":' .. ev .. '}')
+  return eid
+end
+`;
+
+// KEYS: job, history, events stream. ARGV: prefix, id, iso, nowms, lease ('' = any), fields-json, n,
+// then (to, allowed-from csv, reason, worker id) n times, then event-json ('' = none), maxlen, 'before'|'after'.
+// The optional event is recorded in the same atomic step, only if the move is allowed: 'before' the state change
+// (a job's last progress event precedes its COMPLETED), 'after' it (RUNNING precedes the first event).
+// Returns {'ok', prev, event id} or {code, current state}.
+const TRANSITION = ENTER + ADD_EVENT + `
 local prefix, id, iso, nowms, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local job, hist = KEYS[1], KEYS[2]
 local cur = redis.call('HGET', job, 'state')
@@ -81,6 +94,9 @@ for i = 0, n - 1 do
   if not string.find(',' .. ARGV[9 + i * 4] .. ',', ',' .. s .. ',', 1, true) then return {'conflict', cur} end
   s = ARGV[8 + i * 4]
 end
+local ev, maxlen, evwhen = ARGV[8 + n * 4], ARGV[9 + n * 4], ARGV[10 + n * 4]
+local eid = ''
+if ev and ev ~= '' and evwhen == 'before' then eid = addevent(KEYS[3], job, prefix, id, ev, maxlen) end
 local seq = redis.call('HGET', job, 'seq')
 local q = redis.call('HGET', job, 'queue')
 local prio = redis.call('HGET', job, 'priority')
@@ -94,23 +110,21 @@ end
 setfields(job, ARGV[6])
 redis.call('HSET', job, 'state', prev, 'updated_at', iso)
 redis.call('PUBLISH', prefix .. ':bus:jobs', cjson.encode({job_id = id, state = prev, prev = cur, timestamp = iso, reason = last}))
-return {'ok', cur}
+if ev and ev ~= '' and evwhen == 'after' then eid = addevent(KEYS[3], job, prefix, id, ev, maxlen) end
+return {'ok', cur, eid}
 `;
 
 // KEYS: events stream, job. ARGV: prefix, id, event-json, maxlen, lease ('' = any).
-const EVENT = `
+const EVENT = ADD_EVENT + `
 local cur = redis.call('HGET', KEYS[2], 'state')
 if not cur then return {'missing', ''} end
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[2], 'lease') ~= ARGV[5] then return {'lease', cur} end
-local eid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'e', ARGV[3])
-redis.call('HSET', KEYS[2], 'latest_event', ARGV[3], 'latest_event_id', eid)
-redis.call('PUBLISH', ARGV[1] .. ':bus:events', '{"job_id":' .. cjson.encode(ARGV[2]) .. ',"id":"' .. eid .. '","event":' .. ARGV[3] .. '}')
-return {'ok', eid}
+return {'ok', addevent(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])}
 `;
 
 export interface FerryScripts {
   ferryCreate(job: string, hist: string, ...args: (string | number)[]): Promise<[string, string]>;
-  ferryTransition(job: string, hist: string, ...args: (string | number)[]): Promise<[string, string]>;
+  ferryTransition(job: string, hist: string, events: string, ...args: (string | number)[]): Promise<[string, string, string?]>;
   ferryEvent(stream: string, job: string, ...args: (string | number)[]): Promise<[string, string]>;
 }
 
@@ -118,7 +132,7 @@ export function withScripts(redis: RedisClient): RedisClient & FerryScripts {
   const r = redis as RedisClient & FerryScripts;
   if (!(r as any).ferryCreate) {
     redis.defineCommand('ferryCreate', { numberOfKeys: 2, lua: CREATE });
-    redis.defineCommand('ferryTransition', { numberOfKeys: 2, lua: TRANSITION });
+    redis.defineCommand('ferryTransition', { numberOfKeys: 3, lua: TRANSITION });
     redis.defineCommand('ferryEvent', { numberOfKeys: 2, lua: EVENT });
   }
   return r;

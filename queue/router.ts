@@ -18,6 +18,9 @@ export class QueueRouter {
   private queues = new Map<string, Queue>();
   private workers = new Map<string, Worker>();
   private stalledHandler?: (queue: string, jobId: string) => void;
+  /** Jobs this process took with next(), until it finishes or requeues them: saves re-reading each job from Redis
+   *  (Job.fromId) at the end. Another process (a second gateway) falls back to reading it. Bounded. */
+  private taken = new Map<string, Job>();
 
   constructor(readonly redis: RedisClient, private opts: { lockSeconds?: number; stalledCheck?: boolean } = {}) {
     this.k = makeKeys();
@@ -77,7 +80,9 @@ export class QueueRouter {
       removeOnFail: true,
       attempts: 1,
     });
-    await this.redis.publish(this.k.chanEnqueued, queue);
+    // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
+    // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
+    this.redis.publish(this.k.chanEnqueued, queue).catch(() => undefined);
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {
@@ -92,7 +97,11 @@ export class QueueRouter {
   async next(queues: string[], token: string): Promise<Claimed | null> {
     for (const q of queues) {
       const job = (await this.worker(q).getNextJob(token, { block: false })) as Job | undefined;
-      if (job) return { queue: q, job };
+      if (job) {
+        if (this.taken.size >= 10_000) this.taken.delete(this.taken.keys().next().value!); // lost leases never finish here
+        this.taken.set(`${q}\n${job.id}`, job);
+        return { queue: q, job };
+      }
     }
     return null;
   }
@@ -106,14 +115,22 @@ export class QueueRouter {
     return Job.fromId(this.queue(queue), bullId(jobId));
   }
 
+  /** The job as next() took it under `token` (forgotten here), or else as Redis holds it now. */
+  private async heldJob(queue: string, jobId: string, token: string): Promise<Job | undefined> {
+    const key = `${queue}\n${bullId(jobId)}`;
+    const j = this.taken.get(key);
+    this.taken.delete(key);
+    return j && j.token === token ? j : this.bullJob(queue, jobId);
+  }
+
   async finish(queue: string, jobId: string, token: string) {
-    const j = await this.bullJob(queue, jobId);
+    const j = await this.heldJob(queue, jobId, token);
     if (j) await j.moveToCompleted('done', token, false).catch(() => undefined);
   }
 
   /** Back to the queue after `delayMs` (a retry) or at once (a hand-back). */
   async requeue(queue: string, jobId: string, token: string, delayMs: number) {
-    const j = await this.bullJob(queue, jobId);
+    const j = await this.heldJob(queue, jobId, token);
     if (!j) return;
     if (delayMs > 0) await j.moveToDelayed(Date.now() + delayMs, token);
     else await j.moveToWait(token);
@@ -123,10 +140,10 @@ export class QueueRouter {
    *  priority, then submission), plus the waiting jobs of more specific queues, which those workers take first. */
   async position(queue: string, jobId: string): Promise<number | null> {
     const base = `${this.k.bullPrefix}:${queue}`;
-    const rank = await this.redis.zrank(`${base}:prioritized`, bullId(jobId));
+    const [rank, known] = await Promise.all([this.redis.zrank(`${base}:prioritized`, bullId(jobId)), this.knownQueues()]);
     if (rank === null) return null;
     const mine = parseQueueName(queue)!;
-    const supersets = (await this.knownQueues()).filter((q) => {
+    const supersets = known.filter((q) => {
       if (q === queue) return false;
       const r = parseQueueName(q)!;
       return mine.capabilities.every((c) => r.capabilities.includes(c)) && r.capabilities.length > mine.capabilities.length;

@@ -30,7 +30,7 @@ export interface JobRecord {
 }
 
 export interface Step { to: JobState; reason: string; worker_id?: string }
-export type TransitionResult = { ok: true; prev: JobState } | { ok: false; code: 'missing' | 'conflict' | 'lease'; state: JobState | null };
+export type TransitionResult = { ok: true; prev: JobState; eventId?: string } | { ok: false; code: 'missing' | 'conflict' | 'lease'; state: JobState | null };
 export interface StoredEvent extends ProgressEvent { id: string }
 
 const parse = <T>(s: string | undefined | null, dflt: T): T => {
@@ -56,12 +56,15 @@ export class JobStore {
     return { created: code === 'ok', seq: Number(seq) };
   }
 
-  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null> } = {}): Promise<TransitionResult> {
+  /** Moves the job through `steps` atomically. `event`, if given, is recorded in the same step, only when the
+   *  move is allowed: before the state change (`before: true`, e.g. the last event of a completed job) or after. */
+  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean } } = {}): Promise<TransitionResult> {
     const now = new Date();
     const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), opts.lease || '', opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
     for (const s of steps) args.push(s.to, allowedFrom(s.to).join(','), s.reason, s.worker_id || '');
-    const [code, state] = await this.redis.ferryTransition(this.k.job(id), this.k.history(id), ...args);
-    if (code === 'ok') return { ok: true, prev: state as JobState };
+    if (opts.event) args.push(JSON.stringify(opts.event.ev), config.eventsKeptPerJob, opts.event.before ? 'before' : 'after');
+    const [code, state, eventId] = await this.redis.ferryTransition(this.k.job(id), this.k.history(id), this.k.events(id), ...args);
+    if (code === 'ok') return { ok: true, prev: state as JobState, ...(eventId ? { eventId } : {}) };
     return { ok: false, code: code as 'missing' | 'conflict' | 'lease', state: (state || null) as JobState | null };
   }
 

@@ -38,7 +38,10 @@ export async function startWorker(o: WorkerOptions) {
   const me = { worker_id: o.workerId, capabilities: o.capabilities, execution_mode: o.executionMode };
   const running = new Map<string, Running>();
   let stopping = false;
-  let wake: () => void = () => undefined;
+  // Every idle slot waits here; an `enqueued` message wakes them all (one shared callback would wake only the
+  // slot that went to sleep last, leaving the others on the 1 s poll while jobs wait).
+  const sleepers = new Set<() => void>();
+  const wake = () => { for (const w of [...sleepers]) w(); };
 
   const metrics = createRegistry('worker');
   const jobsTotal = new client.Counter({ name: 'ferry_worker_jobs_total', help: 'Jobs this worker finished, by operation and outcome', labelNames: ['operation', 'outcome'], registers: [metrics] });
@@ -81,7 +84,7 @@ export async function startWorker(o: WorkerOptions) {
     let outcome = 'completed';
     try {
       if (!impl) throw new OperationError(`this worker has no implementation of operation ${spec.operation}`, true);
-      if (!(await life.start(lease.job_id, o.workerId, lease.token))) { outcome = 'lost'; return; }
+      if (!(await life.start(lease.job_id, o.workerId, lease.token, record.attempts))) { outcome = 'lost'; return; }
       let lastBytes = 0;
       const result = await impl.run({
         job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log,
@@ -92,7 +95,7 @@ export async function startWorker(o: WorkerOptions) {
           if (!ok.ok && !r.abort.signal.aborted) { r.why = 'cancel'; r.abort.abort(new Error('lease lost')); }
         },
       });
-      if (!(await life.complete(lease.job_id, o.workerId, lease.token, result))) {
+      if (!(await life.complete(lease.job_id, o.workerId, lease.token, result, lease.queue))) {
         outcome = 'cancelled';
         await impl.cleanup?.(spec, true); // cancelled (or taken over) as it finished: leave nothing behind
       }
@@ -133,8 +136,9 @@ export async function startWorker(o: WorkerOptions) {
       if (lease) { await execute(lease); continue; }
       if (stopping) break;
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, 1000);
-        wake = () => { clearTimeout(t); resolve(); };
+        const done = () => { clearTimeout(t); sleepers.delete(done); resolve(); };
+        const t = setTimeout(done, 1000);
+        sleepers.add(done);
       });
     }
   }

@@ -1,0 +1,408 @@
+// Queue benchmark (`npm run bench:queue`): end-to-end jobs/s through the HTTP API against bare BullMQ, submit
+// latency, SSE fan-out delay to 1,000 clients, and Redis memory per queued job. Everything runs on 127.0.0.1
+// against a private redis-server and real gateway/worker processes, and is stopped at the end.
+//
+// Options: --jobs N (HTTP jobs per throughput run, default 2000), --bare-jobs N (default 5000),
+//          --concurrency N (worker slots, also BullMQ Worker concurrency, default 8),
+//          --inflight N (client requests in flight, default 32), --clients N (SSE clients, default 1000),
+//          --completion bus|sse (how the client sees COMPLETED, default bus; see below),
+//          --profile (also print Redis commands per job, from INFO commandstats, for each throughput run).
+import http from 'node:http';
+import net from 'node:net';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { Queue, Worker } from 'bullmq';
+import IORedis from 'ioredis';
+import { TestRedis, freePort, waitForPort } from '../../test/helpers/redis';
+import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../../test/helpers/procs';
+
+const { values: opt } = parseArgs({
+  options: {
+    jobs: { type: 'string', default: '2000' }, 'bare-jobs': { type: 'string', default: '5000' },
+    concurrency: { type: 'string', default: '8' }, inflight: { type: 'string', default: '32' },
+    clients: { type: 'string', default: '1000' }, completion: { type: 'string', default: 'bus' },
+    profile: { type: 'boolean', default: false },
+  },
+});
+const JOBS = Number(opt.jobs);
+const BARE_JOBS = Number(opt['bare-jobs']);
+const CONC = Number(opt.concurrency);
+const INFLIGHT = Number(opt.inflight);
+const CLIENTS = Number(opt.clients);
+const COMPLETION = opt.completion === 'sse' ? 'sse' : 'bus';
+const PREFIX = 'ferrybench';
+const MEM_JOBS = 2000;
+const FANOUT_ROUNDS = 20;
+
+/** The benchmark's redis-server: TestRedis on a free port, but fsync once a second (npm start's policy) rather
+ *  than on every write as the crash tests need. */
+class BenchRedis extends TestRedis {
+  override async start() {
+    this.port = await freePort();
+    this.proc = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir,
+      '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
+    await waitForPort(this.port);
+    return this;
+  }
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+const now = () => performance.now();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const pct = (xs: number[], p: number) => {
+  if (!xs.length) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
+};
+
+function request(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const data = body === undefined ? undefined : JSON.stringify(body);
+    const r = http.request(base + path, { method, agent, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (text += d));
+      res.on('end', () => { let j: any; try { j = JSON.parse(text); } catch { j = text; } resolve({ status: res.statusCode || 0, body: j }); });
+    });
+    r.on('error', reject);
+    r.end(data);
+  });
+}
+
+/** Runs `total` tasks with at most `width` in flight. */
+async function pool(total: number, width: number, task: (i: number) => Promise<void>) {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(width, total) }, async () => {
+    while (next < total) await task(next++);
+  }));
+}
+
+/** Opens an SSE stream; `onChunk` sees raw text with the time it arrived. Resolves once the headers are in. */
+function openStream(url: string, onChunk: (s: string, t: number) => void): Promise<{ done: Promise<void>; close(): void }> {
+  return new Promise((resolve, reject) => {
+    const r = http.get(url, { agent, headers: { Accept: 'text/event-stream' } }, (res) => {
+      if (res.statusCode !== 200) { reject(new Error(`SSE ${url}: ${res.statusCode}`)); res.resume(); return; }
+      res.setEncoding('utf8');
+      const done = new Promise<void>((d) => { res.on('end', d); res.on('close', d); });
+      res.on('data', (s: string) => onChunk(s, now()));
+      resolve({ done, close: () => r.destroy() });
+    });
+    r.on('error', (e: any) => (e.code === 'ECONNRESET' ? undefined : reject(e)));
+  });
+}
+
+/** CPU seconds a process has used so far (user + system), from /proc. */
+function cpuSeconds(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) / 100; // utime, stime in clock ticks
+  } catch { return 0; }
+}
+const cpuOf: { name: string; pid: () => number }[] = [];
+function cpuSnapshot() { return cpuOf.map((p) => (p.name === 'bench client' ? (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : cpuSeconds(p.pid()))); }
+function cpuReport(before: number[], jobs: number) {
+  const after = cpuSnapshot();
+  return cpuOf.map((p, i) => `${p.name} ${(((after[i] - before[i]) * 1e6) / jobs).toFixed(0)} us`).join(', ');
+}
+
+/** INFO commandstats as {command: [calls, usec]}; calls made inside Lua scripts count under their own names. */
+async function commandStats(redis: IORedis): Promise<Map<string, [number, number]>> {
+  const m = new Map<string, [number, number]>();
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const x = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
+    if (x) m.set(x[1], [Number(x[2]), Number(x[3])]);
+  }
+  return m;
+}
+async function commandReport(redis: IORedis, before: Map<string, [number, number]>, jobs: number) {
+  const after = await commandStats(redis);
+  const rows = [...after].map(([c, [n, us]]) => [c, (n - (before.get(c)?.[0] || 0)) / jobs, (us - (before.get(c)?.[1] || 0)) / jobs] as [string, number, number]).filter((r) => r[1] > 0.01);
+  rows.sort((a, b) => b[2] - a[2]);
+  const total = rows.reduce((a, r) => a + r[1], 0);
+  return `${total.toFixed(1)} commands/job (incl. inside scripts); by Redis time: ${rows.slice(0, 10).map((r) => `${r[0]} ${r[1].toFixed(1)}x ${r[2].toFixed(0)}us`).join(', ')}`;
+}
+
+/** An SSE stream over a bare TCP socket: the 1,000-client fan-out measures the gateway, so each received chunk
+ *  should cost the client as little as possible (no HTTP response parser; the raw bytes are searched). */
+function openRawStream(port: number, path: string, onChunk: (s: string, t: number) => void): Promise<{ done: Promise<void>; close(): void }> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    sock.setNoDelay(true);
+    sock.setEncoding('latin1');
+    let head = true;
+    const done = new Promise<void>((d) => sock.once('close', () => d()));
+    sock.once('connect', () => sock.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n`));
+    sock.on('data', (s: string) => {
+      const t = now();
+      if (head) {
+        head = false;
+        if (!s.startsWith('HTTP/1.1 200')) { reject(new Error(`SSE ${path}: ${s.split('\r\n')[0]}`)); sock.destroy(); return; }
+        resolve({ done, close: () => sock.destroy() });
+      }
+      onChunk(s, t);
+    });
+    sock.on('error', (e) => (head ? reject(e) : undefined));
+  });
+}
+
+const W = (n: number) => (n > 1 ? 'workers' : 'worker');
+let runId = 0;
+const spec = (id: string) => ({ job_id: id, operation: 'noop', parameters: {} });
+
+/** End-to-end: submit `n` noop jobs over HTTP (INFLIGHT at a time) and wait until each is seen COMPLETED. */
+async function httpThroughput(base: string, redisUrl: string, n: number, submitLat?: number[]) {
+  const tag = `r${++runId}`;
+  const completed = new Set<string>();
+  let sub: IORedis | undefined;
+  if (COMPLETION === 'bus') {
+    // One shared subscription to the state-change channel the gateway's SSE hub itself listens on.
+    sub = new IORedis(redisUrl);
+    await sub.subscribe(`${PREFIX}:bus:jobs`);
+    sub.on('message', (_c, raw) => {
+      const m = JSON.parse(raw);
+      if (m.state === 'COMPLETED' && m.job_id.startsWith(tag + '-')) completed.add(m.job_id);
+    });
+  }
+  const t0 = now();
+  await pool(n, INFLIGHT, async (i) => {
+    const id = `${tag}-${i}`;
+    const s = now();
+    const res = await request(base, 'POST', '/jobs?queue=true', spec(id));
+    submitLat?.push(now() - s);
+    if (res.status !== 201) throw new Error(`submit ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+    if (COMPLETION === 'sse') {
+      let buf = '';
+      let gotComplete = false;
+      const st = await openStream(`${base}/jobs/${id}/events/stream`, (c) => { buf += c; if (/event: complete\ndata: \{"state":"COMPLETED"\}/.test(buf)) gotComplete = true; });
+      await st.done;
+      if (!gotComplete) throw new Error(`job ${id}: stream ended without complete COMPLETED`);
+    } // bus: the wait does not hold a submission slot; the client keeps submitting, as REST clients would.
+  });
+  if (COMPLETION === 'bus') {
+    const deadline = Date.now() + 120_000;
+    while (completed.size < n && Date.now() < deadline) await sleep(5);
+    if (completed.size < n) throw new Error(`only ${completed.size} of ${n} jobs completed`);
+  }
+  const secs = (now() - t0) / 1000;
+  sub?.disconnect();
+  return n / secs;
+}
+
+/** Bare BullMQ: Queue.add (INFLIGHT at a time) + one Worker with the same no-op and concurrency, same Redis. */
+async function bareThroughput(redisUrl: string, n: number) {
+  const conn = { url: redisUrl, maxRetriesPerRequest: null } as any;
+  const name = `bare${++runId}`;
+  const q = new Queue(name, { connection: conn, prefix: `${PREFIX}-bare` });
+  let done = 0;
+  let resolveAll!: () => void;
+  const all = new Promise<void>((r) => (resolveAll = r));
+  const w = new Worker(name, async () => ({ ok: true }), { connection: conn, prefix: `${PREFIX}-bare`, concurrency: CONC });
+  w.on('completed', () => { if (++done === n) resolveAll(); });
+  await w.waitUntilReady();
+  await q.waitUntilReady();
+  const t0 = now();
+  await pool(n, INFLIGHT, async (i) => {
+    await q.add('job', { job_id: `b${i}` }, { jobId: `j_b${i}`, priority: 51, removeOnComplete: true, removeOnFail: true, attempts: 1 });
+  });
+  await Promise.race([all, sleep(120_000).then(() => { throw new Error(`bare BullMQ: only ${done} of ${n} completed`); })]);
+  const secs = (now() - t0) / 1000;
+  await w.close();
+  await q.obliterate({ force: true }).catch(() => undefined);
+  await q.close();
+  return n / secs;
+}
+
+/** Redis memory per queued job for bare BullMQ (Queue.add, no worker), for comparison. */
+async function bareMemory(redis: IORedis, redisUrl: string, n: number) {
+  const q = new Queue('barememory', { connection: { url: redisUrl, maxRetriesPerRequest: null } as any, prefix: `${PREFIX}-bare` });
+  await q.add('job', { job_id: 'warm' }, { jobId: 'j_warm', priority: 51, removeOnComplete: true });
+  const before = await usedMemory(redis);
+  await pool(n, INFLIGHT, async (i) => { await q.add('job', { job_id: `m${i}` }, { jobId: `j_m${i}`, priority: 51, removeOnComplete: true, removeOnFail: true, attempts: 1 }); });
+  const per = ((await usedMemory(redis)) - before) / n;
+  await q.obliterate({ force: true }).catch(() => undefined);
+  await q.close();
+  return per;
+}
+
+async function usedMemory(redis: IORedis) {
+  const info = await redis.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)![1]);
+}
+
+async function waitWorkers(base: string, n: number) {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const r = await request(base, 'GET', '/workers');
+    if (r.body?.active >= n) return;
+    await sleep(100);
+  }
+  throw new Error(`${n} workers did not register`);
+}
+
+/** 1,000 SSE clients on one job; an HTTP pull worker posts progress events carrying their send time. */
+async function fanout(base: string, port: number, clients: number) {
+  const id = `fanout-${Date.now()}`;
+  const worker = { worker_id: 'bench-http-worker', capabilities: ['bench_fanout'], execution_mode: 'PROCESS' };
+  // The job needs a capability no native worker has, so only this pull worker can take it.
+  const sub = await request(base, 'POST', '/jobs?queue=true', { ...spec(id), requirements: { capabilities: ['bench_fanout'] } });
+  if (sub.status !== 201) throw new Error(`fan-out submit: ${sub.status} ${JSON.stringify(sub.body)}`);
+  const got = await request(base, 'POST', '/queue/dequeue', worker);
+  if (got.body?.job_id !== id) throw new Error(`fan-out dequeue returned ${JSON.stringify(got.body)}`);
+  await request(base, 'POST', `/jobs/${id}/start`, { worker_id: worker.worker_id });
+
+  const sentAt = new Map<number, number>();
+  const delays: number[] = [];
+  const byRound = new Map<number, number[]>();
+  const seen: Set<number>[] = [];
+  let completes = 0;
+  const streams: { done: Promise<void>; close(): void }[] = [];
+  for (let c = 0; c < clients; c += 100) {
+    streams.push(...(await Promise.all(Array.from({ length: Math.min(100, clients - c) }, (_, k) => {
+      const mine = new Set<number>();
+      seen.push(mine);
+      let carry = '';
+      let completed = false;
+      return openRawStream(port, `/jobs/${id}/events/stream`, (chunk, t) => {
+        const text = carry + chunk;
+        carry = text.slice(-64); // a frame split across reads is found on the next one; `mine` dedups
+        for (const m of text.matchAll(/"message":"fanout round (\d+)"/g)) {
+          const round = Number(m[1]);
+          if (mine.has(round)) continue;
+          mine.add(round);
+          if (round > 0) { delays.push(t - sentAt.get(round)!); (byRound.get(round) || byRound.set(round, []).get(round)!).push(t - sentAt.get(round)!); }
+        }
+        if (!completed && text.includes('event: complete')) { completed = true; completes++; }
+      });
+    }))));
+  }
+  const post = (round: number) => {
+    sentAt.set(round, now());
+    return request(base, 'POST', `/jobs/${id}/events`, { worker_id: worker.worker_id, phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } });
+  };
+  const allHave = async (round: number) => {
+    const deadline = Date.now() + 20_000;
+    while (seen.filter((s) => s.has(round)).length < clients && Date.now() < deadline) await sleep(2);
+    return seen.filter((s) => s.has(round)).length;
+  };
+  // Round 0 proves every client is live (replay done, subscribed); it is not measured.
+  await post(0);
+  if ((await allHave(0)) < clients) throw new Error('not every SSE client became live');
+  let received = 0;
+  const cpu0 = cpuSnapshot();
+  for (let r = 1; r <= FANOUT_ROUNDS; r++) {
+    const res = await post(r);
+    if (res.status !== 201) throw new Error(`progress post: ${res.status}`);
+    received += await allHave(r);
+    await sleep(50);
+  }
+  await request(base, 'POST', `/jobs/${id}/complete`, { worker_id: worker.worker_id, result: {} });
+  await Promise.race([Promise.all(streams.map((s) => s.done)), sleep(10_000)]);
+  for (const s of streams) s.close();
+  if (opt.profile) log(`  fan-out CPU per delivered event: ${cpuReport(cpu0, clients * FANOUT_ROUNDS)}`);
+  if (opt.profile) for (const [r, d] of byRound) log(`  fan-out round ${r}: first ${Math.min(...d).toFixed(2)} ms, p50 ${pct(d, 50).toFixed(2)}, last ${Math.max(...d).toFixed(2)} ms`);
+  return { delays, received, expected: clients * FANOUT_ROUNDS, completes };
+}
+
+async function main() {
+  const started = Date.now();
+  const redis = new BenchRedis();
+  const procs: Proc[] = [];
+  const cleanup = async () => {
+    await Promise.all(procs.map((p) => p.stop('SIGTERM').catch(() => p.kill())));
+    await redis.stop();
+    agent.destroy();
+  };
+  process.on('SIGINT', () => void cleanup().finally(() => process.exit(130)));
+  try {
+    await redis.start();
+    const admin = new IORedis(redis.url);
+    const env = { ...testEnv(redis.url, PREFIX), FERRY_LEASE_SECONDS: '30', FERRY_HEARTBEAT_SECONDS: '10' };
+    const gw = await startGatewayProc(env);
+    procs.push(gw);
+    const base = gw.url;
+    cpuOf.push({ name: 'redis', pid: () => redis.proc!.pid! }, { name: 'gateway', pid: () => gw.proc.pid! }, { name: 'bench client', pid: () => process.pid });
+    log(`redis-server :${redis.port}, gateway :${gw.port}, ${CONC} slots per worker, ${INFLIGHT} client requests in flight`);
+
+    // 2 and 4: submit latency (one request at a time) and memory, with no worker running so the jobs stay queued.
+    for (let i = 0; i < 100; i++) await request(base, 'POST', '/jobs?queue=true', spec(`warm-${i}`));
+    const memBefore = await usedMemory(admin);
+    const idleLat: number[] = [];
+    for (let i = 0; i < MEM_JOBS; i++) {
+      const s = now();
+      const r = await request(base, 'POST', '/jobs?queue=true', spec(`mem-${i}`));
+      idleLat.push(now() - s);
+      if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
+    }
+    const memPerJob = ((await usedMemory(admin)) - memBefore) / MEM_JOBS;
+    const bareMemPerJob = await bareMemory(admin, redis.url, MEM_JOBS);
+    log(`submit latency and memory: ${MEM_JOBS} jobs queued`);
+
+    // 1: throughput with 1 and 2 worker processes; the queued jobs above are the warm-up.
+    const rates: Record<number, number> = {};
+    const loadLat: number[] = [];
+    for (const n of [1, 2]) {
+      while (procs.length - 1 < n) {
+        const w = await startWorkerProc(env, `bench-w${procs.length}`, ['img_tool'], ['--concurrency', String(CONC)]);
+        procs.push(w);
+        cpuOf.push({ name: `worker ${procs.length - 1}`, pid: () => w.proc.pid! });
+      }
+      await waitWorkers(base, n);
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline && Number((await request(base, 'GET', '/queue')).body?.total_jobs) > 0) await sleep(100);
+      await httpThroughput(base, redis.url, 200); // warm-up
+      const cpu0 = cpuSnapshot();
+      const cmd0 = await commandStats(admin);
+      rates[n] = await httpThroughput(base, redis.url, JOBS, n === 1 ? loadLat : undefined);
+      log(`HTTP, ${n} ${W(n)}: ${rates[n].toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, JOBS)}`);
+      if (opt.profile) log(`  redis: ${await commandReport(admin, cmd0, JOBS)}`);
+    }
+    await bareThroughput(redis.url, 500); // warm-up
+    const cpu0 = cpuSnapshot();
+    const cmd0 = await commandStats(admin);
+    const bare = await bareThroughput(redis.url, BARE_JOBS);
+    log(`bare BullMQ: ${bare.toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, BARE_JOBS)}`);
+    if (opt.profile) log(`  redis: ${await commandReport(admin, cmd0, BARE_JOBS)}`);
+
+    // 3: SSE fan-out.
+    const fo = await fanout(base, gw.port, CLIENTS);
+    log(`fan-out: ${fo.received} of ${fo.expected} deliveries`);
+
+    const ratio1 = rates[1] / bare;
+    const ratio2 = rates[2] / bare;
+    const best = Math.max(ratio1, ratio2);
+    const p99fan = pct(fo.delays, 99);
+    const rows: [string, string, string][] = [
+      [`end-to-end, HTTP API, 1 worker process (concurrency ${CONC})`, `${rates[1].toFixed(0)} jobs/s`, `${(ratio1 * 100).toFixed(0)}% of bare`],
+      [`end-to-end, HTTP API, 2 worker processes (concurrency ${CONC} each)`, `${rates[2].toFixed(0)} jobs/s`, `${(ratio2 * 100).toFixed(0)}% of bare`],
+      [`bare BullMQ, Queue.add + 1 Worker (concurrency ${CONC}), same Redis`, `${bare.toFixed(0)} jobs/s`, ''],
+      ['submit latency, 1 request at a time (p50 / p99)', `${pct(idleLat, 50).toFixed(2)} / ${pct(idleLat, 99).toFixed(2)} ms`, ''],
+      [`submit latency, ${INFLIGHT} in flight, 1 worker busy (p50 / p99)`, `${pct(loadLat, 50).toFixed(2)} / ${pct(loadLat, 99).toFixed(2)} ms`, ''],
+      [`progress event -> ${CLIENTS} SSE clients (p50 / p99)`, `${pct(fo.delays, 50).toFixed(2)} / ${p99fan.toFixed(2)} ms`, `${fo.received}/${fo.expected} delivered, ${fo.completes} got complete`],
+      ['Redis memory per queued job (Ferry)', `${(memPerJob / 1024).toFixed(2)} KiB`, `${memPerJob.toFixed(0)} B`],
+      ['Redis memory per queued job (bare BullMQ)', `${(bareMemPerJob / 1024).toFixed(2)} KiB`, `${bareMemPerJob.toFixed(0)} B`],
+    ];
+    const w0 = Math.max(...rows.map((r) => r[0].length));
+    const w1 = Math.max(...rows.map((r) => r[1].length));
+    const out: string[] = [];
+    out.push('');
+    out.push(`Ferry queue benchmark — ${new Date().toISOString()}, node ${process.version}, ${require('node:os').cpus().length} cores`);
+    out.push(`jobs: noop; HTTP runs ${JOBS} jobs each, bare BullMQ ${BARE_JOBS}; completion seen via ${COMPLETION === 'bus' ? 'one shared Redis subscription to the gateway\'s state-change channel (ferry bus:jobs), not one SSE stream per job' : 'one SSE stream per job (GET /jobs/{id}/events/stream until complete)'}`);
+    out.push('');
+    for (const r of rows) out.push(`  ${r[0].padEnd(w0)}  ${r[1].padStart(w1)}  ${r[2]}`);
+    out.push('');
+    out.push(`  target: HTTP path >= 60% of bare BullMQ ... ${best >= 0.6 ? 'MET' : 'NOT MET'} (best ${(best * 100).toFixed(0)}%)`);
+    out.push(`  target: p99 event delivery to ${CLIENTS} clients < 25 ms ... ${p99fan < 25 && fo.received === fo.expected ? 'MET' : 'NOT MET'} (${p99fan.toFixed(2)} ms)`);
+    out.push(`  total run time ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    process.stdout.write(out.join('\n') + '\n');
+    admin.disconnect();
+  } finally {
+    await cleanup();
+  }
+}
+
+function log(s: string) { process.stderr.write(`[bench] ${s}\n`); }
+
+main().then(() => process.exit(0), (e) => { process.stderr.write(`bench failed: ${e.stack || e}\n`); process.exit(1); });
