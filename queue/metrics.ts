@@ -2,8 +2,10 @@
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
 import { daemonStatus, DAEMON_STATUSES, STATES } from '../shared/states';
+import { canServe, parseQueueName } from '../shared/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
+import type { RedisClient } from '../shared/redis';
 
 export const DURATION_BUCKETS = [60, 300, 600];
 
@@ -58,5 +60,36 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
     const by: Record<string, number> = {};
     for (const w of await workers.active()) for (const c of w.capabilities.length ? w.capabilities : ['none']) by[c] = (by[c] || 0) + 1;
     return Object.entries(by).map(([capability, value]) => ({ labels: { capability }, value }));
+  });
+  registerComputed(registry, 'svc_queue_servable_workers', 'Active workers able to take jobs of each queue (requirement set)', 'gauge', async () => {
+    const [queues, active] = await Promise.all([r.smembers(k.queues), workers.active()]);
+    return queues.map((queue) => {
+      const req = parseQueueName(queue);
+      return { labels: { queue }, value: req ? active.filter((w) => canServe(w, req)).length : 0 };
+    });
+  });
+  registerRedisHealth(registry, r);
+}
+
+/** Redis as this process sees it: 1/0 and ping latency, plus memory and clients from INFO (one node on Cluster). */
+export function registerRedisHealth(registry: client.Registry, r: RedisClient) {
+  const ping = async () => {
+    if (r.status !== 'ready') return null;
+    const t0 = process.hrtime.bigint();
+    const ok = await Promise.race([r.ping().then(() => true, () => false), new Promise<boolean>((res) => setTimeout(() => res(false), 1000).unref())]);
+    return ok ? Number(process.hrtime.bigint() - t0) / 1e9 : null;
+  };
+  registerComputed(registry, 'svc_redis_up', 'Whether Redis answered a PING within 1 s (1) or not (0)', 'gauge', async () => [{ value: (await ping()) === null ? 0 : 1 }]);
+  registerComputed(registry, 'svc_redis_ping_seconds', 'Round trip of a Redis PING from this process', 'gauge', async () => {
+    const s = await ping();
+    return s === null ? [] : [{ value: s }];
+  });
+  registerComputed(registry, 'svc_redis_info', 'Redis INFO figures: used_memory bytes, connected_clients, ops per second', 'gauge', async () => {
+    if (r.status !== 'ready') return [];
+    const text = await (r as any).info() as string;
+    const get = (f: string) => Number(new RegExp(`^${f}:(\\S+)`, 'm').exec(text)?.[1]);
+    return ['used_memory', 'maxmemory', 'connected_clients', 'instantaneous_ops_per_sec', 'aof_last_write_status_ok']
+      .map((field) => ({ labels: { field }, value: field === 'aof_last_write_status_ok' ? Number(/^aof_last_write_status:ok/m.test(text)) : get(field) }))
+      .filter((x) => Number.isFinite(x.value));
   });
 }

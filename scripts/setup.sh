@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
+# deploy checks (issue 5): promtool/prometheus for rules and dashboards, docker-compose to validate compose.yaml
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)

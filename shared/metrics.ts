@@ -6,8 +6,19 @@ export function createRegistry(service: string) {
   const registry = new client.Registry();
   registry.setDefaultLabels({ service });
   client.collectDefaultMetrics({ register: registry });
+  registry.registerMetric(jobWaitSeconds);
   return registry;
 }
+
+/** Time a job spent QUEUED before a worker claimed it, observed where claims happen (queue/lifecycle.ts): on
+ *  worker processes, and on the gateway for HTTP-pull workers. One object shared by the process's registry. */
+export const jobWaitSeconds = new client.Histogram({
+  name: 'svc_job_wait_seconds',
+  help: 'Time jobs waited in the queue before a worker claimed them, by queue (requirement set)',
+  labelNames: ['queue'],
+  buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+  registers: [],
+});
 
 export class HttpMetrics {
   private requests: client.Counter<string>;
@@ -41,6 +52,13 @@ export function registerComputed(registry: client.Registry, name: string, help: 
     name,
     help,
     type,
-    get: async () => ({ name, help, type, aggregator: 'sum', values: await get().catch(() => []) }),
+    // Bounded: with Redis away a scrape still answers (without these values) instead of hanging until timeout.
+    get: async () => ({ name, help, type, aggregator: 'sum', values: await withTimeout(get(), COMPUTE_TIMEOUT_MS).catch(() => []) }),
   } as any);
+}
+
+const COMPUTE_TIMEOUT_MS = 2000;
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let t: NodeJS.Timeout;
+  return Promise.race([p, new Promise<T>((_, reject) => { t = setTimeout(() => reject(new Error('timeout')), ms); })]).finally(() => clearTimeout(t));
 }
