@@ -1,0 +1,49 @@
+# syntax=docker/dockerfile:1
+# Ferry images. One build, two runtime targets:
+#   app     gateway, daemon, scheduler, notifier (node only; runs as the unprivileged `node` user)
+#   worker  app + qemu-utils and libguestfs for disk conversion and guest repair
+# Services run TypeScript through tsx's loader (node --import tsx), as `npm start` does.
+
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+# tsx is needed at run time, so the full dependency set is installed (see scripts/setup.sh on npm ci vs install).
+RUN npm install --no-audit --no-fund --loglevel=error
+
+# Typecheck in the build: an image is never made from code that does not compile.
+FROM deps AS check
+COPY tsconfig.json ./
+COPY shared shared
+COPY queue queue
+COPY services services
+COPY scripts scripts
+RUN npx tsc --noEmit -p . && touch /tmp/typechecked
+
+FROM node:20-bookworm-slim AS app
+ENV NODE_ENV=production FERRY_HOST=0.0.0.0 LOG_LEVEL=info
+WORKDIR /app
+COPY --from=deps /app/node_modules node_modules
+COPY --from=check /tmp/typechecked /tmp/typechecked
+COPY package.json tsconfig.json ./
+COPY shared shared
+COPY queue queue
+COPY services services
+USER node
+EXPOSE 8000 8080
+HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.HEALTH_PORT||8000)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+CMD ["node", "--import", "tsx", "services/gateway/main.ts"]
+
+FROM app AS worker
+USER root
+# qemu-img for conversion; libguestfs (with its appliance) for inspection and repair. TCG unless /dev/kvm is passed in.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-utils libguestfs-tools linux-image-amd64 \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /srv/ferry && chown node:node /srv/ferry
+ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_WORKER_CAPABILITIES=img_tool
+# img_tool workers run as `node`; nbd_access/mount_operations workers are started as root with privileges
+# (compose: worker-guest; k8s: ferry-worker-guest), because NBD devices and mounts need them.
+USER node
+EXPOSE 9100
+HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.FERRY_WORKER_METRICS_PORT||9100)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+CMD ["node", "--import", "tsx", "services/worker/main.ts"]

@@ -1,0 +1,95 @@
+// compose.yaml and the Dockerfile. There is no Docker engine on the test machine, so nothing is built or run:
+// Debian's docker-compose (1.29) validates and resolves the file (`config -q`), and the resolved file is checked
+// for what operators rely on (scalable workers, health checks, no secret in the file, provisioned Grafana).
+import { expect } from 'chai';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import yaml from 'js-yaml';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const COMPOSE = path.join(ROOT, 'compose.yaml');
+const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value' };
+const compose = (args: string[], env: Record<string, string> = {}) => {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !(k in SECRETS)));
+  return spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...clean, ...env } });
+};
+
+describe('deploy: compose.yaml and Dockerfile', function () {
+  this.timeout(30000);
+  let resolved: any;
+  before(() => {
+    const r = compose(['config'], SECRETS);
+    expect(r.status, r.stderr).to.equal(0);
+    resolved = yaml.load(r.stdout);
+  });
+
+  it('docker-compose -f compose.yaml config -q accepts the file', () => {
+    const r = compose(['config', '-q'], SECRETS);
+    expect(r.status, r.stderr).to.equal(0);
+  });
+
+  it('refuses to resolve without the secrets from the environment (none are in the file)', () => {
+    const r = compose(['config', '-q']);
+    expect(r.status).to.not.equal(0);
+    expect(r.stderr).to.match(/FERRY_SECRET_KEY|GRAFANA_ADMIN_PASSWORD/);
+    const text = readFileSync(COMPOSE, 'utf8');
+    for (const v of Object.values(SECRETS)) expect(text).to.not.include(v);
+    // Every secret-looking variable is a ${...} reference.
+    for (const m of text.matchAll(/^\s*([A-Z_]*(PASSWORD|SECRET|API_KEYS|TOKEN)[A-Z_]*):\s*(.*)$/gm)) expect(m[3], m[1]).to.match(/^\$\{[A-Z_]+(:[-?][^}]*)?\}$/);
+  });
+
+  it('has every service, with health checks, Redis append-only with noeviction', () => {
+    const s = resolved.services;
+    expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'prometheus', 'grafana']);
+    for (const [name, svc] of Object.entries<any>(s)) expect(svc.healthcheck?.test, `${name} health check`).to.exist;
+    const redisCmd = s.redis.command.join(' ');
+    expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/);
+    expect(s.gateway.ports.map((p: any) => p.target)).to.include(8000);
+    expect(s.daemon.ports.map((p: any) => p.target)).to.include(8080);
+  });
+
+  it('workers can be scaled (no container_name, no published port) and only guest workers are privileged', () => {
+    const w = resolved.services.worker;
+    expect(w.container_name).to.be.undefined;
+    expect(w.ports).to.be.undefined;
+    expect(w.privileged).to.not.equal(true);
+    expect(w.environment.FERRY_WORKER_CAPABILITIES).to.equal('img_tool');
+    const g = resolved.services['worker-guest'];
+    expect(g.privileged).to.equal(true);
+    expect(g.environment.FERRY_WORKER_CAPABILITIES).to.include('nbd_access').and.to.include('mount_operations');
+    for (const name of ['gateway', 'daemon', 'scheduler', 'notifier']) expect(resolved.services[name].privileged, name).to.not.equal(true);
+    // Prometheus finds the replicas through the compose DNS names of both worker services.
+    const prom = yaml.load(readFileSync(path.join(ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8')) as any;
+    const job = prom.scrape_configs.find((j: any) => j.job_name === 'worker');
+    expect(job.dns_sd_configs[0].names).to.have.members(['worker', 'worker-guest']);
+    expect(job.dns_sd_configs[0].port).to.equal(Number(w.environment.FERRY_WORKER_METRICS_PORT));
+  });
+
+  it('Grafana gets the provisioning and dashboards mounted where the provider looks', () => {
+    const g = resolved.services.grafana;
+    const norm = (v: any) => (typeof v === 'string' ? v : `${v.source}:${v.target}`).replace(/:(ro|rw)$/, '');
+    const vols: string[] = g.volumes.map(norm);
+    const provider = yaml.load(readFileSync(path.join(ROOT, 'deploy/grafana/provisioning/dashboards/ferry.yml'), 'utf8')) as any;
+    const dashPath = provider.providers[0].options.path;
+    expect(vols.some((v) => v.endsWith(`deploy/grafana/dashboards:${dashPath}`))).to.equal(true, vols.join(', '));
+    expect(vols.some((v) => v.endsWith('deploy/grafana/provisioning:/etc/grafana/provisioning'))).to.equal(true);
+    const promVols: string[] = resolved.services.prometheus.volumes.map(norm);
+    expect(promVols.some((v) => v.endsWith('deploy/prometheus:/etc/prometheus'))).to.equal(true);
+  });
+
+  it('the Dockerfile is multi-stage, runs as non-root, and the worker image has qemu-utils and libguestfs', () => {
+    const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const stages = [...text.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gmi)].map((m) => m[1]);
+    expect(stages).to.include.members(['deps', 'app', 'worker']);
+    const targets = new Set(Object.values<any>(resolved.services).map((s) => s.build?.target).filter(Boolean));
+    for (const t of targets) expect(stages, `compose target ${t}`).to.include(t);
+    const stage = (name: string) => text.split(/^FROM /m).find((s) => new RegExp(`AS ${name}\\s`).test(s))!;
+    expect(stage('app')).to.match(/^USER node$/m);
+    expect(stage('worker')).to.match(/qemu-utils/).and.to.match(/libguestfs-tools/);
+    expect(stage('worker').trim().split('\n').filter((l) => /^USER /.test(l)).pop()).to.equal('USER node');
+    // Everything COPY'd into the image exists.
+    for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);
+    execFileSync('docker-compose', ['version'], { stdio: 'ignore' });
+  });
+});
