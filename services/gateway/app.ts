@@ -13,6 +13,7 @@ import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
 import { EventHub } from './sse';
 import { buildApi } from './routes';
+import { registerMigrationJobRoute } from './migrationjob';
 
 export function gatewayEnvelope(status: number, message: string, path: string, details?: any) {
   return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) } };
@@ -37,6 +38,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
+  registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
   const app = createApp(api, { log, metrics: httpMetrics, envelope: gatewayEnvelope });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
