@@ -1,0 +1,126 @@
+// One libguestfs appliance per job: a `guestfish --listen` server with every disk of the job attached, driven
+// by `guestfish --remote=PID -- cmd args...` (argument arrays, never a shell). A launch costs ~15-30 s under
+// TCG, so callers do all inspection and every edit through one session.
+import { spawn, execFile } from 'node:child_process';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { OperationError } from '../../shared/errors';
+
+export const GUESTFISH = process.env.GUESTFISH || 'guestfish';
+
+/**
+ * Environment for libguestfs. On these machines /dev/kvm opens but qemu aborts when it uses it, so opening the
+ * device is no proof: TCG is forced unless FERRY_GUESTFS_KVM=1 says KVM really works, or the caller already set
+ * LIBGUESTFS_BACKEND_SETTINGS.
+ */
+export function guestfsEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const env = { ...base };
+  if (!env.LIBGUESTFS_BACKEND_SETTINGS && env.FERRY_GUESTFS_KVM !== '1') env.LIBGUESTFS_BACKEND_SETTINGS = 'force_tcg';
+  if (!env.LIBGUESTFS_BACKEND) env.LIBGUESTFS_BACKEND = 'direct';
+  return env;
+}
+
+export interface GuestDisk { path: string; format: string; readonly?: boolean }
+
+export class GuestfsError extends OperationError {
+  constructor(public command: string[], public stderr: string) {
+    super(`guestfish ${command[0]}: ${stderr.trim().replace(/^libguestfs: error: /m, '') || 'failed'}`, false);
+  }
+}
+
+export class GuestSession {
+  private constructor(readonly pid: number, private env: NodeJS.ProcessEnv, private onAbort?: () => void, private signal?: AbortSignal) {}
+  closed = false;
+  errFile?: string;
+  /** Commands run so far (for the report's "appliance" note and for tests counting launches). */
+  commands = 0;
+
+  /** Starts the server with `disks` attached and launches the appliance (the expensive part, once). */
+  static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal } = {}): Promise<GuestSession> {
+    const env = guestfsEnv();
+    const args = ['--listen', ...(opts.readonly ? ['--ro'] : [])];
+    for (const d of disks) args.push(`--format=${d.format}`, '-a', d.path);
+    // The server forks and keeps the stderr it inherited: a pipe would never close, so stderr goes to a file.
+    const errFile = path.join(os.tmpdir(), `ferry-guestfish-${process.pid}-${Date.now()}.log`);
+    const errFd = openSync(errFile, 'w+');
+    const pid = await new Promise<number>((resolve, reject) => {
+      const child = spawn(GUESTFISH, args, { env, stdio: ['ignore', 'pipe', errFd] });
+      let out = '';
+      child.stdout!.setEncoding('utf8').on('data', (d: string) => { out += d; });
+      child.on('error', (e: any) => reject(e.code === 'ENOENT' ? new OperationError('guestfish is not installed (Debian package libguestfs-tools)', false) : e));
+      child.on('close', (code) => {
+        const m = /GUESTFISH_PID=(\d+)/.exec(out);
+        if (code === 0 && m) return resolve(Number(m[1]));
+        reject(new OperationError(`guestfish --listen failed: ${readFileSync(errFile, 'utf8').trim() || out || `exit ${code}`}`, false));
+      });
+    }).finally(() => { closeSync(errFd); });
+    const s = new GuestSession(pid, env, undefined, opts.signal);
+    s.errFile = errFile;
+    s.onAbort = () => { try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } s.closed = true; };
+    opts.signal?.addEventListener('abort', s.onAbort, { once: true });
+    try {
+      await s.cmd('run');
+    } catch (e) {
+      await s.close();
+      throw e;
+    }
+    return s;
+  }
+
+  /** Runs one guestfish command; rejects with GuestfsError on failure. */
+  cmd(...command: string[]): Promise<string> {
+    if (this.closed) return Promise.reject(new OperationError('guestfs session is closed', false));
+    this.commands++;
+    return new Promise((resolve, reject) => {
+      const child = spawn(GUESTFISH, [`--remote=${this.pid}`, '--', ...command], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
+      child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
+      child.on('error', reject);
+      child.on('close', (code) => {
+        if (this.signal?.aborted) return reject(this.signal.reason instanceof Error ? this.signal.reason : new Error('aborted'));
+        if (code === 0) resolve(out);
+        else reject(new GuestfsError(command, err));
+      });
+    });
+  }
+
+  /** A command whose failure is an answer (is-file on a missing dir, blkid on a bare disk). */
+  async tryCmd(...command: string[]): Promise<string | undefined> {
+    try { return await this.cmd(...command); } catch (e) { if (e instanceof GuestfsError) return undefined; throw e; }
+  }
+
+  lines(out: string | undefined): string[] {
+    return (out || '').split('\n').map((l) => l.trim()).filter(Boolean);
+  }
+
+  async isFile(p: string): Promise<boolean> { return (await this.tryCmd('is-file', p, 'followsymlinks:true'))?.trim() === 'true'; }
+  async isDir(p: string): Promise<boolean> { return (await this.tryCmd('is-dir', p, 'followsymlinks:true'))?.trim() === 'true'; }
+  async exists(p: string): Promise<boolean> { return (await this.tryCmd('exists', p))?.trim() === 'true'; }
+
+  /** `blkid` as a key/value map. */
+  async blkid(dev: string): Promise<Record<string, string>> {
+    const out = await this.tryCmd('blkid', dev);
+    const r: Record<string, string> = {};
+    for (const l of this.lines(out)) { const i = l.indexOf(': '); if (i > 0) r[l.slice(0, i)] = l.slice(i + 2); }
+    return r;
+  }
+
+  /** Stops the server (and with it the appliance); safe to call twice. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.signal?.removeEventListener('abort', this.onAbort!);
+    if (this.errFile) rmSync(this.errFile, { force: true });
+    await new Promise<void>((r) => execFile(GUESTFISH, [`--remote=${this.pid}`, '--', 'exit'], { env: this.env }, () => r()));
+    // Wait for the server to go, so the disk files are no longer open when the caller renames or checks them.
+    for (let i = 0; i < 100; i++) {
+      try { process.kill(this.pid, 0); } catch { return; }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    try { process.kill(this.pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+
+}

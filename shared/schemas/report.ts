@@ -1,0 +1,51 @@
+// report.json: what a pipeline run did. The seed names only the file; this shape is ours, documented as JSON
+// Schema in docs/report-schema.json (generated from this joi schema by scripts/... toJsonSchema).
+import Joi from 'joi';
+
+const stageReport = Joi.object({
+  enabled: Joi.boolean().required(),
+  success: Joi.boolean().allow(null).required().description('null when the stage did not run'),
+  started_at: Joi.string().isoDate(),
+  duration_seconds: Joi.number().min(0),
+  result: Joi.object().unknown(true),
+  error: Joi.string(),
+  skipped_reason: Joi.string(),
+});
+
+export const reportSchema = Joi.object({
+  report_version: Joi.string().valid('1.0').required(),
+  manifest_version: Joi.string().required(),
+  tool: Joi.string().required(),
+  started_at: Joi.string().isoDate().required(),
+  finished_at: Joi.string().isoDate().required(),
+  duration_seconds: Joi.number().min(0).required(),
+  dry_run: Joi.boolean().required(),
+  success: Joi.boolean().required(),
+  source: Joi.object().unknown(true),
+  stages: Joi.object({ inspect: stageReport, convert: stageReport, fix: stageReport, validate: stageReport }).required(),
+  artifacts: Joi.array().items(Joi.object({
+    disk_id: Joi.string().required(),
+    path: Joi.string().required(),
+    format: Joi.string().required(),
+    boot_order: Joi.number().integer().required(),
+    source_path: Joi.string().required(),
+    source_format: Joi.string().required(),
+    source_sha256: Joi.string(),
+    virtual_size: Joi.number().integer(),
+    file_size: Joi.number().integer(),
+    actual_size: Joi.number().integer(),
+    sha256: Joi.string(),
+    compressed: Joi.boolean(),
+    modified_by_fix: Joi.boolean(),
+  }).unknown(true)).required(),
+  warnings: Joi.array().items(Joi.string()).required(),
+  errors: Joi.array().items(Joi.string()).required(),
+  summary: Joi.object({
+    disks: Joi.number().integer(),
+    stages_run: Joi.array().items(Joi.string()),
+    stages_failed: Joi.array().items(Joi.string()),
+    total_source_bytes: Joi.number().integer(),
+    total_output_bytes: Joi.number().integer(),
+    message: Joi.string(),
+  }).unknown(true).required(),
+}).label('Report');
