@@ -1,0 +1,190 @@
+// ferry-convert --config file.yaml | --manifest file.json [--output-dir DIR]
+// Modes: local, fetch-and-fix (disk fetched over SSH first), manager_export (not available yet); batch files.
+// Exit codes: 0 all migrations succeeded; 1 a migration failed; 2 bad usage, configuration or manifest;
+// 3 the requested mode is not available in this build. See docs/pipeline.md for precedence rules.
+import { promises as fs, appendFileSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { imageInfo } from '../../shared/qemu';
+import { ConfigError, ConverterConfig, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
+import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
+import { runPipeline, StageName } from './pipeline';
+import { fetchRemote } from './fetch';
+
+export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
+
+const FORMAT_BY_EXT: Record<string, string> = { '.vmdk': 'vmdk', '.qcow2': 'qcow2', '.raw': 'raw', '.img': 'raw', '.vhd': 'vhd', '.vhdx': 'vhdx', '.vdi': 'vdi' };
+const VERBOSE: Record<string, number> = { DEBUG: 3, INFO: 1, WARNING: 1, ERROR: 0 };
+
+interface Out { line(s: string): void; progress(label: string, pct: number, msg: string): void; done(): void }
+
+/** A live bar on a terminal, plain lines (stage changes and every 10%) otherwise. */
+function output(stream: NodeJS.WriteStream, logFile?: string): Out {
+  const tty = !!stream.isTTY;
+  let last = '';
+  let barShown = false;
+  const file = (s: string) => { if (logFile) appendFileSync(logFile, `${new Date().toISOString()} ${s}\n`); };
+  return {
+    line(s) { if (barShown) { stream.write('\r\x1b[K'); barShown = false; } stream.write(s + '\n'); file(s); },
+    progress(label, pct, msg) {
+      if (tty) {
+        const w = 30;
+        const n = Math.round((pct / 100) * w);
+        stream.write(`\r\x1b[K${label} [${'#'.repeat(n)}${'.'.repeat(w - n)}] ${String(pct).padStart(3)}% ${msg.slice(0, 50)}`);
+        barShown = true;
+      } else {
+        const key = `${label} ${msg.split(' ')[0]} ${Math.floor(pct / 10)}`;
+        if (key !== last) { last = key; stream.write(`${label} ${pct}% ${msg}\n`); }
+      }
+    },
+    done() { if (barShown) stream.write('\n'); barShown = false; },
+  };
+}
+
+/** One migration's settings (config keys, then the batch entry's overrides) as a manifest. */
+export async function manifestFromSettings(s: Record<string, any>, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
+  const src = path.resolve(baseDir, s.vmdk);
+  const info = await imageInfo(src).catch((e) => { throw new ConfigError(`vmdk: ${e.message}`, [{ path: 'vmdk', message: e.message }]); });
+  const fmt = FORMAT_BY_EXT[path.extname(src).toLowerCase()] || info.format;
+  const stem = String(s.to_output).replace(/\.[^.]+$/, '');
+  const warnings = [...extraWarnings];
+  if (s.virt_test) warnings.push('virt_test is not available in this build (no local virtualization host); the test boot was not run');
+  const doc = {
+    manifest_version: '1.0',
+    source: { provider: 'ferry-convert', vm_name: s.vm_name, export_method: s.command },
+    disks: [{ id: stem.replace(/[^a-zA-Z0-9_-]/g, '_') || 'disk', source_format: fmt, bytes: info['virtual-size'], local_path: src, boot_order_hint: 0, disk_type: 'boot' }],
+    pipeline: {
+      inspect: { enabled: true, collect_guest_info: true },
+      convert: { enabled: true, compress: !!s.compress, ...(s.compress && s.compression_level ? { compress_level: s.compression_level } : {}) },
+      fix: {
+        enabled: true, backup: true, fstab_mode: 'stabilize-all', update_grub: s.update_grub ?? true, regen_initramfs: s.regen_initramfs ?? true,
+        remove_source_hv_tools: false,
+      },
+      validate: { enabled: true, check_image_integrity: true },
+    },
+    output: { directory: path.resolve(baseDir, s.output_dir), format: s.out_format || 'qcow2', filename: s.to_output },
+    options: { dry_run: !!s.dry_run, verbose: VERBOSE[s.log_level || 'INFO'], report: { enabled: true, path: s.report_path || 'report.json' } },
+    warnings: warnings.map((message) => ({ stage: 'config', message })),
+  };
+  const m = validateManifest(doc);
+  // Config-only settings the manifest schema has no key for: uuid-only/preserve modes, xfs, Windows drivers.
+  const fix = m.pipeline!.fix!;
+  fix.fstab_mode = s.fstab_mode === 'preserve' ? 'noop' : s.fstab_mode || 'stabilize-all';
+  if (s.xfs_regenerate_uuid) fix.xfs_regenerate_uuid = true;
+  if (s.inject_virtio_drivers) { fix.inject_virtio_drivers = true; fix.windows_version = s.windows_version !== undefined ? String(s.windows_version) : undefined; }
+  return m;
+}
+
+async function runOne(label: string, s: Record<string, any>, baseDir: string, out: Out): Promise<{ ok: boolean; report?: any; error?: string }> {
+  let fetched: string | undefined;
+  try {
+    const warn: string[] = [];
+    if (s.command === 'fetch-and-fix') {
+      const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir, '.ferry-fetch'));
+      out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
+      const r = await fetchRemote({ host: s.host, port: s.port, user: s.user, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote, destDir: dir, timeoutSeconds: s.timeout, retries: s.network_retry },
+        (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
+      fetched = r.path;
+      out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
+      s = { ...s, vmdk: fetched };
+    }
+    const m = await manifestFromSettings(s, baseDir, warn);
+    const report = await runPipeline(m, {
+      parallelStreams: s.parallel_streams,
+      onProgress: (stage: StageName, pct, msg) => out.progress(label, pct, `${stage}: ${msg}`),
+      log: (_lvl, msg) => out.line(`${label}: ${msg}`),
+    });
+    out.done();
+    if (fetched && !s.keep_original && report.success) await fs.rm(fetched, { force: true });
+    for (const w of report.warnings) out.line(`${label}: warning: ${w}`);
+    out.line(`${label}: ${report.success ? 'OK' : 'FAILED'}: ${report.summary.message}${report.report_path ? ` (report ${report.report_path})` : ''}`);
+    return { ok: report.success, report };
+  } catch (e) {
+    out.done();
+    if (e instanceof ConfigError || e instanceof ManifestError) throw e;
+    out.line(`${label}: FAILED: ${(e as Error).message}`);
+    return { ok: false, error: (e as Error).message };
+  }
+}
+
+/** Runs `items` with at most `n` at a time; stops starting new ones when `stop()` says so. */
+async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promise<R>, stop: () => boolean): Promise<(R | undefined)[]> {
+  const res: (R | undefined)[] = new Array(items.length).fill(undefined);
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(n, items.length) }, async () => {
+    while (next < items.length && !stop()) { const i = next++; res[i] = await fn(items[i], i); }
+  }));
+  return res;
+}
+
+export async function main(argv: string[], stdout = process.stdout, stderr = process.stderr): Promise<number> {
+  const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
+  const configPath = arg('--config');
+  const manifestPath = arg('--manifest');
+  if (argv.includes('--help') || (!configPath && !manifestPath)) {
+    (configPath || manifestPath || argv.includes('--help') ? stdout : stderr).write('usage: ferry-convert --config file.yaml\n       ferry-convert --manifest manifest.json [--output-dir DIR]\n');
+    return argv.includes('--help') ? EXIT.ok : EXIT.usage;
+  }
+  try {
+    if (manifestPath) {
+      const doc = JSON.parse(readFileSync(manifestPath, 'utf8'));
+      const m = validateManifest(doc);
+      const out = output(stderr);
+      const report = await runPipeline(m, { outputDir: arg('--output-dir'), onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg) });
+      out.done();
+      stdout.write(JSON.stringify(report, null, 2) + '\n');
+      return report.success ? EXIT.ok : EXIT.failed;
+    }
+    const baseDir = path.dirname(path.resolve(configPath!));
+    const cfg: ConverterConfig = validateConfig(yaml.load(readFileSync(configPath!, 'utf8')));
+    const out = output(stderr, cfg.log_file && path.resolve(baseDir, cfg.log_file));
+    if (cfg.command === 'manager_export') {
+      out.line(`manager_export is not available yet: exporting VM "${cfg.vm_name}" from ${cfg.manager_host} needs the remote-manager integration, which this build does not include`);
+      return EXIT.unavailable;
+    }
+    const { batch_manifest, batch_parallel, batch_continue_on_error, ...common } = cfg;
+    if (!batch_manifest) {
+      const r = await runOne(String(cfg.to_output), { ...common }, baseDir, out);
+      if (r.report) stdout.write(JSON.stringify(r.report.summary) + '\n');
+      return r.ok ? EXIT.ok : EXIT.failed;
+    }
+    const batchPath = path.resolve(baseDir, batch_manifest);
+    const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')));
+    let failedOnce = false;
+    const t0 = Date.now();
+    const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {
+      // Precedence: batch entry > configuration file; each entry gets its own report file.
+      const s: Record<string, any> = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
+      if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
+      if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
+      const r = await runOne(`[${i + 1}/${batch.migrations.length}] ${entry.to_output}`, s, baseDir, out);
+      if (!r.ok) failedOnce = true;
+      return { index: i, to_output: entry.to_output, ok: r.ok, error: r.error || r.report?.errors?.[0], report: r.report?.report_path, seconds: r.report?.duration_seconds };
+    }, () => failedOnce && !batch_continue_on_error);
+    const summary = {
+      total: results.length,
+      succeeded: results.filter((r) => r?.ok).length,
+      failed: results.filter((r) => r && !r.ok).length,
+      not_run: results.filter((r) => !r).length,
+      duration_seconds: (Date.now() - t0) / 1000,
+      migrations: results.map((r, i) => r || { index: i, to_output: batch.migrations[i].to_output, ok: false, error: 'not run: an earlier migration failed and batch_continue_on_error is false' }),
+    };
+    const summaryDir = path.resolve(baseDir, String(common.output_dir || path.dirname(batchPath)));
+    await fs.mkdir(summaryDir, { recursive: true });
+    await fs.writeFile(path.join(summaryDir, 'batch-summary.json'), JSON.stringify(summary, null, 2) + '\n');
+    out.line(`batch: ${summary.succeeded} succeeded, ${summary.failed} failed, ${summary.not_run} not run (${summary.duration_seconds.toFixed(1)} s)`);
+    stdout.write(JSON.stringify({ total: summary.total, succeeded: summary.succeeded, failed: summary.failed, not_run: summary.not_run }) + '\n');
+    return summary.succeeded === summary.total ? EXIT.ok : EXIT.failed;
+  } catch (e) {
+    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError || (e as any)?.name === 'YAMLException' || (e as any)?.code === 'ENOENT') {
+      stderr.write(`ferry-convert: ${(e as Error).message}\n`);
+      return EXIT.usage;
+    }
+    stderr.write(`ferry-convert: ${(e as Error).message}\n`);
+    return EXIT.failed;
+  }
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2)).then((code) => process.exit(code), (e) => { process.stderr.write(`ferry-convert: ${e?.message || e}\n`); process.exit(1); });
+}

@@ -1,0 +1,99 @@
+// The converter's YAML configuration file and JSON batch file (seed: manifest-and-converter-options.md).
+// `${NAME}` values are replaced from the environment before validation; an unset NAME is an error naming it.
+import Joi from 'joi';
+import { OUTPUT_FORMATS } from './common';
+
+export const CONFIG_FSTAB_MODES = ['stabilize-all', 'uuid-only', 'preserve'] as const;
+const path = Joi.string().min(1).max(4096);
+
+/** Keys a batch entry may override, and that the config file may set for every entry. */
+const perMigration = {
+  vmdk: path,
+  to_output: Joi.string().pattern(/^[^/\0]+$/).messages({ 'string.pattern.base': '{{#label}} must be a file name without "/"' }),
+  out_format: Joi.string().valid(...OUTPUT_FORMATS),
+  compress: Joi.boolean(),
+  compression_level: Joi.number().integer().min(1).max(9),
+  fstab_mode: Joi.string().valid(...CONFIG_FSTAB_MODES),
+  regen_initramfs: Joi.boolean(),
+  update_grub: Joi.boolean(),
+  xfs_regenerate_uuid: Joi.boolean(),
+  inject_virtio_drivers: Joi.boolean(),
+  windows_version: Joi.alternatives(Joi.string().valid('2012', '2016', '2019', '2022', '10', '11'), Joi.number().valid(2012, 2016, 2019, 2022, 10, 11)),
+  virt_test: Joi.boolean(),
+  vm_name: Joi.string(),
+  memory: Joi.number().integer().min(1),
+  vcpus: Joi.number().integer().min(1),
+  keep_original: Joi.boolean(),
+  remote: path,
+  output_dir: path,
+};
+
+export const converterConfigSchema = Joi.object({
+  command: Joi.string().valid('local', 'fetch-and-fix', 'manager_export').required(),
+  ...perMigration,
+  log_level: Joi.string().valid('DEBUG', 'INFO', 'WARNING', 'ERROR').default('INFO'),
+  log_file: path,
+  conversion_dir: path,
+  parallel_streams: Joi.number().integer().min(1).max(16),
+  host: Joi.string().max(255),
+  port: Joi.number().integer().min(1).max(65535).description('ssh port (extension; "host:port" also works)'),
+  user: Joi.string().max(64),
+  identity: path,
+  timeout: Joi.number().integer().min(1).default(3600),
+  network_retry: Joi.number().integer().min(0).max(20).default(2),
+  manager_host: Joi.string(),
+  manager_user: Joi.string(),
+  manager_password: Joi.string(),
+  batch_manifest: path,
+  batch_parallel: Joi.number().integer().min(1).max(64).default(1),
+  batch_continue_on_error: Joi.boolean().default(false),
+  dry_run: Joi.boolean().default(false).description('extension: run the pipeline without writing anything'),
+})
+  .when(Joi.object({ command: 'local', batch_manifest: Joi.forbidden() }).unknown(), { then: Joi.object({ vmdk: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }) })
+  .when(Joi.object({ command: 'fetch-and-fix', batch_manifest: Joi.forbidden() }).unknown(), { then: Joi.object({ host: Joi.required(), user: Joi.required(), remote: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }) })
+  .when(Joi.object({ command: 'manager_export' }).unknown(), { then: Joi.object({ manager_host: Joi.required(), vm_name: Joi.required() }) })
+  .unknown(false)
+  .label('ConverterConfig');
+
+export const batchSchema = Joi.object({
+  migrations: Joi.array().min(1).items(Joi.object({ ...perMigration, to_output: perMigration.to_output.required() })
+    .or('vmdk', 'remote').unknown(false)).required(),
+}).label('BatchFile');
+
+export type ConverterConfig = Record<string, any> & { command: 'local' | 'fetch-and-fix' | 'manager_export' };
+
+export class ConfigError extends Error {
+  constructor(message: string, public problems: { path: string; message: string }[] = []) { super(message); this.name = 'ConfigError'; }
+}
+
+/** Replaces `${NAME}` in every string value; an unset NAME is an error naming the key and NAME (never the value). */
+export function substituteEnv(doc: unknown, env: NodeJS.ProcessEnv = process.env, at = ''): unknown {
+  if (typeof doc === 'string') {
+    return doc.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+      const v = env[name];
+      if (v === undefined || v === '') throw new ConfigError(`${at || 'value'}: environment variable ${name} is not set`, [{ path: at, message: `environment variable ${name} is not set` }]);
+      return v;
+    });
+  }
+  if (Array.isArray(doc)) return doc.map((x, i) => substituteEnv(x, env, `${at}[${i}]`));
+  if (doc && typeof doc === 'object') return Object.fromEntries(Object.entries(doc).map(([k, v]) => [k, substituteEnv(v, env, at ? `${at}.${k}` : k)]));
+  return doc;
+}
+
+function check<T>(schema: Joi.Schema, doc: unknown, what: string): T {
+  const { value, error } = schema.validate(doc, { abortEarly: false });
+  if (error) {
+    const problems = error.details.map((d) => ({ path: d.path.map((p) => (typeof p === 'number' ? `[${p}]` : p)).join('.').replace(/\.\[/g, '['), message: d.message }));
+    throw new ConfigError(`invalid ${what}: ${problems.map((p) => p.message).join('; ')}`, problems);
+  }
+  return value as T;
+}
+
+export function validateConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): ConverterConfig {
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError('invalid configuration file: the top level must be a mapping of keys');
+  return check<ConverterConfig>(converterConfigSchema, substituteEnv(doc, env), 'configuration file');
+}
+
+export function validateBatch(doc: unknown, env: NodeJS.ProcessEnv = process.env): { migrations: Record<string, any>[] } {
+  return check(batchSchema, substituteEnv(doc, env), 'batch file');
+}
