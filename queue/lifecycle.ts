@@ -18,7 +18,7 @@ export interface Lease { job_id: string; queue: string; token: string; record: J
 export function requirementsOf(spec: JobSpec): Requirements {
   const op = OPERATIONS[spec.operation];
   return {
-    capabilities: normalizeCaps([...(op?.capabilities || []), ...(spec.requirements?.capabilities || [])]),
+    capabilities: normalizeCaps([...(op?.capabilitiesFor?.(spec.parameters) ?? op?.capabilities ?? []), ...(spec.requirements?.capabilities || [])]),
     execution_mode: spec.requirements?.execution_mode,
   };
 }

@@ -2,12 +2,15 @@
 // them in services/worker/operations; this table is what the API validates against and routes by.
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
+import { manifestSchema } from './schemas/manifest';
 
 export interface OperationDef {
   capabilities: string[];
   needsImage: boolean;
   parameters: Joi.ObjectSchema;
   description: string;
+  /** When present, the capabilities depend on the validated parameters (migrate: on its enabled stages). */
+  capabilitiesFor?: (parameters: any) => string[];
 }
 
 const convertParameters = Joi.object({
@@ -36,7 +39,27 @@ const managerParameters = {
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
 };
 
+/** migrate: convert needs img_tool; fix (or inspect with collect_guest_info) needs mount_operations. */
+export function migrateCapabilities(p: { manifest?: { pipeline?: Record<string, any> } }): string[] {
+  const st = p?.manifest?.pipeline;
+  if (!st) return ['img_tool'];
+  const caps = new Set<string>();
+  if (st.convert?.enabled || st.validate?.enabled) caps.add('img_tool');
+  if (st.fix?.enabled || (st.inspect?.enabled && st.inspect?.collect_guest_info)) caps.add('mount_operations');
+  return [...caps];
+}
+
 export const OPERATIONS: Record<string, OperationDef> = {
+  migrate: {
+    capabilities: ['img_tool'],
+    capabilitiesFor: migrateCapabilities,
+    needsImage: false,
+    parameters: Joi.object({
+      manifest: manifestSchema.required(),
+      output_dir: absolutePath.description('used when manifest.output.directory is absent'),
+    }),
+    description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
+  },
   convert: {
     capabilities: ['img_tool'],
     needsImage: true,

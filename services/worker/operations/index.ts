@@ -2,11 +2,13 @@
 import type { Operation } from './types';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
+import { migrate, cleanupMigrate } from './migrate';
 import { remoteUnavailable } from './remote';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void> }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
+  migrate: { run: migrate, cleanup: cleanupMigrate },
   export: { run: remoteUnavailable },
   migrate_vm: { run: remoteUnavailable },
 };

@@ -1,0 +1,41 @@
+// Operation "migrate": runs a manifest through the pipeline on this worker; each stage's progress becomes a
+// ProgressEvent (phase = stage name) and report.json is the job's result. A failed stage fails the job
+// (not retryable: the same manifest would fail again) with the report still written.
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { OperationError } from '../../../shared/errors';
+import type { Manifest } from '../../../shared/schemas/manifest';
+import { outputNames, runPipeline } from '../../converter/pipeline';
+import { throttle, type Operation } from './types';
+
+export const migrate: Operation = async (ctx) => {
+  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string };
+  const due = throttle(250);
+  let last: Promise<void> = Promise.resolve();
+  let lastStage = '';
+  const report = await runPipeline(p.manifest, {
+    outputDir: p.output_dir,
+    signal: ctx.signal,
+    tool: `ferry-worker ${ctx.workerId}`,
+    onProgress: (stage, pct, message, details) => {
+      if (stage === lastStage && !due(pct)) return;
+      lastStage = stage;
+      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(() => undefined);
+    },
+    log: (_l, m) => ctx.log.info(m, { job_id: ctx.spec.job_id }),
+  });
+  await last;
+  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, false);
+  return report;
+};
+
+/** The pipeline removes its own partial files; on cancel after completion the outputs go too. */
+export async function cleanupMigrate(spec: { parameters: any }, includeOutput: boolean) {
+  const m = spec.parameters?.manifest as Manifest | undefined;
+  const dir = m?.output?.directory || spec.parameters?.output_dir;
+  if (!m || !dir) return;
+  for (const out of outputNames(m, dir).values()) {
+    await fs.rm(path.join(path.dirname(out), `.${path.basename(out)}.partial`), { force: true });
+    if (includeOutput) await fs.rm(out, { force: true });
+  }
+}
