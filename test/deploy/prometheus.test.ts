@@ -179,6 +179,21 @@ describe('deploy: Prometheus and Grafana against the running services', function
     expect(await v('sum(ferry_worker_jobs_total{operation="convert",outcome="completed"})')).to.equal(1);
   });
 
+  it('the autoscaling queries (KEDA ScaledObject, prometheus-adapter rule) parse and return the queue depth', async () => {
+    const k8s = path.join(ROOT, 'deploy', 'k8s', 'scaling');
+    const keda = yaml.loadAll(readFileSync(path.join(k8s, 'keda-scaledobject.yaml'), 'utf8')) as any[];
+    for (const so of keda) {
+      const r = await query(so.spec.triggers[0].metadata.query);
+      expect(r.status, `${so.metadata.name}: ${r.error}`).to.equal('success');
+      if (so.metadata.name === 'ferry-worker') expect(r.data!.result.length, so.metadata.name).to.equal(1);
+    }
+    const adapter = (yaml.loadAll(readFileSync(path.join(k8s, 'hpa.yaml'), 'utf8')) as any[]).find((d) => d.kind === 'ConfigMap');
+    const rule = (yaml.load(adapter.data['config.yaml']) as any).externalRules[0];
+    const r = await query(rule.metricsQuery.replace('<<.LabelMatchers>>', 'queue="jobs.lvm_tools"'));
+    expect(r.status, r.error).to.equal('success');
+    expect(Number(r.data!.result[0]?.value[1])).to.equal(1); // the stuck job
+  });
+
   it('every alert expression parses and evaluates; the no-matching-worker condition holds for the stuck queue', async () => {
     const files = readdirSync(path.join(PROM_DIR, 'rules')).filter((f) => f.endsWith('.yml'));
     const rules = files.flatMap((f) => (yaml.load(readFileSync(path.join(PROM_DIR, 'rules', f), 'utf8')) as any).groups.flatMap((g: any) => g.rules));
