@@ -38,9 +38,11 @@ export async function startWorker(o: WorkerOptions) {
   const me = { worker_id: o.workerId, capabilities: o.capabilities, execution_mode: o.executionMode };
   const running = new Map<string, Running>();
   let stopping = false;
-  // Every idle slot waits here; an `enqueued` message wakes them all (one shared callback would wake only the
-  // slot that went to sleep last, leaving the others on the 1 s poll while jobs wait).
+  // Idle slots wait here (they also poll every second). Each `enqueued` message (one per job) wakes the slot
+  // that has slept longest: every slot gets its turn, and one job does not send every idle slot to Redis for
+  // nothing. Shutdown wakes them all.
   const sleepers = new Set<() => void>();
+  const wakeOne = () => { const w = sleepers.values().next().value; w?.(); };
   const wake = () => { for (const w of [...sleepers]) w(); };
 
   const metrics = createRegistry('worker');
@@ -64,7 +66,7 @@ export async function startWorker(o: WorkerOptions) {
     const r = running.get(String(id));
     if (r) { r.why = 'cancel'; r.abort.abort(new Error('cancelled')); }
   });
-  await bus.on(bus.k.chanEnqueued, () => wake());
+  await bus.on(bus.k.chanEnqueued, () => wakeOne());
 
   let queues: string[] = [];
   let queuesAt = 0;
