@@ -53,9 +53,11 @@ const withPart = (disk: string | undefined, part: string | undefined) => disk &&
  */
 export function resolveSpec(spec: string, ctx: FstabContext, mountpoint?: string): string | undefined {
   let m = /^\/dev\/(?:sd|vd|hd|xvd)([a-z]+)(\d*)$/.exec(spec);
-  if (m) return withPart(ctx.disks[letterIndex(m[1])], m[2]);
+  const byName = m ? withPart(ctx.disks[letterIndex(m[1])], m[2]) : undefined;
+  if (byName) return byName;
   m = /^\/dev\/nvme(\d+)n\d+(?:p(\d+))?$/.exec(spec);
-  if (m) return withPart(ctx.disks[Number(m[1])], m[2]);
+  const byNvme = m ? withPart(ctx.disks[Number(m[1])], m[2]) : undefined;
+  if (byNvme) return byNvme;
   if (spec.startsWith('/dev/disk/by-path/')) {
     const part = /-part(\d+)$/.exec(spec)?.[1];
     const scsi = /-scsi-(\d+):(\d+):(\d+):(\d+)/.exec(spec);
