@@ -93,6 +93,13 @@ export class Api {
   }
 }
 
+/** Redis refused or is unreachable (a failover, a restart): the caller may retry, so 503 rather than 500. */
+export function isStorageError(err: any): boolean {
+  const name = String(err?.name || '');
+  return ['ReplyError', 'MaxRetriesPerRequestError', 'ClusterAllFailedError', 'AbortError'].includes(name)
+    || /Connection is closed|ECONNREFUSED|ECONNRESET|Cluster redirections|CLUSTERDOWN|LOADING|MOVED|TRYAGAIN/.test(String(err?.message || ''));
+}
+
 export interface AppOptions {
   log: Logger;
   metrics?: HttpMetrics;
@@ -111,8 +118,9 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);
     } catch (err: any) {
-      const status = err instanceof ApiError ? err.status : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : 'internal error';
+      const storage = !(err instanceof ApiError) && isStorageError(err);
+      const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
+      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? `storage unavailable, try again: ${err.message}` : 'internal error';
       if (status === 405) message = `method ${ctx.method} is not allowed on ${ctx.path}`;
       if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
       ctx.status = status;
