@@ -55,7 +55,7 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
   }
   if (os === 'linux') {
     if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
-    const status = (await g.isFile('/var/lib/dpkg/status')) ? await g.tryCmd('cat', '/var/lib/dpkg/status') : '';
+    const status = (await g.isFile('/var/lib/dpkg/status')) ? await g.read('/var/lib/dpkg/status').catch(() => '') : '';
     for (const p of HV_TOOL_PACKAGES) if (new RegExp(`^Package: ${p}$`, 'm').test(status || '')) info.hypervisor_tools.push(p);
     for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
     for (const t of INITRAMFS_TOOLS) if (await firstFile(g, t.paths)) { info.initramfs_tool = t.tool; break; }
@@ -122,7 +122,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
   const mode = (o.fstab_mode === 'preserve' ? 'noop' : o.fstab_mode) as FstabMode;
   if (!(await g.isFile('/etc/fstab'))) act({ action: 'fstab', status: 'warning', detail: '/etc/fstab not found in the guest' });
   else {
-    const before = await g.cmd('cat', '/etc/fstab');
+    const before = await g.read('/etc/fstab');
     const res = rewriteFstab(before, mode, ctx);
     for (const w of res.warnings) act({ action: 'fstab', status: 'warning', detail: w });
     r.fstab_changes = res.changes;
@@ -142,7 +142,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     let edited = 0;
     for (const f of files) {
       if (!(await g.isFile(f))) continue;
-      const text = await g.cmd('cat', f);
+      const text = await g.read(f);
       const res = rewriteKernelArgs(text, mode === 'noop' ? 'stabilize-all' : mode, ctx);
       if (!res.changes.length) continue;
       const bak = await backup(f);
@@ -168,7 +168,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     else if (!info.kernels.length) act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} is installed but /lib/modules has no kernel; nothing to regenerate` });
     else if (o.dry_run) act({ action: 'regen_initramfs', status: 'would_do', detail: `would add virtio drivers and run ${t.tool} for ${info.kernels.join(', ')}` });
     else {
-      if (t.conf) { const cur = (await g.isFile(t.conf.path)) ? await g.cmd('cat', t.conf.path) : ''; if (!cur.includes('virtio_blk')) await write(t.conf.path, cur + t.conf.text); }
+      if (t.conf) { const cur = (await g.isFile(t.conf.path)) ? await g.read(t.conf.path) : ''; if (!cur.includes('virtio_blk')) await write(t.conf.path, cur + t.conf.text); }
       for (const k of info.kernels) {
         try { await g.cmd('command', t.args(k).join(' ')); r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `${t.tool} for ${k}` }); }
         catch (e) { act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} failed for ${k}: ${(e as Error).message}` }); }
@@ -211,7 +211,7 @@ async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a: FixAc
   const name = c.hostname?.name ?? c.hostname?.hostname;
   if (typeof name === 'string' && /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/.test(name)) {
     await write('/etc/hostname', `${name}\n`);
-    const hosts = (await g.isFile('/etc/hosts')) ? await g.cmd('cat', '/etc/hosts') : '127.0.0.1\tlocalhost\n';
+    const hosts = (await g.isFile('/etc/hosts')) ? await g.read('/etc/hosts') : '127.0.0.1\tlocalhost\n';
     const short = name.split('.')[0];
     const line = `127.0.1.1\t${name}${short !== name ? ` ${short}` : ''}`;
     const next = /^127\.0\.1\.1\s.*$/m.test(hosts) ? hosts.replace(/^127\.0\.1\.1\s.*$/m, line) : `${hosts.replace(/\n?$/, '\n')}${line}\n`;

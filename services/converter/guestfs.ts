@@ -96,6 +96,12 @@ export class GuestSession {
     return (out || '').split('\n').map((l) => l.trim()).filter(Boolean);
   }
 
+  /** File contents exactly: guestfish prints a newline after every string result, so one is taken off. */
+  async read(p: string): Promise<string> {
+    const out = await this.cmd('cat', p);
+    return out.endsWith('\n') ? out.slice(0, -1) : out;
+  }
+
   async isFile(p: string): Promise<boolean> { return (await this.tryCmd('is-file', p, 'followsymlinks:true'))?.trim() === 'true'; }
   async isDir(p: string): Promise<boolean> { return (await this.tryCmd('is-dir', p, 'followsymlinks:true'))?.trim() === 'true'; }
   async exists(p: string): Promise<boolean> { return (await this.tryCmd('exists', p))?.trim() === 'true'; }
