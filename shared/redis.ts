@@ -64,6 +64,7 @@ export function keys(prefix = config.prefix) {
     scheduleStats: (id: string) => `${prefix}:schedule:${id}:stats`,
     chanSchedules: `${prefix}:bus:schedules`,
     webhooks: `${prefix}:webhooks`,
+    webhookStats: `${prefix}:webhooks:stats`,
     webhookDeliveries: (id: string) => `${prefix}:webhook:${id}:deliveries`,
     webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
   };

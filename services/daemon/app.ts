@@ -81,6 +81,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const httpMetrics = new HttpMetrics(metrics);
   registerJobMetrics(metrics, store, registry);
   let hub: WsHub | undefined;
+  registerComputed(metrics, 'svc_webhook_deliveries_total', 'Webhook delivery attempts by outcome (delivered, retrying, failed), all notifiers', 'counter', async () => {
+    const s = await redis.hgetall(store.k.webhookStats);
+    return ['delivered', 'retrying', 'failed'].map((status) => ({ labels: { status }, value: Number(s[status] || 0) }));
+  });
   registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
 
   const counts = async () => {

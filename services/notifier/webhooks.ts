@@ -112,6 +112,8 @@ export class WebhookStore {
     const m = this.redis.multi();
     if (onlyIfNew) m.hsetnx(this.k.webhookDeliveries(d.webhook_id), d.delivery_id, JSON.stringify(d));
     else m.hset(this.k.webhookDeliveries(d.webhook_id), d.delivery_id, JSON.stringify(d));
+    // Attempt outcomes, cluster-wide, for svc_webhook_deliveries_total (exported by the daemon).
+    if (d.status !== 'pending') m.hincrby(this.k.webhookStats, d.status, 1);
     await m
       .zadd(this.k.webhookDeliveryOrder(d.webhook_id), Date.parse(d.created_at), d.delivery_id)
       .exec();

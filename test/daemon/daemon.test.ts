@@ -361,6 +361,11 @@ describe('daemon API (8080), scheduler and notifier', function () {
       const slog = await until(async () => { const d = (await req(B, 'GET', `/webhooks/${idx('/slow')}/deliveries`)).body.deliveries; return d[0]?.status === 'failed' && d; }, 15000, 'slow log');
       expect(slog[0].attempts).to.equal(2);
       expect(slog[0].last_error).to.include('timed out');
+      const met = (await req(B, 'GET', '/metrics')).text;
+      const count = (st: string) => Number(new RegExp(`svc_webhook_deliveries_total\\{status="${st}",service="daemon"\\} (\\d+)`).exec(met)?.[1]);
+      expect(count('failed')).to.be.at.least(1);
+      expect(count('retrying')).to.be.at.least(2);
+      expect(count('delivered')).to.be.at.least(4);
       const t = await req(B, 'POST', '/webhooks/test', { index: idx('/ok') });
       expect(t.body.delivery_ids).to.have.length(1);
       await until(async () => received.some((x) => x.path === '/ok' && JSON.parse(x.body).event === 'webhook.test'), 10000, 'test delivery');
