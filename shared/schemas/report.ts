@@ -1,5 +1,5 @@
 // report.json: what a pipeline run did. The seed names only the file; this shape is ours, documented as JSON
-// Schema in docs/report-schema.json (generated from this joi schema by scripts/... toJsonSchema).
+// Schema in docs/report-schema.json, generated from this joi schema with shared/openapi.ts toJsonSchema.
 import Joi from 'joi';
 
 const stageReport = Joi.object({
