@@ -56,39 +56,25 @@ function convert(d: D): D {
       if (rule('max')) out.maxItems = rule('max')!.args.limit;
       break;
     }
-    case 'alternatives': {
-      const alts: D[] = [];
-      for (const m of d.matches || []) {
-        if (m.schema) alts.push(convert(m.schema));
-        if (m.then) alts.push(convert(m.then));
-        if (m.otherwise) alts.push(convert(m.otherwise));
-        for (const s of m.switch || []) {
-          if (s.then) alts.push(convert(s.then));
-          if (s.otherwise) alts.push(convert(s.otherwise));
-        }
-      }
-      if (alts.length) out.oneOf = alts;
-      break;
-    }
+    case 'alternatives':
     case 'any': {
-      // Joi.when on a key: describe() puts the alternatives under whens.
-      const alts: D[] = [];
-      for (const w of d.whens || []) {
-        if (w.then) alts.push(convert(w.then));
-        if (w.otherwise) alts.push(convert(w.otherwise));
-        for (const s of w.switch || []) {
-          if (s.then) alts.push(convert(s.then));
-          if (s.otherwise) alts.push(convert(s.otherwise));
-        }
-      }
+      // Joi.alternatives() lists its choices under matches; Joi.when() on a key puts them under whens.
+      const alts = branches([...(d.matches || []), ...(d.whens || [])]);
       if (alts.length) out.oneOf = alts;
       break;
     }
   }
   if (d.allow?.length && flags.only) out.enum = d.allow.filter((v: unknown) => v !== null);
   if (d.allow?.includes(null)) out.nullable = true;
-  if (d.type !== 'object' && (d.whens?.length) && d.type !== 'any') {
-    // a typed key with conditions (for example image required for some operations): keep the base type
+  return out;
+}
+
+/** The schemas a conditional can resolve to: plain choices, then/otherwise, and switch cases. */
+function branches(conds: D[]): D[] {
+  const out: D[] = [];
+  for (const c of conds) {
+    for (const s of [c.schema, c.then, c.otherwise]) if (s) out.push(convert(s));
+    for (const s of c.switch || []) for (const x of [s.then, s.otherwise]) if (x) out.push(convert(x));
   }
   return out;
 }
