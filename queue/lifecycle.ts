@@ -10,7 +10,7 @@ import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { JobRecord, JobStore, Step } from './store';
-import { jobIdOf, QueueRouter } from './router';
+import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
 
 export interface Lease { job_id: string; queue: string; token: string; record: JobRecord }
@@ -230,6 +230,35 @@ export class Lifecycle {
       if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
     }
     return { job_id: id, state: 'CANCELLED', message: `job ${id} was cancelled (was ${r.prev})` };
+  }
+
+  /**
+   * Puts back into BullMQ any QUEUED job whose queue entry is missing: a gateway that died between recording
+   * QUEUED and adding the job to the queue would otherwise leave it waiting forever. One process at a time does
+   * this (a short Redis lock); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
+   */
+  async reconcileQueued(minAgeMs: number): Promise<string[]> {
+    const r = this.store.redis;
+    const lock = `${this.store.k.prefix}:lock:reconcile`;
+    if ((await r.set(lock, '1', 'PX', Math.max(1000, minAgeMs), 'NX')) !== 'OK') return [];
+    const restored: string[] = [];
+    const ids = await r.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);
+    for (let i = 0; i < ids.length; i += 500) {
+      const batch = ids.slice(i, i + 500);
+      const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
+      const p = r.pipeline();
+      for (const [j, h] of hs.entries()) if (h?.queue) p.exists(`${this.router.k.bullPrefix}:${h.queue}:${bullId(batch[j])}`);
+      const exists = ((await p.exec()) || []).map(([, v]) => Number(v));
+      let n = 0;
+      for (const [j, h] of hs.entries()) {
+        if (!h?.queue) continue;
+        const present = exists[n++];
+        if (present || h.state !== 'QUEUED' || Date.now() - Date.parse(h.updated_at) < minAgeMs) continue;
+        await this.router.enqueue(h.queue, batch[j], Number(h.priority));
+        restored.push(batch[j]);
+      }
+    }
+    return restored;
   }
 
   /** Why a queued job is still waiting, or null when some active worker can take it. */

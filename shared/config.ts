@@ -32,6 +32,8 @@ export const config = {
   /** First retry delay; doubles each attempt, with jitter, capped at 5 minutes. */
   get retryBackoffMs() { return num('FERRY_RETRY_BACKOFF_MS', 2000); },
   get shutdownGraceSeconds() { return num('FERRY_SHUTDOWN_GRACE_SECONDS', 30); },
+  /** How often (and after how long) a QUEUED job missing from its BullMQ queue is put back. */
+  get reconcileSeconds() { return num('FERRY_RECONCILE_SECONDS', 30); },
   get sseHeartbeatSeconds() { return num('FERRY_SSE_HEARTBEAT_SECONDS', 15); },
   get eventsKeptPerJob() { return num('FERRY_EVENTS_PER_JOB', 10000); },
   get hostname() { return os.hostname(); },

@@ -52,6 +52,13 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     } catch (e) { log.warn('sweep failed', { error: (e as Error).message }); }
   }, Math.min(30_000, Math.max(1000, (config.workerStaleSeconds * 1000) / 4)));
   sweep.unref();
+  const reconcile = setInterval(async () => {
+    try {
+      const restored = await life.reconcileQueued(config.reconcileSeconds * 1000);
+      if (restored.length) log.warn('queued jobs were missing from their queue; put back', { job_ids: restored.slice(0, 50), count: restored.length });
+    } catch (e) { log.warn('reconcile failed', { error: (e as Error).message }); }
+  }, config.reconcileSeconds * 1000);
+  reconcile.unref();
 
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
@@ -64,6 +71,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     server,
     async close() {
       clearInterval(sweep);
+      clearInterval(reconcile);
       hub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();

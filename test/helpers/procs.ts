@@ -38,6 +38,7 @@ export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, stri
   FERRY_HEARTBEAT_SECONDS: '1',
   FERRY_RETRY_BACKOFF_MS: '200',
   FERRY_SHUTDOWN_GRACE_SECONDS: '5',
+  FERRY_RECONCILE_SECONDS: '2',
 });
 
 export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {

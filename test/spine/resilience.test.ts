@@ -79,6 +79,19 @@ describe('resilience', function () {
     }
   });
 
+  it('a QUEUED job missing from its BullMQ queue (a gateway died before adding it) is put back and runs', async () => {
+    const store = new JobStore(createRedis({ url: redis.url }));
+    const spec = { job_id: 'lost-add', operation: 'noop', parameters: {}, execution_policy: { priority: 50, retry_count: 0, timeout_seconds: 60, idempotent: true } };
+    const made = await store.create('lost-add', { spec: JSON.stringify(spec), operation: 'noop', queue: 'jobs.any', priority: 50, attempts: 0, max_attempts: 1, meta: '{}' },
+      [{ to: 'VALIDATED', reason: 'specification validated' }, { to: 'QUEUED', reason: 'queued on jobs.any with priority 50' }]);
+    expect(made.created).to.equal(true);
+    const w = { worker_id: 'reconcile-w', capabilities: [] };
+    expect((await req(gw.url, 'POST', '/queue/dequeue', w)).text).to.equal('null');
+    const got = await until(async () => (await req(gw.url, 'POST', '/queue/dequeue', w)).body, 15000, 'the job to be put back');
+    expect(got.job_id).to.equal('lost-add');
+    store.redis.disconnect();
+  });
+
   it('racing state changes on one job: exactly one wins, history has one entry for it', async () => {
     const store = new JobStore(createRedis({ url: redis.url }));
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'race', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
