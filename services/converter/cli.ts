@@ -48,16 +48,20 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   const fmt = FORMAT_BY_EXT[path.extname(src).toLowerCase()] || info.format;
   const stem = String(s.to_output).replace(/\.[^.]+$/, '');
   const warnings = [...extraWarnings];
+  // With every guest change switched off there is nothing to open the guest for: no appliance is launched (and
+  // so no guest inspection either); the run is a checked conversion.
+  const fixWanted = (s.fstab_mode ?? 'stabilize-all') !== 'preserve' || s.update_grub !== false || s.regen_initramfs !== false
+    || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers;
   if (s.virt_test) warnings.push('virt_test is not available in this build (no local virtualization host); the test boot was not run');
   const doc = {
     manifest_version: '1.0',
     source: { provider: 'ferry-convert', vm_name: s.vm_name, export_method: s.command },
     disks: [{ id: stem.replace(/[^a-zA-Z0-9_-]/g, '_') || 'disk', source_format: fmt, bytes: info['virtual-size'], local_path: src, boot_order_hint: 0, disk_type: 'boot' }],
     pipeline: {
-      inspect: { enabled: true, collect_guest_info: true },
+      inspect: { enabled: true, collect_guest_info: fixWanted },
       convert: { enabled: true, compress: !!s.compress, ...(s.compress && s.compression_level ? { compress_level: s.compression_level } : {}) },
       fix: {
-        enabled: true, backup: true, fstab_mode: 'stabilize-all', update_grub: s.update_grub ?? true, regen_initramfs: s.regen_initramfs ?? true,
+        enabled: fixWanted, backup: true, fstab_mode: 'stabilize-all', update_grub: s.update_grub ?? true, regen_initramfs: s.regen_initramfs ?? true,
         remove_source_hv_tools: false,
       },
       validate: { enabled: true, check_image_integrity: true },
@@ -75,7 +79,7 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   return m;
 }
 
-async function runOne(label: string, s: Record<string, any>, baseDir: string, out: Out): Promise<{ ok: boolean; report?: any; error?: string }> {
+async function runOne(label: string, s: Record<string, any>, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: any; error?: string }> {
   let fetched: string | undefined;
   try {
     const warn: string[] = [];
@@ -101,7 +105,8 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
     return { ok: report.success, report };
   } catch (e) {
     out.done();
-    if (e instanceof ConfigError || e instanceof ManifestError) throw e;
+    // A single run's bad setting is a usage error (exit 2); in a batch it fails that entry only.
+    if (!inBatch && (e instanceof ConfigError || e instanceof ManifestError)) throw e;
     out.line(`${label}: FAILED: ${(e as Error).message}`);
     return { ok: false, error: (e as Error).message };
   }
@@ -150,16 +155,26 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
     }
     const batchPath = path.resolve(baseDir, batch_manifest);
     const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')));
-    let failedOnce = false;
-    const t0 = Date.now();
-    const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {
-      // Precedence: batch entry > configuration file; each entry gets its own report file.
+    // Precedence: batch entry > configuration file; each entry gets its own report file. Every entry is
+    // checked before any starts, so a structural mistake is exit 2 with nothing run.
+    const settings = batch.migrations.map((entry, i) => {
       const s: Record<string, any> = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
       if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
       if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
-      const r = await runOne(`[${i + 1}/${batch.migrations.length}] ${entry.to_output}`, s, baseDir, out);
+      if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
+      return s;
+    });
+    let failedOnce = false;
+    const t0 = Date.now();
+    const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {
+      const s = settings[i];
+      const started = new Date().toISOString();
+      const r = await runOne(`[${i + 1}/${batch.migrations.length}] ${entry.to_output}`, s, baseDir, out, true);
       if (!r.ok) failedOnce = true;
-      return { index: i, to_output: entry.to_output, ok: r.ok, error: r.error || r.report?.errors?.[0], report: r.report?.report_path, seconds: r.report?.duration_seconds };
+      return {
+        index: i, to_output: entry.to_output, ok: r.ok, error: r.error || r.report?.errors?.[0], report: r.report?.report_path,
+        output: r.report?.artifacts?.[0]?.path, seconds: r.report?.duration_seconds, started_at: started, finished_at: new Date().toISOString(),
+      };
     }, () => failedOnce && !batch_continue_on_error);
     const summary = {
       total: results.length,

@@ -1,0 +1,249 @@
+// The real `ferry-convert` command (package.json bin) as a child process: mode local with and without guest
+// repair, ${NAME} environment references, fetch-and-fix against a real sshd on 127.0.0.1, batch files,
+// manager_export, exit codes and plain progress lines on a non-terminal. One appliance launch (the fix run).
+import { expect } from 'chai';
+import { execFileSync, spawn, ChildProcess } from 'node:child_process';
+import { promises as fs, mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { sha256File } from '../../shared/qemu';
+import { makeImage } from '../helpers/images';
+import { freePort, waitForPort } from '../helpers/redis';
+import { buildGuests } from '../fixtures/guests';
+
+const BIN = path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js');
+const NO_FIX = { fstab_mode: 'preserve', update_grub: false, regen_initramfs: false };
+
+interface Run { code: number | null; stdout: string; stderr: string }
+
+/** Runs the command with its own environment (no TTY: stdio are pipes). */
+function ferryConvert(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(BIN, args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (s) => { stdout += s; });
+    child.stderr.setEncoding('utf8').on('data', (s) => { stderr += s; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const qemuInfo = (f: string) => JSON.parse(execFileSync('qemu-img', ['info', '--output=json', f], { encoding: 'utf8' }));
+const identical = (a: string, af: string, b: string, bf: string) => {
+  try { execFileSync('qemu-img', ['compare', '-q', '-f', af, '-F', bf, a, b]); return true; } catch { return false; }
+};
+
+describe('ferry-convert command line', function () {
+  this.timeout(120_000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-cli-'));
+  let srcA: string;
+  let srcB: string;
+  const writeConfig = (name: string, doc: Record<string, unknown>) => { const f = path.join(dir, name); writeFileSync(f, yaml.dump(doc)); return f; };
+
+  before(() => {
+    srcA = makeImage(dir, 'alpha', 'vmdk', 16);
+    srcB = makeImage(dir, 'beta', 'vmdk', 12);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  describe('mode local', () => {
+    const secret = 'S3cr3t-never-shown-9f2c';
+
+    it('converts to compressed qcow2 with ${NAME} references, exit 0, report.json, plain progress lines, the secret never shown', async () => {
+      const out = path.join(dir, 'local-1');
+      const cfg = writeConfig('local-1.yaml', {
+        command: 'local', vmdk: '${FERRY_TEST_SRC}', output_dir: '${FERRY_TEST_OUT}', to_output: 'alpha.qcow2', out_format: 'qcow2',
+        compress: true, compression_level: 5, ...NO_FIX, manager_password: '${FERRY_TEST_PW}', log_file: 'local-1.log',
+      });
+      const r = await ferryConvert(['--config', cfg], { FERRY_TEST_SRC: srcA, FERRY_TEST_OUT: out, FERRY_TEST_PW: secret });
+      expect(r.code, r.stderr).to.equal(0);
+      const output = path.join(out, 'alpha.qcow2');
+      const info = qemuInfo(output);
+      expect(info.format).to.equal('qcow2');
+      expect(info['virtual-size']).to.equal(16 * 1024 * 1024);
+      expect(['zstd', 'zlib']).to.include(info['format-specific'].data['compression-type']);
+      expect(identical(srcA, 'vmdk', output, 'qcow2')).to.equal(true);
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report.success).to.equal(true);
+      expect(report.stages.fix).to.include({ enabled: false, success: null });
+      expect(report.stages.validate.result.checks[0]).to.include({ compare: 'identical to source', integrity: 'ok' });
+      expect(report.artifacts[0]).to.include({ path: output, format: 'qcow2', compressed: true, sha256: await sha256File(output) });
+      expect(report.warnings.join()).to.match(/compress_level 5 is not honoured/);
+      expect(JSON.parse(r.stdout)).to.include({ disks: 1, message: '1 disk(s) migrated' });
+      // Not a terminal: plain lines, no carriage-return bar.
+      expect(r.stderr).to.not.contain('\r');
+      expect(r.stderr).to.match(/^alpha\.qcow2 \d+% convert: /m);
+      expect(r.stderr).to.match(/^alpha\.qcow2: OK: 1 disk\(s\) migrated/m);
+      const log = await fs.readFile(path.join(dir, 'local-1.log'), 'utf8');
+      for (const text of [r.stdout, r.stderr, JSON.stringify(report), log]) expect(text).to.not.contain(secret);
+    });
+
+    it('an unset ${NAME} is exit 2 naming the variable and the key; nothing is written', async () => {
+      const out = path.join(dir, 'local-unset');
+      const cfg = writeConfig('unset.yaml', { command: 'local', vmdk: srcA, output_dir: out, to_output: 'x.qcow2', manager_password: '${FERRY_TEST_UNSET_PW}' });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.contain('manager_password: environment variable FERRY_TEST_UNSET_PW is not set');
+      expect(existsSync(out)).to.equal(false);
+    });
+
+    it('a bad key or value is exit 2 naming it', async () => {
+      const r = await ferryConvert(['--config', writeConfig('bad.yaml', { command: 'local', vmdk: srcA, output_dir: dir, to_output: 'x.qcow2', out_format: 'vmdk', colour: 1 })]);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.match(/"out_format" must be one of \[qcow2, raw, vdi\]/);
+      expect(r.stderr).to.match(/"colour" is not allowed/);
+      expect((await ferryConvert([])).code).to.equal(2);
+    });
+
+    it('manager_export answers "not available yet" with exit 3, the password never shown', async () => {
+      const cfg = writeConfig('manager.yaml', { command: 'manager_export', manager_host: 'vcenter.example', manager_user: 'admin', manager_password: '${FERRY_TEST_PW}', vm_name: 'web-1' });
+      const r = await ferryConvert(['--config', cfg], { FERRY_TEST_PW: secret });
+      expect(r.code).to.equal(3);
+      expect(r.stderr).to.match(/manager_export is not available yet: exporting VM "web-1" from vcenter\.example/);
+      expect(r.stdout + r.stderr).to.not.contain(secret);
+    });
+
+    it('repairs a real guest (fstab uuid-only) into raw output: fix reported, source untouched', async function () {
+      const g = buildGuests();
+      const before = await sha256File(g.plainVmdk);
+      const out = path.join(dir, 'local-fix');
+      const cfg = writeConfig('fix.yaml', { command: 'local', vmdk: g.plainVmdk, output_dir: out, to_output: 'plain.img', out_format: 'raw', fstab_mode: 'uuid-only', update_grub: false, regen_initramfs: false });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code, r.stderr).to.equal(0);
+      const info = qemuInfo(path.join(out, 'plain.img'));
+      expect(info).to.include({ format: 'raw', 'virtual-size': 134217728 });
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report.success, report.errors.join()).to.equal(true);
+      expect(report.stages.inspect.result.guest).to.include({ os: 'linux', distro: 'debian', root_device: '/dev/sda1' });
+      const fstab = report.stages.fix.result.actions.find((a: any) => a.action === 'fstab');
+      expect(fstab.status).to.equal('done');
+      expect(fstab.changes.map((c: any) => c.from)).to.deep.equal(['/dev/sda1', '/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2']);
+      expect(fstab.changes.every((c: any) => /^UUID=/.test(c.to))).to.equal(true);
+      expect(report.artifacts[0]).to.include({ modified_by_fix: true, format: 'raw' });
+      expect(await sha256File(g.plainVmdk)).to.equal(before);
+    });
+  });
+
+  describe('mode fetch-and-fix against a real sshd on 127.0.0.1', () => {
+    const sdir = path.join(dir, 'ssh');
+    let sshd: ChildProcess | undefined;
+    let sshdLog = '';
+    let port: number;
+    const key = path.join(sdir, 'client_key');
+
+    before(async () => {
+      mkdirSync(sdir, { recursive: true });
+      mkdirSync('/run/sshd', { recursive: true });
+      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path.join(sdir, 'host_key')]);
+      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
+      await fs.copyFile(`${key}.pub`, path.join(sdir, 'authorized_keys'));
+      port = await freePort();
+      const conf = path.join(sdir, 'sshd_config');
+      writeFileSync(conf, [
+        `Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${path.join(sdir, 'host_key')}`,
+        `AuthorizedKeysFile ${path.join(sdir, 'authorized_keys')}`, 'PasswordAuthentication no', 'KbdInteractiveAuthentication no',
+        `PidFile ${path.join(sdir, 'sshd.pid')}`, 'StrictModes no', 'UsePAM no', 'PermitRootLogin prohibit-password',
+        'Subsystem sftp internal-sftp', 'LogLevel INFO', '',
+      ].join('\n'));
+      sshd = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+      sshd.stderr!.setEncoding('utf8').on('data', (s: string) => { sshdLog += s; });
+      await waitForPort(port, 15000).catch((e) => { throw new Error(`${e.message}: ${sshdLog}`); });
+    });
+    after(async () => {
+      if (sshd && sshd.exitCode === null) {
+        const gone = new Promise((r) => sshd!.once('exit', r));
+        sshd.kill('SIGTERM');
+        await gone;
+      }
+    });
+
+    const fetchConfig = (name: string, o: Record<string, unknown>) => writeConfig(name, {
+      command: 'fetch-and-fix', host: `127.0.0.1:${port}`, user: 'root', identity: key, timeout: 30, ...NO_FIX, ...o,
+    });
+
+    it('fetches the remote disk over SSH and converts it; the fetched copy is removed', async () => {
+      const out = path.join(dir, 'fetch-ok');
+      const r = await ferryConvert(['--config', fetchConfig('fetch-ok.yaml', { remote: srcB, output_dir: out, to_output: 'beta.qcow2', network_retry: 1 })]);
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stderr).to.contain(`fetching root@127.0.0.1:${port}:${srcB}`);
+      expect(r.stderr).to.contain(`fetched ${(await fs.stat(srcB)).size} bytes in 1 attempt(s)`);
+      expect(identical(srcB, 'vmdk', path.join(out, 'beta.qcow2'), 'qcow2')).to.equal(true);
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report).to.include({ success: true });
+      expect(report.source).to.include({ export_method: 'fetch-and-fix' });
+      expect(await fs.readdir(path.join(out, '.ferry-fetch'))).to.deep.equal(['known_hosts']);
+      expect(sshdLog).to.match(/Accepted publickey for root from 127\.0\.0\.1/);
+    });
+
+    it('a wrong remote path fails clearly (exit 1) after 1 + network_retry attempts, each a real connection', async () => {
+      const out = path.join(dir, 'fetch-bad');
+      const accepted = () => (sshdLog.match(/Accepted publickey for root/g) || []).length;
+      const before = accepted();
+      const t = Date.now();
+      const r = await ferryConvert(['--config', fetchConfig('fetch-bad.yaml', { remote: '/no/such/disk.vmdk', output_dir: out, to_output: 'x.qcow2', network_retry: 2 })]);
+      expect(r.code).to.equal(1);
+      expect(r.stderr).to.match(/FAILED: fetch of root@127\.0\.0\.1:\d+:\/no\/such\/disk\.vmdk failed after 3 attempt\(s\): .*No such file or directory/);
+      expect(Date.now() - t).to.be.at.least(3000); // backoff 1 s + 2 s between the attempts
+      await new Promise((res) => setTimeout(res, 300));
+      expect(accepted() - before).to.equal(3);
+      expect(existsSync(path.join(out, 'x.qcow2'))).to.equal(false);
+    });
+  });
+
+  describe('batch files', () => {
+    const batchRun = async (name: string, continueOnError: boolean) => {
+      const out = path.join(dir, name);
+      const batch = path.join(dir, `${name}.json`);
+      writeFileSync(batch, JSON.stringify({
+        migrations: [
+          { vmdk: path.join(dir, 'missing.vmdk'), to_output: 'bad.qcow2' },
+          { vmdk: srcA, to_output: 'alpha.qcow2' },
+          { vmdk: srcB, to_output: 'beta.img', out_format: 'raw' }, // per-entry override of out_format
+        ],
+      }));
+      const cfg = writeConfig(`${name}.yaml`, { command: 'local', output_dir: out, out_format: 'qcow2', ...NO_FIX, batch_manifest: batch, batch_parallel: 2, batch_continue_on_error: continueOnError });
+      const r = await ferryConvert(['--config', cfg]);
+      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8'));
+      return { r, out, summary };
+    };
+
+    it('batch_continue_on_error: true runs every entry, two at a time, with overrides; exit 1 and a summary', async () => {
+      const { r, out, summary } = await batchRun('batch-cont', true);
+      expect(r.code, r.stderr).to.equal(1);
+      expect(JSON.parse(r.stdout)).to.deep.equal({ total: 3, succeeded: 2, failed: 1, not_run: 0 });
+      expect(summary.migrations.map((m: any) => m.ok)).to.deep.equal([false, true, true]);
+      expect(summary.migrations[0].error).to.match(/missing\.vmdk/);
+      expect(qemuInfo(path.join(out, 'alpha.qcow2')).format).to.equal('qcow2');
+      expect(qemuInfo(path.join(out, 'beta.img')).format).to.equal('raw');
+      expect(identical(srcB, 'vmdk', path.join(out, 'beta.img'), 'raw')).to.equal(true);
+      const rep = JSON.parse(await fs.readFile(path.join(out, 'beta.report.json'), 'utf8'));
+      expect(rep.artifacts[0]).to.include({ format: 'raw', path: path.join(out, 'beta.img') });
+      // batch_parallel 2: entry 3 starts only when one of the first two has finished.
+      const [m0, m1, m2] = summary.migrations;
+      expect(Date.parse(m1.started_at)).to.be.below(Date.parse(m0.finished_at));
+      expect(Date.parse(m2.started_at)).to.be.at.least(Math.min(Date.parse(m0.finished_at), Date.parse(m1.finished_at)));
+      expect(r.stderr).to.match(/^batch: 2 succeeded, 1 failed, 0 not run/m);
+    });
+
+    it('batch_continue_on_error: false starts no entry after the failure; exit 1', async () => {
+      const { r, out, summary } = await batchRun('batch-stop', false);
+      expect(r.code).to.equal(1);
+      expect(JSON.parse(r.stdout)).to.deep.equal({ total: 3, succeeded: 1, failed: 1, not_run: 1 });
+      expect(summary.migrations[2]).to.include({ ok: false, error: 'not run: an earlier migration failed and batch_continue_on_error is false' });
+      expect(existsSync(path.join(out, 'beta.img'))).to.equal(false);
+    });
+
+    it('a batch whose entries all succeed exits 0; a malformed batch file exits 2 naming the path', async () => {
+      const good = path.join(dir, 'good.json');
+      writeFileSync(good, JSON.stringify({ migrations: [{ vmdk: srcB, to_output: 'b.qcow2' }] }));
+      const ok = await ferryConvert(['--config', writeConfig('good.yaml', { command: 'local', output_dir: path.join(dir, 'batch-good'), ...NO_FIX, batch_manifest: good })]);
+      expect(ok.code, ok.stderr).to.equal(0);
+      writeFileSync(good, JSON.stringify({ migrations: [{ vmdk: srcB }] }));
+      const bad = await ferryConvert(['--config', writeConfig('good.yaml', { command: 'local', output_dir: path.join(dir, 'batch-bad'), ...NO_FIX, batch_manifest: good })]);
+      expect(bad.code).to.equal(2);
+      expect(bad.stderr).to.contain('"migrations[0].to_output" is required');
+    });
+  });
+});
