@@ -4,10 +4,14 @@ import type { RedisClient } from '../shared/redis';
 
 // Shared by create and transition: enter one state, keeping indexes, counters and statistics in step.
 const ENTER = `
-local function enter(prefix, id, job, hist, prev, to, reason, wid, iso, nowms, seq, q, prio)
+local function enter(prefix, id, job, hist, prev, to, reason, wid, iso, nowms, seq, q, prio, passing)
   local entry = {state = to, timestamp = iso, reason = reason}
   if wid ~= '' then entry.worker_id = wid end
   redis.call('RPUSH', hist, cjson.encode(entry))
+  if to == 'RUNNING' and not redis.call('HGET', job, 'started_at') then redis.call('HSET', job, 'started_at', nowms) end
+  -- A state the job only passes through inside this call needs its history entry, not index and counter
+  -- updates that the next step would undo.
+  if passing then return end
   if prev then
     redis.call('ZREM', prefix .. ':jobs:state:' .. prev, id)
     redis.call('HINCRBY', prefix .. ':counts:state', prev, -1)
@@ -18,7 +22,6 @@ local function enter(prefix, id, job, hist, prev, to, reason, wid, iso, nowms, s
   redis.call('HINCRBY', prefix .. ':counts:state', to, 1)
   if q then redis.call('HINCRBY', prefix .. ':queue:' .. q .. ':counts', to, 1) end
   if to == 'QUEUED' and prio then redis.call('HINCRBY', prefix .. ':queued:by_priority', prio, 1) end
-  if to == 'RUNNING' and not redis.call('HGET', job, 'started_at') then redis.call('HSET', job, 'started_at', nowms) end
   if to == 'COMPLETED' or to == 'FAILED' or to == 'CANCELLED' then
     redis.call('HSET', job, 'finished_at', nowms)
     local stats = prefix .. ':stats'
@@ -54,12 +57,14 @@ redis.call('ZADD', prefix .. ':jobs', seq, id)
 local q = redis.call('HGET', job, 'queue')
 local prio = redis.call('HGET', job, 'priority')
 if q then redis.call('SADD', prefix .. ':queues', q) end
-enter(prefix, id, job, hist, nil, 'CREATED', 'job submitted', '', iso, nowms, seq, q, prio)
-local prev, last = 'CREATED', 'job submitted'
+-- CREATED, then each step; only the state the job ends in enters the indexes and counters (the net effect of
+-- entering each in turn).
 local n = tonumber(ARGV[6])
+enter(prefix, id, job, hist, nil, 'CREATED', 'job submitted', '', iso, nowms, seq, q, prio, n > 0)
+local prev, last = 'CREATED', 'job submitted'
 for i = 0, n - 1 do
   local to, reason = ARGV[7 + i * 2], ARGV[8 + i * 2]
-  enter(prefix, id, job, hist, prev, to, reason, '', iso, nowms, seq, q, prio)
+  enter(prefix, id, job, hist, nil, to, reason, '', iso, nowms, seq, q, prio, i < n - 1)
   prev, last = to, reason
 end
 redis.call('HSET', job, 'state', prev)
