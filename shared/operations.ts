@@ -39,12 +39,12 @@ const managerParameters = {
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
 };
 
-/** migrate: convert needs img_tool; fix (or inspect with collect_guest_info) needs mount_operations. */
+/** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
+ *  collect_guest_info) also needs mount_operations. */
 export function migrateCapabilities(p: { manifest?: { pipeline?: Record<string, any> } }): string[] {
   const st = p?.manifest?.pipeline;
-  if (!st) return ['img_tool'];
-  const caps = new Set<string>();
-  if (st.convert?.enabled || st.validate?.enabled) caps.add('img_tool');
+  const caps = new Set<string>(['img_tool']);
+  if (!st) return [...caps];
   if (st.fix?.enabled || (st.inspect?.enabled && st.inspect?.collect_guest_info)) caps.add('mount_operations');
   return [...caps];
 }

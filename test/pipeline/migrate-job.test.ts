@@ -1,0 +1,132 @@
+// The `migrate` operation as a job, end to end with real processes: redis, gateway, a worker with img_tool.
+// A manifest (inspect + convert + validate, checksum verified) runs to COMPLETED with report.json as the
+// result and each stage's phase in the progress stream; capability routing from the enabled stages keeps a
+// fix job (needs mount_operations) QUEUED with a waiting reason; a failing stage fails the job, report kept.
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { EventSource } from 'eventsource';
+import { sha256File } from '../../shared/qemu';
+import { migrateCapabilities } from '../../shared/operations';
+import { requirementsOf } from '../../queue/lifecycle';
+import { queueName } from '../../shared/capabilities';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+import { makeImage } from '../helpers/images';
+
+const MIB = 1024 * 1024;
+
+describe('migrate operation as a job', function () {
+  this.timeout(120_000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-migrate-job-'));
+  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
+  const procs: Proc[] = [];
+  let src: string;
+
+  const manifest = (o: { out: string; fix?: boolean; checksum?: string; format?: string }) => ({
+    manifest_version: '1.0',
+    source: { provider: 'test', vm_name: 'job-vm' },
+    disks: [{ id: 'root', source_format: o.format || 'vmdk', bytes: 20 * MIB, local_path: src, ...(o.checksum ? { checksum: o.checksum } : {}) }],
+    pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: !!o.fix }, validate: { enabled: true } },
+    output: { directory: o.out, format: 'qcow2', filename: 'root.qcow2' },
+  });
+  const job = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body;
+
+  before(async () => {
+    src = makeImage(dir, 'job-src', 'vmdk', 20);
+    await redis.start();
+    const env = testEnv(redis.url);
+    gw = await startGatewayProc(env);
+    procs.push(await startWorkerProc(env, 'img-only', ['img_tool']));
+    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    await gw?.stop();
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('routes by the enabled stages: fix or guest inspection adds mount_operations', () => {
+    const base = { job_id: 'x', execution_policy: { priority: 50 } } as any;
+    expect(migrateCapabilities({ manifest: manifest({ out: '/o' }) as any })).to.deep.equal(['img_tool']);
+    expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true } } } })).to.deep.equal(['img_tool']);
+    expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true, collect_guest_info: true } } } })).to.deep.equal(['img_tool', 'mount_operations']);
+    expect(queueName(requirementsOf({ ...base, operation: 'migrate', parameters: { manifest: manifest({ out: '/o', fix: true }) } }))).to.equal('jobs.img_tool+mount_operations');
+    expect(requirementsOf({ ...base, operation: 'migrate', parameters: { manifest: manifest({ out: '/o' }) }, requirements: { capabilities: ['lvm_tools'] } }).capabilities)
+      .to.deep.equal(['img_tool', 'lvm_tools']);
+  });
+
+  it('a fix job waits QUEUED with a waiting_reason while the img_tool-only worker completes a convert job after it', async () => {
+    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-fix', operation: 'migrate', parameters: { manifest: manifest({ out: path.join(dir, 'fix'), fix: true }) } });
+    expect(sub.status, sub.text).to.equal(201);
+    const j = await job('mig-fix');
+    expect(j.state).to.equal('QUEUED');
+    expect(j.queue.name).to.equal('jobs.img_tool+mount_operations');
+    expect(j.queue.waiting_reason).to.match(/no active worker.*mount_operations/);
+
+    const sha = await sha256File(src);
+    const out = path.join(dir, 'ok');
+    const ok = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-ok', operation: 'migrate', parameters: { manifest: manifest({ out, checksum: `sha256:${sha}` }) } });
+    expect(ok.status, ok.text).to.equal(201);
+    const events: any[] = [];
+    const final = await new Promise<any>((resolve, reject) => {
+      const es = new EventSource(`${gw.url}/jobs/mig-ok/events/stream`);
+      es.addEventListener('progress', (e: any) => events.push(JSON.parse(e.data)));
+      es.addEventListener('complete', (e: any) => { es.close(); resolve(JSON.parse(e.data)); });
+      setTimeout(() => { es.close(); reject(new Error(`no complete event; events: ${JSON.stringify(events)}`)); }, 60000);
+    });
+    expect(final).to.deep.equal({ state: 'COMPLETED' });
+    const phases = [...new Set(events.map((e) => e.phase))];
+    for (const p of ['inspect', 'convert', 'validate']) expect(phases, JSON.stringify(phases)).to.include(p);
+    expect(phases).to.not.include('fix');
+    expect(phases.indexOf('inspect')).to.be.below(phases.indexOf('convert'));
+    expect(phases.indexOf('convert')).to.be.below(phases.indexOf('validate'));
+    const pcts = events.map((e) => e.percentage);
+    expect(pcts).to.deep.equal([...pcts].sort((a, b) => a - b));
+
+    const done = await job('mig-ok');
+    expect(done.state).to.equal('COMPLETED');
+    const onDisk = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    expect(done.result).to.deep.include({ success: true, report_path: path.join(out, 'report.json') });
+    expect(done.result.artifacts).to.deep.equal(onDisk.artifacts);
+    expect(done.result.tool).to.equal('ferry-worker img-only');
+    const art = done.result.artifacts[0];
+    expect(art).to.include({ disk_id: 'root', path: path.join(out, 'root.qcow2'), format: 'qcow2', source_sha256: sha, sha256: await sha256File(path.join(out, 'root.qcow2')) });
+    expect(done.result.stages.validate.result.checks[0]).to.include({ compare: 'identical to source' });
+    execFileSync('qemu-img', ['compare', '-q', '-f', 'vmdk', '-F', 'qcow2', src, art.path]);
+
+    // The fix job was never handed to a worker that cannot run it.
+    const still = await job('mig-fix');
+    expect(still.state).to.equal('QUEUED');
+    expect(still.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED']);
+    expect((await req(gw.url, 'DELETE', '/jobs/mig-fix')).status).to.be.oneOf([200, 202]);
+  });
+
+  it('a failing stage fails the job with its reason (not retried); report.json is still written', async () => {
+    const out = path.join(dir, 'bad');
+    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-bad', operation: 'migrate', parameters: { manifest: manifest({ out, format: 'qcow2' }) } });
+    expect(sub.status, sub.text).to.equal(201);
+    const j = await until(async () => { const x = await job('mig-bad'); return ['FAILED', 'COMPLETED'].includes(x.state) && x; }, 60000, 'mig-bad finished');
+    expect(j.state).to.equal('FAILED');
+    expect(j.error).to.contain(`inspect: disk root: source_format is qcow2 but ${src} is vmdk`);
+    expect(j.state_history.filter((h: any) => h.state === 'RUNNING')).to.have.length(1);
+    const rep = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    expect(rep.summary.stages_failed).to.deep.equal(['inspect']);
+    expect(existsSync(path.join(out, 'root.qcow2'))).to.equal(false);
+  });
+
+  it('rejects a bad manifest at submission with 400 naming the parameter path', async () => {
+    const m: any = manifest({ out: path.join(dir, 'x') });
+    m.manifest_version = '2.0';
+    m.disks[0].local_path = 'relative.vmdk';
+    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'mig-400', operation: 'migrate', parameters: { manifest: m } });
+    expect(r.status).to.equal(400);
+    expect(r.body.error.message).to.contain('parameters.manifest.manifest_version');
+    expect(r.body.error.message).to.contain('parameters.manifest.disks[0].local_path');
+  });
+});
