@@ -49,7 +49,12 @@ end
 const CREATE = ENTER + `
 local prefix, id, iso, nowms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local job, hist = KEYS[1], KEYS[2]
-if redis.call('EXISTS', job) == 1 then return {'exists', ''} end
+if redis.call('EXISTS', job) == 1 then
+  -- The same call resent after a reconnect (its reply was lost) is not a duplicate job_id.
+  local op = cjson.decode(ARGV[5]).last_op
+  if op and redis.call('HGET', job, 'last_op') == op then return {'ok', redis.call('HGET', job, 'seq')} end
+  return {'exists', ''}
+end
 local seq = redis.call('INCR', prefix .. ':jobs:seq')
 setfields(job, ARGV[5])
 redis.call('HSET', job, 'seq', seq, 'created_at', iso, 'updated_at', iso, 'state', 'CREATED')
@@ -92,6 +97,12 @@ local prefix, id, iso, nowms, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4
 local job, hist = KEYS[1], KEYS[2]
 local cur = redis.call('HGET', job, 'state')
 if not cur then return {'missing', ''} end
+-- ioredis resends a command whose reply was lost when Redis went away; if this very call already applied,
+-- answer as it did instead of refusing it (which would make the caller undo work it owns).
+if ARGV[6] ~= '' then
+  local op = cjson.decode(ARGV[6]).last_op
+  if op and redis.call('HGET', job, 'last_op') == op then return {'ok', cur, ''} end
+end
 if lease ~= '' and redis.call('HGET', job, 'lease') ~= lease then return {'lease', cur} end
 local n = tonumber(ARGV[7])
 local s = cur

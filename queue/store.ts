@@ -3,6 +3,7 @@ import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { allowedFrom, JobState, isTerminal } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
+import { randomUUID } from 'node:crypto';
 import { withScripts, FerryScripts } from './lua';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
@@ -50,7 +51,7 @@ export class JobStore {
   /** Creates the record in CREATED and walks it through `steps` in the same atomic call. */
   async create(id: string, fields: Record<string, string | number>, steps: Step[]): Promise<{ created: boolean; seq: number }> {
     const now = new Date();
-    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), JSON.stringify(fields), steps.length];
+    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), JSON.stringify({ ...fields, last_op: randomUUID() }), steps.length];
     for (const s of steps) args.push(s.to, s.reason);
     const [code, seq] = await this.redis.ferryCreate(this.k.job(id), this.k.history(id), ...args);
     return { created: code === 'ok', seq: Number(seq) };
@@ -60,7 +61,8 @@ export class JobStore {
    *  move is allowed: before the state change (`before: true`, e.g. the last event of a completed job) or after. */
   async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean } } = {}): Promise<TransitionResult> {
     const now = new Date();
-    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), opts.lease || '', opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
+    // last_op makes the call idempotent: a resend of an already applied call is answered, not refused.
+    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), opts.lease || '', JSON.stringify({ ...opts.fields, last_op: randomUUID() }), steps.length];
     for (const s of steps) args.push(s.to, allowedFrom(s.to).join(','), s.reason, s.worker_id || '');
     if (opts.event) args.push(JSON.stringify(opts.event.ev), config.eventsKeptPerJob, opts.event.before ? 'before' : 'after');
     const [code, state, eventId] = await this.redis.ferryTransition(this.k.job(id), this.k.history(id), this.k.events(id), ...args);

@@ -98,8 +98,11 @@ export async function startWorker(o: WorkerOptions) {
         },
       });
       if (!(await life.complete(lease.job_id, o.workerId, lease.token, result, lease.queue))) {
-        outcome = 'cancelled';
-        await impl.cleanup?.(spec, true); // cancelled (or taken over) as it finished: leave nothing behind
+        // Cancelled as it finished: leave nothing behind. Taken over by another worker (this one lost its
+        // lease): the output is that attempt's too, so it stays.
+        const now = await store.raw(lease.job_id);
+        outcome = now?.state === 'CANCELLED' ? 'cancelled' : 'lost';
+        if (outcome === 'cancelled') await impl.cleanup?.(spec, true);
       }
     } catch (e) {
       const err = e as Error;

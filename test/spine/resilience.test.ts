@@ -107,6 +107,22 @@ describe('resilience', function () {
     store.redis.disconnect();
   });
 
+  it('a state change resent after a lost reply (same call twice) is answered as applied, not refused', async () => {
+    const store = new JobStore(createRedis({ url: redis.url }));
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'resent', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
+    const k = store.k;
+    const args = [k.prefix, 'resent', new Date().toISOString(), Date.now(), '', JSON.stringify({ worker_id: 'w', lease: 't1', last_op: 'op-1' }), 1, 'ASSIGNED', 'QUEUED', 'assigned to worker w', 'w'];
+    const first = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args);
+    const again = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args);
+    expect(first[0]).to.equal('ok');
+    expect(again[0]).to.equal('ok');
+    const other = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args.slice(0, 5), JSON.stringify({ last_op: 'op-2' }), ...args.slice(6));
+    expect(other[0]).to.equal('conflict');
+    const j = (await req(gw.url, 'GET', '/jobs/resent')).body;
+    expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
+    store.redis.disconnect();
+  });
+
   it('Redis killed and restarted mid-run: workers resume and no job is lost', async () => {
     const env = testEnv(redis.url);
     procs.push(await startWorkerProc(env, 'rw-1', ['img_tool'], ['--concurrency', '2']));
