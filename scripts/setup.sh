@@ -9,6 +9,8 @@ command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
 # deploy checks (issue 5): promtool/prometheus for rules and dashboards, docker-compose to validate compose.yaml
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+# browser dashboard test (issue 5): headless Chromium driven by playwright-core
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)

@@ -25,13 +25,15 @@ import { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
 import { ScheduleStore } from '../scheduler/schedules';
 import { WebhookStore } from '../notifier/webhooks';
+import { registerDashboard } from './dashboard';
 
 export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
   return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
 }
 
 const YAML_TYPES = /^(application\/(x-)?yaml|text\/(x-)?yaml)\b/i;
-const PUBLIC_PATHS = /^(\/api\/v1)?(\/health|\/openapi\.yaml|\/swagger-ui(\/.*)?)$/;
+// The dashboard's own files hold no data (it asks for the key itself, then every API call carries it).
+const PUBLIC_PATHS = /^(\/api\/v1)?(\/health|\/openapi\.yaml|\/swagger-ui(\/.*)?|\/web\/dashboard(\/.*)?)$/;
 
 async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Promise<string> {
   const chunks: Buffer[] = [];
@@ -171,6 +173,8 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     authorize: (req) => authorize(req.headers, req.url || '/', true),
   });
 
+  // The browser dashboard at /web/dashboard/ and the routes it needs (services/daemon/dashboard.ts).
+  const dashboardHub = await registerDashboard({ api, life, bus, jobTimeoutSeconds: cfg.jobTimeoutSeconds, mountStatic });
   opts.extend?.({ api, app, life, mountStatic });
 
   const server = http.createServer(app.callback());
@@ -195,6 +199,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     port, server, api, app, life, mountStatic,
     async close() {
       hub!.close();
+      dashboardHub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();
       if (metricsServer) await new Promise((r) => metricsServer!.close(r));

@@ -6,7 +6,6 @@ import type client from 'prom-client';
 import { Api } from '../../shared/http';
 import { config } from '../../shared/config';
 import { ApiError, conflict, notFound } from '../../shared/errors';
-import { parseQueueName, canServe } from '../../shared/capabilities';
 import {
   dequeueSchema, eventsQuery, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, workerCompleteSchema,
   workerEventSchema, workerFailSchema, workerRegistrationSchema, workerReportSchema, JobSpec,
@@ -16,6 +15,7 @@ import { errorSchema, jobStatusSchema, jobSummarySchema, queueStatusSchema, subm
 import { isTerminal } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from './sse';
+import { queueOverview, workersOverview } from '../../queue/overview';
 
 const jobParams = Joi.object({ job_id: jobIdSchema.required() });
 const workerParams = Joi.object({ worker_id: workerIdSchema.required() });
@@ -175,10 +175,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   api.add({
     method: 'get', path: '/workers', summary: 'Registered workers (active: heartbeat within the stale limit, 300 s)', tags: ['workers'],
     responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
-    handler: async () => {
-      const ws = await registry.list();
-      return { total: ws.length, active: ws.filter((w) => w.active).length, workers: ws.map(({ kind, ...w }) => w) };
-    },
+    handler: () => workersOverview(life),
   });
   api.add({
     method: 'delete', path: '/workers/:worker_id', summary: 'Deregister a worker; the jobs it holds go back to the queue', tags: ['workers'], params: workerParams,
@@ -194,24 +191,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   api.add({
     method: 'get', path: '/queue', summary: 'Queued jobs by priority and by requirement set', tags: ['queue'],
     responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
-    handler: async () => {
-      const [byPrio, names, active] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active()]);
-      const by_priority: Record<string, number> = {};
-      let total = 0;
-      for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
-      const queues = await Promise.all(names.map(async (name) => {
-        const c = await store.redis.hgetall(store.k.queueCounts(name));
-        const req = parseQueueName(name)!;
-        const serving = active.filter((w) => canServe(w, req)).length;
-        const queued = Number(c.QUEUED || 0);
-        return {
-          name, capabilities: req.capabilities, execution_mode: req.execution_mode || null,
-          queued, assigned: Number(c.ASSIGNED || 0), running: Number(c.RUNNING || 0), active_workers: serving,
-          waiting_reason: queued && !serving ? await life.waitingReason(name) : null,
-        };
-      }));
-      return { total_jobs: total, by_priority, queues };
-    },
+    handler: () => queueOverview(life),
   });
   api.add({
     method: 'post', path: '/queue/dequeue', summary: 'Hand the caller the next job it can run (ASSIGNED under a lease), or null', tags: ['queue'], body: dequeueSchema,

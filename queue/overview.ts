@@ -1,0 +1,30 @@
+// What operators see of the cluster: registered workers and the queues by requirement set (counts per state,
+// queued jobs by priority, matching active workers, why a queue waits). Shared by the gateway's GET /workers
+// and GET /queue and the daemon's (dashboard) copies of them, so both answer the same.
+import { canServe, parseQueueName } from '../shared/capabilities';
+import type { Lifecycle } from './lifecycle';
+
+export async function workersOverview(life: Lifecycle) {
+  const ws = await life.registry.list();
+  return { total: ws.length, active: ws.filter((w) => w.active).length, workers: ws.map(({ kind, ...w }) => w) };
+}
+
+export async function queueOverview(life: Lifecycle) {
+  const { store, router, registry } = life;
+  const [byPrio, names, active] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active()]);
+  const by_priority: Record<string, number> = {};
+  let total = 0;
+  for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
+  const queues = await Promise.all(names.map(async (name) => {
+    const c = await store.redis.hgetall(store.k.queueCounts(name));
+    const req = parseQueueName(name)!;
+    const serving = active.filter((w) => canServe(w, req)).length;
+    const queued = Number(c.QUEUED || 0);
+    return {
+      name, capabilities: req.capabilities, execution_mode: req.execution_mode || null,
+      queued, assigned: Number(c.ASSIGNED || 0), running: Number(c.RUNNING || 0), active_workers: serving,
+      waiting_reason: queued && !serving ? await life.waitingReason(name) : null,
+    };
+  }));
+  return { total_jobs: total, by_priority, queues };
+}

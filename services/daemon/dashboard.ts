@@ -1,0 +1,76 @@
+// What the browser dashboard (services/daemon/web, served at /web/dashboard/) needs beyond the daemon API:
+// submitting a job that names an operation (the conversion form), a job's full record with its state history,
+// its progress events as Server-Sent Events (the gateway's EventHub, fed by the same Redis pub/sub), and the
+// workers and queues views the gateway has (queue/overview.ts, so both answer the same).
+import path from 'node:path';
+import Joi from 'joi';
+import type { Api } from '../../shared/http';
+import { ApiError, notFound } from '../../shared/errors';
+import { jobId as jobIdSchema } from '../../shared/schemas/common';
+import { daemonErrorSchema, jobRecordSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
+import { queueStatusSchema, workerSchema } from '../../shared/schemas/responses';
+import type { Lifecycle } from '../../queue/lifecycle';
+import type { Bus } from '../../queue/bus';
+import { queueOverview, workersOverview } from '../../queue/overview';
+import { config } from '../../shared/config';
+import { EventHub } from '../gateway/sse';
+import { buildSpec } from './specs';
+import { jobViews } from './views';
+
+export const DASHBOARD_DIR = path.join(__dirname, 'web');
+
+const err = (description: string) => ({ description, schema: daemonErrorSchema });
+const idParams = Joi.object({ id: jobIdSchema.required() });
+
+/** Adds the dashboard's routes and mounts its files; returns the SSE hub so the daemon can stop it. */
+export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus; jobTimeoutSeconds: number; mountStatic(prefix: string, dir: string): void }) {
+  const { api, life } = d;
+  const store = life.store;
+  const hub = new EventHub(d.bus, store, config.sseHeartbeatSeconds);
+  await hub.start();
+
+  api.add({
+    method: 'post', path: '/jobs/operation', summary: 'Submit a job naming an operation of the 8000 API (for example convert: image, parameters, execution_policy.priority)', tags: ['jobs'],
+    body: operationTemplateSchema,
+    responses: { 201: { description: 'queued', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('invalid job (names the field)') },
+    handler: async (ctx, { body }) => {
+      const built = buildSpec(body, { where: '', jobTimeoutSeconds: d.jobTimeoutSeconds, parallelDownloads: 1 });
+      const r = await life.submit(built.spec, { enqueue: true, meta: built.meta });
+      ctx.status = 201;
+      return { job_id: r.job_id, state: r.state, message: `${built.spec.operation} job ${r.job_id} queued` };
+    },
+  });
+  api.add({
+    method: 'get', path: '/jobs/:id/record', summary: 'One job with its specification, state history, attempts and result', tags: ['jobs'], params: idParams,
+    responses: { 200: { description: 'the job and its history', schema: jobRecordSchema.keys({ spec: Joi.object().unknown(true), state_history: Joi.array().items(Joi.object().unknown(true)), result: Joi.any(), attempts: Joi.number(), max_attempts: Joi.number(), worker_id: Joi.string().allow(null), queue: Joi.string().allow(null), priority: Joi.number() }) }, 404: err('unknown job') },
+    handler: async (_ctx, { params }) => {
+      const [rec, [view]] = await Promise.all([store.get(params.id), jobViews(store, [params.id])]);
+      if (!rec || !view) throw notFound(`job ${params.id} not found`);
+      return { ...view, spec: rec.spec, state_history: rec.state_history, result: rec.result, attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
+    },
+  });
+  api.add({
+    method: 'get', path: '/jobs/:id/events/stream', summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], params: idParams,
+    responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
+    handler: async (ctx, { params }) => {
+      if (!(await store.raw(params.id))) throw notFound(`job ${params.id} not found`);
+      const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
+      if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
+      await hub.attach(ctx, params.id, last);
+      return undefined;
+    },
+  });
+  api.add({
+    method: 'get', path: '/workers', summary: 'Registered workers with capabilities and last heartbeat (as GET /workers on the 8000 API)', tags: ['workers'],
+    responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
+    handler: () => workersOverview(life),
+  });
+  api.add({
+    method: 'get', path: '/queue', summary: 'Queues by requirement set with counts per state, and queued jobs by priority (as GET /queue on the 8000 API)', tags: ['workers'],
+    responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
+    handler: () => queueOverview(life),
+  });
+
+  d.mountStatic('/web/dashboard', DASHBOARD_DIR);
+  return hub;
+}
