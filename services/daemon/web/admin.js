@@ -23,7 +23,8 @@ export async function workersView(el) {
     h('h3', {}, 'Queued jobs by priority'),
     h('table', { class: 'priorities' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Priority'), h('th', {}, 'Queued'))),
-      h('tbody', {}, Object.entries(q.by_priority).sort((a, b) => Number(b[0]) - Number(a[0])).map(([p, n]) => h('tr', {}, h('td', {}, p), h('td', {}, n))))),
+      h('tbody', {}, Object.keys(q.by_priority).length ? Object.entries(q.by_priority).sort((a, b) => Number(b[0]) - Number(a[0])).map(([p, n]) => h('tr', {}, h('td', {}, p), h('td', {}, n)))
+        : h('tr', {}, h('td', { colspan: 2, class: 'empty' }, 'nothing queued')))),
   );
 }
 
