@@ -199,6 +199,19 @@ describe('browser dashboard (headless Chromium)', function () {
     await page.waitForSelector('.deliveries table');
   });
 
+  it('POST /jobs/operation answers 400 naming the field for bad input; the form shows it', async () => {
+    const r = await req(daemon.url, 'POST', '/jobs/operation', { operation: 'convert', image: { path: 'relative.vmdk', format: 'vmdk' }, parameters: { output_dir: '/tmp', output_format: 'raw', compress: true } });
+    expect(r.status, r.text).to.equal(400);
+    expect(r.text).to.include('image.path').and.include('compress');
+    expect((await req(daemon.url, 'GET', '/jobs/no-such-job/record')).status).to.equal(404);
+    await page.goto(D + '#/submit');
+    await page.fill('input[name=image_path]', 'relative.vmdk');
+    await page.fill('input[name=output_dir]', '/tmp');
+    await page.click('#convert-form button[type=submit]');
+    await page.waitForSelector('#submit-msg.err');
+    expect(await page.textContent('#submit-msg')).to.include('image.path');
+  });
+
   it('with auth on, asks for the key once, refuses a wrong one, then works (HTTP and /ws)', async function () {
     this.timeout(40000);
     const cfg = path.join(dir, 'auth.yaml');
