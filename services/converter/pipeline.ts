@@ -29,6 +29,8 @@ interface StageReport { enabled: boolean; success: boolean | null; started_at?: 
 interface Work {
   disk: ManifestDisk; out: string; tmp: string; overlay: boolean; sourceFormat: string; sourceVirtual?: number;
   sourceSha?: string; modified: boolean; artifact: Record<string, unknown>;
+  /** From validate: the finished output's info and sha256, so they are not read again after the rename. */
+  outInfo?: { 'virtual-size': number }; outSha?: string;
 }
 
 /** Stage settings with the pipeline's rule: without `pipeline`, inspect+convert+validate run and fix does not. */
@@ -80,6 +82,12 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   let session: GuestSession | undefined;
   let guest: GuestInfo | undefined;
   let failed = false;
+  // Seconds spent per kind of work, for the report's summary and scripts/bench/convert.ts.
+  const timings: Record<string, number> = {};
+  const timed = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
+    const t = process.hrtime.bigint();
+    try { return await fn(); } finally { timings[k] = (timings[k] || 0) + Number(process.hrtime.bigint() - t) / 1e9; }
+  };
 
   const stage = async (s: StageName, fn: (r: StageReport) => Promise<Record<string, unknown> | void>) => {
     const r = stages[s];
@@ -127,7 +135,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       for (const [i, w] of work.entries()) {
         const d = w.disk;
         await fs.access(d.local_path).catch(() => { throw new Error(`disk ${d.id}: ${d.local_path} does not exist or cannot be read`); });
-        const detected = await imageInfo(d.local_path);
+        const detected = await timed('qemu_img_info', () => imageInfo(d.local_path));
         const entry: Record<string, unknown> = { disk_id: d.id, detected_format: detected.format, virtual_size: detected['virtual-size'], actual_size: detected['actual-size'] };
         if (detected.format !== d.source_format) throw new Error(`disk ${d.id}: source_format is ${d.source_format} but ${d.local_path} is ${detected.format}`);
         w.sourceVirtual = detected['virtual-size'];
@@ -188,11 +196,11 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         const sha = w.disk.checksum ? sha256File(w.disk.local_path, undefined, opts.signal) : undefined;
         sha?.catch(() => undefined);
         try {
-          await qemuConvert({ src: w.disk.local_path, srcFormat: w.sourceFormat, dest: w.tmp, destFormat: fmt, compress, options, extra }, (pct) => {
+          await timed('qemu_img_convert', () => qemuConvert({ src: w.disk.local_path, srcFormat: w.sourceFormat, dest: w.tmp, destFormat: fmt, compress, options, extra }, (pct) => {
             progress('convert', (doneBytes + (pct / 100) * size) / total, `converting ${w.disk.id} ${pct.toFixed(1)}%`, { disk_id: w.disk.id, bytes_processed: Math.round(doneBytes + (pct / 100) * size), total_bytes: total });
-          }, opts.signal);
+          }, opts.signal));
           if (sha) {
-            w.sourceSha = await sha;
+            w.sourceSha = await timed('source_sha256_wait', () => sha);
             if (`sha256:${w.sourceSha}` !== w.disk.checksum) throw new Error(`disk ${w.disk.id}: checksum mismatch: manifest ${w.disk.checksum}, file sha256:${w.sourceSha}`);
           }
         } catch (e) { await fs.rm(w.tmp, { force: true }); throw e; }
@@ -236,19 +244,25 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         const fmt = w.overlay ? 'qcow2' : m.output.format;
         await fs.access(file).catch(() => { throw new Error(`disk ${w.disk.id}: no output to validate (was convert enabled?)`); });
         const c: Record<string, unknown> = { disk_id: w.disk.id };
+        // The output is final from here on (fix ran before): its sha256 is read alongside check and compare,
+        // which read the same file, instead of in a second pass after the rename.
+        const outSha = timed('output_sha256', () => sha256File(file, undefined, opts.signal));
+        outSha.catch(() => undefined);
         if (v.check_image_integrity) {
-          const r = await check(file, fmt);
+          const r = await timed('qemu_img_check', () => check(file, fmt));
           c.integrity = r.ok ? (/not support/i.test(r.output) ? 'not supported by format' : 'ok') : 'errors';
           if (!r.ok) throw new Error(`disk ${w.disk.id}: qemu-img check found problems: ${r.output.slice(0, 2000)}`);
         }
-        const info = await imageInfo(file, fmt);
+        const info = await timed('qemu_img_info', () => imageInfo(file, fmt));
+        w.outInfo = info;
         c.virtual_size = info['virtual-size'];
         if (w.sourceVirtual !== undefined && info['virtual-size'] !== w.sourceVirtual) throw new Error(`disk ${w.disk.id}: output virtual size ${info['virtual-size']} differs from the source's ${w.sourceVirtual}`);
         if (!w.modified && !w.overlay) {
-          const cmp = await compare(w.disk.local_path, w.sourceFormat, file, fmt);
+          const cmp = await timed('qemu_img_compare', () => compare(w.disk.local_path, w.sourceFormat, file, fmt));
           c.compare = cmp.identical ? 'identical to source' : 'differs';
           if (!cmp.identical) throw new Error(`disk ${w.disk.id}: output content differs from the source: ${cmp.output}`);
         } else c.compare = 'skipped: the fix stage modified the output';
+        w.outSha = await outSha;
         checks.push(c);
         progress('validate', (i + 0.5) / work.length, `validated ${w.disk.id}`);
       }
@@ -257,10 +271,18 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
 
     if (!failed && !dry) {
       for (const w of work) {
-        await fs.rename(w.tmp, w.out);
+        // Durable before visible: the data reaches the disk, then the name, then the directory entry.
+        await timed('fsync_rename', async () => {
+          const h = await fs.open(w.tmp, 'r');
+          try { await h.sync(); } finally { await h.close(); }
+          await fs.rename(w.tmp, w.out);
+          const d = await fs.open(path.dirname(w.out), 'r');
+          try { await d.sync(); } finally { await d.close(); }
+        });
         const s = await fs.stat(w.out);
-        const info = await imageInfo(w.out, w.overlay ? 'qcow2' : m.output.format);
-        Object.assign(w.artifact, { virtual_size: info['virtual-size'], file_size: s.size, actual_size: s.blocks * 512, sha256: await sha256File(w.out, undefined, opts.signal) });
+        const info = w.outInfo || await timed('qemu_img_info', () => imageInfo(w.out, w.overlay ? 'qcow2' : m.output.format));
+        const sha = w.outSha || await timed('output_sha256', () => sha256File(w.out, undefined, opts.signal));
+        Object.assign(w.artifact, { virtual_size: info['virtual-size'], file_size: s.size, actual_size: s.blocks * 512, sha256: sha });
         if (w.sourceSha) w.artifact.source_sha256 = w.sourceSha;
       }
     }
@@ -284,6 +306,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       disks: work.length, stages_run: ran, stages_failed: ran.filter((s) => stages[s].success === false),
       total_source_bytes: work.reduce((a, w) => a + (w.sourceVirtual || 0), 0),
       total_output_bytes: failed || dry ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
+      timings: Object.fromEntries(Object.entries(timings).map(([k, v]) => [k, Math.round(v * 1000) / 1000])),
       message: failed ? `failed: ${errors[0]}` : dry ? `dry run: ${work.length} disk(s) would be converted; nothing written` : `${work.length} disk(s) migrated`,
     },
   };
