@@ -86,6 +86,6 @@ describe('manifest validation', () => {
   it('derives the migrate operation capabilities from the enabled stages', () => {
     expect(migrateCapabilities({ manifest: base() as any })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: base({ pipeline: { convert: { enabled: true }, fix: { enabled: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
-    expect(migrateCapabilities({ manifest: base({ pipeline: { inspect: { enabled: true, collect_guest_info: true } } }) as any })).to.deep.equal(['mount_operations']);
+    expect(migrateCapabilities({ manifest: base({ pipeline: { inspect: { enabled: true, collect_guest_info: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
   });
 });
