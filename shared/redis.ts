@@ -5,6 +5,25 @@ import { config } from './config';
 export type RedisClient = Redis | Cluster;
 
 /**
+ * How a Cluster client rides out the failover of a primary, as the single-node client rides out a restart
+ * (maxRetriesPerRequest null): a command waits instead of failing. Until a replica is promoted (cluster-node-timeout
+ * plus an election: seconds here, 15-20 s with Redis' defaults) the surviving nodes still answer MOVED to the dead
+ * primary and ioredis' reconnect to it fails with "Connection is closed". Every such MOVED, CLUSTERDOWN or closed
+ * connection counts as one redirection; with ioredis' defaults (16, MOVED retried at once, the others after 100 ms)
+ * a command gives up after a second or two with "Too many Cluster redirections" (redis/ioredis#1195, #1863): the
+ * gateway answered 5xx and a worker process exited on the unhandled rejection. Here each retry waits (MOVED too: it only
+ * comes after the layout changed, and the retry refreshes the slot cache) and the budget
+ * covers 40-100 s of failover (400 retries of 100-250 ms); past it the command fails (the gateway answers 503).
+ */
+const CLUSTER_FAILOVER = {
+  retryDelayOnMoved: 100,
+  retryDelayOnFailover: 250,
+  retryDelayOnClusterDown: 250,
+  retryDelayOnTryAgain: 250,
+  maxRedirections: 400,
+};
+
+/**
  * REDIS_URL forms:
  *   redis://host:port/db                       a single node
  *   redis-sentinel://h1:26379,h2:26379/mymaster  Sentinel (master name after the slash)
@@ -29,7 +48,7 @@ export function createRedis(opts: { blocking?: boolean; url?: string } = {}): Re
     if (m[1] === 'sentinel') {
       return new IORedis({ ...base, sentinels: nodes, name: m[3] || 'mymaster', password: process.env.REDIS_PASSWORD });
     }
-    return new Cluster(nodes, { redisOptions: { ...base, password: process.env.REDIS_PASSWORD } });
+    return new Cluster(nodes, { ...CLUSTER_FAILOVER, redisOptions: { ...base, password: process.env.REDIS_PASSWORD } });
   }
   return new IORedis(url, base);
 }
