@@ -9,6 +9,12 @@ import { isTerminal } from '../../shared/states';
 
 interface Client { res: ServerResponse; lastId: string; buffering: boolean; buffer: (() => void)[]; closed: boolean }
 
+/** The raw JSON of the event inside a bus message ({"job_id":..,"id":..,"event":<json>}), without re-encoding it. */
+function rawEvent(raw: string, msg: any): string {
+  const i = raw.indexOf('"event":');
+  return i >= 0 ? raw.slice(i + 8, -1) : JSON.stringify(msg.event);
+}
+
 /** Orders Redis stream ids ("ms-seq"). */
 export function idAfter(a: string, b: string): boolean {
   if (!b) return true;
@@ -27,13 +33,14 @@ export class EventHub {
   get size() { let n = 0; for (const s of this.clients.values()) n += s.size; return n; }
 
   async start() {
-    await this.bus.on(this.bus.k.chanEvents, (msg) => {
+    await this.bus.on(this.bus.k.chanEvents, (msg, raw) => {
       const set = this.clients.get(msg.job_id);
       if (!set) return;
-      const frame = `event: progress\nid: ${msg.id}\ndata: ${JSON.stringify(msg.event)}\n\n`;
+      // Encoded once for every client: a fan-out to many clients costs one socket write each, nothing more.
+      const frame = Buffer.from(`event: progress\nid: ${msg.id}\ndata: ${rawEvent(raw, msg)}\n\n`);
       for (const c of set) {
-        const send = () => { if (idAfter(msg.id, c.lastId)) { c.lastId = msg.id; this.write(c, frame); } };
-        c.buffering ? c.buffer.push(send) : send();
+        if (c.buffering) c.buffer.push(() => this.deliver(c, msg.id, frame));
+        else this.deliver(c, msg.id, frame);
       }
     });
     await this.bus.on(this.bus.k.chanJobs, (msg) => {
@@ -56,7 +63,11 @@ export class EventHub {
     for (const [id, set] of this.clients) for (const c of set) this.drop(id, c);
   }
 
-  private write(c: Client, s: string) {
+  private deliver(c: Client, id: string, frame: Buffer) {
+    if (idAfter(id, c.lastId)) { c.lastId = id; this.write(c, frame); }
+  }
+
+  private write(c: Client, s: string | Buffer) {
     if (c.closed) return;
     // A client too slow to read is cut off rather than buffered without bound; it reconnects with Last-Event-ID.
     if (c.res.writableLength > MAX_BUFFERED) { c.res.destroy(); return; }
@@ -81,7 +92,9 @@ export class EventHub {
     ctx.req.socket.setTimeout(0);
     ctx.req.socket.setNoDelay(true);
     const res = ctx.res;
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
+    // No chunked framing: the stream ends with the connection, so each event is one plain socket write.
+    res.useChunkedEncodingByDefault = false;
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
     res.write('retry: 2000\n\n');
     const c: Client = { res, lastId: lastEventId, buffering: true, buffer: [], closed: false };
     let set = this.clients.get(jobId);

@@ -138,7 +138,12 @@ export async function startWorker(o: WorkerOptions) {
       } catch (e) {
         log.debug('claim failed', { error: (e as Error).message });
       }
-      if (lease) { await execute(lease); continue; }
+      if (lease) {
+        // Reporting the outcome can fail if Redis is gone longer than the client's retry budget; the lease then
+        // expires and the job is requeued, so the worker carries on rather than exiting.
+        await execute(lease).catch((e) => log.warn('could not report a job outcome; its lease will expire and it will be requeued', { job_id: lease!.job_id, error: (e as Error).message }));
+        continue;
+      }
       if (stopping) break;
       await new Promise<void>((resolve) => {
         const done = () => { clearTimeout(t); sleepers.delete(done); resolve(); };
