@@ -33,6 +33,7 @@ export function makeDeliverer(store: WebhookStore, allow: { allow_private: boole
     const text = JSON.stringify(body);
     const headers: Record<string, string> = {
       ...w.headers,
+      ...Object.fromEntries(Object.entries(w.sealed_headers || {}).map(([h, box]) => [h, decryptSecret(box)])),
       'content-type': 'application/json',
       'user-agent': 'ferry-notifier/1.0',
       'x-ferry-event': event,

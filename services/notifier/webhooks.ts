@@ -15,6 +15,8 @@ const SENSITIVE_HEADER = /authorization|token|secret|key|cookie|pass/i;
 export interface Webhook {
   id: string; url: string; events: string[]; enabled: boolean; timeout: number; retry_count: number;
   headers: Record<string, string>; secret_box?: string; created_at: string;
+  /** Sensitive header values (authorization, tokens...), each stored only encrypted. */
+  sealed_headers?: Record<string, string>;
 }
 
 export interface Delivery {
@@ -57,7 +59,10 @@ export async function checkTarget(url: string, allow: { allow_private: boolean; 
 }
 
 export function publicView(w: Webhook, index: number) {
-  const headers = Object.fromEntries(Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]));
+  const headers = Object.fromEntries([
+    ...Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]),
+    ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
+  ]);
   return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, headers, has_secret: !!w.secret_box, created_at: w.created_at };
 }
 
@@ -87,8 +92,18 @@ export class WebhookStore {
     if (input.secret !== undefined && !canEncrypt()) {
       throw new ApiError(400, 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted', { fields: [{ field: 'secret', message: 'needs FERRY_SECRET_KEY' }] });
     }
+    const sensitive = Object.keys(input.headers || {}).filter((h) => SENSITIVE_HEADER.test(h));
+    if (sensitive.length && !canEncrypt()) {
+      throw new ApiError(400, `headers ${sensitive.join(', ')} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store them encrypted`, { fields: sensitive.map((h) => ({ field: `headers.${h}`, message: 'needs FERRY_SECRET_KEY' })) });
+    }
     const { secret, ...rest } = input;
-    const w: Webhook = { ...rest, id: `wh-${randomUUID().slice(0, 12)}`, created_at: new Date().toISOString(), ...(secret ? { secret_box: encryptSecret(secret) } : {}) };
+    const headers = Object.fromEntries(Object.entries(rest.headers || {}).filter(([h]) => !sensitive.includes(h)));
+    const sealed = Object.fromEntries(sensitive.map((h) => [h, encryptSecret(rest.headers[h])]));
+    const w: Webhook = {
+      ...rest, headers, id: `wh-${randomUUID().slice(0, 12)}`, created_at: new Date().toISOString(),
+      ...(sensitive.length ? { sealed_headers: sealed } : {}),
+      ...(secret ? { secret_box: encryptSecret(secret) } : {}),
+    };
     const len = await this.redis.rpush(this.k.webhooks, JSON.stringify(w));
     await this.redis.publish(this.changedChannel, 'added');
     return { webhook: w, index: len - 1 };

@@ -338,6 +338,9 @@ describe('daemon API (8080), scheduler and notifier', function () {
       expect(ok.body.webhook).to.include({ has_secret: true });
       expect(ok.body.webhook.headers.Authorization).to.equal('[redacted]');
       expect(JSON.stringify(ok.body)).not.to.include(HOOK_SECRET);
+      // Neither the signing secret nor the Authorization header value is stored in clear in Redis.
+      const stored = await rc.lrange('ferry:webhooks', 0, -1);
+      expect(stored.join('\n')).to.include('X-Custom').and.not.include('Bearer abc').and.not.include(HOOK_SECRET);
       expect((await req(B, 'POST', '/api/v1/webhooks', { url: `${R}/flaky`, events: ['job.completed'], retry_count: 3 })).status).to.equal(201);
       expect((await req(B, 'POST', '/webhooks', { url: `${R}/slow`, events: ['job.completed'], timeout: 1, retry_count: 1 })).status).to.equal(201);
       const id = await gwJob('d-hooked', { steps: 2, sleep_ms: 200 });
