@@ -70,8 +70,10 @@ export class EventHub {
   private write(c: Client, s: string | Buffer) {
     if (c.closed) return;
     // A client too slow to read is cut off rather than buffered without bound; it reconnects with Last-Event-ID.
-    if (c.res.writableLength > MAX_BUFFERED) { c.res.destroy(); return; }
-    c.res.write(s);
+    const sock = c.res.socket;
+    if ((sock?.writableLength ?? c.res.writableLength) > MAX_BUFFERED) { c.res.destroy(); return; }
+    // Straight to the socket: the response head is already out and the body is unframed.
+    (sock && !sock.destroyed ? sock : c.res).write(s);
   }
 
   private finish(jobId: string, c: Client, state: string) {
