@@ -1,7 +1,7 @@
 // Workers and queues (read from the daemon's /workers and /queue), schedules (create, enable/disable, trigger,
 // delete) and webhooks (add, delete, test, delivery log).
 import { api } from './api.js';
-import { h, $, ago, time, say } from './dom.js';
+import { h, ago, time, say } from './dom.js';
 
 export async function workersView(el) {
   const [w, q] = await Promise.all([api('GET', '/workers'), api('GET', '/queue')]);
@@ -28,8 +28,12 @@ export async function workersView(el) {
   );
 }
 
+// One message line for the schedules page, kept across re-renders: a re-render triggered by a schedule_event can
+// land in the middle of an action, and must not drop what the action says (such as the link to a triggered job).
+let scheduleMsg;
+
 export async function schedulesView(el) {
-  const msg = h('div', { class: 'msg', id: 'schedule-msg' });
+  const msg = (scheduleMsg ||= h('div', { class: 'msg', id: 'schedule-msg' }));
   const act = async (path, after) => {
     try { const r = await api('POST', path); say(msg, r.message); after?.(r); await schedulesView.refresh(); } catch (e) { say(msg, e.message, false); }
   };
@@ -69,8 +73,7 @@ export async function schedulesView(el) {
     msg,
     h('h3', {}, 'New schedule'), form,
   );
-  // Keep the message across the refresh that follows an action.
-  schedulesView.refresh = async () => { const keep = msg.cloneNode(true); await schedulesView(el); $('#schedule-msg', el).replaceWith(keep); };
+  schedulesView.refresh = () => schedulesView(el);
 }
 
 const EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'];
