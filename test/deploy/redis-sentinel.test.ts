@@ -234,6 +234,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     // ... and gone: the new primary never had it.
     const lost = await until(async () => { const r = await req(gw.url, 'GET', '/jobs/p-lost'); return r.status !== 503 && r; }, 15000, 'the gateway answering on the new primary');
     expect(lost.status, JSON.stringify(lost.body)).to.equal(404);
+    expect(cli(old.port, '--scan', '--pattern', '*p-lost*').trim(), 'no trace of p-lost (record, history, queue entry)').to.equal('');
     // The lost completion of p-running is redone (at-least-once): it runs again and completes.
     const pr = await until(async () => { const j = (await req(gw.url, 'GET', '/jobs/p-running')).body; return j?.is_terminal && j; }, 20000, 'p-running terminal again')
       .catch(async (e) => { // what to look at when it does not recover
