@@ -5,7 +5,7 @@
 import path from 'node:path';
 import Joi from 'joi';
 import type { Api } from '../../shared/http';
-import { ApiError, notFound } from '../../shared/errors';
+import { notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
 import { daemonErrorSchema, jobRecordSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
 import { queueStatusSchema, workerSchema } from '../../shared/schemas/responses';
@@ -53,10 +53,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     method: 'get', path: '/jobs/:id/events/stream', summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], params: idParams,
     responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
     handler: async (ctx, { params }) => {
-      if (!(await store.raw(params.id))) throw notFound(`job ${params.id} not found`);
-      const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
-      if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
-      await hub.attach(ctx, params.id, last);
+      await hub.serve(ctx, params.id);
       return undefined;
     },
   });

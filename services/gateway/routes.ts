@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type client from 'prom-client';
 import { Api } from '../../shared/http';
 import { config } from '../../shared/config';
-import { ApiError, conflict, notFound } from '../../shared/errors';
+import { conflict, notFound } from '../../shared/errors';
 import {
   dequeueSchema, eventsQuery, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, workerCompleteSchema,
   workerEventSchema, workerFailSchema, workerRegistrationSchema, workerReportSchema, JobSpec,
@@ -98,10 +98,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     method: 'get', path: '/jobs/:job_id/events/stream', summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], params: jobParams,
     responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
     handler: async (ctx, { params }) => {
-      if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
-      const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
-      if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
-      await hub.attach(ctx, params.job_id, last);
+      await hub.serve(ctx, params.job_id);
       return undefined;
     },
   });

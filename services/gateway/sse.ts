@@ -6,6 +6,7 @@ import type { ServerResponse } from 'node:http';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
 import { isTerminal } from '../../shared/states';
+import { ApiError, notFound } from '../../shared/errors';
 
 interface Client { res: ServerResponse; lastId: string; buffering: boolean; buffer: (() => void)[]; closed: boolean }
 
@@ -86,6 +87,15 @@ export class EventHub {
     const set = this.clients.get(jobId);
     set?.delete(c);
     if (set && !set.size) this.clients.delete(jobId);
+  }
+
+  /** The whole GET .../events/stream: 404 for an unknown job, 400 for a malformed Last-Event-ID (header or
+   *  ?last_event_id=), then the stream. Both APIs serve it through this. */
+  async serve(ctx: Koa.Context, jobId: string) {
+    if (!(await this.store.raw(jobId))) throw notFound(`job ${jobId} not found`);
+    const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
+    if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
+    await this.attach(ctx, jobId, last);
   }
 
   /** Takes over the response: replay after `lastEventId`, then live events, then `complete`. */
