@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { Proc, startGatewayProc, startProcess, startWorkerProc, testEnv } from '../helpers/procs';
+import { Proc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -72,10 +72,10 @@ describe('deploy: Prometheus and Grafana against the running services', function
     const daemonPort = await freePort();
     const daemon = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${daemonPort}`], env);
     procs.push(daemon);
-    const workerPort = await freePort();
-    procs.push(await startWorkerProc(env, 'prom-worker', ['img_tool'], ['--metrics-port', String(workerPort)]));
+    const worker = await startWorkerWithMetrics(env, 'prom-worker', ['img_tool']);
+    procs.push(worker);
+    const workerPort = worker.metricsPort;
     await waitForPort(daemonPort, 30000).catch((e) => { throw new Error(`${e.message}\n${daemon.logs.join('')}`); });
-    await waitForPort(workerPort, 30000);
 
     // Prometheus with the project's rule files and a 1 s scrape interval, on a free port.
     const promPort = await freePort();

@@ -52,3 +52,22 @@ export async function startWorkerProc(env: Record<string, string>, id: string, c
   const p = startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env });
   return p;
 }
+
+/** A worker with its own /metrics port. A free port can be taken by another process before the worker binds it,
+ *  so a worker that does not open its port is replaced on a new port (three tries). */
+export async function startWorkerWithMetrics(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc & { metricsPort: number }> {
+  let last = '';
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort();
+    const p = await startWorkerProc(env, id, caps, [...extra, '--metrics-port', String(port)]);
+    try {
+      await waitForPort(port, 30000);
+      return Object.assign(p, { metricsPort: port });
+    } catch (e) {
+      last = `${(e as Error).message}\n${p.logs.join('')}`;
+      await p.kill();
+    }
+  }
+  throw new Error(`worker ${id} did not open a metrics port: ${last}`);
+}
+

@@ -7,8 +7,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync, openSync, w
 import os from 'node:os';
 import path from 'node:path';
 import { EventSource } from 'eventsource';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startGatewayProc, startWorkerProc, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -195,10 +195,9 @@ describe('worker processes', function () {
   });
 
   it('a worker exposes its own /metrics port', async () => {
-    const port = await freePort();
-    const w = await startWorkerProc(env, 'metered', ['metered_cap'], ['--metrics-port', String(port)]);
+    const w = await startWorkerWithMetrics(env, 'metered', ['metered_cap']);
     procs.push(w);
-    await waitForPort(port, 30000);
+    const port = w.metricsPort;
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'metered-1', operation: 'noop', requirements: { capabilities: ['metered_cap'] } });
     expect((await waitState('metered-1')).state).to.equal('COMPLETED');
     const m = await req(`http://127.0.0.1:${port}`, 'GET', '/metrics');
