@@ -3,6 +3,7 @@
 //   --config FILE             YAML configuration (also FERRY_CONFIG); validated at start
 import { startDaemon } from './app';
 import { ConfigError, configPath, loadConfig } from './config';
+import { onShutdown } from '../../shared/process';
 
 function addrOption(argv: string[]): string | undefined {
   const i = argv.findIndex((a) => a === '-addr' || a === '--addr');
@@ -20,11 +21,7 @@ try {
   const cfg = loadConfig(configPath());
   const addr = addrOption(process.argv.slice(2)) ?? cfg.daemon.addr;
   const listen = addr ? parseAddr(addr) : {};
-  startDaemon(cfg, listen).then((d) => {
-    const stop = async () => { await d.close().catch(() => undefined); process.exit(0); };
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  }).catch((e) => {
+  startDaemon(cfg, listen).then((d) => onShutdown(() => d.close())).catch((e) => {
     process.stderr.write(`daemon failed to start: ${e.message}\n`);
     process.exit(1);
   });

@@ -10,6 +10,7 @@ import { configPath, loadConfig } from '../daemon/config';
 import { jobView, VIEW_FIELDS } from '../daemon/views';
 import { WebhookStore, WEBHOOK_QUEUE } from './webhooks';
 import { makeDeliverer } from './deliver';
+import { onShutdown } from '../../shared/process';
 
 const EVENT_OF: Record<string, string> = { RUNNING: 'job.started', COMPLETED: 'job.completed', FAILED: 'job.failed', CANCELLED: 'job.cancelled' };
 
@@ -56,15 +57,12 @@ async function main() {
   worker.on('failed', (j, e) => log.info('delivery attempt failed', { delivery_id: j?.data?.delivery_id, attempt: j?.attemptsMade, error: e.message }));
   log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
 
-  const stop = async () => {
+  onShutdown(async () => {
     await worker.close().catch(() => undefined);
     await hooks.close();
     await bus.close();
     redis.disconnect();
-    process.exit(0);
-  };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  });
 }
 
 main().catch((e) => { process.stderr.write(`notifier failed to start: ${e.message}\n`); process.exit(1); });

@@ -11,6 +11,7 @@ import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../daemon/config';
 import { ScheduleStore, SCHEDULE_QUEUE } from './schedules';
 import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from './run';
+import { onShutdown } from '../../shared/process';
 
 async function main() {
   const log = createLogger('scheduler');
@@ -37,17 +38,14 @@ async function main() {
   worker.on('failed', (j, e) => log.warn('schedule run failed', { schedule_id: j?.data?.schedule_id, error: e.message }));
   log.info('scheduler running', { schedules: (await schedules.all()).length });
 
-  const stop = async () => {
+  onShutdown(async () => {
     clearInterval(sweep);
     await worker.close().catch(() => undefined);
     await schedules.close();
     await router.close();
     await bus.close();
     redis.disconnect();
-    process.exit(0);
-  };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  });
 }
 
 main().catch((e) => { process.stderr.write(`scheduler failed to start: ${e.message}\n`); process.exit(1); });

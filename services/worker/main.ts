@@ -8,6 +8,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startWorker } from './runner';
 import { config } from '../../shared/config';
+import { onShutdown } from '../../shared/process';
 import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
 
 const { values } = parseArgs({
@@ -27,22 +28,12 @@ for (const c of caps) if (!CAPABILITY_PATTERN.test(c)) die(`invalid capability "
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
 
+// Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it.
 startWorker({
   workerId: values.id ?? env.FERRY_WORKER_ID ?? `${os.hostname()}-${process.pid}`,
   capabilities: caps,
   executionMode: mode,
   concurrency,
   metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
-}).then((w) => {
-  let stopping = false;
-  const stop = async () => {
-    if (stopping) return;
-    stopping = true;
-    // With Redis unreachable, deregistering would wait for it forever: leave anyway after the grace period.
-    setTimeout(() => process.exit(1), (config.shutdownGraceSeconds + 10) * 1000).unref();
-    await w.stop().catch(() => undefined);
-    process.exit(0);
-  };
-  process.on('SIGINT', stop);
-  process.on('SIGTERM', stop);
-}).catch((e) => die(`failed to start: ${e.message}`));
+}).then((w) => onShutdown(() => w.stop(), (config.shutdownGraceSeconds + 10) * 1000))
+  .catch((e) => die(`failed to start: ${e.message}`));
