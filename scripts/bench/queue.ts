@@ -10,6 +10,7 @@
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
+import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
@@ -103,10 +104,10 @@ function cpuSeconds(pid: number): number {
   } catch { return 0; }
 }
 const cpuOf: { name: string; pid: () => number }[] = [];
-function cpuSnapshot() { return cpuOf.map((p) => (p.name === 'bench client' ? (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : cpuSeconds(p.pid()))); }
-function cpuReport(before: number[], jobs: number) {
-  const after = cpuSnapshot();
-  return cpuOf.map((p, i) => `${p.name} ${(((after[i] - before[i]) * 1e6) / jobs).toFixed(0)} us`).join(', ');
+function cpuSnapshot(of = cpuOf) { return of.map((p) => (p.name === 'bench client' ? (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : cpuSeconds(p.pid()))); }
+function cpuReport(before: number[], jobs: number, of = cpuOf) {
+  const after = cpuSnapshot(of);
+  return of.map((p, i) => `${p.name} ${(((after[i] - before[i]) * 1e6) / jobs).toFixed(0)} us`).join(', ');
 }
 /** CPU milliseconds per job summed over every process of the run (redis, gateway, workers, this client). */
 function cpuTotalMs(before: number[], jobs: number) {
@@ -249,8 +250,11 @@ async function waitWorkers(base: string, n: number) {
   throw new Error(`${n} workers did not register`);
 }
 
-/** 1,000 SSE clients on one job; an HTTP pull worker posts progress events carrying their send time. */
-async function fanout(base: string, port: number, clients: number) {
+/** Where the fan-out runs: a stream path on a port, how a round is posted, and how the stream is ended. */
+interface FanoutTarget { label: string; port: number; path: string; post(round: number): Promise<{ status: number }>; end(): Promise<unknown>; cpu: { name: string; pid: () => number }[] }
+
+/** The gateway: 1,000 SSE clients on one job; an HTTP pull worker posts progress events. */
+async function gatewayTarget(base: string, port: number): Promise<FanoutTarget> {
   const id = `fanout-${Date.now()}`;
   const worker = { worker_id: 'bench-http-worker', capabilities: ['bench_fanout'], execution_mode: 'PROCESS' };
   // The job needs a capability no native worker has, so only this pull worker can take it.
@@ -259,7 +263,32 @@ async function fanout(base: string, port: number, clients: number) {
   const got = await request(base, 'POST', '/queue/dequeue', worker);
   if (got.body?.job_id !== id) throw new Error(`fan-out dequeue returned ${JSON.stringify(got.body)}`);
   await request(base, 'POST', `/jobs/${id}/start`, { worker_id: worker.worker_id });
+  return {
+    label: 'gateway', port, path: `/jobs/${id}/events/stream`, cpu: cpuOf,
+    post: (round) => request(base, 'POST', `/jobs/${id}/events`, { worker_id: worker.worker_id, phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } }),
+    end: () => request(base, 'POST', `/jobs/${id}/complete`, { worker_id: worker.worker_id, result: {} }),
+  };
+}
 
+/** The baseline: a bare Node HTTP server (scripts/bench/bare-fanout-server.ts) in its own process. */
+async function bareTarget(): Promise<FanoutTarget & { stop(): void }> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'bare-fanout-server.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    proc.stdout!.setEncoding('utf8').once('data', (s: string) => resolve(Number(s.trim())));
+    proc.once('exit', (c) => reject(new Error(`bare fan-out server exited ${c}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    label: 'bare Node', port, path: '/stream', cpu: [{ name: 'bare server', pid: () => proc.pid! }, { name: 'bench client', pid: () => process.pid }],
+    post: (round) => request(base, 'POST', '/fire', { phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } }),
+    end: () => request(base, 'POST', '/end'),
+    stop: () => proc.kill('SIGTERM'),
+  };
+}
+
+/** `clients` raw SSE clients on one stream; each round is posted with its send time and every client's
+ *  receive time is taken, so a delay is post sent -> frame read by that client. */
+async function fanout(t: FanoutTarget, clients: number) {
   const sentAt = new Map<number, number>();
   const delays: number[] = [];
   const byRound = new Map<number, number[]>();
@@ -272,23 +301,20 @@ async function fanout(base: string, port: number, clients: number) {
       seen.push(mine);
       let carry = '';
       let completed = false;
-      return openRawStream(port, `/jobs/${id}/events/stream`, (chunk, t) => {
+      return openRawStream(t.port, t.path, (chunk, at) => {
         const text = carry + chunk;
         carry = text.slice(-64); // a frame split across reads is found on the next one; `mine` dedups
         for (const m of text.matchAll(/"message":"fanout round (\d+)"/g)) {
           const round = Number(m[1]);
           if (mine.has(round)) continue;
           mine.add(round);
-          if (round > 0) { delays.push(t - sentAt.get(round)!); (byRound.get(round) || byRound.set(round, []).get(round)!).push(t - sentAt.get(round)!); }
+          if (round > 0) { delays.push(at - sentAt.get(round)!); (byRound.get(round) || byRound.set(round, []).get(round)!).push(at - sentAt.get(round)!); }
         }
         if (!completed && text.includes('event: complete')) { completed = true; completes++; }
       });
     }))));
   }
-  const post = (round: number) => {
-    sentAt.set(round, now());
-    return request(base, 'POST', `/jobs/${id}/events`, { worker_id: worker.worker_id, phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } });
-  };
+  const post = (round: number) => { sentAt.set(round, now()); return t.post(round); };
   const allHave = async (round: number) => {
     const deadline = Date.now() + 20_000;
     while (seen.filter((s) => s.has(round)).length < clients && Date.now() < deadline) await sleep(2);
@@ -296,20 +322,20 @@ async function fanout(base: string, port: number, clients: number) {
   };
   // Round 0 proves every client is live (replay done, subscribed); it is not measured.
   await post(0);
-  if ((await allHave(0)) < clients) throw new Error('not every SSE client became live');
+  if ((await allHave(0)) < clients) throw new Error(`${t.label}: not every SSE client became live`);
   let received = 0;
-  const cpu0 = cpuSnapshot();
+  const cpu0 = cpuSnapshot(t.cpu);
   for (let r = 1; r <= FANOUT_ROUNDS; r++) {
     const res = await post(r);
-    if (res.status !== 201) throw new Error(`progress post: ${res.status}`);
+    if (res.status !== 201) throw new Error(`${t.label}: progress post: ${res.status}`);
     received += await allHave(r);
     await sleep(50);
   }
-  await request(base, 'POST', `/jobs/${id}/complete`, { worker_id: worker.worker_id, result: {} });
+  await t.end();
   await Promise.race([Promise.all(streams.map((s) => s.done)), sleep(10_000)]);
   for (const s of streams) s.close();
-  if (opt.profile) log(`  fan-out CPU per delivered event: ${cpuReport(cpu0, clients * FANOUT_ROUNDS)}`);
-  if (opt.profile) for (const [r, d] of byRound) log(`  fan-out round ${r}: first ${Math.min(...d).toFixed(2)} ms, p50 ${pct(d, 50).toFixed(2)}, last ${Math.max(...d).toFixed(2)} ms`);
+  if (opt.profile) log(`  ${t.label} fan-out CPU per delivered event: ${cpuReport(cpu0, clients * FANOUT_ROUNDS, t.cpu)}`);
+  if (opt.profile) for (const [r, d] of byRound) log(`  ${t.label} fan-out round ${r}: first ${Math.min(...d).toFixed(2)} ms, p50 ${pct(d, 50).toFixed(2)}, last ${Math.max(...d).toFixed(2)} ms`);
   return { delays, received, expected: clients * FANOUT_ROUNDS, completes };
 }
 
@@ -385,9 +411,12 @@ async function main() {
     const bare = (bareA.rate + bareB.rate) / 2;
     const bareCpu = (bareA.cpu + bareB.cpu) / 2;
 
-    // 3: SSE fan-out.
-    const fo = await fanout(base, gw.port, CLIENTS);
+    // 3: SSE fan-out, through the gateway and, in the same run, through a bare Node server (the floor).
+    const fo = await fanout(await gatewayTarget(base, gw.port), CLIENTS);
     log(`fan-out: ${fo.received} of ${fo.expected} deliveries`);
+    const bareServer = await bareTarget();
+    const fb = await fanout(bareServer, CLIENTS).finally(() => bareServer.stop());
+    log(`bare fan-out: ${fb.received} of ${fb.expected} deliveries`);
 
     const ratio1 = rates[1] / bare;
     const ratio2 = rates[2] / bare;
@@ -400,6 +429,7 @@ async function main() {
       ['submit latency, 1 request at a time (p50 / p99)', `${pct(idleLat, 50).toFixed(2)} / ${pct(idleLat, 99).toFixed(2)} ms`, ''],
       [`submit latency, ${INFLIGHT} in flight, 1 worker busy (p50 / p99)`, `${pct(loadLat, 50).toFixed(2)} / ${pct(loadLat, 99).toFixed(2)} ms`, ''],
       [`progress event -> ${CLIENTS} SSE clients (p50 / p99)`, `${pct(fo.delays, 50).toFixed(2)} / ${p99fan.toFixed(2)} ms`, `${fo.received}/${fo.expected} delivered, ${fo.completes} got complete`],
+      [`bare Node HTTP server, POST -> ${CLIENTS} streams (p50 / p99)`, `${pct(fb.delays, 50).toFixed(2)} / ${pct(fb.delays, 99).toFixed(2)} ms`, `the floor on this machine: same clients, no Redis, no koa; ${fb.received}/${fb.expected} delivered`],
       ['Redis memory per queued job (Ferry)', `${(memPerJob / 1024).toFixed(2)} KiB`, `${memPerJob.toFixed(0)} B`],
       ['Redis memory per queued job (bare BullMQ)', `${(bareMemPerJob / 1024).toFixed(2)} KiB`, `${bareMemPerJob.toFixed(0)} B`],
     ];

@@ -9,7 +9,9 @@ const ROOT = path.resolve(__dirname, '..', '..');
 export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void> }
 
 export function startProcess(script: string, args: string[], env: Record<string, string>): Proc {
-  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  // FERRY_NODE_ARGS: extra node flags for every service started here (the benchmarks' --cpu-prof, say).
+  const nodeArgs = (process.env.FERRY_NODE_ARGS || '').split(' ').filter(Boolean);
+  const proc = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   const keep = (b: Buffer) => { logs.push(b.toString()); if (logs.length > 500) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); };
   proc.stdout!.on('data', keep);
