@@ -86,7 +86,8 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
     if (s.command === 'fetch-and-fix') {
       const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir, '.ferry-fetch'));
       out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
-      const r = await fetchRemote({ host: s.host, port: s.port, user: s.user, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote, destDir: dir, timeoutSeconds: s.timeout, retries: s.network_retry },
+      const r = await fetchRemote({ host: s.host, port: s.port, user: s.user, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote, destDir: dir,
+        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote)}`, timeoutSeconds: s.timeout, retries: s.network_retry },
         (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
       fetched = r.path;
       out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
@@ -163,6 +164,14 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
       if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
       if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
       return s;
+    });
+    // Two entries writing one file would overwrite each other's output (and, side by side, corrupt it).
+    const seen = new Map<string, number>();
+    settings.forEach((s, i) => {
+      const target = path.resolve(baseDir, String(s.output_dir), String(s.to_output));
+      const j = seen.get(target);
+      if (j !== undefined) throw new ConfigError(`migrations[${i}].to_output: ${target} is also the output of migrations[${j}]`, [{ path: `migrations[${i}].to_output`, message: `same output file as migrations[${j}]` }]);
+      seen.set(target, i);
     });
     let failedOnce = false;
     const t0 = Date.now();

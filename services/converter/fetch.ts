@@ -8,6 +8,9 @@ import { OperationError } from '../../shared/errors';
 
 export interface FetchOptions {
   host: string; port?: number; user: string; identity?: string; remote: string; destDir: string;
+  /** Local file name; default the remote's base name. Batch entries run side by side in one destDir, and
+   *  remotes often share a base name (/vms/web1/disk.vmdk, /vms/web2/disk.vmdk), so the CLI names each copy. */
+  destName?: string;
   timeoutSeconds: number; retries: number;
 }
 
@@ -38,7 +41,7 @@ function scpOnce(o: FetchOptions, dest: string, onBytes: (n: number) => void): P
 /** Fetches with up to `retries` further attempts (1 s, 2 s, 4 s ... apart); returns the local copy. */
 export async function fetchRemote(o: FetchOptions, onBytes: (n: number) => void = () => undefined): Promise<{ path: string; bytes: number; attempts: number }> {
   await fs.mkdir(o.destDir, { recursive: true });
-  const dest = path.join(o.destDir, path.posix.basename(o.remote));
+  const dest = path.join(o.destDir, o.destName || path.posix.basename(o.remote));
   const tmp = `${dest}.partial`;
   let last: Error | undefined;
   for (let attempt = 1; attempt <= o.retries + 1; attempt++) {

@@ -3,6 +3,7 @@
 import type { FixStage } from '../../shared/schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
+import { applyConfiguration } from './configuration';
 
 export interface GuestInfo {
   os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
@@ -26,11 +27,6 @@ const GRUB_TOOLS = [
   { bin: ['/usr/sbin/grub-mkconfig', '/sbin/grub-mkconfig'], cfg: '/boot/grub/grub.cfg' },
   { bin: ['/usr/sbin/grub2-mkconfig', '/sbin/grub2-mkconfig'], cfg: '/boot/grub2/grub.cfg' },
 ];
-
-async function firstFile(g: GuestSession, paths: string[]): Promise<string | undefined> {
-  for (const p of paths) if (await g.isFile(p)) return p;
-  return undefined;
-}
 
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
 export async function inspectAndMount(g: GuestSession, readonly: boolean): Promise<GuestInfo> {
@@ -58,7 +54,7 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
     const status = (await g.isFile('/var/lib/dpkg/status')) ? await g.read('/var/lib/dpkg/status').catch(() => '') : '';
     for (const p of HV_TOOL_PACKAGES) if (new RegExp(`^Package: ${p}$`, 'm').test(status || '')) info.hypervisor_tools.push(p);
     for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
-    for (const t of INITRAMFS_TOOLS) if (await firstFile(g, t.paths)) { info.initramfs_tool = t.tool; break; }
+    for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
     for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
   }
   return info;
@@ -153,7 +149,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     if (!files.length) act({ action: 'update_grub', status: 'warning', detail: 'no GRUB configuration found (/boot/grub/grub.cfg, /boot/grub2/grub.cfg)' });
     else if (!edited) act({ action: 'update_grub', status: 'skipped', detail: 'boot-loader root= arguments are already stable' });
     const tool = GRUB_TOOLS.find((t) => t.cfg === info.grub_config) || GRUB_TOOLS[0];
-    const bin = await firstFile(g, tool.bin);
+    const bin = await g.firstFile(tool.bin);
     if (!bin) act({ action: 'update_grub', status: 'warning', detail: `grub-mkconfig is not installed in the guest (looked for ${tool.bin.join(', ')}); configuration not regenerated` });
     else if (o.dry_run) act({ action: 'update_grub', status: 'would_do', detail: `would run ${bin} -o ${tool.cfg}` });
     else {
@@ -189,7 +185,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     }
     const pkgs = info.hypervisor_tools.filter((p) => HV_TOOL_PACKAGES.includes(p));
     if (pkgs.length) {
-      const dpkg = await firstFile(g, ['/usr/bin/dpkg']);
+      const dpkg = await g.firstFile(['/usr/bin/dpkg']);
       if (!dpkg) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but dpkg is not runnable in the guest; services disabled only` });
       else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would purge ${pkgs.join(', ')}` });
       else {
@@ -199,34 +195,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     } else if (!did) act({ action: 'remove_source_hv_tools', status: 'skipped', detail: 'no source hypervisor tools found' });
   }
 
-  await applyConfiguration(g, o, act, write);
+  if (await applyConfiguration(g, o, act, write)) r.modified = true;
   if (!o.dry_run && r.modified) await g.cmd('sync');
   return r;
-}
-
-/** The manifest's `configuration` block: hostname and service units are applied; users and network are reported. */
-async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a: FixAction) => void, write: (p: string, t: string) => Promise<void>) {
-  const c = o.configuration;
-  if (!c) return;
-  const name = c.hostname?.name ?? c.hostname?.hostname;
-  if (typeof name === 'string' && /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/.test(name)) {
-    await write('/etc/hostname', `${name}\n`);
-    const hosts = (await g.isFile('/etc/hosts')) ? await g.read('/etc/hosts') : '127.0.0.1\tlocalhost\n';
-    const short = name.split('.')[0];
-    const line = `127.0.1.1\t${name}${short !== name ? ` ${short}` : ''}`;
-    const next = /^127\.0\.1\.1\s.*$/m.test(hosts) ? hosts.replace(/^127\.0\.1\.1\s.*$/m, line) : `${hosts.replace(/\n?$/, '\n')}${line}\n`;
-    await write('/etc/hosts', next);
-    act({ action: 'configuration.hostname', status: o.dry_run ? 'would_do' : 'done', detail: `hostname ${name}` });
-  } else if (c.hostname) act({ action: 'configuration.hostname', status: 'warning', detail: 'configuration.hostname needs a valid "name"' });
-  for (const unit of [...(c.services?.enable || [])] as string[]) {
-    if (!/^[A-Za-z0-9@._-]+\.(service|timer|socket)$/.test(unit)) { act({ action: 'configuration.services', status: 'warning', detail: `invalid unit name ${unit}` }); continue; }
-    const target = ['/usr/lib/systemd/system', '/lib/systemd/system', '/etc/systemd/system'].map((d) => `${d}/${unit}`);
-    const found = await firstFile(g, target);
-    if (!found) { act({ action: 'configuration.services', status: 'warning', detail: `unit ${unit} is not installed in the guest` }); continue; }
-    if (!o.dry_run) { await g.cmd('mkdir-p', '/etc/systemd/system/multi-user.target.wants'); await g.cmd('ln-sf', found, `/etc/systemd/system/multi-user.target.wants/${unit}`); }
-    act({ action: 'configuration.services', status: o.dry_run ? 'would_do' : 'done', detail: `enabled ${unit}` });
-  }
-  for (const k of ['users', 'network'] as const) {
-    if (c[k] && Object.keys(c[k]).length) act({ action: `configuration.${k}`, status: 'warning', detail: `configuration.${k} is accepted but not applied yet (needs guest tools to run offline)` });
-  }
 }

@@ -2,7 +2,7 @@
 // by `guestfish --remote=PID -- cmd args...` (argument arrays, never a shell). A launch costs ~15-30 s under
 // TCG, so callers do all inspection and every edit through one session.
 import { spawn, execFile } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../../shared/errors';
@@ -106,12 +106,36 @@ export class GuestSession {
   async isDir(p: string): Promise<boolean> { return (await this.tryCmd('is-dir', p, 'followsymlinks:true'))?.trim() === 'true'; }
   async exists(p: string): Promise<boolean> { return (await this.tryCmd('exists', p))?.trim() === 'true'; }
 
+  /** The first of `paths` that is a file in the guest. */
+  async firstFile(paths: string[]): Promise<string | undefined> {
+    for (const p of paths) if (await this.isFile(p)) return p;
+    return undefined;
+  }
+
   /** `blkid` as a key/value map. */
   async blkid(dev: string): Promise<Record<string, string>> {
     const out = await this.tryCmd('blkid', dev);
     const r: Record<string, string> = {};
     for (const l of this.lines(out)) { const i = l.indexOf(': '); if (i > 0) r[l.slice(0, i)] = l.slice(i + 2); }
     return r;
+  }
+
+  /** Mode, owner and group of a path (statns). */
+  async stat(p: string): Promise<{ mode: number; uid: number; gid: number }> {
+    const r: Record<string, number> = {};
+    for (const l of this.lines(await this.cmd('statns', p))) { const [k, v] = l.split(': '); r[k] = Number(v); }
+    return { mode: r.st_mode, uid: r.st_uid, gid: r.st_gid };
+  }
+
+  /** Writes `text` to `remote` through a private local file (mode 0600), not through argv: for contents such as
+   *  /etc/shadow that must not show up in a process listing. */
+  async upload(text: string, remote: string): Promise<void> {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-upload-'));
+    const local = path.join(dir, 'f');
+    try {
+      writeFileSync(local, text, { mode: 0o600 });
+      await this.cmd('upload', local, remote);
+    } finally { rmSync(dir, { recursive: true, force: true }); }
   }
 
   /** Stops the server (and with it the appliance); safe to call twice. */

@@ -26,6 +26,13 @@ const perMigration = {
   keep_original: Joi.boolean(),
   remote: path,
   output_dir: path,
+  // fetch-and-fix: a batch may bring VMs from several hosts
+  host: Joi.string().max(255),
+  port: Joi.number().integer().min(1).max(65535).description('ssh port (extension; "host:port" also works)'),
+  user: Joi.string().max(64),
+  identity: path,
+  timeout: Joi.number().integer().min(1),
+  network_retry: Joi.number().integer().min(0).max(20),
 };
 
 export const converterConfigSchema = Joi.object({
@@ -35,12 +42,8 @@ export const converterConfigSchema = Joi.object({
   log_file: path,
   conversion_dir: path,
   parallel_streams: Joi.number().integer().min(1).max(16),
-  host: Joi.string().max(255),
-  port: Joi.number().integer().min(1).max(65535).description('ssh port (extension; "host:port" also works)'),
-  user: Joi.string().max(64),
-  identity: path,
-  timeout: Joi.number().integer().min(1).default(3600),
-  network_retry: Joi.number().integer().min(0).max(20).default(2),
+  timeout: perMigration.timeout.default(3600),
+  network_retry: perMigration.network_retry.default(2),
   manager_host: Joi.string(),
   manager_user: Joi.string(),
   manager_password: Joi.string(),

@@ -105,6 +105,28 @@ describe('ferry-convert command line', function () {
       expect(r.stdout + r.stderr).to.not.contain(secret);
     });
 
+    it('on a terminal: a live progress bar redrawn in place (\\r), ending at 100% on its own line', async () => {
+      const out = path.join(dir, 'tty');
+      const cfg = writeConfig('tty.yaml', { command: 'local', vmdk: srcA, output_dir: out, to_output: 'tty.qcow2', ...NO_FIX });
+      // script(1) gives the command a pseudo-terminal; what it prints comes back on our stdout.
+      const r = await new Promise<Run>((resolve, reject) => {
+        const child = spawn('script', ['-q', '-e', '-c', `${BIN} --config ${cfg}`, '/dev/null'], { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TERM: 'xterm' }, stdio: ['pipe', 'pipe', 'pipe'] });
+        let stdout = '';
+        child.stdout.setEncoding('utf8').on('data', (s) => { stdout += s; });
+        child.on('error', reject);
+        child.on('close', (code) => resolve({ code, stdout, stderr: '' }));
+        child.stdin.end();
+      });
+      expect(r.code, r.stdout).to.equal(0);
+      const frames = r.stdout.split('\r\x1b[K').slice(1);
+      expect(frames.length).to.be.at.least(3);
+      for (const f of frames.filter((x) => x.startsWith('tty.qcow2 ['))) expect(f).to.match(/^tty\.qcow2 \[[#.]{30}\] +\d+% /);
+      expect(r.stdout).to.match(/tty\.qcow2 \[#{30}\] 100% [^\r]*\r?\n/);
+      expect(r.stdout).not.to.match(/^tty\.qcow2 \d+% convert: /m); // no plain progress lines on a terminal
+      expect(r.stdout).to.match(/tty\.qcow2: OK: 1 disk\(s\) migrated/);
+      expect(identical(srcA, 'vmdk', path.join(out, 'tty.qcow2'), 'qcow2')).to.equal(true);
+    });
+
     it('repairs a real guest (fstab uuid-only) into raw output: fix reported, source untouched', async function () {
       const g = buildGuests();
       const before = await sha256File(g.plainVmdk);
@@ -189,6 +211,42 @@ describe('ferry-convert command line', function () {
       await new Promise((res) => setTimeout(res, 300));
       expect(accepted() - before).to.equal(3);
       expect(existsSync(path.join(out, 'x.qcow2'))).to.equal(false);
+    });
+
+    it('a fetch-and-fix batch: two at a time, the same remote file for two entries, one missing; each fetched copy its own', async () => {
+      const out = path.join(dir, 'fetch-batch');
+      const batch = path.join(dir, 'fetch-batch.json');
+      writeFileSync(batch, JSON.stringify({
+        migrations: [
+          { remote: srcA, to_output: 'a1.qcow2' },
+          { remote: srcA, to_output: 'a2.img', out_format: 'raw' },
+          { remote: '/no/such/disk.vmdk', to_output: 'gone.qcow2', network_retry: 0 },
+          { remote: srcB, to_output: 'b.qcow2' },
+        ],
+      }));
+      const cfg = fetchConfig('fetch-batch.yaml', { output_dir: out, batch_manifest: batch, batch_parallel: 2, batch_continue_on_error: true, network_retry: 1 });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code, r.stderr).to.equal(1);
+      expect(JSON.parse(r.stdout)).to.deep.equal({ total: 4, succeeded: 3, failed: 1, not_run: 0 });
+      expect(identical(srcA, 'vmdk', path.join(out, 'a1.qcow2'), 'qcow2')).to.equal(true);
+      expect(identical(srcA, 'vmdk', path.join(out, 'a2.img'), 'raw')).to.equal(true);
+      expect(identical(srcB, 'vmdk', path.join(out, 'b.qcow2'), 'qcow2')).to.equal(true);
+      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8'));
+      expect(summary.migrations[2].error).to.match(/fetch of root@127\.0\.0\.1:\d+:\/no\/such\/disk\.vmdk failed after 1 attempt\(s\)/);
+      // The two copies of alpha.vmdk were fetched side by side under their own names, then removed.
+      expect(r.stderr).to.contain('[1/4] a1.qcow2: fetching');
+      expect(r.stderr).to.contain('[2/4] a2.img: fetching');
+      expect(await fs.readdir(path.join(out, '.ferry-fetch'))).to.deep.equal(['known_hosts']);
+    });
+
+    it('a batch where two entries name the same output file is exit 2 before anything runs', async () => {
+      const batch = path.join(dir, 'dup.json');
+      writeFileSync(batch, JSON.stringify({ migrations: [{ remote: srcA, to_output: 'same.qcow2' }, { remote: srcB, to_output: 'same.qcow2' }] }));
+      const out = path.join(dir, 'fetch-dup');
+      const r = await ferryConvert(['--config', fetchConfig('dup.yaml', { output_dir: out, batch_manifest: batch })]);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.contain(`migrations[1].to_output: ${path.join(out, 'same.qcow2')} is also the output of migrations[0]`);
+      expect(existsSync(out)).to.equal(false);
     });
   });
 

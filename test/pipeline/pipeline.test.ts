@@ -2,6 +2,7 @@
 // backups, the grub/initramfs tools reported missing, the source untouched, report.json, dry run, checksums.
 // Appliance launches: fixture build (cached across runs), plain + LVM fix (in parallel), dry run, one read-back.
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -10,7 +11,32 @@ import { validateManifest } from '../../shared/schemas/manifest';
 import { reportSchema } from '../../shared/schemas/report';
 import { runPipeline } from '../../services/converter/pipeline';
 import { GuestSession } from '../../services/converter/guestfs';
-import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB } from '../fixtures/guests';
+import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB, IFUPDOWN_INTERFACES, NETPLAN_CLOUD, PERSISTENT_NET } from '../fixtures/guests';
+
+const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFerryTestKeyFerryTestKeyFerryTestKey00 alice@ops';
+const PLAIN_CONFIGURATION = {
+  hostname: { name: 'kvm-plain' },
+  services: { enable: ['ssh.service'] },
+  users: { alice: { password: 'S3cret-pass!', groups: ['sudo', 'adm'], ssh_authorized_keys: [KEY], sudo: true }, root: { ssh_authorized_keys: [KEY] } },
+  network: { interfaces: [{ name: 'enp1s0', dhcp4: true }] },
+};
+const LVM_CONFIGURATION = { network: { interfaces: [{ mac: '52:54:00:12:34:56', addresses: ['192.0.2.10/24'], gateway4: '192.0.2.1', dns: ['192.0.2.53'] }] } };
+
+/** The UUID in an XFS superblock on the first MBR partition of a disk image, read with qemu-img and node only. */
+async function xfsUuidOf(image: string, dir: string): Promise<string> {
+  const raw = path.join(dir, 'xfs-source.raw');
+  execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', image, raw]);
+  const fd = await fs.open(raw, 'r');
+  try {
+    const mbr = Buffer.alloc(512);
+    await fd.read(mbr, 0, 512, 0);
+    const sb = Buffer.alloc(48);
+    await fd.read(sb, 0, 48, mbr.readUInt32LE(446 + 8) * 512);
+    expect(sb.subarray(0, 4).toString()).to.equal('XFSB');
+    const h = sb.subarray(32, 48).toString('hex');
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  } finally { await fd.close(); await fs.rm(raw, { force: true }); }
+}
 
 describe('pipeline on real guests (libguestfs)', function () {
   this.timeout(600_000);
@@ -19,9 +45,9 @@ describe('pipeline on real guests (libguestfs)', function () {
   let srcSha: { plain: string; lvm: string };
   const reports: Record<string, any> = {};
 
-  const manifest = (o: { id: string; src: string; dir: string; fix?: Record<string, unknown>; extra?: Record<string, unknown>; checksum?: string }) => validateManifest({
+  const manifest = (o: { id: string; src: string; dir: string; fix?: Record<string, unknown>; extra?: Record<string, unknown>; checksum?: string; more?: Record<string, unknown>[] }) => validateManifest({
     manifest_version: '1.0',
-    disks: [{ id: o.id, source_format: 'vmdk', bytes: 134217728, local_path: o.src, boot_order_hint: 0, ...(o.checksum ? { checksum: o.checksum } : {}) }],
+    disks: [{ id: o.id, source_format: 'vmdk', bytes: 134217728, local_path: o.src, boot_order_hint: 0, ...(o.checksum ? { checksum: o.checksum } : {}) }, ...(o.more || [])],
     pipeline: { inspect: { enabled: true, collect_guest_info: true }, convert: { enabled: true }, validate: { enabled: true }, ...(o.fix ? { fix: { enabled: true, ...o.fix } } : {}) },
     output: { directory: o.dir, format: 'qcow2' },
     ...o.extra,
@@ -33,8 +59,9 @@ describe('pipeline on real guests (libguestfs)', function () {
     srcSha = { plain: await sha256File(g.plainVmdk), lvm: await sha256File(g.lvmVmdk) };
     // The two fix runs share nothing, so they run side by side (one appliance each).
     const [plain, lvm] = await Promise.all([
-      runPipeline(manifest({ id: 'plain', src: g.plainVmdk, dir: path.join(tmp, 'plain'), checksum: `sha256:${srcSha.plain}`, fix: { print_fstab: true, remove_source_hv_tools: true }, extra: { configuration: { hostname: { name: 'kvm-plain' } } } })),
-      runPipeline(manifest({ id: 'lvm', src: g.lvmVmdk, dir: path.join(tmp, 'lvm'), fix: { backup: false } })),
+      runPipeline(manifest({ id: 'plain', src: g.plainVmdk, dir: path.join(tmp, 'plain'), checksum: `sha256:${srcSha.plain}`, fix: { print_fstab: true, remove_source_hv_tools: true }, extra: { configuration: PLAIN_CONFIGURATION } })),
+      // The LVM guest with its XFS data disk (sdb1 /data in its fstab), whose UUID is regenerated.
+      runPipeline(manifest({ id: 'lvm', src: g.lvmVmdk, dir: path.join(tmp, 'lvm'), fix: { backup: false, xfs_regenerate_uuid: true }, more: [{ id: 'data', source_format: 'vmdk', bytes: 335544320, local_path: g.xfsVmdk, boot_order_hint: 1 }], extra: { configuration: LVM_CONFIGURATION } })),
     ]);
     reports.plain = plain;
     reports.lvm = lvm;
@@ -78,30 +105,104 @@ describe('pipeline on real guests (libguestfs)', function () {
     }
   });
 
-  it('rewrites fstab, grub root= and hostname in the output, with backups; read back with libguestfs', async () => {
-    const s = await GuestSession.open([{ path: path.join(tmp, 'plain', 'plain.qcow2'), format: 'qcow2' }, { path: path.join(tmp, 'lvm', 'lvm.qcow2'), format: 'qcow2' }], { readonly: true });
-    try {
-      const blk = await s.blkid('/dev/sda1');
-      const swap = await s.blkid('/dev/sda2');
-      const files = await readFiles(s, '/dev/sda1', ['/etc/fstab', '/etc/fstab.ferry-backup', '/boot/grub/grub.cfg', '/boot/grub/grub.cfg.ferry-backup', '/etc/hostname', '/etc/hosts', '/etc/systemd/system/multi-user.target.wants/vmtoolsd.service']);
+  describe('the outputs, read back with libguestfs (one appliance for all three disks)', () => {
+    const plainFiles = ['/etc/fstab', '/etc/fstab.ferry-backup', '/boot/grub/grub.cfg', '/boot/grub/grub.cfg.ferry-backup', '/etc/hostname', '/etc/hosts',
+      '/etc/systemd/system/multi-user.target.wants/vmtoolsd.service', '/etc/systemd/system/multi-user.target.wants/ssh.service',
+      '/etc/passwd', '/etc/shadow', '/etc/group', '/etc/gshadow', '/etc/passwd.ferry-backup', '/home/alice/.bashrc', '/home/alice/.ssh/authorized_keys', '/root/.ssh/authorized_keys',
+      '/etc/sudoers.d/90-ferry-alice', '/etc/network/interfaces', '/etc/network/interfaces.d/90-ferry', '/etc/udev/rules.d/70-persistent-net.rules', '/etc/udev/rules.d/70-persistent-net.rules.ferry-backup'];
+    const statOf = ['/etc/shadow', '/etc/gshadow', '/home/alice', '/home/alice/.bashrc', '/home/alice/.ssh', '/home/alice/.ssh/authorized_keys', '/etc/sudoers.d/90-ferry-alice'];
+    let plain: Record<string, string | null>;
+    let lvm: Record<string, string | null>;
+    let stats: Record<string, { mode: number; uid: number; gid: number }>;
+    let ids: Record<string, Record<string, string>>;
+    let xfsSourceUuid: string;
+    let sshLink: string | undefined;
+
+    before(async () => {
+      xfsSourceUuid = await xfsUuidOf(g.xfsVmdk, tmp);
+      const s = await GuestSession.open(['plain/plain.qcow2', 'lvm/lvm.qcow2', 'lvm/data.qcow2'].map((f) => ({ path: path.join(tmp, f), format: 'qcow2' })), { readonly: true });
+      try {
+        ids = { plainRoot: await s.blkid('/dev/sda1'), plainSwap: await s.blkid('/dev/sda2'), lvmBoot: await s.blkid('/dev/sdb1'), data: await s.blkid('/dev/sdc1') };
+        await s.cmd('mount-ro', '/dev/sda1', '/');
+        stats = {};
+        for (const f of statOf) stats[f] = (await s.exists(f)) ? await s.stat(f) : { mode: -1, uid: -1, gid: -1 };
+        sshLink = (await s.tryCmd('readlink', '/etc/systemd/system/multi-user.target.wants/ssh.service'))?.trim();
+        await s.cmd('umount-all');
+        plain = await readFiles(s, '/dev/sda1', plainFiles);
+        lvm = await readFiles(s, '/dev/vgferry/root', ['/etc/fstab', '/etc/fstab.ferry-backup', '/etc/netplan/50-cloud-init.yaml', '/etc/netplan/90-ferry.yaml']);
+      } finally { await s.close(); }
+    });
+
+    it('rewrites fstab, grub root= and hostname, with backups', () => {
       const want = PLAIN_FSTAB
-        .replace('/dev/sda1                                             /', `UUID=${blk.UUID}                                             /`)
-        .replace('/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2 none', `UUID=${swap.UUID} none`);
-      expect(files['/etc/fstab']).to.equal(want);
-      expect(files['/etc/fstab']).to.contain('proc\t/proc\tproc\tdefaults\t0\t0\ntmpfs   /tmp   tmpfs   defaults,size=64m   0 0\nLABEL=scratch /scratch ext4');
-      expect(files['/etc/fstab.ferry-backup']).to.equal(PLAIN_FSTAB);
-      expect(files['/boot/grub/grub.cfg']).to.contain(`root=UUID=${blk.UUID} ro`);
-      expect(files['/boot/grub/grub.cfg.ferry-backup']).to.contain('root=/dev/sda1 ro');
-      expect(files['/etc/hostname']).to.equal('kvm-plain\n');
-      expect(files['/etc/hosts']).to.contain('127.0.1.1\tkvm-plain');
-      expect(files['/etc/systemd/system/multi-user.target.wants/vmtoolsd.service']).to.equal(null);
-      // LVM guest: /dev/mapper root stays, /boot (sda1 in the guest, sdb1 here) becomes UUID=, no backup asked for.
-      const boot = await s.blkid('/dev/sdb1');
-      const lvm = await readFiles(s, '/dev/vgferry/root', ['/etc/fstab', '/etc/fstab.ferry-backup']);
-      expect(lvm['/etc/fstab']).to.equal(LVM_FSTAB.replace('/dev/sda1                 /boot', `UUID=${boot.UUID}                 /boot`));
+        .replace('/dev/sda1                                             /', `UUID=${ids.plainRoot.UUID}                                             /`)
+        .replace('/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2 none', `UUID=${ids.plainSwap.UUID} none`);
+      expect(plain['/etc/fstab']).to.equal(want);
+      expect(plain['/etc/fstab']).to.contain('proc\t/proc\tproc\tdefaults\t0\t0\ntmpfs   /tmp   tmpfs   defaults,size=64m   0 0\nLABEL=scratch /scratch ext4');
+      expect(plain['/etc/fstab.ferry-backup']).to.equal(PLAIN_FSTAB);
+      expect(plain['/boot/grub/grub.cfg']).to.contain(`root=UUID=${ids.plainRoot.UUID} ro`);
+      expect(plain['/boot/grub/grub.cfg.ferry-backup']).to.contain('root=/dev/sda1 ro');
+      expect(plain['/etc/hostname']).to.equal('kvm-plain\n');
+      expect(plain['/etc/hosts']).to.contain('127.0.1.1\tkvm-plain');
+      expect(plain['/etc/systemd/system/multi-user.target.wants/vmtoolsd.service']).to.equal(null);
+      expect(sshLink).to.equal('/lib/systemd/system/ssh.service');
+      expect(reports.plain.stages.fix.result.fstab_before).to.equal(PLAIN_FSTAB);
+    });
+
+    it('LVM guest: /dev/mapper root stays, /boot and the XFS /data become UUID=, no backup asked for', () => {
+      expect(lvm['/etc/fstab']).to.equal(LVM_FSTAB
+        .replace('/dev/sda1                 /boot', `UUID=${ids.lvmBoot.UUID}                 /boot`)
+        .replace('/dev/sdb1                 /data', `UUID=${ids.data.UUID}                 /data`));
       expect(lvm['/etc/fstab.ferry-backup']).to.equal(null);
-    } finally { await s.close(); }
-    expect(reports.plain.stages.fix.result.fstab_before).to.equal(PLAIN_FSTAB);
+    });
+
+    it('xfs_regenerate_uuid: the output XFS has a new UUID (the source keeps its own), and fstab names the new one', () => {
+      const act = reports.lvm.stages.fix.result.actions.find((a: any) => a.action === 'xfs_regenerate_uuid');
+      expect(act).to.include({ status: 'done', device: '/dev/sdb1', old_uuid: xfsSourceUuid, new_uuid: ids.data.UUID });
+      expect(ids.data.TYPE).to.equal('xfs');
+      expect(ids.data.UUID).to.match(/^[0-9a-f-]{36}$/);
+      expect(ids.data.UUID).not.to.equal(xfsSourceUuid);
+      expect(reports.lvm.artifacts.map((x: any) => [x.disk_id, x.boot_order, x.modified_by_fix])).to.deep.equal([['lvm', 0, true], ['data', 1, true]]);
+    });
+
+    it('configuration.users: account lines, hashed password, groups, home from /etc/skel, keys, sudoers; modes kept', () => {
+      expect(plain['/etc/passwd']).to.match(/\nalice:x:1000:1000::\/home\/alice:\/bin\/bash\n$/);
+      expect(plain['/etc/passwd.ferry-backup']).not.to.contain('alice');
+      const shadow = plain['/etc/shadow']!.split('\n').find((l) => l.startsWith('alice:'))!.split(':');
+      expect(shadow[1]).to.match(/^\$6\$[./A-Za-z0-9]+\$[./A-Za-z0-9]{86}$/);
+      expect(plain['/etc/shadow']).not.to.contain('S3cret-pass!');
+      expect(plain['/etc/group']).to.contain('\nadm:x:4:alice\nsudo:x:27:alice\n');
+      expect(plain['/etc/group']).to.match(/\nalice:x:1000:\n$/);
+      expect(plain['/etc/gshadow']).to.contain('\nsudo:*::alice\n');
+      expect(stats['/etc/shadow']).to.deep.equal({ mode: 0o100640, uid: 0, gid: 42 });
+      expect(stats['/etc/gshadow']).to.deep.equal({ mode: 0o100640, uid: 0, gid: 42 });
+      expect(plain['/home/alice/.bashrc']).to.equal('# ~/.bashrc\n');
+      expect(stats['/home/alice']).to.deep.equal({ mode: 0o40750, uid: 1000, gid: 1000 });
+      expect(stats['/home/alice/.bashrc']).to.include({ uid: 1000, gid: 1000 });
+      expect(plain['/home/alice/.ssh/authorized_keys']).to.equal(`${KEY}\n`);
+      expect(stats['/home/alice/.ssh']).to.deep.equal({ mode: 0o40700, uid: 1000, gid: 1000 });
+      expect(stats['/home/alice/.ssh/authorized_keys']).to.deep.equal({ mode: 0o100600, uid: 1000, gid: 1000 });
+      expect(plain['/root/.ssh/authorized_keys']).to.equal(`${KEY}\n`);
+      expect(plain['/etc/sudoers.d/90-ferry-alice']).to.contain('\nalice ALL=(ALL:ALL) ALL\n');
+      expect(stats['/etc/sudoers.d/90-ferry-alice']).to.deep.equal({ mode: 0o100440, uid: 0, gid: 0 });
+      const acts = reports.plain.stages.fix.result.actions.filter((a: any) => a.action === 'configuration.users');
+      expect(acts.map((a: any) => [a.status, a.detail])).to.deep.equal([
+        ['done', 'created alice (uid 1000, gid 1000, new group, home /home/alice); password set; added to sudo, adm; 1 authorized key(s); sudo'],
+        ['done', 'updated root; 1 authorized key(s)'],
+      ]);
+      expect(JSON.stringify(reports.plain)).not.to.contain('S3cret-pass!');
+    });
+
+    it('configuration.network: ifupdown (detected) gets an interfaces.d file, the old MAC rules go; netplan (detected) a 0600 file matched by MAC', () => {
+      expect(plain['/etc/network/interfaces.d/90-ferry']).to.contain('auto enp1s0\nallow-hotplug enp1s0\niface enp1s0 inet dhcp\n');
+      expect(plain['/etc/network/interfaces']).to.equal(IFUPDOWN_INTERFACES);
+      expect(plain['/etc/udev/rules.d/70-persistent-net.rules']).to.equal(null);
+      expect(plain['/etc/udev/rules.d/70-persistent-net.rules.ferry-backup']).to.equal(PERSISTENT_NET);
+      expect(lvm['/etc/netplan/50-cloud-init.yaml']).to.equal(NETPLAN_CLOUD);
+      expect(lvm['/etc/netplan/90-ferry.yaml']).to.contain('    ferry0:\n      match:\n        macaddress: \'52:54:00:12:34:56\'\n      dhcp4: false\n      addresses:\n        - 192.0.2.10/24\n      routes:\n        - to: default\n          via: 192.0.2.1\n      nameservers:\n        addresses:\n          - 192.0.2.53\n');
+      const net = reports.lvm.stages.fix.result.actions.filter((a: any) => a.action === 'configuration.network');
+      expect(net.map((a: any) => a.detail)).to.deep.equal(['netplan: wrote /etc/netplan/90-ferry.yaml']);
+    });
   });
 
   it('dry_run modifies nothing and writes nothing, yet reports what it would do', async () => {

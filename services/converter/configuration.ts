@@ -1,0 +1,53 @@
+// The manifest's `configuration` block (Linux guests): hostname, services, users, network. The seed leaves the
+// inner fields free-form; docs/pipeline.md documents the ones Ferry reads. A field it cannot use is a warning
+// naming its path, never a silent skip.
+import type { GuestSession } from './guestfs';
+import type { FixAction, FixOptions } from './guest';
+import { applyUsers } from './users';
+import { applyNetwork } from './network';
+
+const UNIT = /^[A-Za-z0-9@._-]+\.(service|timer|socket)$/;
+
+/** Applies every part present; true when the guest was modified. `write` honours dry_run. */
+export async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a: FixAction) => void, write: (p: string, t: string) => Promise<void>): Promise<boolean> {
+  const c = o.configuration;
+  if (!c) return false;
+  let modified = false;
+  const st = o.dry_run ? 'would_do' : 'done';
+  const name = c.hostname?.name ?? c.hostname?.hostname;
+  if (typeof name === 'string' && /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/.test(name)) {
+    await write('/etc/hostname', `${name}\n`);
+    const hosts = (await g.isFile('/etc/hosts')) ? await g.read('/etc/hosts') : '127.0.0.1\tlocalhost\n';
+    const short = name.split('.')[0];
+    const line = `127.0.1.1\t${name}${short !== name ? ` ${short}` : ''}`;
+    const next = /^127\.0\.1\.1\s.*$/m.test(hosts) ? hosts.replace(/^127\.0\.1\.1\s.*$/m, line) : `${hosts.replace(/\n?$/, '\n')}${line}\n`;
+    await write('/etc/hosts', next);
+    modified = !o.dry_run;
+    act({ action: 'configuration.hostname', status: st, detail: `hostname ${name}` });
+  } else if (c.hostname) act({ action: 'configuration.hostname', status: 'warning', detail: 'configuration.hostname.name: must be a host name' });
+
+  const enable = c.services?.enable ?? [];
+  const disable = c.services?.disable ?? [];
+  for (const [list, key] of [[enable, 'enable'], [disable, 'disable']] as const) {
+    if (!Array.isArray(list)) { act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: must be an array of unit names` }); continue; }
+    for (const unit of list as unknown[]) {
+      if (typeof unit !== 'string' || !UNIT.test(unit)) { act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: invalid unit name ${String(unit)}` }); continue; }
+      const link = `/etc/systemd/system/multi-user.target.wants/${unit}`;
+      if (key === 'disable') {
+        if ((await g.tryCmd('is-symlink', link))?.trim() !== 'true') { act({ action: 'configuration.services', status: 'skipped', detail: `${unit} is not enabled` }); continue; }
+        if (!o.dry_run) { await g.cmd('rm', link); modified = true; }
+        act({ action: 'configuration.services', status: st, detail: `disabled ${unit}` });
+        continue;
+      }
+      const found = await g.firstFile(['/usr/lib/systemd/system', '/lib/systemd/system', '/etc/systemd/system'].map((d) => `${d}/${unit}`));
+      if (!found) { act({ action: 'configuration.services', status: 'warning', detail: `unit ${unit} is not installed in the guest` }); continue; }
+      if (!o.dry_run) { await g.cmd('mkdir-p', '/etc/systemd/system/multi-user.target.wants'); await g.cmd('ln-sf', found, link); modified = true; }
+      act({ action: 'configuration.services', status: st, detail: `enabled ${unit}` });
+    }
+  }
+
+  const io = { dry_run: o.dry_run, backup: o.backup !== false };
+  if (c.users !== undefined && (await applyUsers(g, c.users, io, act))) modified = true;
+  if (c.network !== undefined && (await applyNetwork(g, c.network, io, act))) modified = true;
+  return modified;
+}
