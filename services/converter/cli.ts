@@ -52,7 +52,6 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   // so no guest inspection either); the run is a checked conversion.
   const fixWanted = (s.fstab_mode ?? 'stabilize-all') !== 'preserve' || s.update_grub !== false || s.regen_initramfs !== false
     || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers;
-  if (s.virt_test) warnings.push('virt_test is not available in this build (no local virtualization host); the test boot was not run');
   const doc = {
     manifest_version: '1.0',
     source: { provider: 'ferry-convert', vm_name: s.vm_name, export_method: s.command },
@@ -96,6 +95,7 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
     const m = await manifestFromSettings(s, baseDir, warn);
     const report = await runPipeline(m, {
       parallelStreams: s.parallel_streams,
+      testBoot: s.virt_test ? { name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? new RegExp(s.virt_test_expect) : undefined, timeoutSeconds: s.virt_test_timeout } : undefined,
       onProgress: (stage: StageName, pct, msg) => out.progress(label, pct, `${stage}: ${msg}`),
       log: (_lvl, msg) => out.line(`${label}: ${msg}`),
     });

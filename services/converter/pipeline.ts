@@ -7,6 +7,7 @@ import { OperationError } from '../../shared/errors';
 import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../../shared/qemu';
 import type { Manifest, ManifestDisk } from '../../shared/schemas/manifest';
 import { GuestSession } from './guestfs';
+import { testBoot, TestBootOptions, TestBootResult } from './testboot';
 import { fixGuest, GuestInfo, inspectAndMount } from './guest';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
@@ -23,6 +24,8 @@ export interface PipelineOptions {
   /** qemu-img convert -m (parallel coroutines); the config file's parallel_streams. */
   parallelStreams?: number;
   tool?: string;
+  /** virt_test: boot the outputs once (snapshot=on, nothing written to them) after they are in place. */
+  testBoot?: Omit<TestBootOptions, 'disks' | 'signal'>;
 }
 
 interface StageReport { enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>; error?: string; skipped_reason?: string }
@@ -82,6 +85,9 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   let session: GuestSession | undefined;
   let guest: GuestInfo | undefined;
   let failed = false;
+  /** The outputs are in place even though the run failed (a failed test boot keeps them, for a look). */
+  let written = false;
+  let testBootResult: TestBootResult | undefined;
   // Seconds spent per kind of work, for the report's summary and scripts/bench/convert.ts.
   const timings: Record<string, number> = {};
   const timed = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
@@ -286,6 +292,14 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         if (w.sourceSha) w.artifact.source_sha256 = w.sourceSha;
       }
     }
+    if (!failed && !dry && opts.testBoot) {
+      progress('validate', 1, 'test boot of the outputs');
+      const tb = await timed('test_boot', () => testBoot({ ...opts.testBoot, disks: work.map((w) => ({ path: w.out, format: w.overlay ? 'qcow2' : m.output.format })), signal: opts.signal }));
+      testBootResult = tb;
+      log(1, `test boot (${tb.accelerator}): ${tb.status}: ${tb.detail}`);
+      if (tb.status === 'inconclusive') warnings.push(`virt_test: inconclusive: ${tb.detail}`);
+      if (tb.status === 'failed') { errors.push(`virt_test: the test boot failed: ${tb.detail}`); failed = true; written = true; }
+    }
   } catch (e) {
     if (opts.signal?.aborted) { await cleanup(work, session); throw e; }
     errors.push((e as Error).message);
@@ -300,12 +314,13 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     report_version: '1.0', manifest_version: m.manifest_version, tool: opts.tool || 'ferry-convert',
     started_at: new Date(t0).toISOString(), finished_at: new Date().toISOString(), duration_seconds: (Date.now() - t0) / 1000,
     dry_run: dry, success: !failed, source: m.source || {}, stages,
-    artifacts: failed || dry ? [] : work.map((w) => w.artifact),
+    artifacts: (failed && !written) || dry ? [] : work.map((w) => w.artifact),
+    ...(testBootResult ? { test_boot: testBootResult } : {}),
     warnings: [...(m.warnings || []).map((x) => `export ${x.stage}: ${x.message}`), ...warnings], errors,
     summary: {
       disks: work.length, stages_run: ran, stages_failed: ran.filter((s) => stages[s].success === false),
       total_source_bytes: work.reduce((a, w) => a + (w.sourceVirtual || 0), 0),
-      total_output_bytes: failed || dry ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
+      total_output_bytes: (failed && !written) || dry ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
       timings: Object.fromEntries(Object.entries(timings).map(([k, v]) => [k, Math.round(v * 1000) / 1000])),
       message: failed ? `failed: ${errors[0]}` : dry ? `dry run: ${work.length} disk(s) would be converted; nothing written` : `${work.length} disk(s) migrated`,
     },

@@ -20,9 +20,13 @@ const perMigration = {
   inject_virtio_drivers: Joi.boolean(),
   windows_version: Joi.alternatives(Joi.string().valid('2012', '2016', '2019', '2022', '10', '11'), Joi.number().valid(2012, 2016, 2019, 2022, 10, 11)),
   virt_test: Joi.boolean(),
-  vm_name: Joi.string(),
-  memory: Joi.number().integer().min(1),
-  vcpus: Joi.number().integer().min(1),
+  vm_name: Joi.string().max(64),
+  memory: Joi.number().integer().min(64).max(1048576).description('MiB'),
+  vcpus: Joi.number().integer().min(1).max(64),
+  virt_test_expect: Joi.string().max(500).custom((v: string, h) => {
+    try { new RegExp(v); return v; } catch (e) { return h.message({ custom: `{{#label}} is not a regular expression: ${(e as Error).message}` }); }
+  }).description('extension: a regular expression the serial console must show (default: Linux boot milestones)'),
+  virt_test_timeout: Joi.number().integer().min(5).max(3600).description('extension: seconds to wait for virt_test_expect (default 300)'),
   keep_original: Joi.boolean(),
   remote: path,
   output_dir: path,

@@ -38,6 +38,14 @@ export const reportSchema = Joi.object({
     compressed: Joi.boolean(),
     modified_by_fix: Joi.boolean(),
   }).unknown(true)).required(),
+  test_boot: Joi.object({
+    status: Joi.string().valid('passed', 'failed', 'inconclusive').required(),
+    detail: Joi.string().required(),
+    seconds: Joi.number().min(0).required(),
+    accelerator: Joi.string().valid('kvm', 'tcg').required(),
+    matched: Joi.string(),
+    console_tail: Joi.string().allow('').required().description('the last 2,000 printable characters of the serial console'),
+  }).description('virt_test: one boot of the outputs with qemu (snapshot=on, nothing written to them)'),
   warnings: Joi.array().items(Joi.string()).required(),
   errors: Joi.array().items(Joi.string()).required(),
   summary: Joi.object({

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
-import { makeImage } from '../helpers/images';
+import { makeImage, makeBootableImage } from '../helpers/images';
 import { freePort, waitForPort } from '../helpers/redis';
 import { buildGuests } from '../fixtures/guests';
 
@@ -125,6 +125,39 @@ describe('ferry-convert command line', function () {
       expect(r.stdout).not.to.match(/^tty\.qcow2 \d+% convert: /m); // no plain progress lines on a terminal
       expect(r.stdout).to.match(/tty\.qcow2: OK: 1 disk\(s\) migrated/);
       expect(identical(srcA, 'vmdk', path.join(out, 'tty.qcow2'), 'qcow2')).to.equal(true);
+    });
+
+    it('virt_test boots the output once (qemu, snapshot=on): the console shows the boot, the output is unchanged', async () => {
+      const src = makeBootableImage(dir, 'bootable', 'vmdk');
+      const out = path.join(dir, 'virt-ok');
+      const cfg = writeConfig('virt-ok.yaml', { command: 'local', vmdk: src, output_dir: out, to_output: 'boot.qcow2', ...NO_FIX, virt_test: true, vm_name: 'ferry-test-vm', memory: 256, vcpus: 1, virt_test_expect: 'FERRY-BOOT-OK', virt_test_timeout: 60 });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code, r.stderr).to.equal(0);
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report.test_boot).to.include({ status: 'passed', matched: 'FERRY-BOOT-OK', detail: 'the serial console showed "FERRY-BOOT-OK"' });
+      expect(report.test_boot.console_tail).to.contain('FERRY-BOOT-OK');
+      expect(report.artifacts[0].sha256).to.equal(await sha256File(path.join(out, 'boot.qcow2')));
+      expect(identical(src, 'vmdk', path.join(out, 'boot.qcow2'), 'qcow2')).to.equal(true);
+      expect(r.stderr).to.match(/test boot \((kvm|tcg)\): passed/);
+    });
+
+    it('virt_test on a disk that cannot boot: exit 1, the report says why, the output is kept for a look', async () => {
+      const out = path.join(dir, 'virt-bad');
+      const cfg = writeConfig('virt-bad.yaml', { command: 'local', vmdk: srcB, output_dir: out, to_output: 'noboot.qcow2', ...NO_FIX, virt_test: true, virt_test_timeout: 120 });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code).to.equal(1);
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report.success).to.equal(false);
+      expect(report.test_boot.status).to.equal('failed');
+      expect(report.errors[0]).to.match(/^virt_test: the test boot failed: the VM stopped by itself before the console showed a boot milestone/);
+      expect(report.artifacts[0].path).to.equal(path.join(out, 'noboot.qcow2'));
+      expect(existsSync(path.join(out, 'noboot.qcow2'))).to.equal(true);
+    });
+
+    it('virt_test_expect that is not a regular expression is exit 2 naming the key', async () => {
+      const r = await ferryConvert(['--config', writeConfig('virt-re.yaml', { command: 'local', vmdk: srcA, output_dir: dir, to_output: 'x.qcow2', virt_test: true, virt_test_expect: '(' })]);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.match(/"virt_test_expect" is not a regular expression: /);
     });
 
     it('repairs a real guest (fstab uuid-only) into raw output: fix reported, source untouched', async function () {

@@ -1,5 +1,7 @@
 // Every manifest rule of the seed: a bad manifest and the exact JSON path of the error.
 import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
+import { REPORT_SCHEMA_FILE, reportJsonSchema } from '../../scripts/gen-report-schema';
 import { ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { migrateCapabilities } from '../../shared/operations';
 
@@ -87,5 +89,9 @@ describe('manifest validation', () => {
     expect(migrateCapabilities({ manifest: base() as any })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: base({ pipeline: { convert: { enabled: true }, fix: { enabled: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
     expect(migrateCapabilities({ manifest: base({ pipeline: { inspect: { enabled: true, collect_guest_info: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
+  });
+
+  it('docs/report-schema.json is the schema report.json is validated with (regenerate: npx tsx scripts/gen-report-schema.ts)', () => {
+    expect(readFileSync(REPORT_SCHEMA_FILE, 'utf8')).to.equal(reportJsonSchema());
   });
 });
