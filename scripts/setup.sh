@@ -13,6 +13,10 @@ command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
+  # supermin builds the libguestfs appliance from the host's kernel: without one no appliance starts at all
+  ls /boot/vmlinuz-* >/dev/null 2>&1 || need_apt+=(linux-image-amd64)
+  # hivexregedit: the Windows fix writes registry values with it (guestfish cannot pass NUL bytes)
+  command -v hivexregedit >/dev/null || need_apt+=(libwin-hivex-perl)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
   command -v ssh >/dev/null || need_apt+=(openssh-client)
 fi
