@@ -17,6 +17,10 @@ if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
   # XFS inside the appliance (xfs_regenerate_uuid, the XFS test disk): supermin takes it from the host's xfsprogs
   dpkg -s libguestfs-xfs >/dev/null 2>&1 || need_apt+=(libguestfs-xfs)
+  # supermin builds the libguestfs appliance from the host's kernel: without one no appliance starts at all
+  ls /boot/vmlinuz-* >/dev/null 2>&1 || need_apt+=(linux-image-amd64)
+  # hivexregedit: the Windows fix writes registry values with it (guestfish cannot pass NUL bytes)
+  command -v hivexregedit >/dev/null || need_apt+=(libwin-hivex-perl)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
   command -v ssh >/dev/null || need_apt+=(openssh-client)
 fi

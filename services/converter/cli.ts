@@ -74,7 +74,11 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   const fix = m.pipeline!.fix!;
   fix.fstab_mode = s.fstab_mode === 'preserve' ? 'noop' : s.fstab_mode || 'stabilize-all';
   if (s.xfs_regenerate_uuid) fix.xfs_regenerate_uuid = true;
-  if (s.inject_virtio_drivers) { fix.inject_virtio_drivers = true; fix.windows_version = s.windows_version !== undefined ? String(s.windows_version) : undefined; }
+  if (s.inject_virtio_drivers) {
+    fix.inject_virtio_drivers = true;
+    fix.windows_version = s.windows_version !== undefined ? String(s.windows_version) : undefined;
+    if (s.virtio_win) fix.virtio_win = path.resolve(baseDir, s.virtio_win);
+  }
   return m;
 }
 

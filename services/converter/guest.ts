@@ -4,6 +4,7 @@ import type { FixStage } from '../../shared/schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
 import { applyConfiguration } from './configuration';
+import { injectVirtioDrivers } from './windows';
 
 export interface GuestInfo {
   os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
@@ -86,8 +87,9 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
   };
 
   if (info.os === 'windows') {
-    if (o.inject_virtio_drivers) act({ action: 'inject_virtio_drivers', status: 'warning', detail: `no virtio-win driver set is installed on this host (looked for /usr/share/virtio-win); Windows ${o.windows_version || 'version unknown'} drivers not injected` });
+    if (o.inject_virtio_drivers) r.modified = await injectVirtioDrivers(g, info.root_device, o, act);
     act({ action: 'linux_fixes', status: 'skipped', detail: 'the guest is Windows: fstab, grub and initramfs repairs do not apply' });
+    if (r.modified) await g.cmd('sync');
     return r;
   }
   if (info.os !== 'linux') { act({ action: 'fix', status: 'skipped', detail: `guest OS "${info.os}" is not supported by the fix stage` }); return r; }

@@ -2,7 +2,7 @@
 // by `guestfish --remote=PID -- cmd args...` (argument arrays, never a shell). A launch costs ~15-30 s under
 // TCG, so callers do all inspection and every edit through one session.
 import { spawn, execFile } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../../shared/errors';
@@ -72,22 +72,54 @@ export class GuestSession {
   }
 
   /** Runs one guestfish command; rejects with GuestfsError on failure. */
-  cmd(...command: string[]): Promise<string> {
+  async cmd(...command: string[]): Promise<string> {
+    return (await this.cmdBytes(...command)).toString('utf8');
+  }
+
+  /**
+   * The same, with stdout as bytes (buffer results such as hivex-value-value are printed raw).
+   *
+   * A failed command makes the server exit unless it is sent as `-cmd` (fish/rc.c: the client passes its
+   * exit_on_error with every call), and with `-cmd` the client exits 0 and the error goes to the server's stderr.
+   * So every command is sent as `-cmd` and failure is read from the server's stderr file, which also gives
+   * GuestfsError the real message. Commands of one session must not run concurrently (they never do).
+   */
+  cmdBytes(...command: string[]): Promise<Buffer> {
     if (this.closed) return Promise.reject(new OperationError('guestfs session is closed', false));
     this.commands++;
+    const from = this.errSize();
     return new Promise((resolve, reject) => {
-      const child = spawn(GUESTFISH, [`--remote=${this.pid}`, '--', ...command], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
+      const child = spawn(GUESTFISH, [`--remote=${this.pid}`, '--', `-${command[0]}`, ...command.slice(1)], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const out: Buffer[] = [];
       let err = '';
-      child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
+      child.stdout.on('data', (b: Buffer) => { out.push(b); });
       child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
       child.on('error', reject);
       child.on('close', (code) => {
         if (this.signal?.aborted) return reject(this.signal.reason instanceof Error ? this.signal.reason : new Error('aborted'));
-        if (code === 0) resolve(out);
-        else reject(new GuestfsError(command, err));
+        const serverErr = this.errorsSince(from);
+        if (code === 0 && !serverErr) resolve(Buffer.concat(out));
+        else reject(new GuestfsError(command, serverErr || err));
       });
     });
+  }
+
+  private errSize(): number {
+    try { return this.errFile ? statSync(this.errFile).size : 0; } catch { return 0; }
+  }
+
+  /** What the server wrote to stderr since `from`, warnings left out. */
+  private errorsSince(from: number): string {
+    if (!this.errFile) return '';
+    let fd: number | undefined;
+    try {
+      fd = openSync(this.errFile, 'r');
+      const size = fstatSync(fd).size;
+      if (size <= from) return '';
+      const b = Buffer.alloc(Math.min(size - from, 64 * 1024));
+      readSync(fd, b, 0, b.length, from);
+      return b.toString('utf8').split('\n').filter((l) => l.trim() && !/^libguestfs: warning:/.test(l)).join('\n');
+    } catch { return ''; } finally { if (fd !== undefined) closeSync(fd); }
   }
 
   /** A command whose failure is an answer (is-file on a missing dir, blkid on a bare disk). */

@@ -18,6 +18,7 @@ const perMigration = {
   update_grub: Joi.boolean(),
   xfs_regenerate_uuid: Joi.boolean(),
   inject_virtio_drivers: Joi.boolean(),
+  virtio_win: path.description('extension: virtio-win driver tree (directory) for inject_virtio_drivers; else FERRY_VIRTIO_WIN, else /usr/share/virtio-win'),
   windows_version: Joi.alternatives(Joi.string().valid('2012', '2016', '2019', '2022', '10', '11'), Joi.number().valid(2012, 2016, 2019, 2022, 10, 11)),
   virt_test: Joi.boolean(),
   vm_name: Joi.string().max(64),

@@ -103,7 +103,7 @@ export interface FixStage {
   enabled: boolean; backup: boolean; print_fstab: boolean; update_grub: boolean; regen_initramfs: boolean;
   fstab_mode: string; remove_source_hv_tools: boolean;
   // Converter-config extensions (the CLI maps its keys onto these; see docs/pipeline.md).
-  xfs_regenerate_uuid?: boolean; inject_virtio_drivers?: boolean; windows_version?: string;
+  xfs_regenerate_uuid?: boolean; inject_virtio_drivers?: boolean; windows_version?: string; virtio_win?: string;
 }
 export interface Manifest {
   manifest_version: '1.0';
