@@ -13,6 +13,8 @@ command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
+  # a static /bin/sh for the test guest whose grub-mkconfig and update-initramfs really run inside it
+  [ -x /bin/busybox ] || need_apt+=(busybox-static)
   # virt_test boots the converted disks with qemu directly
   command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
   # XFS inside the appliance (xfs_regenerate_uuid, the XFS test disk): supermin takes it from the host's xfsprogs
