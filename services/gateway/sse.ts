@@ -8,7 +8,8 @@ import type { JobStore } from '../../queue/store';
 import { isTerminal } from '../../shared/states';
 import { ApiError, notFound } from '../../shared/errors';
 
-interface Client { res: ServerResponse; lastId: string; buffering: boolean; buffer: (() => void)[]; closed: boolean }
+/** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
+interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
 
 /** The raw JSON of the event inside a bus message ({"job_id":..,"id":..,"event":<json>}), without re-encoding it. */
 function rawEvent(raw: string, msg: any): string {
@@ -16,13 +17,13 @@ function rawEvent(raw: string, msg: any): string {
   return i >= 0 ? raw.slice(i + 8, -1) : JSON.stringify(msg.event);
 }
 
-/** Orders Redis stream ids ("ms-seq"). */
-export function idAfter(a: string, b: string): boolean {
-  if (!b) return true;
-  const [am, as] = a.split('-').map(Number);
-  const [bm, bs] = b.split('-').map(Number);
-  return am > bm || (am === bm && as > bs);
+/** A Redis stream id ("ms-seq") as numbers; "" (nothing sent yet) is before every id. */
+export function parseId(id: string): [number, number] {
+  if (!id) return [-1, -1];
+  const i = id.indexOf('-');
+  return [Number(id.slice(0, i)), Number(id.slice(i + 1))];
 }
+const after = (a: [number, number], b: [number, number]) => a[0] > b[0] || (a[0] === b[0] && a[1] > b[1]);
 
 const MAX_BUFFERED = 8 * 1024 * 1024;
 
@@ -39,9 +40,10 @@ export class EventHub {
       if (!set) return;
       // Encoded once for every client: a fan-out to many clients costs one socket write each, nothing more.
       const frame = Buffer.from(`event: progress\nid: ${msg.id}\ndata: ${rawEvent(raw, msg)}\n\n`);
+      const id = parseId(msg.id);
       for (const c of set) {
-        if (c.buffering) c.buffer.push(() => this.deliver(c, msg.id, frame));
-        else this.deliver(c, msg.id, frame);
+        if (c.buffering) c.buffer.push(() => this.deliver(c, id, frame));
+        else this.deliver(c, id, frame);
       }
     });
     await this.bus.on(this.bus.k.chanJobs, (msg) => {
@@ -64,8 +66,8 @@ export class EventHub {
     for (const [id, set] of this.clients) for (const c of set) this.drop(id, c);
   }
 
-  private deliver(c: Client, id: string, frame: Buffer) {
-    if (idAfter(id, c.lastId)) { c.lastId = id; this.write(c, frame); }
+  private deliver(c: Client, id: [number, number], frame: Buffer) {
+    if (after(id, c.last)) { c.last = id; this.write(c, frame); }
   }
 
   private write(c: Client, s: string | Buffer) {
@@ -108,7 +110,7 @@ export class EventHub {
     res.useChunkedEncodingByDefault = false;
     res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
     res.write('retry: 2000\n\n');
-    const c: Client = { res, lastId: lastEventId, buffering: true, buffer: [], closed: false };
+    const c: Client = { res, last: parseId(lastEventId), buffering: true, buffer: [], closed: false };
     let set = this.clients.get(jobId);
     if (!set) this.clients.set(jobId, (set = new Set()));
     set.add(c);
@@ -116,8 +118,9 @@ export class EventHub {
     try {
       for (const e of await this.store.events(jobId, { afterId: lastEventId || undefined })) {
         const { id, ...ev } = e;
-        if (idAfter(id, c.lastId)) {
-          c.lastId = id;
+        const n = parseId(id);
+        if (after(n, c.last)) {
+          c.last = n;
           this.write(c, `event: progress\nid: ${id}\ndata: ${JSON.stringify(ev)}\n\n`);
         }
       }
