@@ -55,7 +55,15 @@ export const OPERATIONS: Record<string, OperationDef> = {
     capabilitiesFor: migrateCapabilities,
     needsImage: false,
     parameters: Joi.object({
-      manifest: manifestSchema.required(),
+      // A job's spec is stored and served back (GET /jobs/{id}): a plaintext password would leak through it.
+      manifest: manifestSchema.keys({
+        configuration: Joi.object({
+          // Only the plaintext password is refused here; the rest stays free-form (the fix stage warns about it).
+          users: Joi.any().when(Joi.object(), { then: Joi.object().pattern(/./, Joi.any().when(Joi.object(), { then: Joi.object({
+            password: Joi.any().forbidden().messages({ 'any.unknown': '{{#label}} is not accepted in a job (the spec is stored and returned by the API); give password_hash, a crypt(3) hash such as `openssl passwd -6` prints' }),
+          }).unknown(true) })) }),
+        }).unknown(true),
+      }).required(),
       output_dir: absolutePath.description('used when manifest.output.directory is absent'),
     }),
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',

@@ -129,4 +129,19 @@ describe('migrate operation as a job', function () {
     expect(r.body.error.message).to.contain('parameters.manifest.manifest_version');
     expect(r.body.error.message).to.contain('parameters.manifest.disks[0].local_path');
   });
+
+  it('refuses a plaintext user password in a job (400 naming it, the value nowhere); password_hash and free-form users pass', async () => {
+    const m: any = manifest({ out: path.join(dir, 'pw') });
+    m.configuration = { users: { alice: { password: 'Pl41n-t3xt-secret', groups: ['sudo'] } } };
+    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'mig-pw', operation: 'migrate', parameters: { manifest: m } });
+    expect(r.status).to.equal(400);
+    expect(r.body.error.message).to.contain('parameters.manifest.configuration.users.alice.password');
+    expect(r.body.error.message).to.contain('give password_hash');
+    expect(r.text).not.to.contain('Pl41n-t3xt-secret');
+    expect((await req(gw.url, 'GET', '/jobs/mig-pw')).status).to.equal(404);
+    m.configuration = { users: { alice: { password_hash: '$6$salt$abc', groups: ['sudo'] }, bob: 'free-form' }, network: ['anything'] };
+    const ok = await req(gw.url, 'POST', '/jobs', { job_id: 'mig-pw-ok', operation: 'migrate', parameters: { manifest: m } });
+    expect(ok.status, ok.text).to.equal(201);
+    expect((await req(gw.url, 'DELETE', '/jobs/mig-pw-ok')).status).to.be.oneOf([200, 202]);
+  });
 });
