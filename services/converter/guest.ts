@@ -10,12 +10,23 @@ export interface GuestInfo {
   os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
   root_device: string; mountpoints: Record<string, string>; filesystems: Record<string, string>;
   lvm: boolean; kernels: string[]; hypervisor_tools: string[]; initramfs_tool?: string; grub_config?: string;
+  /** deb, rpm, apk, pacman... (inspect-get-package-format), for removing packages with the guest's own tool. */
+  package_format?: string;
 }
 
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
 export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
 
-const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'vmware-tools', 'xe-guest-utilities', 'hyperv-daemons', 'walinuxagent'];
+// Source hypervisors' guest tools, under their Debian, RHEL/SUSE and Alpine names.
+const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities', 'xe-guest-utilities-latest',
+  'hyperv-daemons', 'hypervkvpd', 'hypervvssd', 'hypervfcopyd', 'walinuxagent', 'WALinuxAgent'];
+/** How to remove packages with the guest's own package tool, by package format. */
+const PURGE: Record<string, { bin: string[]; cmd: string }> = {
+  deb: { bin: ['/usr/bin/dpkg'], cmd: 'dpkg --purge' },
+  rpm: { bin: ['/usr/bin/rpm', '/bin/rpm'], cmd: 'rpm -e' },
+  apk: { bin: ['/sbin/apk'], cmd: 'apk del' },
+  pacman: { bin: ['/usr/bin/pacman'], cmd: 'pacman -Rns --noconfirm' },
+};
 const HV_TOOL_UNITS = ['vmtoolsd.service', 'open-vm-tools.service', 'vmware-tools.service', 'vgauth.service', 'xe-linux-distribution.service'];
 const INITRAMFS_TOOLS: { tool: string; paths: string[]; args: (kver: string) => string[]; conf?: { path: string; text: string } }[] = [
   { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k) => ['dracut', '-f', '--kver', k],
@@ -52,8 +63,10 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
   }
   if (os === 'linux') {
     if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
-    const status = (await g.isFile('/var/lib/dpkg/status')) ? await g.read('/var/lib/dpkg/status').catch(() => '') : '';
-    for (const p of HV_TOOL_PACKAGES) if (new RegExp(`^Package: ${p}$`, 'm').test(status || '')) info.hypervisor_tools.push(p);
+    info.package_format = await get('inspect-get-package-format');
+    // libguestfs reads the guest's package database (dpkg, rpm, apk, pacman) for the installed applications.
+    const apps = new Set((await g.tryCmd('inspect-list-applications2', root) || '').split('\n').map((l) => /^\s*app2_name: (.+)$/.exec(l)?.[1]).filter((x): x is string => !!x));
+    for (const p of HV_TOOL_PACKAGES) if (apps.has(p)) info.hypervisor_tools.push(p);
     for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
     for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
     for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
@@ -187,12 +200,13 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
     }
     const pkgs = info.hypervisor_tools.filter((p) => HV_TOOL_PACKAGES.includes(p));
     if (pkgs.length) {
-      const dpkg = await g.firstFile(['/usr/bin/dpkg']);
-      if (!dpkg) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but dpkg is not runnable in the guest; services disabled only` });
-      else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would purge ${pkgs.join(', ')}` });
+      const tool = PURGE[info.package_format || ''];
+      const bin = tool && await g.firstFile(tool.bin);
+      if (!tool || !bin) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but ${tool ? `${tool.bin[0]} is not in the guest` : `the package format "${info.package_format || 'unknown'}" has no removal tool here`}; services disabled only` });
+      else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would run ${tool.cmd} ${pkgs.join(' ')}` });
       else {
-        try { await g.cmd('command', `dpkg --purge ${pkgs.join(' ')}`); r.modified = true; act({ action: 'remove_source_hv_tools', status: 'done', detail: `purged ${pkgs.join(', ')}` }); }
-        catch (e) { act({ action: 'remove_source_hv_tools', status: 'warning', detail: `dpkg --purge failed: ${(e as Error).message}` }); }
+        try { await g.cmd('command', `${tool.cmd} ${pkgs.join(' ')}`); r.modified = true; act({ action: 'remove_source_hv_tools', status: 'done', detail: `removed ${pkgs.join(', ')} (${tool.cmd})` }); }
+        catch (e) { act({ action: 'remove_source_hv_tools', status: 'warning', detail: `${tool.cmd} failed: ${(e as Error).message}` }); }
       }
     } else if (!did) act({ action: 'remove_source_hv_tools', status: 'skipped', detail: 'no source hypervisor tools found' });
   }
