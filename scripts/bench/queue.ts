@@ -1,6 +1,8 @@
 // Queue benchmark (`npm run bench:queue`): end-to-end jobs/s through the HTTP API against bare BullMQ, submit
-// latency, SSE fan-out delay to 1,000 clients, and Redis memory per queued job. Everything runs on 127.0.0.1
-// against a private redis-server and real gateway/worker processes, and is stopped at the end.
+// latency, SSE fan-out delay to 1,000 clients, and Redis memory per queued job, each beside its bare baseline in
+// the same run (bare BullMQ in one process; bare BullMQ behind a bare HTTP endpoint; a bare Node SSE server).
+// Everything runs on 127.0.0.1 against a private redis-server and real gateway/worker processes, and is stopped
+// at the end.
 //
 // Options: --jobs N (HTTP jobs per throughput run, default 3000), --bare-jobs N (default 6000),
 //          --concurrency N (worker slots, also BullMQ Worker concurrency, default 8),
@@ -223,6 +225,54 @@ async function bareThroughput(redisUrl: string, n: number) {
   return n / secs;
 }
 
+/** The second baseline: bare BullMQ behind a bare Node HTTP endpoint, server and worker in their own processes
+ *  (scripts/bench/bare-http-bullmq.ts), the client as for Ferry: POST with INFLIGHT in flight, completion seen
+ *  through one subscription. What is left between this and Ferry is Ferry's contract, not HTTP or processes. */
+async function bareHttpThroughput(redisUrl: string, n: number) {
+  const name = `barehttp${++runId}`;
+  const prefix = `${PREFIX}-barehttp`;
+  const script = path.join(__dirname, 'bare-http-bullmq.ts');
+  const start = (args: string[]) => {
+    const p = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const first = new Promise<string>((resolve, reject) => {
+      p.stdout!.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
+      p.once('exit', (c) => reject(new Error(`bare-http-bullmq ${args[0]} exited ${c}`)));
+    });
+    return { p, first };
+  };
+  const server = start(['server', redisUrl, name, prefix]);
+  const worker = start(['worker', redisUrl, name, prefix, String(CONC)]);
+  try {
+    const base = `http://127.0.0.1:${await server.first}`;
+    await worker.first;
+    const cpu = [...cpuOf.filter((c) => c.name === 'redis'), { name: 'bare server', pid: () => server.p.pid! }, { name: 'bare worker', pid: () => worker.p.pid! }, { name: 'bench client', pid: () => process.pid }];
+    const sub = new IORedis(redisUrl);
+    const done = new Set<string>();
+    await sub.subscribe(`${prefix}:done`);
+    sub.on('message', (_c, id: string) => { done.add(id); });
+    const run = async (count: number, tag: string) => {
+      const t0 = now();
+      await pool(count, INFLIGHT, async (i) => {
+        const r = await request(base, 'POST', '/jobs', { job_id: `${tag}-${i}`, operation: 'noop', parameters: {} });
+        if (r.status !== 201) throw new Error(`bare HTTP submit: ${r.status}`);
+      });
+      const deadline = Date.now() + 120_000;
+      while ([...done].filter((d) => d.startsWith(`${tag}-`)).length < count && Date.now() < deadline) await sleep(5);
+      return count / ((now() - t0) / 1000);
+    };
+    await run(200, 'warm');
+    const cpu0 = cpuSnapshot(cpu);
+    const rate = await run(n, 'run');
+    const cpuMs = (cpuSnapshot(cpu).reduce((a, x, i) => a + x - cpu0[i], 0) * 1000) / n;
+    log(`bare BullMQ behind bare HTTP: ${rate.toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, n, cpu)}`);
+    sub.disconnect();
+    return { rate, cpuMs };
+  } finally {
+    server.p.kill('SIGTERM');
+    worker.p.kill('SIGTERM');
+  }
+}
+
 /** Redis memory per queued job for bare BullMQ (Queue.add, no worker), for comparison. */
 async function bareMemory(redis: IORedis, redisUrl: string, n: number) {
   const q = new Queue('barememory', { connection: { url: redisUrl, maxRetriesPerRequest: null } as any, prefix: `${PREFIX}-bare` });
@@ -407,6 +457,7 @@ async function main() {
       log(`HTTP, ${n} ${W(n)}: ${rates[n].toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, JOBS)}`);
       if (opt.profile) log(`  redis: ${await commandReport(admin, cmd0, JOBS)}`);
     }
+    const bareHttp = await bareHttpThroughput(redis.url, JOBS);
     const bareB = await measureBare('after');
     const bare = (bareA.rate + bareB.rate) / 2;
     const bareCpu = (bareA.cpu + bareB.cpu) / 2;
@@ -426,6 +477,7 @@ async function main() {
       [`end-to-end, HTTP API, 1 worker process (concurrency ${CONC})`, `${rates[1].toFixed(0)} jobs/s`, `${(ratio1 * 100).toFixed(0)}% of bare; CPU ${cpuMs[1].toFixed(2)} ms/job, all processes`],
       [`end-to-end, HTTP API, 2 worker processes (concurrency ${CONC} each)`, `${rates[2].toFixed(0)} jobs/s`, `${(ratio2 * 100).toFixed(0)}% of bare; CPU ${cpuMs[2].toFixed(2)} ms/job`],
       [`bare BullMQ, Queue.add + 1 Worker (concurrency ${CONC}), same Redis`, `${bare.toFixed(0)} jobs/s`, `mean of ${bareA.rate.toFixed(0)} before and ${bareB.rate.toFixed(0)} after; CPU ${bareCpu.toFixed(2)} ms/job`],
+      [`bare BullMQ behind a bare Node HTTP endpoint (API, worker, client processes)`, `${bareHttp.rate.toFixed(0)} jobs/s`, `${((bareHttp.rate / bare) * 100).toFixed(0)}% of bare; CPU ${bareHttp.cpuMs.toFixed(2)} ms/job; Ferry's HTTP path is ${((Math.max(rates[1], rates[2]) / bareHttp.rate) * 100).toFixed(0)}% of this`],
       ['submit latency, 1 request at a time (p50 / p99)', `${pct(idleLat, 50).toFixed(2)} / ${pct(idleLat, 99).toFixed(2)} ms`, ''],
       [`submit latency, ${INFLIGHT} in flight, 1 worker busy (p50 / p99)`, `${pct(loadLat, 50).toFixed(2)} / ${pct(loadLat, 99).toFixed(2)} ms`, ''],
       [`progress event -> ${CLIENTS} SSE clients (p50 / p99)`, `${pct(fo.delays, 50).toFixed(2)} / ${p99fan.toFixed(2)} ms`, `${fo.received}/${fo.expected} delivered, ${fo.completes} got complete`],
