@@ -36,10 +36,11 @@ CMD ["node", "--import", "tsx", "services/gateway/main.ts"]
 FROM app AS worker
 USER root
 # qemu-img for conversion; libguestfs (with its appliance, XFS support) for inspection and repair; hivexregedit
-# for Windows registry edits; openssl hashes configuration.users passwords. TCG unless /dev/kvm is passed in.
+# for Windows registry edits; bsdtar unpacks a virtio-win ISO; openssl hashes configuration.users passwords.
+# TCG unless /dev/kvm is passed in.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-utils libguestfs-tools libguestfs-xfs \
-      linux-image-amd64 libwin-hivex-perl openssl \
+      linux-image-amd64 libwin-hivex-perl libarchive-tools openssl \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /srv/ferry && chown node:node /srv/ferry
 ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_WORKER_CAPABILITIES=img_tool

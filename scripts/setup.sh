@@ -23,6 +23,8 @@ if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   ls /boot/vmlinuz-* >/dev/null 2>&1 || need_apt+=(linux-image-amd64)
   # hivexregedit: the Windows fix writes registry values with it (guestfish cannot pass NUL bytes)
   command -v hivexregedit >/dev/null || need_apt+=(libwin-hivex-perl)
+  # bsdtar unpacks a virtio-win ISO image (and the test makes one with it)
+  command -v bsdtar >/dev/null || need_apt+=(libarchive-tools)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
   command -v ssh >/dev/null || need_apt+=(openssh-client)
 fi

@@ -178,13 +178,24 @@ export function virtioWinCandidates(configured: string | undefined, env: NodeJS.
   return c.filter((x, i) => c.findIndex((y) => path.resolve(y.path) === path.resolve(x.path)) === i);
 }
 
-/** The first candidate that is a directory; ISO images are named as unsupported (see docs/pipeline.md). */
-export async function locateVirtioWin(cands: { path: string; from: string }[]): Promise<{ root?: string; from?: string; looked: string[] }> {
+/**
+ * The first candidate that is a directory, or an ISO image (virtio-win is shipped as one), which is unpacked with
+ * bsdtar into a private temporary directory that `cleanup` removes. Each candidate not used says why.
+ */
+export async function locateVirtioWin(cands: { path: string; from: string }[]): Promise<{ root?: string; from?: string; looked: string[]; cleanup?: () => Promise<void> }> {
   const looked: string[] = [];
   for (const c of cands) {
     const st = await fs.stat(c.path).catch(() => undefined);
     if (st?.isDirectory()) return { root: path.resolve(c.path), from: c.from, looked };
-    looked.push(`${c.path} (${c.from}: ${!st ? 'does not exist' : /\.iso$/i.test(c.path) ? 'an ISO image; unpack it and give the directory' : 'not a directory'})`);
+    if (st?.isFile() && /\.iso$/i.test(c.path)) {
+      const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-virtio-win-'));
+      const ok = await new Promise<string | undefined>((resolve) => execFile('bsdtar', ['-xf', c.path, '-C', dir], { maxBuffer: 1 << 20 }, (e, _o, err) => resolve(e ? (String(err).trim() || e.message) : undefined)));
+      if (ok === undefined) return { root: dir, from: `${c.from}, unpacked from ${path.resolve(c.path)}`, looked, cleanup: () => fs.rm(dir, { recursive: true, force: true }) };
+      await fs.rm(dir, { recursive: true, force: true });
+      looked.push(`${c.path} (${c.from}: an ISO image bsdtar could not unpack: ${ok.split('\n')[0]})`);
+      continue;
+    }
+    looked.push(`${c.path} (${c.from}: ${!st ? 'does not exist' : 'neither a directory nor an .iso image'})`);
   }
   return { looked };
 }
@@ -302,13 +313,18 @@ export async function injectVirtioDrivers(g: GuestSession, root: string, o: Wind
   const would = o.dry_run ? 'would_do' : 'done';
   const step = (s: string, status: FixAction['status'], detail: string, extra: Record<string, unknown> = {}) => act({ action: A, step: s, status, detail, ...extra });
 
-  // 1. The driver tree.
+  // 1. The driver tree (an ISO is unpacked for the time of the injection).
   const src = await locateVirtioWin(virtioWinCandidates(o.virtio_win, o.env));
   if (!src.root) {
     step('source', 'warning', `no virtio-win driver tree found (looked in ${src.looked.join('; ')}); Windows ${o.windows_version || 'version unknown'} drivers not injected`, { looked: src.looked });
     return false;
   }
+  try {
+    return await injectFrom(g, root, o, { root: src.root, from: src.from! }, step, would);
+  } finally { await src.cleanup?.(); }
+}
 
+async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: (s: string, status: FixAction['status'], detail: string, extra?: Record<string, unknown>) => void, would: 'would_do' | 'done'): Promise<boolean> {
   // 2. What the guest is.
   const get = async (c: string) => one(await g.tryCmd(c, root)) || undefined;
   const systemroot = await get('inspect-get-windows-systemroot');
