@@ -15,10 +15,11 @@ import { validateConfig } from '../../shared/schemas/converter-config';
 import { main } from '../../services/converter/cli';
 import { fixGuest, inspectAndMount, FixAction, FixResult } from '../../services/converter/guest';
 import { GuestSession } from '../../services/converter/guestfs';
+import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../services/converter/windows';
+import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../services/converter/registry';
 import {
-  ARCH_DIRS, BOOT_DRIVERS, driverSet, driverVersions, extendDevicePath, findCi, HiveReader, injectVirtioDrivers, locateVirtioWin, pickVersionDir,
-  REG, regFile, regValue, SCSI_CLASS_GUID, systemHiveEdits, underSystemRoot, VIRTIO_WIN_DEFAULT, virtioWinCandidates, windowsVersionDir, withParents,
-} from '../../services/converter/windows';
+  ARCH_DIRS, driverSet, driverVersions, findCi, locateVirtioWin, pickVersionDir, underSystemRoot, VIRTIO_WIN_DEFAULT, virtioWinCandidates, windowsVersionDir,
+} from '../../services/converter/virtio-win';
 import { buildWindowsGuest, emptyHive, fakeVirtioWin, WIN } from '../fixtures/windows';
 
 const LAYOUT = {
