@@ -91,7 +91,7 @@ export interface FixOptions extends FixStage { fstab_mode: FstabMode | string; d
 export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, log: (m: string) => void): Promise<FixResult> {
   const r: FixResult = { modified: false, actions: [], warnings: [], fstab_changes: [] };
   const act = (a: FixAction) => { r.actions.push(a); if (a.status === 'warning' || a.status === 'failed') r.warnings.push(`${a.action}: ${a.detail}`); };
-  const write = async (path: string, text: string) => { if (!o.dry_run) { await g.cmd('write', path, text); r.modified = true; } };
+  const write = async (path: string, text: string) => { if (!o.dry_run) { await g.writeFile(path, text); r.modified = true; } };
   const backup = async (path: string) => {
     if (!o.backup || o.dry_run) return undefined;
     const to = `${path}.ferry-backup`;

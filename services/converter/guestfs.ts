@@ -162,9 +162,10 @@ export class GuestSession {
     return { mode: r.st_mode, uid: r.st_uid, gid: r.st_gid };
   }
 
-  /** Writes `text` to `remote` through a private local file (mode 0600), not through argv: for contents such as
-   *  /etc/shadow that must not show up in a process listing. */
-  async upload(text: string, remote: string): Promise<void> {
+  /** Writes `text` to the guest file `remote` through a private local file (mode 0600) and `upload`, never as a
+   *  command argument: nothing shows in a process listing (/etc/shadow), and no argument size limit applies (a
+   *  long grub.cfg or passwd). */
+  async writeFile(remote: string, text: string): Promise<void> {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-upload-'));
     const local = path.join(dir, 'f');
     try {

@@ -185,7 +185,7 @@ export async function applyNetwork(g: GuestSession, net: any, o: { dry_run: bool
   for (const f of files) {
     if (!o.dry_run) {
       await g.cmd('mkdir-p', f.path.slice(0, f.path.lastIndexOf('/')));
-      await g.cmd('write', f.path, f.text);
+      await g.writeFile(f.path, f.text);
       await g.cmd('chmod', `0${f.mode.toString(8)}`, f.path);
       modified = true;
     }
@@ -198,7 +198,7 @@ export async function applyNetwork(g: GuestSession, net: any, o: { dry_run: bool
     const sources = /^\s*source(-directory)?\s+\/etc\/network\/interfaces\.d/m.test(dis.text);
     const next = sources ? dis.text : `${dis.text.replace(/\n?$/, '\n')}source /etc/network/interfaces.d/*\n`;
     if (next !== text) {
-      if (!o.dry_run) { if (o.backup && text) await g.cmd('cp-a', main, `${main}.ferry-backup`); await g.cmd('write', main, next); modified = true; }
+      if (!o.dry_run) { if (o.backup && text) await g.cmd('cp-a', main, `${main}.ferry-backup`); await g.writeFile(main, next); modified = true; }
       act({ action: 'configuration.network', status: st, detail: `${main}: ${[dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '', sources ? '' : 'added "source /etc/network/interfaces.d/*"'].filter(Boolean).join('; ')}` });
     }
   }

@@ -161,13 +161,14 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
     p.hash ? 'password set' : '', p.groups_added.length ? `added to ${p.groups_added.join(', ')}` : '', p.keys.length ? `${p.keys.length} authorized key(s)` : '', p.sudo ? 'sudo' : ''].filter(Boolean).join('; ');
   if (o.dry_run) { for (const p of plans) act({ action: 'configuration.users', status: 'would_do', detail: summary(p), user: p.name }); return false; }
 
-  // The account files: same mode and owner as before; shadow files through a private upload.
+  // The account files: same mode and owner as before.
   for (const [f, text] of [['/etc/passwd', files.passwd], ['/etc/group', files.group], ['/etc/shadow', files.shadow], ['/etc/gshadow', files.gshadow]] as const) {
     const old = (before as any)[f.slice(5)] as string | undefined;
     if (text === undefined || text === (old?.endsWith('\n') ? old : `${old}\n`)) continue;
     if (o.backup) await g.cmd('cp-a', f, `${f}.ferry-backup`);
     const st = await g.stat(f);
-    if (f.includes('shadow')) await g.upload(text, f); else await g.cmd('write', f, text);
+    // Through a private file, not argv: the shadow files hold hashes, and so does passwd on a guest without shadow.
+    await g.writeFile(f, text);
     await g.cmd('chown', String(st.uid), String(st.gid), f);
     await g.cmd('chmod', `0${(st.mode & 0o7777).toString(8)}`, f);
   }
@@ -187,7 +188,7 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
       const cur = (await g.isFile(file)) ? await g.read(file) : '';
       const have = new Set(cur.split('\n').map((l) => l.trim()).filter(Boolean));
       const add = p.keys.map((k) => k.trim()).filter((k) => !have.has(k));
-      if (add.length) await g.cmd('write', file, `${cur}${cur && !cur.endsWith('\n') ? '\n' : ''}${add.join('\n')}\n`);
+      if (add.length) await g.writeFile(file, `${cur}${cur && !cur.endsWith('\n') ? '\n' : ''}${add.join('\n')}\n`);
       await g.cmd('chown', String(p.uid), String(p.gid), dir);
       await g.cmd('chmod', '0700', dir);
       await g.cmd('chown', String(p.uid), String(p.gid), file);
@@ -196,7 +197,7 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
     if (p.sudo) {
       if (await g.isDir('/etc/sudoers.d')) {
         const f = `/etc/sudoers.d/90-ferry-${p.name}`;
-        await g.cmd('write', f, `# written by Ferry (configuration.users.${p.name}.sudo)\n${p.name} ALL=(ALL:ALL) ALL\n`);
+        await g.writeFile(f, `# written by Ferry (configuration.users.${p.name}.sudo)\n${p.name} ALL=(ALL:ALL) ALL\n`);
         await g.cmd('chown', '0', '0', f);
         await g.cmd('chmod', '0440', f);
       } else if (!sudoGroup) warn(`configuration.users.${p.name}.sudo`, 'the guest has neither /etc/sudoers.d nor a sudo or wheel group');
