@@ -1,5 +1,5 @@
 // `npm start`: the whole local cluster in one terminal. Starts a private redis-server (append-only, data under
-// .data/redis) unless REDIS_URL is set, then every service as its own process; Ctrl-C stops them in order
+// .data/redis, or $FERRY_DATA_DIR/redis) unless REDIS_URL is set, then every service as its own process; Ctrl-C stops them in order
 // (workers first, so they finish or hand back their jobs, then the rest, then Redis).
 import { spawn, ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -38,12 +38,12 @@ async function main() {
       console.log(`[cluster] REDIS_URL is not set and port ${port} is taken; set REDIS_URL or FERRY_REDIS_PORT`);
       process.exit(1);
     }
-    const dir = path.join(ROOT, '.data', 'redis');
+    const dir = path.join(env.FERRY_DATA_DIR ? path.resolve(env.FERRY_DATA_DIR) : path.join(ROOT, '.data'), 'redis');
     mkdirSync(dir, { recursive: true });
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
     for (let i = 0; i < 100 && !(await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
     env.REDIS_URL = `redis://127.0.0.1:${port}`;
-    console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in .data/redis)`);
+    console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in ${dir.startsWith(ROOT + path.sep) ? path.relative(ROOT, dir) : dir})`);
   } else {
     console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
   }

@@ -1,0 +1,77 @@
+// `npm start` (scripts/cluster.ts) as a user runs it: the whole local cluster with its private Redis, a real
+// conversion submitted to the gateway and taken by one of its two workers, the daemon up, then Ctrl-C (SIGINT)
+// stops every process, the private Redis last, and the command exits 0. Ports are free ones, data in a temp dir.
+import { expect } from 'chai';
+import { execFileSync, spawn, ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from '../helpers/redis';
+import { req, until } from '../helpers/http';
+import { makeImage } from '../helpers/images';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const listening = (port: number) => new Promise<boolean>((r) => {
+  const c = net.connect(port, '127.0.0.1');
+  c.once('connect', () => { c.destroy(); r(true); });
+  c.once('error', () => r(false));
+});
+
+describe('npm start: the whole local cluster (scripts/cluster.ts)', function () {
+  this.timeout(120_000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-cluster-'));
+  const ports: Record<string, number> = {};
+  let proc: ChildProcess;
+  let out = '';
+  let exit: Promise<number | null>;
+
+  before(async () => {
+    for (const k of ['redis', 'gateway', 'daemon', 'w1', 'w2']) ports[k] = await freePort();
+    const env: Record<string, string> = {
+      PATH: process.env.PATH!, HOME: process.env.HOME || '/root', FERRY_DATA_DIR: path.join(dir, 'data'), FERRY_REDIS_PORT: String(ports.redis),
+      GATEWAY_PORT: String(ports.gateway), DAEMON_PORT: String(ports.daemon), WORKER1_METRICS_PORT: String(ports.w1), WORKER2_METRICS_PORT: String(ports.w2),
+    };
+    proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'scripts', 'cluster.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    proc.stdout!.setEncoding('utf8').on('data', (s: string) => { out += s; });
+    proc.stderr!.setEncoding('utf8').on('data', (s: string) => { out += s; });
+    exit = new Promise((r) => proc.once('exit', (code) => r(code)));
+  });
+  after(async () => {
+    if (proc.exitCode === null && !proc.signalCode) { proc.kill('SIGKILL'); }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('starts its private Redis and every service; both workers register with the gateway', async () => {
+    const base = `http://127.0.0.1:${ports.gateway}`;
+    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); return r?.status === 200 && r.body.workers === 2 && r.body; }, 60_000, `gateway with 2 workers; output so far:\n${out}`);
+    expect(h.status).to.equal('healthy');
+    expect(out).to.contain(`[cluster] started a private redis-server on redis://127.0.0.1:${ports.redis} (append-only, data in ${path.join(dir, 'data', 'redis')})`);
+    expect(out).to.contain(`[cluster] gateway on http://localhost:${ports.gateway}, daemon on http://localhost:${ports.daemon}`);
+    await until(async () => (await req(`http://127.0.0.1:${ports.daemon}`, 'GET', '/health').catch(() => undefined))?.status === 200, 30_000, 'daemon /health 200');
+    const workers = (await req(base, 'GET', '/workers')).body;
+    expect(JSON.stringify(workers)).to.contain('local-worker-1').and.to.contain('local-worker-2');
+  });
+
+  it('converts a real image submitted to the gateway; every line of output names its service', async () => {
+    const base = `http://127.0.0.1:${ports.gateway}`;
+    const src = makeImage(dir, 'cluster-src', 'vmdk', 8);
+    const sub = await req(base, 'POST', '/jobs?queue=true', { job_id: 'cluster-1', operation: 'convert', image: { path: src, format: 'vmdk' }, parameters: { output_format: 'qcow2', output_dir: dir } });
+    expect(sub.status, JSON.stringify(sub.body)).to.equal(201);
+    const j = await until(async () => { const r = await req(base, 'GET', '/jobs/cluster-1'); return ['COMPLETED', 'FAILED'].includes(r.body.state) && r.body; }, 60_000, 'cluster-1 finished');
+    expect(j.state, JSON.stringify(j.result || j.error)).to.equal('COMPLETED');
+    const output = path.join(dir, 'cluster-1.qcow2');
+    expect(j.result).to.include({ output_path: output, format: 'qcow2' });
+    execFileSync('qemu-img', ['compare', '-q', '-f', 'vmdk', '-F', 'qcow2', src, output]);
+    for (const line of out.split('\n').filter(Boolean)) expect(line).to.match(/^\[(cluster|gateway|daemon|scheduler|notifier|worker-1|worker-2)\] /);
+  });
+
+  it('Ctrl-C (SIGINT) stops every service, then the private Redis, and exits 0', async () => {
+    proc.kill('SIGINT');
+    expect(await exit).to.equal(0);
+    expect(out).to.contain('[cluster] stopping: workers finish or hand back their jobs, then the other services');
+    expect(out).to.contain('[cluster] redis-server stopped');
+    for (const k of ['redis', 'gateway', 'daemon', 'w1', 'w2']) expect(await listening(ports[k]), `port ${k} still open`).to.equal(false);
+    expect(existsSync(path.join(dir, 'data', 'redis', 'appendonlydir'))).to.equal(true);
+  });
+});
