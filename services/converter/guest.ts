@@ -92,12 +92,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
   const r: FixResult = { modified: false, actions: [], warnings: [], fstab_changes: [] };
   const act = (a: FixAction) => { r.actions.push(a); if (a.status === 'warning' || a.status === 'failed') r.warnings.push(`${a.action}: ${a.detail}`); };
   const write = async (path: string, text: string) => { if (!o.dry_run) { await g.writeFile(path, text); r.modified = true; } };
-  const backup = async (path: string) => {
-    if (!o.backup || o.dry_run) return undefined;
-    const to = `${path}.ferry-backup`;
-    await g.cmd('cp-a', path, to);
-    return to;
-  };
+  const backup = async (path: string) => (o.backup && !o.dry_run ? g.backup(path) : undefined);
 
   if (info.os === 'windows') {
     if (o.inject_virtio_drivers) r.modified = await injectVirtioDrivers(g, info.root_device, o, act);

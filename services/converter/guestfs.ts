@@ -155,6 +155,13 @@ export class GuestSession {
     return r;
   }
 
+  /** Copies `p` to `p.ferry-backup` (mode, owner and times kept), the one backup convention of the fix stage. */
+  async backup(p: string): Promise<string> {
+    const to = `${p}.ferry-backup`;
+    await this.cmd('cp-a', p, to);
+    return to;
+  }
+
   /** Mode, owner and group of a path (statns). */
   async stat(p: string): Promise<{ mode: number; uid: number; gid: number }> {
     const r: Record<string, number> = {};

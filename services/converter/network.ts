@@ -198,13 +198,13 @@ export async function applyNetwork(g: GuestSession, net: any, o: { dry_run: bool
     const sources = /^\s*source(-directory)?\s+\/etc\/network\/interfaces\.d/m.test(dis.text);
     const next = sources ? dis.text : `${dis.text.replace(/\n?$/, '\n')}source /etc/network/interfaces.d/*\n`;
     if (next !== text) {
-      if (!o.dry_run) { if (o.backup && text) await g.cmd('cp-a', main, `${main}.ferry-backup`); await g.writeFile(main, next); modified = true; }
+      if (!o.dry_run) { if (o.backup && text) await g.backup(main); await g.writeFile(main, next); modified = true; }
       act({ action: 'configuration.network', status: st, detail: `${main}: ${[dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '', sources ? '' : 'added "source /etc/network/interfaces.d/*"'].filter(Boolean).join('; ')}` });
     }
   }
   // Old MAC-to-name bindings from the source hypervisor would rename the new NICs unpredictably.
   if (net.remove_persistent_rules !== false && (await g.isFile(PERSISTENT_NET_RULES))) {
-    if (!o.dry_run) { if (o.backup) await g.cmd('cp-a', PERSISTENT_NET_RULES, `${PERSISTENT_NET_RULES}.ferry-backup`); await g.cmd('rm', PERSISTENT_NET_RULES); modified = true; }
+    if (!o.dry_run) { if (o.backup) await g.backup(PERSISTENT_NET_RULES); await g.cmd('rm', PERSISTENT_NET_RULES); modified = true; }
     act({ action: 'configuration.network', status: st, detail: `removed ${PERSISTENT_NET_RULES} (MAC bindings of the source NICs)` });
   }
   return modified;

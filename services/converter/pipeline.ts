@@ -85,7 +85,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   let session: GuestSession | undefined;
   let guest: GuestInfo | undefined;
   let failed = false;
-  /** The outputs are in place even though the run failed (a failed test boot keeps them, for a look). */
+  /** The outputs are renamed into place; the report lists them even if a later step (the test boot) fails. */
   let written = false;
   let testBootResult: TestBootResult | undefined;
   // Seconds spent per kind of work, for the report's summary and scripts/bench/convert.ts.
@@ -291,6 +291,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         Object.assign(w.artifact, { virtual_size: info['virtual-size'], file_size: s.size, actual_size: s.blocks * 512, sha256: sha });
         if (w.sourceSha) w.artifact.source_sha256 = w.sourceSha;
       }
+      written = true;
     }
     if (!failed && !dry && opts.testBoot) {
       progress('validate', 1, 'test boot of the outputs');
@@ -298,7 +299,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       testBootResult = tb;
       log(1, `test boot (${tb.accelerator}): ${tb.status}: ${tb.detail}`);
       if (tb.status === 'inconclusive') warnings.push(`virt_test: inconclusive: ${tb.detail}`);
-      if (tb.status === 'failed') { errors.push(`virt_test: the test boot failed: ${tb.detail}`); failed = true; written = true; }
+      if (tb.status === 'failed') { errors.push(`virt_test: the test boot failed: ${tb.detail}`); failed = true; }
     }
   } catch (e) {
     if (opts.signal?.aborted) { await cleanup(work, session); throw e; }
@@ -314,13 +315,13 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     report_version: '1.0', manifest_version: m.manifest_version, tool: opts.tool || 'ferry-convert',
     started_at: new Date(t0).toISOString(), finished_at: new Date().toISOString(), duration_seconds: (Date.now() - t0) / 1000,
     dry_run: dry, success: !failed, source: m.source || {}, stages,
-    artifacts: (failed && !written) || dry ? [] : work.map((w) => w.artifact),
+    artifacts: written ? work.map((w) => w.artifact) : [],
     ...(testBootResult ? { test_boot: testBootResult } : {}),
     warnings: [...(m.warnings || []).map((x) => `export ${x.stage}: ${x.message}`), ...warnings], errors,
     summary: {
       disks: work.length, stages_run: ran, stages_failed: ran.filter((s) => stages[s].success === false),
       total_source_bytes: work.reduce((a, w) => a + (w.sourceVirtual || 0), 0),
-      total_output_bytes: (failed && !written) || dry ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
+      total_output_bytes: !written ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
       timings: Object.fromEntries(Object.entries(timings).map(([k, v]) => [k, Math.round(v * 1000) / 1000])),
       message: failed ? `failed: ${errors[0]}` : dry ? `dry run: ${work.length} disk(s) would be converted; nothing written` : `${work.length} disk(s) migrated`,
     },

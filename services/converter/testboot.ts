@@ -42,7 +42,7 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(QEMU, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let console = '';
+    let serial = '';
     let stderr = '';
     let outcome: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
     const stop = (r: typeof outcome) => { if (!outcome) { outcome = r; child.kill('SIGKILL'); } };
@@ -50,8 +50,8 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
-      console = (console + s).slice(-65536);
-      const m = expect.exec(console);
+      serial = (serial + s).slice(-65536);
+      const m = expect.exec(serial);
       if (m) stop({ status: 'passed', detail: `the serial console showed "${m[0]}"`, matched: m[0] });
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
@@ -65,7 +65,7 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
           ? 'the VM stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)'
           : `qemu failed (${sig || `exit ${code}`}): ${stderr.trim().slice(0, 2000)}`,
       };
-      const printable = console.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/[^\x09\x0a\x20-\x7e]/g, '');
+      const printable = serial.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/[^\x09\x0a\x20-\x7e]/g, '');
       resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, console_tail: printable.slice(-2000) });
     });
   });

@@ -162,10 +162,12 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
   if (o.dry_run) { for (const p of plans) act({ action: 'configuration.users', status: 'would_do', detail: summary(p), user: p.name }); return false; }
 
   // The account files: same mode and owner as before.
-  for (const [f, text] of [['/etc/passwd', files.passwd], ['/etc/group', files.group], ['/etc/shadow', files.shadow], ['/etc/gshadow', files.gshadow]] as const) {
-    const old = (before as any)[f.slice(5)] as string | undefined;
+  for (const k of ['passwd', 'group', 'shadow', 'gshadow'] as const) {
+    const f = `/etc/${k}`;
+    const text = files[k];
+    const old = before[k];
     if (text === undefined || text === (old?.endsWith('\n') ? old : `${old}\n`)) continue;
-    if (o.backup) await g.cmd('cp-a', f, `${f}.ferry-backup`);
+    if (o.backup) await g.backup(f);
     const st = await g.stat(f);
     // Through a private file, not argv: the shadow files hold hashes, and so does passwd on a guest without shadow.
     await g.writeFile(f, text);
@@ -177,7 +179,7 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
     if (p.created && p.home !== '/' && !(await g.exists(p.home))) {
       await g.cmd('mkdir-p', p.home);
       if (await g.isDir('/etc/skel')) for (const f of g.lines(await g.cmd('ls', '/etc/skel'))) await g.cmd('cp-a', `/etc/skel/${f}`, `${p.home}/${f}`);
-      for (const f of g.lines(await g.cmd('find', p.home))) await g.cmd('lchown', String(p.uid), String(p.gid), f === '' ? p.home : `${p.home}/${f}`);
+      for (const f of g.lines(await g.cmd('find', p.home))) await g.cmd('lchown', String(p.uid), String(p.gid), `${p.home}/${f}`);
       await g.cmd('chown', String(p.uid), String(p.gid), p.home);
       await g.cmd('chmod', '0750', p.home);
     }

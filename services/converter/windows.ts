@@ -179,12 +179,7 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
   }
 
   // 5. Registry.
-  const backup = async (hive: string) => {
-    if (!o.backup || o.dry_run) return undefined;
-    const to = `${hive}.ferry-backup`;
-    await g.cmd('cp-a', hive, to);
-    return to;
-  };
+  const backup = async (hive: string) => (o.backup && !o.dry_run ? g.backup(hive) : undefined);
   const merge = async (hive: string, prefix: string, keys: RegKey[]) => {
     if (o.dry_run) return;
     const tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-hive-'));
