@@ -16,7 +16,8 @@ import { buildSpec } from './specs';
 import { jobViews, progressView } from './views';
 import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
-import { checkTarget, publicView, WebhookStore } from '../notifier/webhooks';
+import { publicView, WebhookStore } from '../notifier/webhooks';
+import { checkTarget } from '../../shared/targets';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const ts = () => new Date().toISOString();
