@@ -71,7 +71,7 @@ export class Lifecycle {
       await this.router.enqueue(queue, id, priority);
     } catch (e) {
       await this.store.transition(id, [{ to: 'FAILED', reason: `could not be placed in the queue: ${(e as Error).message}` }]).catch(() => undefined);
-      throw new ApiError(503, `job ${id} could not be queued: ${(e as Error).message}`);
+      throw new ApiError(503, `job ${id} could not be queued (storage unavailable); retry with a new job_id`);
     }
   }
 

@@ -27,12 +27,17 @@ export interface RouteDef {
 
 const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
 
-/** Validates one part of a request; a 400 names every offending field. */
-export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string): T {
+/** Validates one part of a request; a 400 names every offending field (by its path, prefixed with `prefix` when
+ *  the value sits inside a larger body, such as jobs[2]), in `fields` and in the message. */
+export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string, prefix = ''): T {
   const { error, value: v } = schema.validate(value, VALIDATION);
   if (error) {
-    const fields = error.details.map((d) => ({ field: d.path.join('.') || where, message: d.message }));
-    throw new ApiError(400, `invalid ${where}: ${fields.map((f) => f.message).join('; ')}`, { fields });
+    const fields = error.details.map((d) => {
+      const field = [prefix, d.path.join('.')].filter(Boolean).join('.') || where;
+      // A schema's label (e.g. "ExportJob") can stand where the field's name would: the message must name it.
+      return { field, message: d.message.includes(field) ? d.message : `${field}: ${d.message}` };
+    });
+    throw new ApiError(400, `invalid ${prefix || where}: ${fields.map((f) => f.message).join('; ')}`, { fields });
   }
   return v as T;
 }
@@ -100,6 +105,9 @@ export function isStorageError(err: any): boolean {
     || /Connection is closed|ECONNREFUSED|ECONNRESET|Cluster redirections|CLUSTERDOWN|LOADING|MOVED|TRYAGAIN/.test(String(err?.message || ''));
 }
 
+/** What a 503 says when Redis is away: never Redis's own error text (it may name hosts or internals). */
+export const STORAGE_RETRY = 'storage is unavailable for the moment; retry in a few seconds';
+
 export interface AppOptions {
   log: Logger;
   metrics?: HttpMetrics;
@@ -112,6 +120,12 @@ export interface AppOptions {
 export function createApp(api: Api, opts: AppOptions): Koa {
   const app = new Koa();
   app.proxy = true;
+  // Errors after the response started (a streamed file): a client that closed the connection is not an error
+  // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
+  app.on('error', (err: any) => {
+    if (['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(err?.code) || err?.status === 404 || err?.expose) return;
+    opts.log.error('response failed', { error: String(err?.message || err) });
+  });
   app.use(async (ctx, next) => {
     const started = process.hrtime.bigint();
     try {
@@ -120,7 +134,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     } catch (err: any) {
       const storage = !(err instanceof ApiError) && isStorageError(err);
       const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? `storage unavailable, try again: ${err.message}` : 'internal error';
+      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
       if (status === 405) message = `method ${ctx.method} is not allowed on ${ctx.path}`;
       if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
       ctx.status = status;

@@ -3,23 +3,16 @@
 // the spec or the meta.
 import { randomUUID } from 'node:crypto';
 import Joi from 'joi';
-import { ApiError } from '../../shared/errors';
+import { validate } from '../../shared/http';
 import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { managerDefaults } from './credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
 
-const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
-
 /** Validates with `schema`; a failure is a 400 whose fields are prefixed with `where` (for example jobs[2]). */
 export function check<T>(schema: Joi.Schema, value: unknown, where: string): T {
-  const { error, value: v } = schema.validate(value, VALIDATION);
-  if (error) {
-    const fields = error.details.map((d) => ({ field: [where, d.path.join('.')].filter(Boolean).join('.'), message: d.message }));
-    throw new ApiError(400, `invalid ${where || 'body'}: ${error.details.map((d) => d.message).join('; ')}`, { fields });
-  }
-  return v as T;
+  return validate<T>(schema, value, 'body', where);
 }
 
 const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;

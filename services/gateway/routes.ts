@@ -218,7 +218,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
         return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: Number(counts[0] || 0) + Number(counts[1] || 0) };
       } catch (e) {
         ctx.status = 503;
-        return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: `redis: ${(e as Error).message}` };
+        return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };
       }
     },
   });

@@ -4,7 +4,7 @@ import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES, KNOWN_CAPABIL
 
 import { STATES } from '../states';
 import { OPERATIONS, operationNames } from '../operations';
-import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, workerId } from './common';
+import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, streamId, workerId } from './common';
 const KNOWN_CAPABILITIES_TEXT = KNOWN_CAPABILITIES.join(', ');
 const capability = Joi.string().pattern(CAPABILITY_PATTERN)
   .custom((v, h) => (allowedCapabilities().includes(v) ? v : h.error('capability.unknown', { known: allowedCapabilities().join(', ') })))
@@ -116,7 +116,7 @@ export const listJobsQuery = Joi.object({
 
 export const eventsQuery = Joi.object({
   since: isoTimestamp.description('only events with a later timestamp'),
-  after_id: Joi.string().pattern(/^\d+-\d+$/).description('only events after this event id'),
+  after_id: streamId.description('only events after this event id'),
 });
 
 export const submitQuery = Joi.object({
