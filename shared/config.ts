@@ -61,6 +61,8 @@ export const config = {
   get workerPruneMs() { return duration('FERRY_WORKER_PRUNE_AFTER', '1d'); },
   /** Capability names accepted beside the known set (shared/capabilities.ts), comma-separated. */
   get extraCapabilities() { return str('FERRY_EXTRA_CAPABILITIES', '').split(',').map((c) => c.trim()).filter(Boolean); },
+  /** Browser origins allowed to call the APIs (CORS), comma-separated, "*" for any; none by default. */
+  get corsOrigins() { return str('FERRY_CORS_ORIGINS', '').split(',').map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean); },
   get hostname() { return os.hostname(); },
   version: '1.0.0',
 };

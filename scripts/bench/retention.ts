@@ -64,7 +64,6 @@ async function main() {
   const swept = (Date.now() - t1) / 1000;
   await gw.stop();
   const after = await used();
-  if (process.env.BENCH_DEBUG) console.log(await (rc as any).keys('*'), await (rc as any).info('memory'));
   const afterKeys = await keys();
   const perAfter = (after - bare) / JOBS;
   console.log(`after retention (${RETENTION}) has passed: every job gone in ${swept.toFixed(1)} s (retention wait included); used_memory ${(after / 1048576).toFixed(2)} MiB, ${afterKeys} keys: ${perAfter.toFixed(1)} bytes per finished job over bare`);

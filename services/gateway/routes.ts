@@ -59,7 +59,9 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       spec.job_id ||= randomUUID();
       const r = await life.submit(spec, { enqueue: query.queue });
       ctx.status = 201;
-      return { ...r, message: query.queue ? `job ${r.job_id} queued` : `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)` };
+      const message = !query.queue ? `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)`
+        : r.state === 'QUEUED' ? `job ${r.job_id} queued` : `job ${r.job_id} queued and already ${r.state}`;
+      return { ...r, message };
     },
   });
   api.add({

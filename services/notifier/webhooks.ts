@@ -23,12 +23,19 @@ export interface Delivery {
   created_at: string; updated_at: string;
 }
 
+/** A webhook as the API shows it: header values never (the list, as the seed has it, shows no headers at all). */
 export function publicView(w: Webhook, index: number) {
+  const header_names = [...Object.keys(w.headers), ...Object.keys(w.sealed_headers || {})].sort();
+  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, has_secret: !!w.secret_box, header_names, created_at: w.created_at };
+}
+
+/** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
+export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
     ...Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]),
     ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
   ]);
-  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, headers, has_secret: !!w.secret_box, created_at: w.created_at };
+  return { ...publicView(w, index), headers };
 }
 
 // Removes the element at an index only if it is still the one read (no lost update against a racing delete).
