@@ -43,8 +43,9 @@ function dropPath(obj: any, path: (string | number)[]) {
 export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string, prefix = '', warnings?: string[]): T {
   const name = (d: Joi.ValidationErrorItem) => [prefix, d.path.join('.')].filter(Boolean).join('.') || where;
   let { error, value: v } = schema.validate(value, VALIDATION);
-  if (error && warnings && error.details.every((d) => d.type === 'object.unknown')) {
-    const copy = structuredClone(value);
+  // Dropping a field can let a schema look deeper (an alternative now matches) and find more: a few rounds.
+  const copy = error && warnings ? structuredClone(value) : value;
+  for (let round = 0; round < 4 && error && warnings && error.details.every((d) => d.type === 'object.unknown'); round++) {
     for (const d of error.details) { dropPath(copy, d.path); warnings.push(`${name(d)}: unknown field, ignored`); }
     ({ error, value: v } = schema.validate(copy, VALIDATION));
   }
