@@ -23,6 +23,17 @@ export function requirementsOf(spec: JobSpec): Requirements {
   };
 }
 
+/** Why an attempt of a job whose spec says `execution_policy.idempotent: false` is not run again: running it twice
+ *  may do its effect twice, so a failed or lost attempt ends the job. */
+export const NOT_RETRIED = 'not retried: execution_policy.idempotent is false';
+
+/** The spec's execution policy, read from a raw record (idempotent unless it says otherwise). */
+function policyOf(h: Record<string, string>): { idempotent: boolean; timeout_seconds: number } {
+  let p: Partial<JobSpec['execution_policy']> = {};
+  try { p = (JSON.parse(h.spec || '{}') as JobSpec).execution_policy || {}; } catch { /* a record without a readable spec keeps the defaults */ }
+  return { idempotent: p.idempotent !== false, timeout_seconds: Number(p.timeout_seconds) || 86400 };
+}
+
 /** Exponential backoff with +-20% jitter, capped at five minutes. */
 export function retryDelayMs(attempt: number): number {
   const base = Math.min(config.retryBackoffMs * 2 ** Math.max(0, attempt - 1), 300_000);
@@ -85,8 +96,10 @@ export class Lifecycle {
     }
   }
 
-  /** Takes the next job this worker can run, most specific queue first, and moves it to ASSIGNED under a lease. */
-  async claim(worker: { worker_id: string; capabilities: string[]; execution_mode?: string }, queues?: string[]): Promise<Lease | null> {
+  /** Takes the next job this worker can run, most specific queue first, and moves it to ASSIGNED under a lease.
+   *  `deadline`: record when the attempt's timeout_seconds run out, for reapTimedOut (HTTP pull workers; a worker
+   *  process keeps its own timer and stops the operation itself). */
+  async claim(worker: { worker_id: string; capabilities: string[]; execution_mode?: string }, queues?: string[], opts: { deadline?: boolean } = {}): Promise<Lease | null> {
     const served = queues || servedQueues(worker, await this.router.knownQueues());
     if (!served.length) return null;
     for (let tries = 0; tries < 50; tries++) {
@@ -102,6 +115,12 @@ export class Lifecycle {
       const steps: Step[] = [];
       const attempts = Number(h.attempts || 0);
       const max = Number(h.max_attempts || 1);
+      const policy = policyOf(h);
+      if ((h.state === 'ASSIGNED' || h.state === 'RUNNING') && !policy.idempotent) {
+        await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost its lease; ${NOT_RETRIED}` }], { fields: { lease: null, error: `worker ${h.worker_id} lost` } });
+        await this.router.finish(got.queue, id, token);
+        continue;
+      }
       if (h.state === 'ASSIGNED' || h.state === 'RUNNING') {
         steps.push({ to: 'QUEUED', reason: `worker ${h.worker_id} lost its lease; requeued` });
       } else if (h.state === 'VALIDATED') {
@@ -114,7 +133,7 @@ export class Lifecycle {
         continue;
       }
       steps.push({ to: 'ASSIGNED', reason: `assigned to worker ${worker.worker_id} (attempt ${attempts + 1} of ${max})`, worker_id: worker.worker_id });
-      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1 } });
+      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, deadline: opts.deadline ? Date.now() + policy.timeout_seconds * 1000 : null } });
       if (!r.ok) {
         await this.router.finish(got.queue, id, token);
         continue;
@@ -168,14 +187,15 @@ export class Lifecycle {
     if (!h || h.lease !== lease) return { ok: false };
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
+    const { idempotent } = policyOf(h);
     try {
-      if (retryable && attempts < max) {
+      if (retryable && attempts < max && idempotent) {
         const delay = retryDelayMs(attempts);
         const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
         if (r.ok) await this.router.requeue(h.queue, id, lease, delay);
         return { ok: r.ok, state: 'QUEUED', retry_in_ms: delay };
       }
-      const why = retryable ? `${message} (attempt ${attempts} of ${max}; no retries left)` : message;
+      const why = !retryable ? message : `${message} (attempt ${attempts} of ${max}; ${attempts < max ? NOT_RETRIED : 'no retries left'})`;
       const r = await this.store.transition(id, [{ to: 'FAILED', reason: why, worker_id: workerId }], { lease, fields: { lease: null, error: message } });
       await this.router.finish(h.queue, id, lease);
       return { ok: r.ok, state: 'FAILED' };
@@ -201,8 +221,12 @@ export class Lifecycle {
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
-    if (attempts >= max) {
-      await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost: ${why}; no retries left (${attempts} of ${max})` }], { lease: h.lease, fields: { lease: null, error: `worker ${h.worker_id} lost` } });
+    const { idempotent } = policyOf(h);
+    if (attempts >= max || !idempotent) {
+      const left = attempts >= max ? `no retries left (${attempts} of ${max})` : NOT_RETRIED;
+      await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost: ${why}; ${left}` }], { lease: h.lease, fields: { lease: null, error: `worker ${h.worker_id} lost` } });
+      // A worker still holding the BullMQ lock (a stale HTTP worker) keeps remove from working; end the lock first.
+      if (h.lease) await this.router.finish(h.queue, id, h.lease);
       await this.router.remove(h.queue, id);
       return;
     }
@@ -221,6 +245,27 @@ export class Lifecycle {
       }
       await this.registry.releaseJob(workerId, id);
     }
+  }
+
+  /**
+   * Ends the attempts whose deadline (recorded at claim with `deadline`, for HTTP pull workers) has passed, the way
+   * a worker process ends its own on timeout: a failed attempt, retried while retry_count (and idempotent) allow.
+   * The worker learns it when its next report is refused (409). Returns the ids it ended.
+   */
+  async reapTimedOut(now = Date.now()): Promise<string[]> {
+    const r = this.store.redis;
+    const [assigned, running] = await Promise.all([r.zrange(this.store.k.jobsInState('ASSIGNED'), 0, -1), r.zrange(this.store.k.jobsInState('RUNNING'), 0, -1)]);
+    const ids = [...assigned, ...running];
+    const hs = await this.store.many(ids, ['state', 'deadline', 'lease', 'worker_id']);
+    const ended: string[] = [];
+    for (const [i, h] of hs.entries()) {
+      if (!h?.deadline || !h.lease || !h.worker_id || Number(h.deadline) > now) continue;
+      const full = await this.store.raw(ids[i]); // the spec, only for the few that ran out
+      if (!full) continue;
+      const failed = await this.fail(ids[i], h.worker_id, h.lease, `timed out after ${policyOf(full).timeout_seconds} s (execution_policy.timeout_seconds)`, true);
+      if (failed.ok) ended.push(ids[i]);
+    }
+    return ended;
   }
 
   async cancel(id: string, reason = 'cancelled by request'): Promise<{ job_id: string; state: JobState; message: string }> {

@@ -52,6 +52,8 @@ export const config = {
   get shutdownGraceSeconds() { return num('FERRY_SHUTDOWN_GRACE_SECONDS', 30); },
   /** How often (and after how long) a QUEUED job missing from its BullMQ queue is put back. */
   get reconcileSeconds() { return num('FERRY_RECONCILE_SECONDS', 30); },
+  /** How often the gateway ends attempts of HTTP pull workers that ran past execution_policy.timeout_seconds. */
+  get timeoutSweepSeconds() { return num('FERRY_TIMEOUT_SWEEP_SECONDS', 5); },
   get sseHeartbeatSeconds() { return num('FERRY_SSE_HEARTBEAT_SECONDS', 15); },
   /** Progress events kept per job (the stream is trimmed to about this many). */
   get eventsKeptPerJob() { return num('FERRY_EVENTS_PER_JOB', 10000); },

@@ -72,6 +72,14 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     } catch (e) { log.warn('reconcile failed', { error: (e as Error).message }); }
   }, config.reconcileSeconds * 1000);
   reconcile.unref();
+  // Pull workers run the operation out of our reach; their attempts end here when timeout_seconds runs out.
+  const reaper = setInterval(async () => {
+    try {
+      const ended = await life.reapTimedOut();
+      if (ended.length) log.warn('attempts past their timeout_seconds ended', { job_ids: ended.slice(0, 50), count: ended.length });
+    } catch (e) { log.warn('timeout sweep failed', { error: (e as Error).message }); }
+  }, config.timeoutSweepSeconds * 1000);
+  reaper.unref();
 
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
@@ -85,6 +93,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     async close() {
       clearInterval(sweep);
       clearInterval(reconcile);
+      clearInterval(reaper);
       clearInterval(housekeeping);
       hub.stop();
       await new Promise((r) => server.close(r));

@@ -200,7 +200,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       const known = await registry.get(body.worker_id);
       if (!known) await registry.register({ ...body, system_info: {} }, 'http');
       else await registry.heartbeat(body.worker_id);
-      const lease = await life.claim(body);
+      const lease = await life.claim(body, undefined, { deadline: true }); // timeout_seconds enforced by reapTimedOut
       ctx.type = 'application/json';
       if (!lease) return 'null';
       await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(() => undefined);

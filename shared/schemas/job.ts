@@ -20,7 +20,8 @@ export const executionPolicySchema = Joi.object({
   retry_count: Joi.number().integer().min(0).max(20).default(3)
     .description('further attempts after a failed or lost one'),
   priority: Joi.number().integer().min(0).max(100).default(50).description('0-100, higher is more urgent'),
-  idempotent: Joi.boolean().default(true),
+  idempotent: Joi.boolean().default(true)
+    .description('false: a failed or lost attempt is not retried; the job fails with the reason'),
 }).default();
 
 export const imageSchema = Joi.object({

@@ -13,7 +13,7 @@ import { ApiError } from '../../shared/errors';
 import { JobStore } from '../../queue/store';
 import { bullId, QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
-import { Lifecycle } from '../../queue/lifecycle';
+import { Lifecycle, NOT_RETRIED } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 
 describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
@@ -269,6 +269,47 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
       expect(await life.fail(s.job_id, 'nr', a!.token, 'bad image', false)).to.deep.equal({ ok: true, state: 'FAILED' });
       await expectState(s.job_id, 'FAILED');
       expect((await store.get(s.job_id))!.state_history.at(-1)!.reason).to.equal('bad image');
+    });
+  });
+
+  describe('execution policy', () => {
+    it('idempotent: false: a failed attempt, or a lost one, ends the job with the reason whatever retry_count allows', async () => {
+      const s = spec({ execution_policy: { retry_count: 3, idempotent: false } });
+      await life.submit(s, { enqueue: true });
+      const a = await life.claim(worker('ni'));
+      await life.start(s.job_id, 'ni', a!.token);
+      expect(await life.fail(s.job_id, 'ni', a!.token, 'write error', true)).to.deep.equal({ ok: true, state: 'FAILED' });
+      expect((await store.get(s.job_id))!.state_history.at(-1)!.reason).to.equal(`write error (attempt 1 of 4; ${NOT_RETRIED})`);
+      await expectState(s.job_id, 'FAILED');
+      const lost = spec({ execution_policy: { retry_count: 3, idempotent: false } });
+      await life.submit(lost, { enqueue: true });
+      expect((await life.claim(worker('ni-lost')))!.job_id).to.equal(lost.job_id);
+      await life.releaseWorker('ni-lost', 'worker deregistered');
+      await expectState(lost.job_id, 'FAILED');
+      expect((await store.get(lost.job_id))!.state_history.at(-1)!.reason).to.equal(`worker ni-lost lost: worker deregistered; ${NOT_RETRIED}`);
+      expect(await bullState('jobs.any', lost.job_id)).to.equal('unknown'); // the lock ended, the entry removed
+    });
+
+    it('timeout_seconds: an attempt claimed with a deadline is ended by reapTimedOut once it has passed, and only then', async () => {
+      const s = spec({ execution_policy: { timeout_seconds: 5, retry_count: 1 } });
+      await life.submit(s, { enqueue: true });
+      const t0 = Date.now();
+      const a = await life.claim(worker('pull'), undefined, { deadline: true });
+      await life.start(s.job_id, 'pull', a!.token);
+      const deadline = Number((await store.raw(s.job_id))!.deadline);
+      expect(deadline).to.be.within(t0 + 5000, Date.now() + 5000);
+      expect(await life.reapTimedOut(deadline - 1)).to.deep.equal([]);
+      expect(await life.reapTimedOut(deadline)).to.deep.equal([s.job_id]);
+      await expectState(s.job_id, 'QUEUED');
+      expect((await store.get(s.job_id))!.state_history.at(-1)!.reason).to.match(/^attempt 1 of 2 failed on worker pull: timed out after 5 s \(execution_policy.timeout_seconds\); retrying in /);
+      expect(await life.complete(s.job_id, 'pull', a!.token, {})).to.equal(false);
+      // Claimed by a worker process (no deadline): its own timer rules, the sweep leaves it alone.
+      const b = await until(() => life.claim(worker('native')), 10000, 'the retry');
+      expect((await store.raw(s.job_id))!.deadline).to.equal(undefined);
+      expect(await life.reapTimedOut(Date.now() + 86_400_000)).to.deep.equal([]);
+      await life.start(s.job_id, 'native', b.token);
+      await expectState(s.job_id, 'RUNNING');
+      await life.cancel(s.job_id);
     });
   });
 
