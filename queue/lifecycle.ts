@@ -9,9 +9,12 @@ import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
+import { createLogger, dropped } from '../shared/log';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
+
+const log = createLogger('queue');
 
 export interface Lease { job_id: string; queue: string; token: string; record: JobRecord }
 
@@ -42,7 +45,8 @@ export function retryDelayMs(attempt: number): number {
 
 export class Lifecycle {
   constructor(readonly store: JobStore, readonly router: QueueRouter, readonly registry: Registry) {
-    router.onStalled((q, id) => void this.leaseLost(id, 'its lease expired (no lock renewal or heartbeat)').catch(() => undefined));
+    router.onStalled((q, id) => void this.leaseLost(id, 'its lease expired (no lock renewal or heartbeat)')
+      .catch((e) => log.warn('could not record a lost lease; the next claim of the job requeues or fails it', { job_id: id, queue: q, error: (e as Error).message })));
   }
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). */
@@ -91,7 +95,8 @@ export class Lifecycle {
     try {
       await this.router.enqueue(queue, id, priority);
     } catch (e) {
-      await this.store.transition(id, [{ to: 'FAILED', reason: `could not be placed in the queue: ${(e as Error).message}` }]).catch(() => undefined);
+      await this.store.transition(id, [{ to: 'FAILED', reason: `could not be placed in the queue: ${(e as Error).message}` }])
+        .catch((e2) => log.warn('could not record that a job failed to be queued; it stays QUEUED and the reconcile sweep puts it in its queue', { job_id: id, error: (e2 as Error).message }));
       throw new ApiError(503, `job ${id} could not be queued (storage unavailable); retry with a new job_id`);
     }
   }
@@ -241,7 +246,7 @@ export class Lifecycle {
         const lease = h.lease;
         await this.leaseLost(id, why);
         const after = await this.store.raw(id);
-        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(() => undefined);
+        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(dropped(log, 'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the reconcile sweep', { job_id: id }));
       }
       await this.registry.releaseJob(workerId, id);
     }

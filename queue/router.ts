@@ -4,6 +4,9 @@ import { Job, Queue, Worker } from 'bullmq';
 import { parseQueueName } from '../shared/capabilities';
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
+import { createLogger, dropped } from '../shared/log';
+
+const log = createLogger('queue');
 
 /** Ferry priority 0-100 (higher more urgent) onto BullMQ's 1.. (lower more urgent); equal priorities stay FIFO. */
 export const bullPriority = (p: number) => 101 - p;
@@ -51,9 +54,9 @@ export class QueueRouter {
         // Ferry counts lost attempts against retry_count itself; BullMQ must never fail a job for stalling.
         maxStalledCount: 1_000_000,
       });
-      w.on('error', () => undefined);
+      w.on('error', () => undefined); // as the queue's: the commands that fail report it
       w.on('stalled', (bid: string) => this.stalledHandler?.(name, jobIdOf(bid)));
-      if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch(() => undefined);
+      if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch((e) => log.warn('stalled-job check stopped on this queue; other processes serving it still check', { queue: name, error: (e as Error).message }));
       this.workers.set(name, w);
     }
     return w;
@@ -82,7 +85,7 @@ export class QueueRouter {
     });
     // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
     // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
-    this.redis.publish(this.k.chanEnqueued, queue).catch(() => undefined);
+    this.redis.publish(this.k.chanEnqueued, queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {
@@ -125,7 +128,7 @@ export class QueueRouter {
 
   async finish(queue: string, jobId: string, token: string) {
     const j = await this.heldJob(queue, jobId, token);
-    if (j) await j.moveToCompleted('done', token, false).catch(() => undefined);
+    if (j) await j.moveToCompleted('done', token, false).catch(dropped(log, 'the token no longer holds the BullMQ lock (lease lost, or the job already moved): nothing left to end', { queue, job_id: jobId }));
   }
 
   /** Back to the queue after `delayMs` (a retry) or at once (a hand-back). */
@@ -158,7 +161,8 @@ export class QueueRouter {
   }
 
   async close() {
-    await Promise.all([...this.workers.values()].map((w) => w.close(true).catch(() => undefined)));
-    await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
+    const gone = dropped(log, 'closing: a connection that is already gone has nothing left to close');
+    await Promise.all([...this.workers.values()].map((w) => w.close(true).catch(gone)));
+    await Promise.all([...this.queues.values()].map((q) => q.close().catch(gone)));
   }
 }

@@ -189,8 +189,4 @@ export class JobStore {
       if (n < batch) return total;
     }
   }
-
-  async setFields(id: string, fields: Record<string, string>) {
-    await this.redis.hset(this.k.job(id), fields);
-  }
 }

@@ -1,4 +1,4 @@
-// Capabilities, execution modes and how a job's requirements become a queue name (DESIGN.md: capability routing).
+// Capabilities, execution modes and how a job's requirements become a queue name (docs/worker-protocol.md: requirements).
 import { config } from './config';
 
 /** Capabilities Ferry's operations use. Each requirement set is a BullMQ queue (and a Worker with its own Redis

@@ -29,3 +29,9 @@ export function createLogger(service: string) {
   };
 }
 export type Logger = ReturnType<typeof createLogger>;
+
+/** A `.catch` handler for an error the caller may drop: `why` says why that is safe, and the error is still
+ *  logged (at debug level) so it can be found when it should not have happened. */
+export function dropped(log: Logger, why: string, fields?: Record<string, unknown>) {
+  return (e: unknown) => { log.debug(`ignored: ${why}`, { ...fields, error: e instanceof Error ? e.message : String(e) }); };
+}

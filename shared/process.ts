@@ -1,13 +1,20 @@
 // How every Ferry process stops on SIGINT/SIGTERM: run its cleanup once, then exit. With Redis unreachable a
 // cleanup that talks to it would wait forever, so the exit is bounded.
+import { createLogger } from './log';
+
 export function onShutdown(cleanup: () => Promise<unknown>, boundMs = 10_000) {
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
     setTimeout(() => process.exit(1), boundMs).unref();
-    await cleanup().catch(() => undefined);
-    process.exit(0);
+    try {
+      await cleanup();
+      process.exit(0);
+    } catch (e) {
+      createLogger('process').error('cleanup at shutdown failed', { error: (e as Error).message });
+      process.exit(1);
+    }
   };
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);

@@ -28,7 +28,7 @@ export function allowedFrom(to: JobState): JobState[] {
   return STATES.filter((s) => TRANSITIONS[s].includes(to));
 }
 
-/** The daemon API's lowercase view of a state (DESIGN.md). */
+/** The daemon API's lowercase view of a state (docs/states.md). */
 export function daemonStatus(s: string): 'pending' | 'running' | 'completed' | 'failed' | 'cancelled' {
   switch (s) {
     case 'RUNNING': return 'running';

@@ -1,10 +1,9 @@
 // fstab rewriting as pure functions: which specs are unstable on KVM, which device they mean inside the
-// appliance, and the new text with the original spacing kept. The guestfs layer (fix.ts) only supplies the
+// appliance, and the new text with the original spacing kept. The guest repair (guest.ts) only supplies the
 // device identifiers and writes the result back.
 
 /** Modes of the manifest (stabilize-all, bypath-only, noop) and of the config file (uuid-only, preserve). */
 export type FstabMode = 'stabilize-all' | 'bypath-only' | 'noop' | 'uuid-only' | 'preserve';
-export const FSTAB_MODES: FstabMode[] = ['stabilize-all', 'bypath-only', 'noop', 'uuid-only', 'preserve'];
 
 export interface DeviceIds { uuid?: string; partuuid?: string; label?: string }
 

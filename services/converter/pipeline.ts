@@ -147,10 +147,8 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         w.sourceVirtual = detected['virtual-size'];
         if (detected['virtual-size'] !== d.bytes) warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
         if (detected['backing-filename']) {
-          const chain = await imageInfo(d.local_path, d.source_format, true).catch(() => detected);
           entry.backing_chain = detected['full-backing-filename'] || detected['backing-filename'];
           warnings.push(`inspect: disk ${d.id} has a backing file ${entry.backing_chain}; the output is flattened`);
-          void chain;
         }
         const snaps = detected.snapshots as unknown[] | undefined;
         if (snaps?.length) { entry.snapshots = snaps.length; warnings.push(`inspect: disk ${d.id} has ${snaps.length} internal snapshot(s); only the active layer is converted`); }
