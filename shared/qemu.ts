@@ -38,7 +38,7 @@ export async function imageInfo(path: string, format?: string, backingChain = fa
 /** Bytes a process has read so far: `rchar` in /proc/<pid>/io counts every read(2)/pread(2), page-cache hits
  *  included (`read_bytes` counts only what came from the disk, which is nothing for a cached source). Undefined
  *  where /proc does not say (not Linux, or hidepid). */
-export async function bytesReadBy(pid: number): Promise<number | undefined> {
+async function bytesReadBy(pid: number): Promise<number | undefined> {
   try {
     const m = /^rchar: (\d+)$/m.exec(await readFile(`/proc/${pid}/io`, 'utf8'));
     return m ? Number(m[1]) : undefined;
@@ -58,10 +58,10 @@ export interface ConvertArgs {
 }
 
 /** Runs `qemu-img convert`; `onProgress` gets 0-100, at most every `intervalMs`, rising, 100 only once qemu-img
- *  has exited 0. No `-p`: progress is what qemu-img has read so far against what the source holds, sampled from
- *  /proc (or, where /proc does not say, the output's growth); -p's own accounting made the stage up to a quarter
- *  slower than a bare convert (docs/performance.md). On abort qemu-img is killed and the promise rejects; the
- *  caller removes the partial output. */
+ *  has exited 0. No `-p` (measured at +15-25% on the stage in issue 12): progress is what qemu-img has read so far
+ *  against what the source holds, from the kernel's accounting in /proc, which costs qemu-img nothing (where /proc
+ *  does not say, the output's growth). On abort qemu-img is killed and the promise rejects; the caller removes the
+ *  partial output. docs/performance.md has the figures. */
 export function convert(args: ConvertArgs, onProgress: (pct: number) => void, signal?: AbortSignal, intervalMs = 250): Promise<void> {
   const argv = ['convert', '-f', args.srcFormat, '-O', args.destFormat, ...(args.compress ? ['-c'] : []),
     ...(args.options?.length ? ['-o', args.options.join(',')] : []), ...(args.extra || []), args.src, args.dest];
