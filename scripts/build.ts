@@ -33,7 +33,7 @@ function main(argv: string[]) {
       n++;
     }
   }
-  console.log(`build: ${out} (${n} non-TypeScript files copied)`);
+  console.log(`[build] ${out}: compiled, ${n} non-TypeScript files copied`);
 }
 
 main(process.argv.slice(2));
