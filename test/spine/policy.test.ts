@@ -5,7 +5,9 @@ import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, keys, RedisClient } from '../../shared/redis';
+import { BullLayout } from '../../queue/bullmq-layout';
+import { bullId } from '../../queue/router';
 
 const NOT_RETRIED = 'not retried: execution_policy.idempotent is false';
 const terminal = (s: string) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s);
@@ -22,7 +24,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
   const waitFor = (id: string, pred: (j: any) => boolean, what: string, ms = 60000) =>
     until(async () => { const j = await job(id); return pred(j) && j; }, ms, `job ${id}: ${what}`).catch(async (e) => { throw new Error(`${e.message}; now ${JSON.stringify((await job(id))?.state_history)}`); });
   /** BullMQ's own record of the job: gone once Ferry has finished with it. */
-  const inBullmq = async (queue: string, id: string) => (await r.exists(`ferry:q:${queue}:j_${id}`)) === 1;
+  const inBullmq = async (queue: string, id: string) => (await r.exists(new BullLayout(keys('ferry').bullPrefix).job(queue, bullId(id)))) === 1;
   const submit = async (body: object) => {
     const res = await req(gw.url, 'POST', '/jobs?queue=true', body);
     expect(res.status, res.text).to.equal(201);
