@@ -6,6 +6,7 @@ import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
 import { ApiError, badRequest } from './errors';
 import { toJsonSchema } from './openapi';
+import { Auth, authorize, Need } from './auth';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
 
@@ -21,6 +22,8 @@ export interface RouteDef {
   body?: Joi.Schema;
   bodyRequired?: boolean;
   requestTypes?: string[];
+  /** Who may call it (shared/auth.ts); default read for GET, submit for everything else. */
+  role?: Need;
   responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
   handler: (ctx: Koa.Context, input: Input) => Promise<unknown> | unknown;
 }
@@ -40,12 +43,21 @@ export function validate<T = any>(schema: Joi.Schema, value: unknown, where: str
 export class Api {
   readonly routes: RouteDef[] = [];
   readonly router = new Router();
+  private needs = new Map<string, Need>();
 
   constructor(private prefixes: string[] = ['']) {}
+
+  /** The role the route matching this request needs, or undefined when no route matches (404/405 follow). */
+  needOf(method: string, path: string): Need | undefined {
+    const m = method === 'HEAD' ? 'GET' : method;
+    const layer = this.router.match(path, m).pathAndMethod.find((l) => l.methods.length);
+    return layer ? this.needs.get(`${m} ${layer.path}`) : undefined;
+  }
 
   add(def: RouteDef) {
     this.routes.push(def);
     for (const prefix of this.prefixes) {
+      this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role ?? (def.method === 'get' ? 'read' : 'submit'));
       this.router[def.method](prefix + def.path, async (ctx) => {
         const input: Input = {
           params: def.params ? validate(def.params, ctx.params, 'path parameters') : ctx.params,
@@ -79,6 +91,9 @@ export class Api {
         }
       }
       if (parameters.length) op.parameters = parameters;
+      const need = r.role ?? (r.method === 'get' ? 'read' : 'submit');
+      op.security = need === 'public' ? [] : [{ apiKey: [] }, { bearer: [] }];
+      op['x-ferry-role'] = need;
       if (r.body) {
         const schema = toJsonSchema(r.body);
         op.requestBody = { required: r.bodyRequired !== false, content: Object.fromEntries((r.requestTypes || ['application/json']).map((t) => [t, { schema }])) };
@@ -89,7 +104,10 @@ export class Api {
       }]));
       (paths[p] ||= {})[r.method] = op;
     }
-    return { openapi: '3.0.3', info, servers: servers.map((url) => ({ url })), paths };
+    return {
+      openapi: '3.0.3', info, servers: servers.map((url) => ({ url })), paths,
+      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' }, bearer: { type: 'http', scheme: 'bearer' } } },
+    };
   }
 }
 
@@ -106,6 +124,8 @@ export interface AppOptions {
   /** Renders an error in the API's own envelope. */
   envelope: (status: number, message: string, path: string, details?: unknown) => unknown;
   bodyTypes?: { json?: string[]; text?: string[] };
+  /** API keys; each route's `role` is enforced before the body is read. The caller's key is ctx.state.apiKey. */
+  auth: Auth;
 }
 
 /** A koa app with error handling, body parsing and metrics in front of `api`. */
@@ -130,6 +150,19 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
     }
+  });
+  // Authentication before anything reads the body (createApp's second middleware; the daemon inserts its own after it).
+  app.use(async (ctx, next) => {
+    const need = api.needOf(ctx.method, ctx.path);
+    if (need) {
+      const v = authorize(opts.auth, ctx.req.headers, need);
+      if (v.status) {
+        if (v.status === 401) ctx.set('WWW-Authenticate', 'Bearer');
+        throw new ApiError(v.status, v.message);
+      }
+      ctx.state.apiKey = v.key;
+    }
+    return next();
   });
   app.use(bodyParser({
     enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],

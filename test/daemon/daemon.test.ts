@@ -7,30 +7,15 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
-import WebSocket from 'ws';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { TestRedis, freePort } from '../helpers/redis';
+import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { openWs } from '../helpers/ws';
 import { req, until } from '../helpers/http';
 
 const SECRET_PASSWORD = 'hunter2-very-secret-pw';
 const HOOK_SECRET = 'webhook-signing-secret';
 const API_KEY = 'test-api-key-0123456789';
 const PREFIXES = ['', '/api/v1'];
-
-async function startDaemonProc(env: Record<string, string>, config: string) {
-  const port = await freePort();
-  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
-  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
-}
-
-function openWs(url: string, headers: Record<string, string> = {}) {
-  const msgs: any[] = [];
-  const ws = new WebSocket(url, { headers });
-  ws.on('message', (d) => msgs.push({ at: Date.now(), ...JSON.parse(String(d)) }));
-  const opened = new Promise<void>((resolve, reject) => { ws.once('open', () => resolve()); ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))); ws.once('error', reject); });
-  return { ws, msgs, opened };
-}
 
 describe('daemon API (8080), scheduler and notifier', function () {
   this.timeout(60000);
@@ -440,10 +425,20 @@ describe('daemon API (8080), scheduler and notifier', function () {
       const okc = openWs(wsUrl, { Authorization: `Bearer ${API_KEY}` });
       await okc.opened;
       okc.ws.close();
-      const q = openWs(`${wsUrl}?api_key=${API_KEY}`);
+      // A key in the URL is refused; a browser gets a single-use ticket from an authenticated call instead.
+      let e3 = '';
+      await openWs(`${wsUrl}?api_key=${API_KEY}`).opened.catch((e) => (e3 = e.message));
+      expect(e3).to.equal('HTTP 401');
+      const t = await req(auth.url, 'POST', '/ws/ticket', undefined, { 'X-API-Key': API_KEY });
+      expect(t.status).to.equal(200);
+      const q = openWs(`${wsUrl}?ticket=${t.body.ticket}`);
       await q.opened;
       q.ws.close();
-      const m = await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics');
+      let e4 = '';
+      await openWs(`${wsUrl}?ticket=${t.body.ticket}`).opened.catch((e) => (e4 = e.message));
+      expect(e4).to.equal('HTTP 401');
+      expect((await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics')).status).to.equal(401);
+      const m = await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics', undefined, { 'X-API-Key': API_KEY });
       expect(m.status).to.equal(200);
       expect(m.text).to.include('svc_jobs_total');
       expect((await req(auth.url, 'GET', '/metrics', undefined, { 'X-API-Key': API_KEY })).status).to.equal(404);

@@ -73,3 +73,20 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
   throw new Error(`worker ${id} did not open a metrics port: ${last}`);
 }
 
+
+/** The daemon on a free loopback port (-addr), with its YAML config file. */
+export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
+  const port = await freePort();
+  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
+  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
+}
+
+/** Resolves with the exit code of a process expected to stop by itself (a refused start). */
+export function exitCode(p: Proc, timeoutMs = 30000): Promise<number | null> {
+  if (p.proc.exitCode !== null) return Promise.resolve(p.proc.exitCode);
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`process did not exit within ${timeoutMs} ms\n${p.logs.join('')}`)), timeoutMs);
+    p.proc.once('exit', (code) => { clearTimeout(t); resolve(code); });
+  });
+}
