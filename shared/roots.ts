@@ -100,11 +100,17 @@ export async function checkRunPath(jp: JobPath, roots: Roots = configuredRoots()
   return r.real;
 }
 
-/** Which output files a job wrote itself (by device and inode), so a retry is not refused by its own earlier
- *  output. The worker keeps them with the job record. */
+/** Which output files a job wrote itself, so a retry is not refused by its own earlier output. The worker keeps
+ *  their identities (outputId) with the job record. */
 export interface OutputClaims {
   record(st: Stats): Promise<void>;
   owns(st: Stats): Promise<boolean>;
+}
+
+/** A file's identity: device and inode, plus size and modification time because a deleted file's inode number
+ *  is soon reused by the next file created. */
+export function outputId(st: Stats): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
 }
 
 /** Refuses an existing output unless `overwrite` or it is this job's own from an earlier attempt. */

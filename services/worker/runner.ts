@@ -8,7 +8,7 @@ import { createLogger } from '../../shared/log';
 import { createRedis } from '../../shared/redis';
 import { jobApiEnvelope, OperationError } from '../../shared/errors';
 import { guardPlain, listenHost, processAuth } from '../../shared/auth';
-import type { OutputClaims } from '../../shared/roots';
+import { outputId, type OutputClaims } from '../../shared/roots';
 import { createRegistry } from '../../shared/metrics';
 import { servedQueues } from '../../shared/capabilities';
 import { JobStore } from '../../queue/store';
@@ -77,12 +77,12 @@ export async function startWorker(o: WorkerOptions) {
     return queues;
   };
 
-  // Outputs a job wrote, by device and inode, kept in its record so any worker's retry recognises them.
+  // Outputs a job wrote (outputId), kept in its record so any worker's retry recognises them.
   const claimsOf = (id: string): OutputClaims => {
     const read = async () => JSON.parse((await redis.hget(store.k.job(id), 'owned_outputs')) || '[]') as string[];
     return {
-      record: async (st) => { await redis.hset(store.k.job(id), 'owned_outputs', JSON.stringify([...(await read()), `${st.dev}:${st.ino}`].slice(-64))); },
-      owns: async (st) => (await read()).includes(`${st.dev}:${st.ino}`),
+      record: async (st) => { await redis.hset(store.k.job(id), 'owned_outputs', JSON.stringify([...(await read()), outputId(st)].slice(-64))); },
+      owns: async (st) => (await read()).includes(outputId(st)),
     };
   };
 

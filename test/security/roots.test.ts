@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { checkOutputFree, placeOutput, refusal } from '../../shared/roots';
+import { checkOutputFree, outputId, placeOutput, refusal } from '../../shared/roots';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -130,9 +130,9 @@ describe('security: storage roots', function () {
     expect(readFileSync(path.join(mdir, 'root.qcow2'), 'utf8')).to.equal('precious disk');
   });
 
-  it('a retry may replace only its own earlier output, recognised by inode, never a file put there by someone else', async () => {
+  it('a retry may replace only its own earlier output, recognised by its identity, never a file put there by someone else', async () => {
     const own = new Set<string>();
-    const claims = { record: async (st: any) => { own.add(`${st.dev}:${st.ino}`); }, owns: async (st: any) => own.has(`${st.dev}:${st.ino}`) };
+    const claims = { record: async (st: any) => { own.add(outputId(st)); }, owns: async (st: any) => own.has(outputId(st)) };
     const out = path.join(OUT, 'retry.qcow2');
     const tmp1 = path.join(OUT, '.retry.qcow2.partial');
     writeFileSync(tmp1, 'attempt 1');
