@@ -161,13 +161,13 @@ describe('daemon API (8080), scheduler and notifier', function () {
     });
 
     it('takes a batch (JSON and YAML) with a bad entry: the good ones are accepted, the bad one named', async () => {
-      const r = await req(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
+      const r = await req(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/srv/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
       expect(r.status).to.equal(200);
       expect(r.body).to.include({ accepted: 2, rejected: 1 });
       expect(r.body.job_ids).to.have.length(2);
       expect(r.body.errors[0].index).to.equal(1);
       expect(r.body.errors[0].error).to.include('output_path');
-      const y = await req(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /o\n  - output_path: /o\n', { 'content-type': 'application/x-yaml' });
+      const y = await req(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /srv/o\n  - output_path: /srv/o\n', { 'content-type': 'application/x-yaml' });
       expect(y.body).to.include({ accepted: 1, rejected: 1 });
       expect(y.body.errors[0].error).to.include('vm_path');
     });
