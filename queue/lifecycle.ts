@@ -11,6 +11,7 @@ import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { checkSubmittedPaths } from '../shared/roots';
 import { ApiKey, mayRunPrivileged } from '../shared/auth';
+import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
@@ -55,7 +56,7 @@ export class Lifecycle {
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {
-      spec: JSON.stringify(spec),
+      spec: JSON.stringify(seal(spec)), // credentials kept encrypted when FERRY_SECRET_KEY is set
       operation: spec.operation,
       queue,
       priority: p.priority,
@@ -125,6 +126,12 @@ export class Lifecycle {
       if (h.state === 'QUEUED' && h.updated_at) jobWaitSeconds.observe({ queue: got.queue }, Math.max(0, Date.now() - Date.parse(h.updated_at)) / 1000);
       // Independent commands, issued together: one round trip.
       const [, record] = await Promise.all([this.registry.holdJob(worker.worker_id, id), this.store.get(id)]);
+      try {
+        record!.spec = unseal(record!.spec);
+      } catch (e) {
+        await this.fail(id, worker.worker_id, token, (e as Error).message, false);
+        continue;
+      }
       return { job_id: id, queue: got.queue, token, record: record! };
     }
     return null;

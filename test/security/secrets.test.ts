@@ -1,12 +1,13 @@
 // Secrets in a job's spec (a guest account's password_hash, any credential-named value) are redacted in every
 // response and message: GET /jobs/{id} on the job API, the daemon's record, its WebSocket updates and the logs of
-// both services; only the worker that claims the job receives them. One definition (shared/sensitive.ts) serves
+// both services; they are kept encrypted in Redis and only the worker that claims the job receives them. One definition (shared/sensitive.ts) serves
 // logs, webhooks and responses.
 import { expect } from 'chai';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { isSensitiveKey, redact } from '../../shared/sensitive';
+import { createRedis } from '../../shared/redis';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -25,7 +26,7 @@ describe('security: secrets are redacted in every response and message', functio
 
   before(async () => {
     await redis.start();
-    const env = { ...testEnv(redis.url, 'secrets'), LOG_LEVEL: 'debug' };
+    const env = { ...testEnv(redis.url, 'secrets'), LOG_LEVEL: 'debug', FERRY_SECRET_KEY: 'secrets-test-secret-key' };
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'websocket:\n  status_interval_seconds: 0.5\n');
     [gw, dm] = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
@@ -63,7 +64,12 @@ describe('security: secrets are redacted in every response and message', functio
     seen.push(rec.text);
     expect(rec.body.spec.parameters.manifest.configuration.users.root.password_hash).to.equal('[redacted]');
     seen.push((await req(dm.url, 'GET', '/api/v1/jobs/sec-1')).text, (await req(dm.url, 'GET', '/jobs')).text);
-    // The worker that claims it needs the real value.
+    // Kept encrypted in Redis (FERRY_SECRET_KEY), opened only for the worker that claims it.
+    const rc = createRedis({ url: redis.url });
+    const stored = await rc.hget('secrets:job:sec-1', 'spec');
+    rc.disconnect();
+    expect(stored).to.include('"password_hash":"sealed:v1:');
+    seen.push(stored!);
     const got = await req(gw.url, 'POST', '/queue/dequeue', { worker_id: 'sec-w', capabilities: ['img_tool', 'lvm_tools'] });
     expect(got.body.parameters.manifest.configuration.users.root.password_hash).to.equal(HASH);
     await req(gw.url, 'POST', '/jobs/sec-1/fail', { worker_id: 'sec-w', lease_token: got.body.lease_token, error: 'drill', retryable: false });
