@@ -8,6 +8,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { isSensitiveKey, redact } from '../../shared/sensitive';
 import { createRedis } from '../../shared/redis';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Registry } from '../../queue/registry';
+import { Lifecycle } from '../../queue/lifecycle';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -80,6 +84,29 @@ describe('security: secrets are redacted in every response and message', functio
     for (const text of seen) {
       expect(text).to.not.include(HASH);
       expect(text).to.not.include(TOKEN);
+    }
+  });
+
+  it('a worker without FERRY_SECRET_KEY cannot open sealed credentials: the job fails, not retried, naming the setting', async () => {
+    const src = path.join(dir, 'y.vmdk');
+    const manifest = { manifest_version: '1.0', disks: [{ id: 'root', source_format: 'vmdk', bytes: 1 << 20, local_path: src }], output: { directory: path.join(dir, 'out2'), format: 'qcow2' }, configuration: { users: { root: { password_hash: HASH } } } };
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sec-2', operation: 'migrate', parameters: { manifest }, requirements: { capabilities: ['lvm_tools'] } });
+    // A native worker's claim, in this test process, which has no FERRY_SECRET_KEY.
+    const prefix = process.env.FERRY_PREFIX;
+    process.env.FERRY_PREFIX = 'secrets';
+    const r = createRedis({ url: redis.url });
+    const router = new QueueRouter(r, { stalledCheck: false });
+    try {
+      const life = new Lifecycle(new JobStore(r), router, new Registry(r));
+      expect(await life.claim({ worker_id: 'keyless', capabilities: ['img_tool', 'lvm_tools'] })).to.equal(null);
+      const j = (await req(gw.url, 'GET', '/jobs/sec-2')).body;
+      expect(j.state).to.equal('FAILED');
+      expect(j.attempts).to.equal(1);
+      expect(j.error).to.include('FERRY_SECRET_KEY');
+    } finally {
+      await router.close();
+      r.disconnect();
+      if (prefix === undefined) delete process.env.FERRY_PREFIX; else process.env.FERRY_PREFIX = prefix;
     }
   });
 });
