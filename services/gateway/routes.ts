@@ -45,6 +45,18 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     };
   }
 
+  /** A worker id registered with one API key cannot be used with another (admin keys excepted): a worker key
+   *  cannot keep another worker's registration alive or claim jobs in its name. */
+  async function checkWorkerId(ctx: any, workerId: string) {
+    const key = ctx.state.apiKey;
+    if (!key || key.role === 'admin') return;
+    const owner = await registry.keyOf(workerId);
+    if (owner && owner !== key.name) throw new ApiError(403, `worker ${workerId} is registered with another API key`, { fields: [{ field: 'worker_id', message: 'registered with another API key' }] });
+  }
+
+  /** The key name a registration binds the worker id to (admin keys act on any worker and bind none). */
+  const boundKey = (ctx: any): string | undefined => (ctx.state.apiKey && ctx.state.apiKey.role !== 'admin' ? ctx.state.apiKey.name : undefined);
+
   /** A worker key limited to some capabilities (keys file) cannot claim more. */
   function checkCapabilities(ctx: any, caps: string[]) {
     const beyond = capabilitiesBeyond(ctx.state.apiKey, caps);
@@ -152,7 +164,8 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     responses: { 201: { description: 'registered', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), capabilities: Joi.array().items(Joi.string()), registered_at: Joi.string() }) }, 400: err('invalid registration') },
     handler: async (ctx, { body }) => {
       checkCapabilities(ctx, body.capabilities);
-      const registered_at = await registry.register(body, 'http');
+      await checkWorkerId(ctx, body.worker_id);
+      const registered_at = await registry.register(body, 'http', boundKey(ctx));
       ctx.status = 201;
       return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: [...new Set<string>(body.capabilities)].sort(), registered_at };
     },
@@ -160,7 +173,8 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   api.add({
     method: 'post', role: 'worker', path: '/workers/:worker_id/heartbeat', summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema, bodyRequired: false,
     responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string(), renewed: Joi.array().items(Joi.string()) }) }, 404: err('unknown worker') },
-    handler: async (_ctx, { params, body }) => {
+    handler: async (ctx, { params, body }) => {
+      await checkWorkerId(ctx, params.worker_id);
       const ts = await registry.heartbeat(params.worker_id);
       if (!ts) throw notFound(`worker ${params.worker_id} not found`);
       const renewed: string[] = [];
@@ -210,9 +224,10 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     responses: { 200: { description: 'the JobSpec with lease_token (also in the X-Lease-Token header), or the JSON value null; every report-back must carry the token', schema: jobSpecSchema.keys({ lease_token: leaseToken }).allow(null) }, 400: err('invalid request'), 403: err('capabilities beyond what the key allows') },
     handler: async (ctx, { body }) => {
       checkCapabilities(ctx, body.capabilities);
+      await checkWorkerId(ctx, body.worker_id);
       // A pull worker need not register first: dequeue registers (or refreshes) it with what it says it can do.
       const known = await registry.get(body.worker_id);
-      if (!known) await registry.register({ ...body, system_info: {} }, 'http');
+      if (!known) await registry.register({ ...body, system_info: {} }, 'http', boundKey(ctx));
       else await registry.heartbeat(body.worker_id);
       const lease = await life.claim(body);
       ctx.type = 'application/json';

@@ -1,7 +1,7 @@
 // Worker leases that cannot be forged, against a real gateway and Redis with auth on: a report-back needs the
 // lease token its claim was handed (a worker id alone is public), an old token after a requeue is refused with
-// 409 and changes nothing, GET /jobs/{id} never shows the token, and a native worker's stale lease is refused
-// by the same rule inside queue/.
+// 409 and changes nothing, GET /jobs/{id} never shows the token, a worker id stays with the key that registered
+// it, and a native worker's stale lease is refused by the same rule inside queue/.
 import { expect } from 'chai';
 import { createRedis } from '../../shared/redis';
 import { JobStore } from '../../queue/store';
@@ -93,6 +93,17 @@ describe('security: worker leases', function () {
     expect((await req(gw.url, 'POST', '/workers/replayer/heartbeat', { lease_tokens: [second.lease_token] }, as(WORKER))).body.renewed).to.deep.equal(['replay-1']);
     expect((await req(gw.url, 'POST', '/jobs/replay-1/complete', { ...cur, result: { ok: true } }, as(WORKER))).status).to.equal(200);
     expect((await job('replay-1')).state).to.equal('COMPLETED');
+  });
+
+  it('a worker id registered with one key cannot be used with another (heartbeat, re-register, dequeue)', async () => {
+    expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'bound-w', capabilities: ['lvm_tools'] }, as(WORKER))).status).to.equal(201);
+    for (const [p, body] of [['/workers/bound-w/heartbeat', {}], ['/workers/register', { worker_id: 'bound-w', capabilities: [] }], ['/queue/dequeue', { worker_id: 'bound-w', capabilities: ['lvm_tools'] }]] as [string, object][]) {
+      const r = await req(gw.url, 'POST', p, body, as(OTHER));
+      expect(r.status, p).to.equal(403);
+      expect(r.body.error.message).to.include('another API key');
+    }
+    expect((await req(gw.url, 'GET', '/workers', undefined, as(SUBMIT))).body.workers.find((w: any) => w.worker_id === 'bound-w').capabilities).to.deep.equal(['lvm_tools']);
+    expect((await req(gw.url, 'POST', '/workers/bound-w/heartbeat', {}, as(WORKER))).status).to.equal(200);
   });
 
   it('native workers: the same rule inside queue/ refuses a stale lease', async () => {
