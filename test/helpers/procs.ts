@@ -50,6 +50,14 @@ export async function startGatewayProc(env: Record<string, string>): Promise<Pro
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
+/** The daemon (8080) on a free port with a config file. */
+export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
+  const port = await freePort();
+  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
+  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
+}
+
 export async function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
   const p = startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env });
   return p;
@@ -73,14 +81,6 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
   throw new Error(`worker ${id} did not open a metrics port: ${last}`);
 }
 
-
-/** The daemon on a free loopback port (-addr), with its YAML config file. */
-export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
-  const port = await freePort();
-  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
-  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
-}
 
 /** Resolves with the exit code of a process expected to stop by itself (a refused start). */
 export function exitCode(p: Proc, timeoutMs = 30000): Promise<number | null> {
