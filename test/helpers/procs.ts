@@ -84,3 +84,12 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
   throw new Error(`worker ${id} did not open a metrics port: ${last}`);
 }
 
+
+/** Resolves with the exit code of a process expected to stop by itself (a refused start). */
+export function exitCode(p: Proc, timeoutMs = 30000): Promise<number | null> {
+  if (p.proc.exitCode !== null) return Promise.resolve(p.proc.exitCode);
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`process did not exit within ${timeoutMs} ms\n${p.logs.join('')}`)), timeoutMs);
+    p.proc.once('exit', (code) => { clearTimeout(t); resolve(code); });
+  });
+}

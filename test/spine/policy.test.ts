@@ -88,10 +88,13 @@ describe('execution policy: idempotent and timeout_seconds', function () {
   describe('HTTP pull workers', () => {
     const w = { worker_id: 'puller', capabilities: ['mount_operations'] };
     let beat: NodeJS.Timeout | undefined;
+    const tokens = new Map<string, string>(); // job id -> the lease token its dequeue handed out
     before(async () => {
       expect((await req(gw.url, 'POST', '/workers/register', { ...w, system_info: {}, execution_mode: 'PROCESS' })).status).to.equal(201);
       // A well-behaved worker heartbeats (renewing its leases): that does not stretch timeout_seconds.
-      beat = setInterval(() => { req(gw.url, 'POST', '/workers/puller/heartbeat').catch(() => undefined); }, 500);
+      beat = setInterval(() => {
+        req(gw.url, 'POST', '/workers/puller/heartbeat', { lease_tokens: [...tokens.values()] }).catch(() => undefined); // the next beat retries
+      }, 500);
     });
     after(() => clearInterval(beat));
 
@@ -99,7 +102,8 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       let asked = 0; // when the successful dequeue was sent: the attempt's clock starts at or after it
       const got = await until(async () => { asked = Date.now(); return (await req(gw.url, 'POST', '/queue/dequeue', w)).body; }, 10000, `dequeue of ${id}`);
       expect(got.job_id).to.equal(id);
-      expect((await req(gw.url, 'POST', `/jobs/${id}/start`, { worker_id: w.worker_id })).status).to.equal(200);
+      tokens.set(id, got.lease_token);
+      expect((await req(gw.url, 'POST', `/jobs/${id}/start`, { worker_id: w.worker_id, lease_token: got.lease_token })).status).to.equal(200);
       return asked;
     };
 
@@ -110,7 +114,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       expect(Date.now() - t1).to.be.at.least(2000);
       expect(requeued.state_history.at(-1).reason).to.match(/^attempt 1 of 2 failed on worker puller: timed out after 2 s \(execution_policy.timeout_seconds\); retrying in /);
       // The worker finishes late: refused, and the job is not completed by it.
-      const late = await req(gw.url, 'POST', '/jobs/slow-pull/complete', { worker_id: w.worker_id, result: { late: true } });
+      const late = await req(gw.url, 'POST', '/jobs/slow-pull/complete', { worker_id: w.worker_id, lease_token: tokens.get('slow-pull'), result: { late: true } });
       expect(late.status).to.equal(409);
       const t2 = await take('slow-pull');
       const failed = await waitFor('slow-pull', (j) => terminal(j.state), 'failed after the second timeout', 15000);
@@ -120,7 +124,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       expect(failed.error).to.equal('timed out after 2 s (execution_policy.timeout_seconds)');
       expect(failed.state_history.at(-1).reason).to.equal('timed out after 2 s (execution_policy.timeout_seconds) (attempt 2 of 2; no retries left)');
       expect(failed.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
-      expect((await req(gw.url, 'POST', '/jobs/slow-pull/events', { worker_id: w.worker_id, phase: 'work', percentage: 99 })).status).to.equal(409);
+      expect((await req(gw.url, 'POST', '/jobs/slow-pull/events', { worker_id: w.worker_id, lease_token: tokens.get('slow-pull'), phase: 'work', percentage: 99 })).status).to.equal(409);
       expect(await inBullmq('jobs.mount_operations', 'slow-pull')).to.equal(false);
       expect((await req(gw.url, 'GET', '/workers')).body.workers.find((x: any) => x.worker_id === 'puller').jobs).to.deep.equal([]);
     });
@@ -128,7 +132,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
     it('a pull worker that reports in time is not touched by the sweep', async () => {
       await submit({ job_id: 'quick-pull', operation: 'noop', requirements: { capabilities: ['mount_operations'] }, execution_policy: { timeout_seconds: 3, retry_count: 0 } });
       await take('quick-pull');
-      expect((await req(gw.url, 'POST', '/jobs/quick-pull/complete', { worker_id: w.worker_id, result: { ok: true } })).status).to.equal(200);
+      expect((await req(gw.url, 'POST', '/jobs/quick-pull/complete', { worker_id: w.worker_id, lease_token: tokens.get('quick-pull'), result: { ok: true } })).status).to.equal(200);
       // A sentinel taken now with a longer timeout: once the sweep has ended it, the sweep has run past
       // quick-pull's deadline too.
       await submit({ job_id: 'sentinel', operation: 'noop', requirements: { capabilities: ['mount_operations'] }, execution_policy: { timeout_seconds: 4, retry_count: 0 } });
