@@ -26,6 +26,9 @@ import { StaticMount, staticMiddleware, swaggerMount } from './static';
 import { ScheduleStore } from '../scheduler/schedules';
 import { WebhookStore } from '../notifier/webhooks';
 import { registerDashboard } from './dashboard';
+import { registerVirt } from './virt';
+import { buildSpec } from './specs';
+import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 
 export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
   return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
@@ -108,6 +111,18 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
+  // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
+  // 503 naming the URI while no libvirtd answers there.
+  const virsh = new Virsh(configuredUri());
+  registerVirt({
+    api, virsh,
+    submitConvert: async (def) => {
+      const b = buildSpec(def, { where: '', jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads });
+      await life.submit(b.spec, { enqueue: true, meta: { kind: 'convert', name: 'convert' } });
+      return { job_id: b.spec.job_id };
+    },
+  });
+  void virsh.reachable().then((up) => (up ? log.info('libvirt answers', { uri: virsh.uri }) : log.warn(`no libvirtd answers at ${virsh.uri}: /virt routes answer 503 until one does`)));
   api.add({
     method: 'get', path: '/openapi.yaml', summary: 'This API description (OpenAPI 3, generated from the joi schemas)', tags: ['docs'],
     responses: { 200: { description: 'OpenAPI YAML', type: 'application/yaml', schema: { type: 'string' } } },

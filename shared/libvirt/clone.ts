@@ -19,7 +19,11 @@ export async function cloneDomain(v: Virsh, s: CloneSpec) {
   const args = ['--connect', v.uri, '--original', s.source, '--name', s.target, '--check', 'path_exists=off'];
   if (files.length) for (const f of files) args.push('--file', f); else if (s.auto_clone !== false) args.push('--auto-clone');
   if (s.preserve) args.push('--preserve-data');
-  if (s.new_mac === false) for (const nic of src.interfaces) if (nic.mac) args.push('--mac', nic.mac);
+  // Keeping the MACs means two domains share them: virt-clone's in-use check is turned off for exactly that.
+  if (s.new_mac === false && src.interfaces.some((n) => n.mac)) {
+    for (const nic of src.interfaces) if (nic.mac) args.push('--mac', nic.mac);
+    args.push('--check', 'mac_in_use=off');
+  }
   await runTool('virt-clone', args, v.uri, { timeoutMs: 3_600_000 });
   const out = await domainInfo(v, s.target);
   return { source: s.source, target: s.target, uuid: out.uuid, disks: out.disks, interfaces: out.interfaces };

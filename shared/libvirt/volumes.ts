@@ -41,7 +41,8 @@ export async function poolTarget(v: Virsh, pool: string): Promise<{ type: string
 export async function createVolume(v: Virsh, s: { pool: string; name: string; format: string; capacity: number; prealloc?: boolean }) {
   checkName(s.pool, 'pool'); checkName(s.name, 'name');
   if (await volumeExists(v, s.pool, s.name)) throw new LibvirtError(409, `volume ${s.name} already exists in pool ${s.pool}`, 'exists');
-  const pre = !s.prealloc ? [] : s.format === 'qcow2' ? ['--prealloc-metadata'] : ['--allocation', String(s.capacity)];
+  // Without prealloc the volume is sparse (allocation 0), which also lets it shrink later.
+  const pre = !s.prealloc ? ['--allocation', '0'] : s.format === 'qcow2' ? ['--prealloc-metadata'] : ['--allocation', String(s.capacity)];
   await v.run(['vol-create-as', s.pool, s.name, String(s.capacity), '--format', s.format, ...pre]);
   return volumeInfo(v, s.pool, s.name);
 }
