@@ -3,6 +3,7 @@
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
+import { virtName } from './libvirt/names';
 
 export interface OperationDef {
   capabilities: string[];
@@ -50,6 +51,20 @@ export function migrateCapabilities(p: { manifest?: { pipeline?: Record<string, 
 }
 
 export const OPERATIONS: Record<string, OperationDef> = {
+  import_kvm: {
+    capabilities: ['libvirt_access'],
+    needsImage: false,
+    parameters: Joi.object({
+      disks: Joi.array().items(Joi.object({ path: absolutePath.required(), format: Joi.string().max(16) })).min(1).max(26).required().description('boot disk first'),
+      name: virtName.required(),
+      memory: Joi.number().integer().min(16).default(1024).description('MiB'),
+      cpus: Joi.number().integer().min(1).max(512).default(1),
+      networks: Joi.array().items(Joi.string().max(200)).max(16).default([]).description('one virtio NIC per libvirt network or bridge'),
+      pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
+      virt_uri: Joi.string().max(1024).description('target libvirt URI (default FERRY_LIBVIRT_URI), qemu+ssh:// for another host'),
+    }),
+    description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
+  },
   migrate: {
     capabilities: ['img_tool'],
     capabilitiesFor: migrateCapabilities,

@@ -9,7 +9,7 @@ import { Virsh } from './virsh';
 const PYTHON = process.env.FERRY_PYTHON || '/usr/bin/python3';
 const PTY = 'import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)';
 /** virsh's own lines around the guest's text. */
-export const CONSOLE_BANNER = /^Connected to domain '.*'\r?\nEscape character is .*\r?\n/;
+export const CONSOLE_BANNER = /Connected to domain '.*'\r?\nEscape character is .*\r?\n/;
 
 export interface ConsoleSession extends EventEmitter {
   /** 'ready' once virsh is attached; raw guest output (latin1 text) arrives as 'data'; 'close' when virsh ends
@@ -32,14 +32,15 @@ export function openConsole(v: Virsh, name: string): ConsoleSession {
       if (!m && head.length < 512 && !/\n.*\n/.test(head)) return;
       banner = false;
       ev.emit('ready');
-      s = m ? head.slice(m[0].length) : head;
+      s = m ? head.slice(m.index + m[0].length) : head;
       if (!s) return;
     }
     ev.emit('data', s);
   });
   let err = '';
   proc.stderr!.setEncoding('utf8').on('data', (s: string) => { if (err.length < 4096) err += s; });
-  proc.on('close', (code) => ev.emit('close', code, err.trim()));
+  // virsh's own errors come through the terminal too (before any banner).
+  proc.on('close', (code) => ev.emit('close', code, (err + (banner ? head : '')).replace(/\r/g, '').trim()));
   proc.on('error', (e) => ev.emit('close', -1, e.message));
   Object.assign(ev, {
     proc,

@@ -3,13 +3,14 @@
 import { statSync } from 'node:fs';
 import path from 'node:path';
 import { imageInfo } from '../qemu';
+import { kvmUsable } from '../guestfs-env';
 import { ApiError } from '../errors';
-import { checkName } from './names';
+import { checkName, NAME_PATTERN as NAME_OK } from './names';
 import { defineDomain, domainExists, domainInfo } from './domains';
 import { networkExists } from './networks';
 import { ensureDirPool, putFile, volumeExists, volumeInfo } from './volumes';
 import { parseXml, list } from './xml';
-import { Virsh } from './virsh';
+import { configuredUri, Virsh } from './virsh';
 
 /** The pool imports go to unless a request names one: FERRY_LIBVIRT_POOL (default "ferry"), a dir pool at
  *  FERRY_LIBVIRT_POOL_DIR (default /var/lib/libvirt/images/ferry) created on first use. */
@@ -30,8 +31,13 @@ export interface ImportSpec {
 
 export interface ImportResult { domain: string; uuid: string; pool: string; volumes: { name: string; path: string | null; format: string | null; capacity: number | null }[]; firmware: 'bios' | 'uefi'; domain_type: string; interfaces: unknown[] }
 
-/** `kvm` when the host offers it for x86_64 guests, else `qemu` (TCG), read from `virsh capabilities`. */
+/** FERRY_LIBVIRT_DOMAIN_TYPE when set; else `kvm` when the host offers it for x86_64 guests (`virsh
+ *  capabilities`) and KVM is known to work (FERRY_GUESTFS_KVM=1, as for libguestfs: /dev/kvm can exist and still
+ *  not run guests), else `qemu` (TCG). */
 export async function domainType(v: Virsh): Promise<string> {
+  const forced = process.env.FERRY_LIBVIRT_DOMAIN_TYPE;
+  if (forced === 'kvm' || forced === 'qemu') return forced;
+  if (!kvmUsable()) return 'qemu';
   const caps = parseXml(await v.run(['capabilities'])).capabilities;
   const guest = list(caps.guest).find((g: any) => g.arch?.['@_name'] === 'x86_64');
   return list(guest?.arch?.domain).some((d: any) => d['@_type'] === 'kvm') ? 'kvm' : 'qemu';
@@ -44,7 +50,8 @@ export function importDomainDoc(o: { name: string; type: string; memoryMiB: numb
     '@_type': o.type, name: o.name,
     memory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) }, currentMemory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) },
     vcpu: String(o.cpus),
-    os: { ...(o.firmware === 'uefi' ? { '@_firmware': 'efi' } : {}), type: { '@_arch': 'x86_64', '@_machine': 'q35', '#text': 'hvm' }, boot: { '@_dev': 'hd' } },
+    // UEFI without Secure Boot: the secure-boot builds of OVMF need SMM, which TCG guests here do not get.
+    os: { ...(o.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}), type: { '@_arch': 'x86_64', '@_machine': 'q35', '#text': 'hvm' }, boot: { '@_dev': 'hd' } },
     features: { acpi: '', apic: '' },
     on_poweroff: 'destroy', on_reboot: 'restart', on_crash: 'destroy',
     devices: {
@@ -84,4 +91,25 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
     domain: s.name, uuid: info.uuid!, pool, firmware, domain_type: type, interfaces: info.interfaces,
     volumes: await Promise.all(vols.map(async (x) => { const vi = await volumeInfo(v, pool, x.name); return { name: vi.name, path: vi.path, format: vi.format, capacity: vi.capacity }; })),
   };
+}
+
+/** The last stage of a shape B migration job: the exported (and converted) disks imported on
+ *  `destination.virt_uri` (qemu+ssh:// for another host), each source NIC's network mapped through
+ *  `options.network_mapping` onto a target network or bridge. A source network without a mapping keeps its name
+ *  when the target has a network of that name; otherwise the job fails naming it. */
+export async function importForMigration(o: {
+  virtUri?: string; name: string; disks: { path: string; format?: string }[]; memoryMiB: number; cpus: number;
+  sourceNetworks: string[]; networkMapping: Record<string, string>; firmware?: 'bios' | 'uefi'; pool?: string;
+  onProgress?: (stage: string, pct: number) => void;
+}): Promise<ImportResult & { virt_uri: string }> {
+  const v = new Virsh(o.virtUri || configuredUri());
+  const networks: string[] = [];
+  for (const src of o.sourceNetworks) {
+    const target = o.networkMapping[src];
+    if (target) { networks.push(target); continue; }
+    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); continue; }
+    throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
+  }
+  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
+  return { ...r, virt_uri: v.uri };
 }

@@ -11,7 +11,7 @@
 set -eu
 d="$1"
 mount -t tmpfs ferry-run /run
-mkdir -p /run/libvirt
+mkdir -p /run/libvirt /run/lock
 mount --bind "$d/etc" /etc/libvirt
 mount --bind "$d/lib" /var/lib/libvirt
 mount --bind "$d/log" /var/log/libvirt

@@ -143,7 +143,7 @@ describe('virtualization-host API (/virt) on a real libvirtd', function () {
 
     await okData(B, 'POST', '/virt/volume/delete', { pool, volume: 'v1-copy.qcow2' });
     expect(existsSync(path.join(s.lv.poolDir, 'v1-copy.qcow2'))).to.equal(false);
-    expect(await virsh(['vol-list', pool, '--name'])).not.to.include('v1-copy.qcow2');
+    expect(await virsh(['vol-key', '--pool', pool, 'v1-copy.qcow2']).then(() => 'present', (e) => String(e.stderr))).to.include('not found');
   });
 
   it('reports statistics of one domain and of all running domains, CPU percent from two samples', async () => {

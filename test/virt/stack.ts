@@ -21,7 +21,7 @@ export async function startVirtStack(extraEnv: Record<string, string> = {}): Pro
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-virt-'));
   const redis = await new TestRedis().start();
   const lv = await useLibvirt();
-  const env = { ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL_DIR: path.join(dir, 'ferry-pool'), ...extraEnv };
+  const env = { ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL_DIR: path.join(dir, 'ferry-pool'), FERRY_LIBVIRT_DOMAIN_TYPE: 'qemu', ...extraEnv };
   const daemon = await startDaemonProc(env);
   return {
     redis, lv, daemon, dir, env,

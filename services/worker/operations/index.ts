@@ -4,10 +4,12 @@ import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
 import { remoteUnavailable } from './remote';
+import { importKvm } from './import';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void> }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
+  import_kvm: { run: importKvm },
   migrate: { run: migrate, cleanup: cleanupMigrate },
   export: { run: remoteUnavailable },
   migrate_vm: { run: remoteUnavailable },
