@@ -32,7 +32,12 @@ export function libvirtText(stderr: string): string {
 export function mapLibvirtError(stderr: string, uri: string): LibvirtError {
   const text = libvirtText(stderr) || 'virsh failed without a message';
   if (UNREACHABLE.test(text)) return new LibvirtError(503, `libvirt at ${uri} does not answer: ${text}`, text);
-  if (NOT_FOUND.test(text)) return new LibvirtError(404, text, text);
+  if (NOT_FOUND.test(text)) {
+    // virsh sometimes says only "failed to get domain 'x'": say what that means.
+    const m = /failed to get (domain|network|pool|vol) '([^']*)'/.exec(text);
+    const msg = m && !/not found|no .* with matching/i.test(text) ? `${m[1] === 'vol' ? 'volume' : m[1]} '${m[2]}' not found (${text})` : text;
+    return new LibvirtError(404, msg, text);
+  }
   if (INVALID.test(text)) return new LibvirtError(400, text, text);
   if (STATE.test(text)) return new LibvirtError(409, text, text);
   return new LibvirtError(500, `libvirt: ${text}`, text);
