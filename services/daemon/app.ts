@@ -2,6 +2,7 @@
 // WebSocket updates, metrics, /openapi.yaml and Swagger UI. main.ts only runs it. `extend` and the returned
 // mountStatic/api let other parts (the dashboard) add routes or a static directory.
 import http from 'node:http';
+import path from 'node:path';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Koa from 'koa';
 import yaml from 'js-yaml';
@@ -27,6 +28,7 @@ import { ScheduleStore } from '../scheduler/schedules';
 import { WebhookStore } from '../notifier/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
+import { consoleEndpoints } from './console';
 import { buildSpec } from './specs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 
@@ -186,9 +188,13 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       };
     },
     authorize: (req) => authorize(req.headers, req.url || '/', true),
+    others: consoleEndpoints(virsh),
   });
 
   // The browser dashboard at /web/dashboard/ and the routes it needs (services/daemon/dashboard.ts).
+  // xterm.js for the VM console page, served from node_modules (no CDN); mounted before the dashboard's own
+  // folder, which would otherwise claim the path.
+  mountStatic('/web/dashboard/vendor/xterm', path.dirname(require.resolve('@xterm/xterm/package.json')));
   const dashboardHub = await registerDashboard({ api, life, bus, jobTimeoutSeconds: cfg.jobTimeoutSeconds, mountStatic });
   opts.extend?.({ api, app, life, mountStatic });
 

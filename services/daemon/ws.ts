@@ -20,6 +20,8 @@ export interface WsDeps {
   metrics: () => Promise<object>;
   /** Returns an HTTP status (401/403) to refuse the upgrade, or 0. */
   authorize: (req: http.IncomingMessage) => number;
+  /** Other WebSocket endpoints (the VM console): called after the same authorization. */
+  others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
 }
 
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
@@ -39,10 +41,12 @@ export class WsHub {
     server.on('upgrade', (req, socket: Duplex, head) => {
       const path = (req.url || '/').split('?')[0].replace(/\/+$/, '');
       const kind = PATHS[path];
-      if (!kind) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
+      const other = this.d.others?.[path];
+      if (!kind && !other) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
       const code = this.d.authorize(req);
       if (code) return this.refuse(socket, code, code === 401 ? 'API key required' : 'API key not accepted');
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
+      if (other) return other(req, socket, head);
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
     });
     await this.d.bus.on(this.d.bus.k.chanJobs, (m) => this.mark(m?.job_id));
     await this.d.bus.on(this.d.bus.k.chanEvents, (m) => this.mark(m?.job_id));

@@ -84,7 +84,8 @@ describe('browser dashboard (headless Chromium)', function () {
     expect((await req(daemon.url, 'GET', '/web/dashboard')).status).to.equal(200); // redirected to the slash form
     const con = await req(daemon.url, 'GET', '/web/dashboard/vm-console.html');
     expect(con.status).to.equal(200);
-    expect(con.text).to.include('not available yet').and.include('virtualization-host');
+    expect(con.text).to.include('vendor/xterm/lib/xterm.js').and.include('vm-console.js');
+    expect((await req(daemon.url, 'GET', '/web/dashboard/vendor/xterm/lib/xterm.js')).status).to.equal(200);
   });
 
   it('loads: jobs table, live /ws connection, counters', async () => {
