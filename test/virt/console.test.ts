@@ -19,7 +19,8 @@ describe('VM console page (headless Chromium, xterm.js, a real guest)', function
   let s: VirtStack;
   let ctx: BrowserContext;
   let page: Page;
-  const screen = () => page.evaluate(() => (document.querySelector('.xterm-rows') as HTMLElement | null)?.innerText || '');
+  const screen = () => page.evaluate<string>("document.querySelector('.xterm-rows')?.innerText || ''");
+  const statusShows = (re: string) => page.waitForFunction(`new RegExp(${JSON.stringify(re)}).test(document.querySelector('#status').textContent || '')`, null, { timeout: 30000 });
 
   before(async () => {
     const cfg = path.join(mkdtempSync(path.join(os.tmpdir(), 'ferry-console-cfg-')), 'daemon.yaml');
@@ -32,14 +33,14 @@ describe('VM console page (headless Chromium, xterm.js, a real guest)', function
     page.on('pageerror', (e) => { throw new Error(`page error: ${e.message}`); });
     // The dashboard keeps the key in sessionStorage; set it as the dashboard's key form would.
     await page.goto(`${s.daemon.url}/web/dashboard/vm-console.html`);
-    await page.evaluate((k) => sessionStorage.setItem('ferry.apiKey', k), KEY);
+    await page.evaluate(`sessionStorage.setItem('ferry.apiKey', ${JSON.stringify(KEY)})`);
   });
   after(async () => { await ctx?.close(); await s?.stop(); });
 
   it('shows the boot text live and runs what is typed: echo hi -> hi', async () => {
     await s.lv.virsh(['start', 'con-1', '--paused']);
     await page.goto(`${s.daemon.url}/web/dashboard/vm-console.html?name=con-1`);
-    await page.waitForFunction(() => /Connected to con-1/.test(document.querySelector('#status')!.textContent || ''), null, { timeout: 30000 });
+    await statusShows('Connected to con-1');
     expect(await page.locator('#domain option').allTextContents()).to.include.members(['con-1 (paused)', 'con-noserial (shut off)']);
     await s.lv.virsh(['resume', 'con-1']);
     await until(async () => (await screen()).includes(GUEST_MARKER), 150000, 'the boot marker in the page');
@@ -55,7 +56,7 @@ describe('VM console page (headless Chromium, xterm.js, a real guest)', function
   it('says plainly when the domain has no serial device', async () => {
     await s.lv.virsh(['start', 'con-noserial', '--paused']);
     await page.goto(`${s.daemon.url}/web/dashboard/vm-console.html?name=con-noserial`);
-    await page.waitForFunction(() => /has no serial device/.test(document.querySelector('#status')!.textContent || ''), null, { timeout: 30000 });
+    await statusShows('has no serial device');
   });
 
   it('refuses the console WebSocket without the API key', async () => {
