@@ -207,6 +207,13 @@ describe('virtualization-host API (/virt) on a real libvirtd', function () {
     expect((await req(B, 'POST', '/virt/template/export', { template: 'base-tpl', export_path: out })).status).to.equal(409);
   });
 
+  it('describes every route in /openapi.yaml', async () => {
+    const r = await req(B, 'GET', '/openapi.yaml');
+    expect(r.status).to.equal(200);
+    for (const p of ['/virt/domains', '/virt/volume/wipe', '/virt/batch/resume', '/virt/template/export', '/import/kvm', '/convert/vm']) expect(r.text).to.include(`${p}:`);
+    expect(r.text).to.include('pfitzner33');
+  });
+
   it('answers 503 naming the URI when no libvirtd answers, and still starts', async () => {
     const uri = `qemu+unix:///system?socket=${s.dir}/absent-sock`;
     const d = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_URI: uri });
