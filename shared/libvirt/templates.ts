@@ -65,7 +65,7 @@ export async function listTemplates(v: Virsh) {
   for (const d of doms) {
     const mark = await readMark(v, d.name);
     const reason = mark ? 'marked' : NAME_RULE.test(d.name) ? 'name' : d.state === 'shut off' ? 'shut off' : null;
-    if (reason) out.push({ name: d.name, state: d.state, marked: !!mark, reason, description: mark?.description ?? null, created_at: mark?.created_at ?? null, metadata: mark?.metadata ?? {}, max_memory_kib: d.max_memory_kib, vcpus: d.vcpus });
+    if (reason) out.push({ name: d.name, state: d.state, marked: !!mark, reason, description: mark?.description ?? null, created_at: mark?.created_at ?? null, metadata: mark?.metadata ?? {} });
   }
   return out;
 }

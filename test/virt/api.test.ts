@@ -8,7 +8,8 @@ import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { defineGuest, domState } from '../helpers/libvirt';
 import { makeImage } from '../helpers/images';
-import { okData, startDaemonProc, startVirtStack, VirtStack } from './stack';
+import { startDaemonProc } from '../helpers/procs';
+import { okData, startVirtStack, VirtStack } from './stack';
 
 const FORMS = ['', '/api/v1'];
 
@@ -30,8 +31,8 @@ describe('virtualization-host API (/virt) on a real libvirtd', function () {
     for (const f of FORMS) {
       const d = await okData(B, 'GET', `${f}/virt/domains`);
       const off = d.domains.find((x: any) => x.name === 'api-off');
-      expect(off).to.include({ state: 'shut off', vcpus: 1 });
-      expect(off.max_memory_kib).to.equal(96 * 1024);
+      expect(off).to.have.keys('name', 'state', 'state_reason');
+      expect(off.state).to.equal('shut off');
     }
     const r = await req(B, 'POST', '/api/v1/virt/domain/start', { name: 'api-run' });
     expect(r.status, r.text).to.equal(200);
@@ -216,7 +217,7 @@ describe('virtualization-host API (/virt) on a real libvirtd', function () {
 
   it('answers 503 naming the URI when no libvirtd answers, and still starts', async () => {
     const uri = `qemu+unix:///system?socket=${s.dir}/absent-sock`;
-    const d = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_URI: uri });
+    const d = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_URI: uri }, s.config);
     try {
       const r = await req(d.url, 'GET', '/virt/domains');
       expect(r.status).to.equal(503);

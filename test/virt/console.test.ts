@@ -2,8 +2,6 @@
 // boot text live (xterm.js over the daemon's authenticated WebSocket), `echo hi` typed in the page comes back as
 // `hi`; a domain without a serial device is said plainly; a wrong key is refused.
 import { expect } from 'chai';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import WebSocket from 'ws';
@@ -23,9 +21,7 @@ describe('VM console page (headless Chromium, xterm.js, a real guest)', function
   const statusShows = (re: string) => page.waitForFunction(`new RegExp(${JSON.stringify(re)}).test(document.querySelector('#status').textContent || '')`, null, { timeout: 30000 });
 
   before(async () => {
-    const cfg = path.join(mkdtempSync(path.join(os.tmpdir(), 'ferry-console-cfg-')), 'daemon.yaml');
-    writeFileSync(cfg, 'auth:\n  enabled: true\n');
-    s = await startVirtStack({ FERRY_API_KEYS: KEY, FERRY_CONFIG: cfg });
+    s = await startVirtStack({ FERRY_API_KEYS: KEY }, 'auth:\n  enabled: true\n');
     await defineGuest(s.lv, 'con-1');
     await defineGuest(s.lv, 'con-noserial', { serial: false });
     ctx = await chromium.launchPersistentContext(path.join(s.dir, 'chromium-profile'), { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS, viewport: { width: 1200, height: 900 } });

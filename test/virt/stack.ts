@@ -1,30 +1,26 @@
 // What the /virt tests share: a private Redis, the run's private libvirtd (test/helpers/libvirt.ts) and a daemon
 // process pointed at it with FERRY_LIBVIRT_URI, its managed import pool in a temporary folder.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { startProcess, testEnv, Proc } from '../helpers/procs';
+import { TestRedis } from '../helpers/redis';
+import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
 import { req } from '../helpers/http';
 import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';
 
-export interface VirtStack { redis: TestRedis; lv: TestLibvirt; daemon: Proc & { url: string }; dir: string; env: Record<string, string>; stop(): Promise<void> }
+export interface VirtStack { redis: TestRedis; lv: TestLibvirt; daemon: Proc & { url: string }; dir: string; config: string; env: Record<string, string>; stop(): Promise<void> }
 
-export async function startDaemonProc(env: Record<string, string>): Promise<Proc & { url: string }> {
-  const port = await freePort();
-  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
-  return Object.assign(p, { url: `http://127.0.0.1:${port}` });
-}
-
-export async function startVirtStack(extraEnv: Record<string, string> = {}): Promise<VirtStack> {
+/** `daemonYaml`: the daemon's configuration file (auth on, say). */
+export async function startVirtStack(extraEnv: Record<string, string> = {}, daemonYaml = 'daemon:\n  job_timeout: 2h\n'): Promise<VirtStack> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-virt-'));
+  const config = path.join(dir, 'daemon.yaml');
+  writeFileSync(config, daemonYaml);
   const redis = await new TestRedis().start();
   const lv = await useLibvirt();
   const env = { ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL_DIR: path.join(dir, 'ferry-pool'), FERRY_LIBVIRT_DOMAIN_TYPE: 'qemu', ...extraEnv };
-  const daemon = await startDaemonProc(env);
+  const daemon = await startDaemonProc(env, config);
   return {
-    redis, lv, daemon, dir, env,
+    redis, lv, daemon, dir, config, env,
     async stop() {
       await daemon.stop();
       await releaseLibvirt();
