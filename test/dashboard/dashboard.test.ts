@@ -61,7 +61,7 @@ describe('browser dashboard (headless Chromium)', function () {
 
   const apiState = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state;
 
-  it('serves its own files (no CDN) under both path forms, and the VM console page says it is not there yet', async () => {
+  it('serves its own files (no CDN) under both path forms, the VM console page with xterm.js from node_modules', async () => {
     for (const p of ['/web/dashboard/', '/api/v1/web/dashboard/']) {
       const r = await req(daemon.url, 'GET', p);
       expect(r.status, p).to.equal(200);
