@@ -73,15 +73,15 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   if (!s.pool) await ensureDirPool(v, pool, defaultPoolDir());
   const nics = [];
   for (const n of s.networks) nics.push({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n });
-  const vols: { path: string; format: string; name: string }[] = [];
+  const vols: { path: string; format: string; name: string; capacity: number | null; volFormat: string | null }[] = [];
   for (const [i, d] of s.disks.entries()) {
     const info = await imageInfo(d.path, d.format);
     const volName = `${s.name}${i ? `-disk${i}` : ''}.${info.format === 'raw' ? 'img' : info.format}`;
     if (await volumeExists(v, pool, volName)) throw new ApiError(409, `volume ${volName} already exists in pool ${pool}`);
     s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
-    await putFile(v, pool, volName, d.path, info.format, statSync(d.path).size);
+    await putFile(v, pool, volName, d.path, info.format, statSync(d.path).size, { exists: false });
     const vi = await volumeInfo(v, pool, volName);
-    vols.push({ path: vi.path!, format: info.format, name: volName });
+    vols.push({ path: vi.path!, format: info.format, name: volName, capacity: vi.capacity, volFormat: vi.format });
   }
   const type = await domainType(v);
   const firmware = s.firmware || 'bios';
@@ -89,7 +89,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   const info = await domainInfo(v, s.name);
   return {
     domain: s.name, uuid: info.uuid!, pool, firmware, domain_type: type, interfaces: info.interfaces,
-    volumes: await Promise.all(vols.map(async (x) => { const vi = await volumeInfo(v, pool, x.name); return { name: vi.name, path: vi.path, format: vi.format, capacity: vi.capacity }; })),
+    volumes: vols.map((x) => ({ name: x.name, path: x.path, format: x.volFormat, capacity: x.capacity })),
   };
 }
 

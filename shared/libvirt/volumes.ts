@@ -1,6 +1,6 @@
 // Storage volumes and pools: info (vol-dumpxml), create, clone, resize, delete, upload, wipe, download. Sizes are
 // bytes everywhere (libvirt's own unit for volumes).
-import { promises as fs } from 'node:fs';
+import { constants as fsConstants, promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { convert, imageInfo } from '../qemu';
@@ -106,14 +106,15 @@ export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; 
 }
 
 /** Puts a file's bytes into a volume (created when missing). */
-export async function putFile(v: Virsh, pool: string, volume: string, file: string, format: string, size: number) {
+export async function putFile(v: Virsh, pool: string, volume: string, file: string, format: string, size: number, known?: { exists: boolean }) {
   const target = isLocalUri(v.uri) ? await poolTarget(v, pool) : undefined;
-  const exists = await volumeExists(v, pool, volume);
+  const exists = known ? known.exists : await volumeExists(v, pool, volume);
   if (target?.type === 'dir' && target.path) {
-    // The file is copied straight into the pool folder (copy_file_range, as cp does) and the pool refreshed.
+    // The file is copied straight into the pool folder (a reflink where the filesystem can, else
+    // copy_file_range: what cp does) and the pool refreshed.
     const dest = exists ? (await volumeInfo(v, pool, volume)).path! : path.join(target.path, volume);
     const part = path.join(path.dirname(dest), `.${volume}.ferry-partial`);
-    await fs.copyFile(file, part);
+    await fs.copyFile(file, part, fsConstants.COPYFILE_FICLONE);
     await fs.rename(part, dest);
     await v.run(['pool-refresh', pool]);
     return;
