@@ -1,9 +1,11 @@
 // Operations a job may name: the capabilities each needs and the schema of its parameters. Workers implement
 // them in services/worker/operations; this table is what the API validates against and routes by.
+import path from 'node:path';
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
+import type { JobPath } from './roots';
 
 export interface OperationDef {
   capabilities: string[];
@@ -12,6 +14,22 @@ export interface OperationDef {
   description: string;
   /** When present, the capabilities depend on the validated parameters (migrate: on its enabled stages). */
   capabilitiesFor?: (parameters: any) => string[];
+  /** Every file or directory the job names, checked against the storage roots (shared/roots.ts). */
+  paths?: (spec: { job_id: string; image?: { path: string }; parameters: any }) => JobPath[];
+}
+
+/** The paths of a migrate job: each disk's source, the output directory and the report. */
+function migratePaths(spec: { parameters: any }): JobPath[] {
+  const p = spec.parameters || {};
+  const m = p.manifest || {};
+  const out: JobPath[] = (m.disks || []).map((d: any, i: number) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, kind: 'input' as const }));
+  const dir = m.output?.directory || p.output_dir;
+  if (dir) {
+    out.push({ field: m.output?.directory ? 'parameters.manifest.output.directory' : 'parameters.output_dir', path: dir, kind: 'output_dir' });
+    const rp = m.options?.report?.path;
+    if (m.options?.report?.enabled !== false) out.push({ field: 'parameters.manifest.options.report.path', path: path.resolve(dir, rp || 'report.json'), kind: 'output' });
+  }
+  return out;
 }
 
 const convertParameters = Joi.object({
@@ -63,6 +81,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
       virt_uri: Joi.string().max(1024).description('target libvirt URI (default FERRY_LIBVIRT_URI), qemu+ssh:// for another host'),
     }),
+    paths: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
     description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
   },
   migrate: {
@@ -80,13 +99,21 @@ export const OPERATIONS: Record<string, OperationDef> = {
         }).unknown(true),
       }).required(),
       output_dir: absolutePath.description('used when manifest.output.directory is absent'),
+      overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
+    paths: migratePaths,
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
   },
   convert: {
     capabilities: ['img_tool'],
     needsImage: true,
     parameters: convertParameters,
+    paths: (spec) => [
+      { field: 'image.path', path: spec.image!.path, kind: 'input' },
+      spec.parameters.output_path
+        ? { field: 'parameters.output_path', path: spec.parameters.output_path, kind: 'output' }
+        : { field: 'parameters.output_dir', path: spec.parameters.output_dir, kind: 'output_dir' },
+    ],
     description: 'qemu-img convert of image.path into parameters.output_format',
   },
   noop: {
@@ -112,6 +139,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       remove_cdrom: Joi.boolean().default(false),
       show_individual_progress: Joi.boolean().default(false),
     }),
+    paths: (spec) => [{ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' }],
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {

@@ -9,6 +9,7 @@
 import { execFile } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
 import { closeSync, openSync, promises as fs, writeFileSync, writeSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { guestXml } from '../../test/helpers/libvirt';
@@ -23,8 +24,9 @@ const ms = (n: number) => `${n.toFixed(1)} ms`;
 const time = async (fn: () => Promise<unknown>) => { const t = process.hrtime.bigint(); await fn(); return Number(process.hrtime.bigint() - t) / 1e6; };
 
 async function main() {
-  const s = await startVirtStack({ LOG_LEVEL: 'warn' });
-  const work = await fs.mkdtemp(path.join(process.env.BENCH_DIR || '/var/tmp', 'ferry-bench-virt-'));
+  const base = process.env.BENCH_DIR || '/var/tmp';
+  const s = await startVirtStack({ LOG_LEVEL: 'warn', FERRY_INPUT_ROOTS: `${os.tmpdir()}:${base}` });
+  const work = await fs.mkdtemp(path.join(base, 'ferry-bench-virt-'));
   try {
     const virsh = (args: string[]) => run('virsh', ['-q', '-c', s.lv.uri, ...args], { maxBuffer: 64 << 20 });
     for (let i = 1; i <= 40; i++) {

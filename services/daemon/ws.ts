@@ -21,8 +21,8 @@ export interface WsDeps {
   status: () => Promise<object>;
   firstPage: () => Promise<object>;
   metrics: () => Promise<object>;
-  /** Returns an HTTP status (401/403) to refuse the upgrade, or 0. */
-  authorize: (req: http.IncomingMessage) => number;
+  /** status 401/403 refuses the upgrade with the message; 0 lets it through. */
+  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string }>;
   /** Other WebSocket endpoints (the VM console): called after the same authorization. */
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
 }
@@ -49,10 +49,11 @@ export class WsHub {
       const kind = PATHS[path];
       const other = this.d.others?.[path];
       if (!kind && !other) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
-      const code = this.d.authorize(req);
-      if (code) return this.refuse(socket, code, code === 401 ? 'API key required' : 'API key not accepted');
-      if (other) return other(req, socket, head);
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
+      this.d.authorize(req).then((v) => {
+        if (v.status) return this.refuse(socket, v.status, v.message);
+        if (other) return other(req, socket, head);
+        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
+      }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
@@ -64,7 +65,7 @@ export class WsHub {
 
   private refuse(socket: Duplex, code: number, text: string) {
     const body = JSON.stringify({ error: text, status: code, timestamp: new Date().toISOString() });
-    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : 'Not Found';
+    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : code === 503 ? 'Service Unavailable' : 'Not Found';
     socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
   }
 

@@ -125,7 +125,7 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
  *  under a temporary name and renamed into place. */
 export async function exportTemplate(v: Virsh, s: { template: string; export_path: string; compress?: boolean; overwrite?: boolean }) {
   checkName(s.template, 'template');
-  const base = await confinePath(s.export_path, 'output', 'export_path');
+  const base = await confinePath(s.export_path, 'output_dir', 'export_path');
   const dir = path.join(base, s.template);
   const part = path.join(base, `.${s.template}.ferry-partial`);
   if (await fs.stat(dir).then(() => true, () => false)) throw new ApiError(409, `${dir} already exists`);

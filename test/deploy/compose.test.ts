@@ -9,7 +9,7 @@ import yaml from 'js-yaml';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const COMPOSE = path.join(ROOT, 'compose.yaml');
-const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value' };
+const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value', FERRY_API_KEYS: 'ops:admin:test-only-api-key-value' };
 const compose = (args: string[], env: Record<string, string> = {}) => {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !(k in SECRETS)));
   return spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...clean, ...env } });
@@ -32,11 +32,19 @@ describe('deploy: compose.yaml and Dockerfile', function () {
   it('refuses to resolve without the secrets from the environment (none are in the file)', () => {
     const r = compose(['config', '-q']);
     expect(r.status).to.not.equal(0);
-    expect(r.stderr).to.match(/FERRY_SECRET_KEY|GRAFANA_ADMIN_PASSWORD/);
+    expect(r.stderr).to.match(/FERRY_SECRET_KEY|GRAFANA_ADMIN_PASSWORD|FERRY_API_KEYS/);
     const text = readFileSync(COMPOSE, 'utf8');
     for (const v of Object.values(SECRETS)) expect(text).to.not.include(v);
     // Every secret-looking variable is a ${...} reference.
     for (const m of text.matchAll(/^\s*([A-Z_]*(PASSWORD|SECRET|API_KEYS|TOKEN)[A-Z_]*):\s*(.*)$/gm)) expect(m[3], m[1]).to.match(/^\$\{[A-Z_]+(:[-?][^}]*)?\}$/);
+  });
+
+  it('requires API keys: services listen on every address there, which Ferry refuses without keys', () => {
+    const { FERRY_API_KEYS: _, ...others } = SECRETS;
+    const r = compose(['config', '-q'], others);
+    expect(r.status).to.not.equal(0);
+    expect(r.stderr).to.include('FERRY_API_KEYS');
+    for (const name of ['gateway', 'daemon', 'worker', 'worker-guest']) expect(resolved.services[name].environment.FERRY_API_KEYS, name).to.equal(SECRETS.FERRY_API_KEYS);
   });
 
   it('has every service, with health checks, Redis append-only with noeviction', () => {
@@ -78,7 +86,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(promVols.some((v) => v.endsWith('deploy/prometheus:/etc/prometheus'))).to.equal(true);
   });
 
-  it('the Dockerfile is multi-stage, runs as non-root, and the worker image has qemu-utils and libguestfs', () => {
+  it('the Dockerfile is multi-stage, runs the compiled code as non-root, and the worker image has qemu-utils and libguestfs', () => {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const stages = [...text.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gmi)].map((m) => m[1]);
     expect(stages).to.include.members(['deps', 'app', 'worker']);
@@ -90,6 +98,15 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(stage('worker').trim().split('\n').filter((l) => /^USER /.test(l)).pop()).to.equal('USER node');
     // Everything COPY'd into the image exists.
     for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);
+    // Every service runs the compiled code with plain node (no tsx in the image), from a source that exists.
+    expect(stage('app')).to.match(/^CMD \["node", "dist\/services\/gateway\/main\.js"\]$/m);
+    expect(stage('worker')).to.match(/^CMD \["node", "dist\/services\/worker\/main\.js"\]$/m);
+    expect(text).to.not.match(/--import", "tsx"|tsx\/cjs/);
+    for (const name of ['gateway', 'daemon', 'scheduler', 'notifier']) {
+      const cmd: string[] = resolved.services[name].command;
+      expect(cmd.join(' '), name).to.match(/^node dist\/services\/\w+\/main\.js$/);
+      expect(existsSync(path.join(ROOT, cmd[1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), cmd.join(' ')).to.equal(true);
+    }
     execFileSync('docker-compose', ['version'], { stdio: 'ignore' });
   });
 });

@@ -50,8 +50,11 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       if (!needsPrivilege) expect(d.spec.template.spec.securityContext?.runAsNonRoot, `${d.metadata.name} non-root`).to.equal(true);
       // No secret values inline: secrets only through secretKeyRef.
       for (const e of c.env || []) if (/SECRET|PASSWORD|API_KEYS/.test(e.name)) expect(e.valueFrom?.secretKeyRef, e.name).to.exist;
-      expect(c.command.join(' ')).to.match(/services\/\w+\/main\.ts$/);
-      expect(existsSync(path.join(ROOT, c.command[c.command.length - 1])), c.command.join(' ')).to.equal(true);
+      // The compiled entry point (npm run build, as the image has it), built from a source that exists.
+      expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
+      expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
+      // Pods that listen (gateway, daemon, workers' metrics ports) require API keys from the Secret.
+      if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env.find((e: any) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
     }
   });
 

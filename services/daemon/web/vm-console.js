@@ -22,11 +22,15 @@ async function loadDomains() {
   }
 }
 
-function connect(name) {
+async function connect(name) {
   if (ws) ws.close();
   term.reset();
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  const q = new URLSearchParams({ name, ...(apiKey.get() ? { api_key: apiKey.get() } : {}) });
+  // A key never goes into a URL: with one, the WebSocket opens with a single-use ticket (POST /ws/ticket).
+  const q = new URLSearchParams({ name });
+  if (apiKey.get()) {
+    try { q.set('ticket', (await api('POST', '/ws/ticket')).ticket); } catch (e) { status(`Cannot get a console ticket: ${e.message}`, true); return; }
+  }
   ws = new WebSocket(`${proto}//${location.host}${ROOT}/virt/console?${q}`);
   status(`Connecting to ${name}…`);
   ws.onmessage = (ev) => {
@@ -44,4 +48,4 @@ term.onData((data) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON
 $('#pick').addEventListener('submit', (e) => { e.preventDefault(); if ($('#domain').value) connect($('#domain').value); });
 $('#disconnect').addEventListener('click', () => ws?.close());
 await loadDomains();
-if (new URLSearchParams(location.search).get('name')) connect($('#domain').value);
+if (new URLSearchParams(location.search).get('name')) await connect($('#domain').value);

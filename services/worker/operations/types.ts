@@ -1,6 +1,7 @@
 import type { JobRecord } from '../../../queue/store';
 import type { JobSpec } from '../../../shared/schemas/job';
 import type { Logger } from '../../../shared/log';
+import type { OutputClaims } from '../../../shared/roots';
 
 export interface OpContext {
   job: JobRecord;
@@ -9,6 +10,8 @@ export interface OpContext {
   attempt: number;
   signal: AbortSignal;
   log: Logger;
+  /** The outputs this job wrote on earlier attempts (a retry may replace its own, never another file). */
+  claims: OutputClaims;
   /** Publishes a ProgressEvent; details values become strings. */
   progress(phase: string, percentage: number, message: string, details?: Record<string, string | number>): Promise<void>;
 }
