@@ -31,7 +31,7 @@ export function libvirtText(stderr: string): string {
 
 export function mapLibvirtError(stderr: string, uri: string): LibvirtError {
   const text = libvirtText(stderr) || 'virsh failed without a message';
-  if (UNREACHABLE.test(text)) return new LibvirtError(503, `libvirt at ${uri} does not answer: ${text}`, text);
+  if (UNREACHABLE.test(text)) return new LibvirtError(503, `libvirt at ${uri} does not answer (retry when it does): ${text}`, text);
   if (NOT_FOUND.test(text)) {
     // virsh sometimes says only "failed to get domain 'x'": say what that means.
     const m = /failed to get (domain|network|pool|vol) '([^']*)'/.exec(text);
