@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
 )
 
 func selfSigned() (tls.Certificate, []byte, error) {
@@ -72,6 +73,7 @@ func main() {
 	clusters := flag.Int("cluster", 1, "clusters")
 	clusterHosts := flag.Int("cluster-host", 3, "hosts per cluster")
 	datastores := flag.Int("ds", 1, "local datastores")
+	tools := flag.Bool("tools-running", true, "the VMs the model creates report VMware Tools running (VMs created later do not)")
 	idle := flag.Duration("session-idle", 0, "expire sessions idle this long (0 = never)")
 	flag.Parse()
 
@@ -84,6 +86,15 @@ func main() {
 	if err := model.Create(); err != nil {
 		fmt.Fprintln(os.Stderr, "vcsim: create:", err)
 		os.Exit(1)
+	}
+	if *tools {
+		// govmomi 0.24 reports every VM's tools as not running; a real guest with tools says guestToolsRunning,
+		// which is what a guest shutdown needs.
+		for _, obj := range simulator.Map.All("VirtualMachine") {
+			vm := obj.(*simulator.VirtualMachine)
+			vm.Guest.ToolsRunningStatus = string(types.VirtualMachineToolsRunningStatusGuestToolsRunning)
+			vm.Guest.ToolsStatus = types.VirtualMachineToolsStatusToolsOk
+		}
 	}
 	if *idle > 0 {
 		simulator.SessionIdleTimeout = *idle
