@@ -1,5 +1,6 @@
 // Capabilities, execution modes and how a job's requirements become a queue name (DESIGN.md: capability routing).
-export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations'] as const;
+// vsphere_access: the worker reaches vSphere managers (SOAP and datastore downloads) and shared export storage.
+export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations', 'vsphere_access'] as const;
 export const CAPABILITY_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
 /** PRIVILEGED_CONTAINER workers may run jobs that ask for any mode; other modes match only themselves. */
 export const EXECUTION_MODES = ['PRIVILEGED_CONTAINER', 'CONTAINER', 'PROCESS'] as const;

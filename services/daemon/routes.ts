@@ -17,6 +17,7 @@ import { jobViews, progressView } from './views';
 import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
 import { checkTarget, publicView, WebhookStore } from '../notifier/webhooks';
+import { addVmRoutes } from './vms';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const ts = () => new Date().toISOString();
@@ -46,6 +47,9 @@ export function buildDaemonApi(d: RouteDeps) {
     return { jobs: await jobViews(store, ids), total, limit, offset };
   }
   const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
+
+  // Remote VMs (services/daemon/vms.ts)
+  addVmRoutes(api);
 
   // Health and status
   api.add({

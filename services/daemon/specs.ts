@@ -49,6 +49,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         vm_path: d.vm_path, output_path: d.output_path, name,
         parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
         remove_cdrom: d.options.remove_cdrom, show_individual_progress: d.options.show_individual_progress,
+        power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds,
         manager_url: d.manager_url ?? env.manager_url, username: d.username ?? env.username, insecure: d.insecure ?? env.insecure,
         credentials: d.password ? 'job' : env.hasPassword ? 'environment' : 'none',
       }),
@@ -67,6 +68,8 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         insecure: d.source.insecure ?? env.insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
         conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping,
+        power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,
+        parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
       }),
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };

@@ -1,7 +1,7 @@
 // What can go wrong talking to a vSphere manager, by kind, so each caller maps it once: the daemon to an HTTP
 // status (auth 401, not_found 404, unreachable/tls 502), a worker to retryable or not. Messages name the
 // manager (its URL without credentials) and never carry a password.
-export type VsphereErrorKind = 'auth' | 'unreachable' | 'tls' | 'not_found' | 'fault' | 'task' | 'state' | 'http';
+export type VsphereErrorKind = 'auth' | 'unreachable' | 'tls' | 'not_found' | 'fault' | 'task' | 'state' | 'http' | 'config';
 
 export class VsphereError extends Error {
   constructor(public kind: VsphereErrorKind, message: string, public fault?: string) {
@@ -19,6 +19,7 @@ export function httpStatusOf(e: VsphereError): number {
     case 'not_found': return 404;
     case 'unreachable': case 'tls': case 'http': return 502;
     case 'state': return 409;
+    case 'config': return 400;
     default: return 502;
   }
 }
