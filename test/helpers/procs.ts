@@ -50,6 +50,14 @@ export async function startGatewayProc(env: Record<string, string>): Promise<Pro
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
+/** The daemon (8080 API) on a free port with a config file. */
+export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
+  const port = await freePort();
+  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
+  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
+}
+
 export async function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
   const p = startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env });
   return p;

@@ -2,7 +2,8 @@
 // pair, a snapshot delta over a flat base), they are uploaded through the manager's /folder PUT as a user
 // would, and VMs are created whose disks are those files (CreateVM_Task through Ferry's own SOAP client).
 import { execFileSync } from 'node:child_process';
-import { createReadStream, promises as fs, readFileSync, statSync } from 'node:fs';
+import { createHash, randomFillSync } from 'node:crypto';
+import { createReadStream, mkdirSync, promises as fs, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { request } from 'undici';
 import { agentFor, Manager } from '../../shared/vsphere/client';
@@ -18,14 +19,14 @@ export function makeDisks(dir: string, mib: number) {
   const raw = path.join(dir, 'src.raw');
   const buf = Buffer.alloc(mib * 1024 * 1024);
   for (let off = 0; off < buf.length; off += 256 * 1024) {
-    if ((off / (256 * 1024)) % 3 !== 2) require('node:crypto').randomFillSync(buf, off, 128 * 1024);
+    if ((off / (256 * 1024)) % 3 !== 2) randomFillSync(buf, off, 128 * 1024);
   }
   buf.write('FERRY-TEST-DISK', 0);
-  require('node:fs').writeFileSync(raw, buf);
+  writeFileSync(raw, buf);
   const sparse = path.join(dir, 'sparse.vmdk');
   execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicSparse', raw, sparse]);
   const flatDir = path.join(dir, 'flat');
-  require('node:fs').mkdirSync(flatDir, { recursive: true });
+  mkdirSync(flatDir, { recursive: true });
   const flat = path.join(flatDir, 'data.vmdk');
   execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, flat]);
   return { raw, sparse, flat, flatExtent: path.join(flatDir, 'data-flat.vmdk'), bytes: buf.length };
@@ -34,11 +35,11 @@ export function makeDisks(dir: string, mib: number) {
 /** A delta (monolithicSparse with a parent hint) over a monolithicFlat base, with some blocks changed. */
 export function makeSnapshotChain(dir: string, mib: number) {
   const d = path.join(dir, 'chain');
-  require('node:fs').mkdirSync(d, { recursive: true });
+  mkdirSync(d, { recursive: true });
   const raw = path.join(d, 'base.raw');
   const buf = Buffer.alloc(mib * 1024 * 1024);
-  require('node:crypto').randomFillSync(buf, 0, buf.length / 2);
-  require('node:fs').writeFileSync(raw, buf);
+  randomFillSync(buf, 0, buf.length / 2);
+  writeFileSync(raw, buf);
   const base = path.join(d, 'base.vmdk');
   execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, base]);
   const delta = path.join(d, 'base-000001.vmdk');
@@ -89,5 +90,22 @@ export async function createVm(m: Manager, s: VmSpec) {
 }
 
 export async function sha256(file: string) {
-  return require('node:crypto').createHash('sha256').update(await fs.readFile(file)).digest('hex');
+  return createHash('sha256').update(await fs.readFile(file)).digest('hex');
+}
+
+/** Powers a VM on (a task), as an operator would before Ferry is asked to export it. */
+export async function powerOn(m: Manager, vmPath: string) {
+  const sc = await m.serviceContent();
+  const vm = moref(await m.call('FindByInventoryPath', sc.searchIndex, el('inventoryPath', vmPath.slice(1))))!;
+  await waitForTask(m, moref(await m.call('PowerOnVM_Task', vm))!, `power-on of ${vmPath}`);
+}
+
+/** A VM with one sparse disk of `mib` MiB (random data), uploaded. */
+export async function tinyVm(v: Vcsim, m: Manager, dir: string, name: string, mib: number) {
+  const d = path.join(dir, name);
+  mkdirSync(d, { recursive: true });
+  const disks = makeDisks(d, mib);
+  const p = await createVm(m, { name, disks: [{ file: `${name}/${name}.vmdk`, bytes: disks.bytes }] });
+  await upload(v, disks.sparse, `${name}/${name}.vmdk`);
+  return { path: p, sparse: disks.sparse, raw: disks.raw };
 }

@@ -68,7 +68,7 @@ export async function runExport(ctx: OpContext, p: ExportParameters, outputDir: 
           details.files = JSON.stringify(s.files.map((f) => ({ ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100 })));
         }
         const msg = s.phase === 'exporting' ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}` : s.phase;
-        pending = pending.then(() => ctx.progress(phase, Math.min(99, s.percent_complete), msg, details)).catch(() => undefined);
+        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(() => undefined);
       },
     });
   } catch (e) {
