@@ -27,7 +27,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   let daemon: Proc & { url: string };
   let B: string;
   let m: ReturnType<typeof managerFor>;
-  const q = (o: Record<string, string | boolean>) => '?' + new URLSearchParams(Object.entries(o).map(([k, x]) => [k, String(x)])).toString();
+  const q = (o: Record<string, string | boolean>) => '?' + new URLSearchParams(Object.entries(o).map(([k, x]): [string, string] => [k, String(x)])).toString();
 
   before(async function () {
     this.timeout(180_000);
