@@ -4,7 +4,7 @@
 // takes next. Faults: connections cut mid-file (a TCP proxy), a worker SIGKILLed mid-export, the simulator
 // stopped mid-export, cancel mid-download; and the per-manager export limit across workers.
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -175,6 +175,30 @@ describe('vSphere export jobs (vcsim)', function () {
     for (const a of j.result.artifacts) expect(existsSync(a.path), a.path).to.equal(true);
     const boot = j.result.artifacts.find((a: any) => a.disk_id === 'disk-0');
     execFileSync('qemu-img', ['compare', '-F', 'raw', boot.path, web1.raw]);
+  });
+
+  it('ferry-convert command: manager_export exports with the same code, then converts, with progress lines and exit 0', async () => {
+    const out = path.join(dir, 'convert-out');
+    const cfg = path.join(dir, 'manager-export.yaml');
+    writeFileSync(cfg, [
+      'command: manager_export', `manager_host: ${v.url}`, `manager_user: ${v.username}`, 'manager_password: ${VC_PW}', 'vm_name: tiny',
+      `output_dir: ${out}`, 'parallel_streams: 2', 'out_format: raw', 'fstab_mode: preserve', 'update_grub: false', 'regen_initramfs: false', ''].join('\n'));
+    const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+      const child = spawn(path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js'), ['--config', cfg], { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), VC_PW: PASSWORD, FERRY_VSPHERE_CA: v.caFile }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = ''; let stderr = '';
+      child.stdout.setEncoding('utf8').on('data', (x) => { stdout += x; });
+      child.stderr.setEncoding('utf8').on('data', (x) => { stderr += x; });
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stdout, stderr }));
+    });
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr).to.match(/exporting \/DC0\/vm\/tiny from https:\/\/127\.0\.0\.1:\d+ into .* with 2 stream/);
+    expect(r.stderr, r.stderr).to.match(/export: \d\/1 files/);
+    expect(r.stderr, r.stderr).to.match(/tiny: OK/);
+    expect(r.stdout + r.stderr).to.not.include(PASSWORD);
+    execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'raw', path.join(out, 'tiny.raw'), tiny.raw]);
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    expect(JSON.stringify(report)).to.include('vsphere');
   });
 
   it('refuses a running VM by default with a clear reason; power_off=force powers it off (recorded) and exports', async () => {
