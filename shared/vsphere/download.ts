@@ -118,6 +118,18 @@ interface FileJob {
   lock: Promise<void>;
 }
 
+/** The buffers from byte `from` on (after a short writev). */
+function sliceFrom(bufs: Buffer[], from: number): Buffer[] {
+  const out: Buffer[] = [];
+  let skip = from;
+  for (const b of bufs) {
+    if (skip >= b.length) { skip -= b.length; continue; }
+    out.push(skip ? b.subarray(skip) : b);
+    skip = 0;
+  }
+  return out;
+}
+
 const sleep = (ms: number, signal: AbortSignal) => new Promise<void>((resolve, reject) => {
   if (signal.aborted) { reject(signal.reason); return; }
   const t = setTimeout(() => { signal.removeEventListener('abort', ab); resolve(); }, ms);
@@ -277,34 +289,44 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
         let skip = 0;
         if (res.statusCode === 200) skip = pos; // the server ignored the range: drop what we already have
         else if (res.statusCode !== 206) { await res.body.dump(); throw new VsphereError('http', `GET ${label(j.f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`); }
+        // Received bytes are hashed at once (in order) and written in batches with one write in flight, so the
+        // next bytes arrive while the previous batch goes to disk. `pos` counts bytes on disk: a retry starts there.
         let batch: Buffer[] = [];
         let batchLen = 0;
+        let queued = pos;
+        let inflight: Promise<void> = Promise.resolve();
         const flush = async () => {
           if (!batchLen) return;
-          const b = batch.length === 1 ? batch[0] : Buffer.concat(batch, batchLen);
-          batch = []; batchLen = 0;
-          await j.fh!.write(b, 0, b.length, pos);
-          feed(j, i, b);
-          pos += b.length;
-          j.written[i] += b.length;
-          j.bytes += b.length;
-          j.stateDirty = true;
-          current = j.name;
-          report();
+          const bufs = batch;
+          const n = batchLen;
+          const at = queued;
+          batch = []; batchLen = 0; queued += n;
+          for (const b of bufs) feed(j, i, b);
+          await inflight;
+          const write = (async () => {
+            for (let w = 0; w < n;) w += (await j.fh!.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
+            pos = at + n;
+            j.written[i] += n;
+            j.bytes += n;
+            j.stateDirty = true;
+            current = j.name;
+            report();
+          })();
+          write.catch(() => undefined); // awaited below; this only marks a failure as seen meanwhile
+          inflight = write;
         };
         try {
           for await (const raw of res.body) {
             let b = raw as Buffer;
             if (skip) { const s = Math.min(skip, b.length); skip -= s; result.bytes_refetched += s; b = b.subarray(s); if (!b.length) continue; }
-            const room = end - pos - batchLen;
+            const room = end - queued - batchLen;
             if (b.length > room) b = b.subarray(0, room);
             batch.push(b); batchLen += b.length;
             if (batchLen >= WRITE_BATCH) await flush();
-            if (pos + batchLen >= end) break;
+            if (queued + batchLen >= end) break;
           }
         } finally {
-          await flush();
-          res.body.destroy();
+          try { await flush(); await inflight; } finally { res.body.destroy(); }
         }
         if (pos < end) throw new VsphereError('http', `the connection to vSphere manager ${m.name} closed ${end - pos} bytes early in ${label(j.f)}`);
       } catch (e) {

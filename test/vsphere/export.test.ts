@@ -250,12 +250,12 @@ describe('vSphere export jobs (vcsim)', function () {
 
   it('a worker SIGKILLed mid-export: another worker finishes from the partial files', async () => {
     proxy.cutAfter(0, 0);
-    proxy.throttle(1024 * 1024); // 1 MiB/s per connection: the 12 MiB disk takes ~12 s on one stream
+    proxy.throttle(512 * 1024); // 512 KiB/s per connection: the big disk (~4.5 MiB sparse) takes ~9 s on one stream
     const url = `https://127.0.0.1:${proxy.port}/sdk`;
     const spare = await worker('vs-spare', {}, ['vsphere_access']);
     const out = path.join(dir, 'out-kill');
     const id = await submit({ vm_path: big.path, output_path: out, manager_url: url, options: { parallel_downloads: 1 } });
-    const run = await until(async () => { const j = await gwJob(id); return j.state === 'RUNNING' && Number(j.latest_event?.details?.bytes_downloaded) > 3 * 1024 * 1024 && j; }, 30000, 'export running with 3 MiB done');
+    const run = await until(async () => { const j = await gwJob(id); return j.state === 'RUNNING' && Number(j.latest_event?.details?.bytes_downloaded) >= 1536 * 1024 && j; }, 60000, 'export running with 1.5 MiB done');
     const victimId = run.worker_id as string;
     const victim = victimId === 'vs-spare' ? spare : procs.find((p) => p.proc.spawnargs.includes(victimId))!;
     await victim.kill();
@@ -266,7 +266,7 @@ describe('vSphere export jobs (vcsim)', function () {
     expect(j.worker_id).to.not.equal(victimId);
     expect(j.result.files[0].sha256).to.equal(await sha256(big.sparse));
     // It continued: the bytes the victim wrote were read back for the checksum, not fetched again.
-    expect(j.result.bytes_rehashed).to.be.at.least(2 * 1024 * 1024);
+    expect(j.result.bytes_rehashed).to.be.at.least(512 * 1024);
     expect(walk(out).filter((f) => f.includes('.ferry-part'))).to.deep.equal([]);
   });
 
