@@ -13,7 +13,7 @@ import { pathByName } from '../../shared/vsphere/inventory';
 export async function exportForConvert(s: Record<string, any>, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
   if (!s.output_dir) throw new ConfigError('output_dir is required in mode manager_export', [{ path: 'output_dir', message: 'is required' }]);
   // manager_user / manager_password fall back to GOVC_USERNAME / GOVC_PASSWORD (with ${ENV} in the file too).
-  const creds = resolveCredentials({ manager_url: s.manager_host, username: s.manager_user, password: s.manager_password, insecure: s.manager_insecure });
+  const creds = resolveCredentials({ manager_url: s.manager_host, username: s.manager_user, password: s.manager_password, insecure: s.manager_insecure }, process.env, true);
   const m = managerFor(creds);
   const vmPath = s.vm_path ?? await pathByName(m, s.vm_name);
   const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir, '.ferry-export', String(s.vm_name)));

@@ -16,11 +16,12 @@ const err = (description: string) => ({ description, schema: daemonErrorSchema }
 const message = Joi.object({ message: Joi.string() });
 
 function manager(q: { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }) {
+  const field = q.server !== undefined ? 'server' : 'manager_url';
   try {
     return managerFor(resolveCredentials({ manager_url: q.server ?? q.manager_url, username: q.username, password: q.password, insecure: q.insecure }));
   } catch (e) {
-    if (e instanceof VsphereError) throw new ApiError(400, e.message, { fields: [{ field: 'manager_url', message: e.message }] });
-    throw new ApiError(400, `manager URL is not valid: ${(e as Error).message}`, { fields: [{ field: 'manager_url', message: 'not a URL' }] });
+    const msg = e instanceof VsphereError ? e.message : `manager_url is not a valid URL: ${(e as Error).message}`;
+    throw new ApiError(400, field === 'server' ? msg.replace(/^manager_url/, 'server') : msg, { fields: [{ field, message: msg }] });
   }
 }
 

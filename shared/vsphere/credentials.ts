@@ -28,11 +28,36 @@ export function managerEnv(env: NodeJS.ProcessEnv = process.env): ManagerEnv {
 
 export interface CredentialOverrides { manager_url?: string; username?: string; password?: string; insecure?: boolean }
 
-/** A request's own fields over the environment's defaults; an error naming what is missing. */
-export function resolveCredentials(o: CredentialOverrides, env: NodeJS.ProcessEnv = process.env): ManagerCredentials {
+function hostPort(raw: string): { host: string; port: string } | null {
+  try {
+    const u = new URL(/^[a-z]+:\/\//i.test(raw) ? raw : `https://${raw}`);
+    return { host: u.hostname.toLowerCase(), port: u.port || (u.protocol === 'http:' ? '80' : '443') };
+  } catch { return null; }
+}
+
+/** Whether a service may contact this manager: GOVC_URL's, or one named in FERRY_VSPHERE_MANAGERS (comma-separated
+ *  hosts, host:port or URLs; a bare host allows any port). A request or job cannot make Ferry reach other hosts. */
+export function managerAllowed(raw: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  const want = hostPort(raw);
+  if (!want) return false;
+  const d = managerEnv(env).url;
+  const entries = [...(d ? [d] : []), ...(env.FERRY_VSPHERE_MANAGERS || '').split(',').map((x) => x.trim()).filter(Boolean)];
+  return entries.some((e) => {
+    const bare = !/^[a-z]+:\/\//i.test(e) && !/:\d+$/.test(e) && !e.includes('/');
+    const h = hostPort(e);
+    return !!h && h.host === want.host && (bare || h.port === want.port);
+  });
+}
+
+/** A request's own fields over the environment's defaults; an error naming what is missing or not allowed.
+ *  `anyManager`: the command-line tool, whose configuration is its user's own, may name any manager. */
+export function resolveCredentials(o: CredentialOverrides, env: NodeJS.ProcessEnv = process.env, anyManager = false): ManagerCredentials {
   const d = managerEnv(env);
   const url = o.manager_url ?? d.url;
   if (!url) throw new VsphereError('config', 'no vSphere manager given: pass manager_url (or server), or set GOVC_URL');
+  if (o.manager_url !== undefined && !anyManager && !managerAllowed(o.manager_url, env)) {
+    throw new VsphereError('config', `manager_url ${hostPort(o.manager_url) ? `${hostPort(o.manager_url)!.host}:${hostPort(o.manager_url)!.port}` : '(not a URL)'} is not a vSphere manager this service may contact: it must be GOVC_URL's or listed in FERRY_VSPHERE_MANAGERS`);
+  }
   return { url, username: o.username ?? d.username, password: o.password ?? d.password, insecure: o.insecure ?? d.insecure };
 }
 

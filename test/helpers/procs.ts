@@ -50,7 +50,7 @@ export async function startGatewayProc(env: Record<string, string>): Promise<Pro
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
-/** The daemon (8080 API) on a free port with a config file. */
+/** The daemon (8080) on a free port with a config file. */
 export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);

@@ -30,7 +30,7 @@ describe('worker processes', function () {
 
   before(async () => {
     await redis.start();
-    env = testEnv(redis.url);
+    env = { ...testEnv(redis.url), FERRY_EXTRA_CAPABILITIES: 'graceful_cap,metered_cap' };
     gw = await startGatewayProc(env);
     vmdk = makeImage(dir, 'disk-a', 'vmdk', 24);
     vhdx = makeImage(dir, 'disk-b', 'vhdx', 16);

@@ -41,7 +41,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     await powerOn(m, '/DC0/vm/notools');
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    daemon = await startDaemonProc({ ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD }, cfg);
+    daemon = await startDaemonProc({ ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1', GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD }, cfg);
     B = daemon.url;
   });
   after(async () => {
@@ -90,6 +90,11 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     expect(away.status).to.equal(502);
     expect(away.body.error).to.include(`vSphere manager https://127.0.0.1:${port} cannot be reached`);
     expect(away.text).to.not.include('secret-away-pw');
+    // Only managers the deployment names (GOVC_URL, FERRY_VSPHERE_MANAGERS) are contacted: no arbitrary hosts.
+    const elsewhere = await req(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk', username: 'u', password: 'secret-elsewhere-pw' })}`);
+    expect(elsewhere.status).to.equal(400);
+    expect(elsewhere.body.error).to.match(/^server 10\.9\.8\.7:443 is not a vSphere manager this service may contact/);
+    expect(elsewhere.text).to.not.include('secret-elsewhere-pw');
     expect(daemon.logs.join('')).to.not.include('not-the-password-55').and.not.include('secret-away-pw').and.not.include(PASSWORD);
   });
 
