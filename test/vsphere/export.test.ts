@@ -29,8 +29,6 @@ function walk(dir: string, base = dir): string[] {
 }
 
 describe('vSphere export jobs (vcsim)', function () {
-
-
   this.timeout(120_000);
   const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-vsphere-export-'));
