@@ -258,7 +258,7 @@ export class Lifecycle {
       const batch = ids.slice(i, i + 500);
       const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
       const p = r.pipeline();
-      for (const [j, h] of hs.entries()) if (h?.queue) p.exists(`${this.router.k.bullPrefix}:${h.queue}:${bullId(batch[j])}`);
+      for (const [j, h] of hs.entries()) if (h?.queue) this.router.bull.exists(p, h.queue, bullId(batch[j]));
       const exists = ((await p.exec()) || []).map(([, v]) => Number(v));
       let n = 0;
       for (const [j, h] of hs.entries()) {

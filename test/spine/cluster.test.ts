@@ -1,4 +1,5 @@
-// `npm start` (scripts/cluster.ts) as a user runs it: the whole local cluster with its private Redis, a real
+// `npm start` (scripts/cluster.ts, built first: prestart runs `npm run build`) as a user runs it: the whole
+// local cluster, every service as plain `node dist/services/<name>/main.js`, with its private Redis, a real
 // conversion submitted to the gateway and taken by one of its two workers, the daemon up, then SIGTERM sent to
 // npm's own pid (as a process manager or `kill <pid>` does; Ctrl-C signals the whole group, which is easier)
 // stops every process, the private Redis last, and the command exits 0. Ports are free ones, data in a temp dir.
@@ -21,7 +22,7 @@ const listening = (port: number) => new Promise<boolean>((r) => {
 });
 
 describe('npm start: the whole local cluster (scripts/cluster.ts)', function () {
-  this.timeout(120_000);
+  this.timeout(240_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-cluster-'));
   const ports: Record<string, number> = {};
   let proc: ChildProcess;
@@ -46,7 +47,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
 
   it('starts its private Redis and every service; both workers register with the gateway', async () => {
     const base = `http://127.0.0.1:${ports.gateway}`;
-    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); return r?.status === 200 && r.body.workers === 2 && r.body; }, 60_000, `gateway with 2 workers; output so far:\n${out}`);
+    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); return r?.status === 200 && r.body.workers === 2 && r.body; }, 180_000, `gateway with 2 workers (after the build); output so far:\n${out}`);
     expect(h.status).to.equal('healthy');
     expect(out).to.contain(`[cluster] started a private redis-server on redis://127.0.0.1:${ports.redis} (append-only, data in ${path.join(dir, 'data', 'redis')})`);
     expect(out).to.contain(`[cluster] gateway on http://localhost:${ports.gateway}, daemon on http://localhost:${ports.daemon}`);
@@ -65,7 +66,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
     const output = path.join(dir, 'cluster-1.qcow2');
     expect(j.result).to.include({ output_path: output, format: 'qcow2' });
     execFileSync('qemu-img', ['compare', '-q', '-f', 'vmdk', '-F', 'qcow2', src, output]);
-    for (const line of out.split('\n').filter(Boolean)) expect(line).to.match(/^\[(cluster|gateway|daemon|scheduler|notifier|worker-1|worker-2)\] /);
+    for (const line of out.split('\n').filter(Boolean)) expect(line).to.match(/^\[(build|cluster|gateway|daemon|scheduler|notifier|worker-1|worker-2)\] /);
     // Static files: a browser that drops a connection mid-file leaves no stack trace in the log.
     const daemon = `http://127.0.0.1:${ports.daemon}`;
     for (let i = 0; i < 5; i++) {
