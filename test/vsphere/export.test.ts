@@ -253,7 +253,7 @@ describe('vSphere export jobs (vcsim)', function () {
     const spare = await worker('vs-spare', {}, ['vsphere_access']);
     const out = path.join(dir, 'out-kill');
     const id = await submit({ vm_path: big.path, output_path: out, manager_url: url, options: { parallel_downloads: 1 } });
-    const run = await until(async () => { const j = await gwJob(id); return j.state === 'RUNNING' && Number(j.latest_event?.details?.bytes_downloaded) >= 1536 * 1024 && j; }, 60000, 'export running with 1.5 MiB done');
+    const run = await until(async () => { const j = await gwJob(id); return j.state === 'RUNNING' && Number(j.latest_event?.details?.bytes_downloaded) >= 1536 * 1024 && j; }, 90000, 'export running with 1.5 MiB done');
     const victimId = run.worker_id as string;
     const victim = victimId === 'vs-spare' ? spare : procs.find((p) => p.proc.spawnargs.includes(victimId))!;
     await victim.kill();
@@ -273,7 +273,11 @@ describe('vSphere export jobs (vcsim)', function () {
     const url = `https://127.0.0.1:${proxy.port}/sdk`;
     const out = path.join(dir, 'out-cancel');
     const id = await submit({ vm_path: big.path, output_path: out, manager_url: url, options: { parallel_downloads: 3 } });
-    await until(async () => Number((await gwJob(id)).latest_event?.details?.bytes_downloaded) > 1024 * 1024, 30000, 'download under way');
+    await until(async () => {
+      const j = await gwJob(id);
+      if (Number(j.latest_event?.details?.bytes_downloaded) >= 512 * 1024) return true;
+      throw new Error(`${j.state} on ${j.worker_id}: ${j.latest_event?.phase} ${j.latest_event?.details?.bytes_downloaded ?? ''} ${j.queue?.waiting_reason ?? ''}`);
+    }, 90000, 'download under way');
     const c = await req(daemon.url, 'POST', '/jobs/cancel', { job_ids: [id] });
     expect(c.body.cancelled).to.deep.equal([id]);
     // No stream left: nothing more flows through the proxy, and no partial file stays.
