@@ -69,10 +69,8 @@ export async function startVcsim(opts: { port?: number; username?: string; passw
       }
       // SIGTERM removes the datastore directories; after a SIGKILL they are removed here.
       for (const d of Object.values(ready.datastores as Record<string, string>)) rmSync(d, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true });
     };
     return { url: ready.url, host: '127.0.0.1', port, username, password, caFile, datastores: ready.datastores, proc, logs, stop };
   }
 }
-
-/** Removes the certificate directory of a stopped simulator. */
-export function removeVcsimDir(v: Vcsim) { rmSync(path.dirname(v.caFile), { recursive: true, force: true }); }
