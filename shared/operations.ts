@@ -6,6 +6,7 @@ import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
+import { POWER_OPTIONS } from './vsphere/options';
 
 export interface OperationDef {
   capabilities: string[];
@@ -56,6 +57,10 @@ const managerParameters = {
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
+  power_off: Joi.string().valid(...POWER_OPTIONS).default('none').description('a running VM: none = refuse, shutdown = guest shutdown and wait, force = power off'),
+  shutdown_timeout_seconds: Joi.number().integer().min(1).max(3600).default(300),
+  remove_cdrom: Joi.boolean().default(false),
+  parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
 };
 
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
@@ -127,23 +132,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'does no work: for drills, smoke tests and benchmarks of the queue itself',
   },
   export: {
-    // No capability yet: every worker takes it and fails it with a clear reason until the remote-manager
-    // client lands (services/worker/operations/remote.ts); it will then require a manager_access capability.
-    capabilities: [],
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
       name: Joi.string().max(256),
       output_path: absolutePath.required(),
-      parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
-      remove_cdrom: Joi.boolean().default(false),
       show_individual_progress: Joi.boolean().default(false),
     }),
     paths: (spec) => [{ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' }],
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {
-    capabilities: [],
+    // The export stage; the stages after it (services/worker/operations/migrate-vm.ts) add theirs.
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
