@@ -152,7 +152,7 @@ export class Lifecycle {
         continue;
       }
       steps.push({ to: 'ASSIGNED', reason: `assigned to worker ${worker.worker_id} (attempt ${attempts + 1} of ${max})`, worker_id: worker.worker_id });
-      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, deadline: opts.deadline ? Date.now() + policy.timeout_seconds * 1000 : null } });
+      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, waiting_reason: null, deadline: opts.deadline ? Date.now() + policy.timeout_seconds * 1000 : null } });
       if (!r.ok) {
         await this.router.finish(got.queue, id, token);
         continue;
@@ -244,12 +244,13 @@ export class Lifecycle {
     }
   }
 
-  /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it). */
-  async handBack(id: string, workerId: string, lease: string, reason: string) {
+  /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it yet:
+   *  then `waitingReason` says why, shown while it is QUEUED, and `delayMs` spaces the next try). */
+  async handBack(id: string, workerId: string, lease: string, reason: string, opts: { delayMs?: number; waitingReason?: string } = {}) {
     const h = await this.store.raw(id);
     if (!h || h.lease !== lease) return false;
-    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1) } });
-    if (r.ok) await this.router.requeue(h.queue, id, lease, 0);
+    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
+    if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
     await this.registry.releaseJob(workerId, id);
     return r.ok;
   }
@@ -356,8 +357,13 @@ export class Lifecycle {
     return restored;
   }
 
-  /** Why a queued job is still waiting, or null when some active worker can take it. */
-  async waitingReason(queue: string): Promise<string | null> {
+  /** Why a queued job is still waiting, or null when some active worker can take it. With `jobId`, the reason
+   *  a worker gave when it handed the job back (a full per-manager export limit) comes first. */
+  async waitingReason(queue: string, jobId?: string): Promise<string | null> {
+    if (jobId) {
+      const own = await this.store.redis.hget(this.store.k.job(jobId), 'waiting_reason');
+      if (own) return own;
+    }
     const req = parseQueueName(queue);
     if (!req) return null;
     const active = await this.registry.active();

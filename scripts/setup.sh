@@ -11,6 +11,11 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 # browser dashboard test (issue 5): headless Chromium driven by playwright-core
 command -v chromium >/dev/null || need_apt+=(chromium)
+# the vSphere simulator (issue 10): scripts/vcsim.sh builds it offline from Debian's govmomi with Debian's Go
+command -v go >/dev/null || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/vmware/govmomi/simulator ] || need_apt+=(golang-github-vmware-govmomi-dev)
+# the export test writes its own disks with qemu-img and fetches with curl in the export benchmark
+command -v curl >/dev/null || need_apt+=(curl)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
   # a static /bin/sh for the test guest whose grub-mkconfig and update-initramfs really run inside it
@@ -28,12 +33,24 @@ if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
   command -v ssh >/dev/null || need_apt+=(openssh-client)
 fi
+if [ "${FERRY_SETUP_LIBVIRT:-1}" = 1 ]; then
+  # The virtualization host (issue 11): libvirtd, virtlogd, virtlockd, virsh, virt-clone, UEFI firmware,
+  # virt-sysprep/virt-customize, scrub for vol-wipe's algorithms, nc for qemu+ssh:// to a private socket.
+  command -v libvirtd >/dev/null || need_apt+=(libvirt-daemon-system)
+  command -v virsh >/dev/null || need_apt+=(libvirt-clients)
+  command -v virt-clone >/dev/null || need_apt+=(virtinst)
+  [ -e /usr/share/OVMF/OVMF_CODE_4M.fd ] || need_apt+=(ovmf)
+  command -v virt-customize >/dev/null || need_apt+=(guestfs-tools)
+  command -v scrub >/dev/null || need_apt+=(scrub)
+  command -v nc >/dev/null || need_apt+=(netcat-openbsd)
+  [ -x /usr/bin/python3 ] || need_apt+=(python3)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
     echo "setup: please install as root: apt-get install -y ${need_apt[*]}" >&2
     exit 1

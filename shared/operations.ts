@@ -4,7 +4,9 @@ import path from 'node:path';
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
+import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
+import { POWER_OPTIONS } from './vsphere/options';
 
 export interface OperationDef {
   capabilities: string[];
@@ -55,6 +57,10 @@ const managerParameters = {
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
+  power_off: Joi.string().valid(...POWER_OPTIONS).default('none').description('a running VM: none = refuse, shutdown = guest shutdown and wait, force = power off'),
+  shutdown_timeout_seconds: Joi.number().integer().min(1).max(3600).default(300),
+  remove_cdrom: Joi.boolean().default(false),
+  parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
 };
 
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
@@ -68,6 +74,21 @@ export function migrateCapabilities(p: { manifest?: { pipeline?: Record<string, 
 }
 
 export const OPERATIONS: Record<string, OperationDef> = {
+  import_kvm: {
+    capabilities: ['libvirt_access'],
+    needsImage: false,
+    parameters: Joi.object({
+      disks: Joi.array().items(Joi.object({ path: absolutePath.required(), format: Joi.string().max(16) })).min(1).max(26).required().description('boot disk first'),
+      name: virtName.required(),
+      memory: Joi.number().integer().min(16).default(1024).description('MiB'),
+      cpus: Joi.number().integer().min(1).max(512).default(1),
+      networks: Joi.array().items(Joi.string().max(200)).max(16).default([]).description('one virtio NIC per libvirt network or bridge'),
+      pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
+      virt_uri: Joi.string().max(1024).description('target libvirt URI (default FERRY_LIBVIRT_URI), qemu+ssh:// for another host'),
+    }),
+    paths: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
+    description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
+  },
   migrate: {
     capabilities: ['img_tool'],
     capabilitiesFor: migrateCapabilities,
@@ -111,23 +132,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'does no work: for drills, smoke tests and benchmarks of the queue itself',
   },
   export: {
-    // No capability yet: every worker takes it and fails it with a clear reason until the remote-manager
-    // client lands (services/worker/operations/remote.ts); it will then require a manager_access capability.
-    capabilities: [],
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
       name: Joi.string().max(256),
       output_path: absolutePath.required(),
-      parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
-      remove_cdrom: Joi.boolean().default(false),
       show_individual_progress: Joi.boolean().default(false),
     }),
     paths: (spec) => [{ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' }],
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {
-    capabilities: [],
+    // The export stage; the stages after it (services/worker/operations/migrate-vm.ts) add theirs.
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,

@@ -2,6 +2,7 @@
 // WebSocket updates, metrics, /openapi.yaml and Swagger UI. main.ts only runs it. `extend` and the returned
 // mountStatic/api let other parts (the dashboard) add routes or a static directory.
 import http from 'node:http';
+import path from 'node:path';
 import type Koa from 'koa';
 import yaml from 'js-yaml';
 import Joi from 'joi';
@@ -27,6 +28,10 @@ import { StaticMount, staticMiddleware, swaggerMount } from './static';
 import { ScheduleStore } from '../scheduler/schedules';
 import { WebhookStore } from '../notifier/webhooks';
 import { registerDashboard } from './dashboard';
+import { registerVirt } from './virt';
+import { consoleEndpoints } from './console';
+import { buildSpec } from './specs';
+import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 
 export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
   return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
@@ -94,6 +99,18 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
+  // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
+  // 503 naming the URI while no libvirtd answers there.
+  const virsh = new Virsh(configuredUri());
+  registerVirt({
+    api, virsh,
+    submitConvert: async (def) => {
+      const b = buildSpec(def, { where: '', jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads });
+      await life.submit(b.spec, { enqueue: true, meta: { kind: 'convert', name: 'convert' } });
+      return { job_id: b.spec.job_id };
+    },
+  });
+  void virsh.reachable().then((up) => (up ? log.info('libvirt answers', { uri: virsh.uri }) : log.warn(`no libvirtd answers at ${virsh.uri}: /virt routes answer 503 until one does`)));
   api.add({
     method: 'get', role: 'public', path: '/openapi.yaml', summary: 'This API description (OpenAPI 3, generated from the joi schemas)', tags: ['docs'],
     responses: { 200: { description: 'OpenAPI YAML', type: 'application/yaml', schema: { type: 'string' } } },
@@ -155,6 +172,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       };
     },
     // A browser's ?ticket= (from POST /ws/ticket), else the key headers; a key in the URL is refused.
+    others: consoleEndpoints(virsh),
     authorize: async (req) => {
       const q = new URL(req.url || '/', 'http://x').searchParams;
       if (q.has('api_key')) return { status: 401, message: 'API keys are not accepted in URLs; send X-API-Key or Authorization: Bearer, or get a ticket from POST /ws/ticket' };
@@ -170,6 +188,9 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   });
 
   // The browser dashboard at /web/dashboard/ and the routes it needs (services/daemon/dashboard.ts).
+  // xterm.js for the VM console page, served from node_modules (no CDN); mounted before the dashboard's own
+  // folder, which would otherwise claim the path.
+  mountStatic('/web/dashboard/vendor/xterm', path.dirname(require.resolve('@xterm/xterm/package.json')));
   const dashboardHub = await registerDashboard({ api, life, bus, jobTimeoutSeconds: cfg.jobTimeoutSeconds, mountStatic });
   opts.extend?.({ api, app, life, mountStatic });
 

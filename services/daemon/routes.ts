@@ -19,6 +19,7 @@ import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
 import { createdView, publicView, WebhookStore } from '../notifier/webhooks';
 import { checkTarget } from '../../shared/targets';
+import { addVmRoutes } from './vms';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const ts = () => new Date().toISOString();
@@ -50,6 +51,9 @@ export function buildDaemonApi(d: RouteDeps) {
     return { jobs: await jobViews(store, ids), total, limit, offset };
   }
   const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
+
+  // Remote VMs (services/daemon/vms.ts)
+  addVmRoutes(api);
 
   // Health and status
   api.add({

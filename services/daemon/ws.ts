@@ -23,6 +23,8 @@ export interface WsDeps {
   metrics: () => Promise<object>;
   /** status 401/403 refuses the upgrade with the message; 0 lets it through. */
   authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string }>;
+  /** Other WebSocket endpoints (the VM console): called after the same authorization. */
+  others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
 }
 
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
@@ -45,10 +47,12 @@ export class WsHub {
     server.on('upgrade', (req, socket: Duplex, head) => {
       const path = (req.url || '/').split('?')[0].replace(/\/+$/, '');
       const kind = PATHS[path];
-      if (!kind) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
+      const other = this.d.others?.[path];
+      if (!kind && !other) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
         if (v.status) return this.refuse(socket, v.status, v.message);
-        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
+        if (other) return other(req, socket, head);
+        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));

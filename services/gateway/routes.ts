@@ -40,7 +40,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       queue: {
         name: rec.queue,
         position: queued ? await router.position(rec.queue!, id) : null,
-        waiting_reason: queued ? await life.waitingReason(rec.queue!) : null,
+        waiting_reason: queued ? await life.waitingReason(rec.queue!, id) : null,
       },
     };
   }

@@ -95,12 +95,23 @@ export async function startWorker(o: WorkerOptions) {
     const t0 = Date.now();
     const timer = setTimeout(() => { r.why = 'timeout'; r.abort.abort(new Error('timeout')); }, spec.execution_policy.timeout_seconds * 1000);
     let outcome = 'completed';
+    let admitted: { release: () => Promise<void> } | undefined;
     try {
       if (!impl) throw new OperationError(`this worker has no implementation of operation ${spec.operation}`, true);
+      if (impl.admit) {
+        const a = await impl.admit(spec, store);
+        if (!a.ok) {
+          // Not now (a shared limit is full): back to the queue without using an attempt, saying why.
+          outcome = 'deferred';
+          await life.handBack(lease.job_id, o.workerId, lease.token, a.reason, { delayMs: 500 + Math.round(Math.random() * 1000), waitingReason: a.reason });
+          return;
+        }
+        admitted = a;
+      }
       if (!(await life.start(lease.job_id, o.workerId, lease.token, record.attempts))) { outcome = 'lost'; return; }
       let lastBytes = 0;
       const result = await impl.run({
-        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log, claims: claimsOf(lease.job_id),
+        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log, claims: claimsOf(lease.job_id), store,
         progress: async (phase, percentage, message, details = {}) => {
           const d = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
           if (phase === 'conversion' && d.bytes_processed) { const b = Number(d.bytes_processed); if (b > lastBytes) { bytesTotal.inc(b - lastBytes); lastBytes = b; } }
@@ -135,6 +146,7 @@ export async function startWorker(o: WorkerOptions) {
       }
     } finally {
       clearTimeout(timer);
+      await admitted?.release().catch(() => undefined);
       running.delete(lease.job_id);
       jobsTotal.inc({ operation: spec.operation, outcome });
       jobSeconds.observe({ operation: spec.operation }, (Date.now() - t0) / 1000);

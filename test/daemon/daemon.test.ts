@@ -52,7 +52,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
     const env = { ...testEnv(redis.url), FERRY_SECRET_KEY: 'test-secret-key', FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
     gw = await startGatewayProc(env);
     procs.push(gw);
-    procs.push(await startWorkerProc(env, 'noop-worker', [], ['--concurrency', '4']));
+    procs.push(await startWorkerProc(env, 'noop-worker', ['vsphere_access'], ['--concurrency', '4']));
     daemon = await startDaemonProc(env, cfg);
     procs.push(daemon);
     B = daemon.url;
@@ -122,7 +122,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
 
   describe('jobs', () => {
     let exportId: string;
-    it('accepts shape A as JSON; the job fails with a clear reason; the password is nowhere in Redis, responses or logs', async () => {
+    it('accepts shape A as JSON; without a manager (no manager_url, no GOVC_URL) it fails with a clear reason; the password is nowhere in Redis, responses or logs', async () => {
       const r = await req(B, 'POST', '/jobs/submit', { name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export', password: SECRET_PASSWORD, username: 'admin', options: { remove_cdrom: true } });
       expect(r.status, r.text).to.equal(200);
       expect(r.body).to.include({ accepted: 1, rejected: 0 });
@@ -130,7 +130,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
       const j = await dJob(exportId);
       expect(j.definition).to.include({ id: exportId, name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export' });
       const done = await until(async () => { const v = await dJob(exportId); return v.status === 'failed' && v; }, 20000, 'export job to fail');
-      expect(done.error).to.include('remote manager support is not available yet');
+      expect(done.error).to.include('no vSphere manager given');
       const g = await req(gw.url, 'GET', `/jobs/${exportId}`);
       expect(g.body.state).to.equal('FAILED');
       expect(g.body.spec.parameters).to.include({ parallel_downloads: 3, credentials: 'job', remove_cdrom: true });

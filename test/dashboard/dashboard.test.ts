@@ -61,7 +61,7 @@ describe('browser dashboard (headless Chromium)', function () {
 
   const apiState = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state;
 
-  it('serves its own files (no CDN) under both path forms, and the VM console page says it is not there yet', async () => {
+  it('serves its own files (no CDN) under both path forms, the VM console page with xterm.js from node_modules', async () => {
     for (const p of ['/web/dashboard/', '/api/v1/web/dashboard/']) {
       const r = await req(daemon.url, 'GET', p);
       expect(r.status, p).to.equal(200);
@@ -77,7 +77,8 @@ describe('browser dashboard (headless Chromium)', function () {
     expect((await req(daemon.url, 'GET', '/web/dashboard')).status).to.equal(200); // redirected to the slash form
     const con = await req(daemon.url, 'GET', '/web/dashboard/vm-console.html');
     expect(con.status).to.equal(200);
-    expect(con.text).to.include('not available yet').and.include('virtualization-host');
+    expect(con.text).to.include('vendor/xterm/lib/xterm.js').and.include('vm-console.js');
+    expect((await req(daemon.url, 'GET', '/web/dashboard/vendor/xterm/lib/xterm.js')).status).to.equal(200);
   });
 
   it('loads: jobs table, live /ws connection, counters', async () => {

@@ -2,14 +2,14 @@
 // repair, ${NAME} environment references, fetch-and-fix against a real sshd on 127.0.0.1, batch files,
 // manager_export, exit codes and plain progress lines on a non-terminal. One appliance launch (the fix run).
 import { expect } from 'chai';
-import { execFileSync, spawn, ChildProcess } from 'node:child_process';
-import { promises as fs, mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { promises as fs, mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { makeImage, makeBootableImage } from '../helpers/images';
-import { freePort, waitForPort } from '../helpers/redis';
+import { startSshd, TestSshd } from '../helpers/sshd';
 import { buildGuests } from '../fixtures/guests';
 
 const BIN = path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js');
@@ -97,11 +97,12 @@ describe('ferry-convert command line', function () {
       expect((await ferryConvert([])).code).to.equal(2);
     });
 
-    it('manager_export answers "not available yet" with exit 3, the password never shown', async () => {
+    it('manager_export without output_dir is a usage error (exit 2) naming the key, the password never shown', async () => {
+      // The export itself, against the vSphere simulator, is in test/vsphere/export.test.ts.
       const cfg = writeConfig('manager.yaml', { command: 'manager_export', manager_host: 'vcenter.example', manager_user: 'admin', manager_password: '${FERRY_TEST_PW}', vm_name: 'web-1' });
       const r = await ferryConvert(['--config', cfg], { FERRY_TEST_PW: secret });
-      expect(r.code).to.equal(3);
-      expect(r.stderr).to.match(/manager_export is not available yet: exporting VM "web-1" from vcenter\.example/);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.match(/output_dir is required in mode manager_export/);
       expect(r.stdout + r.stderr).to.not.contain(secret);
     });
 
@@ -183,36 +184,15 @@ describe('ferry-convert command line', function () {
 
   describe('mode fetch-and-fix against a real sshd on 127.0.0.1', () => {
     const sdir = path.join(dir, 'ssh');
-    let sshd: ChildProcess | undefined;
-    let sshdLog = '';
+    let sshd: TestSshd | undefined;
     let port: number;
     const key = path.join(sdir, 'client_key');
 
     before(async () => {
-      mkdirSync(sdir, { recursive: true });
-      mkdirSync('/run/sshd', { recursive: true });
-      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path.join(sdir, 'host_key')]);
-      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
-      await fs.copyFile(`${key}.pub`, path.join(sdir, 'authorized_keys'));
-      port = await freePort();
-      const conf = path.join(sdir, 'sshd_config');
-      writeFileSync(conf, [
-        `Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${path.join(sdir, 'host_key')}`,
-        `AuthorizedKeysFile ${path.join(sdir, 'authorized_keys')}`, 'PasswordAuthentication no', 'KbdInteractiveAuthentication no',
-        `PidFile ${path.join(sdir, 'sshd.pid')}`, 'StrictModes no', 'UsePAM no', 'PermitRootLogin prohibit-password',
-        'Subsystem sftp internal-sftp', 'LogLevel INFO', '',
-      ].join('\n'));
-      sshd = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
-      sshd.stderr!.setEncoding('utf8').on('data', (s: string) => { sshdLog += s; });
-      await waitForPort(port, 15000).catch((e) => { throw new Error(`${e.message}: ${sshdLog}`); });
+      sshd = await startSshd(sdir);
+      port = sshd.port;
     });
-    after(async () => {
-      if (sshd && sshd.exitCode === null) {
-        const gone = new Promise((r) => sshd!.once('exit', r));
-        sshd.kill('SIGTERM');
-        await gone;
-      }
-    });
+    after(async () => { await sshd?.stop(); });
 
     const fetchConfig = (name: string, o: Record<string, unknown>) => writeConfig(name, {
       command: 'fetch-and-fix', host: `127.0.0.1:${port}`, user: 'root', identity: key, timeout: 30, ...NO_FIX, ...o,
@@ -229,12 +209,12 @@ describe('ferry-convert command line', function () {
       expect(report).to.include({ success: true });
       expect(report.source).to.include({ export_method: 'fetch-and-fix' });
       expect(await fs.readdir(path.join(out, '.ferry-fetch'))).to.deep.equal(['known_hosts']);
-      expect(sshdLog).to.match(/Accepted publickey for root from 127\.0\.0\.1/);
+      expect(sshd!.log()).to.match(/Accepted publickey for root from 127\.0\.0\.1/);
     });
 
     it('a wrong remote path fails clearly (exit 1) after 1 + network_retry attempts, each a real connection', async () => {
       const out = path.join(dir, 'fetch-bad');
-      const accepted = () => (sshdLog.match(/Accepted publickey for root/g) || []).length;
+      const accepted = () => (sshd!.log().match(/Accepted publickey for root/g) || []).length;
       const before = accepted();
       const t = Date.now();
       const r = await ferryConvert(['--config', fetchConfig('fetch-bad.yaml', { remote: '/no/such/disk.vmdk', output_dir: out, to_output: 'x.qcow2', network_retry: 2 })]);

@@ -123,7 +123,10 @@ const arbHeaders = (auth: boolean) => fc.record({
 
 function check(sent: Sent, got: Got) {
   const where = `${sent.method} ${sent.path.slice(0, 200)} -> ${got.status} ${got.text.slice(0, 300)}`;
-  expect(got.status, where).to.be.below(500);
+  // The virtualization-host routes answer 503 (naming the URI, saying retry) while no libvirtd answers, as here:
+  // that is the one 5xx allowed, and only there (docs/virt.md).
+  const virt = /^(\/api\/v1)?\/(virt|import)\//.test(sent.path);
+  if (!(virt && got.status === 503 && /does not answer/.test(got.text))) expect(got.status, where).to.be.below(500);
   expect(got.status, where).to.be.at.least(100);
   if (got.type.startsWith('text/event-stream')) expect(got.text, where).to.not.include('event: error');
   if (got.status >= 400 && sent.method !== 'HEAD' && got.type.includes('json')) {

@@ -1,0 +1,20 @@
+// import_kvm: disks into a libvirt storage pool and a domain around them, on the job's virt_uri or the worker's
+// FERRY_LIBVIRT_URI. The result names the domain and its UUID.
+import { configuredUri, importDisk, Virsh } from '../../../shared/libvirt';
+import { checkRunPath } from '../../../shared/roots';
+import type { Operation } from './types';
+
+export const importKvm: Operation = async (ctx) => {
+  const p = ctx.spec.parameters as any;
+  const v = new Virsh(p.virt_uri || configuredUri());
+  // The disks are read here: checked against this worker's input roots right before.
+  const disks = [];
+  for (const [i, d] of (p.disks as { path: string; format?: string }[]).entries()) disks.push({ ...d, path: await checkRunPath({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' }) });
+  await ctx.progress('importing', 0, `importing into ${v.uri}`);
+  const r = await importDisk(v, {
+    disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, pool: p.pool, firmware: p.firmware,
+    onProgress: (stage, pct) => void ctx.progress('importing', pct, stage),
+  });
+  await ctx.progress('importing', 100, `domain ${r.domain} defined`);
+  return { ...r, virt_uri: v.uri };
+};

@@ -1,0 +1,56 @@
+// Batch actions over many domains: each domain on its own (one failing never changes the others), at most
+// FERRY_VIRT_BATCH_CONCURRENCY (default 4) at once, answered with the seed's batch result object.
+import { checkName } from './names';
+import { createSnapshot, domainState, listSnapshots } from './domains';
+import { Virsh } from './virsh';
+
+export interface BatchResult {
+  operation: string; total: number; successful: number; failed: number;
+  results: { domain: string; success: boolean; error?: string }[];
+  start_time: string; end_time: string; duration: string;
+}
+
+export const batchConcurrency = () => Math.max(1, Number(process.env.FERRY_VIRT_BATCH_CONCURRENCY) || 4);
+
+export async function runBatch(operation: string, domains: string[], each: (domain: string) => Promise<unknown>, limit = batchConcurrency()): Promise<BatchResult> {
+  const t0 = Date.now();
+  const results: BatchResult['results'] = new Array(domains.length);
+  let next = 0;
+  const lane = async () => {
+    for (let i = next++; i < domains.length; i = next++) {
+      const domain = domains[i];
+      try { checkName(domain, 'domains[]'); await each(domain); results[i] = { domain, success: true }; } catch (e) {
+        results[i] = { domain, success: false, error: (e as Error).message };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, domains.length) }, lane));
+  const t1 = Date.now();
+  const ok = results.filter((r) => r.success).length;
+  return { operation, total: domains.length, successful: ok, failed: domains.length - ok, results, start_time: new Date(t0).toISOString(), end_time: new Date(t1).toISOString(), duration: `${((t1 - t0) / 1000).toFixed(3)}s` };
+}
+
+/** One domain's part of each batch operation. */
+export const batchOps = {
+  start: (v: Virsh, o: { paused?: boolean }) => (d: string) => v.run(['start', d, ...(o.paused ? ['--paused'] : [])]),
+  stop: (v: Virsh, o: { force?: boolean }) => (d: string) => v.run([o.force ? 'destroy' : 'shutdown', d]),
+  reboot: (v: Virsh, o: { force?: boolean }) => (d: string) => v.run([o.force ? 'reset' : 'reboot', d]),
+  pause: (v: Virsh) => (d: string) => v.run(['suspend', d]),
+  resume: (v: Virsh) => (d: string) => v.run(['resume', d]),
+  snapshot: (v: Virsh, o: { name_prefix: string; description?: string; atomic?: boolean; disk_only?: boolean }, stamp: string) =>
+    (d: string) => createSnapshot(v, d, `${o.name_prefix}-${stamp}`, { description: o.description, atomic: o.atomic, diskOnly: o.disk_only }),
+  /** snapshots_only: delete the domain's snapshots and keep it; otherwise stop it if it runs and undefine it with
+   *  its snapshot metadata (and its volumes when remove_storage). */
+  delete: (v: Virsh, o: { remove_storage?: boolean; snapshots_only?: boolean }) => async (d: string) => {
+    if (o.snapshots_only) {
+      for (const s of await listSnapshots(v, d)) await v.run(['snapshot-delete', d, s]);
+      return;
+    }
+    const state = await domainState(v, d);
+    if (state !== 'shut off') await v.run(['destroy', d]);
+    await v.run(['undefine', d, '--managed-save', '--snapshots-metadata', '--nvram', ...(o.remove_storage ? ['--remove-all-storage'] : [])]);
+  },
+};
+
+/** A snapshot name suffix shared by one batch: 20261123T204512Z. */
+export const batchStamp = () => new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');

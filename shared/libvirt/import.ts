@@ -1,0 +1,115 @@
+// Import: a disk image into a storage pool and a domain defined around it (virtio disk and NIC, serial console,
+// BIOS or UEFI firmware). POST /import/kvm and the last stage of a shape B migration job both call importDisk.
+import { statSync } from 'node:fs';
+import path from 'node:path';
+import { imageInfo } from '../qemu';
+import { kvmUsable } from '../guestfs-env';
+import { ApiError } from '../errors';
+import { checkName, NAME_PATTERN as NAME_OK } from './names';
+import { defineDomain, domainExists, domainInfo } from './domains';
+import { networkExists } from './networks';
+import { ensureDirPool, putFile, volumeExists, volumeInfo } from './volumes';
+import { parseXml, list } from './xml';
+import { configuredUri, Virsh } from './virsh';
+
+/** The pool imports go to unless a request names one: FERRY_LIBVIRT_POOL (default "ferry"), a dir pool at
+ *  FERRY_LIBVIRT_POOL_DIR (default /var/lib/libvirt/images/ferry) created on first use. */
+export const defaultPool = () => process.env.FERRY_LIBVIRT_POOL || 'ferry';
+export const defaultPoolDir = () => process.env.FERRY_LIBVIRT_POOL_DIR || '/var/lib/libvirt/images/ferry';
+
+export interface ImportSpec {
+  /** Disk images, boot disk first (a local path on the machine running this). */
+  disks: { path: string; format?: string }[];
+  name: string;
+  memoryMiB: number; cpus: number;
+  /** Networks (libvirt network names, or bridge names when no such network exists), one NIC each. */
+  networks: string[];
+  pool?: string;
+  firmware?: 'bios' | 'uefi';
+  onProgress?: (stage: string, pct: number) => void;
+}
+
+export interface ImportResult { domain: string; uuid: string; pool: string; volumes: { name: string; path: string | null; format: string | null; capacity: number | null }[]; firmware: 'bios' | 'uefi'; domain_type: string; interfaces: unknown[] }
+
+/** FERRY_LIBVIRT_DOMAIN_TYPE when set; else `kvm` when the host offers it for x86_64 guests (`virsh
+ *  capabilities`) and KVM is known to work (FERRY_GUESTFS_KVM=1, as for libguestfs: /dev/kvm can exist and still
+ *  not run guests), else `qemu` (TCG). */
+export async function domainType(v: Virsh): Promise<string> {
+  const forced = process.env.FERRY_LIBVIRT_DOMAIN_TYPE;
+  if (forced === 'kvm' || forced === 'qemu') return forced;
+  if (!kvmUsable()) return 'qemu';
+  const caps = parseXml(await v.run(['capabilities'])).capabilities;
+  const guest = list(caps.guest).find((g: any) => g.arch?.['@_name'] === 'x86_64');
+  return list(guest?.arch?.domain).some((d: any) => d['@_type'] === 'kvm') ? 'kvm' : 'qemu';
+}
+
+/** The <domain> document of an import (built as an object; every value escaped by the XML builder). */
+export function importDomainDoc(o: { name: string; type: string; memoryMiB: number; cpus: number; firmware: 'bios' | 'uefi'; disks: { path: string; format: string }[]; nics: { type: 'network' | 'bridge'; source: string }[] }) {
+  const letters = 'abcdefghijklmnopqrstuvwxyz';
+  return { domain: {
+    '@_type': o.type, name: o.name,
+    memory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) }, currentMemory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) },
+    vcpu: String(o.cpus),
+    // UEFI without Secure Boot: the secure-boot builds of OVMF need SMM, which TCG guests here do not get.
+    os: { ...(o.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}), type: { '@_arch': 'x86_64', '@_machine': 'q35', '#text': 'hvm' }, boot: { '@_dev': 'hd' } },
+    features: { acpi: '', apic: '' },
+    on_poweroff: 'destroy', on_reboot: 'restart', on_crash: 'destroy',
+    devices: {
+      disk: o.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path }, target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' } })),
+      interface: o.nics.map((n) => ({ '@_type': n.type, source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' } })),
+      serial: { '@_type': 'pty', target: { '@_port': '0' } },
+      console: { '@_type': 'pty', target: { '@_type': 'serial', '@_port': '0' } },
+      memballoon: { '@_model': 'virtio' },
+    },
+  } };
+}
+
+export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult> {
+  checkName(s.name, 'vm_name');
+  if (!s.disks.length) throw new ApiError(400, 'an import needs at least one disk');
+  if (await domainExists(v, s.name)) throw new ApiError(409, `a domain named ${s.name} already exists`);
+  const pool = s.pool || defaultPool();
+  checkName(pool, 'pool');
+  if (!s.pool) await ensureDirPool(v, pool, defaultPoolDir());
+  const nics = [];
+  for (const n of s.networks) nics.push({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n });
+  const vols: { path: string; format: string; name: string; capacity: number | null; volFormat: string | null }[] = [];
+  for (const [i, d] of s.disks.entries()) {
+    const info = await imageInfo(d.path, d.format);
+    const volName = `${s.name}${i ? `-disk${i}` : ''}.${info.format === 'raw' ? 'img' : info.format}`;
+    if (await volumeExists(v, pool, volName)) throw new ApiError(409, `volume ${volName} already exists in pool ${pool}`);
+    s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
+    await putFile(v, pool, volName, d.path, info.format, statSync(d.path).size, { exists: false });
+    const vi = await volumeInfo(v, pool, volName);
+    vols.push({ path: vi.path!, format: info.format, name: volName, capacity: vi.capacity, volFormat: vi.format });
+  }
+  const type = await domainType(v);
+  const firmware = s.firmware || 'bios';
+  await defineDomain(v, importDomainDoc({ name: s.name, type, memoryMiB: s.memoryMiB, cpus: s.cpus, firmware, disks: vols, nics }));
+  const info = await domainInfo(v, s.name);
+  return {
+    domain: s.name, uuid: info.uuid!, pool, firmware, domain_type: type, interfaces: info.interfaces,
+    volumes: vols.map((x) => ({ name: x.name, path: x.path, format: x.volFormat, capacity: x.capacity })),
+  };
+}
+
+/** The last stage of a shape B migration job: the exported (and converted) disks imported on
+ *  `destination.virt_uri` (qemu+ssh:// for another host), each source NIC's network mapped through
+ *  `options.network_mapping` onto a target network or bridge. A source network without a mapping keeps its name
+ *  when the target has a network of that name; otherwise the job fails naming it. */
+export async function importForMigration(o: {
+  virtUri?: string; name: string; disks: { path: string; format?: string }[]; memoryMiB: number; cpus: number;
+  sourceNetworks: string[]; networkMapping: Record<string, string>; firmware?: 'bios' | 'uefi'; pool?: string;
+  onProgress?: (stage: string, pct: number) => void;
+}): Promise<ImportResult & { virt_uri: string }> {
+  const v = new Virsh(o.virtUri || configuredUri());
+  const networks: string[] = [];
+  for (const src of o.sourceNetworks) {
+    const target = o.networkMapping[src];
+    if (target) { networks.push(target); continue; }
+    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); continue; }
+    throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
+  }
+  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
+  return { ...r, virt_uri: v.uri };
+}

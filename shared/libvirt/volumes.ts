@@ -1,0 +1,143 @@
+// Storage volumes and pools: info (vol-dumpxml), create, clone, resize, delete, upload, wipe, download. Sizes are
+// bytes everywhere (libvirt's own unit for volumes).
+import { constants as fsConstants, promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { convert, imageInfo } from '../qemu';
+import { ApiError } from '../errors';
+import { LibvirtError, Virsh } from './virsh';
+import { checkName } from './names';
+import { buildXml, parseXml, sizeBytes, text } from './xml';
+import { withXmlFile } from './domains';
+
+export const WIPE_ALGORITHMS = ['zero', 'nnsa', 'dod', 'bsi', 'gutmann', 'schneier', 'pfitzner7', 'pfitzner33', 'random'] as const;
+export const VOLUME_FORMATS = ['raw', 'qcow2', 'vmdk', 'vdi', 'vpc', 'vhdx', 'qed'] as const;
+
+/** A URI whose libvirtd runs on this machine (no host part): files can then be read and written directly. */
+export function isLocalUri(uri: string): boolean {
+  try { return !new URL(uri).hostname; } catch { return false; }
+}
+
+export async function volumeInfo(v: Virsh, pool: string, volume: string) {
+  checkName(pool, 'pool'); checkName(volume, 'volume');
+  const x = parseXml(await v.run(['vol-dumpxml', '--pool', pool, volume])).volume;
+  return {
+    pool, name: text(x.name)!, key: text(x.key) ?? null, path: text(x.target?.path) ?? null, type: x['@_type'] || 'file',
+    format: x.target?.format?.['@_type'] ?? null,
+    capacity: sizeBytes(x.capacity) ?? null, allocation: sizeBytes(x.allocation) ?? null, physical: sizeBytes(x.physical) ?? null,
+  };
+}
+
+export async function volumeExists(v: Virsh, pool: string, volume: string): Promise<boolean> {
+  try { await v.run(['vol-key', '--pool', pool, volume]); return true; } catch (e) { if (e instanceof LibvirtError && e.status === 404) return false; throw e; }
+}
+
+export async function poolTarget(v: Virsh, pool: string): Promise<{ type: string; path: string | null }> {
+  const p = parseXml(await v.run(['pool-dumpxml', checkName(pool, 'pool')])).pool;
+  return { type: p['@_type'], path: text(p.target?.path) ?? null };
+}
+
+/** `prealloc`: qcow2 gets its metadata preallocated, raw its whole capacity allocated. */
+export async function createVolume(v: Virsh, s: { pool: string; name: string; format: string; capacity: number; prealloc?: boolean }) {
+  checkName(s.pool, 'pool'); checkName(s.name, 'name');
+  if (await volumeExists(v, s.pool, s.name)) throw new LibvirtError(409, `volume ${s.name} already exists in pool ${s.pool}`, 'exists');
+  // Without prealloc the volume is sparse (allocation 0), which also lets it shrink later.
+  const pre = !s.prealloc ? ['--allocation', '0'] : s.format === 'qcow2' ? ['--prealloc-metadata'] : ['--allocation', String(s.capacity)];
+  await v.run(['vol-create-as', s.pool, s.name, String(s.capacity), '--format', s.format, ...pre]);
+  return volumeInfo(v, s.pool, s.name);
+}
+
+/** Within a pool with vol-clone; into another pool with vol-create-from (the new volume's XML built here). */
+export async function cloneVolume(v: Virsh, s: { pool: string; source_volume: string; target_volume: string; target_pool?: string }) {
+  const tp = s.target_pool || s.pool;
+  checkName(s.pool, 'pool'); checkName(s.source_volume, 'source_volume'); checkName(s.target_volume, 'target_volume'); checkName(tp, 'target_pool');
+  const src = await volumeInfo(v, s.pool, s.source_volume);
+  if (await volumeExists(v, tp, s.target_volume)) throw new LibvirtError(409, `volume ${s.target_volume} already exists in pool ${tp}`, 'exists');
+  if (tp === s.pool) await v.run(['vol-clone', '--pool', s.pool, s.source_volume, s.target_volume]);
+  else {
+    const doc = { volume: { name: s.target_volume, capacity: { '@_unit': 'bytes', '#text': String(src.capacity) }, target: src.format ? { format: { '@_type': src.format } } : undefined } };
+    await withXmlFile(buildXml(doc), (f) => v.run(['vol-create-from', tp, f, '--inputpool', s.pool, s.source_volume]));
+  }
+  return volumeInfo(v, tp, s.target_volume);
+}
+
+export async function resizeVolume(v: Virsh, s: { pool: string; volume: string; capacity: number; shrink?: boolean }) {
+  const before = await volumeInfo(v, s.pool, s.volume);
+  if (before.capacity !== null && s.capacity < before.capacity && !s.shrink) {
+    throw new ApiError(400, `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`, { fields: [{ field: 'shrink', message: 'required to shrink' }] });
+  }
+  await v.run(['vol-resize', '--pool', s.pool, s.volume, String(s.capacity), ...(s.capacity < (before.capacity ?? 0) ? ['--shrink'] : [])]);
+  return { ...(await volumeInfo(v, s.pool, s.volume)), previous_capacity: before.capacity };
+}
+
+export async function deleteVolume(v: Virsh, pool: string, volume: string) {
+  const info = await volumeInfo(v, pool, volume);
+  await v.run(['vol-delete', '--pool', pool, volume]);
+  return { pool, volume, deleted: true, path: info.path };
+}
+
+export async function wipeVolume(v: Virsh, pool: string, volume: string, algorithm: string) {
+  await volumeInfo(v, pool, volume);
+  await v.run(['vol-wipe', '--pool', pool, volume, '--algorithm', algorithm], { timeoutMs: 3_600_000 });
+  return { ...(await volumeInfo(v, pool, volume)), algorithm };
+}
+
+/** Fills a volume from a local image file: converted first (qemu-img, to a private temporary file) when its
+ *  format differs from `format`. A missing volume is created with the upload's size. Direct copy into a local dir
+ *  pool, `vol-upload` (libvirt's stream, works over any URI) otherwise. */
+export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; source_path: string; format?: string }) {
+  checkName(s.pool, 'pool'); checkName(s.volume, 'volume');
+  const src = await imageInfo(s.source_path).catch((e) => { throw new ApiError(400, `source_path: ${e.message}`); });
+  const format = s.format || src.format;
+  let tmp: string | undefined;
+  let file = s.source_path;
+  try {
+    if (format !== src.format) {
+      tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-upload-'));
+      file = path.join(tmp, `image.${format}`);
+      await convert({ src: s.source_path, srcFormat: src.format, dest: file, destFormat: format }, () => undefined);
+    }
+    const size = (await fs.stat(file)).size;
+    await putFile(v, s.pool, s.volume, file, format, size);
+    return { ...(await volumeInfo(v, s.pool, s.volume)), source_format: src.format, converted: format !== src.format };
+  } finally {
+    if (tmp) await fs.rm(tmp, { recursive: true, force: true });
+  }
+}
+
+/** Puts a file's bytes into a volume (created when missing). */
+export async function putFile(v: Virsh, pool: string, volume: string, file: string, format: string, size: number, known?: { exists: boolean }) {
+  const target = isLocalUri(v.uri) ? await poolTarget(v, pool) : undefined;
+  const exists = known ? known.exists : await volumeExists(v, pool, volume);
+  if (target?.type === 'dir' && target.path) {
+    // The file is copied straight into the pool folder (a reflink where the filesystem can, else
+    // copy_file_range: what cp does) and the pool refreshed.
+    const dest = exists ? (await volumeInfo(v, pool, volume)).path! : path.join(target.path, volume);
+    const part = path.join(path.dirname(dest), `.${volume}.ferry-partial`);
+    await fs.copyFile(file, part, fsConstants.COPYFILE_FICLONE);
+    await fs.rename(part, dest);
+    await v.run(['pool-refresh', pool]);
+    return;
+  }
+  if (!exists) await v.run(['vol-create-as', pool, volume, String(size), '--format', format]);
+  await v.run(['vol-upload', '--pool', pool, volume, file], { timeoutMs: 6 * 3_600_000 });
+  await v.run(['pool-refresh', pool]);
+}
+
+/** Copies a volume's bytes into a local file (vol-download: works over any URI). Without `pool`, `volume` is
+ *  the volume's path or key. */
+export async function downloadVolume(v: Virsh, pool: string, volume: string, file: string) {
+  await v.run(['vol-download', ...(pool ? ['--pool', pool] : []), volume, file], { timeoutMs: 6 * 3_600_000 });
+}
+
+/** Makes sure a dir pool exists and is active (the pool Ferry manages for imports). */
+export async function ensureDirPool(v: Virsh, pool: string, dir: string) {
+  try { await v.run(['pool-uuid', checkName(pool, 'pool')]); } catch (e) {
+    if (!(e instanceof LibvirtError && e.status === 404)) throw e;
+    await withXmlFile(buildXml({ pool: { '@_type': 'dir', name: pool, target: { path: dir } } }), (f) => v.run(['pool-define', f]));
+    await v.run(['pool-build', pool]).catch(() => undefined);
+    await v.run(['pool-autostart', pool]).catch(() => undefined);
+  }
+  const active = (await v.run(['pool-list', '--name'])).split('\n').map((s) => s.trim()).includes(pool);
+  if (!active) await v.run(['pool-start', pool]);
+}

@@ -1,0 +1,86 @@
+// Request schemas of the virtualization-host API (/virt/*), /convert/vm and /import/kvm: validation, types and
+// OpenAPI from one place. Names follow libvirt's rules (shared/libvirt/names.ts); sizes are bytes unless the
+// field says MiB.
+import Joi from 'joi';
+import { absolutePath, OUTPUT_FORMATS, DISK_FORMATS } from './common';
+import { macAddress, virtName } from '../libvirt/names';
+import { VOLUME_FORMATS, WIPE_ALGORITHMS } from '../libvirt/volumes';
+
+const name = virtName.required();
+const domains = Joi.array().items(Joi.string().max(200)).min(1).max(1000).required().description('domain names; each is validated on its own, a bad one fails alone');
+
+export const virtSuccessSchema = Joi.object({
+  status: Joi.string().valid('success'), message: Joi.string(), data: Joi.any(), timestamp: Joi.string().isoDate(),
+}).label('VirtSuccess');
+
+export const batchResultSchema = Joi.object({
+  operation: Joi.string(), total: Joi.number().integer(), successful: Joi.number().integer(), failed: Joi.number().integer(),
+  results: Joi.array().items(Joi.object({ domain: Joi.string(), success: Joi.boolean(), error: Joi.string() })),
+  start_time: Joi.string().isoDate(), end_time: Joi.string().isoDate(), duration: Joi.string(),
+}).label('BatchResult');
+
+export const nameQuery = Joi.object({ name });
+export const volumeQuery = Joi.object({ pool: name, volume: name });
+export const nameBody = Joi.object({ name });
+export const domainStartBody = Joi.object({ name, paused: Joi.boolean().default(false) });
+export const snapshotBody = Joi.object({ domain_name: name, snapshot_name: name, description: Joi.string().max(4096).allow('') });
+export const networkCreateBody = Joi.object({
+  name, bridge: Joi.string().pattern(/^[A-Za-z0-9_.-]{1,15}$/).description('Linux bridge name, at most 15 characters'),
+  forward: Joi.string().valid('nat', 'route', 'none').default('none').description('nat, route, or none (an isolated network)'),
+  subnet: Joi.string().max(64).description('IPv4 network in CIDR form, for example 192.168.150.0/24; the gateway is its first address'),
+  ip_start: Joi.string().max(64), ip_end: Joi.string().max(64),
+});
+export const interfaceAttachBody = Joi.object({ vm_name: name, network: name, model: Joi.string().valid('virtio', 'e1000', 'e1000e', 'rtl8139').default('virtio') });
+export const interfaceDetachBody = Joi.object({ vm_name: name, mac: macAddress.required() });
+export const volumeCreateBody = Joi.object({
+  pool: name, name, format: Joi.string().valid(...VOLUME_FORMATS).default('qcow2'),
+  capacity: Joi.number().integer().min(1).max(2 ** 53).required().description('bytes'), prealloc: Joi.boolean().default(false),
+});
+export const volumeCloneBody = Joi.object({ pool: name, source_volume: name, target_volume: name, target_pool: virtName });
+export const volumeResizeBody = Joi.object({ pool: name, volume: name, capacity: Joi.number().integer().min(1).max(2 ** 53).required().description('bytes (new total)'), shrink: Joi.boolean().default(false) });
+export const volumeBody = Joi.object({ pool: name, volume: name });
+export const volumeUploadBody = Joi.object({ pool: name, volume: name, source_path: absolutePath.required(), format: Joi.string().valid(...VOLUME_FORMATS).description('volume format; the source is converted when it differs') });
+export const volumeWipeBody = Joi.object({ pool: name, volume: name, algorithm: Joi.string().valid(...WIPE_ALGORITHMS).default('zero') });
+
+export const batchStartBody = Joi.object({ domains, paused: Joi.boolean().default(false) });
+export const batchStopBody = Joi.object({ domains, force: Joi.boolean().default(false) });
+export const batchSnapshotBody = Joi.object({ domains, name_prefix: virtName.default('snap'), description: Joi.string().max(4096).allow(''), atomic: Joi.boolean().default(false), disk_only: Joi.boolean().default(false) });
+export const batchDeleteBody = Joi.object({ domains, remove_storage: Joi.boolean().default(false), snapshots_only: Joi.boolean().default(false) });
+export const batchDomainsBody = Joi.object({ domains });
+
+export const cloneBody = Joi.object({
+  source: name, target: name, files: Joi.array().items(absolutePath).max(26), new_mac: Joi.boolean().default(true),
+  auto_clone: Joi.boolean().default(true), preserve: Joi.boolean().default(false),
+});
+export const cloneMultipleBody = Joi.object({ source: name, name_prefix: virtName.required(), count: Joi.number().integer().min(1).max(100).required(), start_index: Joi.number().integer().min(0).max(1_000_000).default(1) });
+export const templateCreateBody = Joi.object({
+  domain: name, name: virtName, description: Joi.string().max(4096).allow(''),
+  metadata: Joi.object().pattern(Joi.string().pattern(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/), Joi.string().max(4096).allow('')).max(64),
+  seal: Joi.boolean().default(false),
+});
+export const customizeSchema = Joi.object({
+  hostname: Joi.string().hostname().max(253),
+  root_password_hash: Joi.string().pattern(/^\$[0-9a-z]+\$[A-Za-z0-9./$=,]+$/).max(512).description('crypt(3) hash, for example from `openssl passwd -6`; plaintext passwords are not taken'),
+  ssh_keys: Joi.array().items(Joi.string().pattern(/^(ssh-|ecdsa-|sk-)[A-Za-z0-9@.-]+ [A-Za-z0-9+/=]+( [^\n\r]*)?$/).max(16384)).max(32).description('public keys, one line each'),
+  ssh_user: Joi.string().pattern(/^[a-z_][a-z0-9_-]{0,31}$/).default('root'),
+  first_boot_command: Joi.string().max(4096).pattern(/^[^\n\r]+$/).description('run once by the guest at its first boot'),
+});
+export const templateDeployBody = Joi.object({
+  template: name, name, memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).description('MiB'), vcpus: Joi.number().integer().min(1).max(512),
+  network: virtName, autostart: Joi.boolean().default(false), customize: customizeSchema,
+});
+export const templateExportBody = Joi.object({ template: name, export_path: absolutePath.required(), compress: Joi.boolean().default(false) });
+
+export const convertVmBody = Joi.object({
+  source_path: absolutePath.required(), source_format: Joi.string().valid(...DISK_FORMATS).description('detected with qemu-img info when absent'),
+  dest_path: absolutePath.required(), format: Joi.string().valid(...OUTPUT_FORMATS).default('qcow2'),
+  compression: Joi.string().valid('none', 'zlib').default('none').description('zlib: qcow2 compressed clusters (qemu-img convert -c)'),
+  overwrite: Joi.boolean().default(false),
+});
+export const importKvmBody = Joi.object({
+  image_path: absolutePath.required(), vm_name: name,
+  memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).default(1024).description('MiB'),
+  cpus: Joi.number().integer().min(1).max(512).default(1), network: virtName.description('libvirt network, or a host bridge when no network has this name; none when absent'),
+  pool: virtName.description('storage pool; default FERRY_LIBVIRT_POOL ("ferry"), created on first use'),
+  firmware: Joi.string().valid('bios', 'uefi').default('bios'),
+});

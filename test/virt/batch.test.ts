@@ -1,0 +1,66 @@
+// Batch actions on a real libvirtd: 6 domains, one of them missing. Each batch answers the seed's batch result
+// object (5 successes, 1 failure naming the missing domain) and virsh shows the other five changed state.
+import { expect } from 'chai';
+import { req } from '../helpers/http';
+import { defineGuest, domState } from '../helpers/libvirt';
+import { okData, startVirtStack, VirtStack } from './stack';
+
+describe('batch actions (/virt/batch/*)', function () {
+  this.timeout(300_000);
+  let s: VirtStack;
+  let B: string;
+  const names = ['b-1', 'b-2', 'b-3', 'b-4', 'b-5'];
+  const domains = [...names.slice(0, 3), 'b-missing', ...names.slice(3)];
+  const states = () => Promise.all(names.map((n) => domState(s.lv, n)));
+
+  before(async () => {
+    s = await startVirtStack({ FERRY_VIRT_BATCH_CONCURRENCY: '3' });
+    B = s.daemon.url;
+    for (const n of names) await defineGuest(s.lv, n, { withDisk: true });
+  });
+  after(async () => { await s?.stop(); });
+
+  const check = (r: any, operation: string) => {
+    expect(r).to.include({ operation, total: 6, successful: 5, failed: 1 });
+    expect(r).to.have.keys('operation', 'total', 'successful', 'failed', 'results', 'start_time', 'end_time', 'duration');
+    expect(r.results.map((x: any) => x.domain)).to.deep.equal(domains);
+    const bad = r.results.filter((x: any) => !x.success);
+    expect(bad).to.have.length(1);
+    expect(bad[0].domain).to.equal('b-missing');
+    expect(bad[0].error).to.match(/not found|no domain/i);
+    expect(r.results.filter((x: any) => x.success).every((x: any) => !('error' in x))).to.equal(true);
+    expect(r.duration).to.match(/^\d+\.\d{3}s$/);
+  };
+
+  it('starts paused, resumes, pauses, reboots, snapshots and stops five of six', async () => {
+    check(await okData(B, 'POST', '/virt/batch/start', { domains, paused: true }), 'start');
+    expect(await states()).to.deep.equal(names.map(() => 'paused'));
+    check(await okData(B, 'POST', '/api/v1/virt/batch/resume', { domains }), 'resume');
+    expect(await states()).to.deep.equal(names.map(() => 'running'));
+    check(await okData(B, 'POST', '/virt/batch/pause', { domains }), 'pause');
+    expect(await states()).to.deep.equal(names.map(() => 'paused'));
+    check(await okData(B, 'POST', '/virt/batch/resume', { domains }), 'resume');
+    check(await okData(B, 'POST', '/virt/batch/reboot', { domains, force: true }), 'reboot');
+    expect(await states()).to.deep.equal(names.map(() => 'running'));
+    check(await okData(B, 'POST', '/virt/batch/stop', { domains, force: true }), 'stop');
+    expect(await states()).to.deep.equal(names.map(() => 'shut off'));
+    check(await okData(B, 'POST', '/virt/batch/snapshot', { domains, name_prefix: 'nightly', description: 'batch' }), 'snapshot');
+    for (const n of names) expect(await s.lv.virsh(['snapshot-list', n, '--name'])).to.match(/^nightly-\d{8}T\d{6}Z/m);
+  });
+
+  it('deletes snapshots only, then the domains with their storage', async () => {
+    check(await okData(B, 'POST', '/virt/batch/delete', { domains, snapshots_only: true }), 'delete');
+    for (const n of names) expect((await s.lv.virsh(['snapshot-list', n, '--name'])).trim()).to.equal('');
+    expect(await states()).to.deep.equal(names.map(() => 'shut off'));
+    check(await okData(B, 'POST', '/virt/batch/delete', { domains, remove_storage: true }), 'delete');
+    expect(await states()).to.deep.equal(names.map(() => 'absent'));
+    const vols = await s.lv.virsh(['vol-list', s.lv.pool]);
+    for (const n of names) expect(vols).not.to.include(`${n}.qcow2`);
+  });
+
+  it('rejects a bad body with 400 naming the field', async () => {
+    const r = await req(B, 'POST', '/virt/batch/start', { domains: [] });
+    expect(r.status).to.equal(400);
+    expect(r.body.error).to.include('domains');
+  });
+});
