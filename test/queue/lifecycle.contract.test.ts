@@ -68,7 +68,9 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
     shortLife = new Lifecycle(new JobStore(shortRedis), shortRouter, new Registry(shortRedis));
   });
   after(async () => {
-    process.env.FERRY_RETRY_BACKOFF_MS = saved.backoff;
+    // Assigning undefined would store the string "undefined" and break the files that run after this one.
+    if (saved.backoff === undefined) delete process.env.FERRY_RETRY_BACKOFF_MS;
+    else process.env.FERRY_RETRY_BACKOFF_MS = saved.backoff;
     await router?.close();
     await shortRouter?.close();
     redis?.disconnect();
