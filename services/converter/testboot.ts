@@ -4,39 +4,46 @@
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
 import { kvmUsable } from './guestfs';
+import { judgeConsole, printableConsole } from './boot-judge';
 
 export interface TestBootOptions {
   /** Disks in boot order; the first is the boot disk. */
   disks: { path: string; format: string }[];
   name?: string; memoryMiB?: number; vcpus?: number;
-  /** Serial-console text that proves the guest came up. */
+  /** Serial-console text that proves the guest came up. When given, no match by the timeout is `failed`. */
   expect?: RegExp;
+  /** MAC address of the virtio NIC (the VM's own, as it will have on KVM); qemu's default otherwise. */
+  mac?: string;
   timeoutSeconds?: number;
   signal?: AbortSignal;
 }
 
 export interface TestBootResult {
-  /** passed: the console showed `expect`; failed: the VM stopped by itself (no bootable disk, reset, crash) or
-   *  could not start; inconclusive: still running at the timeout with nothing matched (many guests do not log
-   *  to a serial console). */
+  /** passed: the console showed `expect`; failed: the console showed a failed boot (boot-judge.ts: the
+   *  initramfs shell, a kernel panic, emergency mode, a GRUB prompt; judged at once), the VM stopped by itself
+   *  (no bootable disk, reset, crash), could not start, or `expect` was given and never showed; inconclusive:
+   *  only with the default milestones, still running at the timeout with nothing matched (many guests do not
+   *  log to a serial console). */
   status: 'passed' | 'failed' | 'inconclusive';
   detail: string; seconds: number; accelerator: 'kvm' | 'tcg'; matched?: string; console_tail: string;
 }
 
-/** Linux boot milestones on a serial console (kernel, systemd, getty). */
-export const DEFAULT_EXPECT = /login:|Reached target|Welcome to|Linux version \d/;
+/** Linux milestones on a serial console that only a booted system prints (systemd's multi-user target, a getty's
+ *  login prompt). Not the kernel banner or systemd's welcome line: the initramfs prints those too. */
+export const DEFAULT_EXPECT = /\slogin: |Reached target[^\n]*(?:Multi-User System|Graphical Interface)/;
 const QEMU = process.env.FERRY_QEMU_SYSTEM || 'qemu-system-x86_64';
 
 export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
   const accel = kvmUsable() ? 'kvm' : 'tcg';
   const expect = o.expect || DEFAULT_EXPECT;
+  const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
   const args = [
     '-name', o.name || 'ferry-virt-test', '-machine', `pc,accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
-    '-nic', 'user,model=virtio-net-pci,restrict=on',
+    '-nic', `user,model=virtio-net-pci,restrict=on${o.mac ? `,mac=${o.mac}` : ''}`,
     ...o.disks.flatMap((d, i) => ['-drive', `file=${d.path.replace(/,/g, ',,')},format=${d.format},if=virtio,snapshot=on,index=${i}`]),
   ];
   const t0 = Date.now();
@@ -46,13 +53,15 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
     let stderr = '';
     let outcome: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
     const stop = (r: typeof outcome) => { if (!outcome) { outcome = r; child.kill('SIGKILL'); } };
-    const timer = setTimeout(() => stop({ status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
+    const timer = setTimeout(() => stop(strict
+      ? { status: 'failed', detail: `the serial console did not show ${expect} within ${timeout / 1000} s (the VM was still running)` }
+      : { status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
       serial = (serial + s).slice(-65536);
-      const m = expect.exec(serial);
-      if (m) stop({ status: 'passed', detail: `the serial console showed "${m[0]}"`, matched: m[0] });
+      const v = judgeConsole(serial, expect);
+      if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
     child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
@@ -65,7 +74,7 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
           ? 'the VM stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)'
           : `qemu failed (${sig || `exit ${code}`}): ${stderr.trim().slice(0, 2000)}`,
       };
-      const printable = serial.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/[^\x09\x0a\x20-\x7e]/g, '');
+      const printable = printableConsole(serial);
       resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, console_tail: printable.slice(-2000) });
     });
   });

@@ -9,7 +9,8 @@ import { outputNames, runPipeline } from '../../converter/pipeline';
 import { throttle, type Operation } from './types';
 
 export const migrate: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string };
+  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
+  const vt = p.virt_test;
   const due = throttle(250);
   let last: Promise<void> = Promise.resolve();
   let lastStage = '';
@@ -17,6 +18,7 @@ export const migrate: Operation = async (ctx) => {
     outputDir: p.output_dir,
     signal: ctx.signal,
     tool: `ferry-worker ${ctx.workerId}`,
+    testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;
