@@ -31,24 +31,19 @@ export type BootVerdict =
   | { status: 'running' };
 
 /**
- * The verdict on the console so far. A failure sign wins over the expected text only when it comes after the
- * last match of `expect` (a guest that printed its marker and later panicked did boot; one whose banner matched
- * a loose `expect` and then dropped to the initramfs shell did not).
+ * The verdict on the console so far: whichever the console shows first, the expected text or a sign of failure,
+ * decides (a runner streams the console and stops at the first verdict, so this is also what it would have seen
+ * line by line). Without either it is still `running`.
  */
 export function judgeConsole(text: string, expect: RegExp): BootVerdict {
   const clean = printableConsole(text);
-  const g = new RegExp(expect.source, expect.flags.includes('g') ? expect.flags : expect.flags + 'g');
-  let ok: RegExpExecArray | undefined;
-  for (let m = g.exec(clean); m; m = g.exec(clean)) { ok = m; if (m[0] === '') g.lastIndex++; }
-  // The most specific sign (list order) that the console shows after the expected text, if any.
-  let fail: { text: string; reason: string } | undefined;
+  const ok = new RegExp(expect.source, expect.flags.replace('g', '')).exec(clean);
+  let fail: { at: number; text: string; reason: string } | undefined;
   for (const s of FAILURE_SIGNS) {
-    const re = new RegExp(s.re.source, s.re.flags.includes('g') ? s.re.flags : s.re.flags + 'g');
-    re.lastIndex = ok ? ok.index + ok[0].length : 0;
-    const m = re.exec(clean);
-    if (m) { fail = { text: m[0].trim(), reason: s.reason }; break; }
+    const m = s.re.exec(clean);
+    if (m && (!fail || m.index < fail.at)) fail = { at: m.index, text: m[0].trim(), reason: s.reason };
   }
-  if (fail) return { status: 'failed', matched: fail.text, detail: `${fail.reason}: the serial console showed "${fail.text}"` };
+  if (fail && (!ok || fail.at < ok.index)) return { status: 'failed', matched: fail.text, detail: `${fail.reason}: the serial console showed "${fail.text}"` };
   if (ok) return { status: 'passed', matched: ok[0], detail: `the serial console showed "${ok[0]}"` };
   return { status: 'running' };
 }

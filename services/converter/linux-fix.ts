@@ -157,8 +157,12 @@ async function initramfsListing(g: GuestSession, img: string): Promise<string | 
   } finally { rmSync(dir, { recursive: true, force: true }); }
 }
 
-async function kernelsWithInitrd(x: LinuxFix): Promise<{ k: string; img?: string }[]> {
-  return Promise.all(x.info.kernels.map(async (k) => ({ k, img: await x.g.firstFile(INITRD_NAMES(k)) })));
+/** Each kernel in /lib/modules with its initramfs, and whether /boot has the kernel itself (a modules directory
+ *  left behind by a removed kernel boots nothing and is not checked). */
+async function kernelsWithInitrd(x: LinuxFix): Promise<{ k: string; img?: string; installed: boolean }[]> {
+  return Promise.all(x.info.kernels.map(async (k) => ({
+    k, img: await x.g.firstFile(INITRD_NAMES(k)), installed: !!(await x.g.firstFile([`/boot/vmlinuz-${k}`, `/boot/vmlinuz-linux`, `/lib/modules/${k}/vmlinuz`])),
+  })));
 }
 
 async function regenInitramfs(x: LinuxFix, baked: string[]): Promise<void> {
@@ -229,8 +233,14 @@ async function verifyLinux(x: LinuxFix): Promise<void> {
     }
   }
   if (o.regen_initramfs) {
-    for (const { k, img } of await kernelsWithInitrd(x)) {
-      if (!img) { act({ action: 'verify', status: 'failed', detail: `kernel ${k} has no initramfs in /boot`, check: 'initramfs' }); continue; }
+    for (const { k, img, installed } of await kernelsWithInitrd(x)) {
+      if (!installed) continue;
+      if (!img) {
+        const builtin = (await g.isFile(`/lib/modules/${k}/modules.builtin`)) ? await g.read(`/lib/modules/${k}/modules.builtin`) : '';
+        const missing = VIRTIO_BOOT_MODULES.filter((m) => !new RegExp(`/${m}\\.ko$`, 'm').test(builtin));
+        check(`kernel ${k}`, missing.map((m) => `has no initramfs and ${m} is not built in`), `has no initramfs; ${VIRTIO_BOOT_MODULES.join(', ')} are built in`);
+        continue;
+      }
       const missing = await missingVirtio(x, k, img);
       if (!missing) act({ action: 'verify', status: 'warning', detail: `${img}: cannot list its contents (no lsinitramfs/lsinitrd in the guest or on this host understands it); the virtio modules are not verified`, check: 'initramfs' });
       else check(img, missing.map((m) => `lacks ${m}`), `carries ${VIRTIO_BOOT_MODULES.join(', ')}`);

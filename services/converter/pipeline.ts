@@ -89,7 +89,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   let failed = false;
   /** The outputs are renamed into place; the report lists them even if a later step (the test boot) fails. */
   let written = false;
-  let testBootResult: TestBootResult | undefined;
+  let testBootResult: (TestBootResult & { console_log: string }) | undefined;
   // Seconds spent per kind of work, for the report's summary and scripts/bench/convert.ts.
   const timings: Record<string, number> = {};
   const timed = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
@@ -344,8 +344,11 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     }
     if (!failed && !dry && opts.testBoot) {
       progress('validate', 1, 'test boot of the outputs');
-      const tb = await timed('test_boot', () => testBoot({ ...opts.testBoot, disks: work.map((w) => ({ path: w.out, format: w.overlay ? 'qcow2' : m.output.format })), signal: opts.signal }));
-      testBootResult = tb;
+      // The whole serial console is kept beside the outputs (the report has its tail), for a look after a failure.
+      const consoleLog = path.join(path.dirname(work[0].out), `${path.basename(work[0].out)}.virt-test.log`);
+      const mac = opts.testBoot.mac ?? (m.nics?.length === 1 ? m.nics[0].mac?.toLowerCase().replace(/-/g, ':') : undefined);
+      const tb = await timed('test_boot', () => testBoot({ ...opts.testBoot, mac, consoleLog, disks: work.map((w) => ({ path: w.out, format: w.overlay ? 'qcow2' : m.output.format })), signal: opts.signal }));
+      testBootResult = { ...tb, console_log: consoleLog };
       log(1, `test boot (${tb.accelerator}): ${tb.status}: ${tb.detail}`);
       if (tb.status === 'inconclusive') warnings.push(`virt_test: inconclusive: ${tb.detail}`);
       if (tb.status === 'failed') { errors.push(`virt_test: the test boot failed: ${tb.detail}`); failed = true; }

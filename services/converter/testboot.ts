@@ -3,6 +3,7 @@
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import { kvmUsable } from './guestfs';
 import { judgeConsole, printableConsole } from './boot-judge';
 
@@ -14,6 +15,8 @@ export interface TestBootOptions {
   expect?: RegExp;
   /** MAC address of the virtio NIC (the VM's own, as it will have on KVM); qemu's default otherwise. */
   mac?: string;
+  /** Also write the whole serial console to this file (kept beside the outputs, or as a test's artifact). */
+  consoleLog?: string;
   timeoutSeconds?: number;
   signal?: AbortSignal;
 }
@@ -58,7 +61,9 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
       : { status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
+      log?.write(s, 'latin1');
       serial = (serial + s).slice(-65536);
       const v = judgeConsole(serial, expect);
       if (v.status !== 'running') stop(v);
@@ -67,6 +72,7 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
     child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
     child.on('close', (code, sig) => {
       clearTimeout(timer);
+      log?.end();
       o.signal?.removeEventListener('abort', onAbort);
       const r = outcome || {
         status: 'failed' as const,

@@ -1,6 +1,7 @@
 // Ferry's real services as child processes, the way an operator runs them. Node loads TypeScript through
 // tsx's loader (`node --import tsx`), so each service is one process and a SIGKILL really kills it.
 import { spawn, ChildProcess } from 'node:child_process';
+import os from 'node:os';
 import path from 'node:path';
 import { freePort, waitForPort } from './redis';
 
@@ -73,3 +74,19 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
   throw new Error(`worker ${id} did not open a metrics port: ${last}`);
 }
 
+
+export interface CommandRun { code: number | null; stdout: string; stderr: string }
+
+/** The real `ferry-convert` command (package.json bin) as a child process with its own environment (no TTY: stdio
+ *  are pipes). */
+export function ferryConvert(args: string[], env: Record<string, string> = {}): Promise<CommandRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(path.join(ROOT, 'services', 'converter', 'ferry-convert.js'), args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (s) => { stdout += s; });
+    child.stderr!.setEncoding('utf8').on('data', (s) => { stderr += s; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
