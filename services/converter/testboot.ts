@@ -3,6 +3,7 @@
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import { kvmUsable } from './guestfs';
 
 export interface TestBootOptions {
@@ -13,6 +14,16 @@ export interface TestBootOptions {
   expect?: RegExp;
   timeoutSeconds?: number;
   signal?: AbortSignal;
+  /** Disk controller: `virtio` (virtio-blk, KVM's; the default) or `sata` (AHCI, as a VMware guest's SATA disk). */
+  bus?: 'virtio' | 'sata';
+  /** NIC model (default virtio-net-pci); `vmxnet3` is VMware's. */
+  nic?: 'virtio' | 'vmxnet3' | 'e1000';
+  /** Put the NIC behind a PCIe root port with this physical slot number (q35): the kernel then names it ens<slot>,
+   *  as VMware's slot 192 makes `ens192`. */
+  nicSlot?: number;
+  mac?: string;
+  /** Also write the whole serial console to this file (for a test's artifact). */
+  consoleLog?: string;
 }
 
 export interface TestBootResult {
@@ -31,13 +42,22 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
   const accel = kvmUsable() ? 'kvm' : 'tcg';
   const expect = o.expect || DEFAULT_EXPECT;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
+  const nicModel = { virtio: 'virtio-net-pci', vmxnet3: 'vmxnet3', e1000: 'e1000' }[o.nic || 'virtio'];
+  const nic = `${nicModel},netdev=n0${o.mac ? `,mac=${o.mac}` : ''}`;
   const args = [
-    '-name', o.name || 'ferry-virt-test', '-machine', `pc,accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
+    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
-    '-nic', 'user,model=virtio-net-pci,restrict=on',
-    ...o.disks.flatMap((d, i) => ['-drive', `file=${d.path.replace(/,/g, ',,')},format=${d.format},if=virtio,snapshot=on,index=${i}`]),
+    '-netdev', 'user,id=n0,restrict=on',
+    ...(o.nicSlot === undefined ? ['-device', nic] : ['-device', `pcie-root-port,id=rp0,chassis=1,slot=${o.nicSlot}`, '-device', `${nic},bus=rp0`]),
+    ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
+    ...o.disks.flatMap((d, i) => {
+      const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;
+      return o.bus === 'sata'
+        ? ['-drive', `${file},if=none,id=d${i}`, '-device', `ide-hd,drive=d${i},bus=ahci0.${i}${i === 0 ? ',bootindex=0' : ''}`]
+        : ['-drive', `${file},if=virtio,index=${i}`];
+    }),
   ];
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
@@ -49,7 +69,9 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
     const timer = setTimeout(() => stop({ status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
+      log?.write(s, 'latin1');
       serial = (serial + s).slice(-65536);
       const m = expect.exec(serial);
       if (m) stop({ status: 'passed', detail: `the serial console showed "${m[0]}"`, matched: m[0] });
@@ -58,6 +80,7 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
     child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
     child.on('close', (code, sig) => {
       clearTimeout(timer);
+      log?.end();
       o.signal?.removeEventListener('abort', onAbort);
       const r = outcome || {
         status: 'failed' as const,
