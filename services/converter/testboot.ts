@@ -13,12 +13,19 @@ export interface TestBootOptions {
   name?: string; memoryMiB?: number; vcpus?: number;
   /** Serial-console text that proves the guest came up. When given, no match by the timeout is `failed`. */
   expect?: RegExp;
-  /** MAC address of the virtio NIC (the VM's own, as it will have on KVM); qemu's default otherwise. */
+  timeoutSeconds?: number;
+  signal?: AbortSignal;
+  /** Disk controller: `virtio` (virtio-blk, KVM's; the default) or `sata` (AHCI, as a VMware guest's SATA disk). */
+  bus?: 'virtio' | 'sata';
+  /** NIC model (default virtio-net-pci); `vmxnet3` is VMware's. */
+  nic?: 'virtio' | 'vmxnet3' | 'e1000';
+  /** Put the NIC behind a PCIe root port with this physical slot number (q35): the kernel then names it ens<slot>,
+   *  as VMware's slot 192 makes `ens192`. */
+  nicSlot?: number;
+  /** MAC address of the NIC (the VM's own, as it will have on KVM); qemu's default otherwise. */
   mac?: string;
   /** Also write the whole serial console to this file (kept beside the outputs, or as a test's artifact). */
   consoleLog?: string;
-  timeoutSeconds?: number;
-  signal?: AbortSignal;
 }
 
 export interface TestBootResult {
@@ -41,13 +48,22 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
+  const nicModel = { virtio: 'virtio-net-pci', vmxnet3: 'vmxnet3', e1000: 'e1000' }[o.nic || 'virtio'];
+  const nic = `${nicModel},netdev=n0${o.mac ? `,mac=${o.mac}` : ''}`;
   const args = [
-    '-name', o.name || 'ferry-virt-test', '-machine', `pc,accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
+    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
-    '-nic', `user,model=virtio-net-pci,restrict=on${o.mac ? `,mac=${o.mac}` : ''}`,
-    ...o.disks.flatMap((d, i) => ['-drive', `file=${d.path.replace(/,/g, ',,')},format=${d.format},if=virtio,snapshot=on,index=${i}`]),
+    '-netdev', 'user,id=n0,restrict=on',
+    ...(o.nicSlot === undefined ? ['-device', nic] : ['-device', `pcie-root-port,id=rp0,chassis=1,slot=${o.nicSlot}`, '-device', `${nic},bus=rp0`]),
+    ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
+    ...o.disks.flatMap((d, i) => {
+      const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;
+      return o.bus === 'sata'
+        ? ['-drive', `${file},if=none,id=d${i}`, '-device', `ide-hd,drive=d${i},bus=ahci0.${i}${i === 0 ? ',bootindex=0' : ''}`]
+        : ['-drive', `${file},if=virtio,index=${i}`];
+    }),
   ];
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
