@@ -79,7 +79,7 @@ async function main() {
           res.fsync.push(await time(async () => { const h = await fs.open(bare, 'r'); await h.sync(); await h.close(); }));
           await fs.rm(bare);
         },
-        async () => { // the same qemu-img call the stage makes (-p, progress parsed), without the pipeline around it
+        async () => { // the same qemu-img call the stage makes (progress read from /proc/<pid>/io), without the pipeline around it
           const f = path.join(out, 'p.qcow2');
           res.bareProgress.push(await time(() => qemuConvert({ src: vmdk, srcFormat: 'vmdk', dest: f, destFormat: 'qcow2' }, () => undefined)));
           await fs.rm(f);
@@ -107,7 +107,7 @@ async function main() {
     const both = (k: string, d = 2) => `${m[k].toFixed(d)} s (best ${best[k].toFixed(d)} s)`;
     console.log(`convert benchmark: ${MIB} MiB vmdk of random data (${(srcSize / 1048576).toFixed(0)} MiB file) -> qcow2, median (best) of ${ROUNDS} interleaved rounds, ${os.cpus().length} CPUs, load ${os.loadavg()[0].toFixed(1)}, source in the page cache, files in ${path.dirname(dir)}`);
     console.log(`  bare qemu-img convert             ${both('bare')}`);
-    console.log(`  same call with -p, via shared/qemu ${both('bareProgress')}  median ${pct(m.bareProgress, m.bare)} vs bare`);
+    console.log(`  same call via shared/qemu (progress) ${both('bareProgress')}  median ${pct(m.bareProgress, m.bare)} vs bare`);
     // Paired: each round's own ratio, so a round the machine made slow for both sides cancels out.
     const paired = (a: number[], b: number[]) => pct(med(a.map((x, i) => x / b[i])), 1);
     console.log(`  pipeline convert stage            ${both('stage')}  median ${pct(m.stage, m.bare)} / best ${pct(best.stage, best.bare)} / paired ${paired(res.stage, res.bare)} vs bare; target <= 5%`);
