@@ -14,8 +14,7 @@ import yaml from 'js-yaml';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../services/converter/guestfs';
 import { ensureDebianGuest, DebianGuest, DebianVariant } from '../fixtures/debian-guest';
-import { TestRedis } from '../helpers/redis';
-import { ferryConvert, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { ferryConvert, startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -49,22 +48,16 @@ function expectBooted(name: string, g: DebianGuest, report: any) {
 
 describe('Ferry on the real Debian 12 guest: the output boots on virtio', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first
-  const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-repair-'));
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  const procs: Proc[] = [];
+  let stack: Awaited<ReturnType<typeof startStack>> | undefined;
+  let gw: Awaited<ReturnType<typeof startStack>>['gw'];
 
   before(async () => {
-    await redis.start();
-    const env = testEnv(redis.url);
-    gw = await startGatewayProc(env);
-    procs.push(await startWorkerProc(env, 'guest-worker', ['img_tool', 'mount_operations']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+    stack = await startStack('guest-worker', ['img_tool', 'mount_operations']);
+    gw = stack.gw;
   });
   after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await gw?.stop();
-    await redis.stop();
+    await stack?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 

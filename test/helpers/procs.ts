@@ -4,7 +4,8 @@
 import { spawn, ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, waitForPort } from './redis';
+import { freePort, TestRedis, waitForPort } from './redis';
+import { req, until } from './http';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -100,4 +101,15 @@ export function ferryConvert(args: string[], env: Record<string, string> = {}): 
     child.on('error', reject);
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
+}
+
+/** A private Redis, a gateway and one worker with `caps`, waited for until the gateway lists the worker. */
+export async function startStack(workerId: string, caps: string[]): Promise<{ gw: Proc & { port: number; url: string }; stop(): Promise<void> }> {
+  const redis = new TestRedis();
+  await redis.start();
+  const env = testEnv(redis.url);
+  const gw = await startGatewayProc(env);
+  const worker = await startWorkerProc(env, workerId, caps);
+  await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+  return { gw, async stop() { await worker.kill(); await gw.stop(); await redis.stop(); } };
 }
