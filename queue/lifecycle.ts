@@ -1,7 +1,7 @@
 // The life of a job, in one place for every caller: the gateway (REST submission, HTTP pull workers, cancel),
 // worker processes (claim, progress, finish) and the daemon. Each move goes through JobStore.transition, so
 // the transition table and the lease are checked atomically in Redis.
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { canServe, normalizeCaps, parseQueueName, queueName, Requirements, servedQueues } from '../shared/capabilities';
 import { config } from '../shared/config';
 import { ApiError, badRequest, conflict, notFound } from '../shared/errors';
@@ -9,6 +9,9 @@ import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
+import { checkSubmittedPaths } from '../shared/roots';
+import { ApiKey, mayRunPrivileged } from '../shared/auth';
+import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
@@ -23,6 +26,12 @@ export function requirementsOf(spec: JobSpec): Requirements {
   };
 }
 
+/** Compares lease tokens in constant time (digests of equal length). */
+export function sameLease(a: string | undefined | null, b: string | undefined | null): boolean {
+  if (!a || !b) return false;
+  return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
+}
+
 /** Exponential backoff with +-20% jitter, capped at five minutes. */
 export function retryDelayMs(attempt: number): number {
   const base = Math.min(config.retryBackoffMs * 2 ** Math.max(0, attempt - 1), 300_000);
@@ -34,15 +43,20 @@ export class Lifecycle {
     router.onStalled((q, id) => void this.leaseLost(id, 'its lease expired (no lock renewal or heartbeat)').catch(() => undefined));
   }
 
-  /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). */
-  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown> }) {
+  /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
+   *  the storage roots; `caller` (the API key, null with auth off) must be allowed the execution mode. */
+  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: ApiKey | null }) {
     const req = requirementsOf(spec);
+    if (!mayRunPrivileged(opts.caller ?? null, req)) {
+      throw new ApiError(403, `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`, { fields: [{ field: 'requirements.execution_mode', message: 'needs an admin key' }] });
+    }
+    await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {
-      spec: JSON.stringify(spec),
+      spec: JSON.stringify(seal(spec)), // credentials kept encrypted when FERRY_SECRET_KEY is set
       operation: spec.operation,
       queue,
       priority: p.priority,
@@ -114,7 +128,7 @@ export class Lifecycle {
         continue;
       }
       steps.push({ to: 'ASSIGNED', reason: `assigned to worker ${worker.worker_id} (attempt ${attempts + 1} of ${max})`, worker_id: worker.worker_id });
-      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1 } });
+      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, waiting_reason: null } });
       if (!r.ok) {
         await this.router.finish(got.queue, id, token);
         continue;
@@ -122,9 +136,30 @@ export class Lifecycle {
       if (h.state === 'QUEUED' && h.updated_at) jobWaitSeconds.observe({ queue: got.queue }, Math.max(0, Date.now() - Date.parse(h.updated_at)) / 1000);
       // Independent commands, issued together: one round trip.
       const [, record] = await Promise.all([this.registry.holdJob(worker.worker_id, id), this.store.get(id)]);
+      try {
+        record!.spec = unseal(record!.spec);
+      } catch (e) {
+        await this.fail(id, worker.worker_id, token, (e as Error).message, false);
+        continue;
+      }
       return { job_id: id, queue: got.queue, token, record: record! };
     }
     return null;
+  }
+
+  /**
+   * The one rule for a report-back (start, events, complete, fail, lease renewal): the caller presents the lease
+   * token its claim was handed. A worker id is public (GET /jobs/{id} shows it); the token is not, and a requeue
+   * or a new claim replaces it, so an old token is refused (409) and changes nothing. Native workers carry the
+   * token of their claim too; every transition below checks it again atomically in Redis (queue/lua.ts).
+   */
+  async held(id: string, workerId: string, token: string): Promise<Record<string, string>> {
+    const h = await this.store.raw(id);
+    if (!h) throw notFound(`job ${id} not found`);
+    if (!sameLease(h.lease, token) || h.worker_id !== workerId) {
+      throw conflict(`job ${id} is not held under this lease by worker ${workerId} (state ${h.state}): the lease token is unknown, or from an earlier claim of a job that was requeued or reassigned`);
+    }
+    return h;
   }
 
   /** ASSIGNED -> RUNNING, with the first progress event (phase initialization, 0%) recorded in the same atomic
@@ -184,12 +219,13 @@ export class Lifecycle {
     }
   }
 
-  /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it). */
-  async handBack(id: string, workerId: string, lease: string, reason: string) {
+  /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it yet:
+   *  then `waitingReason` says why, shown while it is QUEUED, and `delayMs` spaces the next try). */
+  async handBack(id: string, workerId: string, lease: string, reason: string, opts: { delayMs?: number; waitingReason?: string } = {}) {
     const h = await this.store.raw(id);
     if (!h || h.lease !== lease) return false;
-    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1) } });
-    if (r.ok) await this.router.requeue(h.queue, id, lease, 0);
+    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
+    if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
     await this.registry.releaseJob(workerId, id);
     return r.ok;
   }
@@ -271,8 +307,13 @@ export class Lifecycle {
     return restored;
   }
 
-  /** Why a queued job is still waiting, or null when some active worker can take it. */
-  async waitingReason(queue: string): Promise<string | null> {
+  /** Why a queued job is still waiting, or null when some active worker can take it. With `jobId`, the reason
+   *  a worker gave when it handed the job back (a full per-manager export limit) comes first. */
+  async waitingReason(queue: string, jobId?: string): Promise<string | null> {
+    if (jobId) {
+      const own = await this.store.redis.hget(this.store.k.job(jobId), 'waiting_reason');
+      if (own) return own;
+    }
     const req = parseQueueName(queue);
     if (!req) return null;
     const active = await this.registry.active();

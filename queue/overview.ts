@@ -11,7 +11,12 @@ export async function workersOverview(life: Lifecycle) {
 
 export async function queueOverview(life: Lifecycle) {
   const { store, router, registry } = life;
-  const [byPrio, names, active] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active()]);
+  const [byPrio, names, active, queuedIds] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active(), store.redis.zrange(store.k.jobsInState('QUEUED'), 0, 199)]);
+  // Jobs a worker handed back with a reason (a full per-manager export limit), per queue (the first 200 queued).
+  const own = new Map<string, string[]>();
+  for (const h of await store.many(queuedIds, ['state', 'queue', 'waiting_reason'])) {
+    if (h?.state === 'QUEUED' && h.queue && h.waiting_reason) own.set(h.queue, [...(own.get(h.queue) || []), h.waiting_reason]);
+  }
   const by_priority: Record<string, number> = {};
   let total = 0;
   for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
@@ -23,7 +28,8 @@ export async function queueOverview(life: Lifecycle) {
     return {
       name, capabilities: req.capabilities, execution_mode: req.execution_mode || null,
       queued, assigned: Number(c.ASSIGNED || 0), running: Number(c.RUNNING || 0), active_workers: serving,
-      waiting_reason: queued && !serving ? await life.waitingReason(name) : null,
+      waiting_reason: queued && !serving ? await life.waitingReason(name)
+        : own.get(name)?.length ? `${own.get(name)!.length} job(s) waiting: ${own.get(name)![0]}` : null,
     };
   }));
   return { total_jobs: total, by_priority, queues };

@@ -18,7 +18,8 @@ export class Registry {
   readonly k = makeKeys();
   constructor(readonly redis: RedisClient) {}
 
-  async register(w: { worker_id: string; capabilities: string[]; system_info: object; execution_mode: string }, kind: 'http' | 'native') {
+  /** `keyName`: the API key an HTTP worker registered with; other keys may not act as this worker id. */
+  async register(w: { worker_id: string; capabilities: string[]; system_info: object; execution_mode: string }, kind: 'http' | 'native', keyName?: string) {
     const now = new Date();
     await this.redis.multi()
       .hset(this.k.worker(w.worker_id), {
@@ -29,10 +30,16 @@ export class Registry {
         registered_at: now.toISOString(),
         last_heartbeat: now.toISOString(),
         kind,
+        ...(keyName ? { key_name: keyName } : {}),
       })
       .zadd(this.k.workers, now.getTime(), w.worker_id)
       .exec();
     return now.toISOString();
+  }
+
+  /** The API key name a worker id is bound to, if any. */
+  async keyOf(id: string): Promise<string | null> {
+    return this.redis.hget(this.k.worker(id), 'key_name');
   }
 
   /** Null when the worker is not registered. */

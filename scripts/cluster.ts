@@ -17,13 +17,15 @@ const env = process.env;
 
 interface Svc { name: string; script: string; args?: string[]; env?: Record<string, string>; stopFirst?: boolean }
 
-/** The services of the local cluster. Later services add themselves here. */
+/** The services of the local cluster. Later services add themselves here. Every service inherits this
+ *  environment, so GOVC_URL, GOVC_USERNAME, GOVC_PASSWORD, GOVC_INSECURE (and FERRY_VSPHERE_CA) reach the daemon
+ *  (/vms/*) and worker-1 (export jobs: vsphere_access). */
 export const SERVICES: Svc[] = [
   { name: 'gateway', script: 'services/gateway/main.ts' },
   { name: 'daemon', script: 'services/daemon/main.ts' },
   { name: 'scheduler', script: 'services/scheduler/main.ts' },
   { name: 'notifier', script: 'services/notifier/main.ts' },
-  { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
+  { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool,vsphere_access', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
   { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
 ];
 
@@ -52,6 +54,13 @@ async function main() {
     console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in ${dir.startsWith(ROOT + path.sep) ? path.relative(ROOT, dir) : dir})`);
   } else {
     console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
+  }
+  if (env.GOVC_URL) {
+    let shown = env.GOVC_URL;
+    try { const u = new URL(/^[a-z]+:\/\//i.test(shown) ? shown : `https://${shown}`); u.username = ''; u.password = ''; shown = u.href; } catch { /* shown as given */ }
+    console.log(`[cluster] vSphere manager from GOVC_URL: ${shown} (user ${env.GOVC_USERNAME || 'from GOVC_URL'}${/^(1|true|yes|on)$/i.test(env.GOVC_INSECURE || '') ? ', insecure TLS' : ''})`);
+  } else {
+    console.log('[cluster] no GOVC_URL: /vms/* and export jobs need a manager_url per request or job');
   }
   for (const svc of SERVICES) {
     const proc = spawn(process.execPath, [...entry(svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -11,6 +11,11 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 # browser dashboard test (issue 5): headless Chromium driven by playwright-core
 command -v chromium >/dev/null || need_apt+=(chromium)
+# the vSphere simulator (issue 10): scripts/vcsim.sh builds it offline from Debian's govmomi with Debian's Go
+command -v go >/dev/null || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/vmware/govmomi/simulator ] || need_apt+=(golang-github-vmware-govmomi-dev)
+# the export test writes its own disks with qemu-img and fetches with curl in the export benchmark
+command -v curl >/dev/null || need_apt+=(curl)
 if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
   # a static /bin/sh for the test guest whose grub-mkconfig and update-initramfs really run inside it
@@ -40,7 +45,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
     echo "setup: please install as root: apt-get install -y ${need_apt[*]}" >&2
     exit 1

@@ -1,7 +1,7 @@
 // Capabilities, execution modes and how a job's requirements become a queue name (DESIGN.md: capability routing).
 import { config } from './config';
 
-/** Capabilities Ferry's operations use. Each requirement set is a BullMQ queue (and a Worker with its own Redis
+/** Capabilities Ferry's operations use (vsphere_access: the worker reaches vSphere managers and the export storage). Each requirement set is a BullMQ queue (and a Worker with its own Redis
  *  connection in every gateway), so names come from this set plus FERRY_EXTRA_CAPABILITIES, never from callers. */
 export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations', 'vsphere_access', 'libvirt_access'] as const;
 export const CAPABILITY_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;

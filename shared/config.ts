@@ -38,7 +38,9 @@ export const config = {
   get prefix() { return str('FERRY_PREFIX', 'ferry'); },
   get gatewayPort() { return num('GATEWAY_PORT', 8000); },
   get daemonPort() { return num('DAEMON_PORT', 8080); },
-  get host() { return str('FERRY_HOST', '0.0.0.0'); },
+  /** The listen address as set; services pass it through listenHost (shared/auth.ts): unset = 127.0.0.1
+   *  without API keys, 0.0.0.0 with them. */
+  get host(): string | undefined { return process.env.FERRY_HOST || undefined; },
   /** A worker whose heartbeat is older than this is stale (seed: 300 s). */
   get workerStaleSeconds() { return num('FERRY_WORKER_STALE_SECONDS', 300); },
   /** Lease of a job held by a worker process; renewed while the job runs. */

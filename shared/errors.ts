@@ -16,3 +16,8 @@ export class OperationError extends Error {
     this.name = 'OperationError';
   }
 }
+
+/** The error envelope of the job API (port 8000) and of the workers' own ports. */
+export function jobApiEnvelope(status: number, message: string, path: string, details?: any) {
+  return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) } };
+}

@@ -6,6 +6,7 @@ import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
 import { ApiError, badRequest } from './errors';
 import { toJsonSchema } from './openapi';
+import { Auth, authorize, Need } from './auth';
 import { config } from './config';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
@@ -24,6 +25,8 @@ export interface RouteDef {
   body?: Joi.Schema;
   bodyRequired?: boolean;
   requestTypes?: string[];
+  /** Who may call it (shared/auth.ts); default read for GET, submit for everything else. */
+  role?: Need;
   responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
   handler: (ctx: Koa.Context, input: Input) => Promise<unknown> | unknown;
 }
@@ -70,6 +73,7 @@ export interface ApiOptions {
 export class Api {
   readonly routes: RouteDef[] = [];
   readonly router = new Router();
+  private needs = new Map<string, Need>();
   private prefixes: string[];
   private unknownFields: 'reject' | 'warn';
   /** Methods of each parameter-free path, so that a path such as /jobs/submit is not taken for /jobs/:id by a
@@ -81,10 +85,18 @@ export class Api {
     this.unknownFields = opts.unknownFields || 'reject';
   }
 
+  /** The role the route matching this request needs, or undefined when no route matches (404/405 follow). */
+  needOf(method: string, path: string): Need | undefined {
+    const m = method === 'HEAD' ? 'GET' : method;
+    const layer = this.router.match(path, m).pathAndMethod.find((l) => l.methods.length);
+    return layer ? this.needs.get(`${m} ${layer.path}`) : undefined;
+  }
+
   add(def: RouteDef) {
     this.routes.push(def);
     const literal = !def.path.includes(':');
     for (const prefix of this.prefixes) {
+      this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role ?? (def.method === 'get' ? 'read' : 'submit'));
       if (literal) {
         const set = this.literals.get(prefix + def.path) || new Set<string>();
         set.add(def.method.toUpperCase());
@@ -128,6 +140,9 @@ export class Api {
         }
       }
       if (parameters.length) op.parameters = parameters;
+      const need = r.role ?? (r.method === 'get' ? 'read' : 'submit');
+      op.security = need === 'public' ? [] : [{ apiKey: [] }, { bearer: [] }];
+      op['x-ferry-role'] = need;
       if (r.body) {
         const schema = toJsonSchema(r.body);
         op.requestBody = { required: r.bodyRequired !== false, content: Object.fromEntries((r.requestTypes || ['application/json']).map((t) => [t, { schema }])) };
@@ -138,7 +153,10 @@ export class Api {
       }]));
       (paths[p] ||= {})[r.method] = op;
     }
-    return { openapi: '3.0.3', info, servers: servers.map((url) => ({ url })), paths };
+    return {
+      openapi: '3.0.3', info, servers: servers.map((url) => ({ url })), paths,
+      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' }, bearer: { type: 'http', scheme: 'bearer' } } },
+    };
   }
 }
 
@@ -163,6 +181,8 @@ export interface AppOptions {
   /** Renders an error in the API's own envelope. */
   envelope: (status: number, message: string, path: string, details?: unknown) => unknown;
   bodyTypes?: { json?: string[]; text?: string[] };
+  /** API keys; each route's `role` is enforced before the body is read. The caller's key is ctx.state.apiKey. */
+  auth: Auth;
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -219,6 +239,19 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
     }
+  });
+  // Authentication before anything reads the body (createApp's second middleware; the daemon inserts its own after it).
+  app.use(async (ctx, next) => {
+    const need = api.needOf(ctx.method, ctx.path);
+    if (need) {
+      const v = authorize(opts.auth, ctx.req.headers, need);
+      if (v.status) {
+        if (v.status === 401) ctx.set('WWW-Authenticate', 'Bearer');
+        throw new ApiError(v.status, v.message);
+      }
+      ctx.state.apiKey = v.key;
+    }
+    return next();
   });
   app.use(bodyParser({
     enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],

@@ -1,18 +1,8 @@
-// Structured JSON logs on stderr. Values under secret-looking keys are replaced before they are written.
-const SECRET_KEY = /pass(word)?|secret|token|authorization|api[-_]?key|credential/i;
+// Structured JSON logs on stderr. Values under sensitive keys (shared/sensitive.ts) are replaced before they are
+// written.
+import { redact } from './sensitive';
 const LEVELS = { debug: 10, info: 20, warn: 30, error: 40 } as const;
 type Level = keyof typeof LEVELS;
-
-export function redact(value: unknown, depth = 0): unknown {
-  if (depth > 8 || value === null || typeof value !== 'object') return value;
-  if (value instanceof Error) return { name: value.name, message: value.message };
-  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-    out[k] = SECRET_KEY.test(k) && v !== undefined && v !== null && v !== '' ? '[redacted]' : redact(v, depth + 1);
-  }
-  return out;
-}
 
 export function createLogger(service: string) {
   const min = LEVELS[(process.env.LOG_LEVEL || 'info').toLowerCase() as Level] ?? LEVELS.info;

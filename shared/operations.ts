@@ -1,8 +1,11 @@
 // Operations a job may name: the capabilities each needs and the schema of its parameters. Workers implement
 // them in services/worker/operations; this table is what the API validates against and routes by.
+import path from 'node:path';
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
+import type { JobPath } from './roots';
+import { POWER_OPTIONS } from './vsphere/options';
 
 export interface OperationDef {
   capabilities: string[];
@@ -11,6 +14,22 @@ export interface OperationDef {
   description: string;
   /** When present, the capabilities depend on the validated parameters (migrate: on its enabled stages). */
   capabilitiesFor?: (parameters: any) => string[];
+  /** Every file or directory the job names, checked against the storage roots (shared/roots.ts). */
+  paths?: (spec: { job_id: string; image?: { path: string }; parameters: any }) => JobPath[];
+}
+
+/** The paths of a migrate job: each disk's source, the output directory and the report. */
+function migratePaths(spec: { parameters: any }): JobPath[] {
+  const p = spec.parameters || {};
+  const m = p.manifest || {};
+  const out: JobPath[] = (m.disks || []).map((d: any, i: number) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, kind: 'input' as const }));
+  const dir = m.output?.directory || p.output_dir;
+  if (dir) {
+    out.push({ field: m.output?.directory ? 'parameters.manifest.output.directory' : 'parameters.output_dir', path: dir, kind: 'output_dir' });
+    const rp = m.options?.report?.path;
+    if (m.options?.report?.enabled !== false) out.push({ field: 'parameters.manifest.options.report.path', path: path.resolve(dir, rp || 'report.json'), kind: 'output' });
+  }
+  return out;
 }
 
 const convertParameters = Joi.object({
@@ -37,6 +56,10 @@ const managerParameters = {
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
+  power_off: Joi.string().valid(...POWER_OPTIONS).default('none').description('a running VM: none = refuse, shutdown = guest shutdown and wait, force = power off'),
+  shutdown_timeout_seconds: Joi.number().integer().min(1).max(3600).default(300),
+  remove_cdrom: Joi.boolean().default(false),
+  parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
 };
 
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
@@ -71,13 +94,21 @@ export const OPERATIONS: Record<string, OperationDef> = {
         memory_mib: Joi.number().integer().min(64).max(1048576),
         vcpus: Joi.number().integer().min(1).max(64),
       }).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look'),
+      overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
+    paths: migratePaths,
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
   },
   convert: {
     capabilities: ['img_tool'],
     needsImage: true,
     parameters: convertParameters,
+    paths: (spec) => [
+      { field: 'image.path', path: spec.image!.path, kind: 'input' },
+      spec.parameters.output_path
+        ? { field: 'parameters.output_path', path: spec.parameters.output_path, kind: 'output' }
+        : { field: 'parameters.output_dir', path: spec.parameters.output_dir, kind: 'output_dir' },
+    ],
     description: 'qemu-img convert of image.path into parameters.output_format',
   },
   noop: {
@@ -91,22 +122,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'does no work: for drills, smoke tests and benchmarks of the queue itself',
   },
   export: {
-    // No capability yet: every worker takes it and fails it with a clear reason until the remote-manager
-    // client lands (services/worker/operations/remote.ts); it will then require a manager_access capability.
-    capabilities: [],
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
       name: Joi.string().max(256),
       output_path: absolutePath.required(),
-      parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
-      remove_cdrom: Joi.boolean().default(false),
       show_individual_progress: Joi.boolean().default(false),
     }),
+    paths: (spec) => [{ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' }],
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {
-    capabilities: [],
+    // The export stage; the stages after it (services/worker/operations/migrate-vm.ts) add theirs.
+    capabilities: ['vsphere_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,

@@ -88,6 +88,8 @@ export function keys(prefix = config.prefix) {
     webhookStats: `${prefix}:webhooks:stats`,
     webhookDeliveries: (id: string) => `${prefix}:webhook:${id}:deliveries`,
     webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
+    // remote managers (issue 10): export slots per manager, a sorted set of job ids scored by lease expiry
+    managerSlots: (manager: string) => `${prefix}:manager:${manager}:slots`,
   };
 }
 export type Keys = ReturnType<typeof keys>;

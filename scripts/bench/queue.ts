@@ -314,11 +314,12 @@ async function gatewayTarget(base: string, port: number): Promise<FanoutTarget> 
   if (sub.status !== 201) throw new Error(`fan-out submit: ${sub.status} ${JSON.stringify(sub.body)}`);
   const got = await request(base, 'POST', '/queue/dequeue', worker);
   if (got.body?.job_id !== id) throw new Error(`fan-out dequeue returned ${JSON.stringify(got.body)}`);
-  await request(base, 'POST', `/jobs/${id}/start`, { worker_id: worker.worker_id });
+  const lease = { worker_id: worker.worker_id, lease_token: got.body.lease_token };
+  await request(base, 'POST', `/jobs/${id}/start`, lease);
   return {
     label: 'gateway', port, path: `/jobs/${id}/events/stream`, cpu: cpuOf,
-    post: (round) => request(base, 'POST', `/jobs/${id}/events`, { worker_id: worker.worker_id, phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } }),
-    end: () => request(base, 'POST', `/jobs/${id}/complete`, { worker_id: worker.worker_id, result: {} }),
+    post: (round) => request(base, 'POST', `/jobs/${id}/events`, { ...lease, phase: 'work', percentage: Math.min(100, round), message: `fanout round ${round}`, details: { round: String(round) } }),
+    end: () => request(base, 'POST', `/jobs/${id}/complete`, { ...lease, result: {} }),
   };
 }
 

@@ -1,5 +1,6 @@
 // ferry-convert --config file.yaml | --manifest file.json [--output-dir DIR]
-// Modes: local, fetch-and-fix (disk fetched over SSH first), manager_export (not available yet); batch files.
+// Modes: local, fetch-and-fix (disk fetched over SSH first), manager_export (VM exported from vSphere first);
+// batch files.
 // Exit codes: 0 all migrations succeeded; 1 a migration failed; 2 bad usage, configuration or manifest;
 // 3 the requested mode is not available in this build. See docs/pipeline.md for precedence rules.
 import { promises as fs, appendFileSync, readFileSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { ConfigError, ConverterConfig, validateBatch, validateConfig } from '../
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { runPipeline, StageName } from './pipeline';
 import { fetchRemote } from './fetch';
+import { exportForConvert, withExport } from './manager-export';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
@@ -96,7 +98,16 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
       out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
       s = { ...s, vmdk: fetched };
     }
-    const m = await manifestFromSettings(s, baseDir, warn);
+    let exported: Awaited<ReturnType<typeof exportForConvert>> | undefined;
+    if (s.command === 'manager_export') {
+      exported = await exportForConvert(s, baseDir, (pct, msg) => out.progress(label, pct, msg), (msg) => out.line(`${label}: ${msg}`));
+      out.done();
+      out.line(`${label}: exported ${exported.files.length} file(s), ${exported.total_bytes} bytes (manifest ${exported.manifest_path})`);
+      const first = (exported.manifest as any).disks[0];
+      s = { ...s, vmdk: first.local_path, to_output: s.to_output ?? `${s.vm_name}.${s.out_format || 'qcow2'}` };
+    }
+    let m = await manifestFromSettings(s, baseDir, warn);
+    if (exported) m = withExport(m, exported);
     const report = await runPipeline(m, {
       parallelStreams: s.parallel_streams,
       testBoot: s.virt_test ? { name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? new RegExp(s.virt_test_expect) : undefined, timeoutSeconds: s.virt_test_timeout } : undefined,
@@ -148,13 +159,9 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
     const baseDir = path.dirname(path.resolve(configPath!));
     const cfg: ConverterConfig = validateConfig(yaml.load(readFileSync(configPath!, 'utf8')));
     const out = output(stderr, cfg.log_file && path.resolve(baseDir, cfg.log_file));
-    if (cfg.command === 'manager_export') {
-      out.line(`manager_export is not available yet: exporting VM "${cfg.vm_name}" from ${cfg.manager_host} needs the remote-manager integration, which this build does not include`);
-      return EXIT.unavailable;
-    }
     const { batch_manifest, batch_parallel, batch_continue_on_error, ...common } = cfg;
     if (!batch_manifest) {
-      const r = await runOne(String(cfg.to_output), { ...common }, baseDir, out);
+      const r = await runOne(String(cfg.to_output ?? cfg.vm_name), { ...common }, baseDir, out);
       if (r.report) stdout.write(JSON.stringify(r.report.summary) + '\n');
       return r.ok ? EXIT.ok : EXIT.failed;
     }

@@ -4,6 +4,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../shared/errors';
+import { checkOutputFree, OutputClaims, placeOutput } from '../../shared/roots';
 import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../../shared/qemu';
 import type { Manifest, ManifestDisk } from '../../shared/schemas/manifest';
 import { GuestDisk, GuestSession } from './guestfs';
@@ -24,6 +25,10 @@ export interface PipelineOptions {
   /** qemu-img convert -m (parallel coroutines); the config file's parallel_streams. */
   parallelStreams?: number;
   tool?: string;
+  /** Replace existing outputs (default true: the command line's behaviour); a migrate job passes its
+   *  parameters.overwrite (default false) and its claims, so a retry may replace only its own outputs. */
+  overwrite?: boolean;
+  claims?: OutputClaims;
   /** virt_test: boot the outputs once (snapshot=on, nothing written to them) after they are in place. */
   testBoot?: Omit<TestBootOptions, 'disks' | 'signal'>;
 }
@@ -137,7 +142,11 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         artifact: { disk_id: d.id, path: final, format: overlay ? 'qcow2' : m.output.format, boot_order: d.boot_order_hint, source_path: d.local_path, source_format: d.source_format },
       });
     }
-    if (!dry) await fs.mkdir(dir, { recursive: true });
+    if (!dry) {
+      await fs.mkdir(dir, { recursive: true });
+      for (const w of work) await checkOutputFree(w.out, `output of disk ${w.disk.id}`, opts.overwrite !== false, opts.claims);
+      if (m.options.report.enabled) await checkOutputFree(path.resolve(dir, m.options.report.path), 'report', opts.overwrite !== false, opts.claims);
+    }
     const verifyDuringConvert = !!st.convert?.enabled && !dry;
 
     await stage('inspect', async () => {
@@ -330,7 +339,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         await timed('fsync_rename', async () => {
           const h = await fs.open(w.tmp, 'r');
           try { await h.sync(); } finally { await h.close(); }
-          await fs.rename(w.tmp, w.out);
+          await placeOutput(w.tmp, w.out, { field: `output of disk ${w.disk.id}`, overwrite: opts.overwrite !== false, claims: opts.claims });
           const d = await fs.open(path.dirname(w.out), 'r');
           try { await d.sync(); } finally { await d.close(); }
         });
@@ -383,7 +392,10 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   if (m.options.report.enabled && !dry && dir) {
     const rp = path.resolve(dir, m.options.report.path);
     await fs.mkdir(path.dirname(rp), { recursive: true }).catch(() => undefined);
-    await fs.writeFile(rp, JSON.stringify(report, null, 2) + '\n').catch((e) => { report.errors.push(`report: cannot write ${rp}: ${e.message}`); });
+    const tmp = path.join(path.dirname(rp), `.${path.basename(rp)}.partial`);
+    await fs.writeFile(tmp, JSON.stringify(report, null, 2) + '\n')
+      .then(() => placeOutput(tmp, rp, { field: 'report', overwrite: opts.overwrite !== false, claims: opts.claims }))
+      .catch(async (e) => { await fs.rm(tmp, { force: true }); report.errors.push(`report: cannot write ${rp}: ${e.message}`); });
     (report as any).report_path = rp;
   }
   return report;

@@ -2,14 +2,15 @@
 // WebSocket updates, metrics, /openapi.yaml and Swagger UI. main.ts only runs it. `extend` and the returned
 // mountStatic/api let other parts (the dashboard) add routes or a static directory.
 import http from 'node:http';
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type Koa from 'koa';
 import yaml from 'js-yaml';
+import Joi from 'joi';
 import { Api, createApp } from '../../shared/http';
 import { ApiError, badRequest } from '../../shared/errors';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
+import { authorize, guardPlain, issueTicket, listenHost, redeemTicket } from '../../shared/auth';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
 import { DAEMON_STATUSES, daemonStatus, STATES } from '../../shared/states';
 import { JobStore } from '../../queue/store';
@@ -32,8 +33,6 @@ export function daemonEnvelope(status: number, message: string, _path: string, d
 }
 
 const YAML_TYPES = /^(application\/(x-)?yaml|text\/(x-)?yaml)\b/i;
-// The dashboard's own files hold no data (it asks for the key itself, then every API call carries it).
-const PUBLIC_PATHS = /^(\/api\/v1)?(\/health|\/openapi\.yaml|\/swagger-ui(\/.*)?|\/web\/dashboard(\/.*)?)$/;
 
 async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Promise<string> {
   const chunks: Buffer[] = [];
@@ -46,28 +45,15 @@ async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Pro
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** Accepts X-API-Key or Authorization: Bearer (and ?api_key= on WebSocket upgrades, which browsers cannot
- *  give headers). 0 = allowed, 401 = no key, 403 = wrong key. */
-export function makeAuthorizer(cfg: DaemonConfig) {
-  const digests = cfg.auth.api_keys.map((k) => createHash('sha256').update(k).digest());
-  return (headers: http.IncomingHttpHeaders, url: string, allowQuery: boolean): number => {
-    if (!cfg.auth.enabled) return 0;
-    let key = (headers['x-api-key'] as string | undefined) || /^Bearer\s+(.+)$/i.exec(String(headers.authorization || ''))?.[1];
-    if (!key && allowQuery) key = new URL(url, 'http://x').searchParams.get('api_key') || undefined;
-    if (!key) return 401;
-    const d = createHash('sha256').update(key.trim()).digest();
-    return digests.some((x) => timingSafeEqual(x, d)) ? 0 : 403;
-  };
-}
-
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
   mountStatic(prefix: string, dir: string): void;
   close(): Promise<void>;
 }
 
-export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host?: string; extend?: (d: Omit<DaemonHandle, 'port' | 'server' | 'close'>) => void } = {}): Promise<DaemonHandle> {
+export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host?: string; hostSetting?: string; extend?: (d: Omit<DaemonHandle, 'port' | 'server' | 'close'>) => void } = {}): Promise<DaemonHandle> {
   const log = createLogger('daemon');
+  const host = listenHost(cfg.keys, opts.host ?? config.host, opts.host ? (opts.hostSetting || 'daemon.addr') : 'FERRY_HOST');
   const started = Date.now();
   const redis: RedisClient = createRedis();
   redis.on('error', (e) => log.warn('redis error', { error: e.message }));
@@ -109,12 +95,17 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
   api.add({
-    method: 'get', path: '/openapi.yaml', summary: 'This API description (OpenAPI 3, generated from the joi schemas)', tags: ['docs'],
+    method: 'get', role: 'public', path: '/openapi.yaml', summary: 'This API description (OpenAPI 3, generated from the joi schemas)', tags: ['docs'],
     responses: { 200: { description: 'OpenAPI YAML', type: 'application/yaml', schema: { type: 'string' } } },
     handler: (ctx) => {
       ctx.type = 'application/yaml';
       return yaml.dump(api.openapi({ title: 'Ferry daemon API', version: config.version, description: 'Export and migration jobs, schedules, webhooks, WebSocket updates (/ws, /api/v1/ws/metrics). Every path also answers under /api/v1. See docs/daemon.md.' }, ['/', '/api/v1']));
     },
+  });
+  api.add({
+    method: 'post', role: 'read', path: '/ws/ticket', summary: 'A single-use ticket (valid 30 s) for opening /ws or /ws/metrics as ?ticket=...: browsers cannot send a key header on a WebSocket, and keys never go in URLs', tags: ['status'],
+    responses: { 200: { description: 'the ticket', schema: Joi.object({ ticket: Joi.string(), expires_in: Joi.number().integer() }) } },
+    handler: (ctx) => issueTicket(redis, store.k.prefix, ctx.state.apiKey ?? null),
   });
   if (cfg.metrics.enabled && cfg.metrics.port === undefined) {
     api.add({
@@ -124,23 +115,16 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     });
   }
 
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope });
-  const authorize = makeAuthorizer(cfg);
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys });
   const mounts: StaticMount[] = [];
   const mountStatic = (prefix: string, dir: string) => {
     const p = prefix.replace(/\/+$/, '');
     mounts.push({ prefix: p, dir }, { prefix: '/api/v1' + p, dir });
   };
   mounts.push(swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml'));
-  // Runs after createApp's error/metrics middleware and before its body parser and router.
+  // Runs after createApp's error/metrics and authentication middleware, before its body parser and router. The
+  // static mounts (dashboard files, Swagger UI) hold no data and stay public: the dashboard asks for the key.
   const front: Koa.Middleware = async (ctx, next) => {
-    if (!PUBLIC_PATHS.test(ctx.path)) {
-      const code = authorize(ctx.req.headers, ctx.url, false);
-      if (code) {
-        if (code === 401) ctx.set('WWW-Authenticate', 'Bearer');
-        throw new ApiError(code, code === 401 ? 'an API key is required (X-API-Key or Authorization: Bearer)' : 'the API key is not accepted');
-      }
-    }
     if (YAML_TYPES.test(ctx.get('content-type'))) {
       const text = await readBody(ctx.req);
       try { (ctx.request as any).body = text.trim() ? yaml.load(text) : undefined; } catch (e) { throw badRequest(`malformed YAML body: ${(e as Error).message.split('\n')[0]}`); }
@@ -148,7 +132,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     }
     return next();
   };
-  app.middleware.splice(1, 0, front, staticMiddleware(mounts));
+  app.middleware.splice(2, 0, front, staticMiddleware(mounts));
 
   hub = new WsHub({
     bus, store,
@@ -170,7 +154,19 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
         websocket_clients: hub!.size, uptime_seconds: st.uptime_seconds, memory_rss_bytes: process.memoryUsage().rss,
       };
     },
-    authorize: (req) => authorize(req.headers, req.url || '/', true),
+    // A browser's ?ticket= (from POST /ws/ticket), else the key headers; a key in the URL is refused.
+    authorize: async (req) => {
+      const q = new URL(req.url || '/', 'http://x').searchParams;
+      if (q.has('api_key')) return { status: 401, message: 'API keys are not accepted in URLs; send X-API-Key or Authorization: Bearer, or get a ticket from POST /ws/ticket' };
+      const ticket = q.get('ticket');
+      if (ticket !== null) {
+        if (!cfg.keys.enabled) return { status: 0, message: '' };
+        const t = await redeemTicket(redis, store.k.prefix, ticket);
+        return t ? { status: 0, message: '' } : { status: 401, message: 'the ticket is unknown, used or expired' };
+      }
+      const v = authorize(cfg.keys, req.headers, 'read');
+      return v.status ? v : { status: 0, message: '' };
+    },
   });
 
   // The browser dashboard at /web/dashboard/ and the routes it needs (services/daemon/dashboard.ts).
@@ -180,20 +176,21 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await hub.start(server);
-  await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(opts.port ?? config.daemonPort, opts.host ?? config.host, resolve); });
+  await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(opts.port ?? config.daemonPort, host, resolve); });
   const port = (server.address() as any).port;
 
   let metricsServer: http.Server | undefined;
   if (cfg.metrics.enabled && cfg.metrics.port !== undefined) {
     metricsServer = http.createServer(async (req, res) => {
+      if (!guardPlain(cfg.keys, req, res, 'read', daemonEnvelope)) return;
       if ((req.url || '').split('?')[0] !== '/metrics') { res.writeHead(404, { 'content-type': 'application/json' }); res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || ''))); return; }
       res.writeHead(200, { 'content-type': metrics.contentType });
       res.end(await metrics.metrics());
     });
-    await new Promise<void>((resolve) => metricsServer!.listen(cfg.metrics.port, opts.host ?? config.host, resolve));
+    await new Promise<void>((resolve) => metricsServer!.listen(cfg.metrics.port, host, resolve));
     log.info('metrics listening', { port: (metricsServer.address() as any).port });
   }
-  log.info('daemon listening', { port, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
+  log.info('daemon listening', { port, host, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
 
   return {
     port, server, api, app, life, mountStatic,

@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import Joi from 'joi';
 import yaml from 'js-yaml';
+import { Auth, AuthConfigError, loadAuth } from '../../shared/auth';
 
 /** Go-style durations: 48h, 1h30m, 90s, 500ms. */
 export function parseDuration(s: string): number | null {
@@ -39,8 +40,8 @@ const schema = Joi.object({
     port: Joi.number().integer().min(0).max(65535).description('serve /metrics on its own port; unset = on the API port'),
   }).default(),
   auth: Joi.object({
-    enabled: Joi.boolean().default(false),
-    api_keys: Joi.array().items(Joi.string().min(16).max(256)).default([]).description('also FERRY_API_KEYS (comma-separated)'),
+    enabled: Joi.boolean().default(false).description('true requires a key; any key configured turns auth on regardless'),
+    api_keys: Joi.array().items(Joi.string().min(16).max(300)).default([]).description('entries as in FERRY_API_KEYS: name:role:key, role:key or a bare key (admin); also FERRY_API_KEYS and FERRY_API_KEYS_FILE'),
   }).default(),
   webhooks: Joi.object({
     allow_private: Joi.boolean().default(false).description('allow targets on private addresses (RFC 1918, unique-local fc00::/7, CGNAT 100.64.0.0/10); also FERRY_WEBHOOK_ALLOW_PRIVATE=1. Link-local (169.254.169.254) is never allowed'),
@@ -63,6 +64,8 @@ export interface DaemonConfig {
   websocket: { status_interval_seconds: number; ping_interval_seconds: number; max_buffered_bytes: number };
   /** Derived: daemon.job_timeout, or JOB_TIMEOUT when set. */
   jobTimeoutSeconds: number;
+  /** Derived: every key (auth.api_keys, FERRY_API_KEYS, FERRY_API_KEYS_FILE); shared/auth.ts. */
+  keys: Auth;
 }
 
 export class ConfigError extends Error {}
@@ -92,8 +95,9 @@ export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env):
     if (!/^(1|0|true|false)$/.test(v)) throw new ConfigError(`${name} must be 1 or 0, got "${v}"`);
     cfg.webhooks[key] = v === '1' || v === 'true';
   }
-  if (env.FERRY_API_KEYS) cfg.auth.api_keys = [...cfg.auth.api_keys, ...env.FERRY_API_KEYS.split(',').map((s) => s.trim()).filter(Boolean)];
-  if (cfg.auth.enabled && !cfg.auth.api_keys.length) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys or FERRY_API_KEYS)');
+  try { cfg.keys = loadAuth(env, cfg.auth.api_keys); } catch (e) { throw new ConfigError((e as AuthConfigError).message); }
+  if (cfg.auth.enabled && !cfg.keys.enabled) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys, FERRY_API_KEYS or FERRY_API_KEYS_FILE)');
+  cfg.auth.enabled = cfg.keys.enabled;
   return cfg;
 }
 

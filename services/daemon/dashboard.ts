@@ -4,6 +4,7 @@
 // workers and queues views the gateway has (queue/overview.ts, so both answer the same).
 import path from 'node:path';
 import Joi from 'joi';
+import { redact } from '../../shared/sensitive';
 import type { Api } from '../../shared/http';
 import { notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
@@ -35,7 +36,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     responses: { 201: { description: 'queued', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('invalid job (names the field)') },
     handler: async (ctx, { body, warnings }) => {
       const built = buildSpec(body, { where: '', jobTimeoutSeconds: d.jobTimeoutSeconds, parallelDownloads: 1, warnings });
-      const r = await life.submit(built.spec, { enqueue: true, meta: built.meta });
+      const r = await life.submit(built.spec, { enqueue: true, meta: built.meta, caller: ctx.state.apiKey ?? null });
       ctx.status = 201;
       return { job_id: r.job_id, state: r.state, message: `${built.spec.operation} job ${r.job_id} queued` };
     },
@@ -46,7 +47,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     handler: async (_ctx, { params }) => {
       const [rec, [view]] = await Promise.all([store.get(params.id), jobViews(store, [params.id])]);
       if (!rec || !view) throw notFound(`job ${params.id} not found`);
-      return { ...view, spec: rec.spec, state_history: rec.state_history, result: rec.result, attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
+      return { ...view, spec: redact(rec.spec), state_history: rec.state_history, result: redact(rec.result), attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
     },
   });
   api.add({

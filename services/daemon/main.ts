@@ -20,7 +20,7 @@ function parseAddr(addr: string): { host?: string; port: number } {
 try {
   const cfg = loadConfig(configPath());
   const addr = addrOption(process.argv.slice(2)) ?? cfg.daemon.addr;
-  const listen = addr ? parseAddr(addr) : {};
+  const listen = addr ? { ...parseAddr(addr), hostSetting: addrOption(process.argv.slice(2)) ? '-addr' : 'daemon.addr' } : {};
   startDaemon(cfg, listen).then((d) => onShutdown(() => d.close())).catch((e) => {
     process.stderr.write(`daemon failed to start: ${e.message}\n`);
     process.exit(1);

@@ -1,6 +1,7 @@
 // The daemon API (port 8080): jobs, schedules, webhooks, health and status. Every route is declared once with
 // its joi schemas and answers at /<path> and /api/v1/<path>.
 import Joi from 'joi';
+import type { ApiKey } from '../../shared/auth';
 import { Api } from '../../shared/http';
 import { ApiError, notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
@@ -18,6 +19,7 @@ import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
 import { createdView, publicView, WebhookStore } from '../notifier/webhooks';
 import { checkTarget } from '../../shared/targets';
+import { addVmRoutes } from './vms';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const ts = () => new Date().toISOString();
@@ -36,11 +38,11 @@ export function buildDaemonApi(d: RouteDeps) {
   // reference daemon accepts them); the job API (8000) refuses them.
   const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn' });
 
-  async function submitOne(def: unknown, where: string, warnings?: string[]) {
+  async function submitOne(def: unknown, where: string, caller: ApiKey | null, warnings?: string[]) {
     const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
     checkPasswordStorable(built.passwordField!, built.password);
     if (built.password) await storePassword(store.redis, store.k, built.spec.job_id, built.password, cfg.jobTimeoutSeconds + 86400);
-    await life.submit(built.spec, { enqueue: true, meta: built.meta });
+    await life.submit(built.spec, { enqueue: true, meta: built.meta, caller });
     return built;
   }
 
@@ -50,9 +52,12 @@ export function buildDaemonApi(d: RouteDeps) {
   }
   const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
 
+  // Remote VMs (services/daemon/vms.ts)
+  addVmRoutes(api);
+
   // Health and status
   api.add({
-    method: 'get', path: '/health', summary: 'Liveness', tags: ['status'],
+    method: 'get', role: 'public', path: '/health', summary: 'Liveness', tags: ['status'],
     responses: { 200: { description: 'ok', schema: Joi.object({ status: Joi.string().valid('ok') }) } },
     handler: () => ({ status: 'ok' }),
   });
@@ -72,26 +77,26 @@ export function buildDaemonApi(d: RouteDeps) {
         Joi.object({ job_id: Joi.string(), message: Joi.string() })) },
       400: err('invalid job definition (names the field)'),
     },
-    handler: async (_ctx, { body, warnings }) => {
+    handler: async (ctx, { body, warnings }) => {
       if (Array.isArray(body.jobs)) {
         const job_ids: string[] = [];
         const errors: { index: number; error: string }[] = [];
         for (let i = 0; i < body.jobs.length; i++) {
-          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`, warnings)).spec.job_id); } catch (e) {
+          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`, ctx.state.apiKey ?? null, warnings)).spec.job_id); } catch (e) {
             if (!(e instanceof ApiError) || e.status >= 500) throw e;
             errors.push({ index: i, error: e.message });
           }
         }
         return { job_ids, accepted: job_ids.length, rejected: errors.length, errors, timestamp: ts() };
       }
-      const b = await submitOne(body, '', warnings);
+      const b = await submitOne(body, '', ctx.state.apiKey ?? null, warnings);
       if (b.shape === 'B') return { job_id: b.spec.job_id, message: `migration job ${b.spec.job_id} for ${b.meta.vm_path} queued` };
       return { job_ids: [b.spec.job_id], accepted: 1, rejected: 0, errors: [], timestamp: ts() };
     },
   });
   const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
   api.add({
-    method: 'post', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema, bodyRequired: false,
+    method: 'post', role: 'read', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema, bodyRequired: false,
     responses: { ...listResponse, 400: err('invalid query') },
     handler: async (_ctx, { body }) => {
       if (body.job_ids) {

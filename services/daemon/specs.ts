@@ -3,10 +3,12 @@
 // the spec or the meta.
 import { randomUUID } from 'node:crypto';
 import Joi from 'joi';
+import { ApiError } from '../../shared/errors';
 import { validate } from '../../shared/http';
 import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { managerDefaults } from './credentials';
+import { managerAllowed } from '../../shared/vsphere/credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
 
@@ -42,6 +44,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         vm_path: d.vm_path, output_path: d.output_path, name,
         parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
         remove_cdrom: d.options.remove_cdrom, show_individual_progress: d.options.show_individual_progress,
+        power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds,
         manager_url: d.manager_url ?? env.manager_url, username: d.username ?? env.username, insecure: d.insecure ?? env.insecure,
         credentials: d.password ? 'job' : env.hasPassword ? 'environment' : 'none',
       }),
@@ -60,6 +63,8 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         insecure: d.source.insecure ?? env.insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
         conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping,
+        power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,
+        parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
       }),
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };
@@ -67,6 +72,12 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     const d = check<any>(operationTemplateSchema, def, opts.where, opts.warnings);
     raw = clean({ job_id, operation: d.operation, image: d.image, parameters: d.parameters, requirements: d.requirements, execution_policy: { timeout_seconds: opts.jobTimeoutSeconds, ...(d.execution_policy || {}) } });
     meta = { kind: 'operation', name: d.operation };
+  }
+  // A job may only name a manager this deployment allows (GOVC_URL, FERRY_VSPHERE_MANAGERS): 400 at submission.
+  const given = shape === 'A' ? (def as any)?.manager_url : shape === 'B' ? (def as any)?.source?.manager_url : undefined;
+  if (typeof given === 'string' && !managerAllowed(given)) {
+    const field = [opts.where, shape === 'A' ? 'manager_url' : 'source.manager_url'].filter(Boolean).join('.');
+    throw new ApiError(400, `${field}: ${given.replace(/\/\/[^@/]*@/, '//')} is not a vSphere manager this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS)`, { fields: [{ field, message: 'not an allowed vSphere manager' }] });
   }
   const spec = check<JobSpec>(jobSpecSchema, raw, opts.where, opts.warnings);
   return { spec, meta, password, passwordField, shape };

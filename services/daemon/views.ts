@@ -9,7 +9,7 @@ const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString()
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
 
 /** Fields a page of jobs needs (history and result stay in Redis). */
-export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error'];
+export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason'];
 
 export function jobView(id: string, h: Record<string, string>) {
   const spec = parse(h.spec, {});
@@ -38,7 +38,11 @@ export function jobView(id: string, h: Record<string, string>) {
       ...(bytes !== undefined ? { bytes_downloaded: bytes, current_bytes: bytes } : {}),
       ...(total !== undefined ? { total_bytes: total } : {}),
       percent_complete: pct,
+      ...(num(d.rate_bytes_per_second) !== undefined ? { rate_bytes_per_second: num(d.rate_bytes_per_second) } : {}),
+      ...(num(d.eta_seconds) !== undefined ? { eta_seconds: num(d.eta_seconds) } : {}),
+      ...(d.files ? { files: parse(d.files, undefined) } : {}),
     },
+    ...(h.state === 'QUEUED' && h.waiting_reason ? { waiting_reason: h.waiting_reason } : {}),
     created_at: h.created_at,
     started_at: iso(h.started_at),
     updated_at: h.updated_at,

@@ -21,8 +21,8 @@ export interface WsDeps {
   status: () => Promise<object>;
   firstPage: () => Promise<object>;
   metrics: () => Promise<object>;
-  /** Returns an HTTP status (401/403) to refuse the upgrade, or 0. */
-  authorize: (req: http.IncomingMessage) => number;
+  /** status 401/403 refuses the upgrade with the message; 0 lets it through. */
+  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string }>;
 }
 
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
@@ -46,9 +46,10 @@ export class WsHub {
       const path = (req.url || '/').split('?')[0].replace(/\/+$/, '');
       const kind = PATHS[path];
       if (!kind) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
-      const code = this.d.authorize(req);
-      if (code) return this.refuse(socket, code, code === 401 ? 'API key required' : 'API key not accepted');
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
+      this.d.authorize(req).then((v) => {
+        if (v.status) return this.refuse(socket, v.status, v.message);
+        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
+      }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
@@ -60,7 +61,7 @@ export class WsHub {
 
   private refuse(socket: Duplex, code: number, text: string) {
     const body = JSON.stringify({ error: text, status: code, timestamp: new Date().toISOString() });
-    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : 'Not Found';
+    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : code === 503 ? 'Service Unavailable' : 'Not Found';
     socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
   }
 

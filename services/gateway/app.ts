@@ -1,6 +1,7 @@
 // Wires the gateway: Redis, the job lifecycle, the event hub and the HTTP API. main.ts only runs it.
 import http from 'node:http';
 import { createApp } from '../../shared/http';
+import { jobApiEnvelope } from '../../shared/errors';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
@@ -11,16 +12,16 @@ import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
+import { listenHost, processAuth } from '../../shared/auth';
 import { EventHub } from './sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 
-export function gatewayEnvelope(status: number, message: string, path: string, details?: any) {
-  return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) } };
-}
 
 export async function startGateway(opts: { port?: number; host?: string } = {}) {
   const log = createLogger('gateway');
+  const auth = processAuth();
+  const host = listenHost(auth, opts.host ?? config.host, 'FERRY_HOST');
   const redis: RedisClient = createRedis();
   redis.on('error', (e) => log.warn('redis error', { error: e.message }));
   const store = new JobStore(redis);
@@ -39,7 +40,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: gatewayEnvelope });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
   await router.watchAll().catch(() => undefined);
@@ -75,9 +76,9 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
 
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve) => server.listen(opts.port ?? config.gatewayPort, opts.host ?? config.host, resolve));
+  await new Promise<void>((resolve) => server.listen(opts.port ?? config.gatewayPort, host, resolve));
   const port = (server.address() as any).port;
-  log.info('gateway listening', { port, redis: config.redisUrl.replace(/\/\/[^@]*@/, '//***@') });
+  log.info('gateway listening', { port, host, auth: auth.enabled, redis: config.redisUrl.replace(/\/\/[^@]*@/, '//***@') });
 
   return {
     port,

@@ -98,7 +98,7 @@ export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
     handler: async (ctx, { body }) => {
       const spec = validate(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job') as JobSpec;
       const { metadata, spec: s } = body as any;
-      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources } });
+      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources }, caller: ctx.state.apiKey ?? null });
       ctx.status = 201;
       ctx.set('Location', `/jobs/${r.job_id}`);
       return { ...r, message: `MigrationJob ${metadata.namespace}/${metadata.name} queued as convert job ${r.job_id}` };

@@ -5,10 +5,10 @@ import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../shared/errors';
 import type { Keys, RedisClient } from '../../shared/redis';
 import { canEncrypt, encryptSecret } from '../daemon/credentials';
+import { isSensitiveKey, redact } from '../../shared/sensitive';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';
-const SENSITIVE_HEADER = /authorization|token|secret|key|cookie|pass/i;
 
 export interface Webhook {
   id: string; url: string; events: string[]; enabled: boolean; timeout: number; retry_count: number;
@@ -32,7 +32,7 @@ export function publicView(w: Webhook, index: number) {
 /** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
 export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
-    ...Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]),
+    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? '[redacted]' : v]),
     ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
   ]);
   return { ...publicView(w, index), headers };
@@ -64,7 +64,7 @@ export class WebhookStore {
     if (input.secret !== undefined && !canEncrypt()) {
       throw new ApiError(400, 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted', { fields: [{ field: 'secret', message: 'needs FERRY_SECRET_KEY' }] });
     }
-    const sensitive = Object.keys(input.headers || {}).filter((h) => SENSITIVE_HEADER.test(h));
+    const sensitive = Object.keys(input.headers || {}).filter((h) => isSensitiveKey(h));
     if (sensitive.length && !canEncrypt()) {
       throw new ApiError(400, `headers ${sensitive.join(', ')} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store them encrypted`, { fields: sensitive.map((h) => ({ field: `headers.${h}`, message: 'needs FERRY_SECRET_KEY' })) });
     }
@@ -122,7 +122,7 @@ export class WebhookStore {
     const ids: string[] = [];
     for (const w of hooks) {
       const delivery_id = `${w.id}.${event}.${dedup}`.replace(/[^A-Za-z0-9._-]/g, '_');
-      const body = { delivery_id, event, timestamp: new Date().toISOString(), data };
+      const body = { delivery_id, event, timestamp: new Date().toISOString(), data: redact(data) };
       const now = new Date().toISOString();
       const added = await this.queue.add('deliver', { webhook_id: w.id, delivery_id, event, body }, {
         jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },

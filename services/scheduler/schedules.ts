@@ -29,10 +29,10 @@ export function nextRun(s: Schedule): string | null {
   try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch { return null; }
 }
 
-/** Templates are stored in Redis, so they may not carry passwords (FERRY_MANAGER_PASSWORD serves scheduled jobs). */
+/** Templates are stored in Redis, so they may not carry passwords (GOVC_PASSWORD serves scheduled jobs). */
 export function refusePasswords(t: any, field: string) {
   if (t && (t.password !== undefined || t.source?.password !== undefined)) {
-    throw badRequest(`${field} may not carry a password: schedules are stored in Redis; scheduled jobs use FERRY_MANAGER_PASSWORD`);
+    throw badRequest(`${field} may not carry a password: schedules are stored in Redis; scheduled jobs use GOVC_PASSWORD`);
   }
 }
 

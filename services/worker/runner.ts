@@ -6,7 +6,9 @@ import client from 'prom-client';
 import { config } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { createRedis } from '../../shared/redis';
-import { OperationError } from '../../shared/errors';
+import { jobApiEnvelope, OperationError } from '../../shared/errors';
+import { guardPlain, listenHost, processAuth } from '../../shared/auth';
+import { outputId, type OutputClaims } from '../../shared/roots';
 import { createRegistry } from '../../shared/metrics';
 import { servedQueues } from '../../shared/capabilities';
 import { JobStore } from '../../queue/store';
@@ -75,6 +77,15 @@ export async function startWorker(o: WorkerOptions) {
     return queues;
   };
 
+  // Outputs a job wrote (outputId), kept in its record so any worker's retry recognises them.
+  const claimsOf = (id: string): OutputClaims => {
+    const read = async () => JSON.parse((await redis.hget(store.k.job(id), 'owned_outputs')) || '[]') as string[];
+    return {
+      record: async (st) => { await redis.hset(store.k.job(id), 'owned_outputs', JSON.stringify([...(await read()), outputId(st)].slice(-64))); },
+      owns: async (st) => (await read()).includes(outputId(st)),
+    };
+  };
+
   async function execute(lease: Lease) {
     const { record } = lease;
     const spec = record.spec;
@@ -84,12 +95,23 @@ export async function startWorker(o: WorkerOptions) {
     const t0 = Date.now();
     const timer = setTimeout(() => { r.why = 'timeout'; r.abort.abort(new Error('timeout')); }, spec.execution_policy.timeout_seconds * 1000);
     let outcome = 'completed';
+    let admitted: { release: () => Promise<void> } | undefined;
     try {
       if (!impl) throw new OperationError(`this worker has no implementation of operation ${spec.operation}`, true);
+      if (impl.admit) {
+        const a = await impl.admit(spec, store);
+        if (!a.ok) {
+          // Not now (a shared limit is full): back to the queue without using an attempt, saying why.
+          outcome = 'deferred';
+          await life.handBack(lease.job_id, o.workerId, lease.token, a.reason, { delayMs: 500 + Math.round(Math.random() * 1000), waitingReason: a.reason });
+          return;
+        }
+        admitted = a;
+      }
       if (!(await life.start(lease.job_id, o.workerId, lease.token, record.attempts))) { outcome = 'lost'; return; }
       let lastBytes = 0;
       const result = await impl.run({
-        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log,
+        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log, claims: claimsOf(lease.job_id), store,
         progress: async (phase, percentage, message, details = {}) => {
           const d = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
           if (phase === 'conversion' && d.bytes_processed) { const b = Number(d.bytes_processed); if (b > lastBytes) { bytesTotal.inc(b - lastBytes); lastBytes = b; } }
@@ -124,6 +146,7 @@ export async function startWorker(o: WorkerOptions) {
       }
     } finally {
       clearTimeout(timer);
+      await admitted?.release().catch(() => undefined);
       running.delete(lease.job_id);
       jobsTotal.inc({ operation: spec.operation, outcome });
       jobSeconds.observe({ operation: spec.operation }, (Date.now() - t0) / 1000);
@@ -156,12 +179,16 @@ export async function startWorker(o: WorkerOptions) {
 
   let metricsServer: http.Server | undefined;
   if (o.metricsPort !== undefined && o.metricsPort >= 0) {
+    const auth = processAuth();
+    const host = listenHost(auth, config.host, 'FERRY_HOST');
     metricsServer = http.createServer(async (req, res) => {
+      // /health stays public (liveness probes); /metrics needs a read key when keys are configured.
+      if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
       if (req.url === '/metrics') { res.setHeader('Content-Type', metrics.contentType); res.end(await metrics.metrics()); return; }
       if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: running.size })); return; }
       res.statusCode = 404; res.end();
     });
-    await new Promise<void>((r) => metricsServer!.listen(o.metricsPort, config.host, r));
+    await new Promise<void>((r) => metricsServer!.listen(o.metricsPort, host, r));
   }
   log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsServer ? (metricsServer.address() as any).port : null });
 

@@ -3,6 +3,7 @@ import Joi from 'joi';
 import { DAEMON_STATUSES } from '../states';
 import { operationNames } from '../operations';
 import { absolutePath, jobId } from './common';
+import { POWER_OPTIONS } from '../vsphere/options';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
 /** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
@@ -14,6 +15,9 @@ const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
 const managerUrl = Joi.string().uri({ scheme: ['http', 'https'] }).max(2048);
 const name = Joi.string().min(1).max(256);
 const secret = Joi.string().min(1).max(1024);
+const powerOff = Joi.string().valid(...POWER_OPTIONS).default('none')
+  .description('when the VM is running: none = refuse the export (default), shutdown = guest shutdown (VMware Tools) then wait, force = power off');
+const shutdownTimeout = Joi.number().integer().min(1).max(3600).default(300).description('seconds to wait for a guest shutdown');
 const priority = Joi.number().integer().min(0).max(100).description('0-100, higher is more urgent (default 50)');
 
 export const exportJobSchema = Joi.object({
@@ -24,10 +28,12 @@ export const exportJobSchema = Joi.object({
     parallel_downloads: Joi.number().integer().min(1).max(64).description('default: parallel_downloads of the daemon configuration'),
     remove_cdrom: Joi.boolean().default(false),
     show_individual_progress: Joi.boolean().default(false),
+    power_off: powerOff,
+    shutdown_timeout_seconds: shutdownTimeout,
   }).default({}),
-  manager_url: managerUrl.description('per-job override of FERRY_MANAGER_URL'),
-  username: Joi.string().max(256).description('per-job override of FERRY_MANAGER_USERNAME'),
-  password: secret.description('per-job override of FERRY_MANAGER_PASSWORD; stored encrypted, never returned'),
+  manager_url: managerUrl.description('per-job override of GOVC_URL'),
+  username: Joi.string().max(256).description('per-job override of GOVC_USERNAME'),
+  password: secret.description('per-job override of GOVC_PASSWORD; stored encrypted, never returned'),
   insecure: Joi.boolean().description('accept untrusted TLS certificates'),
   priority,
 }).label('ExportJob');
@@ -48,6 +54,10 @@ export const migrationJobSchema = Joi.object({
     virt_uri: Joi.string().max(1024).description('connection URI of the target host, for example qemu:///system'),
   }).required(),
   options: Joi.object({
+    power_off: powerOff,
+    shutdown_timeout_seconds: shutdownTimeout,
+    remove_cdrom: Joi.boolean().default(false),
+    parallel_downloads: Joi.number().integer().min(1).max(64),
     conversion_method: Joi.string().max(64),
     network_mapping: Joi.object().pattern(Joi.string().max(256), Joi.string().max(256)).description('source network -> target bridge'),
   }).default({}),
@@ -164,7 +174,12 @@ export const jobRecordSchema = Joi.object({
   progress: Joi.object({
     phase: Joi.string(), stage: Joi.string(), current_file: Joi.string(), files_downloaded: Joi.number().integer(), total_files: Joi.number().integer(),
     bytes_downloaded: Joi.number().integer(), current_bytes: Joi.number().integer(), total_bytes: Joi.number().integer(), percent_complete: Joi.number(),
+    rate_bytes_per_second: Joi.number().description('export: download rate, smoothed (exponential moving average)'),
+    eta_seconds: Joi.number().description('export: remaining bytes / smoothed rate'),
+    files: Joi.array().items(Joi.object({ name: Joi.string(), bytes_downloaded: Joi.number().integer(), total_bytes: Joi.number().integer(), percent_complete: Joi.number(), done: Joi.boolean() }))
+      .description('export with options.show_individual_progress: one entry per file'),
   }),
+  waiting_reason: Joi.string().description('why a pending job waits (for example the per-manager export limit)'),
   created_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null), updated_at: Joi.string().isoDate(),
   completed_at: Joi.string().isoDate().allow(null), error: Joi.string().allow(null), schedule_id: Joi.string().allow(null),
 }).label('DaemonJob');

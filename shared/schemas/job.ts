@@ -123,11 +123,16 @@ export const submitQuery = Joi.object({
   queue: Joi.boolean().truthy('1').falsy('0').default(false),
 });
 
-export const workerReportSchema = Joi.object({ worker_id: workerId.required() }).label('WorkerReport');
-export const workerEventSchema = progressEventSchema.keys({ worker_id: workerId.required() }).label('WorkerProgressEvent');
-export const workerCompleteSchema = Joi.object({ worker_id: workerId.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
+export const leaseToken = Joi.string().max(256).description('the lease token POST /queue/dequeue handed out with the job');
+export const workerReportSchema = Joi.object({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerReport');
+export const workerEventSchema = progressEventSchema.keys({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerProgressEvent');
+export const workerCompleteSchema = Joi.object({ worker_id: workerId.required(), lease_token: leaseToken.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
 export const workerFailSchema = Joi.object({
   worker_id: workerId.required(),
+  lease_token: leaseToken.required(),
   error: Joi.string().max(8192).required(),
   retryable: Joi.boolean().default(true),
 }).label('WorkerFail');
+export const heartbeatSchema = Joi.object({
+  lease_tokens: Joi.array().items(leaseToken).max(64).default([]).description('renew the leases of these jobs (the worker\'s own)'),
+}).label('WorkerHeartbeat');

@@ -7,23 +7,15 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
-import WebSocket from 'ws';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
+import { TestRedis, freePort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { openWs } from '../helpers/ws';
 import { req, until } from '../helpers/http';
 
 const SECRET_PASSWORD = 'hunter2-very-secret-pw';
 const HOOK_SECRET = 'webhook-signing-secret';
 const API_KEY = 'test-api-key-0123456789';
 const PREFIXES = ['', '/api/v1'];
-
-function openWs(url: string, headers: Record<string, string> = {}) {
-  const msgs: any[] = [];
-  const ws = new WebSocket(url, { headers });
-  ws.on('message', (d) => msgs.push({ at: Date.now(), ...JSON.parse(String(d)) }));
-  const opened = new Promise<void>((resolve, reject) => { ws.once('open', () => resolve()); ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))); ws.once('error', reject); });
-  return { ws, msgs, opened };
-}
 
 describe('daemon API (8080), scheduler and notifier', function () {
   this.timeout(60000);
@@ -60,7 +52,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
     const env = { ...testEnv(redis.url), FERRY_SECRET_KEY: 'test-secret-key', FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
     gw = await startGatewayProc(env);
     procs.push(gw);
-    procs.push(await startWorkerProc(env, 'noop-worker', [], ['--concurrency', '4']));
+    procs.push(await startWorkerProc(env, 'noop-worker', ['vsphere_access'], ['--concurrency', '4']));
     daemon = await startDaemonProc(env, cfg);
     procs.push(daemon);
     B = daemon.url;
@@ -130,7 +122,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
 
   describe('jobs', () => {
     let exportId: string;
-    it('accepts shape A as JSON; the job fails with a clear reason; the password is nowhere in Redis, responses or logs', async () => {
+    it('accepts shape A as JSON; without a manager (no manager_url, no GOVC_URL) it fails with a clear reason; the password is nowhere in Redis, responses or logs', async () => {
       const r = await req(B, 'POST', '/jobs/submit', { name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export', password: SECRET_PASSWORD, username: 'admin', options: { remove_cdrom: true } });
       expect(r.status, r.text).to.equal(200);
       expect(r.body).to.include({ accepted: 1, rejected: 0 });
@@ -138,7 +130,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
       const j = await dJob(exportId);
       expect(j.definition).to.include({ id: exportId, name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export' });
       const done = await until(async () => { const v = await dJob(exportId); return v.status === 'failed' && v; }, 20000, 'export job to fail');
-      expect(done.error).to.include('remote manager support is not available yet');
+      expect(done.error).to.include('no vSphere manager given');
       const g = await req(gw.url, 'GET', `/jobs/${exportId}`);
       expect(g.body.state).to.equal('FAILED');
       expect(g.body.spec.parameters).to.include({ parallel_downloads: 3, credentials: 'job', remove_cdrom: true });
@@ -169,13 +161,13 @@ describe('daemon API (8080), scheduler and notifier', function () {
     });
 
     it('takes a batch (JSON and YAML) with a bad entry: the good ones are accepted, the bad one named', async () => {
-      const r = await req(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
+      const r = await req(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/srv/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
       expect(r.status).to.equal(200);
       expect(r.body).to.include({ accepted: 2, rejected: 1 });
       expect(r.body.job_ids).to.have.length(2);
       expect(r.body.errors[0].index).to.equal(1);
       expect(r.body.errors[0].error).to.include('output_path');
-      const y = await req(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /o\n  - output_path: /o\n', { 'content-type': 'application/x-yaml' });
+      const y = await req(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /srv/o\n  - output_path: /srv/o\n', { 'content-type': 'application/x-yaml' });
       expect(y.body).to.include({ accepted: 1, rejected: 1 });
       expect(y.body.errors[0].error).to.include('vm_path');
     });
@@ -433,10 +425,20 @@ describe('daemon API (8080), scheduler and notifier', function () {
       const okc = openWs(wsUrl, { Authorization: `Bearer ${API_KEY}` });
       await okc.opened;
       okc.ws.close();
-      const q = openWs(`${wsUrl}?api_key=${API_KEY}`);
+      // A key in the URL is refused; a browser gets a single-use ticket from an authenticated call instead.
+      let e3 = '';
+      await openWs(`${wsUrl}?api_key=${API_KEY}`).opened.catch((e) => (e3 = e.message));
+      expect(e3).to.equal('HTTP 401');
+      const t = await req(auth.url, 'POST', '/ws/ticket', undefined, { 'X-API-Key': API_KEY });
+      expect(t.status).to.equal(200);
+      const q = openWs(`${wsUrl}?ticket=${t.body.ticket}`);
       await q.opened;
       q.ws.close();
-      const m = await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics');
+      let e4 = '';
+      await openWs(`${wsUrl}?ticket=${t.body.ticket}`).opened.catch((e) => (e4 = e.message));
+      expect(e4).to.equal('HTTP 401');
+      expect((await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics')).status).to.equal(401);
+      const m = await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics', undefined, { 'X-API-Key': API_KEY });
       expect(m.status).to.equal(200);
       expect(m.text).to.include('svc_jobs_total');
       expect((await req(auth.url, 'GET', '/metrics', undefined, { 'X-API-Key': API_KEY })).status).to.equal(404);

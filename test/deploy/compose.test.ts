@@ -9,7 +9,7 @@ import yaml from 'js-yaml';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const COMPOSE = path.join(ROOT, 'compose.yaml');
-const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value' };
+const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value', FERRY_API_KEYS: 'ops:admin:test-only-api-key-value' };
 const compose = (args: string[], env: Record<string, string> = {}) => {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !(k in SECRETS)));
   return spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...clean, ...env } });
@@ -32,11 +32,19 @@ describe('deploy: compose.yaml and Dockerfile', function () {
   it('refuses to resolve without the secrets from the environment (none are in the file)', () => {
     const r = compose(['config', '-q']);
     expect(r.status).to.not.equal(0);
-    expect(r.stderr).to.match(/FERRY_SECRET_KEY|GRAFANA_ADMIN_PASSWORD/);
+    expect(r.stderr).to.match(/FERRY_SECRET_KEY|GRAFANA_ADMIN_PASSWORD|FERRY_API_KEYS/);
     const text = readFileSync(COMPOSE, 'utf8');
     for (const v of Object.values(SECRETS)) expect(text).to.not.include(v);
     // Every secret-looking variable is a ${...} reference.
     for (const m of text.matchAll(/^\s*([A-Z_]*(PASSWORD|SECRET|API_KEYS|TOKEN)[A-Z_]*):\s*(.*)$/gm)) expect(m[3], m[1]).to.match(/^\$\{[A-Z_]+(:[-?][^}]*)?\}$/);
+  });
+
+  it('requires API keys: services listen on every address there, which Ferry refuses without keys', () => {
+    const { FERRY_API_KEYS: _, ...others } = SECRETS;
+    const r = compose(['config', '-q'], others);
+    expect(r.status).to.not.equal(0);
+    expect(r.stderr).to.include('FERRY_API_KEYS');
+    for (const name of ['gateway', 'daemon', 'worker', 'worker-guest']) expect(resolved.services[name].environment.FERRY_API_KEYS, name).to.equal(SECRETS.FERRY_API_KEYS);
   });
 
   it('has every service, with health checks, Redis append-only with noeviction', () => {

@@ -53,6 +53,8 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       // The compiled entry point (npm run build, as the image has it), built from a source that exists.
       expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
       expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
+      // Pods that listen (gateway, daemon, workers' metrics ports) require API keys from the Secret.
+      if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env.find((e: any) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
     }
   });
 

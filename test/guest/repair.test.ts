@@ -13,7 +13,7 @@ import path from 'node:path';
 import yaml from 'js-yaml';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../services/converter/guestfs';
-import { ensureDebianGuest, DebianGuest, DebianVariant } from '../fixtures/debian-guest';
+import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
 import { ferryConvert, startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 
@@ -53,7 +53,8 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
   let gw: Awaited<ReturnType<typeof startStack>>['gw'];
 
   before(async () => {
-    stack = await startStack('guest-worker', ['img_tool', 'mount_operations']);
+    // The cached fixture lies outside the default storage roots (the temp dir, /srv): the job may read it.
+    stack = await startStack('guest-worker', ['img_tool', 'mount_operations'], { FERRY_INPUT_ROOTS: [os.tmpdir(), GUEST_CACHE].join(':') });
     gw = stack.gw;
   });
   after(async () => {

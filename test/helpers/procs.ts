@@ -103,13 +103,23 @@ export function ferryConvert(args: string[], env: Record<string, string> = {}): 
   });
 }
 
-/** A private Redis, a gateway and one worker with `caps`, waited for until the gateway lists the worker. */
-export async function startStack(workerId: string, caps: string[]): Promise<{ gw: Proc & { port: number; url: string }; stop(): Promise<void> }> {
+/** A private Redis, a gateway and one worker with `caps` (`extra`: more environment for both, e.g. storage
+ *  roots), waited for until the gateway lists the worker. */
+export async function startStack(workerId: string, caps: string[], extra: Record<string, string> = {}): Promise<{ gw: Proc & { port: number; url: string }; stop(): Promise<void> }> {
   const redis = new TestRedis();
   await redis.start();
-  const env = testEnv(redis.url);
+  const env = { ...testEnv(redis.url), ...extra };
   const gw = await startGatewayProc(env);
   const worker = await startWorkerProc(env, workerId, caps);
   await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
   return { gw, async stop() { await worker.kill(); await gw.stop(); await redis.stop(); } };
+}
+
+/** Resolves with the exit code of a process expected to stop by itself (a refused start). */
+export function exitCode(p: Proc, timeoutMs = 30000): Promise<number | null> {
+  if (p.proc.exitCode !== null) return Promise.resolve(p.proc.exitCode);
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`process did not exit within ${timeoutMs} ms\n${p.logs.join('')}`)), timeoutMs);
+    p.proc.once('exit', (code) => { clearTimeout(t); resolve(code); });
+  });
 }

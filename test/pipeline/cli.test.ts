@@ -83,11 +83,12 @@ describe('ferry-convert command line', function () {
       expect((await ferryConvert([])).code).to.equal(2);
     });
 
-    it('manager_export answers "not available yet" with exit 3, the password never shown', async () => {
+    it('manager_export without output_dir is a usage error (exit 2) naming the key, the password never shown', async () => {
+      // The export itself, against the vSphere simulator, is in test/vsphere/export.test.ts.
       const cfg = writeConfig('manager.yaml', { command: 'manager_export', manager_host: 'vcenter.example', manager_user: 'admin', manager_password: '${FERRY_TEST_PW}', vm_name: 'web-1' });
       const r = await ferryConvert(['--config', cfg], { FERRY_TEST_PW: secret });
-      expect(r.code).to.equal(3);
-      expect(r.stderr).to.match(/manager_export is not available yet: exporting VM "web-1" from vcenter\.example/);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.match(/output_dir is required in mode manager_export/);
       expect(r.stdout + r.stderr).to.not.contain(secret);
     });
 

@@ -70,7 +70,7 @@ describe('gateway API (port 8000 protocol)', function () {
     });
 
     it('answers 409 for a duplicate job_id and keeps the first job', async () => {
-      const r = await req(base, 'POST', '/jobs', spec('plain-1', { image: { path: '/other.vmdk', format: 'vmdk' } }));
+      const r = await req(base, 'POST', '/jobs', spec('plain-1', { image: { path: '/srv/in/other.vmdk', format: 'vmdk' } }));
       expect(r.status).to.equal(409);
       expect(r.body.error).to.include({ code: 409, path: '/jobs' });
       expect(r.body.error.message).to.include('plain-1');
@@ -222,6 +222,7 @@ describe('gateway API (port 8000 protocol)', function () {
   });
 
   describe('pull workers: POST /queue/dequeue and the report-back endpoints', () => {
+    let qcLease = '';
     it('hands the most urgent matching job, moves it to ASSIGNED naming the worker, then null when none match', async () => {
       const none = await req(base, 'POST', '/queue/dequeue', { worker_id: 'nbd-only', capabilities: ['nbd_access'] });
       expect(none.status).to.equal(200);
@@ -234,6 +235,9 @@ describe('gateway API (port 8000 protocol)', function () {
       expect(j.body.state).to.equal('ASSIGNED');
       expect(j.body.state_history.at(-1).reason).to.include('http-w1');
       expect(j.body.worker_id).to.equal('http-w1');
+      expect(got.body.lease_token).to.be.a('string').and.equal(got.headers.get('x-lease-token'));
+      expect(JSON.stringify(j.body)).to.not.include(got.body.lease_token);
+      qcLease = got.body.lease_token;
     });
     it('400 for a bad dequeue body', async () => {
       const r = await req(base, 'POST', '/queue/dequeue', { capabilities: ['img_tool'] });
@@ -241,18 +245,18 @@ describe('gateway API (port 8000 protocol)', function () {
       expect(r.body.error.message).to.include('worker_id');
     });
     it('takes progress events (first one starts the job), then complete with a result', async () => {
-      const e1 = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'http-w1', phase: 'conversion', percentage: 40, message: 'copying', details: { bytes_processed: '40', total_bytes: '100' } });
+      const e1 = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'http-w1', lease_token: qcLease, phase: 'conversion', percentage: 40, message: 'copying', details: { bytes_processed: '40', total_bytes: '100' } });
       expect(e1.status).to.equal(201);
       expect(e1.body.id).to.match(/^\d+-\d+$/);
-      const wrong = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'other', phase: 'x', percentage: 1 });
+      const wrong = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'other', lease_token: qcLease, phase: 'x', percentage: 1 });
       expect(wrong.status).to.equal(409);
-      const badPct = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'http-w1', phase: 'x', percentage: 101 });
+      const badPct = await req(base, 'POST', '/jobs/q-c/events', { worker_id: 'http-w1', lease_token: qcLease, phase: 'x', percentage: 101 });
       expect(badPct.status).to.equal(400);
       expect(badPct.body.error.message).to.include('percentage');
       const mid = await req(base, 'GET', '/jobs/q-c');
       expect(mid.body.state).to.equal('RUNNING');
       expect(mid.body.latest_event).to.include({ phase: 'conversion', percentage: 40 });
-      const done = await req(base, 'POST', '/jobs/q-c/complete', { worker_id: 'http-w1', result: { output_path: '/srv/out/q-c.qcow2' } });
+      const done = await req(base, 'POST', '/jobs/q-c/complete', { worker_id: 'http-w1', lease_token: qcLease, result: { output_path: '/srv/out/q-c.qcow2' } });
       expect(done.status).to.equal(200);
       const j = await req(base, 'GET', '/jobs/q-c');
       expect(j.body.state).to.equal('COMPLETED');
@@ -264,17 +268,17 @@ describe('gateway API (port 8000 protocol)', function () {
       const since = await req(base, 'GET', `/jobs/q-c/events?since=${encodeURIComponent(evs.body[0].timestamp)}`);
       expect(since.body.every((e: any) => Date.parse(e.timestamp) > Date.parse(evs.body[0].timestamp))).to.equal(true);
       expect((await req(base, 'GET', '/jobs/q-c/events?since=yesterday')).status).to.equal(400);
-      expect((await req(base, 'POST', '/jobs/q-c/complete', { worker_id: 'http-w1' })).status).to.equal(409);
+      expect((await req(base, 'POST', '/jobs/q-c/complete', { worker_id: 'http-w1', lease_token: qcLease })).status).to.equal(409);
     });
     it('a failed attempt goes back to QUEUED while retry_count allows, then FAILED with the reason', async () => {
       await req(base, 'POST', '/jobs?queue=true', { job_id: 'flaky', operation: 'noop', execution_policy: { retry_count: 1, priority: 100 } });
       const d1 = await req(base, 'POST', '/queue/dequeue', { worker_id: 'http-w1', capabilities: [] });
       expect(d1.body.job_id).to.equal('flaky');
-      const f1 = await req(base, 'POST', '/jobs/flaky/fail', { worker_id: 'http-w1', error: 'disk full' });
+      const f1 = await req(base, 'POST', '/jobs/flaky/fail', { worker_id: 'http-w1', lease_token: d1.body.lease_token, error: 'disk full' });
       expect(f1.body.state).to.equal('QUEUED');
       const d2 = await until(async () => { const r = await req(base, 'POST', '/queue/dequeue', { worker_id: 'http-w1', capabilities: [] }); return r.body; }, 10000, 'retry to be handed out');
       expect(d2.job_id).to.equal('flaky');
-      const f2 = await req(base, 'POST', '/jobs/flaky/fail', { worker_id: 'http-w1', error: 'disk still full' });
+      const f2 = await req(base, 'POST', '/jobs/flaky/fail', { worker_id: 'http-w1', lease_token: d2.lease_token, error: 'disk still full' });
       expect(f2.body.state).to.equal('FAILED');
       const j = await req(base, 'GET', '/jobs/flaky');
       const states = j.body.state_history.map((h: any) => h.state);
@@ -292,7 +296,7 @@ describe('gateway API (port 8000 protocol)', function () {
       const again = await req(base, 'POST', '/queue/dequeue', { worker_id: 'http-w1', capabilities: [] });
       expect(again.body.job_id).to.equal('orphan');
       expect((await req(base, 'GET', '/jobs/orphan')).body.attempts).to.equal(2);
-      await req(base, 'POST', '/jobs/orphan/complete', { worker_id: 'http-w1' });
+      expect((await req(base, 'POST', '/jobs/orphan/complete', { worker_id: 'http-w1', lease_token: again.body.lease_token })).status).to.equal(200);
     });
     it('DELETE /workers/{id} hands the jobs it holds back to the queue', async () => {
       await req(base, 'POST', '/jobs?queue=true', { job_id: 'held', operation: 'noop', execution_policy: { priority: 100 } });

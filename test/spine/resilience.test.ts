@@ -27,8 +27,9 @@ describe('resilience', function () {
   it('an SSE client that disconnects and reconnects with Last-Event-ID receives every event exactly once', async () => {
     const w = { worker_id: 'sse-w', capabilities: [] };
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sse-1', operation: 'noop' });
-    expect((await req(gw.url, 'POST', '/queue/dequeue', w)).body.job_id).to.equal('sse-1');
-    const post = (n: number) => req(gw.url, 'POST', '/jobs/sse-1/events', { worker_id: w.worker_id, phase: 'work', percentage: n, message: `step ${n}` });
+    const claim = (await req(gw.url, 'POST', '/queue/dequeue', w)).body;
+    expect(claim.job_id).to.equal('sse-1');
+    const post = (n: number) => req(gw.url, 'POST', '/jobs/sse-1/events', { worker_id: w.worker_id, lease_token: claim.lease_token, phase: 'work', percentage: n, message: `step ${n}` });
     for (const n of [10, 20]) expect((await post(n)).status).to.equal(201);
 
     const first = openSse(`${gw.url}/jobs/sse-1/events/stream`);
@@ -42,7 +43,7 @@ describe('resilience', function () {
     const second = openSse(`${gw.url}/jobs/sse-1/events/stream`, lastId);
     await second.waitFor((f) => f.length === 3);
     await post(70);
-    await req(gw.url, 'POST', '/jobs/sse-1/complete', { worker_id: w.worker_id, result: {} });
+    await req(gw.url, 'POST', '/jobs/sse-1/complete', { worker_id: w.worker_id, lease_token: claim.lease_token, result: {} });
     await second.closed;
     const all = [...first.frames, ...second.frames];
     const progress = all.filter((f) => f.event === 'progress');
@@ -68,9 +69,10 @@ describe('resilience', function () {
     try {
       await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'two-gw', operation: 'noop' });
       const s = openSse(`${gw2.url}/jobs/two-gw/events/stream`);
-      expect((await req(gw2.url, 'POST', '/queue/dequeue', { worker_id: 'x-w', capabilities: [] })).body.job_id).to.equal('two-gw');
-      await req(gw.url, 'POST', '/jobs/two-gw/events', { worker_id: 'x-w', phase: 'work', percentage: 50 });
-      await req(gw2.url, 'POST', '/jobs/two-gw/complete', { worker_id: 'x-w', result: { ok: true } });
+      const claim = (await req(gw2.url, 'POST', '/queue/dequeue', { worker_id: 'x-w', capabilities: [] })).body;
+      expect(claim.job_id).to.equal('two-gw');
+      await req(gw.url, 'POST', '/jobs/two-gw/events', { worker_id: 'x-w', lease_token: claim.lease_token, phase: 'work', percentage: 50 });
+      await req(gw2.url, 'POST', '/jobs/two-gw/complete', { worker_id: 'x-w', lease_token: claim.lease_token, result: { ok: true } });
       await s.closed;
       expect(s.frames.map((f) => f.event + ':' + (f.data.phase || f.data.state))).to.deep.equal(['progress:initialization', 'progress:work', 'progress:completed', 'complete:COMPLETED']);
       expect((await req(gw.url, 'GET', '/jobs/two-gw')).body.result).to.deep.equal({ ok: true });

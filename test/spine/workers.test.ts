@@ -83,10 +83,11 @@ describe('worker processes', function () {
   });
 
   it('fails (not retried) with a clear reason when the source does not exist, and refuses to overwrite', async () => {
-    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'missing', operation: 'convert', image: { path: '/nonexistent/x.vmdk', format: 'vmdk' }, parameters: { output_dir: out } });
+    const gone = path.join(dir, 'nonexistent', 'x.vmdk');
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'missing', operation: 'convert', image: { path: gone, format: 'vmdk' }, parameters: { output_dir: out } });
     const j = await waitState('missing');
     expect(j.state).to.equal('FAILED');
-    expect(j.error).to.include('/nonexistent/x.vmdk');
+    expect(j.error).to.include(gone);
     expect(j.attempts).to.equal(1);
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'dup-out', operation: 'convert', image: { path: vmdk, format: 'vmdk' }, parameters: { output_path: path.join(out, 'conv-1.qcow2') } });
     const d = await waitState('dup-out');

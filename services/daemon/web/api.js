@@ -1,6 +1,7 @@
 // Talking to the daemon: every call is relative to the API root (the dashboard lives at <root>/web/dashboard/,
 // so the same page works under / and /api/v1). With auth on, the API key is asked for once and kept in
-// sessionStorage; HTTP calls send it as X-API-Key, the WebSocket as ?api_key= (browsers cannot set its headers).
+// sessionStorage; HTTP calls send it as X-API-Key. A browser cannot set a WebSocket's headers and a key never goes
+// in a URL, so /ws is opened with a single-use ticket from POST /ws/ticket (valid 30 s).
 const ROOT = location.pathname.replace(/\/web\/dashboard(\/.*)?$/, '');
 const KEY = 'ferry.apiKey';
 
@@ -43,9 +44,13 @@ export function updates(onMessage, onState) {
   let ws;
   let closed = false;
   let retry;
-  const open = () => {
+  const open = async () => {
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const q = apiKey.get() ? `?api_key=${encodeURIComponent(apiKey.get())}` : '';
+    let q = '';
+    if (apiKey.get()) {
+      try { q = `?ticket=${encodeURIComponent((await api('POST', '/ws/ticket')).ticket)}`; } catch { /* refused or offline: the open fails and is retried */ }
+    }
+    if (closed) return;
     ws = new WebSocket(`${proto}//${location.host}${ROOT}/ws${q}`);
     ws.onopen = () => onState(true);
     ws.onmessage = (e) => { try { onMessage(JSON.parse(e.data)); } catch { /* not JSON */ } };

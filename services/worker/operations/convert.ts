@@ -4,6 +4,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { convert as qemuConvert, imageInfo, sha256File } from '../../../shared/qemu';
+import { checkOutputFree, checkRunPath, placeOutput } from '../../../shared/roots';
 import { throttle, type Operation } from './types';
 
 const EXT: Record<string, string> = { qcow2: 'qcow2', raw: 'raw', vdi: 'vdi' };
@@ -15,18 +16,18 @@ export function outputPathOf(jobId: string, p: { output_path?: string; output_di
 export const convert: Operation = async (ctx) => {
   const { spec } = ctx;
   const p = spec.parameters as { output_format: string; compress: boolean; output_dir?: string; output_path?: string; overwrite: boolean };
-  const src = spec.image!.path;
   const started = Date.now();
-  await fs.stat(src).catch(() => { throw new OperationError(`image.path ${src} does not exist or cannot be read`, false); });
+  // The storage roots again, on the real paths, right before anything is opened; the checked paths are used.
+  const src = await checkRunPath({ field: 'image.path', path: spec.image!.path, kind: 'input' });
+  const named = outputPathOf(spec.job_id, p);
+  const outField = p.output_path ? 'parameters.output_path' : 'parameters.output_dir';
+  const out = await checkRunPath({ field: outField, path: named, kind: 'output' });
   const info = await imageInfo(src, spec.image!.format);
   const total = info['virtual-size'];
-  const out = outputPathOf(spec.job_id, p);
-  if (path.resolve(out) === path.resolve(src)) throw new OperationError('the output path is the source image; sources are never modified', false);
+  if (out === src) throw new OperationError('the output path is the source image; sources are never modified', false);
   await fs.mkdir(path.dirname(out), { recursive: true });
-  // A retry may find the file its own earlier attempt renamed into place; only a first attempt refuses.
-  if (!p.overwrite && ctx.attempt <= 1 && (await fs.stat(out).then(() => true, () => false))) {
-    throw new OperationError(`output ${out} already exists (set parameters.overwrite to replace it)`, false);
-  }
+  // On every attempt: an existing output is refused unless overwrite, or it is this job's own earlier output.
+  await checkOutputFree(out, outField, p.overwrite, ctx.claims);
   const tmp = path.join(path.dirname(out), `.${path.basename(out)}.${spec.job_id}.partial`);
   await ctx.progress('conversion', 0, `converting ${spec.image!.format} to ${p.output_format}`, { bytes_processed: 0, total_bytes: total });
   const due = throttle();
@@ -42,7 +43,7 @@ export const convert: Operation = async (ctx) => {
     const fh = await fs.open(tmp, 'r+');
     await fh.sync();
     await fh.close();
-    await fs.rename(tmp, out);
+    await placeOutput(tmp, out, { field: outField, overwrite: p.overwrite, claims: ctx.claims });
   } catch (e) {
     await fs.rm(tmp, { force: true });
     throw e;

@@ -1,14 +1,15 @@
 // What each operation named in shared/operations.ts runs on a worker.
-import type { Operation } from './types';
+import type { Admit, Operation } from './types';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
-import { remoteUnavailable } from './remote';
+import { admitExport, cleanupExport, runExportOp } from './export';
+import { migrateVm } from './migrate-vm';
 
-export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void> }> = {
+export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
   migrate: { run: migrate, cleanup: cleanupMigrate },
-  export: { run: remoteUnavailable },
-  migrate_vm: { run: remoteUnavailable },
+  export: { run: runExportOp, cleanup: cleanupExport, admit: admitExport },
+  migrate_vm: { run: migrateVm, admit: admitExport },
 };

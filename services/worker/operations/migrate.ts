@@ -6,16 +6,28 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import type { Manifest } from '../../../shared/schemas/manifest';
 import { outputNames, runPipeline } from '../../converter/pipeline';
+import { OPERATIONS } from '../../../shared/operations';
+import { checkRunPath } from '../../../shared/roots';
 import { throttle, type Operation } from './types';
 
 export const migrate: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
+  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
   const vt = p.virt_test;
+  // The storage roots again, on the real paths, before the pipeline opens anything; it runs on those paths.
+  const real = new Map<string, string>();
+  for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, await checkRunPath(jp));
+  const m: Manifest = {
+    ...p.manifest,
+    disks: p.manifest.disks.map((d, i) => ({ ...d, local_path: real.get(`parameters.manifest.disks[${i}].local_path`)! })),
+    output: { ...p.manifest.output, ...(p.manifest.output.directory ? { directory: real.get('parameters.manifest.output.directory') } : {}) },
+  };
   const due = throttle(250);
   let last: Promise<void> = Promise.resolve();
   let lastStage = '';
-  const report = await runPipeline(p.manifest, {
-    outputDir: p.output_dir,
+  const report = await runPipeline(m, {
+    outputDir: p.output_dir && real.get('parameters.output_dir'),
+    overwrite: p.overwrite,
+    claims: ctx.claims,
     signal: ctx.signal,
     tool: `ferry-worker ${ctx.workerId}`,
     testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,

@@ -1,6 +1,7 @@
-import type { JobRecord } from '../../../queue/store';
+import type { JobRecord, JobStore } from '../../../queue/store';
 import type { JobSpec } from '../../../shared/schemas/job';
 import type { Logger } from '../../../shared/log';
+import type { OutputClaims } from '../../../shared/roots';
 
 export interface OpContext {
   job: JobRecord;
@@ -9,11 +10,19 @@ export interface OpContext {
   attempt: number;
   signal: AbortSignal;
   log: Logger;
+  /** The outputs this job wrote on earlier attempts (a retry may replace its own, never another file). */
+  claims: OutputClaims;
+  /** The job store (Redis): for what a job keeps beside its record, such as its encrypted manager password. */
+  store: JobStore;
   /** Publishes a ProgressEvent; details values become strings. */
   progress(phase: string, percentage: number, message: string, details?: Record<string, string | number>): Promise<void>;
 }
 
 export type Operation = (ctx: OpContext) => Promise<Record<string, unknown>>;
+
+/** Decides, before a job starts, whether it may run now (a shared limit); if not, it goes back to the queue
+ *  with the reason shown while it waits. */
+export type Admit = (spec: JobSpec, store: JobStore) => Promise<{ ok: true; release: () => Promise<void> } | { ok: false; reason: string }>;
 
 /** Emits at most one event per whole percent and per `minMs`, and always the last one. */
 export function throttle(minMs = 200) {

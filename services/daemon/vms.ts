@@ -1,0 +1,80 @@
+// The daemon's Remote VMs endpoints (/vms/list, /vms/info, /vms/shutdown, /vms/poweroff, /vms/remove-cdrom,
+// /vms/discover; also under /api/v1): thin wiring onto shared/vsphere. Credentials come from the request, else
+// from GOVC_*; errors keep the daemon's shape and name the manager, never the password.
+import Joi from 'joi';
+import type { Api } from '../../shared/http';
+import { ApiError } from '../../shared/errors';
+import { managerFor } from '../../shared/vsphere/client';
+import { resolveCredentials } from '../../shared/vsphere/credentials';
+import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
+import { listVms, pathByName, vmDetail } from '../../shared/vsphere/inventory';
+import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
+import { daemonErrorSchema } from '../../shared/schemas/daemon';
+import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse } from '../../shared/schemas/vms';
+
+const err = (description: string) => ({ description, schema: daemonErrorSchema });
+const message = Joi.object({ message: Joi.string() });
+
+function manager(q: { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }) {
+  const field = q.server !== undefined ? 'server' : 'manager_url';
+  try {
+    return managerFor(resolveCredentials({ manager_url: q.server ?? q.manager_url, username: q.username, password: q.password, insecure: q.insecure }));
+  } catch (e) {
+    const msg = e instanceof VsphereError ? e.message : `manager_url is not a valid URL: ${(e as Error).message}`;
+    throw new ApiError(400, field === 'server' ? msg.replace(/^manager_url/, 'server') : msg, { fields: [{ field, message: msg }] });
+  }
+}
+
+/** A client error as the daemon's: 401 wrong login, 404 unknown VM, 409 wrong power state, 502 manager away. */
+async function vsphere<T>(f: () => Promise<T>): Promise<T> {
+  try { return await f(); } catch (e) {
+    if (e instanceof VsphereError) throw new ApiError(httpStatusOf(e), e.message);
+    throw e;
+  }
+}
+
+const strip = ({ moref: _m, ...rest }: any) => rest;
+const detail = (d: any) => ({ ...strip(d), disks: d.disks.map(({ key: _k, controller_key: _c, unit_number: _u, ...x }: any) => x), nics: d.nics.map(({ key: _k, ...x }: any) => x), cdroms: d.cdroms.map(({ key: _k, ...x }: any) => x) });
+
+export function addVmRoutes(api: Api) {
+  const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
+  api.add({
+    method: 'get', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
+    responses: { 200: { description: 'VMs', schema: vmListResponse }, ...errors },
+    handler: async (_ctx, { query }) => {
+      const m = manager(query);
+      const vms = await vsphere(() => listVms(m));
+      return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name };
+    },
+  });
+  api.add({
+    method: 'get', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
+    responses: { 200: { description: 'the VM', schema: vmDetailResponse }, ...errors, 409: err('several VMs have that name') },
+    handler: async (_ctx, { query }) => {
+      const m = manager(query);
+      return detail(await vsphere(async () => vmDetail(m, query.path ?? await pathByName(m, query.name))));
+    },
+  });
+  const action = (path: string, summary: string, run: (m: ReturnType<typeof manager>, vmPath: string) => Promise<string>) => api.add({
+    method: 'post', path, summary, tags: ['vms'], body: vmActionBody,
+    responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running)') },
+    handler: async (_ctx, { body }) => { const m = manager(body); return { message: await vsphere(() => run(m, body.vm_path)) }; },
+  });
+  action('/vms/shutdown', 'Graceful guest shutdown (needs VMware Tools running); returns once the guest is asked', async (m, p) => { await shutdownGuest(m, p); return `guest shutdown of ${p} initiated`; });
+  action('/vms/poweroff', 'Forced power-off (a task, waited on)', async (m, p) => { await powerOff(m, p); return `${p} powered off`; });
+  action('/vms/remove-cdrom', 'Remove every CD-ROM device (one reconfigure task)', async (m, p) => {
+    const removed = await removeCdroms(m, p);
+    return removed.length ? `removed ${removed.length} CD-ROM device(s) from ${p}: ${removed.join(', ')}` : `${p} has no CD-ROM devices`;
+  });
+  api.add({
+    method: 'get', path: '/vms/discover', summary: 'The whole VM inventory of the default manager (GOVC_URL), with counts by power state', tags: ['vms'],
+    responses: { 200: { description: 'inventory', schema: vmListResponse.keys({ by_power_state: Joi.object().pattern(Joi.string(), Joi.number().integer()), datacenters: Joi.array().items(Joi.string()), timestamp: Joi.string() }) }, ...errors },
+    handler: async () => {
+      const m = manager({});
+      const vms = await vsphere(() => listVms(m));
+      const by: Record<string, number> = {};
+      for (const v of vms) by[v.power_state] = (by[v.power_state] || 0) + 1;
+      return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name, by_power_state: by, datacenters: [...new Set(vms.map((v) => v.path.split('/vm/')[0].slice(1)))], timestamp: new Date().toISOString() };
+    },
+  });
+}

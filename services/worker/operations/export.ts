@@ -1,0 +1,99 @@
+// Operation "export" (daemon API shape A): a VM from a vSphere manager into output_path with its manifest
+// (shared/vsphere/export.ts does the work). Before it starts, a job takes one of FERRY_EXPORTS_PER_MANAGER
+// slots of its manager (queue/slots.ts); without one it goes back to the queue, saying why.
+import { OperationError } from '../../../shared/errors';
+import { Slots } from '../../../queue/slots';
+import { managerName } from '../../../shared/vsphere/client';
+import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
+import { VsphereError } from '../../../shared/vsphere/errors';
+import { exportVm, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
+import { config } from '../../../shared/config';
+import type { Admit, OpContext, Operation } from './types';
+
+export interface ExportParameters {
+  vm_path: string; output_path?: string; manager_url?: string; username?: string; insecure?: boolean; credentials?: string;
+  parallel_downloads: number; remove_cdrom?: boolean; show_individual_progress?: boolean; power_off?: 'none' | 'shutdown' | 'force';
+  shutdown_timeout_seconds?: number;
+}
+
+export const exportsPerManager = () => Math.max(1, Number(process.env.FERRY_EXPORTS_PER_MANAGER || 4));
+const slotLeaseMs = () => Math.max(3, config.leaseSeconds * 3) * 1000;
+
+function managerOf(p: ExportParameters) {
+  try { return managerName(resolveCredentials({ manager_url: p.manager_url }).url); } catch { return null; }
+}
+
+/** One of the manager's export slots, or why the job must wait. */
+export const admitExport: Admit = async (spec, store) => {
+  const p = spec.parameters as ExportParameters;
+  const name = managerOf(p);
+  if (!name) return { ok: true, release: async () => undefined }; // the run reports the missing manager
+  const slots = new Slots(store.redis, store.k);
+  const limit = exportsPerManager();
+  const slot = await slots.acquire(name, spec.job_id, limit, slotLeaseMs());
+  if (slot) return { ok: true, release: () => slot.release() };
+  return { ok: false, reason: `waiting for an export slot on vSphere manager ${name}: ${limit} of ${limit} in use (FERRY_EXPORTS_PER_MANAGER)` };
+};
+
+/** Maps a client error onto the worker's: retryable when the manager was away, final otherwise. */
+export function asOperationError(e: unknown): unknown {
+  if (e instanceof VsphereError) return new OperationError(e.message, e.retryable);
+  return e;
+}
+
+const cancelled = (signal: AbortSignal) => signal.aborted && (signal.reason as Error)?.message === 'cancelled';
+
+/** The export stage, shared by "export" and "migrate_vm": progress as the daemon seed's shape A record. */
+export async function runExport(ctx: OpContext, p: ExportParameters, outputDir: string, phase = 'exporting'): Promise<ExportResult> {
+  const password = await jobPassword(ctx.store.redis, ctx.store.k, ctx.spec.job_id, p.credentials).catch((e) => { throw asOperationError(e); });
+  let last = 0;
+  let pending: Promise<void> = Promise.resolve();
+  try {
+    const creds = resolveCredentials({ manager_url: p.manager_url, username: p.username, password, insecure: p.insecure });
+    return await exportVm({
+      creds, vmPath: p.vm_path, outputDir, exportId: ctx.spec.job_id, parallel: p.parallel_downloads,
+      removeCdrom: p.remove_cdrom, powerOff: p.power_off, shutdownTimeoutSeconds: p.shutdown_timeout_seconds, signal: ctx.signal,
+      onAction: (msg) => ctx.progress('preparing', 0, msg),
+      onProgress: (s) => {
+        const now = Date.now();
+        // At most two events a second, and every file completion; events are awaited in order.
+        if (now - last < 500 && s.phase === 'exporting' && s.files_downloaded !== s.total_files) return;
+        last = now;
+        const details: Record<string, string | number> = {
+          current_file: s.current_file, files_downloaded: s.files_downloaded, total_files: s.total_files,
+          bytes_downloaded: s.bytes_downloaded, total_bytes: s.total_bytes, percent_complete: Math.round(s.percent_complete * 10) / 10,
+          rate_bytes_per_second: s.rate_bytes_per_second, ...(s.eta_seconds !== null ? { eta_seconds: s.eta_seconds } : {}),
+        };
+        if (p.show_individual_progress) {
+          details.files = JSON.stringify(s.files.map((f) => ({ ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100 })));
+        }
+        const msg = s.phase === 'exporting' ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}` : s.phase;
+        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(() => undefined);
+      },
+    });
+  } catch (e) {
+    // Cancelled: every stream has stopped; nothing of this export stays. Other endings keep the partial files
+    // (marked .ferry-part) for the next attempt to continue from.
+    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ctx.spec.job_id).catch(() => undefined);
+    throw asOperationError(e);
+  } finally {
+    await pending;
+  }
+}
+
+export const runExportOp: Operation = async (ctx) => {
+  const p = ctx.spec.parameters as ExportParameters;
+  const r = await runExport(ctx, p, p.output_path!);
+  return {
+    manifest_path: r.manifest_path, manifest: r.manifest, vm_path: r.vm_path, output_path: p.output_path, files: r.files,
+    total_bytes: r.total_bytes, streams: r.streams, resumes: r.resumes, bytes_refetched: r.bytes_refetched,
+    bytes_rehashed: r.bytes_rehashed, bytes_reused: r.bytes_reused, actions: r.actions, warnings: r.warnings, seconds: r.seconds,
+    throughput_bytes_per_second: r.seconds > 0 ? Math.round((r.total_bytes - r.bytes_reused) / r.seconds) : null,
+  };
+};
+
+/** Output undone (a job cancelled as it completed): the export's files go. Partial files of a failed attempt
+ *  stay for the retry. */
+export async function cleanupExport(spec: any, includeOutput: boolean) {
+  if (includeOutput && spec.parameters?.output_path) await removeExportOutput(spec.parameters.output_path, spec.job_id);
+}

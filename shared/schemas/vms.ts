@@ -1,0 +1,41 @@
+// The daemon's Remote VMs resources (/vms/*) as joi schemas: validation and /openapi.yaml from one source.
+import Joi from 'joi';
+
+const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
+  .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
+const manager = Joi.string().max(2048).description('manager URL (https://host/sdk) or host; default GOVC_URL');
+const creds = {
+  username: Joi.string().max(256).description('default GOVC_USERNAME'),
+  password: Joi.string().max(1024).description('default GOVC_PASSWORD; never logged or returned'),
+  insecure: Joi.boolean().description('accept an untrusted TLS certificate (default GOVC_INSECURE)'),
+};
+
+export const vmListQuery = Joi.object({ server: manager, manager_url: manager, ...creds }).oxor('server', 'manager_url').label('VmListQuery');
+
+export const vmInfoQuery = Joi.object({
+  path: vmPath, name: Joi.string().max(256).description('a VM name, when only one VM has it'),
+  server: manager, manager_url: manager, ...creds,
+}).xor('path', 'name').oxor('server', 'manager_url')
+  .messages({ 'object.missing': '{{#label}} must contain path or name', 'object.xor': '{{#label}} must contain only one of path or name' })
+  .label('VmInfoQuery');
+
+export const vmActionBody = Joi.object({ vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
+
+export const vmListItem = Joi.object({
+  name: Joi.string(), path: Joi.string(), power_state: Joi.string(), num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(),
+  storage: Joi.number().integer().description('bytes committed on datastores'), guest_os: Joi.string().allow(''), ip_address: Joi.string().allow(''),
+  template: Joi.boolean(),
+}).label('RemoteVm');
+
+export const vmListResponse = Joi.object({ vms: Joi.array().items(vmListItem), total: Joi.number().integer(), manager: Joi.string() }).label('RemoteVmList');
+
+export const vmDetailResponse = Joi.object({
+  name: Joi.string(), path: Joi.string(), uuid: Joi.string(), instance_uuid: Joi.string(), power_state: Joi.string(), tools_status: Joi.string(),
+  guest_id: Joi.string().allow(''), guest_os: Joi.string().allow(''), ip_address: Joi.string().allow(''), firmware: Joi.string(),
+  hardware: Joi.object({ num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(), num_virtual_disks: Joi.number().integer(), version: Joi.string().allow('') }),
+  disks: Joi.array().items(Joi.object({ label: Joi.string(), capacity_kb: Joi.number().integer(), capacity_bytes: Joi.number().integer(), file_path: Joi.string(), chain: Joi.array().items(Joi.string()).description('backing files, top first (snapshot deltas down to the base)') })),
+  nics: Joi.array().items(Joi.object({ label: Joi.string(), mac: Joi.string(), network: Joi.string().allow(''), adapter: Joi.string() })),
+  cdroms: Joi.array().items(Joi.object({ label: Joi.string(), backing: Joi.string().allow('') })),
+  snapshots: Joi.array().items(Joi.object().unknown(true)).description('the snapshot tree: name, description, created, children'),
+  current_snapshot: Joi.string().allow(null), datacenter: Joi.string(),
+}).label('RemoteVmDetail');

@@ -1,0 +1,53 @@
+// The one definition of "sensitive": logs, webhook headers and payloads, and API responses (GET /jobs/{id}, the
+// daemon's records, WebSocket messages) all redact by it, so a secret hidden in one place is hidden in all.
+// A value is sensitive when its key names a credential: password, password_hash, secret, token, authorization,
+// api_key, any *-key or *_key, cookie, ticket... `credentials` (plural) is left out: in a job it only says where the manager
+// password comes from (job, environment, none), never the password itself.
+import { canEncrypt, decryptSecret, encryptSecret } from './secretbox';
+
+export const SENSITIVE_KEY = /pass(word|phrase|wd)?|secret|token|authori[sz]ation|api[-_]?key|(^|[-_])key$|cookie|credential(?!s$)|ticket/i;
+
+export const REDACTED = '[redacted]';
+
+export function isSensitiveKey(key: string): boolean {
+  return SENSITIVE_KEY.test(key);
+}
+
+/** A deep copy of `value` with every sensitive key's (non-empty) value replaced by "[redacted]". */
+export function redact<T>(value: T, depth = 0): T {
+  if (depth > 16 || value === null || typeof value !== 'object') return value;
+  if (value instanceof Error) return { name: value.name, message: value.message } as unknown as T;
+  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1)) as unknown as T;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    out[k] = isSensitiveKey(k) && v !== undefined && v !== null && v !== '' ? REDACTED : redact(v, depth + 1);
+  }
+  return out as T;
+}
+
+const SEALED = 'sealed:';
+
+/** A copy of `value` whose sensitive string values are encrypted (kept in Redis that way); the worker that claims
+ *  the job opens them again (unseal). Without FERRY_SECRET_KEY the value is returned as it is. */
+export function seal<T>(value: T, depth = 0): T {
+  if (!canEncrypt() || depth > 16 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => seal(v, depth + 1)) as unknown as T;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    out[k] = isSensitiveKey(k) && typeof v === 'string' && v !== '' && !v.startsWith(SEALED) ? SEALED + encryptSecret(v) : seal(v, depth + 1);
+  }
+  return out as T;
+}
+
+/** The sealed values opened; throws (naming FERRY_SECRET_KEY) when this process cannot open them. */
+export function unseal<T>(value: T, depth = 0): T {
+  if (depth > 16 || value === null) return value;
+  if (typeof value === 'string') {
+    if (!value.startsWith(SEALED)) return value;
+    if (!canEncrypt()) throw new Error('the job holds credentials sealed with FERRY_SECRET_KEY, which this process does not have');
+    try { return decryptSecret(value.slice(SEALED.length)) as unknown as T; } catch { throw new Error('the job holds credentials sealed with a different FERRY_SECRET_KEY'); }
+  }
+  if (typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => unseal(v, depth + 1)) as unknown as T;
+  return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, unseal(v, depth + 1)])) as T;
+}

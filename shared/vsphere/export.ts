@@ -1,0 +1,281 @@
+// Exports a VM from a vSphere manager into a directory: power state handled as asked, CD-ROMs removed when
+// asked, every file of every disk (descriptors, extents, snapshot delta chains) downloaded from the datastore
+// with parallel, resumable streams and their sha256, then an artifact manifest (manifest seed, validated by
+// shared/schemas/manifest.ts) that a `migrate` job or ferry-convert takes next. Used by the worker's export
+// operation, the export stage of a migration job, and `ferry-convert command: manager_export`.
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { config } from '../config';
+import { sha256File } from '../qemu';
+import { validateManifest } from '../schemas/manifest';
+import { managerFor, ManagerCredentials } from './client';
+import { VsphereError } from './errors';
+import { powerOff, removeCdroms, shutdownGuest, waitPoweredOff } from './actions';
+import { vmDetail, VmDetail } from './inventory';
+import { downloadFiles, DownloadStats, remoteHead, remoteSize, removePartial, RemoteFile } from './download';
+import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
+
+import type { PowerOption } from './options';
+
+export interface ExportRequest {
+  creds: ManagerCredentials;
+  vmPath: string;
+  outputDir: string;
+  /** Identifies the export in its state file, so a retry continues and another export does not overwrite it. */
+  exportId: string;
+  parallel: number;
+  removeCdrom?: boolean;
+  /** What to do with a running VM: refuse (default), guest shutdown then wait, or a forced power-off. */
+  powerOff?: PowerOption;
+  shutdownTimeoutSeconds?: number;
+  signal: AbortSignal;
+  onProgress?: (p: ExportProgress) => void;
+  /** Changes made to the source VM, as they happen (the job's history records them). */
+  onAction?: (message: string) => void | Promise<void>;
+}
+
+export interface ExportProgress extends DownloadStats {
+  phase: 'preparing' | 'exporting' | 'writing_manifest';
+  percent_complete: number;
+  rate_bytes_per_second: number;
+  eta_seconds: number | null;
+}
+
+export const STATE_FILE = '.ferry-export.json';
+export const MANIFEST_FILE = 'manifest.json';
+
+interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }> }
+
+async function readState(dir: string): Promise<ExportState | null> {
+  try { return JSON.parse(await fs.readFile(path.join(dir, STATE_FILE), 'utf8')); } catch { return null; }
+}
+async function writeState(dir: string, st: ExportState) {
+  const tmp = path.join(dir, `${STATE_FILE}.tmp`);
+  await fs.writeFile(tmp, JSON.stringify(st, null, 1));
+  await fs.rename(tmp, path.join(dir, STATE_FILE));
+}
+
+/** Where a datastore file goes: <output>/<datastore>/<path>, so descriptors find their extents and parents by
+ *  the same relative names; a path that would leave the output directory is refused. */
+function localPath(outputDir: string, ds: string, p: string): string {
+  const segs = [ds, ...p.split('/')].filter((s) => s && s !== '.');
+  if (segs.some((s) => s === '..' || s.includes('\0'))) throw new VsphereError('state', `datastore path [${ds}] ${p} leaves the output directory`);
+  return path.join(outputDir, ...segs);
+}
+
+interface PlannedDisk { disk: VmDetail['disks'][number]; top: RemoteFile; files: RemoteFile[]; chainLength: number }
+
+/** Every file each disk needs: the chain from the VM's configuration (top first), extended by parent hints in
+ *  the descriptors, and each descriptor's extents. */
+async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: string, signal: AbortSignal, warnings: string[]): Promise<PlannedDisk[]> {
+  const dcPath = d.datacenter;
+  const seen = new Map<string, RemoteFile>();
+  const add = async (ds: string, p: string): Promise<RemoteFile> => {
+    const key = `[${ds}] ${p}`;
+    let f = seen.get(key);
+    if (!f) {
+      f = { datastore: ds, path: p, dcPath, size: await remoteSize(m, { datastore: ds, path: p, dcPath }, signal), local: localPath(outputDir, ds, p) };
+      seen.set(key, f);
+    }
+    return f;
+  };
+  const out: PlannedDisk[] = [];
+  for (const disk of d.disks) {
+    const files: RemoteFile[] = [];
+    const chain = disk.chain.map(parseDatastorePath);
+    let top: RemoteFile | undefined;
+    for (let i = 0; i < chain.length && i < 256; i++) {
+      const c = chain[i];
+      const f = await add(c.datastore, c.path);
+      top ??= f;
+      if (!files.includes(f)) files.push(f);
+      const info = sniffVmdk(await remoteHead(m, f, Math.min(SNIFF_BYTES, Math.max(1, f.size)), signal));
+      if (info.kind === 'other') warnings.push(`disk ${disk.label}: [${c.datastore}] ${c.path} is neither a VMDK descriptor nor a sparse VMDK; exported as it is`);
+      for (const e of info.extents) {
+        const x = resolveSibling(c, e.file);
+        const xf = await add(x.datastore, x.path);
+        if (!files.includes(xf)) files.push(xf);
+      }
+      if (info.parentHint) {
+        const parent = resolveSibling(c, info.parentHint);
+        if (!chain.some((q) => q.datastore === parent.datastore && q.path === parent.path)) chain.push(parent);
+      }
+    }
+    if (!top) throw new VsphereError('state', `disk ${disk.label} of ${d.path} has no backing file`);
+    out.push({ disk, top, files, chainLength: chain.length });
+  }
+  return out;
+}
+
+function osHint(guestId: string): string {
+  if (/^win/i.test(guestId)) return 'windows';
+  if (/linux|ubuntu|debian|rhel|centos|sles|fedora|oracle|photon|coreos|mandr|suse|asianux|turbo|amazon|rocky|alma/i.test(guestId)) return 'linux';
+  return 'unknown';
+}
+
+export interface ExportResult {
+  manifest_path: string;
+  manifest: Record<string, unknown>;
+  vm_path: string;
+  files: { path: string; bytes: number; sha256: string }[];
+  total_bytes: number;
+  streams: number;
+  resumes: number;
+  bytes_refetched: number;
+  bytes_rehashed: number;
+  bytes_reused: number;
+  actions: string[];
+  warnings: string[];
+  seconds: number;
+}
+
+/** Removes what an export wrote: its files, partial files, state file and manifest (cancel, or output undone). */
+export async function removeExportOutput(outputDir: string, exportId: string) {
+  const st = await readState(outputDir);
+  if (st && st.export_id !== exportId) return; // another export's files
+  for (const local of Object.keys(st?.files || {})) await fs.rm(local, { force: true });
+  for (const local of (st as any)?.planned || []) { await fs.rm(local, { force: true }); await removePartial(local); }
+  await fs.rm(path.join(outputDir, MANIFEST_FILE), { force: true });
+  await fs.rm(path.join(outputDir, STATE_FILE), { force: true });
+  // Empty directories this export made (<output>/<datastore>/<vm>) go too; the output directory itself stays.
+  const prune = async (dir: string): Promise<void> => {
+    if (path.relative(outputDir, dir).startsWith('..')) return;
+    for (const e of await fs.readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await prune(path.join(dir, e.name));
+    if (dir !== outputDir) await fs.rmdir(dir).catch(() => undefined);
+  };
+  await prune(outputDir);
+}
+
+export async function exportVm(r: ExportRequest): Promise<ExportResult> {
+  const t0 = Date.now();
+  const m = managerFor(r.creds);
+  const actions: string[] = [];
+  const warnings: string[] = [];
+  const act = async (msg: string) => { actions.push(msg); await r.onAction?.(msg); };
+  const emit = (p: Partial<ExportProgress> & { phase: ExportProgress['phase'] }) => r.onProgress?.({
+    bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0, eta_seconds: null, ...p,
+  });
+  emit({ phase: 'preparing' });
+
+  let d = await vmDetail(m, r.vmPath);
+  if (d.power_state !== 'poweredOff') {
+    const how = r.powerOff ?? 'none';
+    if (how === 'none') {
+      throw new VsphereError('state', `${r.vmPath} is ${d.power_state}: Ferry exports only a powered-off VM, because its disks change while it runs. Power it off first, or set options.power_off to "shutdown" (guest shutdown, then wait) or "force" (immediate power-off)`);
+    }
+    if (how === 'shutdown' && d.power_state === 'poweredOn') {
+      await shutdownGuest(m, r.vmPath);
+      await act(`asked the guest of ${r.vmPath} to shut down (options.power_off=shutdown)`);
+      await waitPoweredOff(m, d.moref, r.vmPath, (r.shutdownTimeoutSeconds ?? 300) * 1000, r.signal);
+      await act(`${r.vmPath} powered off after its guest shutdown`);
+    } else {
+      await powerOff(m, r.vmPath, r.signal);
+      await act(`powered off ${r.vmPath} (options.power_off=${how}; it was ${d.power_state})`);
+    }
+    d = await vmDetail(m, r.vmPath);
+  }
+  if (r.removeCdrom) {
+    const removed = await removeCdroms(m, r.vmPath, r.signal);
+    if (removed.length) await act(`removed CD-ROM device(s) ${removed.join(', ')} from ${r.vmPath} (options.remove_cdrom)`);
+  }
+  if (!d.disks.length) throw new VsphereError('state', `${r.vmPath} has no virtual disks to export`);
+
+  await fs.mkdir(r.outputDir, { recursive: true });
+  const disks = await plan(m, d, r.outputDir, r.signal, warnings);
+  const all = [...new Set(disks.flatMap((x) => x.files))];
+
+  // A retry of this export continues (files recorded complete are kept); another export's files are not replaced.
+  const prev = await readState(r.outputDir);
+  if (prev && prev.export_id !== r.exportId) {
+    throw new VsphereError('state', `${r.outputDir} holds export ${prev.export_id} of ${prev.vm_path}; remove it or choose another output_path`);
+  }
+  const state: ExportState & { planned: string[] } = { export_id: r.exportId, vm_path: r.vmPath, files: prev?.files ?? {}, planned: all.map((f) => f.local) };
+  const have = new Map<string, { size: number; sha256: string }>();
+  for (const f of all) {
+    const rec = state.files[f.local];
+    const st = await fs.stat(f.local).catch(() => null);
+    if (rec && st && st.size === f.size && rec.size === f.size) { have.set(f.local, rec); continue; }
+    if (st && prev?.export_id === r.exportId && (prev as any).planned?.includes(f.local) && st.size === f.size) {
+      // Completed by an attempt that died before recording it: its checksum is read back once.
+      const sum = { size: f.size, sha256: await sha256File(f.local, undefined, r.signal) };
+      state.files[f.local] = sum;
+      have.set(f.local, sum);
+      continue;
+    }
+    if (st) throw new VsphereError('state', `${f.local} already exists and is not part of this export; remove it or choose another output_path`);
+    delete state.files[f.local];
+  }
+  await writeState(r.outputDir, state);
+  const todo = all.filter((f) => !have.has(f.local));
+  const reused = all.filter((f) => have.has(f.local)).reduce((a, f) => a + f.size, 0);
+
+  // Progress: bytes over all files, a rate smoothed with an exponential moving average, and the ETA from it.
+  let rate = 0;
+  let lastT = Date.now();
+  let lastB = 0;
+  const totalBytes = all.reduce((a, f) => a + f.size, 0);
+  let stateWrite = Promise.resolve();
+  const dl = await downloadFiles(m, todo, {
+    streams: r.parallel, signal: r.signal,
+    onFile: (f) => {
+      state.files[f.local] = { size: f.size, sha256: f.sha256 };
+      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(() => undefined);
+      return stateWrite;
+    },
+    onProgress: (s) => {
+      const now = Date.now();
+      const b = s.bytes_downloaded + reused;
+      if (now - lastT >= 250) {
+        const inst = ((b - lastB) * 1000) / (now - lastT);
+        rate = rate ? rate * 0.7 + inst * 0.3 : inst;
+        lastT = now; lastB = b;
+      }
+      const done = s.files_downloaded + have.size;
+      emit({
+        ...s, phase: 'exporting', bytes_downloaded: b, total_bytes: totalBytes, files_downloaded: done, total_files: all.length,
+        files: [...all.filter((f) => have.has(f.local)).map((f) => ({ name: path.basename(f.local), bytes_downloaded: f.size, total_bytes: f.size, done: true })), ...s.files],
+        percent_complete: totalBytes ? Math.min(100, (b / totalBytes) * 100) : 100,
+        rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 ? Math.round((totalBytes - b) / rate) : null,
+      });
+    },
+  });
+  await stateWrite;
+  const sums = new Map<string, { size: number; sha256: string }>(have);
+  for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256 });
+
+  emit({ phase: 'writing_manifest', bytes_downloaded: totalBytes, total_bytes: totalBytes, files_downloaded: all.length, total_files: all.length, percent_complete: 100 });
+  if (d.snapshots.length) warnings.push(`${r.vmPath} has snapshots: each disk is exported as its chain of delta files (current state); the conversion flattens the chain`);
+  const fw = d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown';
+  const now = new Date().toISOString();
+  const manifest: Record<string, any> = {
+    manifest_version: '1.0',
+    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now, export_method: 'datastore-http' },
+    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: fw, os_hint: osHint(d.guest_id), ...(d.guest_os ? { os_version: d.guest_os } : {}) },
+    disks: disks.map((x, i) => ({
+      id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
+      checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
+      // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
+      source_path: x.disk.file_path, chain_length: x.chainLength,
+      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
+    })),
+    nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),
+    notes: [
+      `exported ${all.length} file(s), ${totalBytes} bytes, from ${r.vmPath} on ${m.name} with ${r.parallel} stream(s)`,
+      ...actions,
+      ...(dl.resumes ? [`${dl.resumes} dropped connection(s) resumed with HTTP Range`] : []),
+      ...(reused ? [`${reused} bytes were complete from an earlier attempt`] : []),
+    ],
+    warnings: warnings.map((message) => ({ stage: 'export', message, timestamp: now })),
+    metadata: { sdk_version: `ferry ${config.version}`, job_id: r.exportId, created_at: now },
+  };
+  validateManifest(manifest); // Ferry's own schema: what a migrate job will check again
+  const mp = path.join(r.outputDir, MANIFEST_FILE);
+  await fs.writeFile(`${mp}.tmp`, JSON.stringify(manifest, null, 2));
+  await fs.rename(`${mp}.tmp`, mp);
+  return {
+    manifest_path: mp, manifest, vm_path: r.vmPath,
+    files: all.map((f) => ({ path: f.local, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
+    total_bytes: totalBytes, streams: r.parallel, resumes: dl.resumes, bytes_refetched: dl.bytes_refetched, bytes_rehashed: dl.bytes_rehashed,
+    bytes_reused: reused, actions, warnings, seconds: (Date.now() - t0) / 1000,
+  };
+}

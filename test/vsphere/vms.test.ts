@@ -1,0 +1,176 @@
+// The daemon's Remote VMs endpoints against the vSphere simulator, as an operator calls them: both path forms,
+// the default manager (GOVC_* with the simulator's certificate as CA) and per-request credentials (a second
+// simulator whose certificate is not trusted: refused, then accepted with insecure), a wrong password, an
+// unknown path, an unreachable manager; power actions and CD-ROM removal checked on the simulator afterwards.
+import { expect } from 'chai';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { TestRedis, freePort } from '../helpers/redis';
+import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
+import { req } from '../helpers/http';
+import { startVcsim, Vcsim } from '../helpers/vcsim';
+import { managerFor } from '../../shared/vsphere/client';
+import { listVms, vmDetail } from '../../shared/vsphere/inventory';
+import { createVm, makeDisks, powerOn, upload } from './fixture';
+
+const PASSWORD = 'vcsim-default-pw-31';
+const OTHER_PASSWORD = 'vcsim-other-pw-62';
+const PREFIXES = ['', '/api/v1'];
+
+describe('remote VMs endpoints (/vms/*) against vcsim', function () {
+  this.timeout(60_000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-vsphere-vms-'));
+  let v: Vcsim;
+  let v2: Vcsim;
+  let daemon: Proc & { url: string };
+  let B: string;
+  let m: ReturnType<typeof managerFor>;
+  const q = (o: Record<string, string | boolean>) => '?' + new URLSearchParams(Object.entries(o).map(([k, x]): [string, string] => [k, String(x)])).toString();
+
+  before(async function () {
+    this.timeout(180_000);
+    [v, v2] = await Promise.all([startVcsim({ password: PASSWORD }), startVcsim({ password: OTHER_PASSWORD, args: ['-vm', '1', '-cluster', '0'] })]);
+    await redis.start();
+    m = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
+    const d = makeDisks(dir, 2);
+    await createVm(m, { name: 'app1', cdrom: true, firmware: 'efi', guestId: 'windows9Server64Guest', cpus: 4, memoryMB: 4096, mac: '00:50:56:aa:bb:07', disks: [{ file: 'app1/app1.vmdk', bytes: d.bytes }] });
+    await upload(v, d.sparse, 'app1/app1.vmdk');
+    await createVm(m, { name: 'notools', disks: [{ file: 'notools/notools.vmdk', bytes: d.bytes }] });
+    await powerOn(m, '/DC0/vm/notools');
+    const cfg = path.join(dir, 'daemon.yaml');
+    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
+    daemon = await startDaemonProc({ ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1', GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD }, cfg);
+    B = daemon.url;
+  });
+  after(async () => {
+    await daemon?.stop();
+    await Promise.all([v?.stop(), v2?.stop()]);
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('GET /vms/list with the default manager (GOVC_*, TLS verified against the simulator certificate as CA), both path forms', async () => {
+    const direct = await listVms(m);
+    for (const p of PREFIXES) {
+      const r = await req(B, 'GET', `${p}/vms/list`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.body.total).to.equal(direct.length).and.equal(r.body.vms.length);
+      const app = r.body.vms.find((x: any) => x.name === 'app1');
+      expect(app).to.include({ path: '/DC0/vm/app1', power_state: 'poweredOff', num_cpu: 4, memory_mb: 4096 });
+      expect(app).to.have.keys('name', 'path', 'power_state', 'num_cpu', 'memory_mb', 'storage', 'guest_os', 'ip_address', 'template');
+      expect(r.body.vms.map((x: any) => x.path)).to.include.members(['/DC0/vm/DC0_H0_VM0', '/DC0/vm/DC0_C0_RP0_VM1', '/DC0/vm/notools']);
+    }
+  });
+
+  it('per-request credentials: another manager, refused while its certificate is untrusted, listed with insecure=true', async () => {
+    const untrusted = await req(B, 'GET', `/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD })}`);
+    expect(untrusted.status).to.equal(502);
+    expect(untrusted.body.error).to.match(/TLS certificate of vSphere manager https:\/\/127\.0\.0\.1:\d+ is not trusted/);
+    expect(untrusted.text).to.not.include(OTHER_PASSWORD);
+    for (const p of PREFIXES) {
+      const r = await req(B, 'GET', `${p}/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true })}`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.body.vms.map((x: any) => x.name).sort()).to.deep.equal(['DC0_H0_VM0']);
+      expect(r.body.manager).to.equal(new URL(v2.url).origin);
+    }
+  });
+
+  it('a wrong password is a 401 naming the manager and user, never echoing the password; an unreachable manager is a 502 naming it', async () => {
+    for (const p of PREFIXES) {
+      const r = await req(B, 'GET', `${p}/vms/list${q({ username: v.username, password: 'not-the-password-55' })}`);
+      expect(r.status).to.equal(401);
+      expect(r.body).to.include.keys('error', 'status', 'timestamp');
+      expect(r.body.error).to.match(/login to vSphere manager https:\/\/127\.0\.0\.1:\d+ as ferry failed: the user name or password is wrong/);
+      expect(r.text).to.not.include('not-the-password-55');
+    }
+    const port = await freePort();
+    const away = await req(B, 'POST', '/vms/poweroff', { manager_url: `https://127.0.0.1:${port}/sdk`, username: 'u', password: 'secret-away-pw', vm_path: '/DC0/vm/app1' });
+    expect(away.status).to.equal(502);
+    expect(away.body.error).to.include(`vSphere manager https://127.0.0.1:${port} cannot be reached`);
+    expect(away.text).to.not.include('secret-away-pw');
+    // Only managers the deployment names (GOVC_URL, FERRY_VSPHERE_MANAGERS) are contacted: no arbitrary hosts.
+    const elsewhere = await req(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk', username: 'u', password: 'secret-elsewhere-pw' })}`);
+    expect(elsewhere.status).to.equal(400);
+    expect(elsewhere.body.error).to.match(/^server 10\.9\.8\.7:443 is not a vSphere manager this service may contact/);
+    expect(elsewhere.text).to.not.include('secret-elsewhere-pw');
+    expect(daemon.logs.join('')).to.not.include('not-the-password-55').and.not.include('secret-away-pw').and.not.include(PASSWORD);
+  });
+
+  it('GET /vms/info by path and by name: hardware, disks, NICs, firmware, CD-ROMs, snapshots; 404 for an unknown path; 400 naming the field', async () => {
+    for (const p of PREFIXES) {
+      const r = await req(B, 'GET', `${p}/vms/info${q({ path: '/DC0/vm/app1' })}`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.body).to.include({ name: 'app1', path: '/DC0/vm/app1', power_state: 'poweredOff', firmware: 'efi', guest_id: 'windows9Server64Guest' });
+      expect(r.body.uuid).to.match(/^[0-9a-f-]{36}$/);
+      expect(r.body.hardware).to.include({ num_cpu: 4, memory_mb: 4096, num_virtual_disks: 1 });
+      expect(r.body.disks).to.deep.equal([{ label: r.body.disks[0].label, capacity_kb: 2048, capacity_bytes: 2 * 1024 * 1024, file_path: '[LocalDS_0] app1/app1.vmdk', chain: ['[LocalDS_0] app1/app1.vmdk'] }]);
+      expect(r.body.nics).to.deep.equal([{ label: r.body.nics[0].label, mac: '00:50:56:aa:bb:07', network: 'VM Network', adapter: 'vmxnet3' }]);
+      expect(r.body.cdroms).to.have.length(1);
+      expect(r.body.snapshots).to.deep.equal([]);
+    }
+    const byName = await req(B, 'GET', `/vms/info${q({ name: 'app1' })}`);
+    expect(byName.body.path).to.equal('/DC0/vm/app1');
+    const missing = await req(B, 'GET', `/api/v1/vms/info${q({ path: '/DC0/vm/nope' })}`);
+    expect(missing.status).to.equal(404);
+    expect(missing.body.error).to.include('no VM at /DC0/vm/nope');
+    expect((await req(B, 'GET', `/vms/info${q({ name: 'nope' })}`)).status).to.equal(404);
+    const bad = await req(B, 'GET', `/vms/info${q({ path: 'not-a-path' })}`);
+    expect(bad.status).to.equal(400);
+    expect(bad.body.error).to.include('path');
+    expect((await req(B, 'GET', '/vms/info')).status).to.equal(400);
+  });
+
+  it('POST /vms/remove-cdrom removes every CD-ROM (seen on the simulator afterwards)', async () => {
+    const r = await req(B, 'POST', '/api/v1/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.body.message).to.match(/removed 1 CD-ROM device/);
+    expect((await vmDetail(m, '/DC0/vm/app1')).cdroms).to.deep.equal([]);
+    expect((await req(B, 'POST', '/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' })).body.message).to.match(/has no CD-ROM/);
+    expect((await req(B, 'POST', '/vms/remove-cdrom', { vm_path: '/DC0/vm/ghost' })).status).to.equal(404);
+  });
+
+  it('POST /vms/shutdown asks the guest (tools running) and refuses clearly without tools; /vms/poweroff forces, then 409 when already off', async () => {
+    const s = await req(B, 'POST', '/vms/shutdown', { vm_path: '/DC0/vm/DC0_H0_VM0' });
+    expect(s.status, s.text).to.equal(200);
+    expect(s.body.message).to.include('guest shutdown of /DC0/vm/DC0_H0_VM0 initiated');
+    expect((await vmDetail(m, '/DC0/vm/DC0_H0_VM0')).power_state).to.equal('poweredOff');
+    const nt = await req(B, 'POST', '/api/v1/vms/shutdown', { vm_path: '/DC0/vm/notools' });
+    expect(nt.status).to.equal(409);
+    expect(nt.body.error).to.match(/VMware Tools are not running in \/DC0\/vm\/notools.*use poweroff/);
+    for (const p of PREFIXES) {
+      const vm = p ? '/DC0/vm/notools' : '/DC0/vm/DC0_C0_RP0_VM0';
+      const r = await req(B, 'POST', `${p}/vms/poweroff`, { vm_path: vm });
+      expect(r.status, r.text).to.equal(200);
+      expect(r.body.message).to.equal(`${vm} powered off`);
+      expect((await vmDetail(m, vm)).power_state).to.equal('poweredOff');
+    }
+    const again = await req(B, 'POST', '/vms/poweroff', { vm_path: '/DC0/vm/notools' });
+    expect(again.status).to.equal(409);
+    expect(again.body.error).to.include('already powered off');
+  });
+
+  it('GET /vms/discover: the whole inventory of the default manager, both path forms', async () => {
+    for (const p of PREFIXES) {
+      const r = await req(B, 'GET', `${p}/vms/discover`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.body.total).to.equal((await listVms(m)).length);
+      expect(r.body.datacenters).to.deep.equal(['DC0']);
+      expect(Object.values(r.body.by_power_state).reduce((a: number, b: any) => a + b, 0)).to.equal(r.body.total);
+    }
+  });
+
+  it('the client keeps one session per manager and logs in again when the manager has ended it', async () => {
+    const mm = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
+    expect(mm).to.equal(m);
+    const cookie = await mm.sessionCookie();
+    expect(await mm.sessionCookie()).to.equal(cookie);
+    // End the session on the manager side (as an idle timeout or an administrator would), then use the client.
+    const sc = await mm.serviceContent();
+    await mm.call('Logout', sc.sessionManager);
+    const vms = await listVms(mm);
+    expect(vms.length).to.be.greaterThan(4);
+    expect(await mm.sessionCookie()).to.not.equal(cookie);
+  });
+});
