@@ -32,6 +32,13 @@ if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
   command -v bsdtar >/dev/null || need_apt+=(libarchive-tools)
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
   command -v ssh >/dev/null || need_apt+=(openssh-client)
+  # the Debian guest fixture (issue 12, scripts/guest-image/): debootstrap, and lsinitramfs to check its initramfs
+  command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
+  command -v lsinitramfs >/dev/null || need_apt+=(initramfs-tools-core)
+  # npm run bench:guest compares with Debian's virt-v2v, which needs nbdkit and nbdinfo/nbdcopy without depending on them
+  command -v virt-v2v >/dev/null || need_apt+=(virt-v2v)
+  command -v nbdkit >/dev/null || need_apt+=(nbdkit)
+  command -v nbdcopy >/dev/null || need_apt+=(libnbd-bin)
 fi
 if [ "${FERRY_SETUP_LIBVIRT:-1}" = 1 ]; then
   # The virtualization host (issue 11): libvirtd, virtlogd, virtlockd, virsh, virt-clone, UEFI firmware,

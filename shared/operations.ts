@@ -2,7 +2,7 @@
 // them in services/worker/operations; this table is what the API validates against and routes by.
 import path from 'node:path';
 import Joi from 'joi';
-import { absolutePath, OUTPUT_FORMATS } from './schemas/common';
+import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
@@ -104,6 +104,12 @@ export const OPERATIONS: Record<string, OperationDef> = {
         }).unknown(true),
       }).required(),
       output_dir: absolutePath.description('used when manifest.output.directory is absent'),
+      virt_test: Joi.object({
+        expect: regexString.description('a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
+        timeout_seconds: Joi.number().integer().min(5).max(3600).default(300),
+        memory_mib: Joi.number().integer().min(64).max(1048576),
+        vcpus: Joi.number().integer().min(1).max(64),
+      }).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look'),
       overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
     paths: migratePaths,

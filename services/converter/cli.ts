@@ -53,7 +53,7 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   // With every guest change switched off there is nothing to open the guest for: no appliance is launched (and
   // so no guest inspection either); the run is a checked conversion.
   const fixWanted = (s.fstab_mode ?? 'stabilize-all') !== 'preserve' || s.update_grub !== false || s.regen_initramfs !== false
-    || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers;
+    || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers || !!s.remove_source_hv_tools;
   const doc = {
     manifest_version: '1.0',
     source: { provider: 'ferry-convert', vm_name: s.vm_name, export_method: s.command },
@@ -63,7 +63,7 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
       convert: { enabled: true, compress: !!s.compress, ...(s.compress && s.compression_level ? { compress_level: s.compression_level } : {}) },
       fix: {
         enabled: fixWanted, backup: true, fstab_mode: 'stabilize-all', update_grub: s.update_grub ?? true, regen_initramfs: s.regen_initramfs ?? true,
-        remove_source_hv_tools: false,
+        remove_source_hv_tools: !!s.remove_source_hv_tools,
       },
       validate: { enabled: true, check_image_integrity: true },
     },

@@ -7,9 +7,9 @@ import { OperationError } from '../../shared/errors';
 import { checkOutputFree, OutputClaims, placeOutput } from '../../shared/roots';
 import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../../shared/qemu';
 import type { Manifest, ManifestDisk } from '../../shared/schemas/manifest';
-import { GuestSession } from './guestfs';
+import { GuestDisk, GuestSession } from './guestfs';
 import { testBoot, TestBootOptions, TestBootResult } from './testboot';
-import { fixGuest, GuestInfo, inspectAndMount } from './guest';
+import { fixGuest, FixResult, GuestInfo, inspectAndMount } from './guest';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
 export const STAGES: StageName[] = ['inspect', 'convert', 'fix', 'validate'];
@@ -37,6 +37,8 @@ interface StageReport { enabled: boolean; success: boolean | null; started_at?: 
 interface Work {
   disk: ManifestDisk; out: string; tmp: string; overlay: boolean; sourceFormat: string; sourceVirtual?: number;
   sourceSha?: string; modified: boolean; artifact: Record<string, unknown>;
+  /** Side by side with convert: the qcow2 overlay (backed by the read-only source) the repair writes to. */
+  fixOverlay?: string;
   /** From validate: the finished output's info and sha256, so they are not read again after the rename. */
   outInfo?: { 'virtual-size': number }; outSha?: string;
 }
@@ -92,7 +94,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   let failed = false;
   /** The outputs are renamed into place; the report lists them even if a later step (the test boot) fails. */
   let written = false;
-  let testBootResult: TestBootResult | undefined;
+  let testBootResult: (TestBootResult & { console_log: string }) | undefined;
   // Seconds spent per kind of work, for the report's summary and scripts/bench/convert.ts.
   const timings: Record<string, number> = {};
   const timed = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
@@ -125,6 +127,8 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     }
   };
 
+  const stopEarly = new AbortController();
+  let early: Promise<{ guest: GuestInfo; res: FixResult }> | undefined;
   try {
     if (!dir) throw new OperationError('$.output.directory is required (or give the tool an output directory)', false);
     const names = outputNames(m, dir);
@@ -181,6 +185,37 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       return r;
     });
 
+    // The repair: one appliance on `disks` (the outputs, their overlays, or the read-only sources of a dry run).
+    const repair = async (disks: GuestDisk[], signal?: AbortSignal): Promise<{ guest: GuestInfo; res: FixResult }> => {
+      const s = await GuestSession.open(disks, { readonly: dry, signal });
+      session = s;
+      try {
+        const gi = await inspectAndMount(s, dry);
+        const nicMacs = (m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
+        const res = await fixGuest(s, gi, { ...st.fix!, dry_run: dry, configuration: m.configuration, nic_macs: nicMacs }, (msg) => log(1, msg));
+        return { guest: gi, res };
+      } finally { await s.close(); }
+    };
+    // With convert and fix both on, the repair does not wait for the conversion: it runs in its own appliance
+    // on a qcow2 overlay of each disk whose backing file is the source (opened read-only by qemu, never
+    // written), while qemu-img converts the same source. The overlay then holds exactly the repair's writes and
+    // is committed into the converted output, which has the source's content: the output ends up as
+    // source + repair, as if the repair had run on it, and the appliance launch and the guest's own
+    // update-initramfs under TCG no longer add to the conversion's time.
+    const sideBySide = !dry && !!st.convert?.enabled && stages.fix.enabled && !failed;
+    if (sideBySide) {
+      for (const w of work) {
+        w.fixOverlay = path.join(path.dirname(w.out), `.${path.basename(w.out)}.fix.qcow2`);
+        await fs.rm(w.fixOverlay, { force: true });
+        const r = await run(QEMU_IMG, ['create', '-f', 'qcow2', '-b', path.resolve(w.disk.local_path), '-F', w.sourceFormat, w.fixOverlay]);
+        if (r.code !== 0) throw new OperationError(`qemu-img create overlay: ${r.stderr.trim()}`, false);
+      }
+      const signal = opts.signal ? AbortSignal.any([opts.signal, stopEarly.signal]) : stopEarly.signal;
+      log(1, 'fix: started side by side with convert, on overlays of the sources');
+      early = timed('fix_side_by_side', () => repair(work.map((w) => ({ path: w.fixOverlay!, format: 'qcow2' })), signal));
+      early.catch(() => undefined);
+    }
+
     await stage('convert', async () => {
       const c = st.convert!;
       const fmt = m.output.format;
@@ -233,19 +268,33 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       }
     }
 
-    await stage('fix', async () => {
-      const f = st.fix!;
+    // The convert stage failed: the repair running beside it has nothing to go into.
+    if (early && stages.convert.success !== true) { stopEarly.abort(); await early.catch(() => undefined); }
+
+    await stage('fix', async (fixReport) => {
       const disksFor = dry ? work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })) : work.map((w) => ({ path: w.tmp, format: w.overlay ? 'qcow2' : m.output.format }));
-      progress('fix', 0.05, `launching the guest appliance for ${work.length} disk(s)`);
-      session = await GuestSession.open(disksFor, { readonly: dry, signal: opts.signal });
-      progress('fix', 0.5, 'appliance running; inspecting the guest');
-      guest = await inspectAndMount(session, dry);
-      if (stages.inspect.result && st.inspect?.collect_guest_info) stages.inspect.result.guest = guest;
-      const res = await fixGuest(session, guest, { ...f, dry_run: dry, configuration: m.configuration }, (msg) => log(1, msg));
-      await session.close();
-      for (const w of work) { w.modified = res.modified; w.artifact.modified_by_fix = res.modified; }
+      if (!early) progress('fix', 0.05, `launching the guest appliance for ${work.length} disk(s)`);
+      else progress('fix', 0.05, 'waiting for the repair running beside the conversion');
+      const { guest: gi, res } = early ? await early : await repair(disksFor, opts.signal);
+      guest = gi;
+      if (stages.inspect.result && st.inspect?.collect_guest_info) stages.inspect.result.guest = gi;
+      const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm }, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
       for (const wmsg of res.warnings) warnings.push(`fix: ${wmsg}`);
-      return { guest: { os: guest.os, distro: guest.distro, version: guest.version, root_device: guest.root_device, lvm: guest.lvm }, ...res, dry_run: dry };
+      // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
+      if (res.failures.length) { fixReport.result = result; throw new Error(`repairs that did not hold: ${res.failures.join('; ')}`); }
+      if (early && res.modified) {
+        progress('fix', 0.8, 'writing the repairs into the outputs');
+        for (const w of work) {
+          // The overlay's backing becomes the output (same content as the source, so -u is exact), then commit.
+          const steps = [['rebase', '-u', '-f', 'qcow2', '-b', path.resolve(w.tmp), '-F', m.output.format, w.fixOverlay!], ['commit', '-q', '-f', 'qcow2', w.fixOverlay!]];
+          for (const a of steps) {
+            const r = await timed('qemu_img_commit', () => run(QEMU_IMG, a, { signal: opts.signal }));
+            if (r.code !== 0) throw new Error(`disk ${w.disk.id}: qemu-img ${a[0]} of the repair overlay: ${r.stderr.trim()}`);
+          }
+        }
+      }
+      for (const w of work) { if (w.fixOverlay) await fs.rm(w.fixOverlay, { force: true }); w.modified = res.modified; w.artifact.modified_by_fix = res.modified; }
+      return result;
     });
 
     await stage('validate', async () => {
@@ -302,8 +351,11 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     }
     if (!failed && !dry && opts.testBoot) {
       progress('validate', 1, 'test boot of the outputs');
-      const tb = await timed('test_boot', () => testBoot({ ...opts.testBoot, disks: work.map((w) => ({ path: w.out, format: w.overlay ? 'qcow2' : m.output.format })), signal: opts.signal }));
-      testBootResult = tb;
+      // The whole serial console is kept beside the outputs (the report has its tail), for a look after a failure.
+      const consoleLog = path.join(path.dirname(work[0].out), `${path.basename(work[0].out)}.virt-test.log`);
+      const mac = opts.testBoot.mac ?? (m.nics?.length === 1 ? m.nics[0].mac?.toLowerCase().replace(/-/g, ':') : undefined);
+      const tb = await timed('test_boot', () => testBoot({ ...opts.testBoot, mac, consoleLog, disks: work.map((w) => ({ path: w.out, format: w.overlay ? 'qcow2' : m.output.format })), signal: opts.signal }));
+      testBootResult = { ...tb, console_log: consoleLog };
       log(1, `test boot (${tb.accelerator}): ${tb.status}: ${tb.detail}`);
       if (tb.status === 'inconclusive') warnings.push(`virt_test: inconclusive: ${tb.detail}`);
       if (tb.status === 'failed') { errors.push(`virt_test: the test boot failed: ${tb.detail}`); failed = true; }
@@ -313,6 +365,8 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     errors.push((e as Error).message);
     failed = true;
   } finally {
+    // Whatever ended the run, the repair beside the conversion does not outlive it.
+    if (early) { stopEarly.abort(); await early.catch(() => undefined); }
     if (session && !session.closed) await session.close();
   }
   if (failed || dry) await cleanup(work, undefined);
@@ -347,5 +401,5 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
 
 async function cleanup(work: Work[], session?: GuestSession) {
   if (session && !session.closed) await session.close();
-  for (const w of work) await fs.rm(w.tmp, { force: true });
+  for (const w of work) { await fs.rm(w.tmp, { force: true }); if (w.fixOverlay) await fs.rm(w.fixOverlay, { force: true }); }
 }

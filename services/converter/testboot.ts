@@ -3,48 +3,70 @@
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import { kvmUsable } from './guestfs';
 import { bootDomain, Virsh } from '../../shared/libvirt';
+import { judgeConsole, printableConsole } from './boot-judge';
 
 export interface TestBootOptions {
   /** Disks in boot order; the first is the boot disk. */
   disks: { path: string; format: string }[];
   name?: string; memoryMiB?: number; vcpus?: number;
-  /** Serial-console text that proves the guest came up. */
+  /** Serial-console text that proves the guest came up. When given, no match by the timeout is `failed`. */
   expect?: RegExp;
   timeoutSeconds?: number;
   signal?: AbortSignal;
+  /** Disk controller: `virtio` (virtio-blk, KVM's; the default) or `sata` (AHCI, as a VMware guest's SATA disk). */
+  bus?: 'virtio' | 'sata';
+  /** NIC model (default virtio-net-pci); `vmxnet3` is VMware's. */
+  nic?: 'virtio' | 'vmxnet3' | 'e1000';
+  /** Put the NIC behind a PCIe root port with this physical slot number (q35): the kernel then names it ens<slot>,
+   *  as VMware's slot 192 makes `ens192`. */
+  nicSlot?: number;
+  /** MAC address of the NIC (the VM's own, as it will have on KVM); qemu's default otherwise. */
+  mac?: string;
+  /** Boot on this libvirt host (a transient domain) instead of FERRY_LIBVIRT_URI or qemu here. */
+  virtUri?: string;
+  /** Also write the whole serial console to this file (kept beside the outputs, or as a test's artifact). */
+  consoleLog?: string;
 }
 
 export interface TestBootResult {
-  /** passed: the console showed `expect`; failed: the VM stopped by itself (no bootable disk, reset, crash) or
-   *  could not start; inconclusive: still running at the timeout with nothing matched (many guests do not log
-   *  to a serial console). */
+  /** passed: the console showed `expect`; failed: the console showed a failed boot (boot-judge.ts: the
+   *  initramfs shell, a kernel panic, emergency mode, a GRUB prompt; judged at once), the VM stopped by itself
+   *  (no bootable disk, reset, crash), could not start, or `expect` was given and never showed; inconclusive:
+   *  only with the default milestones, still running at the timeout with nothing matched (many guests do not
+   *  log to a serial console). */
   status: 'passed' | 'failed' | 'inconclusive';
   detail: string; seconds: number; accelerator: 'kvm' | 'tcg'; matched?: string; console_tail: string;
 }
 
-/** Linux boot milestones on a serial console (kernel, systemd, getty). */
-export const DEFAULT_EXPECT = /login:|Reached target|Welcome to|Linux version \d/;
+/** Linux milestones on a serial console that only a booted system prints (systemd's multi-user target, a getty's
+ *  login prompt). Not the kernel banner or systemd's welcome line: the initramfs prints those too. */
+export const DEFAULT_EXPECT = /\slogin: |Reached target[^\n]*(?:Multi-User System|Graphical Interface)/;
 const QEMU = process.env.FERRY_QEMU_SYSTEM || 'qemu-system-x86_64';
 
-/** With a libvirt URI configured (FERRY_LIBVIRT_URI) the boot runs on the virtualization host as a transient
- *  libvirt domain (shared/libvirt/boot.ts); otherwise qemu runs here directly. */
+/** With a libvirt URI (the option `virtUri`, else FERRY_LIBVIRT_URI) the boot runs on the virtualization host as
+ *  a transient libvirt domain (shared/libvirt/boot.ts); otherwise, or for VMware-shaped hardware, qemu runs here. */
 export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
-  return process.env.FERRY_LIBVIRT_URI ? testBootLibvirt(o, new Virsh(process.env.FERRY_LIBVIRT_URI)) : testBootQemu(o);
+  const uri = o.virtUri || process.env.FERRY_LIBVIRT_URI;
+  // VMware's hardware (a SATA disk, a NIC in a given slot or model) is the qemu runner's alone.
+  const vmwareShaped = (o.bus && o.bus !== 'virtio') || (o.nic && o.nic !== 'virtio') || o.nicSlot !== undefined;
+  return uri && !vmwareShaped ? testBootLibvirt(o, new Virsh(uri)) : testBootQemu(o);
 }
 
-const printable = (serial: string) => serial.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/[^\x09\x0a\x20-\x7e]/g, '');
-
-/** The same judgement over the console text of a transient libvirt domain (removed afterwards). */
+/** The same judgement (boot-judge.ts) over the console text of a transient libvirt domain, removed afterwards.
+ *  The libvirt domain has virtio disks and no NIC options: `bus`, `nic`, `nicSlot` and `mac` are qemu-runner only. */
 export async function testBootLibvirt(o: TestBootOptions, v: Virsh): Promise<TestBootResult> {
   const expect = o.expect || DEFAULT_EXPECT;
+  const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
   const t0 = Date.now();
   const stop = new AbortController();
   const timer = setTimeout(() => stop.abort(), timeout);
   const onAbort = () => stop.abort();
   o.signal?.addEventListener('abort', onAbort, { once: true });
+  const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
   let serial = '';
   let r: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
   let accelerator: 'kvm' | 'tcg' = 'tcg';
@@ -55,34 +77,48 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh): Promise<Tes
       if (next.done) {
         accelerator = next.value.domain_type === 'kvm' ? 'kvm' : 'tcg';
         if (o.signal?.aborted) r = { status: 'failed', detail: 'aborted' };
-        else if (stop.signal.aborted) r = { status: 'inconclusive', detail: `the domain was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` };
+        else if (stop.signal.aborted) r = strict
+          ? { status: 'failed', detail: `the serial console did not show ${expect} within ${timeout / 1000} s (the domain was still running)` }
+          : { status: 'inconclusive', detail: `the domain was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` };
         else r = { status: 'failed', detail: 'the domain stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)' };
         break;
       }
+      log?.write(next.value);
       serial = (serial + next.value).slice(-65536);
-      const m = expect.exec(serial);
-      if (m) { r = { status: 'passed', detail: `the serial console showed "${m[0]}"`, matched: m[0] }; await boot.return(undefined as never); break; }
+      const verdict = judgeConsole(serial, expect);
+      if (verdict.status !== 'running') { r = verdict; await boot.return(undefined as never); break; }
     }
   } catch (e) {
     r = { status: 'failed', detail: `the libvirt test domain could not run on ${v.uri}: ${(e as Error).message}` };
   } finally {
     clearTimeout(timer);
+    log?.end();
     o.signal?.removeEventListener('abort', onAbort);
   }
-  return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, console_tail: printable(serial).slice(-2000) };
+  return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, console_tail: printableConsole(serial).slice(-2000) };
 }
 
 export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
   const accel = kvmUsable() ? 'kvm' : 'tcg';
   const expect = o.expect || DEFAULT_EXPECT;
+  const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
+  const nicModel = { virtio: 'virtio-net-pci', vmxnet3: 'vmxnet3', e1000: 'e1000' }[o.nic || 'virtio'];
+  const nic = `${nicModel},netdev=n0${o.mac ? `,mac=${o.mac}` : ''}`;
   const args = [
-    '-name', o.name || 'ferry-virt-test', '-machine', `pc,accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
+    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
-    '-nic', 'user,model=virtio-net-pci,restrict=on',
-    ...o.disks.flatMap((d, i) => ['-drive', `file=${d.path.replace(/,/g, ',,')},format=${d.format},if=virtio,snapshot=on,index=${i}`]),
+    '-netdev', 'user,id=n0,restrict=on',
+    ...(o.nicSlot === undefined ? ['-device', nic] : ['-device', `pcie-root-port,id=rp0,chassis=1,slot=${o.nicSlot}`, '-device', `${nic},bus=rp0`]),
+    ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
+    ...o.disks.flatMap((d, i) => {
+      const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;
+      return o.bus === 'sata'
+        ? ['-drive', `${file},if=none,id=d${i}`, '-device', `ide-hd,drive=d${i},bus=ahci0.${i}${i === 0 ? ',bootindex=0' : ''}`]
+        : ['-drive', `${file},if=virtio,index=${i}`];
+    }),
   ];
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
@@ -91,18 +127,23 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     let stderr = '';
     let outcome: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
     const stop = (r: typeof outcome) => { if (!outcome) { outcome = r; child.kill('SIGKILL'); } };
-    const timer = setTimeout(() => stop({ status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
+    const timer = setTimeout(() => stop(strict
+      ? { status: 'failed', detail: `the serial console did not show ${expect} within ${timeout / 1000} s (the VM was still running)` }
+      : { status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
+      log?.write(s, 'latin1');
       serial = (serial + s).slice(-65536);
-      const m = expect.exec(serial);
-      if (m) stop({ status: 'passed', detail: `the serial console showed "${m[0]}"`, matched: m[0] });
+      const v = judgeConsole(serial, expect);
+      if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
     child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
     child.on('close', (code, sig) => {
       clearTimeout(timer);
+      log?.end();
       o.signal?.removeEventListener('abort', onAbort);
       const r = outcome || {
         status: 'failed' as const,
@@ -110,7 +151,8 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
           ? 'the VM stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)'
           : `qemu failed (${sig || `exit ${code}`}): ${stderr.trim().slice(0, 2000)}`,
       };
-      resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, console_tail: printable(serial).slice(-2000) });
+      const printable = printableConsole(serial);
+      resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, console_tail: printable.slice(-2000) });
     });
   });
 }

@@ -10,6 +10,11 @@ export const absolutePath = Joi.string().pattern(/^\//).max(4096)
 export const DISK_FORMATS = ['vmdk', 'qcow2', 'raw', 'vhd', 'vhdx', 'vdi'] as const;
 export const OUTPUT_FORMATS = ['qcow2', 'raw', 'vdi'] as const;
 
+/** A regular expression given as a string (a serial-console pattern): refused with the parser's message. */
+export const regexString = Joi.string().max(500).custom((v: string, h) => {
+  try { new RegExp(v); return v; } catch (e) { return h.message({ custom: `{{#label}} is not a regular expression: ${(e as Error).message}` }); }
+});
+
 const U64_MAX = 18446744073709551615n;
 /** A Redis stream id ("ms-seq", each part a 64-bit unsigned integer), as SSE sends it in id: and clients return
  *  it in Last-Event-ID or after_id. Anything else is refused before it reaches Redis. */

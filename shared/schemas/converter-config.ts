@@ -1,7 +1,7 @@
 // The converter's YAML configuration file and JSON batch file (seed: manifest-and-converter-options.md).
 // `${NAME}` values are replaced from the environment before validation; an unset NAME is an error naming it.
 import Joi from 'joi';
-import { OUTPUT_FORMATS } from './common';
+import { OUTPUT_FORMATS, regexString } from './common';
 
 export const CONFIG_FSTAB_MODES = ['stabilize-all', 'uuid-only', 'preserve'] as const;
 const path = Joi.string().min(1).max(4096);
@@ -17,6 +17,7 @@ const perMigration = {
   regen_initramfs: Joi.boolean(),
   update_grub: Joi.boolean(),
   xfs_regenerate_uuid: Joi.boolean(),
+  remove_source_hv_tools: Joi.boolean().description('remove the source hypervisor\'s guest tools (open-vm-tools...) with the guest\'s package tool and disable their units (default false)'),
   inject_virtio_drivers: Joi.boolean(),
   virtio_win: path.description('extension: virtio-win driver tree (directory) for inject_virtio_drivers; else FERRY_VIRTIO_WIN, else /usr/share/virtio-win'),
   windows_version: Joi.alternatives(Joi.string().valid('2012', '2016', '2019', '2022', '10', '11'), Joi.number().valid(2012, 2016, 2019, 2022, 10, 11)),
@@ -24,9 +25,7 @@ const perMigration = {
   vm_name: Joi.string().max(64),
   memory: Joi.number().integer().min(64).max(1048576).description('MiB'),
   vcpus: Joi.number().integer().min(1).max(64),
-  virt_test_expect: Joi.string().max(500).custom((v: string, h) => {
-    try { new RegExp(v); return v; } catch (e) { return h.message({ custom: `{{#label}} is not a regular expression: ${(e as Error).message}` }); }
-  }).description('extension: a regular expression the serial console must show (default: Linux boot milestones)'),
+  virt_test_expect: regexString.description('extension: a regular expression the serial console must show (default: Linux boot milestones)'),
   virt_test_timeout: Joi.number().integer().min(5).max(3600).description('extension: seconds to wait for virt_test_expect (default 300)'),
   keep_original: Joi.boolean(),
   remote: path,

@@ -45,6 +45,7 @@ export const reportSchema = Joi.object({
     accelerator: Joi.string().valid('kvm', 'tcg').required(),
     matched: Joi.string(),
     console_tail: Joi.string().allow('').required().description('the last 2,000 printable characters of the serial console'),
+    console_log: Joi.string().description('the whole serial console, kept beside the outputs'),
   }).description('virt_test: one boot of the outputs with qemu (snapshot=on, nothing written to them)'),
   warnings: Joi.array().items(Joi.string()).required(),
   errors: Joi.array().items(Joi.string()).required(),

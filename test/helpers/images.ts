@@ -21,17 +21,17 @@ export function makeImage(dir: string, name: string, format: 'vmdk' | 'vhdx' | '
 }
 
 /**
- * A 1 MiB disk whose MBR boot code prints `FERRY-BOOT-OK` on the first serial port and halts: the smallest disk
+ * A 1 MiB disk whose MBR boot code prints `message` (FERRY-BOOT-OK) on the first serial port and halts: the smallest disk
  * that really boots, for the test boot (virt_test). 16-bit code, loaded by the BIOS at 0x7c00:
  *   cld; xor ax,ax; mov ds,ax; mov dx,0x3f8; mov si,0x7c17
  *   next: lodsb; test al,al; jz done; out dx,al; jmp next
  *   done: cli; hlt; jmp done-1          ; the message follows at 0x7c17, then the 0x55aa boot signature
  */
-export function makeBootableImage(dir: string, name: string, format: 'vmdk' | 'qcow2' | 'raw'): string {
+export function makeBootableImage(dir: string, name: string, format: 'vmdk' | 'qcow2' | 'raw', message = 'FERRY-BOOT-OK'): string {
   const code = Buffer.from([0xfc, 0x31, 0xc0, 0x8e, 0xd8, 0xba, 0xf8, 0x03, 0xbe, 0x17, 0x7c, 0xac, 0x84, 0xc0, 0x74, 0x03, 0xee, 0xeb, 0xf8, 0xfa, 0xf4, 0xeb, 0xfd]);
   const disk = Buffer.alloc(1024 * 1024);
   code.copy(disk, 0);
-  Buffer.from('FERRY-BOOT-OK\r\n\0').copy(disk, code.length);
+  Buffer.from(`${message}\r\n\0`).copy(disk, code.length);
   disk.writeUInt16LE(0xaa55, 510);
   const raw = path.join(dir, `${name}.src.raw`);
   writeFileSync(raw, disk);

@@ -2,8 +2,10 @@
 // tsx's loader (`node --import tsx`), so each service is one process and a SIGKILL really kills it; compiled
 // JavaScript (test/deploy/build.test.ts) runs with plain node.
 import { spawn, ChildProcess } from 'node:child_process';
+import os from 'node:os';
 import path from 'node:path';
-import { freePort, waitForPort } from './redis';
+import { freePort, TestRedis, waitForPort } from './redis';
+import { req, until } from './http';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -84,6 +86,34 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
   throw new Error(`worker ${id} did not open a metrics port: ${last}`);
 }
 
+
+export interface CommandRun { code: number | null; stdout: string; stderr: string }
+
+/** The real `ferry-convert` command (package.json bin) as a child process with its own environment (no TTY: stdio
+ *  are pipes). */
+export function ferryConvert(args: string[], env: Record<string, string> = {}): Promise<CommandRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(path.join(ROOT, 'services', 'converter', 'ferry-convert.js'), args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (s) => { stdout += s; });
+    child.stderr!.setEncoding('utf8').on('data', (s) => { stderr += s; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** A private Redis, a gateway and one worker with `caps` (`extra`: more environment for both, e.g. storage
+ *  roots), waited for until the gateway lists the worker. */
+export async function startStack(workerId: string, caps: string[], extra: Record<string, string> = {}): Promise<{ gw: Proc & { port: number; url: string }; stop(): Promise<void> }> {
+  const redis = new TestRedis();
+  await redis.start();
+  const env = { ...testEnv(redis.url), ...extra };
+  const gw = await startGatewayProc(env);
+  const worker = await startWorkerProc(env, workerId, caps);
+  await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+  return { gw, async stop() { await worker.kill(); await gw.stop(); await redis.stop(); } };
+}
 
 /** Resolves with the exit code of a process expected to stop by itself (a refused start). */
 export function exitCode(p: Proc, timeoutMs = 30000): Promise<number | null> {

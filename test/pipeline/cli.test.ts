@@ -10,25 +10,12 @@ import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { makeImage, makeBootableImage } from '../helpers/images';
 import { startSshd, TestSshd } from '../helpers/sshd';
+import { freePort, waitForPort } from '../helpers/redis';
+import { CommandRun as Run, ferryConvert } from '../helpers/procs';
 import { buildGuests } from '../fixtures/guests';
 
 const BIN = path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js');
 const NO_FIX = { fstab_mode: 'preserve', update_grub: false, regen_initramfs: false };
-
-interface Run { code: number | null; stdout: string; stderr: string }
-
-/** Runs the command with its own environment (no TTY: stdio are pipes). */
-function ferryConvert(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(BIN, args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (s) => { stdout += s; });
-    child.stderr.setEncoding('utf8').on('data', (s) => { stderr += s; });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 const qemuInfo = (f: string) => JSON.parse(execFileSync('qemu-img', ['info', '--output=json', f], { encoding: 'utf8' }));
 const identical = (a: string, af: string, b: string, bf: string) => {

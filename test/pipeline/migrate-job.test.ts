@@ -12,8 +12,7 @@ import { sha256File } from '../../shared/qemu';
 import { migrateCapabilities } from '../../shared/operations';
 import { requirementsOf } from '../../queue/lifecycle';
 import { queueName } from '../../shared/capabilities';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -21,10 +20,9 @@ const MIB = 1024 * 1024;
 
 describe('migrate operation as a job', function () {
   this.timeout(120_000);
-  const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-migrate-job-'));
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  const procs: Proc[] = [];
+  let stack: Awaited<ReturnType<typeof startStack>> | undefined;
+  let gw: Awaited<ReturnType<typeof startStack>>['gw'];
   let src: string;
 
   const manifest = (o: { out: string; fix?: boolean; checksum?: string; format?: string }) => ({
@@ -38,16 +36,11 @@ describe('migrate operation as a job', function () {
 
   before(async () => {
     src = makeImage(dir, 'job-src', 'vmdk', 20);
-    await redis.start();
-    const env = testEnv(redis.url);
-    gw = await startGatewayProc(env);
-    procs.push(await startWorkerProc(env, 'img-only', ['img_tool']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+    stack = await startStack('img-only', ['img_tool']);
+    gw = stack.gw;
   });
   after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await gw?.stop();
-    await redis.stop();
+    await stack?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 

@@ -11,7 +11,8 @@ import { checkRunPath } from '../../../shared/roots';
 import { throttle, type Operation } from './types';
 
 export const migrate: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; overwrite: boolean };
+  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
+  const vt = p.virt_test;
   // The storage roots again, on the real paths, before the pipeline opens anything; it runs on those paths.
   const real = new Map<string, string>();
   for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, await checkRunPath(jp));
@@ -29,6 +30,7 @@ export const migrate: Operation = async (ctx) => {
     claims: ctx.claims,
     signal: ctx.signal,
     tool: `ferry-worker ${ctx.workerId}`,
+    testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;

@@ -1,0 +1,160 @@
+// npm run bench:guest (issue 12): Debian's virt-v2v and Ferry on the same real guest disk (the Debian 12 fixture,
+// test/fixtures/debian-guest.ts, both variants), one after the other in one run. For each: wall time, peak memory
+// of the whole process tree (the libguestfs appliance's qemu included), output size, and whether the output boots
+// on virtio-blk with a virtio NIC (the product's virt_test runner, services/converter/testboot.ts, under TCG,
+// awaiting the guest's marker or the initramfs giving up). Target: Ferry's output boots on every variant, and
+// Ferry's wall time <= 0.7x virt-v2v's.
+//   virt-v2v -i disk <vmdk> -o local -os <dir> -of qcow2        (LIBGUESTFS_BACKEND_SETTINGS=force_tcg)
+//   ferry-convert --config <yaml>                                (mode local, every repair on, no virt_test)
+// The boots are not timed: they check the outputs. BENCH_VARIANTS=plain,lvm (default both), BENCH_DIR (default the
+// OS temp dir), BENCH_BOOT_TIMEOUT seconds (default 600).
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promises as fs, readFileSync, readdirSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { converterConfigSchema } from '../../shared/schemas/converter-config';
+import { testBoot } from '../../services/converter/testboot';
+import { ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const FERRY = path.join(ROOT, 'services', 'converter', 'ferry-convert.js');
+const BOOT_TIMEOUT = Number(process.env.BENCH_BOOT_TIMEOUT || 600);
+const INITRAMFS_GAVE_UP = /Gave up waiting for root file system device|ALERT! \S+ does not exist|Dropping to a shell|Kernel panic|emergency mode/;
+
+interface Run { tool: string; variant: DebianVariant; ok: boolean; seconds: number; peakMiB: number; output?: string; outBytes?: number; boot?: string; boots?: boolean; note?: string }
+
+/** RSS (KiB) of every process that carries `tag` in its environment or descends from `root`: guestfish's server
+ *  daemonises (its parent becomes init), but it and the appliance's qemu inherit the environment. */
+function treeRssKiB(root: number, tag: string): number {
+  const procs = new Map<number, { ppid: number; rss: number; tagged: boolean }>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const rss = Number(f[21]) * 4; // pages of 4 KiB
+      let tagged = false;
+      try { tagged = readFileSync(`/proc/${d}/environ`, 'latin1').includes(tag); } catch { /* gone or not ours */ }
+      procs.set(Number(d), { ppid: Number(f[1]), rss, tagged });
+    } catch { /* exited while listing */ }
+  }
+  let sum = 0;
+  for (const [pid, p] of procs) {
+    let q: number | undefined = pid;
+    let inTree = p.tagged;
+    for (let hops = 0; !inTree && q && hops < 64; hops++) { if (q === root) inTree = true; q = procs.get(q)?.ppid; }
+    if (inTree) sum += p.rss;
+  }
+  return sum;
+}
+
+/** Runs a command, sampling its tree's memory every 250 ms; resolves with wall time, peak and output. */
+function measured(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; seconds: number; peakMiB: number; log: string }> {
+  const tag = `FERRY_BENCH_TAG=${randomBytes(8).toString('hex')}`;
+  const [k, v] = tag.split('=');
+  const t0 = process.hrtime.bigint();
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { env: { ...env, [k]: v }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let log = '';
+    let peak = 0;
+    const sample = () => { peak = Math.max(peak, treeRssKiB(child.pid!, tag)); };
+    const timer = setInterval(sample, 250);
+    child.stdout.on('data', (b) => { log += b; });
+    child.stderr.on('data', (b) => { log += b; });
+    child.on('error', (e) => { clearInterval(timer); reject(e); });
+    child.on('close', (code) => {
+      clearInterval(timer);
+      resolve({ code, seconds: Number(process.hrtime.bigint() - t0) / 1e9, peakMiB: peak / 1024, log });
+    });
+  });
+}
+
+async function bootsOnVirtio(g: DebianGuest, disk: string, format: string, logFile: string): Promise<{ boots: boolean; detail: string }> {
+  const r = await testBoot({
+    name: `ferry-bench-${g.variant}`, disks: [{ path: disk, format }], bus: 'virtio', nic: 'virtio',
+    expect: new RegExp(`${g.ready.source}|${INITRAMFS_GAVE_UP.source}`), timeoutSeconds: BOOT_TIMEOUT, consoleLog: logFile,
+  });
+  const text = await fs.readFile(logFile, 'latin1');
+  const m = g.ready.exec(text);
+  if (m) return { boots: true, detail: `marker after ${r.seconds.toFixed(0)} s, iface ${m[1]}` };
+  const bad = INITRAMFS_GAVE_UP.exec(text);
+  return { boots: false, detail: bad ? `"${bad[0]}" after ${r.seconds.toFixed(0)} s` : `${r.status}: ${r.detail}` };
+}
+
+async function virtV2v(g: DebianGuest, dir: string): Promise<Run> {
+  const os_ = path.join(dir, 'v2v');
+  await fs.mkdir(os_);
+  const env = { ...process.env, LIBGUESTFS_BACKEND: 'direct', LIBGUESTFS_BACKEND_SETTINGS: process.env.LIBGUESTFS_BACKEND_SETTINGS || 'force_tcg' };
+  const r = await measured('virt-v2v', ['-i', 'disk', g.vmdk, '-o', 'local', '-os', os_, '-of', 'qcow2', '-on', `v2v-${g.variant}`], env);
+  await fs.writeFile(path.join(dir, 'virt-v2v.log'), r.log);
+  const output = path.join(os_, `v2v-${g.variant}-sda`);
+  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, () => undefined);
+  const ok = r.code === 0 && outBytes !== undefined;
+  return { tool: 'virt-v2v', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: ok ? output : undefined, outBytes,
+    note: ok ? undefined : `exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}` };
+}
+
+async function ferry(g: DebianGuest, dir: string): Promise<Run> {
+  const out = path.join(dir, 'ferry');
+  await fs.mkdir(out);
+  // Every guest repair ferry-convert has; remove_source_hv_tools only once the command line accepts it.
+  const keys = Object.keys((converterConfigSchema.describe() as any).keys || {});
+  const cfg: Record<string, unknown> = {
+    command: 'local', vmdk: g.vmdk, output_dir: out, to_output: `ferry-${g.variant}.qcow2`, out_format: 'qcow2',
+    fstab_mode: 'stabilize-all', regen_initramfs: true, update_grub: true, virt_test: false,
+  };
+  const missing = ['remove_source_hv_tools'].filter((k) => !keys.includes(k));
+  for (const k of ['remove_source_hv_tools']) if (keys.includes(k)) cfg[k] = true;
+  const file = path.join(dir, 'ferry.yaml');
+  await fs.writeFile(file, JSON.stringify(cfg, null, 2)); // JSON is YAML
+  const r = await measured(process.execPath, [FERRY, '--config', file], process.env);
+  await fs.writeFile(path.join(dir, 'ferry.log'), r.log);
+  const output = path.join(out, `ferry-${g.variant}.qcow2`);
+  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, () => undefined);
+  const ok = r.code === 0 && outBytes !== undefined;
+  const notes = [...(missing.length ? [`no command-line key ${missing.join(', ')}`] : []), ...(ok ? [] : [`exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}`])];
+  return { tool: 'ferry', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: outBytes !== undefined ? output : undefined, outBytes, note: notes.join('; ') || undefined };
+}
+
+const mmss = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
+
+async function main() {
+  const variants = (process.env.BENCH_VARIANTS || 'plain,lvm').split(',') as DebianVariant[];
+  const base = await fs.mkdtemp(path.join(process.env.BENCH_DIR || os.tmpdir(), 'ferry-bench-guest-'));
+  console.log(`guest benchmark: Debian 12 fixture (${variants.join(', ')}), ${os.cpus().length} CPUs, load ${os.loadavg()[0].toFixed(1)}, work dir ${base}`);
+  const runs: Run[] = [];
+  for (const v of variants) {
+    const g = await ensureDebianGuest(v);
+    const dir = path.join(base, v);
+    await fs.mkdir(dir);
+    for (const tool of [virtV2v, ferry]) {
+      const r = await tool(g, dir);
+      if (r.output) {
+        const b = await bootsOnVirtio(g, r.output, 'qcow2', path.join(dir, `${r.tool}-boot.log`));
+        r.boots = b.boots;
+        r.boot = b.detail;
+      } else { r.boots = false; r.boot = 'no output'; }
+      runs.push(r);
+      console.log(`${v} ${r.tool}: ${r.ok ? 'ok' : 'FAILED'} in ${mmss(r.seconds)}, peak ${r.peakMiB.toFixed(0)} MiB, output ${r.outBytes !== undefined ? `${(r.outBytes / 1048576).toFixed(0)} MiB` : '-'}, boots on virtio: ${r.boots ? 'yes' : 'no'} (${r.boot})${r.note ? `; ${r.note}` : ''}`);
+    }
+  }
+  console.log('\n| variant | tool | wall | peak memory (tree) | output size | boots on virtio-blk | note |');
+  console.log('|---|---|---|---|---|---|---|');
+  for (const r of runs) {
+    console.log(`| ${r.variant} | ${r.tool} | ${mmss(r.seconds)} | ${r.peakMiB.toFixed(0)} MiB | ${r.outBytes !== undefined ? `${(r.outBytes / 1048576).toFixed(0)} MiB` : '-'} | ${r.boots ? 'yes' : 'no'}: ${r.boot} | ${r.ok ? '' : 'run failed; '}${r.note || ''} |`);
+  }
+  let met = true;
+  for (const v of variants) {
+    const f = runs.find((r) => r.variant === v && r.tool === 'ferry')!;
+    const b = runs.find((r) => r.variant === v && r.tool === 'virt-v2v')!;
+    const ratio = f.seconds / b.seconds;
+    const boots = f.ok && !!f.boots;
+    met = met && boots && ratio <= 0.7;
+    console.log(`${v}: Ferry ${boots ? 'boots' : 'does NOT boot'} on virtio; Ferry wall ${ratio.toFixed(2)}x virt-v2v's (${b.ok ? '' : 'virt-v2v failed; '}target <= 0.70)`);
+  }
+  console.log(`target (Ferry boots on every variant, wall <= 0.7x virt-v2v): ${met ? 'MET' : 'NOT MET'}`);
+  console.log(`outputs and logs kept in ${base}`);
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

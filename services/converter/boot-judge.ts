@@ -1,0 +1,49 @@
+// Judging a boot from its serial console text, kept apart from how the VM is run (qemu directly in
+// testboot.ts; a libvirt domain's console elsewhere) so every boot runner calls the same verdict. A failed boot
+// is recognised as soon as the console shows it, not after the timeout: under TCG a boot stuck in the
+// initramfs shell would otherwise cost the whole wait and then be called "inconclusive".
+
+/** Console signs that a boot has failed for good, with a short reason each. Order: most specific first. */
+export const FAILURE_SIGNS: { re: RegExp; reason: string }[] = [
+  { re: /ALERT!\s+\S+ does not exist\.?\s+Dropping to a shell!?/, reason: 'the initramfs could not find the root device' },
+  { re: /Gave up waiting for (?:root|suspend\/resume) (?:file system )?device/i, reason: 'the initramfs gave up waiting for the root device' },
+  { re: /dracut-initqueue\[\d+\]: Warning: dracut-initqueue: starting timeout scripts|dracut(?:-initqueue)?\[\d+\]: Warning: Could not boot\.|Entering emergency mode\. Exit the shell to continue\./, reason: 'dracut could not boot the root device' },
+  { re: /Dropping to a shell!?/, reason: 'the initramfs dropped to a shell' },
+  { re: /^\(initramfs\)\s?/m, reason: 'the console stopped at the initramfs shell prompt' },
+  { re: /Kernel panic - not syncing/, reason: 'kernel panic' },
+  { re: /You are in emergency mode|Welcome to emergency mode!|Cannot open access to console, the root account is locked/, reason: 'systemd emergency mode' },
+  { re: /You are in rescue mode|Welcome to rescue mode!/, reason: 'systemd rescue mode' },
+  { re: /Timed out waiting for device .*(?:root|\/dev\/)/, reason: 'systemd timed out waiting for a device' },
+  { re: /^grub rescue> ?/m, reason: 'the GRUB rescue prompt (GRUB could not find its files)' },
+  { re: /^grub> ?/m, reason: 'the GRUB command prompt (no usable menu entry)' },
+  { re: /error: (?:no such (?:device|partition)|unknown filesystem|file '[^']+' not found)[^\n]*\n(?:[^\n]*\n)*?Press any key to continue/, reason: 'GRUB could not load the kernel' },
+  { re: /No bootable device|Boot failed: not a bootable disk|No operating system found/i, reason: 'the firmware found no bootable disk' },
+];
+
+/** The console with terminal escapes and non-printable bytes removed, as the judge and the report see it. */
+export function printableConsole(raw: string): string {
+  return raw.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/\x1b[()][A-Za-z0-9]/g, '').replace(/\r\n?/g, '\n').replace(/[^\x09\x0a\x20-\x7e]/g, '');
+}
+
+export type BootVerdict =
+  | { status: 'passed'; matched: string; detail: string }
+  | { status: 'failed'; matched: string; detail: string }
+  | { status: 'running' };
+
+/**
+ * The verdict on the console so far: whichever the console shows first, the expected text or a sign of failure,
+ * decides (a runner streams the console and stops at the first verdict, so this is also what it would have seen
+ * line by line). Without either it is still `running`.
+ */
+export function judgeConsole(text: string, expect: RegExp): BootVerdict {
+  const clean = printableConsole(text);
+  const ok = new RegExp(expect.source, expect.flags.replace('g', '')).exec(clean);
+  let fail: { at: number; text: string; reason: string } | undefined;
+  for (const s of FAILURE_SIGNS) {
+    const m = s.re.exec(clean);
+    if (m && (!fail || m.index < fail.at)) fail = { at: m.index, text: m[0].trim(), reason: s.reason };
+  }
+  if (fail && (!ok || fail.at < ok.index)) return { status: 'failed', matched: fail.text, detail: `${fail.reason}: the serial console showed "${fail.text}"` };
+  if (ok) return { status: 'passed', matched: ok[0], detail: `the serial console showed "${ok[0]}"` };
+  return { status: 'running' };
+}

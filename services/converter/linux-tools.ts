@@ -1,0 +1,43 @@
+// What the Linux repairs know about guest tools: hypervisor tools' packages and units, each initramfs
+// generator and where its module list lives, GRUB's generator, and how to ask the package database.
+import type { GuestSession } from './guestfs';
+
+// Source hypervisors' guest tools, under their Debian, RHEL/SUSE and Alpine names.
+export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities', 'xe-guest-utilities-latest',
+  'hyperv-daemons', 'hypervkvpd', 'hypervvssd', 'hypervfcopyd', 'walinuxagent', 'WALinuxAgent'];
+export const HV_TOOL_UNITS = ['vmtoolsd.service', 'open-vm-tools.service', 'vmware-tools.service', 'vgauth.service', 'xe-linux-distribution.service'];
+/** How to remove packages with the guest's own package tool, by package format. */
+export const PURGE: Record<string, { bin: string[]; cmd: string }> = {
+  deb: { bin: ['/usr/bin/dpkg'], cmd: 'dpkg --purge' },
+  rpm: { bin: ['/usr/bin/rpm', '/bin/rpm'], cmd: 'rpm -e' },
+  apk: { bin: ['/sbin/apk'], cmd: 'apk del' },
+  pacman: { bin: ['/usr/bin/pacman'], cmd: 'pacman -Rns --noconfirm' },
+};
+
+/** The modules a guest needs in its initramfs to find its root on a virtio disk (virtio_pci brings the bus). */
+export const VIRTIO_BOOT_MODULES = ['virtio_pci', 'virtio_blk'];
+/** Added to the generator's module list: the boot modules, SCSI (virtio-scsi targets) and the NIC. */
+const VIRTIO_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'virtio_net'];
+
+export interface InitramfsTool {
+  tool: string; paths: string[]; args: (kver: string) => string[];
+  conf?: { path: string; modules: string[]; text: (add: string[]) => string };
+}
+export const INITRAMFS_TOOLS: InitramfsTool[] = [
+  { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k) => ['dracut', '-f', '--kver', k],
+    conf: { path: '/etc/dracut.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nadd_drivers+=" ${add.join(' ')} "\n` } },
+  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['update-initramfs', '-u', '-k', k],
+    conf: { path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n` } },
+  { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'] },
+];
+export const GRUB_TOOLS = [
+  { bin: ['/usr/sbin/grub-mkconfig', '/sbin/grub-mkconfig'], cfg: '/boot/grub/grub.cfg' },
+  { bin: ['/usr/sbin/grub2-mkconfig', '/sbin/grub2-mkconfig'], cfg: '/boot/grub2/grub.cfg' },
+];
+
+/** Installed packages of the guest that are source-hypervisor tools, from its package database (libguestfs reads
+ *  dpkg, rpm, apk and pacman databases). */
+export async function installedHvPackages(g: GuestSession, root: string): Promise<string[]> {
+  const apps = new Set((await g.tryCmd('inspect-list-applications2', root) || '').split('\n').map((l) => /^\s*app2_name: (.+)$/.exec(l)?.[1]).filter((x): x is string => !!x));
+  return HV_TOOL_PACKAGES.filter((p) => apps.has(p));
+}

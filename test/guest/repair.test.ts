@@ -1,0 +1,135 @@
+// After Ferry, the real Debian 12 guest (test/fixtures/debian-guest.ts: root by /dev/sda1 or on LVM, an initramfs
+// without virtio, GRUB_DISABLE_LINUX_UUID=true, ens192 configured statically, open-vm-tools) boots on virtio-blk
+// with a virtio NIC and prints its marker, its interface configured as before; open-vm-tools is gone; the source
+// VMDK is byte-identical. Once through `ferry-convert` (mode local) and once through a `migrate` job on the
+// gateway with a real worker, side by side, both with virt_test (a real qemu boot of the output, judged from the
+// console). That the source itself does not boot on virtio-blk is shown by test/guest/fixture.test.ts.
+// The outputs are then read back in one read-only appliance per variant. Serial logs of a failed boot are kept in
+// test/artifacts/. Cached fixture: about 3 min per variant under TCG on an idle machine.
+import { expect } from 'chai';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { imageInfo, sha256File } from '../../shared/qemu';
+import { GuestSession } from '../../services/converter/guestfs';
+import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
+import { ferryConvert, startStack } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const ARTIFACTS = path.join(ROOT, 'test', 'artifacts');
+const BOOT_TIMEOUT = 420;
+
+/** Keeps the whole serial log of a boot in test/artifacts/ when `check` throws. */
+function keepOnFailure(name: string, consoleLog: string | undefined, check: () => void) {
+  try { check(); } catch (e: any) {
+    if (consoleLog && existsSync(consoleLog)) {
+      mkdirSync(ARTIFACTS, { recursive: true });
+      const kept = path.join(ARTIFACTS, `guest-repair-${name}.log`);
+      copyFileSync(consoleLog, kept);
+      e.message += `\n(serial log kept in ${kept})`;
+    }
+    throw e;
+  }
+}
+
+/** The boot judged in the report: passed on the marker, naming the interface the guest configured, with its address. */
+function expectBooted(name: string, g: DebianGuest, report: any) {
+  keepOnFailure(name, report?.test_boot?.console_log, () => {
+    expect(report.test_boot, 'test boot').to.include({ status: 'passed' });
+    const m = g.ready.exec(report.test_boot.matched);
+    expect(m, `marker ${report.test_boot.matched}`).to.not.equal(null);
+    // The virtio NIC carries the name the guest's network configuration uses, so it is configured as before.
+    expect(m![1]).to.equal(g.vmwareNic);
+    expect(readFileSync(report.test_boot.console_log, 'latin1')).to.match(g.ready);
+  });
+}
+
+describe('Ferry on the real Debian 12 guest: the output boots on virtio', function () {
+  this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-repair-'));
+  let stack: Awaited<ReturnType<typeof startStack>> | undefined;
+  let gw: Awaited<ReturnType<typeof startStack>>['gw'];
+
+  before(async () => {
+    // The cached fixture lies outside the default storage roots (the temp dir, /srv): the job may read it.
+    stack = await startStack('guest-worker', ['img_tool', 'mount_operations'], { FERRY_INPUT_ROOTS: [os.tmpdir(), GUEST_CACHE].join(':') });
+    gw = stack.gw;
+  });
+  after(async () => {
+    await stack?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  for (const variant of ['plain', 'lvm'] as DebianVariant[]) {
+    it(`${variant}: ferry-convert and a migrate job each make an output that boots on virtio-blk with its network as before; open-vm-tools gone; source unchanged`, async () => {
+      const g = await ensureDebianGuest(variant);
+      const before = await sha256File(g.vmdk);
+      const cliOut = path.join(dir, `${variant}-cli`);
+      const jobOut = path.join(dir, `${variant}-job`);
+      mkdirSync(cliOut, { recursive: true });
+      const cfg = path.join(cliOut, 'ferry.yaml');
+      writeFileSync(cfg, yaml.dump({
+        command: 'local', vmdk: g.vmdk, output_dir: cliOut, to_output: `${variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
+        remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
+      }));
+      const jobId = `guest-${variant}`;
+      const manifest = {
+        manifest_version: '1.0', source: { provider: 'test', vm_name: `debian-${variant}` },
+        disks: [{ id: 'root', source_format: 'vmdk', bytes: (await imageInfo(g.vmdk))['virtual-size'], local_path: g.vmdk, boot_order_hint: 0, disk_type: 'boot' }],
+        pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
+        output: { directory: jobOut, format: 'qcow2', filename: `${variant}.qcow2` },
+      };
+      const job = (async () => {
+        const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: jobId, operation: 'migrate', parameters: { manifest, virt_test: { expect: g.ready.source, timeout_seconds: BOOT_TIMEOUT, memory_mib: 1024 } } });
+        expect(sub.status, sub.text).to.equal(201);
+        return until(async () => { const j = (await req(gw.url, 'GET', `/jobs/${jobId}`)).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, `job ${jobId} finished`);
+      })();
+      const [cli, final] = await Promise.all([ferryConvert(['--config', cfg]), job]);
+
+      const cliReport = JSON.parse(readFileSync(path.join(cliOut, 'report.json'), 'utf8'));
+      expectBooted(`${variant}-cli`, g, cliReport);
+      expect(cli.code, cli.stderr).to.equal(0);
+      expect(cliReport.success).to.equal(true);
+      const jobReport = JSON.parse(readFileSync(path.join(jobOut, 'report.json'), 'utf8'));
+      expectBooted(`${variant}-job`, g, jobReport);
+      expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');
+
+      // What the reports say held at the end, read back by Ferry itself: every check done, none failed.
+      for (const r of [cliReport, jobReport]) {
+        const verify = (r.stages.fix.result.actions as any[]).filter((a) => a.action === 'verify');
+        expect(verify.filter((a) => a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
+        expect(verify.map((a) => a.check)).to.include.members(['/etc/fstab', '/etc/default/grub', '/boot/grub/grub.cfg', 'source hypervisor tools']);
+      }
+
+      // Read back independently: one read-only appliance with both outputs (LVM: one disk's volume group at a time).
+      const outs = [path.join(cliOut, `${variant}.qcow2`), path.join(jobOut, `${variant}.qcow2`)];
+      const s = await GuestSession.open(outs.map((p) => ({ path: p, format: 'qcow2' })), { readonly: true });
+      try {
+        for (const [i, dev] of ['/dev/sda', '/dev/sdb'].entries()) {
+          if (variant === 'lvm') { await s.cmd('lvm-set-filter', dev); await s.cmd('vg-activate-all', 'true'); }
+          const root = variant === 'lvm' ? '/dev/vgferry/root' : `${dev}1`;
+          await s.cmd('mount-ro', root, '/');
+          if (variant === 'lvm') await s.cmd('mount-ro', `${dev}1`, '/boot');
+          const status = await s.read('/var/lib/dpkg/status');
+          expect(status, outs[i]).not.to.match(/^Package: open-vm-tools\nStatus: install ok installed/m);
+          expect(await s.tryCmd('is-symlink', '/etc/systemd/system/multi-user.target.wants/open-vm-tools.service')).to.not.match(/true/);
+          const fstab = await s.read('/etc/fstab');
+          expect(fstab, outs[i]).not.to.match(/^\/dev\/sd/m);
+          const grubCfg = await s.read('/boot/grub/grub.cfg');
+          expect(grubCfg, outs[i]).not.to.match(/root=\/dev\/sd/);
+          expect(grubCfg).to.match(variant === 'lvm' ? /root=\/dev\/mapper\/vgferry-root/ : /root=UUID=[0-9a-f-]{36}/);
+          expect(await s.read('/etc/default/grub')).not.to.match(/^GRUB_DISABLE_LINUX_UUID=true/m);
+          expect(await s.read('/etc/network/interfaces')).to.match(new RegExp(`iface ${g.vmwareNic} inet static`));
+          const links = s.lines(await s.cmd('ls', '/etc/systemd/network'));
+          expect(links).to.include(`10-ferry-${g.vmwareNic}.link`);
+          await s.cmd('umount-all');
+          if (variant === 'lvm') { await s.cmd('vg-activate-all', 'false'); await s.cmd('lvm-clear-filter'); }
+        }
+      } finally { await s.close(); }
+
+      expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+    });
+  }
+});

@@ -1,0 +1,146 @@
+// The pure parts of the boot-chain repair and of the boot judge, on real texts (a Debian 12 console stuck in
+// the initramfs, a /etc/default/grub of a hardened VMware template), and the judge inside a real qemu boot: a
+// disk whose boot code prints a kernel panic is `failed` at once, not after the timeout.
+import { expect } from 'chai';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { judgeConsole } from '../../services/converter/boot-judge';
+import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../services/converter/bootchain';
+import type { FstabContext } from '../../services/converter/fstab';
+import { configuredInterfaces, persistentNetNames, planNicPins } from '../../services/converter/nic-names';
+import { testBoot } from '../../services/converter/testboot';
+import { makeBootableImage } from '../helpers/images';
+
+const ctx: FstabContext = {
+  disks: ['/dev/sda'],
+  ids: { '/dev/sda1': { uuid: 'u-root' }, '/dev/sda2': { uuid: 'u-swap' }, '/dev/sda3': { uuid: 'u-luks' } },
+  rootDevice: '/dev/sda1',
+};
+
+const STUCK = `[    2.9] sd 2:0:0:0: [sda] Attached SCSI disk
+Begin: Running /scripts/local-block ... done.
+Gave up waiting for root file system device.  Common problems:
+ - Boot args (cat /proc/cmdline)
+ALERT!  /dev/sda1 does not exist.  Dropping to a shell!
+
+
+BusyBox v1.35.0 (Debian 1:1.35.0-4+b3) built-in shell (ash)
+Enter 'help' for a list of built-in commands.
+
+(initramfs) `;
+
+describe('boot judge (the console decides, at once)', () => {
+  const marker = /FERRY-GUEST-UP iface=\S+ addr=\S+/;
+  it('the initramfs giving up on the root device is failed, naming why', () => {
+    const v = judgeConsole(STUCK, marker);
+    expect(v.status).to.equal('failed');
+    expect((v as any).detail).to.equal('the initramfs gave up waiting for the root device: the serial console showed "Gave up waiting for root file system device"');
+    expect(judgeConsole(STUCK.replace(/^Gave up.*$/m, ''), marker)).to.include({ status: 'failed', matched: 'ALERT!  /dev/sda1 does not exist.  Dropping to a shell!' });
+  });
+  it('recognises a kernel panic, emergency mode, GRUB prompts and a bare initramfs prompt', () => {
+    const cases: [string, RegExp][] = [
+      ['Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)\n', /kernel panic/],
+      ['You are in emergency mode. After logging in, type "journalctl -xb"\n', /emergency mode/],
+      ['Welcome to GRUB!\n\nerror: unknown filesystem.\nEntering rescue mode...\ngrub rescue> ', /GRUB rescue prompt/],
+      ['                             Minimal BASH-like line editing is supported.\ngrub> ', /GRUB command prompt/],
+      ['mount: mounting /dev/vda1 on /root failed\n(initramfs) ', /initramfs shell prompt/],
+      ['[  OK  ] Started foo\n[ TIME ] Timed out waiting for device /dev/sdb1.\n', /timed out waiting for a device/],
+    ];
+    for (const [text, reason] of cases) {
+      const v = judgeConsole(text, marker);
+      expect(v.status, text).to.equal('failed');
+      expect((v as any).detail, text).to.match(reason);
+    }
+  });
+  it('the expected text passes; whichever of it and a failure the console shows first decides', () => {
+    expect(judgeConsole('Booting\r\nFERRY-GUEST-UP iface=ens192 addr=10.0.2.15/24\r\n', marker)).to.include({ status: 'passed', matched: 'FERRY-GUEST-UP iface=ens192 addr=10.0.2.15/24' });
+    expect(judgeConsole(STUCK + '\nFERRY-GUEST-UP iface=ens3 addr=10.0.2.15/24\n', marker).status).to.equal('failed');
+    expect(judgeConsole('FERRY-GUEST-UP iface=ens3 addr=10.0.2.15/24\nKernel panic - not syncing: at shutdown\n', marker).status).to.equal('passed');
+    expect(judgeConsole(STUCK, /Gave up waiting for root/).status).to.equal('passed'); // a test that expects the failure
+    expect(judgeConsole('Loading Linux 6.1.0 ...\nBegin: Mounting root file system ... ', marker).status).to.equal('running');
+  });
+});
+
+describe('boot-chain device names (pure)', () => {
+  const grub = [
+    'GRUB_DEFAULT=0',
+    'GRUB_TIMEOUT=1',
+    'GRUB_CMDLINE_LINUX_DEFAULT="quiet"',
+    'GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200n8 resume=/dev/sda2"',
+    'GRUB_DISABLE_LINUX_UUID=true',
+    'GRUB_DEVICE=/dev/sda1',
+    '#GRUB_DISABLE_LINUX_UUID=true',
+    '',
+  ].join('\n');
+  it('/etc/default/grub: the settings that make grub-mkconfig write device names go; kernel args become UUID=', () => {
+    expect(grubDefaultsLeftovers(grub)).to.deep.equal(['GRUB_DISABLE_LINUX_UUID=true', 'GRUB_DEVICE=/dev/sda1', 'resume=/dev/sda2']);
+    const r = rewriteGrubDefaults(grub, ctx);
+    expect(r.changes.map((c) => c.from)).to.deep.equal(['GRUB_DISABLE_LINUX_UUID=true', 'GRUB_DEVICE=/dev/sda1', '/dev/sda2']);
+    expect(grubDefaultsLeftovers(r.text)).to.deep.equal([]);
+    expect(r.text).to.contain('GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200n8 resume=UUID=u-swap"');
+    expect(r.text).to.contain('GRUB_DEFAULT=0\nGRUB_TIMEOUT=1\n');
+    expect(rewriteGrubDefaults('GRUB_DISABLE_LINUX_UUID=false\nGRUB_DEVICE=/dev/mapper/vg-root\n', ctx).changes).to.deep.equal([]);
+  });
+  it('grub.cfg leftovers: kernel names and by-path are unstable; UUID=, LVM names are not', () => {
+    expect(kernelArgLeftovers('linux /vmlinuz root=/dev/sda1 ro\nlinux /vmlinuz root=/dev/sda1 ro single\n')).to.deep.equal(['root=/dev/sda1']);
+    expect(kernelArgLeftovers('linux /vmlinuz root=UUID=x ro resume=/dev/mapper/vg-swap\nlinux /v root=/dev/mapper/vg-root')).to.deep.equal([]);
+  });
+  it('crypttab and RESUME: the device field becomes UUID=, the rest stays byte for byte', () => {
+    const c = rewriteCrypttab('# <target> <source> <key> <options>\nsda3_crypt  /dev/sda3  none  luks,discard\nswap UUID=x /dev/urandom swap\n', ctx);
+    expect(c.text).to.equal('# <target> <source> <key> <options>\nsda3_crypt  UUID=u-luks  none  luks,discard\nswap UUID=x /dev/urandom swap\n');
+    expect(crypttabLeftovers(c.text)).to.deep.equal([]);
+    expect(crypttabLeftovers('x /dev/sdb1 none luks\n')).to.deep.equal(['/dev/sdb1']);
+    const r = rewriteResume('RESUME=/dev/sda2\n', ctx);
+    expect(r.text).to.equal('RESUME=UUID=u-swap\n');
+    expect(resumeLeftovers('RESUME="/dev/sdc9"\n')).to.deep.equal(['/dev/sdc9']);
+    expect(rewriteResume('RESUME=/dev/sdc9\n', ctx).unresolved).to.deep.equal(['/dev/sdc9']);
+  });
+});
+
+describe('NIC names across the move (pure)', () => {
+  it('finds the names each network stack configures, not lo, bridges or VLANs', () => {
+    expect(configuredInterfaces([
+      { path: '/etc/network/interfaces', text: 'auto lo\niface lo inet loopback\nallow-hotplug ens192\niface ens192 inet static\n  address 10.0.2.15/24\n# iface eth9 inet dhcp\n' },
+      { path: '/etc/netplan/50.yaml', text: 'network:\n  ethernets:\n    ens160:\n      dhcp4: true\n    any:\n      match:\n        macaddress: 00:50:56:aa:bb:cc\n      set-name: ens224\n  bridges:\n    br0: {}\n' },
+      { path: '/etc/systemd/network/10.network', text: '[Match]\nName=eno1\n' },
+      { path: '/etc/sysconfig/network-scripts/ifcfg-eth0', text: 'DEVICE=eth0\nONBOOT=yes\n' },
+      { path: '/etc/NetworkManager/system-connections/a.nmconnection', text: '[connection]\ninterface-name=enp11s0\n' },
+      { path: '/etc/network/interfaces.d/vlan', text: 'iface ens192.10 inet manual\n' },
+    ])).to.deep.equal(['eno1', 'enp11s0', 'ens160', 'ens192', 'ens224', 'eth0']);
+  });
+  it('pins by the old MAC rules, else by the one MAC the manifest gives, else by the virtio driver for a single NIC', () => {
+    const rules = persistentNetNames('# comment\nSUBSYSTEM=="net", ACTION=="add", ATTR{address}=="00:50:56:AA:BB:01", NAME="ens192"\n');
+    expect(rules).to.deep.equal([{ mac: '00:50:56:aa:bb:01', name: 'ens192' }]);
+    expect(planNicPins(['ens192'], rules, []).pins[0]).to.include({ name: 'ens192', path: '/etc/systemd/network/10-ferry-ens192.link' });
+    expect(planNicPins(['ens192'], rules, []).pins[0].text).to.match(/\[Match\]\nMACAddress=00:50:56:aa:bb:01\n\n\[Link\]\nName=ens192\n/);
+    expect(planNicPins(['ens192'], [], ['00-50-56-AA-BB-02']).pins[0].text).to.contain('MACAddress=00:50:56:aa:bb:02');
+    expect(planNicPins(['ens192'], [], []).pins[0].text).to.contain('Driver=virtio_net');
+    const two = planNicPins(['ens192', 'ens224'], [], []);
+    expect(two.pins).to.deep.equal([]);
+    expect(two.problem).to.match(/configures 2 NICs \(ens192, ens224\)/);
+    expect(planNicPins([], [], []).pins).to.deep.equal([]);
+  });
+});
+
+describe('virt_test judges from the console (real qemu)', function () {
+  this.timeout(120_000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-judge-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('a guest that panics is failed as soon as the console shows it, long before the timeout', async () => {
+    const disk = makeBootableImage(dir, 'panic', 'raw', 'Kernel panic - not syncing: VFS: Unable to mount root fs');
+    const r = await testBoot({ disks: [{ path: disk, format: 'raw' }], memoryMiB: 64, expect: /FERRY-GUEST-UP/, timeoutSeconds: 600 });
+    expect(r.status, r.console_tail).to.equal('failed');
+    expect(r.detail).to.match(/^kernel panic: the serial console showed "Kernel panic - not syncing"/);
+    expect(r.seconds).to.be.below(60);
+  });
+
+  it('with expect given, a guest that shows nothing matching by the timeout is failed, not inconclusive', async () => {
+    const disk = makeBootableImage(dir, 'quiet', 'raw', 'still booting...');
+    const r = await testBoot({ disks: [{ path: disk, format: 'raw' }], memoryMiB: 64, expect: /FERRY-GUEST-UP/, timeoutSeconds: 5 });
+    expect(r.status).to.equal('failed');
+    expect(r.detail).to.match(/did not show \/FERRY-GUEST-UP\/ within 5 s/);
+    expect(r.console_tail).to.contain('still booting...');
+  });
+});
