@@ -8,6 +8,14 @@ import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
 import { POWER_OPTIONS } from './vsphere/options';
 
+/** virt_test: one boot of the outputs, its serial console judged (services/converter/boot-judge.ts). */
+export const virtTestSchema = Joi.object({
+  expect: regexString.description('a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
+  timeout_seconds: Joi.number().integer().min(5).max(3600).default(300),
+  memory_mib: Joi.number().integer().min(64).max(1048576),
+  vcpus: Joi.number().integer().min(1).max(64),
+}).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look');
+
 export interface OperationDef {
   capabilities: string[];
   needsImage: boolean;
@@ -104,12 +112,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
         }).unknown(true),
       }).required(),
       output_dir: absolutePath.description('used when manifest.output.directory is absent'),
-      virt_test: Joi.object({
-        expect: regexString.description('a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
-        timeout_seconds: Joi.number().integer().min(5).max(3600).default(300),
-        memory_mib: Joi.number().integer().min(64).max(1048576),
-        vcpus: Joi.number().integer().min(1).max(64),
-      }).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look'),
+      virt_test: virtTestSchema,
       overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
     paths: migratePaths,
@@ -150,8 +153,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {
-    // The export stage; the stages after it (services/worker/operations/migrate-vm.ts) add theirs.
-    capabilities: ['vsphere_access'],
+    // Every stage on one worker, one progress stream: export, guest repair and conversion, import and first boot
+    // (services/worker/operations/migrate-vm.ts, migration-stages.ts).
+    capabilities: ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'],
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
@@ -161,6 +165,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       destination: Joi.object({ type: Joi.string().max(64).required(), virt_uri: Joi.string().max(1024) }).required(),
       conversion_method: Joi.string().max(64),
       network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
+      virt_test: virtTestSchema,
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
   },

@@ -55,9 +55,13 @@ export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
   return uri && !vmwareShaped ? testBootLibvirt(o, new Virsh(uri)) : testBootQemu(o);
 }
 
-/** The same judgement (boot-judge.ts) over the console text of a transient libvirt domain, removed afterwards.
+/** A domain's console text from its first instruction, ending with the domain's type (kvm or qemu). */
+export type ConsoleSource = (signal: AbortSignal) => AsyncGenerator<string, { domain_type: string }, undefined>;
+
+/** The same judgement (boot-judge.ts) over the console text of a transient libvirt domain, removed afterwards
+ *  (or of any domain's first start, given its console as `boot`).
  *  The libvirt domain has virtio disks and no NIC options: `bus`, `nic`, `nicSlot` and `mac` are qemu-runner only. */
-export async function testBootLibvirt(o: TestBootOptions, v: Virsh): Promise<TestBootResult> {
+export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: ConsoleSource = (signal) => bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, signal })): Promise<TestBootResult> {
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
@@ -71,9 +75,9 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh): Promise<Tes
   let r: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
   let accelerator: 'kvm' | 'tcg' = 'tcg';
   try {
-    const boot = bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, signal: stop.signal });
+    const con = boot(stop.signal);
     for (;;) {
-      const next = await boot.next();
+      const next = await con.next();
       if (next.done) {
         accelerator = next.value.domain_type === 'kvm' ? 'kvm' : 'tcg';
         if (o.signal?.aborted) r = { status: 'failed', detail: 'aborted' };
@@ -86,7 +90,7 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh): Promise<Tes
       log?.write(next.value);
       serial = (serial + next.value).slice(-65536);
       const verdict = judgeConsole(serial, expect);
-      if (verdict.status !== 'running') { r = verdict; await boot.return(undefined as never); break; }
+      if (verdict.status !== 'running') { r = verdict; await con.return(undefined as never); break; }
     }
   } catch (e) {
     r = { status: 'failed', detail: `the libvirt test domain could not run on ${v.uri}: ${(e as Error).message}` };

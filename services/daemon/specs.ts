@@ -62,7 +62,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         manager_url: d.source.manager_url ?? env.manager_url, username: d.source.username ?? env.username,
         insecure: d.source.insecure ?? env.insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
-        conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping,
+        conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping, virt_test: d.options.virt_test,
         power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,
         parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
       }),

@@ -27,6 +27,20 @@ export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string,
     },
   } };
   await withXmlFile(buildXml(doc), (f) => v.run(['create', f, '--paused']));
+  try {
+    const ended = yield* watchFromStart(v, name, s.signal);
+    return { ended, domain: name, domain_type: type };
+  } finally {
+    await v.run(['destroy', name]).catch(() => undefined); // already gone when it stopped by itself
+  }
+}
+
+/**
+ * The console of a domain that is defined or created paused, from its first instruction: the console is
+ * attached, then the domain resumed, so nothing the guest prints is missed. Yields the console text until the
+ * domain stops ('stopped') or the caller stops reading or aborts ('caller'); the domain is left as it is.
+ */
+export async function* watchFromStart(v: Virsh, name: string, signal?: AbortSignal): AsyncGenerator<string, 'stopped' | 'caller', undefined> {
   const con = openConsole(v, name);
   const queue: string[] = [];
   let closed = false;
@@ -34,21 +48,21 @@ export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string,
   con.on('data', (t: string) => { queue.push(t); wake?.(); });
   con.on('close', () => { closed = true; wake?.(); });
   const attached = new Promise<void>((r) => { con.once('ready', r); con.once('close', r); });
-  const onAbort = () => { closed = true; wake?.(); };
-  s.signal?.addEventListener('abort', onAbort, { once: true });
+  let aborted = false;
+  const onAbort = () => { aborted = true; wake?.(); };
+  signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    // The console is attached before the first instruction runs, so nothing the guest prints is missed.
     await attached;
     await v.run(['resume', name]);
     for (;;) {
       while (queue.length) yield queue.shift()!;
-      if (closed) return { ended: 'stopped', domain: name, domain_type: type };
+      if (aborted) return 'caller';
+      if (closed) return 'stopped';
       await new Promise<void>((r) => { wake = r; });
       wake = undefined;
     }
   } finally {
-    s.signal?.removeEventListener('abort', onAbort);
+    signal?.removeEventListener('abort', onAbort);
     con.close();
-    await v.run(['destroy', name]).catch(() => undefined);
   }
 }

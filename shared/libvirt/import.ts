@@ -5,7 +5,7 @@ import path from 'node:path';
 import { imageInfo } from '../qemu';
 import { kvmUsable } from '../guestfs-env';
 import { ApiError } from '../errors';
-import { checkName, NAME_PATTERN as NAME_OK } from './names';
+import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
 import { defineDomain, domainExists, domainInfo } from './domains';
 import { networkExists } from './networks';
 import { ensureDirPool, putFile, volumeExists, volumeInfo } from './volumes';
@@ -24,6 +24,9 @@ export interface ImportSpec {
   memoryMiB: number; cpus: number;
   /** Networks (libvirt network names, or bridge names when no such network exists), one NIC each. */
   networks: string[];
+  /** The NICs' MAC addresses, in the order of `networks` (a migrated guest keeps its own: its network configuration
+   *  and DHCP reservations name them); libvirt picks one where missing. */
+  macs?: (string | undefined)[];
   pool?: string;
   firmware?: 'bios' | 'uefi';
   onProgress?: (stage: string, pct: number) => void;
@@ -43,8 +46,16 @@ export async function domainType(v: Virsh): Promise<string> {
   return list(guest?.arch?.domain).some((d: any) => d['@_type'] === 'kvm') ? 'kvm' : 'qemu';
 }
 
+/** A source NIC's MAC as libvirt writes it (VMware's manifests may use '-'); refused when it is not one. */
+function macOf(mac: string | undefined, i: number): string | undefined {
+  if (!mac) return undefined;
+  const m = mac.replace(/-/g, ':').toLowerCase();
+  if (!MAC_PATTERN.test(m)) throw new ApiError(400, `macs[${i}]: "${mac}" is not a MAC address`);
+  return m;
+}
+
 /** The <domain> document of an import (built as an object; every value escaped by the XML builder). */
-export function importDomainDoc(o: { name: string; type: string; memoryMiB: number; cpus: number; firmware: 'bios' | 'uefi'; disks: { path: string; format: string }[]; nics: { type: 'network' | 'bridge'; source: string }[] }) {
+export function importDomainDoc(o: { name: string; type: string; memoryMiB: number; cpus: number; firmware: 'bios' | 'uefi'; disks: { path: string; format: string }[]; nics: { type: 'network' | 'bridge'; source: string; mac?: string }[] }) {
   const letters = 'abcdefghijklmnopqrstuvwxyz';
   return { domain: {
     '@_type': o.type, name: o.name,
@@ -56,7 +67,7 @@ export function importDomainDoc(o: { name: string; type: string; memoryMiB: numb
     on_poweroff: 'destroy', on_reboot: 'restart', on_crash: 'destroy',
     devices: {
       disk: o.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path }, target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' } })),
-      interface: o.nics.map((n) => ({ '@_type': n.type, source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' } })),
+      interface: o.nics.map((n) => ({ '@_type': n.type, ...(n.mac ? { mac: { '@_address': n.mac } } : {}), source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' } })),
       serial: { '@_type': 'pty', target: { '@_port': '0' } },
       console: { '@_type': 'pty', target: { '@_type': 'serial', '@_port': '0' } },
       memballoon: { '@_model': 'virtio' },
@@ -72,7 +83,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   checkName(pool, 'pool');
   if (!s.pool) await ensureDirPool(v, pool, defaultPoolDir());
   const nics = [];
-  for (const n of s.networks) nics.push({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n });
+  for (const [i, n] of s.networks.entries()) nics.push({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n, mac: macOf(s.macs?.[i], i) });
   const vols: { path: string; format: string; name: string; capacity: number | null; volFormat: string | null }[] = [];
   for (const [i, d] of s.disks.entries()) {
     const info = await imageInfo(d.path, d.format);
@@ -99,7 +110,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
  *  when the target has a network of that name; otherwise the job fails naming it. */
 export async function importForMigration(o: {
   virtUri?: string; name: string; disks: { path: string; format?: string }[]; memoryMiB: number; cpus: number;
-  sourceNetworks: string[]; networkMapping: Record<string, string>; firmware?: 'bios' | 'uefi'; pool?: string;
+  sourceNetworks: string[]; sourceMacs?: (string | undefined)[]; networkMapping: Record<string, string>; firmware?: 'bios' | 'uefi'; pool?: string;
   onProgress?: (stage: string, pct: number) => void;
 }): Promise<ImportResult & { virt_uri: string }> {
   const v = new Virsh(o.virtUri || configuredUri());
@@ -110,6 +121,6 @@ export async function importForMigration(o: {
     if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); continue; }
     throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
   }
-  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
+  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
   return { ...r, virt_uri: v.uri };
 }

@@ -1,7 +1,7 @@
 // The daemon API's (port 8080) resources as joi schemas: one source for validation and /openapi.yaml.
 import Joi from 'joi';
 import { DAEMON_STATUSES } from '../states';
-import { operationNames } from '../operations';
+import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
 import { POWER_OPTIONS } from '../vsphere/options';
 
@@ -60,6 +60,7 @@ export const migrationJobSchema = Joi.object({
     parallel_downloads: Joi.number().integer().min(1).max(64),
     conversion_method: Joi.string().max(64),
     network_mapping: Joi.object().pattern(Joi.string().max(256), Joi.string().max(256)).description('source network -> target bridge'),
+    virt_test: virtTestSchema.keys({ memory_mib: Joi.forbidden(), vcpus: Joi.forbidden() }).description('extension: the imported domain\'s first start is watched on its serial console; the job completes only when `expect` (a regular expression; default: Linux boot milestones) shows within timeout_seconds'),
   }).default({}),
   priority,
 }).label('MigrationJob');

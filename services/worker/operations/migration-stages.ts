@@ -1,10 +1,17 @@
-// THE SEAM for the stages of a migration job (daemon API shape B) after its export: convert and repair the
-// exported disks (the `migrate` pipeline, from the manifest) and import them into the destination host
-// (libvirt). The libvirt work (branch `libvirt`) replaces `afterExport` with the real stages; until then a
-// migration job stops after a complete export with a clear, final reason, and the exported disks and their
-// manifest stay where the result says, ready for a `migrate` job.
+// The stages of a migration job (daemon API shape B) after its export, on the same worker and the same progress
+// stream: the exported disks go through the `migrate` pipeline (inspect, every guest repair, convert to qcow2,
+// validate; the source files are never changed), are imported into the destination's storage pool as a domain
+// (virtio disk and NIC, the manifest's firmware, networks mapped through options.network_mapping), and the domain
+// is started with its console watched from the first instruction. The job completes only when that console
+// shows the boot milestone (options.virt_test.expect, else Linux's); a failed boot fails the job, with the domain
+// left defined and shut off for a look.
+import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
+import { configuredUri, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
+import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
+import { testBootLibvirt } from '../../converter/testboot';
+import { migrate } from './migrate';
 import type { OpContext } from './types';
 
 export interface AfterExportInput {
@@ -14,9 +21,55 @@ export interface AfterExportInput {
   destination: { type: string; virt_uri?: string };
   network_mapping: Record<string, string>;
   conversion_method?: string;
+  virt_test?: { expect?: string; timeout_seconds?: number };
 }
 
 export async function afterExport(ctx: OpContext, input: AfterExportInput): Promise<Record<string, unknown>> {
-  void ctx;
-  throw new OperationError(`the export of ${input.exported.vm_path} is complete (manifest ${input.exported.manifest_path}), but the conversion and import stages into ${input.destination.type}${input.destination.virt_uri ? ` at ${input.destination.virt_uri}` : ''} are not part of this build yet; run a migrate job with that manifest`, false);
+  const exported = validateManifest(input.exported.manifest);
+  const dir = path.dirname(input.exported.manifest_path);
+  // Every repair a VMware guest needs on KVM; the outputs beside the export, in qcow2.
+  const manifest = validateManifest({
+    ...input.exported.manifest,
+    pipeline: {
+      inspect: { enabled: true }, convert: { enabled: true }, validate: { enabled: true },
+      fix: { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true },
+    },
+    output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
+  });
+  const report = await migrate({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }) as Record<string, any>;
+  const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
+
+  const v = new Virsh(input.destination.virt_uri || configuredUri());
+  const name = String(exported.source?.vm_name || path.basename(dir));
+  const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
+  await ctx.progress('importing', 0, `importing ${name} into ${v.uri}`);
+  const imported = await importForMigration({
+    virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
+    memoryMiB: (exported.vm?.mem_gb || 1) * 1024, cpus: exported.vm?.cpu || 1,
+    sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
+    networkMapping: input.network_mapping, firmware: exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios',
+    onProgress: (stage, pct) => void ctx.progress('importing', Math.min(99, pct), stage),
+  });
+  await ctx.progress('importing', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
+
+  // The first start of the imported domain is the test boot: paused, console attached, resumed, judged.
+  const vt = input.virt_test || {};
+  await ctx.progress('starting', 0, `starting ${imported.domain} and watching its serial console`);
+  await v.run(['start', '--paused', imported.domain]);
+  const boot = await testBootLibvirt(
+    { disks: [], expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    v,
+    async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
+  );
+  if (boot.status !== 'passed') {
+    await v.run(['destroy', imported.domain]).catch(() => undefined); // already off when it stopped by itself
+    throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
+  }
+  await ctx.progress('starting', 100, `${imported.domain} is running: ${boot.detail}`);
+  return {
+    success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
+    firmware: imported.firmware, domain_type: imported.domain_type, boot,
+    export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched },
+    conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
+  };
 }
