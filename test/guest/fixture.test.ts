@@ -14,7 +14,8 @@ import { testBoot } from '../../services/converter/testboot';
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 /** What Debian's initramfs prints when the root device never appears. */
 const INITRAMFS_GAVE_UP = /Gave up waiting for root file system device|ALERT! \S+ does not exist|Dropping to a shell/;
-const BOOT_TIMEOUT = 480;
+// Generous: a boot takes 1-3 min under TCG, far longer when the machine is busy; a stuck boot still ends here.
+const BOOT_TIMEOUT = 900;
 
 function sha256(file: string): string {
   return createHash('sha256').update(readFileSync(file)).digest('hex');
@@ -34,7 +35,7 @@ async function boot(g: DebianGuest, bus: 'sata' | 'virtio', stopAt: RegExp, chec
   try {
     check(text, r);
   } catch (e: any) {
-    e.message += `\n(test boot: ${r.status}, ${r.detail}, ${r.seconds.toFixed(0)} s; serial log kept in ${consoleLog})`;
+    console.error(`    ${g.variant} on ${bus}: test boot ${r.status}, ${r.detail}, ${r.seconds.toFixed(0)} s; serial log kept in ${consoleLog}`);
     throw e;
   }
   rmSync(consoleLog, { force: true });
