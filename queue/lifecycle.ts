@@ -53,7 +53,17 @@ export class Lifecycle {
     if (!created) throw conflict(`job ${spec.job_id} already exists`);
     if (!opts.enqueue) return { job_id: spec.job_id, state: 'VALIDATED' as JobState, queue_position: 0 };
     await this.placeInQueue(spec.job_id, queue, p.priority);
-    return { job_id: spec.job_id, state: 'QUEUED' as JobState, queue_position: (await this.router.position(queue, spec.job_id)) ?? 0 };
+    return { job_id: spec.job_id, ...(await this.whereNow(spec.job_id, queue)) };
+  }
+
+  /** The state a just-queued job really has and its true place: a worker may have claimed it already
+   *  (ASSIGNED, even RUNNING or finished), and then it waits in no queue (position 0). */
+  private async whereNow(id: string, queue: string): Promise<{ state: JobState; queue_position: number }> {
+    const pos = await this.router.position(queue, id);
+    if (pos !== null) return { state: 'QUEUED', queue_position: pos };
+    const state = ((await this.store.raw(id))?.state || 'QUEUED') as JobState;
+    // QUEUED yet out of the waiting set: being handed to a worker right now, so it is first.
+    return { state, queue_position: state === 'QUEUED' ? 1 : 0 };
   }
 
   /** Queues a job that was submitted without ?queue=true. */
@@ -63,7 +73,7 @@ export class Lifecycle {
     const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `queued on ${h.queue} with priority ${h.priority}` }]);
     if (!r.ok) throw badRequest(`job ${id} is ${r.state}; only a VALIDATED job can be queued`);
     await this.placeInQueue(id, h.queue, Number(h.priority));
-    return { job_id: id, state: 'QUEUED' as JobState, queue_position: (await this.router.position(h.queue, id)) ?? 0 };
+    return { job_id: id, ...(await this.whereNow(id, h.queue)) };
   }
 
   private async placeInQueue(id: string, queue: string, priority: number) {
@@ -71,7 +81,7 @@ export class Lifecycle {
       await this.router.enqueue(queue, id, priority);
     } catch (e) {
       await this.store.transition(id, [{ to: 'FAILED', reason: `could not be placed in the queue: ${(e as Error).message}` }]).catch(() => undefined);
-      throw new ApiError(503, `job ${id} could not be queued: ${(e as Error).message}`);
+      throw new ApiError(503, `job ${id} could not be queued (storage unavailable); retry with a new job_id`);
     }
   }
 
@@ -247,7 +257,7 @@ export class Lifecycle {
       const batch = ids.slice(i, i + 500);
       const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
       const p = r.pipeline();
-      for (const [j, h] of hs.entries()) if (h?.queue) p.exists(`${this.router.k.bullPrefix}:${h.queue}:${bullId(batch[j])}`);
+      for (const [j, h] of hs.entries()) if (h?.queue) this.router.bull.exists(p, h.queue, bullId(batch[j]));
       const exists = ((await p.exec()) || []).map(([, v]) => Number(v));
       let n = 0;
       for (const [j, h] of hs.entries()) {

@@ -24,6 +24,8 @@ local function enter(prefix, id, job, hist, prev, to, reason, wid, iso, nowms, s
   if to == 'QUEUED' and prio then redis.call('HINCRBY', prefix .. ':queued:by_priority', prio, 1) end
   if to == 'COMPLETED' or to == 'FAILED' or to == 'CANCELLED' then
     redis.call('HSET', job, 'finished_at', nowms)
+    -- By finish time, for the retention sweep (PURGE).
+    redis.call('ZADD', prefix .. ':jobs:finished', nowms, id)
     local stats = prefix .. ':stats'
     redis.call('HINCRBY', stats, 'total:' .. string.lower(to), 1)
     local started = redis.call('HGET', job, 'started_at')
@@ -138,10 +140,39 @@ if ARGV[5] ~= '' and redis.call('HGET', KEYS[2], 'lease') ~= ARGV[5] then return
 return {'ok', addevent(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])}
 `;
 
+// Removes finished jobs older than the cutoff: record, history, events and stored credentials, and the job's
+// place in every index and counter (the same ones ENTER keeps), so listings and counts stay in agreement.
+// The cumulative statistics (total:<state>, durations) are Prometheus counters and stay.
+// ARGV: prefix, cutoff ms, at most this many. Returns the number removed.
+const PURGE = `
+local prefix, cutoff, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fin = prefix .. ':jobs:finished'
+local ids = redis.call('ZRANGEBYSCORE', fin, '-inf', cutoff, 'LIMIT', 0, limit)
+local n = 0
+for _, id in ipairs(ids) do
+  local job = prefix .. ':job:' .. id
+  local st = redis.call('HGET', job, 'state')
+  if st == 'COMPLETED' or st == 'FAILED' or st == 'CANCELLED' or not st then
+    if st then
+      redis.call('ZREM', prefix .. ':jobs:state:' .. st, id)
+      redis.call('HINCRBY', prefix .. ':counts:state', st, -1)
+      local q = redis.call('HGET', job, 'queue')
+      if q then redis.call('HINCRBY', prefix .. ':queue:' .. q .. ':counts', st, -1) end
+    end
+    redis.call('ZREM', prefix .. ':jobs', id)
+    redis.call('DEL', job, job .. ':history', job .. ':events', job .. ':credentials')
+    n = n + 1
+  end
+  redis.call('ZREM', fin, id)
+end
+return n
+`;
+
 export interface FerryScripts {
   ferryCreate(job: string, hist: string, ...args: (string | number)[]): Promise<[string, string]>;
   ferryTransition(job: string, hist: string, events: string, ...args: (string | number)[]): Promise<[string, string, string?]>;
   ferryEvent(stream: string, job: string, ...args: (string | number)[]): Promise<[string, string]>;
+  ferryPurge(...args: (string | number)[]): Promise<number>;
 }
 
 export function withScripts(redis: RedisClient): RedisClient & FerryScripts {
@@ -150,6 +181,7 @@ export function withScripts(redis: RedisClient): RedisClient & FerryScripts {
     redis.defineCommand('ferryCreate', { numberOfKeys: 2, lua: CREATE });
     redis.defineCommand('ferryTransition', { numberOfKeys: 3, lua: TRANSITION });
     redis.defineCommand('ferryEvent', { numberOfKeys: 2, lua: EVENT });
+    redis.defineCommand('ferryPurge', { numberOfKeys: 0, lua: PURGE });
   }
   return r;
 }

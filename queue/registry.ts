@@ -85,9 +85,18 @@ export class Registry {
     return this.redis.zrangebyscore(this.k.workers, 0, Date.now() - config.workerStaleSeconds * 1000);
   }
 
+  /** Removes workers silent for longer than `olderThanMs` that hold no job; returns their ids. */
+  async prune(olderThanMs: number): Promise<string[]> {
+    const gone: string[] = [];
+    for (const id of await this.redis.zrangebyscore(this.k.workers, 0, Date.now() - olderThanMs)) {
+      if ((await this.redis.scard(this.k.workerJobs(id))) === 0 && (await this.remove(id))) gone.push(id);
+    }
+    return gone;
+  }
+
   async remove(id: string): Promise<boolean> {
-    const [[, n]] = (await this.redis.multi().del(this.k.worker(id)).zrem(this.k.workers, id).exec()) as any;
-    return n > 0;
+    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id)).zrem(this.k.workers, id).exec()) as any;
+    return n > 0 || z > 0;
   }
 
   async holdJob(workerId: string, jobId: string) { await this.redis.sadd(this.k.workerJobs(workerId), jobId); }

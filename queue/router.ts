@@ -4,6 +4,7 @@ import { Job, Queue, Worker } from 'bullmq';
 import { parseQueueName } from '../shared/capabilities';
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
+import { BullLayout } from './bullmq-layout';
 
 /** Ferry priority 0-100 (higher more urgent) onto BullMQ's 1.. (lower more urgent); equal priorities stay FIFO. */
 export const bullPriority = (p: number) => 101 - p;
@@ -15,6 +16,8 @@ export interface Claimed { queue: string; job: Job }
 
 export class QueueRouter {
   readonly k: Keys;
+  /** BullMQ's keys, for the reads its API does not offer (queue/bullmq-layout.ts). */
+  readonly bull: BullLayout;
   private queues = new Map<string, Queue>();
   private workers = new Map<string, Worker>();
   private stalledHandler?: (queue: string, jobId: string) => void;
@@ -24,6 +27,7 @@ export class QueueRouter {
 
   constructor(readonly redis: RedisClient, private opts: { lockSeconds?: number; stalledCheck?: boolean } = {}) {
     this.k = makeKeys();
+    this.bull = new BullLayout(this.k.bullPrefix);
   }
 
   queue(name: string): Queue {
@@ -139,8 +143,7 @@ export class QueueRouter {
   /** 1-based rank among the jobs the same workers would take before it: its own queue's jobs ahead of it (by
    *  priority, then submission), plus the waiting jobs of more specific queues, which those workers take first. */
   async position(queue: string, jobId: string): Promise<number | null> {
-    const base = `${this.k.bullPrefix}:${queue}`;
-    const [rank, known] = await Promise.all([this.redis.zrank(`${base}:prioritized`, bullId(jobId)), this.knownQueues()]);
+    const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.knownQueues()]);
     if (rank === null) return null;
     const mine = parseQueueName(queue)!;
     const supersets = known.filter((q) => {
@@ -151,7 +154,7 @@ export class QueueRouter {
     let ahead = rank;
     if (supersets.length) {
       const p = this.redis.pipeline();
-      for (const q of supersets) p.zcard(`${this.k.bullPrefix}:${q}:prioritized`).llen(`${this.k.bullPrefix}:${q}:wait`);
+      for (const q of supersets) this.bull.countWaiting(p, q);
       for (const [, n] of (await p.exec()) || []) ahead += Number(n || 0);
     }
     return ahead + 1;

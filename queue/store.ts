@@ -161,6 +161,35 @@ export class JobStore {
     return out;
   }
 
+  /** Puts finished jobs recorded before the retention index existed into it (by their finished_at); idempotent. */
+  async indexFinished(): Promise<number> {
+    let added = 0;
+    for (const st of ['COMPLETED', 'FAILED', 'CANCELLED']) {
+      const ids = await this.redis.zrange(this.k.jobsInState(st), 0, -1);
+      for (let i = 0; i < ids.length; i += 500) {
+        const batch = ids.slice(i, i + 500);
+        const scores = await this.redis.zmscore(this.k.jobsFinished, ...batch);
+        const missing = batch.filter((_, j) => scores[j] === null);
+        if (!missing.length) continue;
+        const hs = await this.many(missing, ['state', 'finished_at', 'updated_at']);
+        const args: (string | number)[] = [];
+        hs.forEach((h, j) => { if (h) args.push(Number(h.finished_at) || Date.parse(h.updated_at) || Date.now(), missing[j]); });
+        if (args.length) added += await this.redis.zadd(this.k.jobsFinished, 'NX', ...args);
+      }
+    }
+    return added;
+  }
+
+  /** Removes finished jobs that finished more than `retentionMs` ago, in batches; returns how many. */
+  async purgeFinished(retentionMs: number, batch = 500): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = Number(await this.redis.ferryPurge(this.k.prefix, Date.now() - retentionMs, batch));
+      total += n;
+      if (n < batch) return total;
+    }
+  }
+
   async setFields(id: string, fields: Record<string, string>) {
     await this.redis.hset(this.k.job(id), fields);
   }

@@ -1,12 +1,18 @@
 // `npm start`: the whole local cluster in one terminal. Starts a private redis-server (append-only, data under
 // .data/redis, or $FERRY_DATA_DIR/redis) unless REDIS_URL is set, then every service as its own process; Ctrl-C stops them in order
 // (workers first, so they finish or hand back their jobs, then the rest, then Redis).
+// Compiled (dist/scripts/cluster.js, what `npm start` runs after `npm run build`) it starts each service as
+// `node dist/services/<name>/main.js`, as the image does; from source (`npm run dev`) through tsx.
 import { spawn, ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
-const ROOT = path.resolve(__dirname, '..');
+const COMPILED = __filename.endsWith('.js');
+/** Where the services' code is (the checkout, or dist/), and the package root (.data lives there). */
+const CODE = path.resolve(__dirname, '..');
+const ROOT = COMPILED ? path.resolve(CODE, '..') : CODE;
+const entry = (script: string) => (COMPILED ? [path.join(CODE, script.replace(/\.ts$/, '.js'))] : ['--import', 'tsx', path.join(CODE, script)]);
 const env = process.env;
 
 interface Svc { name: string; script: string; args?: string[]; env?: Record<string, string>; stopFirst?: boolean }
@@ -48,7 +54,7 @@ async function main() {
     console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
   }
   for (const svc of SERVICES) {
-    const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, [...entry(svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     const prefix = `[${svc.name}] `;
     for (const s of [proc.stdout!, proc.stderr!]) {
       let buf = '';

@@ -1,6 +1,14 @@
 // Capabilities, execution modes and how a job's requirements become a queue name (DESIGN.md: capability routing).
-export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations'] as const;
+import { config } from './config';
+
+/** Capabilities Ferry's operations use. Each requirement set is a BullMQ queue (and a Worker with its own Redis
+ *  connection in every gateway), so names come from this set plus FERRY_EXTRA_CAPABILITIES, never from callers. */
+export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations', 'vsphere_access', 'libvirt_access'] as const;
 export const CAPABILITY_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
+
+export function allowedCapabilities(): string[] {
+  return [...KNOWN_CAPABILITIES, ...config.extraCapabilities];
+}
 /** PRIVILEGED_CONTAINER workers may run jobs that ask for any mode; other modes match only themselves. */
 export const EXECUTION_MODES = ['PRIVILEGED_CONTAINER', 'CONTAINER', 'PROCESS'] as const;
 export const PRIVILEGED = 'PRIVILEGED_CONTAINER';

@@ -14,6 +14,24 @@ function str(name: string, def: string): string {
   return raw === undefined || raw === '' ? def : raw;
 }
 
+/** A duration: plain seconds ("90") or with units ("7d", "12h", "90s", "1h30m", "500ms"). */
+export function parseDurationMs(raw: string): number | null {
+  const s = raw.trim();
+  if (/^\d+(\.\d+)?$/.test(s)) return Number(s) * 1000;
+  if (!/^(\d+(\.\d+)?(ms|d|h|m|s))+$/.test(s)) return null;
+  const mult: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000, ms: 1 };
+  let total = 0;
+  for (const m of s.matchAll(/(\d+(?:\.\d+)?)(ms|d|h|m|s)/g)) total += Number(m[1]) * mult[m[2]];
+  return total;
+}
+
+function duration(name: string, def: string): number {
+  const raw = str(name, def);
+  const ms = parseDurationMs(raw);
+  if (ms === null || ms <= 0) throw new Error(`environment variable ${name} must be a duration such as 7d, 12h or 90s, got "${raw}"`);
+  return ms;
+}
+
 export const config = {
   get redisUrl() { return str('REDIS_URL', 'redis://127.0.0.1:6379'); },
   /** Key prefix for Ferry's own keys; use a hash tag such as "{ferry}" on Redis Cluster. */
@@ -35,7 +53,16 @@ export const config = {
   /** How often (and after how long) a QUEUED job missing from its BullMQ queue is put back. */
   get reconcileSeconds() { return num('FERRY_RECONCILE_SECONDS', 30); },
   get sseHeartbeatSeconds() { return num('FERRY_SSE_HEARTBEAT_SECONDS', 15); },
+  /** Progress events kept per job (the stream is trimmed to about this many). */
   get eventsKeptPerJob() { return num('FERRY_EVENTS_PER_JOB', 10000); },
+  /** How long a finished (COMPLETED, FAILED, CANCELLED) job's record, history and events stay in Redis. */
+  get jobRetentionMs() { return duration('FERRY_JOB_RETENTION', '7d'); },
+  /** A worker record whose last heartbeat is older than this (and that holds no job) is removed. */
+  get workerPruneMs() { return duration('FERRY_WORKER_PRUNE_AFTER', '1d'); },
+  /** Capability names accepted beside the known set (shared/capabilities.ts), comma-separated. */
+  get extraCapabilities() { return str('FERRY_EXTRA_CAPABILITIES', '').split(',').map((c) => c.trim()).filter(Boolean); },
+  /** Browser origins allowed to call the APIs (CORS), comma-separated, "*" for any; none by default. */
+  get corsOrigins() { return str('FERRY_CORS_ORIGINS', '').split(',').map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean); },
   get hostname() { return os.hostname(); },
   version: '1.0.0',
 };

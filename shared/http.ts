@@ -6,11 +6,14 @@ import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
 import { ApiError, badRequest } from './errors';
 import { toJsonSchema } from './openapi';
+import { config } from './config';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
-export interface Input { params: any; query: any; body: any }
+/** `warnings` collects what the request held that was ignored (the daemon API's unknown fields); a handler
+ *  that validates further (a batch's jobs) adds to it. */
+export interface Input { params: any; query: any; body: any; warnings?: string[] }
 export interface RouteDef {
   method: Method;
   path: string;
@@ -27,39 +30,85 @@ export interface RouteDef {
 
 const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
 
-/** Validates one part of a request; a 400 names every offending field. */
-export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string): T {
-  const { error, value: v } = schema.validate(value, VALIDATION);
+/** Removes the value at `path` (a joi error path) from `obj`. */
+function dropPath(obj: any, path: (string | number)[]) {
+  let o = obj;
+  for (const k of path.slice(0, -1)) { if (o === null || typeof o !== 'object') return; o = o[k]; }
+  if (o !== null && typeof o === 'object') delete o[path[path.length - 1]];
+}
+
+/** Validates one part of a request; a 400 names every offending field (by its path, prefixed with `prefix` when
+ *  the value sits inside a larger body, such as jobs[2]), in `fields` and in the message. With `warnings`, fields
+ *  the schema does not know are dropped and listed there instead of refused (the daemon API's rule). */
+export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string, prefix = '', warnings?: string[]): T {
+  const name = (d: Joi.ValidationErrorItem) => [prefix, d.path.join('.')].filter(Boolean).join('.') || where;
+  let { error, value: v } = schema.validate(value, VALIDATION);
+  // Dropping a field can let a schema look deeper (an alternative now matches) and find more: a few rounds.
+  const copy = error && warnings ? structuredClone(value) : value;
+  for (let round = 0; round < 4 && error && warnings && error.details.every((d) => d.type === 'object.unknown'); round++) {
+    for (const d of error.details) { dropPath(copy, d.path); warnings.push(`${name(d)}: unknown field, ignored`); }
+    ({ error, value: v } = schema.validate(copy, VALIDATION));
+  }
   if (error) {
-    const fields = error.details.map((d) => ({ field: d.path.join('.') || where, message: d.message }));
-    throw new ApiError(400, `invalid ${where}: ${fields.map((f) => f.message).join('; ')}`, { fields });
+    const unknownIgnored = warnings ? error.details.filter((d) => d.type !== 'object.unknown') : error.details;
+    const fields = (unknownIgnored.length ? unknownIgnored : error.details).map((d) => {
+      const field = name(d);
+      // A schema's label (e.g. "ExportJob") can stand where the field's name would: the message must name it.
+      return { field, message: d.message.includes(field) ? d.message : `${field}: ${d.message}` };
+    });
+    throw new ApiError(400, `invalid ${prefix || where}: ${fields.map((f) => f.message).join('; ')}`, { fields });
   }
   return v as T;
+}
+
+export interface ApiOptions {
+  prefixes?: string[];
+  /** 'reject' (400 naming the field) or 'warn' (ignored, listed in the answer's `warnings`). */
+  unknownFields?: 'reject' | 'warn';
 }
 
 export class Api {
   readonly routes: RouteDef[] = [];
   readonly router = new Router();
+  private prefixes: string[];
+  private unknownFields: 'reject' | 'warn';
+  /** Methods of each parameter-free path, so that a path such as /jobs/submit is not taken for /jobs/:id by a
+   *  method it does not have (a 405, not a 404 for a job called "submit"). */
+  private literals = new Map<string, Set<string>>();
 
-  constructor(private prefixes: string[] = ['']) {}
+  constructor(opts: ApiOptions = {}) {
+    this.prefixes = opts.prefixes || [''];
+    this.unknownFields = opts.unknownFields || 'reject';
+  }
 
   add(def: RouteDef) {
     this.routes.push(def);
+    const literal = !def.path.includes(':');
     for (const prefix of this.prefixes) {
+      if (literal) {
+        const set = this.literals.get(prefix + def.path) || new Set<string>();
+        set.add(def.method.toUpperCase());
+        if (def.method === 'get') set.add('HEAD');
+        this.literals.set(prefix + def.path, set);
+      }
       this.router[def.method](prefix + def.path, async (ctx) => {
+        const shadowed = !literal && this.literals.get(ctx.path.replace(/\/+$/, ''));
+        if (shadowed) throw methodNotAllowed(ctx.method, ctx.path, [...shadowed]);
+        const warnings = this.unknownFields === 'warn' ? [] as string[] : undefined;
         const input: Input = {
           params: def.params ? validate(def.params, ctx.params, 'path parameters') : ctx.params,
-          query: def.query ? validate(def.query, ctx.query, 'query') : ctx.query,
+          query: def.query ? validate(def.query, ctx.query, 'query', '', warnings) : ctx.query,
           body: undefined,
+          warnings,
         };
         if (def.body) {
           const raw = (ctx.request as any).body;
           const empty = raw === undefined || (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Object.keys(raw).length === 0 && !ctx.request.length);
           if (empty && def.bodyRequired !== false) throw badRequest('request body is required (JSON)');
-          input.body = validate(def.body, empty ? {} : raw, 'body');
+          input.body = validate(def.body, empty ? {} : raw, 'body', '', warnings);
         }
         const out = await def.handler(ctx, input);
-        if (out !== undefined) ctx.body = out;
+        if (out !== undefined) ctx.body = warnings?.length && out && typeof out === 'object' && !Array.isArray(out) && !Buffer.isBuffer(out) ? { ...out, warnings } : out;
       });
     }
     return this;
@@ -93,12 +142,20 @@ export class Api {
   }
 }
 
+export function methodNotAllowed(method: string, path: string, allow: string[]) {
+  const list = [...new Set(allow)].sort();
+  return new ApiError(405, `method ${method} is not allowed on ${path.slice(0, 256)} (allowed: ${list.join(', ')})`, { allow: list.join(', ') });
+}
+
 /** Redis refused or is unreachable (a failover, a restart): the caller may retry, so 503 rather than 500. */
 export function isStorageError(err: any): boolean {
   const name = String(err?.name || '');
   return ['ReplyError', 'MaxRetriesPerRequestError', 'ClusterAllFailedError', 'AbortError'].includes(name)
     || /Connection is closed|ECONNREFUSED|ECONNRESET|Cluster redirections|CLUSTERDOWN|LOADING|MOVED|TRYAGAIN/.test(String(err?.message || ''));
 }
+
+/** What a 503 says when Redis is away: never Redis's own error text (it may name hosts or internals). */
+export const STORAGE_RETRY = 'storage is unavailable for the moment; retry in a few seconds';
 
 export interface AppOptions {
   log: Logger;
@@ -108,24 +165,56 @@ export interface AppOptions {
   bodyTypes?: { json?: string[]; text?: string[] };
 }
 
+const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
+const CORS_METHODS = 'GET, POST, PUT, DELETE, OPTIONS';
+
+/** CORS for the origins in FERRY_CORS_ORIGINS (none by default): an allowed origin gets its
+ *  Access-Control-Allow-Origin; a preflight is answered here (204, or 403 naming the Origin), before any
+ *  authentication (browsers send preflights without credentials). Returns true when it answered. */
+function cors(ctx: Koa.Context, origins: string[]): boolean {
+  const origin = ctx.get('Origin');
+  if (!origin) return false;
+  const allowed = origins.includes('*') || origins.includes(origin.replace(/\/+$/, ''));
+  ctx.vary('Origin');
+  if (allowed) {
+    ctx.set('Access-Control-Allow-Origin', origin);
+    ctx.set('Access-Control-Expose-Headers', 'Allow, WWW-Authenticate, Retry-After');
+  }
+  if (ctx.method !== 'OPTIONS' || !ctx.get('Access-Control-Request-Method')) return false;
+  if (!allowed) throw new ApiError(403, `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`, { fields: [{ field: 'Origin', message: 'not in FERRY_CORS_ORIGINS' }] });
+  ctx.set('Access-Control-Allow-Methods', CORS_METHODS);
+  ctx.set('Access-Control-Allow-Headers', CORS_HEADERS);
+  ctx.set('Access-Control-Max-Age', '600');
+  ctx.status = 204;
+  return true;
+}
+
 /** A koa app with error handling, body parsing and metrics in front of `api`. */
 export function createApp(api: Api, opts: AppOptions): Koa {
   const app = new Koa();
   app.proxy = true;
+  // Errors after the response started (a streamed file): a client that closed the connection is not an error
+  // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
+  app.on('error', (err: any) => {
+    if (['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(err?.code) || err?.status === 404 || err?.expose) return;
+    opts.log.error('response failed', { error: String(err?.message || err) });
+  });
+  const origins = config.corsOrigins;
   app.use(async (ctx, next) => {
     const started = process.hrtime.bigint();
     try {
+      if (cors(ctx, origins)) return;
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);
     } catch (err: any) {
       const storage = !(err instanceof ApiError) && isStorageError(err);
       const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? `storage unavailable, try again: ${err.message}` : 'internal error';
-      if (status === 405) message = `method ${ctx.method} is not allowed on ${ctx.path}`;
+      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
       if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
       ctx.status = status;
       ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
-      if (status === 405 && err.headers?.allow) ctx.set('Allow', err.headers.allow);
+      const allow = (err?.details as any)?.allow;
+      if (status === 405 && allow) ctx.set('Allow', allow);
     } finally {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
@@ -140,6 +229,11 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     onerror: (err: Error) => { throw badRequest(`malformed request body: ${err.message}`); },
   }));
   app.use(api.router.routes());
-  app.use(api.router.allowedMethods({ throw: true }));
+  // A known path with another method: 405 with Allow (an unknown method too, rather than the router's 501).
+  const allowed = api.router.allowedMethods();
+  app.use(async (ctx, next) => {
+    await allowed(ctx as any, next);
+    if (ctx.status === 405 || ctx.status === 501) throw methodNotAllowed(ctx.method, ctx.path, String(ctx.response.get('Allow') || '').split(/,\s*/).filter(Boolean));
+  });
   return app;
 }

@@ -61,6 +61,8 @@ export function keys(prefix = config.prefix) {
     seq: `${prefix}:jobs:seq`,
     jobs: `${prefix}:jobs`,
     jobsInState: (s: string) => `${prefix}:jobs:state:${s}`,
+    /** Finished jobs by finish time (ms), for the retention sweep. */
+    jobsFinished: `${prefix}:jobs:finished`,
     job: (id: string) => `${prefix}:job:${id}`,
     history: (id: string) => `${prefix}:job:${id}:history`,
     events: (id: string) => `${prefix}:job:${id}:events`,

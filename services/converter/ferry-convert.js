@@ -1,5 +1,10 @@
 #!/usr/bin/env node
-// The `ferry-convert` command (package.json "bin"): loads TypeScript through tsx, then runs the CLI.
-require('tsx/cjs');
-const { main } = require('./cli.ts');
+// The `ferry-convert` command (package.json "bin"). Built (dist/, `npm run build`) it runs the compiled CLI;
+// in a source checkout it loads the TypeScript through tsx, a development dependency.
+const { existsSync } = require('node:fs');
+const path = require('node:path');
+
+const compiled = path.join(__dirname, 'cli.js');
+if (!existsSync(compiled)) require('tsx/cjs');
+const { main } = require(existsSync(compiled) ? compiled : './cli.ts');
 main(process.argv.slice(2)).then((code) => process.exit(code), (e) => { process.stderr.write(`ferry-convert: ${(e && e.message) || e}\n`); process.exit(1); });

@@ -43,8 +43,8 @@ const schema = Joi.object({
     api_keys: Joi.array().items(Joi.string().min(16).max(256)).default([]).description('also FERRY_API_KEYS (comma-separated)'),
   }).default(),
   webhooks: Joi.object({
-    allow_private: Joi.boolean().default(false).description('allow targets on private (RFC 1918, ULA, link-local) addresses'),
-    allow_loopback: Joi.boolean().default(false).description('allow targets on 127.0.0.0/8 and ::1'),
+    allow_private: Joi.boolean().default(false).description('allow targets on private addresses (RFC 1918, unique-local fc00::/7, CGNAT 100.64.0.0/10); also FERRY_WEBHOOK_ALLOW_PRIVATE=1. Link-local (169.254.169.254) is never allowed'),
+    allow_loopback: Joi.boolean().default(false).description('allow targets on 127.0.0.0/8 and ::1; also FERRY_WEBHOOK_ALLOW_LOOPBACK=1'),
     concurrency: Joi.number().integer().min(1).max(1000).default(50),
     backoff_ms: Joi.number().integer().min(10).max(600_000).default(1000).description('first retry delay; doubles each attempt, with jitter'),
   }).default(),
@@ -85,6 +85,13 @@ export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env):
     cfg.daemon.job_timeout = env.JOB_TIMEOUT;
   }
   cfg.jobTimeoutSeconds = Math.ceil(parseDuration(cfg.daemon.job_timeout)!);
+  // The explicit opt-in for webhook receivers on this host or the operator's network (the tests use loopback).
+  for (const [name, key] of [['FERRY_WEBHOOK_ALLOW_LOOPBACK', 'allow_loopback'], ['FERRY_WEBHOOK_ALLOW_PRIVATE', 'allow_private']] as const) {
+    const v = env[name];
+    if (v === undefined || v === '') continue;
+    if (!/^(1|0|true|false)$/.test(v)) throw new ConfigError(`${name} must be 1 or 0, got "${v}"`);
+    cfg.webhooks[key] = v === '1' || v === 'true';
+  }
   if (env.FERRY_API_KEYS) cfg.auth.api_keys = [...cfg.auth.api_keys, ...env.FERRY_API_KEYS.split(',').map((s) => s.trim()).filter(Boolean)];
   if (cfg.auth.enabled && !cfg.auth.api_keys.length) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys or FERRY_API_KEYS)');
   return cfg;

@@ -33,8 +33,8 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     method: 'post', path: '/jobs/operation', summary: 'Submit a job naming an operation of the 8000 API (for example convert: image, parameters, execution_policy.priority)', tags: ['jobs'],
     body: operationTemplateSchema,
     responses: { 201: { description: 'queued', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('invalid job (names the field)') },
-    handler: async (ctx, { body }) => {
-      const built = buildSpec(body, { where: '', jobTimeoutSeconds: d.jobTimeoutSeconds, parallelDownloads: 1 });
+    handler: async (ctx, { body, warnings }) => {
+      const built = buildSpec(body, { where: '', jobTimeoutSeconds: d.jobTimeoutSeconds, parallelDownloads: 1, warnings });
       const r = await life.submit(built.spec, { enqueue: true, meta: built.meta });
       ctx.status = 201;
       return { job_id: r.job_id, state: r.state, message: `${built.spec.operation} job ${r.job_id} queued` };

@@ -16,7 +16,8 @@ import { buildSpec } from './specs';
 import { jobViews, progressView } from './views';
 import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
 import { runSchedule, RunDeps } from '../scheduler/run';
-import { checkTarget, publicView, WebhookStore } from '../notifier/webhooks';
+import { createdView, publicView, WebhookStore } from '../notifier/webhooks';
+import { checkTarget } from '../../shared/targets';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const ts = () => new Date().toISOString();
@@ -31,10 +32,12 @@ export interface RouteDeps {
 export function buildDaemonApi(d: RouteDeps) {
   const { life, cfg, schedules, webhooks } = d;
   const store = life.store;
-  const api = new Api(['', '/api/v1']);
+  // The daemon accepts fields it does not know, ignores them and lists them in `warnings` (as the seed's
+  // reference daemon accepts them); the job API (8000) refuses them.
+  const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn' });
 
-  async function submitOne(def: unknown, where: string) {
-    const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads });
+  async function submitOne(def: unknown, where: string, warnings?: string[]) {
+    const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
     checkPasswordStorable(built.passwordField!, built.password);
     if (built.password) await storePassword(store.redis, store.k, built.spec.job_id, built.password, cfg.jobTimeoutSeconds + 86400);
     await life.submit(built.spec, { enqueue: true, meta: built.meta });
@@ -69,19 +72,19 @@ export function buildDaemonApi(d: RouteDeps) {
         Joi.object({ job_id: Joi.string(), message: Joi.string() })) },
       400: err('invalid job definition (names the field)'),
     },
-    handler: async (_ctx, { body }) => {
+    handler: async (_ctx, { body, warnings }) => {
       if (Array.isArray(body.jobs)) {
         const job_ids: string[] = [];
         const errors: { index: number; error: string }[] = [];
         for (let i = 0; i < body.jobs.length; i++) {
-          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`)).spec.job_id); } catch (e) {
+          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`, warnings)).spec.job_id); } catch (e) {
             if (!(e instanceof ApiError) || e.status >= 500) throw e;
             errors.push({ index: i, error: e.message });
           }
         }
         return { job_ids, accepted: job_ids.length, rejected: errors.length, errors, timestamp: ts() };
       }
-      const b = await submitOne(body, '');
+      const b = await submitOne(body, '', warnings);
       if (b.shape === 'B') return { job_id: b.spec.job_id, message: `migration job ${b.spec.job_id} for ${b.meta.vm_path} queued` };
       return { job_ids: [b.spec.job_id], accepted: 1, rejected: 0, errors: [], timestamp: ts() };
     },
@@ -180,12 +183,16 @@ export function buildDaemonApi(d: RouteDeps) {
   });
   api.add({
     method: 'get', path: '/schedules/stats', summary: 'Run counts of all schedules, split into successful and failed', tags: ['schedules'],
-    responses: { 200: { description: 'stats', schema: Joi.object().unknown(true) } },
+    responses: { 200: { description: 'stats', schema: Joi.object({
+      total_schedules: Joi.number().integer(), enabled_schedules: Joi.number().integer(), disabled_schedules: Joi.number().integer(),
+      total_runs: Joi.number().integer(), successful_runs: Joi.number().integer(), failed_runs: Joi.number().integer(),
+      schedules: Joi.array().items(Joi.object().unknown(true)), timestamp: Joi.string().isoDate(),
+    }) } },
     handler: async () => {
       const all = await Promise.all((await schedules.all()).map((s) => schedules.view(s)));
       const sum = (k: 'run_count' | 'successful_runs' | 'failed_runs') => all.reduce((a, s) => a + s[k], 0);
       return {
-        total_schedules: all.length, enabled_schedules: all.filter((s) => s.enabled).length,
+        total_schedules: all.length, enabled_schedules: all.filter((s) => s.enabled).length, disabled_schedules: all.filter((s) => !s.enabled).length,
         total_runs: sum('run_count'), successful_runs: sum('successful_runs'), failed_runs: sum('failed_runs'),
         schedules: all.map((s) => ({ id: s.id, name: s.name, enabled: s.enabled, run_count: s.run_count, successful_runs: s.successful_runs, failed_runs: s.failed_runs, last_run: s.last_run, next_run: s.next_run })),
         timestamp: ts(),
@@ -253,25 +260,29 @@ export function buildDaemonApi(d: RouteDeps) {
   const indexParams = Joi.object({ index: Joi.number().integer().min(0).required() });
   api.add({
     method: 'get', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown)', tags: ['webhooks'],
-    responses: { 200: { description: 'webhooks', schema: Joi.object({ webhooks: Joi.array().items(webhookSchema), total: Joi.number().integer() }) } },
-    handler: async () => { const all = await webhooks.list(); return { webhooks: all.map(publicView), total: all.length }; },
+    responses: { 200: { description: 'webhooks', schema: Joi.object({ webhooks: Joi.array().items(webhookSchema), total: Joi.number().integer(), timestamp: Joi.string().isoDate() }) } },
+    handler: async () => { const all = await webhooks.list(); return { webhooks: all.map(publicView), total: all.length, timestamp: ts() }; },
   });
   api.add({
     method: 'post', path: '/webhooks', summary: 'Add a webhook (private and loopback targets refused unless configured)', tags: ['webhooks'], body: webhookCreateSchema,
-    responses: { 201: { description: 'added', schema: Joi.object({ message: Joi.string(), webhook: webhookSchema }) }, 400: err('invalid webhook or refused target') },
+    responses: { 201: { description: 'added', schema: Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) }) }, 400: err('invalid webhook or refused target') },
     handler: async (ctx, { body }) => {
       const refused = await checkTarget(body.url, cfg.webhooks);
       if (refused) throw new ApiError(400, `url refused: ${refused}`, { fields: [{ field: 'url', message: refused }] });
       const { webhook, index } = await webhooks.add(body);
       ctx.status = 201;
-      return { message: `webhook ${webhook.id} added at index ${index}`, webhook: publicView(webhook, index) };
+      return { message: `webhook ${webhook.id} added at index ${index}`, webhook: createdView(webhook, index) };
     },
   });
   api.add({
-    method: 'post', path: '/webhooks/test', summary: 'Send a webhook.test delivery to every enabled webhook (or one index)', tags: ['webhooks'], body: webhookTestSchema, bodyRequired: false,
-    responses: { 200: { description: 'queued deliveries', schema: Joi.object({ message: Joi.string(), delivery_ids: Joi.array().items(Joi.string()) }) }, 404: err('no webhook at index') },
+    method: 'post', path: '/webhooks/test', summary: "Send a webhook.test delivery to every enabled webhook, to one index, or (the seed's {url, event: test}) to the webhooks with that url", tags: ['webhooks'], body: webhookTestSchema, bodyRequired: false,
+    responses: { 200: { description: 'queued deliveries', schema: Joi.object({ message: Joi.string(), delivery_ids: Joi.array().items(Joi.string()) }) }, 404: err('no webhook at index, or none with that url') },
     handler: async (_ctx, { body }) => {
-      const only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
+      let only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
+      if (body.url !== undefined) {
+        only = (await webhooks.list()).filter((w) => w.url === body.url);
+        if (!only.length) throw new ApiError(404, `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`, { fields: [{ field: 'url', message: 'no webhook with this url' }] });
+      }
       const ids = await webhooks.enqueue('webhook.test', { message: 'test delivery from the Ferry daemon' }, `t${Date.now()}`, { backoffMs: cfg.webhooks.backoff_ms, only });
       return { message: `queued ${ids.length} test deliveries`, delivery_ids: ids };
     },

@@ -3,23 +3,16 @@
 // the spec or the meta.
 import { randomUUID } from 'node:crypto';
 import Joi from 'joi';
-import { ApiError } from '../../shared/errors';
+import { validate } from '../../shared/http';
 import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { managerDefaults } from './credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
 
-const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
-
 /** Validates with `schema`; a failure is a 400 whose fields are prefixed with `where` (for example jobs[2]). */
-export function check<T>(schema: Joi.Schema, value: unknown, where: string): T {
-  const { error, value: v } = schema.validate(value, VALIDATION);
-  if (error) {
-    const fields = error.details.map((d) => ({ field: [where, d.path.join('.')].filter(Boolean).join('.'), message: d.message }));
-    throw new ApiError(400, `invalid ${where || 'body'}: ${error.details.map((d) => d.message).join('; ')}`, { fields });
-  }
-  return v as T;
+export function check<T>(schema: Joi.Schema, value: unknown, where: string, warnings?: string[]): T {
+  return validate<T>(schema, value, 'body', where, warnings);
 }
 
 const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
@@ -29,7 +22,7 @@ export function shapeOf(def: any): 'A' | 'B' | 'operation' {
   return def && typeof def === 'object' && ('source' in def || 'destination' in def) ? 'B' : 'A';
 }
 
-export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds: number; parallelDownloads: number; jobId?: string }): Built {
+export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds: number; parallelDownloads: number; jobId?: string; warnings?: string[] }): Built {
   const shape = shapeOf(def);
   const job_id = opts.jobId || randomUUID();
   const policy = (priority?: number) => ({ timeout_seconds: opts.jobTimeoutSeconds, priority: priority ?? 50 });
@@ -39,7 +32,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
   let password: string | undefined;
   let passwordField: string | undefined;
   if (shape === 'A') {
-    const d = check<any>(exportJobSchema, def, opts.where);
+    const d = check<any>(exportJobSchema, def, opts.where, opts.warnings);
     password = d.password;
     passwordField = [opts.where, 'password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -55,7 +48,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'export', name, vm_path: d.vm_path, output_path: d.output_path };
   } else if (shape === 'B') {
-    const d = check<any>(migrationJobSchema, def, opts.where);
+    const d = check<any>(migrationJobSchema, def, opts.where, opts.warnings);
     password = d.source.password;
     passwordField = [opts.where, 'source.password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -71,10 +64,10 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };
   } else {
-    const d = check<any>(operationTemplateSchema, def, opts.where);
+    const d = check<any>(operationTemplateSchema, def, opts.where, opts.warnings);
     raw = clean({ job_id, operation: d.operation, image: d.image, parameters: d.parameters, requirements: d.requirements, execution_policy: { timeout_seconds: opts.jobTimeoutSeconds, ...(d.execution_policy || {}) } });
     meta = { kind: 'operation', name: d.operation };
   }
-  const spec = check<JobSpec>(jobSpecSchema, raw, opts.where);
+  const spec = check<JobSpec>(jobSpecSchema, raw, opts.where, opts.warnings);
   return { spec, meta, password, passwordField, shape };
 }

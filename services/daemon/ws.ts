@@ -1,14 +1,17 @@
 // WebSocket updates. /ws: `jobs` and `status` on connect, `status` every 2 s, `job_update` for every job change
 // seen on Redis pub/sub (so every daemon replica sees changes made anywhere), `schedule_event`.
-// /ws/metrics: a metrics snapshot every interval. Changes are coalesced per tick and serialised once for all
-// clients; a slow client keeps only the latest update per job instead of an unbounded buffer; clients that miss
-// a ping are dropped.
+// /ws/metrics: a metrics snapshot every interval. `job_update`: one message per real change, in order: each
+// state change and each progress event is its own message, built from the pub/sub message itself over the job's
+// record (so a fast job's `running` shows even when the record is already `completed` when read), and a message
+// identical to the one sent before for that job is not sent again. Serialised once for all clients; a slow client
+// keeps only the latest update per job instead of an unbounded buffer; clients that miss a ping are dropped.
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import { jobViews } from './views';
+import { jobViews, DaemonJob } from './views';
+import { daemonStatus, isTerminal } from '../../shared/states';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -28,7 +31,10 @@ const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/
 export class WsHub {
   private wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
   private clients = new Set<Client>();
-  private changed = new Set<string>();
+  /** Changes in arrival order: a state change or a progress event. */
+  private changed: { id: string; state?: string; event?: any; at?: string }[] = [];
+  /** Per job: the state last seen on the bus and the last message sent (to drop identical repeats). */
+  private seen = new Map<string, { state?: string; sent?: string }>();
   private flushing = false;
   private timers: NodeJS.Timeout[] = [];
   constructor(private d: WsDeps) {}
@@ -44,8 +50,8 @@ export class WsHub {
       if (code) return this.refuse(socket, code, code === 401 ? 'API key required' : 'API key not accepted');
       this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
     });
-    await this.d.bus.on(this.d.bus.k.chanJobs, (m) => this.mark(m?.job_id));
-    await this.d.bus.on(this.d.bus.k.chanEvents, (m) => this.mark(m?.job_id));
+    await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
+    await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
     await this.d.bus.on(this.d.bus.k.chanSchedules, (m) => this.broadcast('events', msg('schedule_event', m)));
     this.timers.push(setInterval(() => void this.tick().catch(() => undefined), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
@@ -85,21 +91,51 @@ export class WsHub {
     for (const c of this.clients) if (c.kind === kind) this.send(c, text);
   }
 
-  private mark(id: string | undefined) {
-    if (!id) return;
-    this.changed.add(id);
+  private mark(change: { id: string; state?: string; event?: any; at?: string }) {
+    this.changed.push(change);
     if (!this.flushing) { this.flushing = true; setImmediate(() => void this.flush()); }
+  }
+
+  /** The job as it was at this change: its state from the change (or the last one seen), its progress from the
+   *  event; everything else from the record. A change into a state that is not final carries no progress of its
+   *  own (the record may already be further on): it shows the state's phase at 0, and the events that follow
+   *  carry the rest. A final state shows the record's, which can no longer change. */
+  private asOf(v: DaemonJob, c: { state?: string; event?: any; at?: string }, state: string | undefined): DaemonJob {
+    const out: DaemonJob = { ...v, progress: { ...v.progress } };
+    if (state && state !== v.state) {
+      Object.assign(out, { state, status: daemonStatus(state), completed_at: null, error: null });
+      if (out.status === 'running' && !out.started_at) out.started_at = c.at || v.updated_at;
+    }
+    if (c.state && !isTerminal(c.state)) {
+      const phase = out.status === 'pending' ? 'queued' : out.status;
+      out.progress = { phase, stage: phase, percent_complete: 0 };
+    }
+    if (c.event) Object.assign(out.progress, { phase: c.event.phase, stage: c.event.phase, percent_complete: Number(c.event.percentage) });
+    return out;
   }
 
   private async flush() {
     try {
-      while (this.changed.size) {
-        const ids = [...this.changed].slice(0, 500);
-        for (const id of ids) this.changed.delete(id);
+      while (this.changed.length) {
+        const batch = this.changed.splice(0, 500);
         if (![...this.clients].some((c) => c.kind === 'events')) continue;
-        for (const job of await jobViews(this.d.store, ids)) {
-          const text = msg('job_update', job);
-          for (const c of this.clients) if (c.kind === 'events') this.send(c, text, job.id);
+        const ids = [...new Set(batch.map((c) => c.id))];
+        const views = new Map((await jobViews(this.d.store, ids)).map((v) => [v.id, v]));
+        for (const c of batch) {
+          const v = views.get(c.id);
+          if (!v) continue;
+          const seen = this.seen.get(c.id) || {};
+          if (c.state) seen.state = c.state;
+          const job = this.asOf(v, c, seen.state);
+          const key = JSON.stringify({ ...job, updated_at: undefined });
+          if (key !== seen.sent) {
+            seen.sent = key;
+            const text = msg('job_update', job);
+            for (const cl of this.clients) if (cl.kind === 'events') this.send(cl, text, job.id);
+          }
+          // A finished job changes no more: forget it (bounded memory).
+          if (c.state && isTerminal(c.state)) this.seen.delete(c.id); else this.seen.set(c.id, seen);
+          if (this.seen.size > 100_000) this.seen.delete(this.seen.keys().next().value!);
         }
       }
     } catch { /* Redis hiccup: the next change or status tick catches up */ } finally { this.flushing = false; }

@@ -52,6 +52,19 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     } catch (e) { log.warn('sweep failed', { error: (e as Error).message }); }
   }, Math.min(30_000, Math.max(1000, (config.workerStaleSeconds * 1000) / 4)));
   sweep.unref();
+  // Redis stays bounded: finished jobs leave after FERRY_JOB_RETENTION, silent workers after FERRY_WORKER_PRUNE_AFTER.
+  const retentionMs = config.jobRetentionMs;
+  await store.indexFinished().catch((e) => log.warn('could not index finished jobs for retention', { error: (e as Error).message }));
+  const pruneMs = config.workerPruneMs;
+  const housekeeping = setInterval(async () => {
+    try {
+      const purged = await store.purgeFinished(retentionMs);
+      if (purged) log.info('finished jobs past retention removed', { count: purged });
+      const pruned = await registry.prune(pruneMs);
+      if (pruned.length) log.info('silent workers removed', { worker_ids: pruned.slice(0, 50), count: pruned.length });
+    } catch (e) { log.warn('housekeeping failed', { error: (e as Error).message }); }
+  }, Math.min(60_000, Math.max(500, Math.min(retentionMs, pruneMs) / 4)));
+  housekeeping.unref();
   const reconcile = setInterval(async () => {
     try {
       const restored = await life.reconcileQueued(config.reconcileSeconds * 1000);
@@ -72,6 +85,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     async close() {
       clearInterval(sweep);
       clearInterval(reconcile);
+      clearInterval(housekeeping);
       hub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();

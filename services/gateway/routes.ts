@@ -59,7 +59,9 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       spec.job_id ||= randomUUID();
       const r = await life.submit(spec, { enqueue: query.queue });
       ctx.status = 201;
-      return { ...r, message: query.queue ? `job ${r.job_id} queued` : `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)` };
+      const message = !query.queue ? `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)`
+        : r.state === 'QUEUED' ? `job ${r.job_id} queued` : `job ${r.job_id} queued and already ${r.state}`;
+      return { ...r, message };
     },
   });
   api.add({
@@ -218,7 +220,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
         return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: Number(counts[0] || 0) + Number(counts[1] || 0) };
       } catch (e) {
         ctx.status = 503;
-        return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: `redis: ${(e as Error).message}` };
+        return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };
       }
     },
   });

@@ -7,6 +7,7 @@ import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
 import { isTerminal } from '../../shared/states';
 import { ApiError, notFound } from '../../shared/errors';
+import { isStreamId } from '../../shared/schemas/common';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
@@ -24,6 +25,12 @@ export function parseId(id: string): [number, number] {
   return [Number(id.slice(0, i)), Number(id.slice(i + 1))];
 }
 const after = (a: [number, number], b: [number, number]) => a[0] > b[0] || (a[0] === b[0] && a[1] > b[1]);
+
+/** The id `complete` carries: one past the job's last event, so a client that reconnects with it (EventSource
+ *  does, every `retry` ms, forever) is told the stream is over (204), while one that missed `complete` gets it. */
+export function completeId(lastEventId: [number, number]): string {
+  return lastEventId[0] < 0 ? '0-1' : `${lastEventId[0]}-${lastEventId[1] + 1}`;
+}
 
 const MAX_BUFFERED = 8 * 1024 * 1024;
 
@@ -79,8 +86,10 @@ export class EventHub {
     (sock && !sock.destroyed ? sock : c.res).write(s);
   }
 
-  private finish(jobId: string, c: Client, state: string) {
-    this.write(c, `event: complete\ndata: ${JSON.stringify({ state })}\n\n`);
+  /** `lastId`: the job's last event id; defaults to the last one this client was sent (the job's events are
+   *  published before its terminal state change, on the same subscription, so it has seen them all). */
+  private finish(jobId: string, c: Client, state: string, lastId: [number, number] = c.last) {
+    this.write(c, `event: complete\nid: ${completeId(lastId)}\ndata: ${JSON.stringify({ state })}\n\n`);
     this.drop(jobId, c);
   }
 
@@ -92,11 +101,21 @@ export class EventHub {
   }
 
   /** The whole GET .../events/stream: 404 for an unknown job, 400 for a malformed Last-Event-ID (header or
-   *  ?last_event_id=), then the stream. Both APIs serve it through this. */
+   *  ?last_event_id=), 204 for a client that already had `complete`, then the stream. Both APIs serve it. */
   async serve(ctx: Koa.Context, jobId: string) {
-    if (!(await this.store.raw(jobId))) throw notFound(`job ${jobId} not found`);
-    const last = String(ctx.get('Last-Event-ID') || ctx.query.last_event_id || '');
-    if (last && !/^\d+-\d+$/.test(last)) throw new ApiError(400, `Last-Event-ID "${last}" is not an event id`);
+    const h = await this.store.raw(jobId);
+    if (!h) throw notFound(`job ${jobId} not found`);
+    const q = ctx.query.last_event_id;
+    const last = String(ctx.get('Last-Event-ID') || (typeof q === 'string' ? q : '') || '');
+    if (Array.isArray(q)) throw new ApiError(400, 'last_event_id must be given once', { fields: [{ field: 'last_event_id', message: 'given more than once' }] });
+    if (last && !isStreamId(last)) {
+      const field = ctx.get('Last-Event-ID') ? 'Last-Event-ID' : 'last_event_id';
+      throw new ApiError(400, `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`, { fields: [{ field, message: 'not an event id' }] });
+    }
+    if (last && isTerminal(h.state) && !after(parseId(completeId(parseId(h.latest_event_id || ''))), parseId(last))) {
+      ctx.status = 204; // had `complete` already: EventSource stops reconnecting on 204
+      return;
+    }
     await this.attach(ctx, jobId, last);
   }
 
@@ -127,7 +146,7 @@ export class EventHub {
       const h = await this.store.raw(jobId);
       c.buffering = false;
       for (const f of c.buffer.splice(0)) f();
-      if (h && isTerminal(h.state) && !c.closed) this.finish(jobId, c, h.state);
+      if (h && isTerminal(h.state) && !c.closed) this.finish(jobId, c, h.state, parseId(h.latest_event_id || ''));
     } catch (err) {
       this.write(c, `event: error\ndata: ${JSON.stringify({ message: (err as Error).message })}\n\n`);
       this.drop(jobId, c);

@@ -4,13 +4,15 @@
 import { createHmac } from 'node:crypto';
 import { Job, UnrecoverableError } from 'bullmq';
 import { decryptSecret } from '../daemon/credentials';
-import { checkTarget, Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from './webhooks';
+import { checkTarget, guardedAgents, guardedPost, TargetPolicy } from '../../shared/targets';
+import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from './webhooks';
 
 export function sign(secret: string, body: string) {
   return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
 }
 
-export function makeDeliverer(store: WebhookStore, allow: { allow_private: boolean; allow_loopback: boolean }) {
+export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
+  const agents = guardedAgents(allow);
   // The webhook list changes rarely; read it at most once a second.
   let cache: { at: number; hooks: Map<string, Webhook> } | undefined;
   const hook = async (id: string) => {
@@ -44,13 +46,13 @@ export function makeDeliverer(store: WebhookStore, allow: { allow_private: boole
     const t0 = Date.now();
     let status: number | null = null;
     try {
-      const res = await fetch(w.url, { method: 'POST', headers, body: text, redirect: 'manual', signal: AbortSignal.timeout(w.timeout * 1000) });
-      status = res.status;
-      await res.arrayBuffer().catch(() => undefined);
+      status = (await guardedPost(w.url, text, headers, w.timeout * 1000, agents, allow)).status;
       if (status < 200 || status >= 300) throw new Error(`HTTP ${status}`);
     } catch (e) {
       const err = e as Error;
-      const msg = err.name === 'TimeoutError' ? `timed out after ${w.timeout} s` : err.message === 'fetch failed' ? `fetch failed: ${(err as any).cause?.message || 'connection error'}` : err.message;
+      const msg = err.name === 'TimeoutError' ? `timed out after ${w.timeout} s` : err.message;
+      // A target refused at connect time (DNS now answers a refused address) will not get better by retrying.
+      if ((err as any).code === 'EFERRYREFUSED' || /refused: /.test(msg)) { await log('failed', status, msg, Date.now() - t0); throw new UnrecoverableError(msg); }
       await log(attempt >= max ? 'failed' : 'retrying', status, msg, Date.now() - t0);
       throw new Error(msg);
     }

@@ -1,8 +1,6 @@
 // Webhooks in Redis (a list, addressed by position as the seed does), their delivery log, the check that keeps
-// deliveries off private and loopback addresses, and the BullMQ queue deliveries go through.
+// deliveries off private and loopback addresses (shared/targets.ts), and the BullMQ queue deliveries go through.
 import { Queue } from 'bullmq';
-import { lookup } from 'node:dns/promises';
-import net from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../shared/errors';
 import type { Keys, RedisClient } from '../../shared/redis';
@@ -25,45 +23,19 @@ export interface Delivery {
   created_at: string; updated_at: string;
 }
 
-/** Kinds of address a webhook may not target unless configuration allows them. */
-export function addressClass(ip: string): 'loopback' | 'private' | 'public' {
-  let a = ip.toLowerCase();
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(a);
-  if (mapped) a = mapped[1];
-  if (net.isIPv4(a)) {
-    const [x, y] = a.split('.').map(Number);
-    if (x === 127) return 'loopback';
-    if (x === 10 || x === 0 || (x === 172 && y >= 16 && y <= 31) || (x === 192 && y === 168) || (x === 169 && y === 254) || (x === 100 && y >= 64 && y <= 127) || x >= 224) return 'private';
-    return 'public';
-  }
-  if (a === '::1') return 'loopback';
-  if (a === '::' || /^f[cd]/.test(a) || /^fe[89ab]/.test(a) || /^ff/.test(a)) return 'private';
-  return 'public';
-}
-
-/** Resolves the URL's host and refuses private/loopback targets not allowed by configuration. */
-export async function checkTarget(url: string, allow: { allow_private: boolean; allow_loopback: boolean }): Promise<string | null> {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
-  let addrs: string[];
-  try {
-    addrs = net.isIP(host) ? [host] : (await lookup(host, { all: true })).map((a) => a.address);
-  } catch (e) {
-    return `cannot resolve ${host}: ${(e as Error).message}`;
-  }
-  for (const ip of addrs) {
-    const c = addressClass(ip);
-    if (c === 'loopback' && !allow.allow_loopback) return `target ${host} resolves to loopback address ${ip}; refused (webhooks.allow_loopback is false)`;
-    if (c === 'private' && !allow.allow_private) return `target ${host} resolves to private address ${ip}; refused (webhooks.allow_private is false)`;
-  }
-  return null;
-}
-
+/** A webhook as the API shows it: header values never (the list, as the seed has it, shows no headers at all). */
 export function publicView(w: Webhook, index: number) {
+  const header_names = [...Object.keys(w.headers), ...Object.keys(w.sealed_headers || {})].sort();
+  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, has_secret: !!w.secret_box, header_names, created_at: w.created_at };
+}
+
+/** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
+export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
     ...Object.entries(w.headers).map(([k, v]) => [k, SENSITIVE_HEADER.test(k) ? '[redacted]' : v]),
     ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
   ]);
-  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, headers, has_secret: !!w.secret_box, created_at: w.created_at };
+  return { ...publicView(w, index), headers };
 }
 
 // Removes the element at an index only if it is still the one read (no lost update against a racing delete).

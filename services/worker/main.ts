@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { startWorker } from './runner';
 import { config } from '../../shared/config';
 import { onShutdown } from '../../shared/process';
-import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
+import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
 
 const { values } = parseArgs({
   options: {
@@ -24,7 +24,7 @@ const concurrency = Number(values.concurrency ?? env.FERRY_WORKER_CONCURRENCY ??
 const mp = values['metrics-port'] ?? env.FERRY_WORKER_METRICS_PORT;
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
-for (const c of caps) if (!CAPABILITY_PATTERN.test(c)) die(`invalid capability "${c}"`);
+for (const c of caps) if (!CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c)) die(`invalid capability "${c}": known are ${allowedCapabilities().join(', ')} (others with FERRY_EXTRA_CAPABILITIES)`);
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
 

@@ -9,3 +9,13 @@ export const absolutePath = Joi.string().pattern(/^\//).max(4096)
   .messages({ 'string.pattern.base': '{{#label}} must be an absolute path' });
 export const DISK_FORMATS = ['vmdk', 'qcow2', 'raw', 'vhd', 'vhdx', 'vdi'] as const;
 export const OUTPUT_FORMATS = ['qcow2', 'raw', 'vdi'] as const;
+
+const U64_MAX = 18446744073709551615n;
+/** A Redis stream id ("ms-seq", each part a 64-bit unsigned integer), as SSE sends it in id: and clients return
+ *  it in Last-Event-ID or after_id. Anything else is refused before it reaches Redis. */
+export function isStreamId(s: string): boolean {
+  const m = /^(\d{1,20})-(\d{1,20})$/.exec(s);
+  return !!m && BigInt(m[1]) <= U64_MAX && BigInt(m[2]) <= U64_MAX;
+}
+export const streamId = Joi.string().max(41).custom((v, h) => (isStreamId(v) ? v : h.error('streamId.invalid')))
+  .messages({ 'streamId.invalid': '{{#label}} must be an event id such as 1700000000000-0 (two unsigned 64-bit integers)' });

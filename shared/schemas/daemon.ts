@@ -5,6 +5,9 @@ import { operationNames } from '../operations';
 import { absolutePath, jobId } from './common';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
+/** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
+const webhookEvent = Joi.string().max(64).replace(/^(job|schedule)_/, '$1.').valid(...WEBHOOK_EVENTS)
+  .messages({ 'any.only': `{{#label}} must be one of ${WEBHOOK_EVENTS.join(', ')} (or the same with "_" for ".")` });
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -33,7 +36,7 @@ export const migrationJobSchema = Joi.object({
   name,
   vm_path: vmPath.required(),
   source: Joi.object({
-    type: Joi.string().max(64).required(),
+    type: Joi.string().max(64).default('vsphere').description('default vsphere'),
     manager_url: managerUrl,
     username: Joi.string().max(256),
     password: secret.description('stored encrypted, never returned'),
@@ -41,7 +44,7 @@ export const migrationJobSchema = Joi.object({
     insecure: Joi.boolean(),
   }).required(),
   destination: Joi.object({
-    type: Joi.string().max(64).required().description('for example kvm'),
+    type: Joi.string().max(64).default('kvm').description('default kvm'),
     virt_uri: Joi.string().max(1024).description('connection URI of the target host, for example qemu:///system'),
   }).required(),
   options: Joi.object({
@@ -127,7 +130,7 @@ export const scheduleSchema = Joi.object({
 
 export const webhookCreateSchema = Joi.object({
   url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).required(),
-  events: Joi.array().items(Joi.string().valid(...WEBHOOK_EVENTS)).min(1).unique().default(['job.completed', 'job.failed']),
+  events: Joi.array().items(webhookEvent).min(1).unique().default(['job.completed', 'job.failed']),
   enabled: Joi.boolean().default(true),
   timeout: Joi.number().integer().min(1).max(300).default(30).description('seconds per attempt'),
   retry_count: Joi.number().integer().min(0).max(10).default(3).description('further attempts after a failed one'),
@@ -135,15 +138,18 @@ export const webhookCreateSchema = Joi.object({
   secret: Joi.string().min(8).max(256).description('HMAC-SHA256 key: deliveries carry X-Ferry-Signature: sha256=<hex> over the body; never returned'),
 }).label('WebhookCreate');
 
+/** A webhook as listed (GET /webhooks: without headers, as the seed has it). */
 export const webhookSchema = Joi.object({
   id: Joi.string(), index: Joi.number().integer(), url: Joi.string(), events: Joi.array().items(Joi.string()), enabled: Joi.boolean(),
-  timeout: Joi.number().integer(), retry_count: Joi.number().integer(), headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]'),
-  has_secret: Joi.boolean(), created_at: Joi.string().isoDate(),
+  timeout: Joi.number().integer(), retry_count: Joi.number().integer(), has_secret: Joi.boolean(), header_names: Joi.array().items(Joi.string()).description('names of the configured headers (values never shown)'),
+  created_at: Joi.string().isoDate(),
 }).label('Webhook');
 
 export const webhookTestSchema = Joi.object({
-  index: Joi.number().integer().min(0).description('only this webhook; default every enabled webhook'),
-}).label('WebhookTest');
+  index: Joi.number().integer().min(0).description('only this webhook'),
+  url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description("the seed's form: the configured webhook(s) with this url"),
+  event: Joi.string().valid('test', 'webhook.test').default('test').description('the seed sends test; deliveries carry event webhook.test'),
+}).oxor('index', 'url').label('WebhookTest');
 
 export const daemonErrorSchema = Joi.object({
   error: Joi.string(), status: Joi.number().integer(), timestamp: Joi.string().isoDate(),

@@ -1,12 +1,18 @@
 // The worker job protocol's resources as joi schemas: one source for validation, types and OpenAPI.
 import Joi from 'joi';
-import { CAPABILITY_PATTERN, EXECUTION_MODES } from '../capabilities';
+import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES, KNOWN_CAPABILITIES } from '../capabilities';
+
 import { STATES } from '../states';
 import { OPERATIONS, operationNames } from '../operations';
-import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, workerId } from './common';
-
+import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, streamId, workerId } from './common';
+const KNOWN_CAPABILITIES_TEXT = KNOWN_CAPABILITIES.join(', ');
 const capability = Joi.string().pattern(CAPABILITY_PATTERN)
-  .messages({ 'string.pattern.base': '{{#label}} must be a capability name such as img_tool or nbd_access' });
+  .custom((v, h) => (allowedCapabilities().includes(v) ? v : h.error('capability.unknown', { known: allowedCapabilities().join(', ') })))
+  .messages({
+    'string.pattern.base': '{{#label}} must be a capability name such as img_tool or nbd_access',
+    'capability.unknown': '{{#label}} is not a known capability ({{#known}}; others can be allowed with FERRY_EXTRA_CAPABILITIES)',
+  })
+  .description(`one of ${KNOWN_CAPABILITIES_TEXT}, or a name listed in FERRY_EXTRA_CAPABILITIES`);
 
 export const executionPolicySchema = Joi.object({
   timeout_seconds: Joi.number().integer().min(1).max(7 * 24 * 3600).default(86400)
@@ -110,7 +116,7 @@ export const listJobsQuery = Joi.object({
 
 export const eventsQuery = Joi.object({
   since: isoTimestamp.description('only events with a later timestamp'),
-  after_id: Joi.string().pattern(/^\d+-\d+$/).description('only events after this event id'),
+  after_id: streamId.description('only events after this event id'),
 });
 
 export const submitQuery = Joi.object({

@@ -9,20 +9,13 @@ import path from 'node:path';
 import IORedis from 'ioredis';
 import WebSocket from 'ws';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 
 const SECRET_PASSWORD = 'hunter2-very-secret-pw';
 const HOOK_SECRET = 'webhook-signing-secret';
 const API_KEY = 'test-api-key-0123456789';
 const PREFIXES = ['', '/api/v1'];
-
-async function startDaemonProc(env: Record<string, string>, config: string) {
-  const port = await freePort();
-  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
-  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
-}
 
 function openWs(url: string, headers: Record<string, string> = {}) {
   const msgs: any[] = [];

@@ -10,7 +10,7 @@ import path from 'node:path';
 import IORedis from 'ioredis';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import { JobStore } from '../../queue/store';
@@ -19,13 +19,6 @@ import { queueName } from '../../shared/capabilities';
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const API_KEY = 'dashboard-test-key-0123456789';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-
-async function startDaemonProc(env: Record<string, string>, config: string) {
-  const port = await freePort();
-  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
-  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
-}
 
 describe('browser dashboard (headless Chromium)', function () {
   this.timeout(30000);
@@ -46,7 +39,7 @@ describe('browser dashboard (headless Chromium)', function () {
     await redis.start();
     rc = new IORedis(redis.url);
     const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'metrics:\n  enabled: true\nwebsocket:\n  status_interval_seconds: 1\n');
+    writeFileSync(cfg, 'metrics:\n  enabled: true\nwebsocket:\n  status_interval_seconds: 1\nwebhooks:\n  allow_loopback: true\n');
     env = { ...testEnv(redis.url), FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
     const started = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
     [gw, daemon] = started;
@@ -189,12 +182,12 @@ describe('browser dashboard (headless Chromium)', function () {
   });
 
   it('shows webhooks and their delivery log', async () => {
-    // Loopback targets are refused by default; add one with a public-looking address the page lists.
-    const r = await req(daemon.url, 'POST', '/webhooks', { url: 'https://192.0.2.10/hook', events: ['job.completed'] });
+    // Loopback targets are refused by default; this daemon's configuration allows them (webhooks.allow_loopback).
+    const r = await req(daemon.url, 'POST', '/webhooks', { url: 'https://127.0.0.1:9/hook', events: ['job.completed'] });
     expect(r.status, r.text).to.equal(201);
     await page.goto(D + '#/webhooks');
     await page.waitForSelector('table.webhooks tbody tr');
-    expect(await page.textContent('table.webhooks')).to.include('https://192.0.2.10/hook');
+    expect(await page.textContent('table.webhooks')).to.include('https://127.0.0.1:9/hook');
     await page.click('table.webhooks button:has-text("Delivery log")');
     await page.waitForSelector('.deliveries table');
   });

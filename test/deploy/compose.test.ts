@@ -78,7 +78,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(promVols.some((v) => v.endsWith('deploy/prometheus:/etc/prometheus'))).to.equal(true);
   });
 
-  it('the Dockerfile is multi-stage, runs as non-root, and the worker image has qemu-utils and libguestfs', () => {
+  it('the Dockerfile is multi-stage, runs the compiled code as non-root, and the worker image has qemu-utils and libguestfs', () => {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const stages = [...text.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gmi)].map((m) => m[1]);
     expect(stages).to.include.members(['deps', 'app', 'worker']);
@@ -90,6 +90,15 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(stage('worker').trim().split('\n').filter((l) => /^USER /.test(l)).pop()).to.equal('USER node');
     // Everything COPY'd into the image exists.
     for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);
+    // Every service runs the compiled code with plain node (no tsx in the image), from a source that exists.
+    expect(stage('app')).to.match(/^CMD \["node", "dist\/services\/gateway\/main\.js"\]$/m);
+    expect(stage('worker')).to.match(/^CMD \["node", "dist\/services\/worker\/main\.js"\]$/m);
+    expect(text).to.not.match(/--import", "tsx"|tsx\/cjs/);
+    for (const name of ['gateway', 'daemon', 'scheduler', 'notifier']) {
+      const cmd: string[] = resolved.services[name].command;
+      expect(cmd.join(' '), name).to.match(/^node dist\/services\/\w+\/main\.js$/);
+      expect(existsSync(path.join(ROOT, cmd[1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), cmd.join(' ')).to.equal(true);
+    }
     execFileSync('docker-compose', ['version'], { stdio: 'ignore' });
   });
 });

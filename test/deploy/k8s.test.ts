@@ -50,8 +50,9 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       if (!needsPrivilege) expect(d.spec.template.spec.securityContext?.runAsNonRoot, `${d.metadata.name} non-root`).to.equal(true);
       // No secret values inline: secrets only through secretKeyRef.
       for (const e of c.env || []) if (/SECRET|PASSWORD|API_KEYS/.test(e.name)) expect(e.valueFrom?.secretKeyRef, e.name).to.exist;
-      expect(c.command.join(' ')).to.match(/services\/\w+\/main\.ts$/);
-      expect(existsSync(path.join(ROOT, c.command[c.command.length - 1])), c.command.join(' ')).to.equal(true);
+      // The compiled entry point (npm run build, as the image has it), built from a source that exists.
+      expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
+      expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
     }
   });
 

@@ -1,5 +1,6 @@
 // Ferry's real services as child processes, the way an operator runs them. Node loads TypeScript through
-// tsx's loader (`node --import tsx`), so each service is one process and a SIGKILL really kills it.
+// tsx's loader (`node --import tsx`), so each service is one process and a SIGKILL really kills it; compiled
+// JavaScript (test/deploy/build.test.ts) runs with plain node.
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { freePort, waitForPort } from './redis';
@@ -8,10 +9,12 @@ const ROOT = path.resolve(__dirname, '..', '..');
 
 export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void> }
 
-export function startProcess(script: string, args: string[], env: Record<string, string>): Proc {
+/** `script` is relative to the checkout, or absolute; a .js file (the compiled build) runs with plain node. */
+export function startProcess(script: string, args: string[], env: Record<string, string>, cwd = ROOT): Proc {
   // FERRY_NODE_ARGS: extra node flags for every service started here (the benchmarks' --cpu-prof, say).
   const nodeArgs = (process.env.FERRY_NODE_ARGS || '').split(' ').filter(Boolean);
-  const proc = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const loader = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
+  const proc = spawn(process.execPath, [...nodeArgs, ...loader, path.resolve(ROOT, script), ...args], { cwd, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   const keep = (b: Buffer) => { logs.push(b.toString()); if (logs.length > 500) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); };
   proc.stdout!.on('data', keep);
@@ -46,6 +49,14 @@ export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, stri
 export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/gateway/main.ts', [], { ...env, GATEWAY_PORT: String(port), FERRY_HOST: '127.0.0.1' });
+  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
+}
+
+/** The daemon (8080) on a free port with a config file. */
+export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
+  const port = await freePort();
+  const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
   await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }

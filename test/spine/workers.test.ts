@@ -2,7 +2,7 @@
 // matching, priority order, cancel of a running conversion, and a worker killed mid-job.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync, openSync, writeSync, closeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -30,7 +30,7 @@ describe('worker processes', function () {
 
   before(async () => {
     await redis.start();
-    env = testEnv(redis.url);
+    env = { ...testEnv(redis.url), FERRY_EXTRA_CAPABILITIES: 'graceful_cap,metered_cap' };
     gw = await startGatewayProc(env);
     vmdk = makeImage(dir, 'disk-a', 'vmdk', 24);
     vhdx = makeImage(dir, 'disk-b', 'vhdx', 16);
@@ -124,19 +124,57 @@ describe('worker processes', function () {
     expect(started.sort((a, b) => a[1] - b[1]).map((s) => s[0])).to.deep.equal(['p-top', 'p-high-a', 'p-high-b', 'p-mid', 'p-low']);
   });
 
-  it('cancels a running conversion: qemu-img is killed, no partial file remains, the job ends CANCELLED', async () => {
-    // Random data compressed into qcow2 is slow enough to cancel mid-way.
-    const big = path.join(dir, 'random.raw');
+  // Random data compressed into qcow2 takes seconds: slow enough to watch progress and to cancel mid-way.
+  let big: string | undefined;
+  const randomImage = () => {
+    if (big) return big;
+    big = path.join(dir, 'random.raw');
     const fd = openSync(big, 'w');
-    for (let i = 0; i < 192; i++) writeSync(fd, require('node:crypto').randomBytes(1024 * 1024));
+    for (let i = 0; i < 192; i++) writeSync(fd, randomBytes(1024 * 1024));
     closeSync(fd);
+    return big;
+  };
+
+  it('reports progress while qemu-img converts (no -p: read from what it has read), rising, 100 only when done', async () => {
+    const src = randomImage();
+    const total = 192 * 1024 * 1024;
+    const pdir = path.join(dir, 'progress-out');
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'progress-1', operation: 'convert', image: { path: src, format: 'raw' }, parameters: { output_format: 'qcow2', compress: true, output_dir: pdir } });
+    // The qemu-img the worker runs, found by the job's partial file: its argv has no -p.
+    const pid = await until(async () => {
+      try { return execFileSync('pgrep', ['-f', 'progress-1.partial']).toString().trim().split('\n')[0]; } catch { return undefined; }
+    }, 30000, 'qemu-img to start');
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    expect(argv).to.include('convert');
+    expect(argv).to.not.include('-p');
+    // Progress seen while the job still runs, before the output is renamed into place.
+    const during = await until(async () => {
+      const evs = (await req(gw.url, 'GET', '/jobs/progress-1/events')).body.filter((e: any) => e.phase === 'conversion' && e.percentage > 0);
+      return evs.length >= 2 && !existsSync(path.join(pdir, 'progress-1.qcow2')) && evs;
+    }, 60000, 'two conversion progress events during the conversion');
+    expect(during.every((e: any) => e.percentage < 100)).to.equal(true);
+    const j = await waitState('progress-1');
+    expect(j.state).to.equal('COMPLETED');
+    const evs = (await req(gw.url, 'GET', '/jobs/progress-1/events')).body;
+    const pcts = evs.map((e: any) => e.percentage);
+    expect(pcts).to.deep.equal([...pcts].sort((a: number, b: number) => a - b)); // never goes back
+    expect(pcts.slice(0, -1).every((p: number) => p < 100)).to.equal(true);
+    expect(evs.at(-1)).to.include({ percentage: 100 });
+    const conv = evs.filter((e: any) => e.phase === 'conversion');
+    expect(new Set(conv.map((e: any) => e.percentage)).size).to.be.at.least(3);
+    for (const e of conv) expect(Number(e.details.bytes_processed)).to.be.at.most(total);
+    execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'qcow2', src, j.result.output_path]);
+  });
+
+  it('cancels a running conversion: qemu-img is killed, no partial file remains, the job ends CANCELLED', async () => {
+    const big = randomImage();
     const cdir = path.join(dir, 'cancel-out');
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'to-cancel', operation: 'convert', image: { path: big, format: 'raw' }, parameters: { output_format: 'qcow2', compress: true, output_dir: cdir } });
+    // Under way: qemu-img has read part of the source (a progress event above 0) and is writing the partial file.
     await until(async () => {
       const evs = (await req(gw.url, 'GET', '/jobs/to-cancel/events')).body;
-      return evs.some((e: any) => e.phase === 'conversion');
-    }, 30000, 'conversion to start');
-    expect(existsSync(path.join(cdir, '.to-cancel.qcow2.to-cancel.partial'))).to.equal(true);
+      return evs.some((e: any) => e.phase === 'conversion' && e.percentage > 0) && existsSync(path.join(cdir, '.to-cancel.qcow2.to-cancel.partial'));
+    }, 30000, 'conversion under way');
     const r = await req(gw.url, 'DELETE', '/jobs/to-cancel');
     expect(r.status).to.equal(200);
     expect(r.body.state).to.equal('CANCELLED');

@@ -68,6 +68,7 @@ export function jobEvents(id, onEvent, onComplete) {
           headers: headers(lastId ? { 'Last-Event-ID': lastId, Accept: 'text/event-stream' } : { Accept: 'text/event-stream' }), signal: ctl.signal,
         });
         if (!res.ok) { if (res.status === 401 || res.status === 403) onAuth(res.status); return; }
+        if (res.status === 204) return; // the stream had ended with `complete` already
         const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = '';
         for (;;) {

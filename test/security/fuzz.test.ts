@@ -1,0 +1,236 @@
+// No 5xx for bad input: a property-based fuzz (fast-check) of every route of both APIs, as their own OpenAPI
+// documents list them (the gateway's /openapi.json, the daemon's /openapi.yaml, with the /api/v1 prefix too), plus
+// the static trees, against the real services as processes on a real Redis, with auth off and on (FERRY_API_KEYS;
+// requests with and without the key). Malformed and oversized bodies (JSON, YAML, text), the route's own fields
+// with hostile values, odd content types and encodings, hostile headers (Last-Event-ID beyond 64 bits,
+// Authorization), path parameters with bad percent escapes and traversal, junk query values. While Redis is up
+// no answer may be >= 500, an SSE stream may not start with an `error` event, and a 400 that blames fields must
+// name each of them in its message. The seed is printed; replay a failure with FUZZ_SEED=<seed> (and FUZZ_PATH).
+import { expect } from 'chai';
+import http from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import fc from 'fast-check';
+import yaml from 'js-yaml';
+import { TestRedis } from '../helpers/redis';
+import { startDaemonProc, startGatewayProc, startWorkerProc, testEnv, Proc } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+
+const KEY = 'fuzz-test-api-key-0123456789abcdef';
+const RUNS = Number(process.env.FUZZ_RUNS || 700);
+const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'];
+
+interface Route { method: string; path: string; bodyKeys: string[]; queryKeys: string[] }
+interface Target { name: string; base: string; routes: Route[]; auth: boolean }
+interface Sent { method: string; path: string; headers: Record<string, string>; body?: Buffer }
+interface Got { status: number; text: string; type: string }
+
+function routesOf(doc: any, prefixes: string[]): Route[] {
+  const out: Route[] = [];
+  for (const [p, ops] of Object.entries<any>(doc.paths)) {
+    for (const [m, op] of Object.entries<any>(ops)) {
+      const schema = op.requestBody?.content?.['application/json']?.schema;
+      const bodyKeys = new Set<string>(Object.keys(schema?.properties || {}));
+      for (const alt of [...(schema?.oneOf || []), ...(schema?.anyOf || [])]) for (const k of Object.keys(alt.properties || {})) bodyKeys.add(k);
+      const queryKeys = (op.parameters || []).filter((x: any) => x.in === 'query').map((x: any) => x.name);
+      for (const prefix of prefixes) out.push({ method: m.toUpperCase(), path: prefix + p, bodyKeys: [...bodyKeys], queryKeys });
+    }
+  }
+  return out;
+}
+
+/** One raw request (node http, so malformed paths and bodies go out as written); SSE answers are read briefly. */
+function send(base: string, r: Sent): Promise<Got> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    let answered: Got | undefined;
+    const rq = http.request({ host: u.hostname, port: u.port, method: r.method, path: r.path, headers: r.headers, timeout: 15000 }, (res) => {
+      const type = String(res.headers['content-type'] || '');
+      answered = { status: res.statusCode || 0, text: '', type };
+      let text = '';
+      res.setEncoding('utf8');
+      const done = () => resolve({ status: res.statusCode || 0, text, type });
+      if (type.startsWith('text/event-stream')) {
+        // A stream stays open: what it says in its first moments is enough (an `error` event comes at once).
+        const t = setTimeout(() => { rq.destroy(); done(); }, 150);
+        res.on('data', (d) => { text += d; });
+        res.on('end', () => { clearTimeout(t); done(); });
+        res.on('error', () => { clearTimeout(t); done(); });
+        return;
+      }
+      res.on('data', (d) => { if (text.length < 65536) text += d; });
+      res.on('end', done);
+      res.on('error', reject);
+    });
+    rq.on('timeout', () => rq.destroy(new Error(`no answer within 15 s to ${r.method} ${r.path}`)));
+    // A server that answers (413) before reading an oversized body closes the connection while it is still
+    // being sent: the answer counts, the reset that follows does not.
+    rq.on('error', (e) => (answered ? resolve(answered) : reject(e)));
+    rq.end(r.body);
+  });
+}
+
+// Path segments and values that broke, or could break, naive code.
+const NASTY_SEGMENTS = ['%E0%A4%A', '%', '%zz', '%00', '..', '%2e%2e', '%2F', '..%2F..%2Fetc%2Fpasswd', '%C0%AE', '%FF%FE', 'a'.repeat(5000), '0', '-1', '1e400', 'NaN', '__proto__', 'constructor', '%7B%7D', '%22', '%0D%0A', '18446744073709551616', '..;', '%u0000'];
+const NASTY_VALUES: unknown[] = [null, true, -1, 0, 1e308, -1e308, 1.5, 2 ** 63, '18446744073709551616-0', '', ' ', '%', '../..', '/etc/passwd', '/dev/sda', 'x'.repeat(70000),
+  {}, [], [[]], { __proto__: { polluted: 1 } }, { constructor: { prototype: { x: 1 } } }, '\u0000', '\ud800', '2026-13-45T99:99:99Z', '* * * * * * * *', 'http://[::1', 'ftp://x'];
+const LAST_EVENT_IDS = ['18446744073709551616-0', '0-18446744073709551616', '99999999999999999999999-1', '1-', '-1', 'abc', '1-1-1', '', '0-0', '18446744073709551615-18446744073709551615'];
+
+function arbPathFor(route: Route, jobIds: string[]): fc.Arbitrary<string> {
+  const seg = fc.oneof(
+    fc.constantFrom(...NASTY_SEGMENTS),
+    fc.constantFrom(...jobIds),
+    fc.string({ maxLength: 40, unit: 'grapheme' }).map(encodeURIComponent),
+    fc.nat(2000).map(String),
+  );
+  const params = (route.path.match(/\{[^}]+\}/g) || []).length;
+  return fc.tuple(fc.array(seg, { minLength: params, maxLength: params }), arbQuery(route)).map(([vals, q]) => {
+    let i = 0;
+    return route.path.replace(/\{[^}]+\}/g, () => vals[i++]) + q;
+  });
+}
+
+function arbQuery(route: Route): fc.Arbitrary<string> {
+  const key = fc.oneof(fc.constantFrom(...route.queryKeys, 'last_event_id', 'after_id', 'limit', 'offset', 'status', 'state', 'queue', 'since'), fc.string({ maxLength: 10 }).map(encodeURIComponent));
+  const val = fc.oneof(fc.constantFrom('', '%', '%E0%A4%A', '-1', '1e9', '99999999999999999999', 'true', 'null', '[]', ...LAST_EVENT_IDS, 'running,,', 'COMPLETED'), fc.string({ maxLength: 30 }).map(encodeURIComponent));
+  return fc.option(fc.array(fc.tuple(key, val), { maxLength: 4 }).map((kv) => '?' + kv.map(([k, v]) => `${k}=${v}`).join('&')), { nil: '' });
+}
+
+function arbBody(route: Route): fc.Arbitrary<{ type?: string; body?: Buffer; encoding?: string }> {
+  const value = fc.oneof(fc.constantFrom(...NASTY_VALUES), fc.jsonValue({ maxDepth: 3 }));
+  const ownFields = fc.dictionary(fc.constantFrom(...route.bodyKeys, 'unknown_field', 'job_id', 'jobs'), value, { maxKeys: 6 });
+  const json = (v: unknown) => Buffer.from(JSON.stringify(v) ?? 'null');
+  return fc.oneof(
+    { weight: 4, arbitrary: ownFields.map((o) => ({ type: 'application/json', body: json(o) })) },
+    { weight: 2, arbitrary: fc.jsonValue({ maxDepth: 4 }).map((v) => ({ type: 'application/json', body: json(v) })) },
+    { weight: 1, arbitrary: fc.constantFrom('{"a":', '{', '[', '"unterminated', '{"a":1}{"b":2}', 'null', '1e999', '\uFEFF{}', '[' .repeat(20000) + ']'.repeat(20000)).map((t) => ({ type: 'application/json', body: Buffer.from(t) })) },
+    { weight: 1, arbitrary: ownFields.map((o) => ({ type: 'application/x-yaml', body: Buffer.from(yaml.dump(o, { skipInvalid: true })) })) },
+    { weight: 1, arbitrary: fc.constantFrom('a: &a [*a]', 'a: !!js/function "x"', ': :', '- - -\n  : x', 'a: &x {b: *x}', '%YAML 9.9\n---\n{}', 'x: [1, 2').map((t) => ({ type: 'text/yaml', body: Buffer.from(t) })) },
+    { weight: 1, arbitrary: fc.constant({ type: 'application/json', body: Buffer.alloc(3 * 1024 * 1024, 0x20) }) },
+    { weight: 1, arbitrary: fc.tuple(fc.constantFrom('text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=utf-32', 'application/json; charset=bogus', 'application/x-www-form-urlencoded', ''), fc.string({ maxLength: 200 })).map(([type, t]) => ({ type, body: Buffer.from(t) })) },
+    { weight: 1, arbitrary: fc.constantFrom('gzip', 'deflate', 'br', 'bogus').map((encoding) => ({ type: 'application/json', body: Buffer.from('not compressed'), encoding })) },
+    { weight: 1, arbitrary: fc.constant({}) },
+  );
+}
+
+const arbHeaders = (auth: boolean) => fc.record({
+  lastEventId: fc.option(fc.constantFrom(...LAST_EVENT_IDS), { nil: undefined }),
+  key: fc.constantFrom<string | undefined>(...(auth ? [KEY, KEY, undefined, 'wrong-key', ''] : [undefined, 'any-key'])),
+  keyHow: fc.constantFrom('x-api-key', 'bearer', 'basic'),
+  accept: fc.constantFrom('application/json', 'text/event-stream', '*/*', 'text/html', 'bogus'),
+});
+
+function check(sent: Sent, got: Got) {
+  const where = `${sent.method} ${sent.path.slice(0, 200)} -> ${got.status} ${got.text.slice(0, 300)}`;
+  expect(got.status, where).to.be.below(500);
+  expect(got.status, where).to.be.at.least(100);
+  if (got.type.startsWith('text/event-stream')) expect(got.text, where).to.not.include('event: error');
+  if (got.status >= 400 && sent.method !== 'HEAD' && got.type.includes('json')) {
+    let body: any;
+    try { body = JSON.parse(got.text); } catch { throw new Error(`error answer is not JSON: ${where}`); }
+    const message: string = typeof body.error === 'string' ? body.error : body.error?.message;
+    expect(message, where).to.be.a('string').and.not.equal('');
+    const fields: { field: string }[] = body.fields || body.error?.fields || [];
+    for (const f of fields) expect(message, `${where}: message does not name field ${f.field}`).to.include(f.field.split('.').pop()!.replace(/\[\d+\]$/, ''));
+    if (got.status === 503) expect(message.toLowerCase(), where).to.include('retry');
+  }
+}
+
+describe('security: no 5xx for bad input (fast-check fuzz)', function () {
+  this.timeout(180000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-fuzz-'));
+  const procs: Proc[] = [];
+  const targets: Target[] = [];
+  const jobIds = ['fuzz-done', 'fuzz-waiting', 'no-such-job'];
+
+  before(async function () {
+    this.timeout(120000);
+    await redis.start();
+    const open = path.join(dir, 'open.yaml');
+    const locked = path.join(dir, 'locked.yaml');
+    writeFileSync(open, 'metrics:\n  enabled: true\n');
+    writeFileSync(locked, 'metrics:\n  enabled: true\nauth:\n  enabled: true\n');
+    const env = { ...testEnv(redis.url), FERRY_HOST: '127.0.0.1' };
+    const authEnv = { ...env, FERRY_API_KEYS: KEY };
+    const [g1, d1, g2, d2] = await Promise.all([startGatewayProc(env), startDaemonProc(env, open), startGatewayProc(authEnv), startDaemonProc(authEnv, locked)]);
+    procs.push(g1, d1, g2, d2, await startWorkerProc(env, 'fuzz-worker', [], ['--concurrency', '2']));
+    // A finished job with events and a waiting one, so job routes reach their deeper branches.
+    expect((await req(g1.url, 'POST', '/jobs?queue=true', { job_id: 'fuzz-done', operation: 'noop', parameters: { steps: 3 } }, { 'x-api-key': KEY })).status).to.equal(201);
+    expect((await req(g1.url, 'POST', '/jobs?queue=true', { job_id: 'fuzz-waiting', operation: 'noop', requirements: { capabilities: ['lvm_tools'] } }, { 'x-api-key': KEY })).status).to.equal(201);
+    await until(async () => (await req(g1.url, 'GET', '/jobs/fuzz-done', undefined, { 'x-api-key': KEY })).body?.state === 'COMPLETED', 90000, 'the seed job');
+    const gdoc = (await req(g1.url, 'GET', '/openapi.json', undefined, { 'x-api-key': KEY })).body;
+    const ddoc = yaml.load((await req(d1.url, 'GET', '/openapi.yaml', undefined, { 'x-api-key': KEY })).text);
+    const statics: Route[] = ['/web/dashboard/{file}', '/api/v1/web/dashboard/{file}', '/swagger-ui/{file}'].map((p) => ({ method: 'GET', path: p, bodyKeys: [], queryKeys: [] }));
+    const gRoutes = routesOf(gdoc, ['']);
+    const dRoutes = [...routesOf(ddoc, ['', '/api/v1']), ...statics];
+    expect(gRoutes.length).to.be.above(15);
+    expect(dRoutes.length).to.be.above(50);
+    targets.push({ name: 'gateway', base: g1.url, routes: gRoutes, auth: false }, { name: 'daemon', base: d1.url, routes: dRoutes, auth: false },
+      { name: 'gateway+auth', base: g2.url, routes: gRoutes, auth: true }, { name: 'daemon+auth', base: d2.url, routes: dRoutes, auth: true });
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop()));
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers every malformed request to every route below 500, naming the field at fault', async () => {
+    const seed = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() ^ (Math.random() * 0x7fffffff);
+    console.log(`      fast-check seed ${seed} (replay: FUZZ_SEED=${seed}${process.env.FUZZ_PATH ? ` FUZZ_PATH=${process.env.FUZZ_PATH}` : ''}), ${RUNS} runs over ${targets.map((t) => `${t.name} ${t.routes.length} routes`).join(', ')}`);
+    // Indexes, not objects, so a counterexample prints short: target, route.
+    const arb = fc.nat(targets.length - 1).chain((ti) => fc.nat(targets[ti].routes.length - 1).chain((ri) => {
+      const route = targets[ti].routes[ri];
+      return fc.record({
+      t: fc.constant(ti),
+      route: fc.constant(`${route.method} ${route.path}`),
+      method: fc.oneof({ weight: 4, arbitrary: fc.constant(route.method) }, { weight: 1, arbitrary: fc.constantFrom(...METHODS) }),
+      path: arbPathFor(route, jobIds),
+      body: arbBody(route),
+      h: arbHeaders(targets[ti].auth),
+    }); }));
+    const counts: Record<string, number> = {};
+    await fc.assert(fc.asyncProperty(arb, async ({ t: ti, method, path: p, body, h }) => {
+      const t = targets[ti];
+      const headers: Record<string, string> = { accept: h.accept };
+      if (h.lastEventId !== undefined) headers['last-event-id'] = h.lastEventId;
+      if (h.key !== undefined) {
+        if (h.keyHow === 'x-api-key') headers['x-api-key'] = h.key;
+        else headers.authorization = h.keyHow === 'bearer' ? `Bearer ${h.key}` : `Basic ${Buffer.from(`u:${h.key}`).toString('base64')}`;
+      }
+      const withBody = method !== 'GET' && method !== 'HEAD' && body.body !== undefined;
+      if (withBody && body.type) headers['content-type'] = body.type;
+      if (withBody && body.encoding) headers['content-encoding'] = body.encoding;
+      const sent: Sent = { method, path: p, headers, body: withBody ? body.body : undefined };
+      const got = await send(t.base, sent);
+      counts[Math.floor(got.status / 100) + 'xx'] = (counts[Math.floor(got.status / 100) + 'xx'] || 0) + 1;
+      check(sent, got);
+    }), { seed, numRuns: RUNS, path: process.env.FUZZ_PATH, endOnFailure: true });
+    console.log(`      answers by class: ${JSON.stringify(counts)}`);
+    // The run reached the handlers, not only the front door.
+    expect(counts['2xx'] || 0).to.be.above(RUNS / 20);
+    expect(counts['4xx'] || 0).to.be.above(RUNS / 5);
+  });
+
+  it('the known cases: a bad % escape under /web/dashboard/, Last-Event-ID and after_id beyond 64 bits', async () => {
+    const [, d] = [targets[0], targets[1]];
+    const g = targets[0];
+    for (const p of ['/web/dashboard/%E0%A4%A', '/api/v1/web/dashboard/%E0%A4%A', '/swagger-ui/%']) {
+      const got = await send(d.base, { method: 'GET', path: p, headers: {} });
+      expect(got.status, p).to.equal(400);
+      expect(JSON.parse(got.text).error).to.include('path');
+    }
+    for (const base of [g.base + '/jobs/fuzz-done/events/stream', d.base + '/jobs/fuzz-done/events/stream']) {
+      const got = await send(base.replace(/\/jobs.*/, ''), { method: 'GET', path: base.replace(/^http:\/\/[^/]+/, ''), headers: { 'last-event-id': '18446744073709551616-0', accept: 'text/event-stream' } });
+      expect(got.status, base).to.equal(400);
+      expect(got.text).to.include('Last-Event-ID');
+    }
+    const a = await send(g.base, { method: 'GET', path: '/jobs/fuzz-done/events?after_id=18446744073709551616-0', headers: {} });
+    expect(a.status).to.equal(400);
+    expect(JSON.parse(a.text).error.message).to.include('after_id');
+    const ok = await send(g.base, { method: 'GET', path: '/jobs/fuzz-done/events?after_id=18446744073709551615-0', headers: {} });
+    expect(ok.status).to.equal(200);
+    expect(JSON.parse(ok.text)).to.deep.equal([]);
+  });
+});
