@@ -21,6 +21,8 @@ const ROOT = path.resolve(__dirname, '..', '..');
 const FERRY = path.join(ROOT, 'services', 'converter', 'ferry-convert.js');
 const BOOT_TIMEOUT = Number(process.env.BENCH_BOOT_TIMEOUT || 600);
 const INITRAMFS_GAVE_UP = /Gave up waiting for root file system device|ALERT! \S+ does not exist|Dropping to a shell|Kernel panic|emergency mode/;
+/** The guest's own verdict when / is read-write but no interface holds its address (it booted, the network did not). */
+const NOT_READY = /FERRY-GUEST-NOT-READY[^\r\n]*/;
 
 interface Run { tool: string; variant: DebianVariant; ok: boolean; seconds: number; peakMiB: number; output?: string; outBytes?: number; boot?: string; boots?: boolean; note?: string }
 
@@ -73,11 +75,13 @@ function measured(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<
 async function bootsOnVirtio(g: DebianGuest, disk: string, format: string, logFile: string): Promise<{ boots: boolean; detail: string }> {
   const r = await testBoot({
     name: `ferry-bench-${g.variant}`, disks: [{ path: disk, format }], bus: 'virtio', nic: 'virtio',
-    expect: new RegExp(`${g.ready.source}|${INITRAMFS_GAVE_UP.source}`), timeoutSeconds: BOOT_TIMEOUT, consoleLog: logFile,
+    expect: new RegExp(`${g.ready.source}|${NOT_READY.source}|${INITRAMFS_GAVE_UP.source}`), timeoutSeconds: BOOT_TIMEOUT, consoleLog: logFile,
   });
   const text = await fs.readFile(logFile, 'latin1');
   const m = g.ready.exec(text);
   if (m) return { boots: true, detail: `marker after ${r.seconds.toFixed(0)} s, iface ${m[1]}` };
+  const half = NOT_READY.exec(text);
+  if (half) return { boots: false, detail: `userspace up but not the network: "${half[0].trim()}" after ${r.seconds.toFixed(0)} s` };
   const bad = INITRAMFS_GAVE_UP.exec(text);
   return { boots: false, detail: bad ? `"${bad[0]}" after ${r.seconds.toFixed(0)} s` : `${r.status}: ${r.detail}` };
 }

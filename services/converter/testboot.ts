@@ -110,7 +110,10 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
   const nicModel = { virtio: 'virtio-net-pci', vmxnet3: 'vmxnet3', e1000: 'e1000' }[o.nic || 'virtio'];
   const nic = `${nicModel},netdev=n0${o.mac ? `,mac=${o.mac}` : ''}`;
   const args = [
-    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`, '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
+    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`,
+    // Native PCIe hotplug (pciehp) registers the root port's physical slot number, which names the NIC; with qemu's
+    // ACPI hotplug the slot would be ACPI's instead.
+    ...(o.nicSlot === undefined ? [] : ['-global', 'ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off']), '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',

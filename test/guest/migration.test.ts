@@ -1,0 +1,111 @@
+// The whole migration, as an operator runs it: the real Debian 12 guest (test/fixtures/debian-guest.ts, shaped as
+// it lives on VMware) is a VM's disk on the vSphere simulator; one shape B job on the daemon exports it, repairs
+// and converts it, imports it into the test's own libvirtd (isolated network, dir pool) and starts the domain.
+// The job completes only when the domain's own console shows the guest's marker (root mounted read-write, its
+// static address up on the interface its configuration names); one progress stream covers every stage; the
+// VM's disk on the datastore is byte-identical afterwards.
+import { expect } from 'chai';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { imageInfo, sha256File } from '../../shared/qemu';
+import { managerFor } from '../../shared/vsphere/client';
+import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+import { startVcsim, Vcsim } from '../helpers/vcsim';
+import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
+import { createVm, DS, upload } from '../vsphere/fixture';
+
+const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
+const NETWORK = 'ferry-migration';
+
+describe('a whole migration of the real Debian guest: vSphere -> repair -> libvirt, one shape B job', function () {
+  this.timeout(3 * 3600 * 1000); // a fresh machine builds the guest fixture and the simulator first
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-migration-'));
+  const procs: Proc[] = [];
+  let g: DebianGuest;
+  let v: Vcsim;
+  let lv: TestLibvirt;
+  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
+  let daemon: Awaited<ReturnType<typeof startDaemonProc>>;
+  let sourceSha: string;
+  let vmPath: string;
+
+  before(async () => {
+    g = await ensureDebianGuest('plain');
+    [v, lv] = await Promise.all([startVcsim(), useLibvirt(), redis.start()]);
+    const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
+    vmPath = await createVm(m, { name: 'debian12', guestId: 'debian11_64Guest', cpus: 1, memoryMB: 1024, mac: g.mac,
+      disks: [{ file: 'debian12/debian12.vmdk', bytes: (await imageInfo(g.vmdk))['virtual-size'] }] });
+    await upload(v, g.vmdk, 'debian12/debian12.vmdk');
+    sourceSha = await sha256File(g.vmdk);
+    // The destination's network: isolated (no forwarding on this machine), the target of the VM's "VM Network".
+    const netXml = path.join(dir, 'net.xml');
+    writeFileSync(netXml, `<network><name>${NETWORK}</name><bridge name="virbrfm0"/></network>`);
+    await lv.virsh(['net-define', netXml]);
+    await lv.virsh(['net-start', NETWORK]);
+
+    const cfg = path.join(dir, 'daemon.yaml');
+    writeFileSync(cfg, 'daemon:\n  job_timeout: 3h\n');
+    const env = {
+      ...testEnv(redis.url, 'migration'), FERRY_LEASE_SECONDS: '30', FERRY_SECRET_KEY: 'migration-test-key',
+      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
+      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
+    };
+    gw = await startGatewayProc(env);
+    daemon = await startDaemonProc(env, cfg);
+    procs.push(gw, daemon, await startWorkerProc(env, 'migrator', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access']));
+  });
+  after(async () => {
+    await lv?.virsh(['destroy', 'debian12']).catch(() => undefined); // only when the test left it running
+    await Promise.all(procs.map((p) => p.kill()));
+    await v?.stop();
+    await redis.stop();
+    if (lv) await releaseLibvirt();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('exports, repairs, imports and boots: COMPLETED only once the domain console shows the marker', async () => {
+    const r = await req(daemon.url, 'POST', '/jobs/submit', {
+      name: 'debian12-to-kvm', vm_path: vmPath,
+      source: { type: 'vsphere' }, destination: { type: 'kvm', virt_uri: lv.uri },
+      options: { network_mapping: { 'VM Network': NETWORK }, virt_test: { expect: g.ready.source, timeout_seconds: 1800 } },
+    });
+    expect(r.status, r.text).to.equal(200);
+    const id = r.body.job_id as string;
+    const j = await until(async () => { const x = (await req(gw.url, 'GET', `/jobs/${id}`)).body; return x.is_terminal && x; }, 3 * 3600 * 1000, `job ${id} to finish`);
+    const consoleLog = path.join(dir, 'exports', id, 'debian12.console.log');
+    if (j.state !== 'COMPLETED' && existsSync(consoleLog)) { mkdirSync(ARTIFACTS, { recursive: true }); copyFileSync(consoleLog, path.join(ARTIFACTS, 'migration-debian12.console.log')); }
+    expect(j.state, JSON.stringify(j.state_history.slice(-3))).to.equal('COMPLETED');
+
+    // The result names the domain, and libvirt agrees: running, same UUID, virtio disk and NIC, the VM's MAC.
+    const res = j.result;
+    expect(res).to.include({ domain: 'debian12', virt_uri: lv.uri });
+    expect((await lv.virsh(['domstate', 'debian12'])).trim()).to.equal('running');
+    expect((await lv.virsh(['domuuid', 'debian12'])).trim()).to.equal(res.uuid);
+    const xml = await lv.virsh(['dumpxml', 'debian12']);
+    expect(xml).to.match(/<target dev="vda" bus="virtio"\/>|<target dev='vda' bus='virtio'\/>/);
+    expect(xml).to.match(new RegExp(`<mac address=['"]${g.mac.toLowerCase()}['"]`));
+    expect(xml).to.match(new RegExp(`<source network=['"]${NETWORK}['"]`));
+    expect(xml).to.match(/<model type=['"]virtio['"]\/>/);
+
+    // The boot that decided it: the marker, naming the interface the guest's configuration names, with its address.
+    expect(res.boot.status).to.equal('passed');
+    const m = g.ready.exec(res.boot.matched);
+    expect(m, res.boot.matched).to.not.equal(null);
+    expect(m![1]).to.equal(g.vmwareNic);
+    expect(readFileSync(consoleLog, 'latin1')).to.match(g.ready);
+
+    // One progress stream through every stage.
+    const events = (await req(gw.url, 'GET', `/jobs/${id}/events`)).body as { phase: string }[];
+    const phases = new Set(events.map((e) => e.phase));
+    for (const p of ['exporting', 'fix', 'convert', 'importing', 'starting']) expect([...phases], p).to.include(p);
+
+    // The repairs were read back after the last step that could undo them, and the source never changed.
+    expect(res.conversion.summary.stages_failed).to.deep.equal([]);
+    expect(await sha256File(path.join(v.datastores[DS], 'debian12', 'debian12.vmdk'))).to.equal(sourceSha);
+  });
+});
