@@ -102,7 +102,7 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
     // One progress stream through every stage.
     const events = (await req(gw.url, 'GET', `/jobs/${id}/events`)).body as { phase: string }[];
     const phases = new Set(events.map((e) => e.phase));
-    for (const p of ['exporting', 'fix', 'convert', 'importing', 'starting']) expect([...phases], p).to.include(p);
+    for (const p of ['export', 'inspect', 'fix', 'convert', 'validate', 'import', 'boot']) expect([...phases], p).to.include(p);
 
     // The repairs were read back after the last step that could undo them, and the source never changed.
     expect(res.conversion.summary.stages_failed).to.deep.equal([]);

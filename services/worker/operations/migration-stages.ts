@@ -42,19 +42,19 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const v = new Virsh(input.destination.virt_uri || configuredUri());
   const name = String(exported.source?.vm_name || path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
-  await ctx.progress('importing', 0, `importing ${name} into ${v.uri}`);
+  await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({
     virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
     memoryMiB: (exported.vm?.mem_gb || 1) * 1024, cpus: exported.vm?.cpu || 1,
     sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
     networkMapping: input.network_mapping, firmware: exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios',
-    onProgress: (stage, pct) => void ctx.progress('importing', Math.min(99, pct), stage),
+    onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage),
   });
-  await ctx.progress('importing', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
+  await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
 
   // The first start of the imported domain is the test boot: paused, console attached, resumed, judged.
   const vt = input.virt_test || {};
-  await ctx.progress('starting', 0, `starting ${imported.domain} and watching its serial console`);
+  await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   await v.run(['start', '--paused', imported.domain]);
   const boot = await testBootLibvirt(
     { disks: [], expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
@@ -65,7 +65,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     await v.run(['destroy', imported.domain]).catch(() => undefined); // already off when it stopped by itself
     throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
   }
-  await ctx.progress('starting', 100, `${imported.domain} is running: ${boot.detail}`);
+  await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);
   return {
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
     firmware: imported.firmware, domain_type: imported.domain_type, boot,
