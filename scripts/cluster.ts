@@ -26,7 +26,7 @@ export const SERVICES: Svc[] = [
   { name: 'scheduler', script: 'services/scheduler/main.ts' },
   { name: 'notifier', script: 'services/notifier/main.ts' },
   { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool,vsphere_access', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
-  { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools,libvirt_access', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
+  { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools,libvirt_access,vsphere_access', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
 ];
 
 function portOpen(port: number): Promise<boolean> {
