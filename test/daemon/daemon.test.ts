@@ -52,7 +52,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
     const env = { ...testEnv(redis.url), FERRY_SECRET_KEY: 'test-secret-key', FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
     gw = await startGatewayProc(env);
     procs.push(gw);
-    procs.push(await startWorkerProc(env, 'noop-worker', ['vsphere_access'], ['--concurrency', '4']));
+    procs.push(await startWorkerProc(env, 'noop-worker', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'], ['--concurrency', '4']));
     daemon = await startDaemonProc(env, cfg);
     procs.push(daemon);
     B = daemon.url;
