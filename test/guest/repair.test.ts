@@ -125,7 +125,8 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
           const links = s.lines(await s.cmd('ls', '/etc/systemd/network'));
           expect(links).to.include(`10-ferry-${g.vmwareNic}.link`);
           await s.cmd('umount-all');
-          if (variant === 'lvm') { await s.cmd('vg-activate-all', 'false'); await s.cmd('lvm-clear-filter'); }
+          // The next disk's filter replaces this one (clearing it would activate both copies of the same VG at once).
+          if (variant === 'lvm') await s.cmd('vg-activate-all', 'false');
         }
       } finally { await s.close(); }
 
