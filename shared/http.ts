@@ -210,6 +210,20 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
 }
 
 /** A koa app with error handling, body parsing and metrics in front of `api`. */
+const MAX_BODY_DEPTH = 64;
+
+/** Whether a parsed body nests arrays/objects deeper than `max` (walked without recursion). */
+function depthOver(body: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[body, 0]];
+  while (stack.length) {
+    const [v, d] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (d >= max) return true;
+    for (const c of Object.values(v as object)) if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
+  }
+  return false;
+}
+
 export function createApp(api: Api, opts: AppOptions): Koa {
   const app = new Koa();
   app.proxy = true;
@@ -261,6 +275,12 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     strict: false,
     onerror: (err: Error) => { throw badRequest(`malformed request body: ${err.message}`); },
   }));
+  // No schema here nests deeper than a few levels; a body nested thousands deep would only exhaust the stack of
+  // whatever walks it next (validation, the unknown-field pass), so it is refused as the client's error.
+  app.use(async (ctx, next) => {
+    if (depthOver((ctx.request as any).body, MAX_BODY_DEPTH)) throw new ApiError(400, `body: nested deeper than ${MAX_BODY_DEPTH} levels`, { fields: [{ field: 'body', message: `nested deeper than ${MAX_BODY_DEPTH} levels` }] });
+    return next();
+  });
   app.use(api.router.routes());
   // A known path with another method: 405 with Allow (an unknown method too, rather than the router's 501).
   const allowed = api.router.allowedMethods();
