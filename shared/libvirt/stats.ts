@@ -1,6 +1,9 @@
 // Domain statistics from `virsh domstats --raw`. The CPU usage percent needs two samples of cpu.time: the
 // previous sample of the same domain when it is at most 60 s old (a dashboard that polls pays one call), else a
-// second call 500 ms after the first. Percent of the domain's vCPUs: 100 = every vCPU busy all the time.
+// second call 500 ms after the first. Percent of the domain's vCPUs: 100 = every vCPU busy all the time. The time
+// counted is the vCPU threads' (vcpu.N.time), not cpu.time, which also counts QEMU's emulator and I/O threads and so
+// can exceed the vCPUs' capacity; a sample is timed at the middle of its virsh call, and what jitter remains is capped
+// at 100 (virt-manager and virt-top cap the same way).
 import { checkName } from './names';
 import { DOMAIN_STATES, parseDomstats, RawStats } from './domains';
 import { LibvirtError, Virsh } from './virsh';
@@ -62,19 +65,32 @@ const GROUPS = ['--state', '--cpu-total', '--balloon', '--vcpu', '--interface', 
 
 async function sample(v: Virsh, names: string[] | 'running'): Promise<{ at: number; stats: RawStats }> {
   const args = ['domstats', '--raw', ...GROUPS, ...(names === 'running' ? ['--list-running'] : names)];
+  const before = Date.now();
   const stats = parseDomstats(await v.run(args));
-  return { at: Date.now(), stats };
+  return { at: (before + Date.now()) / 2, stats };
+}
+
+/** ns the domain's vCPU threads have run; cpu.time when libvirt reports no per-vCPU times. */
+function vcpuNs(s: Record<string, string>): number {
+  const count = Number(s['vcpu.current'] || s['vcpu.maximum'] || 0);
+  let sum = 0;
+  for (let i = 0; i < count; i++) {
+    const t = Number(s[`vcpu.${i}.time`]);
+    if (!Number.isFinite(t) || s[`vcpu.${i}.time`] === undefined) return Number(s['cpu.time']);
+    sum += t;
+  }
+  return count > 0 ? sum : Number(s['cpu.time']);
 }
 
 function percents(v: Virsh, first: { at: number; stats: RawStats } | undefined, now: { at: number; stats: RawStats }) {
   const out = new Map<string, number | null>();
   for (const [name, s] of now.stats) {
     const key = `${v.uri}\n${name}`;
-    const prev = first?.stats.get(name) ? { at: first.at, cpuNs: Number(first.stats.get(name)!['cpu.time']) } : lastSample.get(key);
-    const cpuNs = Number(s['cpu.time']);
+    const prev = first?.stats.get(name) ? { at: first.at, cpuNs: vcpuNs(first.stats.get(name)!) } : lastSample.get(key);
+    const cpuNs = vcpuNs(s);
     const vcpus = Number(s['vcpu.current'] || s['vcpu.maximum'] || 1);
     const dt = now.at - (prev?.at ?? now.at);
-    out.set(name, prev && dt > 0 && Number.isFinite(cpuNs) ? Math.max(0, Math.round(((cpuNs - prev.cpuNs) / (dt * 1e6 * vcpus)) * 10000) / 100) : null);
+    out.set(name, prev && dt > 0 && Number.isFinite(cpuNs) ? Math.min(100, Math.max(0, Math.round(((cpuNs - prev.cpuNs) / (dt * 1e6 * vcpus)) * 10000) / 100)) : null);
     if (Number.isFinite(cpuNs)) lastSample.set(key, { at: now.at, cpuNs });
   }
   return out;
