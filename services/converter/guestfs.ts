@@ -26,6 +26,9 @@ export class GuestSession {
   errFile?: string;
   /** Commands run so far (for the report's "appliance" note and for tests counting launches). */
   commands = 0;
+  /** Seconds spent per kind of command (`run` is the appliance launch; the guest's own programs run by
+   *  `command`/`sh` are keyed by the program's name), for the report's timings: where the appliance's time goes. */
+  timings: Record<string, number> = {};
 
   /** Starts the server with `disks` attached and launches the appliance (the expensive part, once). */
   static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal } = {}): Promise<GuestSession> {
@@ -51,6 +54,10 @@ export class GuestSession {
     s.onAbort = () => { try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } s.closed = true; };
     opts.signal?.addEventListener('abort', s.onAbort, { once: true });
     try {
+      // Two vCPUs (multi-threaded TCG) where the host has two CPUs: the guest's generators run pipelines and
+      // zstd -T0, and under load two vCPU threads get more of the host than one (update-initramfs in the
+      // appliance on the Debian guest at load 11-19: 288 s wall with two, 305 s with one).
+      if (os.cpus().length >= 2) await s.cmd('set-smp', '2');
       await s.cmd('run');
     } catch (e) {
       await s.close();
@@ -76,7 +83,11 @@ export class GuestSession {
     if (this.closed) return Promise.reject(new OperationError('guestfs session is closed', false));
     this.commands++;
     const from = this.errSize();
-    return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    // `env VAR=value prog ...` is keyed by prog.
+    const kind = command[0] === 'command' || command[0] === 'sh' ? `${command[0]} ${(command[1] || '').trim().split(/\s+/).find((w) => w !== 'env' && !w.includes('=')) || ''}` : command[0];
+    const count = () => { this.timings[kind] = (this.timings[kind] || 0) + Number(process.hrtime.bigint() - t0) / 1e9; };
+    return new Promise<Buffer>((resolve, reject) => {
       const child = spawn(GUESTFISH, [`--remote=${this.pid}`, '--', `-${command[0]}`, ...command.slice(1)], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
       const out: Buffer[] = [];
       let err = '';
@@ -89,7 +100,7 @@ export class GuestSession {
         if (code === 0 && !serverErr) resolve(Buffer.concat(out));
         else reject(new GuestfsError(command, serverErr || err));
       });
-    });
+    }).finally(count);
   }
 
   private errSize(): number {

@@ -8,7 +8,8 @@ export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open
 export const HV_TOOL_UNITS = ['vmtoolsd.service', 'open-vm-tools.service', 'vmware-tools.service', 'vgauth.service', 'xe-linux-distribution.service'];
 /** How to remove packages with the guest's own package tool, by package format. */
 export const PURGE: Record<string, { bin: string[]; cmd: string }> = {
-  deb: { bin: ['/usr/bin/dpkg'], cmd: 'dpkg --purge' },
+  // No debconf question can be answered in the appliance.
+  deb: { bin: ['/usr/bin/dpkg'], cmd: 'env DEBIAN_FRONTEND=noninteractive dpkg --purge' },
   rpm: { bin: ['/usr/bin/rpm', '/bin/rpm'], cmd: 'rpm -e' },
   apk: { bin: ['/sbin/apk'], cmd: 'apk del' },
   pacman: { bin: ['/usr/bin/pacman'], cmd: 'pacman -Rns --noconfirm' },
@@ -26,7 +27,10 @@ export interface InitramfsTool {
 export const INITRAMFS_TOOLS: InitramfsTool[] = [
   { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k) => ['dracut', '-f', '--kver', k],
     conf: { path: '/etc/dracut.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nadd_drivers+=" ${add.join(' ')} "\n` } },
-  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['update-initramfs', '-u', '-k', k],
+  // COMPRESSLEVEL from the environment counts only when the guest's initramfs.conf sets none (mkinitramfs reads
+  // the file after): zstd's own default level 3 instead of initramfs-tools' -9, which under TCG took 13-40 s of
+  // the run for ~9% less size (9.5 MB against 10.4 MB on the Debian 12 guest). Only this build; nothing persisted.
+  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['env', 'COMPRESSLEVEL=3', 'update-initramfs', '-u', '-k', k],
     conf: { path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n` } },
   { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'] },
 ];

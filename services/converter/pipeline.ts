@@ -194,7 +194,10 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         const nicMacs = (m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
         const res = await fixGuest(s, gi, { ...st.fix!, dry_run: dry, configuration: m.configuration, nic_macs: nicMacs }, (msg) => log(1, msg));
         return { guest: gi, res };
-      } finally { await s.close(); }
+      } finally {
+        for (const [k, v] of Object.entries(s.timings)) timings[`appliance: ${k}`] = (timings[`appliance: ${k}`] || 0) + v;
+        await s.close();
+      }
     };
     // With convert and fix both on, the repair does not wait for the conversion: it runs in its own appliance
     // on a qcow2 overlay of each disk whose backing file is the source (opened read-only by qemu, never
