@@ -13,7 +13,7 @@ import type { FixAction, FixOptions, FixResult, GuestInfo } from './guest';
 import { FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from './bootchain';
 import { configuredInterfaces, LINK_DIR, persistentNetNames, planNicPins } from './nic-names';
-import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES } from './linux-tools';
+import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
 
 export interface LinuxFix {
@@ -92,7 +92,7 @@ async function removeHvTools(x: LinuxFix): Promise<void> {
     if (!tool || !bin) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but ${tool ? `${tool.bin[0]} is not in the guest` : `the package format "${info.package_format || 'unknown'}" has no removal tool here`}; services disabled only` });
     else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would run ${tool.cmd} ${pkgs.join(' ')}` });
     else {
-      try { x.purged = pkgs; await g.cmd('command', `${tool.cmd} ${pkgs.join(' ')}`); x.r.modified = true; did++; act({ action: 'remove_source_hv_tools', status: 'done', detail: `ran ${tool.cmd} ${pkgs.join(' ')}` }); }
+      try { x.purged = pkgs; await g.cmd('command', withEnv([tool.cmd, ...pkgs], tool.env)); x.r.modified = true; did++; act({ action: 'remove_source_hv_tools', status: 'done', detail: `ran ${tool.cmd} ${pkgs.join(' ')}` }); }
       catch (e) { act({ action: 'remove_source_hv_tools', status: 'warning', detail: `${tool.cmd} failed: ${(e as Error).message}` }); }
     }
   }
@@ -188,7 +188,7 @@ async function regenInitramfs(x: LinuxFix, baked: string[]): Promise<void> {
       const missing = await missingVirtio(x, k, img);
       if (missing && !missing.length) { act({ action: 'regen_initramfs', status: 'skipped', detail: `${img} already carries ${VIRTIO_BOOT_MODULES.join(', ')} and nothing it holds changed` }); continue; }
     }
-    try { await g.cmd('command', t.args(k).join(' ')); x.r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `ran ${t.args(k).join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}` }); }
+    try { await g.cmd('command', withEnv(t.args(k), t.env)); x.r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `ran ${t.args(k).join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}` }); }
     catch (e) { act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} failed for ${k}: ${(e as Error).message}` }); }
   }
 }

@@ -6,10 +6,10 @@ import type { GuestSession } from './guestfs';
 export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities', 'xe-guest-utilities-latest',
   'hyperv-daemons', 'hypervkvpd', 'hypervvssd', 'hypervfcopyd', 'walinuxagent', 'WALinuxAgent'];
 export const HV_TOOL_UNITS = ['vmtoolsd.service', 'open-vm-tools.service', 'vmware-tools.service', 'vgauth.service', 'xe-linux-distribution.service'];
-/** How to remove packages with the guest's own package tool, by package format. */
-export const PURGE: Record<string, { bin: string[]; cmd: string }> = {
+/** How to remove packages with the guest's own package tool, by package format (`env`: set for that run only). */
+export const PURGE: Record<string, { bin: string[]; cmd: string; env?: string[] }> = {
   // No debconf question can be answered in the appliance.
-  deb: { bin: ['/usr/bin/dpkg'], cmd: 'env DEBIAN_FRONTEND=noninteractive dpkg --purge' },
+  deb: { bin: ['/usr/bin/dpkg'], cmd: 'dpkg --purge', env: ['DEBIAN_FRONTEND=noninteractive'] },
   rpm: { bin: ['/usr/bin/rpm', '/bin/rpm'], cmd: 'rpm -e' },
   apk: { bin: ['/sbin/apk'], cmd: 'apk del' },
   pacman: { bin: ['/usr/bin/pacman'], cmd: 'pacman -Rns --noconfirm' },
@@ -22,6 +22,8 @@ const VIRTIO_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'virtio_net']
 
 export interface InitramfsTool {
   tool: string; paths: string[]; args: (kver: string) => string[];
+  /** Environment for that run only (`env K=V tool ...` in the appliance), never written to the guest. */
+  env?: string[];
   conf?: { path: string; modules: string[]; text: (add: string[]) => string };
 }
 export const INITRAMFS_TOOLS: InitramfsTool[] = [
@@ -30,10 +32,13 @@ export const INITRAMFS_TOOLS: InitramfsTool[] = [
   // COMPRESSLEVEL from the environment counts only when the guest's initramfs.conf sets none (mkinitramfs reads
   // the file after): zstd's own default level 3 instead of initramfs-tools' -9, which under TCG took 13-40 s of
   // the run for ~9% less size (9.5 MB against 10.4 MB on the Debian 12 guest). Only this build; nothing persisted.
-  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['env', 'COMPRESSLEVEL=3', 'update-initramfs', '-u', '-k', k],
+  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['update-initramfs', '-u', '-k', k], env: ['COMPRESSLEVEL=3'],
     conf: { path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n` } },
   { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'] },
 ];
+/** The guest command line for `command`: `env K=V ... prog args` when an environment is given. */
+export const withEnv = (cmd: string[], env?: string[]): string => [...(env?.length ? ['env', ...env] : []), ...cmd].join(' ');
+
 export const GRUB_TOOLS = [
   { bin: ['/usr/sbin/grub-mkconfig', '/sbin/grub-mkconfig'], cfg: '/boot/grub/grub.cfg' },
   { bin: ['/usr/sbin/grub2-mkconfig', '/sbin/grub2-mkconfig'], cfg: '/boot/grub2/grub.cfg' },
