@@ -21,6 +21,8 @@ export interface LinuxFix {
   act: (a: FixAction) => void; write: (p: string, t: string) => Promise<void>; backup: (p: string) => Promise<string | undefined>;
   /** Packages the guest's package tool was run to remove (verified to be gone at the end). */
   purged?: string[];
+  /** Whether the guest has /usr/bin/env (asked once). */
+  hasEnv?: boolean;
 }
 
 const CRYPTTAB = '/etc/crypttab';
@@ -92,7 +94,7 @@ async function removeHvTools(x: LinuxFix): Promise<void> {
     if (!tool || !bin) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but ${tool ? `${tool.bin[0]} is not in the guest` : `the package format "${info.package_format || 'unknown'}" has no removal tool here`}; services disabled only` });
     else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would run ${tool.cmd} ${pkgs.join(' ')}` });
     else {
-      try { x.purged = pkgs; await g.cmd('command', withEnv([tool.cmd, ...pkgs], tool.env)); x.r.modified = true; did++; act({ action: 'remove_source_hv_tools', status: 'done', detail: `ran ${tool.cmd} ${pkgs.join(' ')}` }); }
+      try { x.purged = pkgs; await g.cmd('command', withEnv([tool.cmd, ...pkgs], await runEnv(x, tool.env))); x.r.modified = true; did++; act({ action: 'remove_source_hv_tools', status: 'done', detail: `ran ${tool.cmd} ${pkgs.join(' ')}` }); }
       catch (e) { act({ action: 'remove_source_hv_tools', status: 'warning', detail: `${tool.cmd} failed: ${(e as Error).message}` }); }
     }
   }
@@ -107,6 +109,14 @@ async function removeHvTools(x: LinuxFix): Promise<void> {
     }
   }
   if (!did && !pkgs.length) act({ action: 'remove_source_hv_tools', status: 'skipped', detail: 'no source hypervisor tools found' });
+}
+
+/** The run-only environment for a guest tool, when the guest has `env` to set it with (a minimal guest may not:
+ *  the tool then runs with its defaults). */
+async function runEnv(x: LinuxFix, env?: string[]): Promise<string[] | undefined> {
+  if (!env?.length) return undefined;
+  x.hasEnv ??= await x.g.isFile('/usr/bin/env');
+  return x.hasEnv ? env : undefined;
 }
 
 /** Pins the configured NIC names on the virtio NICs (nic-names.ts); returns the .link files written. */
@@ -188,7 +198,7 @@ async function regenInitramfs(x: LinuxFix, baked: string[]): Promise<void> {
       const missing = await missingVirtio(x, k, img);
       if (missing && !missing.length) { act({ action: 'regen_initramfs', status: 'skipped', detail: `${img} already carries ${VIRTIO_BOOT_MODULES.join(', ')} and nothing it holds changed` }); continue; }
     }
-    try { await g.cmd('command', withEnv(t.args(k), t.env)); x.r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `ran ${t.args(k).join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}` }); }
+    try { await g.cmd('command', withEnv(t.args(k), await runEnv(x, t.env))); x.r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `ran ${t.args(k).join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}` }); }
     catch (e) { act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} failed for ${k}: ${(e as Error).message}` }); }
   }
 }
