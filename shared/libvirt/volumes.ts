@@ -105,10 +105,14 @@ export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; 
   }
 }
 
-/** Puts a file's bytes into a volume (created when missing). */
-export async function putFile(v: Virsh, pool: string, volume: string, file: string, format: string, size: number, known?: { exists: boolean }) {
-  const target = isLocalUri(v.uri) ? await poolTarget(v, pool) : undefined;
+/** Puts a file's bytes into a volume (created when missing). `known` saves round trips the caller has made:
+ *  whether the volume exists, the pool's target (null: not a local one), and `refresh: false` when the caller
+ *  refreshes the pool itself. */
+export async function putFile(v: Virsh, pool: string, volume: string, file: string, format: string, size: number,
+  known?: { exists: boolean; target?: { type: string; path: string | null } | null; refresh?: boolean }) {
+  const target = known?.target !== undefined ? known.target : isLocalUri(v.uri) ? await poolTarget(v, pool) : undefined;
   const exists = known ? known.exists : await volumeExists(v, pool, volume);
+  const refresh = known?.refresh !== false;
   if (target?.type === 'dir' && target.path) {
     // The file is copied straight into the pool folder (a reflink where the filesystem can, else
     // copy_file_range: what cp does) and the pool refreshed.
@@ -116,12 +120,12 @@ export async function putFile(v: Virsh, pool: string, volume: string, file: stri
     const part = path.join(path.dirname(dest), `.${volume}.ferry-partial`);
     await fs.copyFile(file, part, fsConstants.COPYFILE_FICLONE);
     await fs.rename(part, dest);
-    await v.run(['pool-refresh', pool]);
+    if (refresh) await v.run(['pool-refresh', pool]);
     return;
   }
   if (!exists) await v.run(['vol-create-as', pool, volume, String(size), '--format', format]);
   await v.run(['vol-upload', '--pool', pool, volume, file], { timeoutMs: 6 * 3_600_000 });
-  await v.run(['pool-refresh', pool]);
+  if (refresh) await v.run(['pool-refresh', pool]);
 }
 
 /** Copies a volume's bytes into a local file (vol-download: works over any URI). Without `pool`, `volume` is
