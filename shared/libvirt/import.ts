@@ -101,15 +101,15 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
     s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
     await putFile(v, pool, vols[i].name, d.path, vols[i].format, statSync(d.path).size, { exists: false, target, refresh: false });
   }
-  await v.run(['pool-refresh', pool]);
   const firmware = s.firmware || 'bios';
-  // The disks' paths are known in a dir pool: the domain is defined while libvirt describes the volumes.
   const define = async (paths: string[]) => {
     await defineDomain(v, importDomainDoc({ name: s.name, type, memoryMiB: s.memoryMiB, cpus: s.cpus, firmware, disks: vols.map((x, i) => ({ path: paths[i], format: x.format })), nics }));
     return domainInfo(v, s.name);
   };
-  const volInfos = Promise.all(vols.map((x) => volumeInfo(v, pool, x.name)));
-  const [vis, info] = await Promise.all([volInfos, dirPool ? define(vols.map((x) => path.join(dirPool, x.name))) : volInfos.then((vi) => define(vi.map((x) => x.path!)))]);
+  const described = v.run(['pool-refresh', pool]).then(() => Promise.all(vols.map((x) => volumeInfo(v, pool, x.name))));
+  // In a dir pool the disks' paths are known: the domain is defined while libvirt refreshes and describes the
+  // volumes (a definition only names the files).
+  const [vis, info] = await Promise.all([described, dirPool ? define(vols.map((x) => path.join(dirPool, x.name))) : described.then((vi) => define(vi.map((x) => x.path!)))]);
   return {
     domain: s.name, uuid: info.uuid!, pool, firmware, domain_type: type, interfaces: info.interfaces,
     volumes: vis.map((x) => ({ name: x.name, path: x.path, format: x.format, capacity: x.capacity })),
