@@ -1,9 +1,9 @@
 // Storage volumes and pools: info (vol-dumpxml), create, clone, resize, delete, upload, wipe, download. Sizes are
 // bytes everywhere (libvirt's own unit for volumes).
-import { constants as fsConstants, promises as fs } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { convert, imageInfo } from '../qemu';
+import { convert, imageInfo, run } from '../qemu';
 import { ApiError } from '../errors';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
@@ -114,11 +114,13 @@ export async function putFile(v: Virsh, pool: string, volume: string, file: stri
   const exists = known ? known.exists : await volumeExists(v, pool, volume);
   const refresh = known?.refresh !== false;
   if (target?.type === 'dir' && target.path) {
-    // The file is copied straight into the pool folder (a reflink where the filesystem can, else
-    // copy_file_range: what cp does) and the pool refreshed.
+    // The file is copied straight into the pool folder by cp itself (a reflink where the filesystem can, else
+    // copy_file_range, holes kept): Node's fs.copyFile took about 1.5x cp's time for the same 1 GiB here
+    // (bench:virt compares the whole import with a bare cp). Then the pool is refreshed.
     const dest = exists ? (await volumeInfo(v, pool, volume)).path! : path.join(target.path, volume);
     const part = path.join(path.dirname(dest), `.${volume}.ferry-partial`);
-    await fs.copyFile(file, part, fsConstants.COPYFILE_FICLONE);
+    const r = await run('cp', ['--reflink=auto', '--sparse=auto', '--', file, part]);
+    if (r.code !== 0) { await fs.rm(part, { force: true }); throw new ApiError(500, `copying ${file} into pool ${pool} failed: ${r.stderr.trim()}`); }
     await fs.rename(part, dest);
     if (refresh) await v.run(['pool-refresh', pool]);
     return;
