@@ -7,23 +7,38 @@ import type { JobStore } from './store';
 import type { Registry } from './registry';
 import type { RedisClient } from '../shared/redis';
 
+/** The run-time histogram's bucket bounds (seconds); transitionJob-14.lua gets them generated (queue/scripts.ts). */
 export const DURATION_BUCKETS = [60, 300, 600];
+
+/** The histogram from the statistics hash: the script counts each job once, in the first bucket that holds it
+ *  (`duration_in:<le>`, `+Inf` past the last); Prometheus buckets are cumulative, so they are added up here. The
+ *  cumulative fields of the layout before (`duration_le:<b>`, `duration_count`) are added in, so counters never
+ *  go back on an upgrade. */
+export function durationHistogram(s: Record<string, string>): { buckets: [number | '+Inf', number][]; count: number; sum: number } {
+  let running = 0;
+  const buckets: [number | '+Inf', number][] = DURATION_BUCKETS.map((b) => {
+    running += Number(s[`duration_in:${b}`] || 0);
+    return [b, running + Number(s[`duration_le:${b}`] || 0)];
+  });
+  const count = running + Number(s['duration_in:+Inf'] || 0) + Number(s.duration_count || 0);
+  buckets.push(['+Inf', count]);
+  return { buckets, count, sum: Number(s.duration_sum || 0) };
+}
 
 export function registerJobMetrics(registry: client.Registry, store: JobStore, workers: Registry) {
   const r = store.redis;
   const k = store.k;
-  const stateCounts = async () => (await r.hgetall(k.stateCounts)) || {};
+  const stateCounts = () => store.stateCounts();
 
   registerComputed(registry, 'svc_migration_total', 'Jobs that reached a terminal state, by status', 'counter', async () => {
     const s = await r.hgetall(k.stats);
     return ['completed', 'failed', 'cancelled'].map((status) => ({ labels: { status }, value: Number(s[`total:${status}`] || 0) }));
   });
   registerComputed(registry, 'svc_migration_duration_seconds', 'Run time of finished jobs (RUNNING to COMPLETED or FAILED)', 'histogram', async () => {
-    const s = await r.hgetall(k.stats);
-    const out: Sample[] = DURATION_BUCKETS.map((b) => ({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: b }, value: Number(s[`duration_le:${b}`] || 0) }));
-    out.push({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: '+Inf' }, value: Number(s.duration_count || 0) });
-    out.push({ metricName: 'svc_migration_duration_seconds_sum', value: Number(s.duration_sum || 0) });
-    out.push({ metricName: 'svc_migration_duration_seconds_count', value: Number(s.duration_count || 0) });
+    const h = durationHistogram(await r.hgetall(k.stats));
+    const out: Sample[] = h.buckets.map(([le, value]) => ({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le }, value }));
+    out.push({ metricName: 'svc_migration_duration_seconds_sum', value: h.sum });
+    out.push({ metricName: 'svc_migration_duration_seconds_count', value: h.count });
     return out;
   });
   registerComputed(registry, 'svc_worker_jobs_active', 'Jobs held by workers (ASSIGNED or RUNNING)', 'gauge', async () => {
@@ -41,16 +56,8 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
     return Object.entries(by).map(([status, value]) => ({ labels: { status }, value }));
   });
   registerComputed(registry, 'svc_queue_depth', 'Jobs per queue (requirement set) and state', 'gauge', async () => {
-    const queues = await r.smembers(k.queues);
-    const p = r.pipeline();
-    for (const q of queues) p.hgetall(k.queueCounts(q));
-    const res = (await p.exec()) || [];
-    const out: Sample[] = [];
-    queues.forEach((queue, i) => {
-      const c = (res[i]?.[1] || {}) as Record<string, string>;
-      for (const state of ['QUEUED', 'ASSIGNED', 'RUNNING']) out.push({ labels: { queue, state }, value: Number(c[state] || 0) });
-    });
-    return out;
+    const counts = await store.queueCounts(await r.smembers(k.queues));
+    return Object.entries(counts).flatMap(([queue, c]) => Object.entries(c).map(([state, value]) => ({ labels: { queue, state }, value })));
   });
   registerComputed(registry, 'svc_workers', 'Registered workers by liveness', 'gauge', async () => {
     const ws = await workers.list();

@@ -20,8 +20,9 @@ export async function queueOverview(life: Lifecycle) {
   const by_priority: Record<string, number> = {};
   let total = 0;
   for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
+  const counts = await store.queueCounts(names);
   const queues = await Promise.all(names.map(async (name) => {
-    const c = await store.redis.hgetall(store.k.queueCounts(name));
+    const c = counts[name];
     const req = parseQueueName(name)!;
     const serving = active.filter((w) => canServe(w, req)).length;
     const queued = Number(c.QUEUED || 0);

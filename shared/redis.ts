@@ -64,10 +64,11 @@ export function keys(prefix = config.prefix) {
     /** Finished jobs by finish time (ms), for the retention sweep. */
     jobsFinished: `${prefix}:jobs:finished`,
     job: (id: string) => `${prefix}:job:${id}`,
+    /** The state history list of the layout before it became the record's `history` field (read and purged only). */
     history: (id: string) => `${prefix}:job:${id}:history`,
     events: (id: string) => `${prefix}:job:${id}:events`,
-    stateCounts: `${prefix}:counts:state`,
-    queueCounts: (q: string) => `${prefix}:queue:${q}:counts`,
+    /** Active jobs per queue and state, fields `<queue>|<STATE>` (one fixed key, so the scripts name it in KEYS). */
+    queueCounts: `${prefix}:counts:queue`,
     queuedByPriority: `${prefix}:queued:by_priority`,
     queues: `${prefix}:queues`,
     stats: `${prefix}:stats`,

@@ -81,7 +81,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
 
   const counts = async () => {
-    const c = await redis.hgetall(store.k.stateCounts);
+    const c = await store.stateCounts();
     const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
     for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
     return by;
@@ -164,7 +164,8 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     metrics: async () => {
       const [by, st, ws] = await Promise.all([counts(), status(), registry.list()]);
       const queues = await router.knownQueues();
-      const qc = await Promise.all(queues.map((q) => redis.hgetall(store.k.queueCounts(q))));
+      const perQueue = await store.queueCounts(queues);
+      const qc = queues.map((q) => perQueue[q]);
       return {
         jobs: by, workers: { total: ws.length, active: st.active_workers },
         queues: Object.fromEntries(queues.map((q, i) => [q, { queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0) }])),

@@ -246,10 +246,10 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     handler: async (ctx) => {
       try {
         const [active, counts] = await Promise.race([
-          Promise.all([registry.active(), store.redis.hmget(store.k.stateCounts, 'ASSIGNED', 'RUNNING')]),
+          Promise.all([registry.active(), store.stateCounts()]),
           new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
         ]);
-        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: Number(counts[0] || 0) + Number(counts[1] || 0) };
+        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: counts.ASSIGNED + counts.RUNNING };
       } catch (e) {
         ctx.status = 503;
         return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };

@@ -1,0 +1,70 @@
+--[[
+  Creates a job record in CREATED and walks it through the given steps (VALIDATED, then QUEUED) in one atomic
+  call; only the state it ends in enters the indexes and counters (the net effect of entering each in turn), and
+  each step gets its history entry. Callers: JobStore.create (queue/store.ts) <- Lifecycle.submit.
+
+  Input:
+    KEYS[1]      job hash                      <prefix>:job:<id>
+    KEYS[2]      all jobs by sequence (zset)   <prefix>:jobs
+    KEYS[3]      sequence counter              <prefix>:jobs:seq
+    KEYS[4]      known queues (set)            <prefix>:queues
+    KEYS[5]      active jobs per queue (hash)  <prefix>:counts:queue
+    KEYS[6]      queued jobs per priority      <prefix>:queued:by_priority
+    KEYS[7]      finished jobs by time (zset)  <prefix>:jobs:finished
+    KEYS[8]      statistics (hash)             <prefix>:stats
+    KEYS[9..16]  per-state indexes (zsets), in STATES order   <prefix>:jobs:state:<STATE>
+
+    ARGV[1]  state-change channel (BusMessages['jobs'])
+    ARGV[2]  job id
+    ARGV[3]  now, ISO 8601
+    ARGV[4]  now, ms
+    ARGV[5]  call id: a resend of this very call (reply lost on a reconnect) is answered, not refused
+    ARGV[6]  fields, JSON object (spec, operation, queue, priority, attempts, max_attempts, meta)
+    ARGV[7]  n, the number of steps after CREATED
+    ARGV[8..] (state, reason) n times
+
+  Output: {'ok', seq} | {'exists', ''} | {'conflict', state} (a step the transition table does not allow)
+]]
+--- @include "rules"
+--- @include "includes/history"
+--- @include "includes/moveIndexes"
+
+local id, iso, nowms, op = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local job = KEYS[1]
+local cur = redis.call('HMGET', job, 'state', 'last_op', 'seq')
+if cur[1] then
+  if cur[2] == op then return {'ok', cur[3]} end
+  return {'exists', ''}
+end
+local n = tonumber(ARGV[7])
+local s = 'CREATED'
+for i = 0, n - 1 do
+  local to = ARGV[8 + i * 2]
+  if not TRANSITIONS[s][to] then return {'conflict', s} end
+  s = to
+end
+
+local seq = redis.call('INCR', KEYS[3])
+local set = {}
+local fields = cjson.decode(ARGV[6])
+local j = {seq = seq, queue = fields.queue, priority = fields.priority and tostring(fields.priority)}
+local hist = appendHistory(nil, 'CREATED', iso, 'job submitted', '')
+local last = 'job submitted'
+for i = 0, n - 1 do
+  last = ARGV[9 + i * 2]
+  hist = appendHistory(hist, ARGV[8 + i * 2], iso, last, '')
+end
+local K = {queueCounts = KEYS[5], byPriority = KEYS[6], finished = KEYS[7], stats = KEYS[8], state = stateKeys(9)}
+moveIndexes(K, id, j, nil, s, nowms, set)
+redis.call('ZADD', KEYS[2], seq, id)
+if j.queue then redis.call('SADD', KEYS[4], j.queue) end
+set.seq = seq
+set.created_at = iso
+set.updated_at = iso
+set.state = s
+set.history = hist
+set.last_op = op
+writeFields(job, ARGV[6], set)
+-- BusMessages['jobs'] (queue/bus-messages.ts); a new job has no prev.
+redis.call('PUBLISH', ARGV[1], cjson.encode({job_id = id, state = s, timestamp = iso, reason = last}))
+return {'ok', tostring(seq)}
