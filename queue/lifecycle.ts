@@ -16,6 +16,7 @@ import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
+import { publish } from './bus';
 
 const log = createLogger('queue');
 
@@ -175,7 +176,7 @@ export class Lifecycle {
    * The one rule for a report-back (start, events, complete, fail, lease renewal): the caller presents the lease
    * token its claim was handed. A worker id is public (GET /jobs/{id} shows it); the token is not, and a requeue
    * or a new claim replaces it, so an old token is refused (409) and changes nothing. Native workers carry the
-   * token of their claim too; every transition below checks it again atomically in Redis (queue/lua.ts).
+   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-14.lua).
    */
   async held(id: string, workerId: string, token: string): Promise<Record<string, string>> {
     const h = await this.store.raw(id);
@@ -321,7 +322,7 @@ export class Lifecycle {
     if (r.prev === 'QUEUED') await this.router.remove(h.queue, id);
     if (r.prev === 'ASSIGNED' || r.prev === 'RUNNING') {
       // The worker kills its process and removes partial output; the lease ends here.
-      await this.store.redis.publish(this.store.k.chanCancel, id);
+      await publish(this.store.redis, this.store.k, 'cancel', id);
       if (h.lease) await this.router.finish(h.queue, id, h.lease);
       if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
     }

@@ -6,6 +6,7 @@ import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
 import { createLogger, dropped } from '../shared/log';
 import { BullLayout } from './bullmq-layout';
+import { publish } from './bus';
 
 const log = createLogger('queue');
 
@@ -89,7 +90,7 @@ export class QueueRouter {
     });
     // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
     // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
-    this.redis.publish(this.k.chanEnqueued, queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
+    publish(this.redis, this.k, 'enqueued', queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {

@@ -55,9 +55,9 @@ export class WsHub {
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });
-    await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
-    await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
-    await this.d.bus.on(this.d.bus.k.chanSchedules, (m) => this.broadcast('events', msg('schedule_event', m)));
+    await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
+    await this.d.bus.on('events', (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
+    await this.d.bus.on('schedules', (m) => this.broadcast('events', msg('schedule_event', m)));
     this.timers.push(setInterval(() => void this.tick().catch(() => undefined), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();

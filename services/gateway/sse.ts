@@ -42,7 +42,7 @@ export class EventHub {
   get size() { let n = 0; for (const s of this.clients.values()) n += s.size; return n; }
 
   async start() {
-    await this.bus.on(this.bus.k.chanEvents, (msg, raw) => {
+    await this.bus.on('events', (msg, raw) => {
       const set = this.clients.get(msg.job_id);
       if (!set) return;
       // Encoded once for every client: a fan-out to many clients costs one socket write each, nothing more.
@@ -53,7 +53,7 @@ export class EventHub {
         else this.deliver(c, id, frame);
       }
     });
-    await this.bus.on(this.bus.k.chanJobs, (msg) => {
+    await this.bus.on('jobs', (msg) => {
       if (!isTerminal(msg.state)) return;
       const set = this.clients.get(msg.job_id);
       if (!set) return;

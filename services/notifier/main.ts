@@ -31,8 +31,8 @@ async function main() {
     return wanted.events.has(ev);
   };
 
-  await bus.on(hooks.changedChannel, () => { wanted = { at: 0, events: new Set() }; });
-  await bus.on(store.k.chanJobs, (msg) => {
+  await bus.on('webhooks', () => { wanted = { at: 0, events: new Set() }; });
+  await bus.on('jobs', (msg) => {
     const event = msg?.prev === undefined ? 'job.created' : EVENT_OF[msg.state];
     if (!event || !msg.job_id) return;
     void (async () => {
@@ -42,7 +42,7 @@ async function main() {
       await hooks.enqueue(event, { job_id: msg.job_id, status: job?.status, state: msg.state, previous_state: msg.prev ?? null, reason: msg.reason, job }, `${msg.job_id}.${msg.state}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
     })().catch((e) => log.warn('could not queue a webhook delivery', { job_id: msg.job_id, error: (e as Error).message }));
   });
-  await bus.on(store.k.chanSchedules, (msg) => {
+  await bus.on('schedules', (msg) => {
     if (msg?.event !== 'triggered') return;
     void (async () => {
       if (!(await wants('schedule.triggered'))) return;

@@ -4,6 +4,7 @@ import { Queue } from 'bullmq';
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../shared/errors';
 import type { Keys, RedisClient } from '../../shared/redis';
+import { publish } from '../../queue/bus';
 import { canEncrypt, encryptSecret } from '../daemon/credentials';
 import { isSensitiveKey, redact } from '../../shared/sensitive';
 
@@ -53,9 +54,6 @@ export class WebhookStore {
     this.queue.on('error', () => undefined);
   }
 
-  /** Notifiers drop their cached webhook list when this fires. */
-  get changedChannel() { return `${this.k.webhooks}:changed`; }
-
   async list(): Promise<Webhook[]> {
     return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s));
   }
@@ -77,7 +75,7 @@ export class WebhookStore {
       ...(secret ? { secret_box: encryptSecret(secret) } : {}),
     };
     const len = await this.redis.rpush(this.k.webhooks, JSON.stringify(w));
-    await this.redis.publish(this.changedChannel, 'added');
+    await publish(this.redis, this.k, 'webhooks', 'added');
     return { webhook: w, index: len - 1 };
   }
 
@@ -88,7 +86,7 @@ export class WebhookStore {
       if (await this.redis.eval(DELETE_AT, 1, this.k.webhooks, index, v)) {
         const w = JSON.parse(v) as Webhook;
         await this.redis.del(this.k.webhookDeliveries(w.id), this.k.webhookDeliveryOrder(w.id));
-        await this.redis.publish(this.changedChannel, 'removed');
+        await publish(this.redis, this.k, 'webhooks', 'removed');
         return w;
       }
     }

@@ -26,7 +26,7 @@ async function main() {
   await schedules.reconcile();
 
   const bus = new Bus();
-  await bus.on(store.k.chanJobs, (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(() => undefined); });
+  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(() => undefined); });
   const sweep = setInterval(() => void sweepOutcomes(deps).catch(() => undefined), 5000);
 
   const worker = new Worker(SCHEDULE_QUEUE, async (job) => {

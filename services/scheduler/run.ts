@@ -2,6 +2,7 @@
 // iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
 // (its job's outcome) counted once, however many scheduler processes see it.
 import type { Lifecycle } from '../../queue/lifecycle';
+import { publish } from '../../queue/bus';
 import { ApiError } from '../../shared/errors';
 import { isTerminal } from '../../shared/states';
 import type { Logger } from '../../shared/log';
@@ -12,7 +13,7 @@ export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeout
 
 export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
   const k = deps.schedules.k;
-  await deps.schedules.redis.publish(k.chanSchedules, JSON.stringify({ schedule_id, event, timestamp: new Date().toISOString(), ...extra }));
+  await publish(deps.schedules.redis, k, 'schedules', { schedule_id, event, timestamp: new Date().toISOString(), ...extra });
 }
 
 /** Returns the created job id, or null when this iteration already ran or the schedule is gone or disabled. */

@@ -64,11 +64,11 @@ export async function startWorker(o: WorkerOptions) {
     for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(() => undefined);
   }, Math.max(500, (config.leaseSeconds * 1000) / 3));
 
-  await bus.on(bus.k.chanCancel, (id) => {
+  await bus.on('cancel', (id) => {
     const r = running.get(String(id));
     if (r) { r.why = 'cancel'; r.abort.abort(new Error('cancelled')); }
   });
-  await bus.on(bus.k.chanEnqueued, () => wakeOne());
+  await bus.on('enqueued', () => wakeOne());
 
   let queues: string[] = [];
   let queuesAt = 0;
