@@ -73,12 +73,11 @@ export class Lifecycle {
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {
       spec: JSON.stringify(seal(spec)), // credentials kept encrypted when FERRY_SECRET_KEY is set
-      operation: spec.operation,
       queue,
       priority: p.priority,
-      attempts: 0,
       max_attempts: p.retry_count + 1,
-      meta: JSON.stringify(opts.meta || {}),
+      // attempts (0) and an empty meta are what a record without them reads as: not stored.
+      ...(opts.meta && Object.keys(opts.meta).length ? { meta: JSON.stringify(opts.meta) } : {}),
     }, steps);
     if (!created) throw conflict(`job ${spec.job_id} already exists`);
     if (!opts.enqueue) return { job_id: spec.job_id, state: 'VALIDATED' as JobState, queue_position: 0 };

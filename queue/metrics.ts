@@ -10,17 +10,28 @@ import type { RedisClient } from '../shared/redis';
 /** The run-time histogram's bucket bounds (seconds); transitionJob-14.lua gets them generated (queue/scripts.ts). */
 export const DURATION_BUCKETS = [60, 300, 600];
 
-/** The histogram from the statistics hash: the script counts each job once, in the first bucket that holds it
- *  (`duration_in:<le>`, `+Inf` past the last); Prometheus buckets are cumulative, so they are added up here. The
- *  cumulative fields of the layout before (`duration_le:<b>`, `duration_count`) are added in, so counters never
- *  go back on an upgrade. */
+const OUTCOMES = ['completed', 'failed', 'cancelled'] as const;
+const BOUNDS = [...DURATION_BUCKETS.map(String), '+Inf'];
+/** Finished jobs that had started, by bucket (`le`) and outcome: the script counts each such job once, in the
+ *  first bucket that holds its run time (`duration_in:<le>:<outcome>`, moveIndexes.lua). */
+const ran = (s: Record<string, string>, le: string, outcome: string) => Number(s[`duration_in:${le}:${outcome}`] || 0);
+
+/** Jobs finished by outcome: those that never ran (`total:<outcome>`) plus those counted in a duration bucket. */
+export function finishedTotals(s: Record<string, string>): Record<(typeof OUTCOMES)[number], number> {
+  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`total:${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o), 0)])) as Record<(typeof OUTCOMES)[number], number>;
+}
+
+/** The run-time histogram: Prometheus buckets are cumulative, so the per-bucket fields are added up here. The
+ *  cumulative fields of the layout before (`duration_le:<b>`, `duration_count`) are added in, so the counters
+ *  never go back on an upgrade. */
 export function durationHistogram(s: Record<string, string>): { buckets: [number | '+Inf', number][]; count: number; sum: number } {
   let running = 0;
+  const inBucket = (le: string) => OUTCOMES.reduce((a, o) => a + ran(s, le, o), 0);
   const buckets: [number | '+Inf', number][] = DURATION_BUCKETS.map((b) => {
-    running += Number(s[`duration_in:${b}`] || 0);
+    running += inBucket(String(b));
     return [b, running + Number(s[`duration_le:${b}`] || 0)];
   });
-  const count = running + Number(s['duration_in:+Inf'] || 0) + Number(s.duration_count || 0);
+  const count = running + inBucket('+Inf') + Number(s.duration_count || 0);
   buckets.push(['+Inf', count]);
   return { buckets, count, sum: Number(s.duration_sum || 0) };
 }
@@ -31,8 +42,8 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
   const stateCounts = () => store.stateCounts();
 
   registerComputed(registry, 'svc_migration_total', 'Jobs that reached a terminal state, by status', 'counter', async () => {
-    const s = await r.hgetall(k.stats);
-    return ['completed', 'failed', 'cancelled'].map((status) => ({ labels: { status }, value: Number(s[`total:${status}`] || 0) }));
+    const totals = finishedTotals(await r.hgetall(k.stats));
+    return Object.entries(totals).map(([status, value]) => ({ labels: { status }, value }));
   });
   registerComputed(registry, 'svc_migration_duration_seconds', 'Run time of finished jobs (RUNNING to COMPLETED or FAILED)', 'histogram', async () => {
     const h = durationHistogram(await r.hgetall(k.stats));

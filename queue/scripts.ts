@@ -1,15 +1,12 @@
 // Loads the Lua commands in queue/commands/ once per connection, the way BullMQ loads its own: each file is one
-// command named for what it does and its key count (`transitionJob-14.lua`: 14 KEYS), `--- @include "x"` lines
+// command named for what it does and its key count (`transitionJob-13.lua`: 13 KEYS), `--- @include "x"` lines
 // are replaced by includes/x.lua (each once), and `--- @include "rules"` by the rules generated from the one
 // TypeScript source (shared/states.ts, queue/metrics.ts), so no Lua file keeps a copy of them.
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { RedisClient } from '../shared/redis';
-import { JobState, STATES, TERMINAL, TRANSITIONS } from '../shared/states';
+import { STATES, TERMINAL, TRANSITIONS } from '../shared/states';
 import { DURATION_BUCKETS } from './metrics';
-
-/** States counted per queue (the counts hash): what GET /queue and svc_queue_depth show. */
-export const QUEUE_COUNTED: readonly JobState[] = ['QUEUED', 'ASSIGNED', 'RUNNING'];
 
 const DIR = path.join(__dirname, 'commands');
 
@@ -25,7 +22,6 @@ export function rulesLua(): string {
     `local TRANSITIONS = {${STATES.map((s) => `[${str(s)}] = ${set(TRANSITIONS[s])}`).join(', ')}}`,
     `local TERMINAL = ${set(TERMINAL)}`,
     `local TERMINAL_LIST = ${list(TERMINAL)}`,
-    `local QUEUE_COUNTED = ${set(QUEUE_COUNTED)}`,
     `local DURATION_BUCKETS = ${list(DURATION_BUCKETS)}`,
   ].join('\n');
 }

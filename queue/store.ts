@@ -4,7 +4,7 @@ import { JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
 import { randomUUID } from 'node:crypto';
-import { withCommands, FerryCommands, QUEUE_COUNTED } from './scripts';
+import { withCommands, FerryCommands } from './scripts';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -48,21 +48,21 @@ export class JobStore {
   constructor(redis: RedisClient, prefix = config.prefix) {
     this.redis = withCommands(redis);
     this.k = makeKeys(prefix);
-    this.stateKeys = [this.k.queueCounts, this.k.queuedByPriority, this.k.jobsFinished, this.k.stats, ...STATES.map((s) => this.k.jobsInState(s))];
+    this.stateKeys = [this.k.queuedCounts, this.k.jobsFinished, this.k.stats, ...STATES.map((s) => this.k.jobsInState(s))];
   }
 
-  /** Creates the record in CREATED and walks it through `steps` in the same atomic call (createJob-16.lua).
+  /** Creates the record in CREATED and walks it through `steps` in the same atomic call (createJob-14.lua).
    *  `op` names the call: the same call resent (its reply lost) is answered as applied. */
   async create(id: string, fields: Record<string, string | number>, steps: Step[], op: string = randomUUID()): Promise<{ created: boolean; seq: number }> {
     const now = new Date();
     const args: (string | number)[] = [this.k.chanJobs, id, now.toISOString(), now.getTime(), op, JSON.stringify(fields), steps.length];
     for (const s of steps) args.push(s.to, s.reason);
     const k = this.k;
-    const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.jobs, k.seq, k.queues, ...this.stateKeys, ...args);
+    const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.seq, k.queues, ...this.stateKeys, ...args);
     return { created: code === 'ok', seq: Number(seq) };
   }
 
-  /** Moves the job through `steps` atomically (transitionJob-14.lua). `event`, if given, is recorded in the same
+  /** Moves the job through `steps` atomically (transitionJob-13.lua). `event`, if given, is recorded in the same
    *  step, only when the move is allowed: before the state change (`before: true`, e.g. the last event of a
    *  completed job) or after. `op` names the call (see create). */
   async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean }; op?: string } = {}): Promise<TransitionResult> {
@@ -83,10 +83,37 @@ export class JobStore {
     return Object.fromEntries(STATES.map((s, i) => [s, Number(res[i]?.[1] || 0)])) as Record<JobState, number>;
   }
 
-  /** Active jobs per state of each queue (the states in QUEUE_COUNTED; 0 when none). */
-  async queueCounts(queues: string[]): Promise<Record<string, Record<string, number>>> {
-    const h = (await this.redis.hgetall(this.k.queueCounts)) || {};
-    return Object.fromEntries(queues.map((q) => [q, Object.fromEntries(QUEUE_COUNTED.map((s) => [s, Math.max(0, Number(h[`${q}|${s}`] || 0))]))]));
+  /** Every job in the store. */
+  async total(): Promise<number> {
+    return Object.values(await this.stateCounts()).reduce((a, b) => a + b, 0);
+  }
+
+  /** Queued jobs by queue and by priority, from the one counter the scripts keep (`<queue>|<priority>`). */
+  async queued(): Promise<{ byQueue: Record<string, number>; byPriority: Record<string, number> }> {
+    const h = (await this.redis.hgetall(this.k.queuedCounts)) || {};
+    const byQueue: Record<string, number> = {};
+    const byPriority: Record<string, number> = {};
+    for (const [f, v] of Object.entries(h)) {
+      const n = Number(v);
+      if (!(n > 0)) continue;
+      const i = f.lastIndexOf('|');
+      byQueue[f.slice(0, i)] = (byQueue[f.slice(0, i)] || 0) + n;
+      byPriority[f.slice(i + 1)] = (byPriority[f.slice(i + 1)] || 0) + n;
+    }
+    return { byQueue, byPriority };
+  }
+
+  /** QUEUED, ASSIGNED and RUNNING jobs of each queue: queued from the counter, the others from their state
+   *  indexes (as many as worker slots, so small). */
+  async queueCounts(queues: string[]): Promise<Record<string, { QUEUED: number; ASSIGNED: number; RUNNING: number }>> {
+    const [{ byQueue }, assigned, running] = await Promise.all([this.queued(), this.redis.zrange(this.k.jobsInState('ASSIGNED'), 0, -1), this.redis.zrange(this.k.jobsInState('RUNNING'), 0, -1)]);
+    const out = Object.fromEntries(queues.map((q) => [q, { QUEUED: byQueue[q] || 0, ASSIGNED: 0, RUNNING: 0 }]));
+    const ids = [...assigned, ...running];
+    for (const h of await this.many(ids, ['state', 'queue'])) {
+      const c = h?.queue ? out[h.queue] : undefined;
+      if (c && (h!.state === 'ASSIGNED' || h!.state === 'RUNNING')) c[h!.state]++;
+    }
+    return out;
   }
 
   async raw(id: string): Promise<Record<string, string> | null> {
@@ -128,11 +155,7 @@ export class JobStore {
   /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */
   async list(opts: { state?: string; states?: string[]; limit: number; offset?: number }): Promise<{ total: number; ids: string[] }> {
     const off = opts.offset || 0;
-    const states = opts.states || (opts.state ? [opts.state] : null);
-    if (!states) {
-      const [total, ids] = await Promise.all([this.redis.zcard(this.k.jobs), this.redis.zrevrange(this.k.jobs, off, off + opts.limit - 1)]);
-      return { total, ids };
-    }
+    const states = opts.states || (opts.state ? [opts.state] : [...STATES]);
     if (states.length === 1) {
       const key = this.k.jobsInState(states[0]);
       const [total, ids] = await Promise.all([this.redis.zcard(key), this.redis.zrevrange(key, off, off + opts.limit - 1)]);
@@ -201,7 +224,7 @@ export class JobStore {
     return added;
   }
 
-  /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-9.lua call per job,
+  /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
    *  a pipeline per batch); returns how many. */
   async purgeFinished(retentionMs: number, batch = 500): Promise<number> {
     const k = this.k;
@@ -211,7 +234,7 @@ export class JobStore {
       const ids = await this.redis.zrangebyscore(k.jobsFinished, '-inf', Date.now() - retentionMs, 'LIMIT', 0, batch);
       if (!ids.length) return total;
       const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };
-      for (const id of ids) p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobs, k.jobsFinished, ...terminal, id);
+      for (const id of ids) p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
       for (const [err, n] of (await p.exec()) || []) {
         if (err) throw err;
         total += Number(n);

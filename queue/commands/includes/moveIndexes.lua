@@ -1,7 +1,10 @@
 -- The per-state indexes and counters for a job that leaves `prev` (nil on create) for `to`: only the net move,
 -- so a call that walks several states touches each index once. `K` names the keys (from KEYS), `j` the job's
 -- fields read at the start (queue, priority, seq, started_at), `set` collects the fields to write in one HSET.
--- STATES, TERMINAL, QUEUE_COUNTED and DURATION_BUCKETS come from the generated "rules" include.
+-- STATES, TERMINAL and DURATION_BUCKETS come from the generated "rules" include.
+-- Counters kept: queued jobs per queue and priority (one field `<queue>|<priority>`: GET /queue's per-queue
+-- and per-priority figures both add up from it); per-state totals are the indexes' sizes, and the jobs a queue
+-- has ASSIGNED or RUNNING are read from those (small) indexes, so neither needs a counter of its own.
 local function stateKeys(first)
   local t = {}
   for i, s in ipairs(STATES) do t[s] = KEYS[first + i - 1] end
@@ -10,28 +13,29 @@ end
 
 local function moveIndexes(K, id, j, prev, to, nowms, set)
   if prev == to then return end
+  local queued = (j.queue or '') .. '|' .. (j.priority or '')
   if prev then
     redis.call('ZREM', K.state[prev], id)
-    if QUEUE_COUNTED[prev] and j.queue then redis.call('HINCRBY', K.queueCounts, j.queue .. '|' .. prev, -1) end
-    if prev == 'QUEUED' and j.priority then redis.call('HINCRBY', K.byPriority, j.priority, -1) end
+    if prev == 'QUEUED' then redis.call('HINCRBY', K.queued, queued, -1) end
   end
   redis.call('ZADD', K.state[to], j.seq, id)
-  if QUEUE_COUNTED[to] and j.queue then redis.call('HINCRBY', K.queueCounts, j.queue .. '|' .. to, 1) end
-  if to == 'QUEUED' and j.priority then redis.call('HINCRBY', K.byPriority, j.priority, 1) end
+  if to == 'QUEUED' then redis.call('HINCRBY', K.queued, queued, 1) end
   if TERMINAL[to] then
     set.finished_at = nowms
     -- By finish time, for the retention sweep (removeJob).
     redis.call('ZADD', K.finished, nowms, id)
-    redis.call('HINCRBY', K.stats, 'total:' .. string.lower(to), 1)
     if j.started_at and to ~= 'CANCELLED' then
-      -- One bucket per job (not cumulative): queue/metrics.ts adds them up at scrape time.
+      -- One field per outcome and bucket (not cumulative), which also counts the outcome: queue/metrics.ts adds
+      -- them up at scrape time (durationHistogram, finishedTotals).
       local d = (nowms - tonumber(j.started_at)) / 1000
       local bucket = '+Inf'
       for _, b in ipairs(DURATION_BUCKETS) do
         if d <= b then bucket = tostring(b) break end
       end
-      redis.call('HINCRBY', K.stats, 'duration_in:' .. bucket, 1)
+      redis.call('HINCRBY', K.stats, 'duration_in:' .. bucket .. ':' .. string.lower(to), 1)
       redis.call('HINCRBYFLOAT', K.stats, 'duration_sum', d)
+    else
+      redis.call('HINCRBY', K.stats, 'total:' .. string.lower(to), 1)
     end
   end
 end

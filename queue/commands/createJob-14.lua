@@ -5,21 +5,19 @@
 
   Input:
     KEYS[1]      job hash                      <prefix>:job:<id>
-    KEYS[2]      all jobs by sequence (zset)   <prefix>:jobs
-    KEYS[3]      sequence counter              <prefix>:jobs:seq
-    KEYS[4]      known queues (set)            <prefix>:queues
-    KEYS[5]      active jobs per queue (hash)  <prefix>:counts:queue
-    KEYS[6]      queued jobs per priority      <prefix>:queued:by_priority
-    KEYS[7]      finished jobs by time (zset)  <prefix>:jobs:finished
-    KEYS[8]      statistics (hash)             <prefix>:stats
-    KEYS[9..16]  per-state indexes (zsets), in STATES order   <prefix>:jobs:state:<STATE>
+    KEYS[2]      sequence counter              <prefix>:jobs:seq
+    KEYS[3]      known queues (set)            <prefix>:queues
+    KEYS[4]      queued jobs per queue and priority (hash)   <prefix>:counts:queued
+    KEYS[5]      finished jobs by time (zset)  <prefix>:jobs:finished
+    KEYS[6]      statistics (hash)             <prefix>:stats
+    KEYS[7..14]  per-state indexes (zsets), in STATES order   <prefix>:jobs:state:<STATE>
 
     ARGV[1]  state-change channel (BusMessages['jobs'])
     ARGV[2]  job id
     ARGV[3]  now, ISO 8601
     ARGV[4]  now, ms
     ARGV[5]  call id: a resend of this very call (reply lost on a reconnect) is answered, not refused
-    ARGV[6]  fields, JSON object (spec, operation, queue, priority, attempts, max_attempts, meta)
+    ARGV[6]  fields, JSON object (spec, queue, priority, max_attempts, meta when not empty)
     ARGV[7]  n, the number of steps after CREATED
     ARGV[8..] (state, reason) n times
 
@@ -44,7 +42,7 @@ for i = 0, n - 1 do
   s = to
 end
 
-local seq = redis.call('INCR', KEYS[3])
+local seq = redis.call('INCR', KEYS[2])
 local set = {}
 local fields = cjson.decode(ARGV[6])
 local j = {seq = seq, queue = fields.queue, priority = fields.priority and tostring(fields.priority)}
@@ -54,10 +52,9 @@ for i = 0, n - 1 do
   last = ARGV[9 + i * 2]
   hist = appendHistory(hist, ARGV[8 + i * 2], iso, last, '')
 end
-local K = {queueCounts = KEYS[5], byPriority = KEYS[6], finished = KEYS[7], stats = KEYS[8], state = stateKeys(9)}
+local K = {queued = KEYS[4], finished = KEYS[5], stats = KEYS[6], state = stateKeys(7)}
 moveIndexes(K, id, j, nil, s, nowms, set)
-redis.call('ZADD', KEYS[2], seq, id)
-if j.queue then redis.call('SADD', KEYS[4], j.queue) end
+if j.queue then redis.call('SADD', KEYS[3], j.queue) end
 set.seq = seq
 set.created_at = iso
 set.updated_at = iso

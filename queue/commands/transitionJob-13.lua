@@ -9,11 +9,10 @@
   Input:
     KEYS[1]      job hash                      <prefix>:job:<id>
     KEYS[2]      job's progress events (stream) <prefix>:job:<id>:events
-    KEYS[3]      active jobs per queue (hash)  <prefix>:counts:queue
-    KEYS[4]      queued jobs per priority      <prefix>:queued:by_priority
-    KEYS[5]      finished jobs by time (zset)  <prefix>:jobs:finished
-    KEYS[6]      statistics (hash)             <prefix>:stats
-    KEYS[7..14]  per-state indexes (zsets), in STATES order   <prefix>:jobs:state:<STATE>
+    KEYS[3]      queued jobs per queue and priority (hash)   <prefix>:counts:queued
+    KEYS[4]      finished jobs by time (zset)  <prefix>:jobs:finished
+    KEYS[5]      statistics (hash)             <prefix>:stats
+    KEYS[6..13]  per-state indexes (zsets), in STATES order   <prefix>:jobs:state:<STATE>
 
     ARGV[1]  state-change channel (BusMessages['jobs'])
     ARGV[2]  events channel (BusMessages['events'])
@@ -67,7 +66,7 @@ for i = 0, n - 1 do
     set.started_at = nowms
   end
 end
-local K = {queueCounts = KEYS[3], byPriority = KEYS[4], finished = KEYS[5], stats = KEYS[6], state = stateKeys(7)}
+local K = {queued = KEYS[3], finished = KEYS[4], stats = KEYS[5], state = stateKeys(6)}
 moveIndexes(K, id, j, cur, s, nowms, set)
 set.history = hist
 set.state = s
