@@ -17,6 +17,13 @@ export interface JobEventMessage { job_id: string; id: string; event: ProgressEv
 /** A schedule ran or its job finished (services/scheduler). */
 export interface ScheduleMessage { schedule_id: string; event: 'triggered' | 'completed' | 'failed'; timestamp: string; job_id?: string; [extra: string]: unknown }
 
+/** The fields of the JSON messages, for checking what the Lua commands publish (test/queue/commands.test.ts);
+ *  `satisfies` keeps each list to its interface's keys. */
+export const MESSAGE_FIELDS = {
+  jobs: { required: ['job_id', 'state', 'timestamp', 'reason'], optional: ['prev'] },
+  events: { required: ['job_id', 'id', 'event'], optional: [] },
+} satisfies { jobs: { required: (keyof JobStateMessage)[]; optional: (keyof JobStateMessage)[] }; events: { required: (keyof JobEventMessage)[]; optional: (keyof JobEventMessage)[] } };
+
 /** Channel -> message. */
 export interface BusMessages {
   jobs: JobStateMessage;
