@@ -61,7 +61,7 @@ set.updated_at = iso
 set.state = s
 set.history = hist
 set.last_op = op
-writeFields(job, ARGV[6], set)
+writeFields(job, fields, set, {})
 -- BusMessages['jobs'] (queue/bus-messages.ts); a new job has no prev.
 redis.call('PUBLISH', ARGV[1], cjson.encode({job_id = id, state = s, timestamp = iso, reason = last}))
 return {'ok', tostring(seq)}

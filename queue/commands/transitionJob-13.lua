@@ -35,7 +35,9 @@
 
 local id, iso, nowms, lease, op = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local job = KEYS[1]
-local r = redis.call('HMGET', job, 'state', 'last_op', 'lease', 'seq', 'queue', 'priority', 'started_at', 'history')
+local fields = ARGV[8] ~= '' and cjson.decode(ARGV[8]) or {}
+local nulls = nullFields(fields)
+local r = redis.call('HMGET', job, 'state', 'last_op', 'lease', 'seq', 'queue', 'priority', 'started_at', 'history', unpack(nulls))
 local cur = r[1]
 if not cur then return {'missing', ''} end
 -- ioredis resends a command whose reply was lost when Redis went away; if this very call already applied,
@@ -75,5 +77,9 @@ set.last_op = op
 -- BusMessages['jobs'] (queue/bus-messages.ts).
 redis.call('PUBLISH', ARGV[1], cjson.encode({job_id = id, state = s, prev = cur, timestamp = iso, reason = last}))
 if ev and ev ~= '' and evwhen == 'after' then eid = addEvent(KEYS[2], ARGV[2], id, ev, maxlen, set) end
-writeFields(job, ARGV[8], set)
+local present = {}
+for i, k in ipairs(nulls) do
+  if r[8 + i] then present[#present + 1] = k end
+end
+writeFields(job, fields, set, present)
 return {'ok', cur, eid}

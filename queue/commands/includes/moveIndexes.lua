@@ -40,20 +40,28 @@ local function moveIndexes(K, id, j, prev, to, nowms, set)
   end
 end
 
--- Caller fields as one HSET (and one HDEL for the null ones). `set` already holds the script's own fields.
-local function writeFields(job, fieldsJson, set)
-  local del = {}
-  if fieldsJson ~= '' then
-    for k, v in pairs(cjson.decode(fieldsJson)) do
-      if v == cjson.null or v == false then
-        if set[k] == nil then del[#del + 1] = k end
-      else
-        set[k] = tostring(v)
-      end
-    end
+-- The caller's fields (a decoded JSON object; null = delete) with the script's own (`set`) as one HSET, and one
+-- HDEL of `present`: the null fields the record has (the script read them with its first HMGET, so a field that
+-- is not there costs no command).
+local function writeFields(job, fields, set, present)
+  for k, v in pairs(fields) do
+    if v ~= cjson.null and v ~= false then set[k] = tostring(v) end
   end
   local flat = {}
   for k, v in pairs(set) do flat[#flat + 1] = k; flat[#flat + 1] = v end
   if #flat > 0 then redis.call('HSET', job, unpack(flat)) end
+  local del = {}
+  for _, k in ipairs(present) do
+    if set[k] == nil then del[#del + 1] = k end
+  end
   if #del > 0 then redis.call('HDEL', job, unpack(del)) end
+end
+
+-- The names of the null fields of a caller's fields.
+local function nullFields(fields)
+  local out = {}
+  for k, v in pairs(fields) do
+    if v == cjson.null or v == false then out[#out + 1] = k end
+  end
+  return out
 end
