@@ -3,7 +3,7 @@ import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
@@ -38,6 +38,12 @@ const parse = <T>(s: string | undefined | null, dflt: T): T => {
   if (!s) return dflt;
   try { return JSON.parse(s) as T; } catch { return dflt; }
 };
+/** A history entry as stored: [state, timestamp, reason, worker id?] (includes/history.lua), or an object (the
+ *  layout before). */
+type StoredEntry = [JobState, string, string, string?] | HistoryEntry;
+const historyEntry = (e: StoredEntry): HistoryEntry => (Array.isArray(e) ? { state: e[0], timestamp: e[1], reason: e[2], ...(e[3] ? { worker_id: e[3] } : {}) } : e);
+/** Names one call, so that a resend of it is recognised (16 characters, 96 random bits: kept in every record). */
+const callId = () => randomBytes(12).toString('base64url');
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 
 export class JobStore {
@@ -53,7 +59,7 @@ export class JobStore {
 
   /** Creates the record in CREATED and walks it through `steps` in the same atomic call (createJob-14.lua).
    *  `op` names the call: the same call resent (its reply lost) is answered as applied. */
-  async create(id: string, fields: Record<string, string | number>, steps: Step[], op: string = randomUUID()): Promise<{ created: boolean; seq: number }> {
+  async create(id: string, fields: Record<string, string | number>, steps: Step[], op: string = callId()): Promise<{ created: boolean; seq: number }> {
     const now = new Date();
     const args: (string | number)[] = [this.k.chanJobs, id, now.toISOString(), now.getTime(), op, JSON.stringify(fields), steps.length];
     for (const s of steps) args.push(s.to, s.reason);
@@ -67,7 +73,7 @@ export class JobStore {
    *  completed job) or after. `op` names the call (see create). */
   async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean }; op?: string } = {}): Promise<TransitionResult> {
     const now = new Date();
-    const args: (string | number)[] = [this.k.chanJobs, this.k.chanEvents, id, now.toISOString(), now.getTime(), opts.lease || '', opts.op || randomUUID(), opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
+    const args: (string | number)[] = [this.k.chanJobs, this.k.chanEvents, id, now.toISOString(), now.getTime(), opts.lease || '', opts.op || callId(), opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
     for (const s of steps) args.push(s.to, s.reason, s.worker_id || '');
     if (opts.event) args.push(JSON.stringify(opts.event.ev), config.eventsKeptPerJob, opts.event.before ? 'before' : 'after');
     const [code, state, eventId] = await this.redis.ferryTransitionJob(this.k.job(id), this.k.events(id), ...this.stateKeys, ...args);
@@ -125,8 +131,8 @@ export class JobStore {
     const h = await this.redis.hgetall(this.k.job(id));
     if (!h || !h.state) return null;
     // A record of the layout before the history field keeps its history in a list of its own.
-    const history = h.history ? parse<HistoryEntry[]>(h.history, []) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as HistoryEntry);
-    return this.toRecord(id, h, history);
+    const stored = h.history ? parse<StoredEntry[]>(h.history, []) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
+    return this.toRecord(id, h, stored.map(historyEntry));
   }
 
   toRecord(id: string, h: Record<string, string>, history: HistoryEntry[]): JobRecord {
