@@ -7,6 +7,7 @@ import { OperationError } from '../../shared/errors';
 import { checkOutputFree, OutputClaims, placeOutput } from '../../shared/roots';
 import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../../shared/qemu';
 import type { Manifest, ManifestDisk } from '../../shared/schemas/manifest';
+import { outputExtension } from '../../shared/schemas/common';
 import { GuestDisk, GuestSession } from './guestfs';
 import { testBoot, TestBootOptions, TestBootResult } from './testboot';
 import { fixGuest, FixResult, GuestInfo, inspectAndMount } from './guest';
@@ -50,8 +51,6 @@ export function stagesOf(m: Manifest) {
   return { inspect: p.inspect, convert: p.convert, fix: p.fix, validate: p.validate };
 }
 
-const EXT: Record<string, string> = { qcow2: 'qcow2', raw: 'img', vdi: 'vdi' };
-
 /** Output file per disk: output.filename for one disk; with several, "<stem>-<disk id>.<ext>". */
 export function outputNames(m: Manifest, dir: string): Map<string, string> {
   const fmt = m.output.format;
@@ -59,8 +58,8 @@ export function outputNames(m: Manifest, dir: string): Map<string, string> {
   for (const d of m.disks) {
     let name: string;
     if (m.output.filename && m.disks.length === 1) name = m.output.filename;
-    else if (m.output.filename) name = `${m.output.filename.replace(/\.[^.]+$/, '')}-${d.id}.${EXT[fmt]}`;
-    else name = `${d.id}.${EXT[fmt]}`;
+    else if (m.output.filename) name = `${m.output.filename.replace(/\.[^.]+$/, '')}-${d.id}.${outputExtension(fmt)}`;
+    else name = `${d.id}.${outputExtension(fmt)}`;
     names.set(d.id, path.join(dir, name));
   }
   return names;
