@@ -13,7 +13,7 @@ import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
 import { authorize, guardPlain, issueTicket, listenHost, redeemTicket } from '../../shared/auth';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
-import { DAEMON_STATUSES, daemonStatus, STATES } from '../../shared/states';
+import { countByDaemonStatus } from '../../shared/states';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
@@ -81,10 +81,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
 
   const counts = async () => {
-    const c = await redis.hgetall(store.k.stateCounts);
-    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
-    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
-    return by;
+    return countByDaemonStatus(await redis.hgetall(store.k.stateCounts));
   };
   const status = async () => {
     const [by, ws] = await Promise.all([counts(), registry.list()]);

@@ -12,6 +12,7 @@ import { Api, validate } from '../../shared/http';
 import { badRequest } from '../../shared/errors';
 import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from '../../shared/schemas/common';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+import { configFstabMode } from '../../shared/schemas/fstab-modes';
 import { errorSchema, submitResponse } from '../../shared/schemas/responses';
 import type { Lifecycle } from '../../queue/lifecycle';
 
@@ -40,7 +41,7 @@ export const migrationJobSchema = Joi.object({
       path: absolutePath.required(),
     }).required(),
     options: Joi.object({
-      fstabMode: Joi.string().valid('stabilize-all', 'uuid-only', 'preserve'),
+      fstabMode: configFstabMode,
       regenInitramfs: Joi.boolean(),
       updateGrub: Joi.boolean(),
       compress: Joi.boolean(),

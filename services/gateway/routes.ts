@@ -7,6 +7,7 @@ import { Api } from '../../shared/http';
 import { config } from '../../shared/config';
 import { ApiError, conflict, notFound } from '../../shared/errors';
 import { capabilitiesBeyond } from '../../shared/auth';
+import { normalizeCaps } from '../../shared/capabilities';
 import { redact } from '../../shared/sensitive';
 import {
   dequeueSchema, eventsQuery, heartbeatSchema, leaseToken, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, workerCompleteSchema,
@@ -169,7 +170,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       await checkWorkerId(ctx, body.worker_id);
       const registered_at = await registry.register(body, 'http', boundKey(ctx));
       ctx.status = 201;
-      return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: [...new Set<string>(body.capabilities)].sort(), registered_at };
+      return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: normalizeCaps(body.capabilities), registered_at };
     },
   });
   api.add({
