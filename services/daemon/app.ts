@@ -7,7 +7,6 @@ import type Koa from 'koa';
 import yaml from 'js-yaml';
 import Joi from 'joi';
 import { Api, createApp } from '../../shared/http';
-import { ApiError, badRequest } from '../../shared/errors';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
@@ -35,19 +34,6 @@ import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 
 export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
   return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
-}
-
-const YAML_TYPES = /^(application\/(x-)?yaml|text\/(x-)?yaml)\b/i;
-
-async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Promise<string> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of req) {
-    n += (c as Buffer).length;
-    if (n > limit) throw new ApiError(413, 'request body is larger than 2 MiB');
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 export interface DaemonHandle {
@@ -136,17 +122,9 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     mounts.push({ prefix: p, dir }, { prefix: '/api/v1' + p, dir });
   };
   mounts.push(swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml'));
-  // Runs after createApp's error/metrics and authentication middleware, before its body parser and router. The
+  // Runs after createApp's error/metrics and authentication middleware, before its body readers and router. The
   // static mounts (dashboard files, Swagger UI) hold no data and stay public: the dashboard asks for the key.
-  const front: Koa.Middleware = async (ctx, next) => {
-    if (YAML_TYPES.test(ctx.get('content-type'))) {
-      const text = await readBody(ctx.req);
-      try { (ctx.request as any).body = text.trim() ? yaml.load(text) : undefined; } catch (e) { throw badRequest(`malformed YAML body: ${(e as Error).message.split('\n')[0]}`); }
-      if ((ctx.request as any).body === undefined || (ctx.request as any).body === null) (ctx.request as any).body = {};
-    }
-    return next();
-  };
-  app.middleware.splice(2, 0, front, staticMiddleware(mounts));
+  app.middleware.splice(2, 0, staticMiddleware(mounts));
 
   hub = new WsHub({
     bus, store,

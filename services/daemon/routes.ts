@@ -36,7 +36,8 @@ export function buildDaemonApi(d: RouteDeps) {
   const store = life.store;
   // The daemon accepts fields it does not know, ignores them and lists them in `warnings` (as the seed's
   // reference daemon accepts them); the job API (8000) refuses them.
-  const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn' });
+  // Every body may be JSON or YAML (the daemon seed's config-file style); shared/http.ts reads both.
+  const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn', requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'] });
 
   async function submitOne(def: unknown, where: string, caller: ApiKey | null, warnings?: string[]) {
     const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
@@ -70,7 +71,7 @@ export function buildDaemonApi(d: RouteDeps) {
   // Jobs. /jobs/query and /jobs/cancel come before /jobs/:id.
   api.add({
     method: 'post', path: '/jobs/submit', summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
-    body: submitBodySchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
+    body: submitBodySchema,
     responses: {
       200: { description: 'shape A or batch: {job_ids, accepted, rejected, errors, timestamp}; shape B: {job_id, message}', schema: Joi.alternatives().try(
         Joi.object({ job_ids: Joi.array().items(Joi.string()), accepted: Joi.number().integer(), rejected: Joi.number().integer(), errors: Joi.array().items(Joi.object({ index: Joi.number().integer(), error: Joi.string() })), timestamp: Joi.string().isoDate() }),

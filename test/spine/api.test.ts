@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { startGatewayProc, testEnv } from '../helpers/procs';
-import { req, until } from '../helpers/http';
+import { postOversized, req, until } from '../helpers/http';
 
 describe('gateway API (port 8000 protocol)', function () {
   this.timeout(60000);
@@ -114,6 +114,25 @@ describe('gateway API (port 8000 protocol)', function () {
       const q = await req(base, 'POST', '/jobs?queue=maybe', spec('qq'));
       expect(q.status).to.equal(400);
       expect(q.body.error.message).to.include('queue');
+    });
+
+    it('one body reader: 413 naming body for a JSON or YAML body over 2 MiB, 400 naming body for malformed YAML; nothing stored', async () => {
+      const before = await req(base, 'GET', '/jobs?limit=1');
+      for (const [path, type] of [['/jobs', 'application/json'], ['/migrationjobs', 'application/yaml']]) {
+        for (const how of ['declared', 'streamed'] as const) {
+          const r = await postOversized(base, path, type, how);
+          expect(r.status, `${path} ${type} ${how}`).to.equal(413);
+          expect(r.body.error.message).to.equal('body: larger than 2 MiB');
+          expect(r.body.error.fields).to.deep.equal([{ field: 'body', message: 'larger than 2 MiB' }]);
+        }
+      }
+      const bad = await req(base, 'POST', '/migrationjobs', 'kind: [unclosed', { 'content-type': 'application/yaml' });
+      expect(bad.status).to.equal(400);
+      expect(bad.body.error.message).to.match(/^body: malformed YAML/);
+      expect(bad.body.error.fields[0].field).to.equal('body');
+      // YAML is read only where a route takes it: on /jobs it is not a JSON body.
+      expect((await req(base, 'POST', '/jobs', 'job_id: y1', { 'content-type': 'application/yaml' })).status).to.equal(400);
+      expect((await req(base, 'GET', '/jobs?limit=1')).body.total).to.equal(before.body.total);
     });
   });
 
