@@ -6,7 +6,7 @@ import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
 import yaml from 'js-yaml';
 import type { IncomingMessage } from 'node:http';
-import { ApiError, badRequest } from './errors';
+import { ApiError, badRequest, fieldError } from './errors';
 import { toJsonSchema } from './openapi';
 import { Auth, authorize, Need } from './auth';
 import { config } from './config';
@@ -77,7 +77,7 @@ export interface ApiOptions {
 /** The size limit of every request body, JSON or YAML: a larger one is a 413 naming `body`. */
 export const MAX_BODY_BYTES = 2 * 1024 * 1024;
 const YAML_TYPES = /^(application|text)\/(x-)?yaml\b/i;
-const bodyError = (status: number, message: string) => new ApiError(status, `body: ${message}`, { fields: [{ field: 'body', message }] });
+const bodyError = (status: number, message: string) => fieldError(status, 'body', message);
 const tooLarge = () => bodyError(413, `larger than ${MAX_BODY_BYTES / 1024 / 1024} MiB`);
 
 /** A request body as text, refused (413) as soon as it passes MAX_BODY_BYTES. */
@@ -248,7 +248,7 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
     ctx.set('Access-Control-Expose-Headers', 'Allow, WWW-Authenticate, Retry-After');
   }
   if (ctx.method !== 'OPTIONS' || !ctx.get('Access-Control-Request-Method')) return false;
-  if (!allowed) throw new ApiError(403, `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`, { fields: [{ field: 'Origin', message: 'not in FERRY_CORS_ORIGINS' }] });
+  if (!allowed) throw fieldError(403, 'Origin', 'not in FERRY_CORS_ORIGINS', `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`);
   ctx.set('Access-Control-Allow-Methods', CORS_METHODS);
   ctx.set('Access-Control-Allow-Headers', CORS_HEADERS);
   ctx.set('Access-Control-Max-Age', '600');

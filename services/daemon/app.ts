@@ -7,6 +7,7 @@ import type Koa from 'koa';
 import yaml from 'js-yaml';
 import Joi from 'joi';
 import { Api, createApp } from '../../shared/http';
+import { daemonEnvelope } from '../../shared/errors';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
@@ -31,10 +32,6 @@ import { registerVirt } from './virt';
 import { consoleEndpoints } from './console';
 import { buildSpec } from './specs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
-
-export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
-  return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
-}
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;

@@ -3,7 +3,7 @@
 import Joi from 'joi';
 import type { ApiKey } from '../../shared/auth';
 import { Api } from '../../shared/http';
-import { ApiError, notFound } from '../../shared/errors';
+import { ApiError, fieldError, notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
 import {
   cancelSchema, daemonErrorSchema, jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema, scheduleCreateSchema,
@@ -274,7 +274,7 @@ export function buildDaemonApi(d: RouteDeps) {
     responses: { 201: { description: 'added', schema: Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) }) }, 400: err('invalid webhook or refused target') },
     handler: async (ctx, { body }) => {
       const refused = await checkTarget(body.url, cfg.webhooks);
-      if (refused) throw new ApiError(400, `url refused: ${refused}`, { fields: [{ field: 'url', message: refused }] });
+      if (refused) throw fieldError(400, 'url', refused, `url refused: ${refused}`);
       const { webhook, index } = await webhooks.add(body);
       ctx.status = 201;
       return { message: `webhook ${webhook.id} added at index ${index}`, webhook: createdView(webhook, index) };
@@ -287,7 +287,7 @@ export function buildDaemonApi(d: RouteDeps) {
       let only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
       if (body.url !== undefined) {
         only = (await webhooks.list()).filter((w) => w.url === body.url);
-        if (!only.length) throw new ApiError(404, `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`, { fields: [{ field: 'url', message: 'no webhook with this url' }] });
+        if (!only.length) throw fieldError(404, 'url', 'no webhook with this url', `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`);
       }
       const ids = await webhooks.enqueue('webhook.test', { message: 'test delivery from the Ferry daemon' }, `t${Date.now()}`, { backoffMs: cfg.webhooks.backoff_ms, only });
       return { message: `queued ${ids.length} test deliveries`, delivery_ids: ids };

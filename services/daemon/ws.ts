@@ -12,6 +12,7 @@ import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
 import { jobViews, DaemonJob } from './views';
 import { daemonStatus, isTerminal } from '../../shared/states';
+import { daemonEnvelope } from '../../shared/errors';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -64,7 +65,7 @@ export class WsHub {
   }
 
   private refuse(socket: Duplex, code: number, text: string) {
-    const body = JSON.stringify({ error: text, status: code, timestamp: new Date().toISOString() });
+    const body = JSON.stringify(daemonEnvelope(code, text));
     const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : code === 503 ? 'Service Unavailable' : 'Not Found';
     socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
   }

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type client from 'prom-client';
 import { Api } from '../../shared/http';
 import { config } from '../../shared/config';
-import { ApiError, conflict, notFound } from '../../shared/errors';
+import { conflict, fieldError, notFound } from '../../shared/errors';
 import { capabilitiesBeyond } from '../../shared/auth';
 import { normalizeCaps } from '../../shared/capabilities';
 import { redact } from '../../shared/sensitive';
@@ -52,7 +52,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     const key = ctx.state.apiKey;
     if (!key || key.role === 'admin') return;
     const owner = await registry.keyOf(workerId);
-    if (owner && owner !== key.name) throw new ApiError(403, `worker ${workerId} is registered with another API key`, { fields: [{ field: 'worker_id', message: 'registered with another API key' }] });
+    if (owner && owner !== key.name) throw fieldError(403, 'worker_id', 'registered with another API key', `worker ${workerId} is registered with another API key`);
   }
 
   /** The key name a registration binds the worker id to (admin keys act on any worker and bind none). */
@@ -61,7 +61,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   /** A worker key limited to some capabilities (keys file) cannot claim more. */
   function checkCapabilities(ctx: any, caps: string[]) {
     const beyond = capabilitiesBeyond(ctx.state.apiKey, caps);
-    if (beyond.length) throw new ApiError(403, `the API key "${ctx.state.apiKey.name}" does not allow capabilities ${beyond.join(', ')}`, { fields: [{ field: 'capabilities', message: `not allowed for this key: ${beyond.join(', ')}` }] });
+    if (beyond.length) throw fieldError(403, 'capabilities', `not allowed for this key: ${beyond.join(', ')}`, `the API key "${ctx.state.apiKey.name}" does not allow capabilities ${beyond.join(', ')}`);
   }
 
   api.add({

@@ -6,7 +6,7 @@ import type { ServerResponse } from 'node:http';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
 import { isTerminal } from '../../shared/states';
-import { ApiError, notFound } from '../../shared/errors';
+import { fieldError, notFound } from '../../shared/errors';
 import { isStreamId } from '../../shared/schemas/common';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
@@ -107,10 +107,10 @@ export class EventHub {
     if (!h) throw notFound(`job ${jobId} not found`);
     const q = ctx.query.last_event_id;
     const last = String(ctx.get('Last-Event-ID') || (typeof q === 'string' ? q : '') || '');
-    if (Array.isArray(q)) throw new ApiError(400, 'last_event_id must be given once', { fields: [{ field: 'last_event_id', message: 'given more than once' }] });
+    if (Array.isArray(q)) throw fieldError(400, 'last_event_id', 'given more than once', 'last_event_id must be given once');
     if (last && !isStreamId(last)) {
       const field = ctx.get('Last-Event-ID') ? 'Last-Event-ID' : 'last_event_id';
-      throw new ApiError(400, `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`, { fields: [{ field, message: 'not an event id' }] });
+      throw fieldError(400, field, 'not an event id', `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`);
     }
     if (last && isTerminal(h.state) && !after(parseId(completeId(parseId(h.latest_event_id || ''))), parseId(last))) {
       ctx.status = 204; // had `complete` already: EventSource stops reconnecting on 204

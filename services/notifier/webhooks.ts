@@ -2,10 +2,10 @@
 // deliveries off private and loopback addresses (shared/targets.ts), and the BullMQ queue deliveries go through.
 import { Queue } from 'bullmq';
 import { randomUUID } from 'node:crypto';
-import { ApiError } from '../../shared/errors';
+import { ApiError, fieldError } from '../../shared/errors';
 import type { Keys, RedisClient } from '../../shared/redis';
 import { canEncrypt, encryptSecret } from '../daemon/credentials';
-import { isSensitiveKey, redact } from '../../shared/sensitive';
+import { isSensitiveKey, redact, REDACTED } from '../../shared/sensitive';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';
@@ -32,8 +32,8 @@ export function publicView(w: Webhook, index: number) {
 /** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
 export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
-    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? '[redacted]' : v]),
-    ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
+    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? REDACTED : v]),
+    ...Object.keys(w.sealed_headers || {}).map((k) => [k, REDACTED]),
   ]);
   return { ...publicView(w, index), headers };
 }
@@ -62,7 +62,7 @@ export class WebhookStore {
 
   async add(input: Omit<Webhook, 'id' | 'created_at' | 'secret_box'> & { secret?: string }) {
     if (input.secret !== undefined && !canEncrypt()) {
-      throw new ApiError(400, 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted', { fields: [{ field: 'secret', message: 'needs FERRY_SECRET_KEY' }] });
+      throw fieldError(400, 'secret', 'needs FERRY_SECRET_KEY', 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted');
     }
     const sensitive = Object.keys(input.headers || {}).filter((h) => isSensitiveKey(h));
     if (sensitive.length && !canEncrypt()) {

@@ -4,7 +4,7 @@
 import { Queue } from 'bullmq';
 import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
-import { ApiError, badRequest } from '../../shared/errors';
+import { ApiError, badRequest, fieldError } from '../../shared/errors';
 import type { Keys, RedisClient } from '../../shared/redis';
 
 export const SCHEDULE_QUEUE = 'schedules';
@@ -17,10 +17,10 @@ export interface Schedule {
 /** Validates a cron expression (5 fields, or 6 with leading seconds) and a time zone; 400 with the reason. */
 export function checkCron(expr: string, tz: string, field = 'schedule') {
   const n = expr.trim().split(/\s+/).length;
-  if (n !== 5 && n !== 6) throw new ApiError(400, `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`, { fields: [{ field, message: 'wrong number of fields' }] });
-  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw new ApiError(400, `timezone "${tz}" is not a known IANA time zone`, { fields: [{ field: 'timezone', message: 'unknown time zone' }] }); }
+  if (n !== 5 && n !== 6) throw fieldError(400, field, 'wrong number of fields', `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`);
+  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw fieldError(400, 'timezone', 'unknown time zone', `timezone "${tz}" is not a known IANA time zone`); }
   try { CronExpressionParser.parse(expr, { tz }); } catch (e) {
-    throw new ApiError(400, `${field} "${expr}" is not a valid cron expression: ${(e as Error).message}`, { fields: [{ field, message: (e as Error).message }] });
+    throw fieldError(400, field, (e as Error).message, `${field} "${expr}" is not a valid cron expression: ${(e as Error).message}`);
   }
 }
 

@@ -4,7 +4,7 @@ import { constants as fsConstants, promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { convert, imageInfo } from '../qemu';
-import { ApiError } from '../errors';
+import { ApiError, fieldError } from '../errors';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
 import { buildXml, parseXml, sizeBytes, text } from './xml';
@@ -64,7 +64,7 @@ export async function cloneVolume(v: Virsh, s: { pool: string; source_volume: st
 export async function resizeVolume(v: Virsh, s: { pool: string; volume: string; capacity: number; shrink?: boolean }) {
   const before = await volumeInfo(v, s.pool, s.volume);
   if (before.capacity !== null && s.capacity < before.capacity && !s.shrink) {
-    throw new ApiError(400, `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`, { fields: [{ field: 'shrink', message: 'required to shrink' }] });
+    throw fieldError(400, 'shrink', 'required to shrink', `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`);
   }
   await v.run(['vol-resize', '--pool', s.pool, s.volume, String(s.capacity), ...(s.capacity < (before.capacity ?? 0) ? ['--shrink'] : [])]);
   return { ...(await volumeInfo(v, s.pool, s.volume)), previous_capacity: before.capacity };
