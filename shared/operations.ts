@@ -58,7 +58,7 @@ const convertParameters = Joi.object({
   });
 
 // Jobs of the daemon API (8080). The password is never a parameter: it is kept encrypted beside the job
-// (services/daemon/credentials.ts), so the spec stays free of secrets.
+// (shared/vsphere/job-credentials.ts), so the spec stays free of secrets.
 const managerParameters = {
   vm_path: Joi.string().max(1024).required(),
   manager_url: Joi.string().max(2048),

@@ -20,17 +20,17 @@ import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
-import { DaemonConfig, formatDuration } from './config';
+import { DaemonConfig, formatDuration } from '../../shared/daemon-config';
 import { buildDaemonApi } from './routes';
-import { jobViews } from './views';
+import { jobViews } from '../../queue/daemon-views';
 import { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
-import { ScheduleStore } from '../scheduler/schedules';
-import { WebhookStore } from '../notifier/webhooks';
+import { ScheduleStore } from '../../queue/schedules';
+import { WebhookStore } from '../../queue/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { consoleEndpoints } from './console';
-import { buildSpec } from './specs';
+import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 
 export interface DaemonHandle {

@@ -14,9 +14,9 @@ import type { Lifecycle } from '../../queue/lifecycle';
 import type { Bus } from '../../queue/bus';
 import { queueOverview, workersOverview } from '../../queue/overview';
 import { config } from '../../shared/config';
-import { EventHub } from '../gateway/sse';
-import { buildSpec } from './specs';
-import { jobViews } from './views';
+import { EventHub } from '../../queue/sse';
+import { buildSpec } from '../../shared/daemon-jobs';
+import { jobViews } from '../../queue/daemon-views';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 

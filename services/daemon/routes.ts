@@ -11,13 +11,13 @@ import {
 } from '../../shared/schemas/daemon';
 import { statesForDaemonStatus } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
-import type { DaemonConfig } from './config';
-import { checkPasswordStorable, storePassword } from './credentials';
-import { buildSpec } from './specs';
-import { jobViews, progressView } from './views';
-import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
-import { runSchedule, RunDeps } from '../scheduler/run';
-import { createdView, publicView, WebhookStore } from '../notifier/webhooks';
+import type { DaemonConfig } from '../../shared/daemon-config';
+import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
+import { buildSpec } from '../../shared/daemon-jobs';
+import { jobViews, progressView } from '../../queue/daemon-views';
+import { ScheduleStore, refusePasswords } from '../../queue/schedules';
+import { runSchedule, RunDeps } from '../../queue/schedule-runs';
+import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
 import { checkTarget } from '../../shared/targets';
 import { addVmRoutes } from './vms';
 

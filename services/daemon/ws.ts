@@ -10,7 +10,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import { jobViews, DaemonJob } from './views';
+import { jobViews, DaemonJob } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
 

@@ -13,7 +13,7 @@ import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
 import { listenHost, processAuth } from '../../shared/auth';
-import { EventHub } from './sse';
+import { EventHub } from '../../queue/sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 

@@ -17,7 +17,7 @@ import { jobId as jobIdSchema, workerId as workerIdSchema } from '../../shared/s
 import { errorSchema, jobStatusSchema, jobSummarySchema, queueStatusSchema, submitResponse, workerSchema } from '../../shared/schemas/responses';
 import { isTerminal } from '../../shared/states';
 import { sameLease, type Lifecycle } from '../../queue/lifecycle';
-import type { EventHub } from './sse';
+import type { EventHub } from '../../queue/sse';
 import { queueOverview, workersOverview } from '../../queue/overview';
 
 const jobParams = Joi.object({ job_id: jobIdSchema.required() });

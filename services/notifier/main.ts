@@ -6,9 +6,9 @@ import { createRedis } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../daemon/config';
-import { jobView, VIEW_FIELDS } from '../daemon/views';
-import { WebhookStore, WEBHOOK_QUEUE } from './webhooks';
+import { configPath, loadConfig } from '../../shared/daemon-config';
+import { jobView, VIEW_FIELDS } from '../../queue/daemon-views';
+import { WebhookStore, WEBHOOK_QUEUE } from '../../queue/webhooks';
 import { makeDeliverer } from './deliver';
 import { onShutdown } from '../../shared/process';
 

@@ -8,9 +8,9 @@ import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../daemon/config';
-import { ScheduleStore, SCHEDULE_QUEUE } from './schedules';
-import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from './run';
+import { configPath, loadConfig } from '../../shared/daemon-config';
+import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
+import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
 import { onShutdown } from '../../shared/process';
 
 async function main() {

@@ -1,11 +1,11 @@
 // One run of a schedule: a job created from its template through Lifecycle.submit, exactly once per cron
 // iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
 // (its job's outcome) counted once, however many scheduler processes see it.
-import type { Lifecycle } from '../../queue/lifecycle';
-import { ApiError } from '../../shared/errors';
-import { isTerminal } from '../../shared/states';
-import type { Logger } from '../../shared/log';
-import { buildSpec } from '../daemon/specs';
+import type { Lifecycle } from './lifecycle';
+import { ApiError } from '../shared/errors';
+import { isTerminal } from '../shared/states';
+import type { Logger } from '../shared/log';
+import { buildSpec } from '../shared/daemon-jobs';
 import type { ScheduleStore } from './schedules';
 
 export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeoutSeconds: number; parallelDownloads: number; log: Logger }

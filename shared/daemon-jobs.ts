@@ -2,12 +2,12 @@
 // JobSpec the 8000 API uses, so both APIs show the same jobs. Passwords are split off here and never enter
 // the spec or the meta.
 import { randomUUID } from 'node:crypto';
-import { fieldError } from '../../shared/errors';
-import { validate } from '../../shared/http';
-import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
-import { managerDefaults } from './credentials';
-import { managerAllowed } from '../../shared/vsphere/credentials';
+import { fieldError } from './errors';
+import { validate } from './http';
+import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from './schemas/daemon';
+import { jobSpecSchema, JobSpec } from './schemas/job';
+import { managerDefaults } from './vsphere/job-credentials';
+import { managerAllowed } from './vsphere/credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
 

@@ -1,13 +1,13 @@
-// Server-Sent Events for job progress. One Redis subscription per process fans out to every client; a client
+// Server-Sent Events for job progress (the gateway's and the daemon's streams). One Redis subscription per process fans out to every client; a client
 // reconnecting with Last-Event-ID is replayed from the job's event log, then switched to live events, so it
 // receives every event exactly once.
 import type Koa from 'koa';
 import type { ServerResponse } from 'node:http';
-import type { Bus } from '../../queue/bus';
-import type { JobStore } from '../../queue/store';
-import { isTerminal } from '../../shared/states';
-import { fieldError, notFound } from '../../shared/errors';
-import { isStreamId } from '../../shared/schemas/common';
+import type { Bus } from './bus';
+import type { JobStore } from './store';
+import { isTerminal } from '../shared/states';
+import { fieldError, notFound } from '../shared/errors';
+import { isStreamId } from '../shared/schemas/common';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }

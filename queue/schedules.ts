@@ -4,8 +4,8 @@
 import { Queue } from 'bullmq';
 import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
-import { ApiError, badRequest, fieldError } from '../../shared/errors';
-import type { Keys, RedisClient } from '../../shared/redis';
+import { ApiError, badRequest, fieldError } from '../shared/errors';
+import type { Keys, RedisClient } from '../shared/redis';
 
 export const SCHEDULE_QUEUE = 'schedules';
 

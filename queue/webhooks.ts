@@ -2,10 +2,10 @@
 // deliveries off private and loopback addresses (shared/targets.ts), and the BullMQ queue deliveries go through.
 import { Queue } from 'bullmq';
 import { randomUUID } from 'node:crypto';
-import { ApiError, fieldError } from '../../shared/errors';
-import type { Keys, RedisClient } from '../../shared/redis';
-import { canEncrypt, encryptSecret } from '../daemon/credentials';
-import { isSensitiveKey, redact, REDACTED } from '../../shared/sensitive';
+import { ApiError, fieldError } from '../shared/errors';
+import type { Keys, RedisClient } from '../shared/redis';
+import { canEncrypt, encryptSecret } from '../shared/secretbox';
+import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';
