@@ -5,7 +5,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import type { Manifest } from '../../../shared/schemas/manifest';
-import { outputNames, runPipeline } from '../../converter/pipeline';
+import { outputNames, runPipeline } from '../../../shared/converter/pipeline';
 import { OPERATIONS } from '../../../shared/operations';
 import { checkRunPath } from '../../../shared/roots';
 import { throttle, type Operation } from './types';

@@ -10,7 +10,7 @@ import { OperationError } from '../../../shared/errors';
 import { configuredUri, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
-import { testBootLibvirt } from '../../converter/testboot';
+import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { migrate } from './migrate';
 import type { OpContext } from './types';
 

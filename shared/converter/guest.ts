@@ -1,6 +1,6 @@
 // Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
 // package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
-import type { FixStage } from '../../shared/schemas/manifest';
+import type { FixStage } from '../schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';

@@ -3,11 +3,11 @@
 // Sources are only ever read.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { OperationError } from '../../shared/errors';
-import { checkOutputFree, OutputClaims, placeOutput } from '../../shared/roots';
-import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../../shared/qemu';
-import type { Manifest, ManifestDisk } from '../../shared/schemas/manifest';
-import { outputExtension } from '../../shared/schemas/common';
+import { OperationError } from '../errors';
+import { checkOutputFree, OutputClaims, placeOutput } from '../roots';
+import { check, compare, convert as qemuConvert, imageInfo, run, sha256File, QEMU_IMG } from '../qemu';
+import type { Manifest, ManifestDisk } from '../schemas/manifest';
+import { outputExtension } from '../schemas/common';
 import { GuestDisk, GuestSession } from './guestfs';
 import { testBoot, TestBootOptions, TestBootResult } from './testboot';
 import { fixGuest, FixResult, GuestInfo, inspectAndMount } from './guest';

@@ -2,7 +2,7 @@
 // appliance, and the new text with the original spacing kept. The guest repair (guest.ts) only supplies the
 // device identifiers and writes the result back.
 
-import type { FstabMode } from '../../shared/schemas/fstab-modes';
+import type { FstabMode } from '../schemas/fstab-modes';
 export type { FstabMode };
 
 export interface DeviceIds { uuid?: string; partuuid?: string; label?: string }

@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { run } from '../../shared/qemu';
+import { run } from '../qemu';
 import type { GuestSession } from './guestfs';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './guest';
 import { FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
