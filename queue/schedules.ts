@@ -6,6 +6,7 @@ import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
+import { ignoreError } from '../shared/log';
 
 export const SCHEDULE_QUEUE = 'schedules';
 
@@ -90,13 +91,13 @@ export class ScheduleStore {
   async remove(id: string) {
     const n = await this.redis.hdel(this.k.schedules, id);
     if (!n) throw new ApiError(404, `schedule ${id} not found`);
-    await this.queue.removeJobScheduler(id).catch(() => undefined);
+    await this.queue.removeJobScheduler(id).catch(ignoreError('the schedule is gone from Redis: a job scheduler left behind runs once and is then removed by runSchedule', { schedule_id: id }));
     await this.redis.del(this.k.scheduleStats(id));
   }
 
   /** Makes the BullMQ job scheduler match the schedule: present with its pattern when enabled, absent otherwise. */
   async sync(s: Schedule) {
-    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(() => undefined); return; }
+    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError('a disabled schedule whose job scheduler remains runs nothing (runSchedule skips it) and is synced again at the next start', { schedule_id: s.id })); return; }
     await this.queue.upsertJobScheduler(s.id, { pattern: s.schedule, tz: s.timezone }, {
       name: 'run', data: { schedule_id: s.id }, opts: { removeOnComplete: 200, removeOnFail: 200 },
     });
@@ -110,5 +111,5 @@ export class ScheduleStore {
     for (const s of all) await this.sync(s);
   }
 
-  async close() { await this.queue.close().catch(() => undefined); }
+  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
 }

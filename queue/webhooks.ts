@@ -6,6 +6,7 @@ import { ApiError, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import { canEncrypt, encryptSecret } from '../shared/secretbox';
 import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
+import { ignoreError } from '../shared/log';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';
@@ -128,11 +129,11 @@ export class WebhookStore {
         jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },
         removeOnComplete: { age: 3600, count: 10000 }, removeOnFail: { age: 3600, count: 10000 },
       });
-      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(() => undefined);
+      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(ignoreError('the pending row of the delivery log: the delivery itself is queued and writes its outcome', { delivery_id }));
       ids.push(delivery_id);
     }
     return ids;
   }
 
-  async close() { await this.queue.close().catch(() => undefined); }
+  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
 }

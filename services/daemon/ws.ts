@@ -13,6 +13,7 @@ import type { JobStore } from '../../queue/store';
 import { jobViews, DaemonJob } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
+import { ignoreError } from '../../shared/log';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -59,7 +60,7 @@ export class WsHub {
     await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
     await this.d.bus.on(this.d.bus.k.chanSchedules, (m) => this.broadcast('events', msg('schedule_event', m)));
-    this.timers.push(setInterval(() => void this.tick().catch(() => undefined), this.d.statusIntervalMs));
+    this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick that could not read Redis: the next tick sends fresh figures')), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();
   }
@@ -84,7 +85,7 @@ export class WsHub {
       } else {
         this.send(c, msg('metrics', await this.d.metrics()));
       }
-    })().catch(() => undefined);
+    })().catch(ignoreError('the first page for a new client: live updates follow, and the client may reconnect for a fresh one'));
   }
 
   private send(c: Client, text: string, jobId?: string) {

@@ -43,7 +43,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
-  await router.watchAll().catch(() => undefined);
+  await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));
   const sweep = setInterval(async () => {
     try {
       await router.watchAll();

@@ -19,6 +19,7 @@ import { isTerminal } from '../../shared/states';
 import { sameLease, type Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
 import { queueOverview, workersOverview } from '../../queue/overview';
+import { ignoreError } from '../../shared/log';
 
 const jobParams = Joi.object({ job_id: jobIdSchema.required() });
 const workerParams = Joi.object({ worker_id: workerIdSchema.required() });
@@ -235,7 +236,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       const lease = await life.claim(body, undefined, { deadline: true }); // timeout_seconds enforced by reapTimedOut
       ctx.type = 'application/json';
       if (!lease) return 'null';
-      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(() => undefined);
+      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(ignoreError('the first heartbeat extends the lock again; a lock that lapses first sends the job back to the queue', { job_id: lease.job_id }));
       ctx.set('X-Lease-Token', lease.token);
       return { ...lease.record.spec, lease_token: lease.token };
     },

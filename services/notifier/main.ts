@@ -3,7 +3,7 @@
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger } from '../../shared/log';
+import { createLogger, dropped } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../shared/daemon-config';
@@ -58,7 +58,7 @@ async function main() {
   log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
 
   onShutdown(async () => {
-    await worker.close().catch(() => undefined);
+    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await hooks.close();
     await bus.close();
     redis.disconnect();

@@ -2,7 +2,7 @@
 // scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger } from '../../shared/log';
+import { createLogger, dropped } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
@@ -26,8 +26,8 @@ async function main() {
   await schedules.reconcile();
 
   const bus = new Bus();
-  await bus.on(store.k.chanJobs, (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(() => undefined); });
-  const sweep = setInterval(() => void sweepOutcomes(deps).catch(() => undefined), 5000);
+  await bus.on(store.k.chanJobs, (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
+  const sweep = setInterval(() => void sweepOutcomes(deps).catch((e) => log.warn('outcome sweep failed; next in 5 s', { error: (e as Error).message })), 5000);
 
   const worker = new Worker(SCHEDULE_QUEUE, async (job) => {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
@@ -40,7 +40,7 @@ async function main() {
 
   onShutdown(async () => {
     clearInterval(sweep);
-    await worker.close().catch(() => undefined);
+    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await schedules.close();
     await router.close();
     await bus.close();

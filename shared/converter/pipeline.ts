@@ -11,6 +11,7 @@ import { outputExtension } from '../schemas/common';
 import { GuestDisk, GuestSession } from './guestfs';
 import { testBoot, TestBootOptions, TestBootResult } from './testboot';
 import { fixGuest, FixResult, GuestInfo, inspectAndMount } from './guest';
+import { ignoreError, awaitedLater } from '../log';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
 export const STAGES: StageName[] = ['inspect', 'convert', 'fix', 'validate'];
@@ -212,7 +213,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
       const signal = opts.signal ? AbortSignal.any([opts.signal, stopEarly.signal]) : stopEarly.signal;
       log(1, 'fix: started side by side with convert, on overlays of the sources');
       early = timed('fix_side_by_side', () => repair(work.map((w) => ({ path: w.fixOverlay!, format: 'qcow2' })), signal));
-      early.catch(() => undefined);
+      awaitedLater(early);
     }
 
     await stage('convert', async () => {
@@ -241,7 +242,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         const t = Date.now();
         // The checksum is computed while qemu-img reads the same file: one pass through the page cache.
         const sha = w.disk.checksum ? sha256File(w.disk.local_path, undefined, opts.signal) : undefined;
-        sha?.catch(() => undefined);
+        if (sha) awaitedLater(sha);
         try {
           await timed('qemu_img_convert', () => qemuConvert({ src: w.disk.local_path, srcFormat: w.sourceFormat, dest: w.tmp, destFormat: fmt, compress, options, extra }, (pct) => {
             progress('convert', (doneBytes + (pct / 100) * size) / total, `converting ${w.disk.id} ${pct.toFixed(1)}%`, { disk_id: w.disk.id, bytes_processed: Math.round(doneBytes + (pct / 100) * size), total_bytes: total });
@@ -268,7 +269,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     }
 
     // The convert stage failed: the repair running beside it has nothing to go into.
-    if (early && stages.convert.success !== true) { stopEarly.abort(); await early.catch(() => undefined); }
+    if (early && stages.convert.success !== true) { stopEarly.abort(); await early.catch(ignoreError('the repair beside a failed conversion was stopped: its abort is expected')); }
 
     await stage('fix', async (fixReport) => {
       const disksFor = dry ? work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })) : work.map((w) => ({ path: w.tmp, format: w.overlay ? 'qcow2' : m.output.format }));
@@ -308,7 +309,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
         // The output is final from here on (fix ran before): its sha256 is read alongside check and compare,
         // which read the same file, instead of in a second pass after the rename.
         const outSha = timed('output_sha256', () => sha256File(file, undefined, opts.signal));
-        outSha.catch(() => undefined);
+        awaitedLater(outSha);
         if (v.check_image_integrity) {
           const r = await timed('qemu_img_check', () => check(file, fmt));
           c.integrity = r.ok ? (/not support/i.test(r.output) ? 'not supported by format' : 'ok') : 'errors';
@@ -365,7 +366,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     failed = true;
   } finally {
     // Whatever ended the run, the repair beside the conversion does not outlive it.
-    if (early) { stopEarly.abort(); await early.catch(() => undefined); }
+    if (early) { stopEarly.abort(); await early.catch(ignoreError('the repair beside the conversion: its outcome went into the fix stage, or it was stopped')); }
     if (session && !session.closed) await session.close();
   }
   if (failed || dry) await cleanup(work, undefined);
@@ -388,7 +389,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
   };
   if (m.options.report.enabled && !dry && dir) {
     const rp = path.resolve(dir, m.options.report.path);
-    await fs.mkdir(path.dirname(rp), { recursive: true }).catch(() => undefined);
+    await fs.mkdir(path.dirname(rp), { recursive: true }).catch(ignoreError('the report write below fails with the cause, which goes into the report errors'));
     const tmp = path.join(path.dirname(rp), `.${path.basename(rp)}.partial`);
     await fs.writeFile(tmp, JSON.stringify(report, null, 2) + '\n')
       .then(() => placeOutput(tmp, rp, { field: 'report', overwrite: opts.overwrite !== false, claims: opts.claims }))
