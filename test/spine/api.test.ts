@@ -55,6 +55,25 @@ describe('gateway API (port 8000 protocol)', function () {
       expect(entry.waiting_reason).to.match(/img_tool/);
     });
 
+    it('queue position counts the execution mode: a mode queue the same workers take first is ahead, another mode is not', async () => {
+      const pos = async (id: string) => (await req(base, 'GET', `/jobs/${id}`)).body.queue;
+      const container = await req(base, 'POST', '/jobs?queue=true', spec('em-container', { requirements: { capabilities: [], execution_mode: 'CONTAINER' } }));
+      expect(container.status).to.equal(201);
+      expect((await pos('em-container')).name).to.equal('jobs.img_tool@CONTAINER');
+      const containerAt = (await pos('em-container')).position;
+      // A CONTAINER worker with img_tool serves jobs.img_tool@CONTAINER before jobs.img_tool: a plain job waits behind it.
+      const plain = await req(base, 'POST', '/jobs?queue=true', spec('em-plain'));
+      const plainQueue = await pos('em-plain');
+      expect(plainQueue.name).to.equal('jobs.img_tool');
+      const own = (await req(base, 'GET', '/queue')).body.queues.find((x: any) => x.name === 'jobs.img_tool').queued;
+      expect(plain.body.queue_position).to.equal(own + 1).and.to.equal(plainQueue.position);
+      // More capabilities but another mode: a PROCESS worker cannot take the CONTAINER job, so nothing moves ahead of it.
+      const other = await req(base, 'POST', '/jobs?queue=true', spec('em-process', { requirements: { capabilities: ['lvm_tools'], execution_mode: 'PROCESS' } }));
+      expect(other.status).to.equal(201);
+      expect((await pos('em-container')).position).to.equal(containerAt);
+      for (const id of ['em-container', 'em-plain', 'em-process']) expect((await req(base, 'DELETE', `/jobs/${id}`)).status).to.equal(200);
+    });
+
     it('fills defaults into the stored spec', async () => {
       const j = await req(base, 'GET', '/jobs/plain-1');
       expect(j.body.spec.execution_policy).to.deep.equal({ timeout_seconds: 86400, retry_count: 3, priority: 50, idempotent: true });
