@@ -8,15 +8,11 @@ import yaml from 'js-yaml';
 import Joi from 'joi';
 import { Api, createApp } from '../../shared/http';
 import { daemonEnvelope } from '../../shared/errors';
-import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
 import { authorize, guardPlain, issueTicket, listenHost, redeemTicket } from '../../shared/auth';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
 import { countByDaemonStatus } from '../../shared/states';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
@@ -32,6 +28,7 @@ import { registerVirt } from './virt';
 import { consoleEndpoints } from './console';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
+import { connectQueue } from '../../queue/connect';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -43,12 +40,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const log = createLogger('daemon');
   const host = listenHost(cfg.keys, opts.host ?? config.host, opts.host ? (opts.hostSetting || 'daemon.addr') : 'FERRY_HOST');
   const started = Date.now();
-  const redis: RedisClient = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { stalledCheck: false });
-  const registry = new Registry(redis);
-  const life = new Lifecycle(store, router, registry);
+  const { redis, store, router, registry, life } = connectQueue(log, { stalledCheck: false });
   const bus = new Bus();
   const schedules = new ScheduleStore(redis, store.k);
   const webhooks = new WebhookStore(redis, store.k);

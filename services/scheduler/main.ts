@@ -3,24 +3,17 @@
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
 import { createLogger, dropped } from '../../shared/log';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
-import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../shared/daemon-config';
 import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
 import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
 import { onShutdown } from '../../shared/process';
+import { connectQueue } from '../../queue/connect';
 
 async function main() {
   const log = createLogger('scheduler');
   const cfg = loadConfig(configPath());
-  const redis = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { stalledCheck: false });
-  const life = new Lifecycle(store, router, new Registry(redis));
+  const { redis, store, router, life } = connectQueue(log, { stalledCheck: false });
   const schedules = new ScheduleStore(redis, store.k);
   const deps: RunDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   await schedules.reconcile();

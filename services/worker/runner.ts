@@ -5,18 +5,15 @@ import os from 'node:os';
 import client from 'prom-client';
 import { config } from '../../shared/config';
 import { createLogger, dropped } from '../../shared/log';
-import { createRedis } from '../../shared/redis';
 import { jobApiEnvelope, OperationError } from '../../shared/errors';
 import { guardPlain, listenHost, processAuth } from '../../shared/auth';
 import { outputId, type OutputClaims } from '../../shared/roots';
 import { createRegistry } from '../../shared/metrics';
 import { servedQueues } from '../../shared/capabilities';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
-import { Lifecycle, Lease } from '../../queue/lifecycle';
+import { Lease } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { IMPLEMENTATIONS } from './operations';
+import { connectQueue } from '../../queue/connect';
 
 export interface WorkerOptions {
   workerId: string;
@@ -30,12 +27,7 @@ interface Running { lease: Lease; abort: AbortController; why?: 'cancel' | 'time
 
 export async function startWorker(o: WorkerOptions) {
   const log = createLogger(`worker:${o.workerId}`);
-  const redis = createRedis();
-  redis.on('error', (e) => log.debug('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { lockSeconds: config.leaseSeconds });
-  const registry = new Registry(redis);
-  const life = new Lifecycle(store, router, registry);
+  const { redis, store, router, registry, life } = connectQueue(log, { lockSeconds: config.leaseSeconds }, 'debug');
   const bus = new Bus();
   const me = { worker_id: o.workerId, capabilities: o.capabilities, execution_mode: o.executionMode };
   const running = new Map<string, Running>();
