@@ -2,6 +2,8 @@
 // reconnecting with Last-Event-ID is replayed from the job's event log, then switched to live events, so it
 // receives every event exactly once.
 import type Koa from 'koa';
+import type Joi from 'joi';
+import type { RouteDef } from '../shared/http';
 import type { ServerResponse } from 'node:http';
 import type { Bus } from './bus';
 import type { JobStore } from './store';
@@ -98,6 +100,15 @@ export class EventHub {
     const set = this.clients.get(jobId);
     set?.delete(c);
     if (set && !set.size) this.clients.delete(jobId);
+  }
+
+  /** The route of a job's event stream on an API (`param`: the path parameter that names the job). */
+  route(o: { path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[]; notFound: { description: string; schema: Joi.Schema } }): RouteDef {
+    return {
+      method: 'get', path: o.path, summary: o.summary, tags: o.tags, params: o.params,
+      responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: o.notFound },
+      handler: async (ctx, { params }) => { await this.serve(ctx, params[o.param]); return undefined; },
+    };
   }
 
   /** The whole GET .../events/stream: 404 for an unknown job, 400 for a malformed Last-Event-ID (header or

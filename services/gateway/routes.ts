@@ -110,14 +110,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       return store.events(params.job_id, { since: query.since, afterId: query.after_id });
     },
   });
-  api.add({
-    method: 'get', path: '/jobs/:job_id/events/stream', summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], params: jobParams,
-    responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
-    handler: async (ctx, { params }) => {
-      await hub.serve(ctx, params.job_id);
-      return undefined;
-    },
-  });
+  api.add(hub.route({ path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams, summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
 
   // Report-back endpoints for pull workers (the seed has none; see docs/worker-protocol.md).
   api.add({
