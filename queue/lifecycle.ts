@@ -4,7 +4,7 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { canServe, normalizeCaps, parseQueueName, queueName, Requirements, servedQueues } from '../shared/capabilities';
 import { config } from '../shared/config';
-import { ApiError, badRequest, conflict, notFound } from '../shared/errors';
+import { ApiError, badRequest, conflict, fieldError, notFound } from '../shared/errors';
 import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
@@ -64,7 +64,7 @@ export class Lifecycle {
   async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: ApiKey | null }) {
     const req = requirementsOf(spec);
     if (!mayRunPrivileged(opts.caller ?? null, req)) {
-      throw new ApiError(403, `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`, { fields: [{ field: 'requirements.execution_mode', message: 'needs an admin key' }] });
+      throw fieldError(403, 'requirements.execution_mode', 'needs an admin key', `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`);
     }
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     const queue = queueName(req);

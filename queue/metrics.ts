@@ -1,7 +1,7 @@
 // Cluster-wide job metrics read from Redis at scrape time: the transition script keeps the counters.
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
-import { daemonStatus, DAEMON_STATUSES, STATES } from '../shared/states';
+import { countByDaemonStatus, STATES } from '../shared/states';
 import { canServe, parseQueueName } from '../shared/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
@@ -61,10 +61,7 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
     return STATES.map((state) => ({ labels: { state }, value: Number(c[state] || 0) }));
   });
   registerComputed(registry, 'svc_jobs_total', 'Jobs in the store by daemon status (pending, running, completed, failed, cancelled)', 'gauge', async () => {
-    const c = await stateCounts();
-    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
-    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
-    return Object.entries(by).map(([status, value]) => ({ labels: { status }, value }));
+    return Object.entries(countByDaemonStatus(await stateCounts())).map(([status, value]) => ({ labels: { status }, value }));
   });
   registerComputed(registry, 'svc_queue_depth', 'Jobs per queue (requirement set) and state', 'gauge', async () => {
     const counts = await store.queueCounts(await r.smembers(k.queues));

@@ -1,7 +1,7 @@
 // The BullMQ side: one queue per requirement set, enqueue with priority, capability-matched dequeue under a
 // lease (the BullMQ lock), and the queue's view of a job's position.
 import { Job, Queue, Worker } from 'bullmq';
-import { parseQueueName } from '../shared/capabilities';
+import { parseQueueName, queuesTakenBefore } from '../shared/capabilities';
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
 import { createLogger, dropped } from '../shared/log';
@@ -157,12 +157,7 @@ export class QueueRouter {
   async position(queue: string, jobId: string): Promise<number | null> {
     const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.recentQueues()]);
     if (rank === null) return null;
-    const mine = parseQueueName(queue)!;
-    const supersets = known.filter((q) => {
-      if (q === queue) return false;
-      const r = parseQueueName(q)!;
-      return mine.capabilities.every((c) => r.capabilities.includes(c)) && r.capabilities.length > mine.capabilities.length;
-    });
+    const supersets = queuesTakenBefore(queue, known);
     let ahead = rank;
     if (supersets.length) {
       const p = this.redis.pipeline();

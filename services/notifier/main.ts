@@ -3,12 +3,12 @@
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger } from '../../shared/log';
+import { createLogger, dropped } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../daemon/config';
-import { jobView, VIEW_FIELDS } from '../daemon/views';
-import { WebhookStore, WEBHOOK_QUEUE } from './webhooks';
+import { configPath, loadConfig } from '../../shared/daemon-config';
+import { jobView, VIEW_FIELDS } from '../../queue/daemon-views';
+import { WebhookStore, WEBHOOK_QUEUE } from '../../queue/webhooks';
 import { makeDeliverer } from './deliver';
 import { onShutdown } from '../../shared/process';
 
@@ -58,7 +58,7 @@ async function main() {
   log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
 
   onShutdown(async () => {
-    await worker.close().catch(() => undefined);
+    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await hooks.close();
     await bus.close();
     redis.disconnect();

@@ -3,6 +3,7 @@
 import { statSync } from 'node:fs';
 import path from 'node:path';
 import { imageInfo } from '../qemu';
+import { outputExtension } from '../schemas/common';
 import { kvmUsable } from '../guestfs-env';
 import { ApiError } from '../errors';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
@@ -87,7 +88,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   const vols: { path: string; format: string; name: string; capacity: number | null; volFormat: string | null }[] = [];
   for (const [i, d] of s.disks.entries()) {
     const info = await imageInfo(d.path, d.format);
-    const volName = `${s.name}${i ? `-disk${i}` : ''}.${info.format === 'raw' ? 'img' : info.format}`;
+    const volName = `${s.name}${i ? `-disk${i}` : ''}.${outputExtension(info.format)}`;
     if (await volumeExists(v, pool, volName)) throw new ApiError(409, `volume ${volName} already exists in pool ${pool}`);
     s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
     await putFile(v, pool, volName, d.path, info.format, statSync(d.path).size, { exists: false });
