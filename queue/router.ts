@@ -73,13 +73,6 @@ export class QueueRouter {
     return (await this.redis.smembers(this.k.queues)).filter((q) => parseQueueName(q)).sort();
   }
 
-  private recent?: { at: number; queues: Promise<string[]> };
-  /** knownQueues read at most once a second, for the queue position of every submission: a queue created in
-   *  that second counts from the next one (a worker's own list of queues is as old, runner.ts). */
-  private recentQueues(): Promise<string[]> {
-    if (!this.recent || Date.now() - this.recent.at > 1000) this.recent = { at: Date.now(), queues: this.knownQueues() };
-    return this.recent.queues;
-  }
 
   /** Starts stalled checking on every known queue, so a dead worker's job is found even if no live process
    *  serves its queue. */
@@ -155,7 +148,7 @@ export class QueueRouter {
   /** 1-based rank among the jobs the same workers would take before it: its own queue's jobs ahead of it (by
    *  priority, then submission), plus the waiting jobs of more specific queues, which those workers take first. */
   async position(queue: string, jobId: string): Promise<number | null> {
-    const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.recentQueues()]);
+    const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.knownQueues()]);
     if (rank === null) return null;
     const supersets = queuesTakenBefore(queue, known);
     let ahead = rank;
