@@ -3,6 +3,7 @@
 import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
 import { imageInfo } from '../qemu';
+import { outputExtension } from '../schemas/common';
 import { kvmUsable } from '../guestfs-env';
 import { ApiError } from '../errors';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
@@ -91,7 +92,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   ]);
   if (exists) throw new ApiError(409, `a domain named ${s.name} already exists`);
   const dirPool = target?.type === 'dir' && target.path ? target.path : null;
-  const vols = infos.map((info, i) => ({ name: `${s.name}${i ? `-disk${i}` : ''}.${info.format === 'raw' ? 'img' : info.format}`, format: info.format }));
+  const vols = infos.map((info, i) => ({ name: `${s.name}${i ? `-disk${i}` : ''}.${outputExtension(info.format)}`, format: info.format }));
   for (const vol of vols) {
     // In a local dir pool a volume is a file of the folder: the same answer without a round trip.
     const taken = dirPool ? await fs.access(path.join(dirPool, vol.name)).then(() => true, () => false) : await volumeExists(v, pool, vol.name);

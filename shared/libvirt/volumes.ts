@@ -4,11 +4,12 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { convert, imageInfo, run } from '../qemu';
-import { ApiError } from '../errors';
+import { ApiError, fieldError } from '../errors';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
 import { buildXml, parseXml, sizeBytes, text } from './xml';
 import { withXmlFile } from './domains';
+import { ignoreError } from '../log';
 
 export const WIPE_ALGORITHMS = ['zero', 'nnsa', 'dod', 'bsi', 'gutmann', 'schneier', 'pfitzner7', 'pfitzner33', 'random'] as const;
 export const VOLUME_FORMATS = ['raw', 'qcow2', 'vmdk', 'vdi', 'vpc', 'vhdx', 'qed'] as const;
@@ -64,7 +65,7 @@ export async function cloneVolume(v: Virsh, s: { pool: string; source_volume: st
 export async function resizeVolume(v: Virsh, s: { pool: string; volume: string; capacity: number; shrink?: boolean }) {
   const before = await volumeInfo(v, s.pool, s.volume);
   if (before.capacity !== null && s.capacity < before.capacity && !s.shrink) {
-    throw new ApiError(400, `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`, { fields: [{ field: 'shrink', message: 'required to shrink' }] });
+    throw fieldError(400, 'shrink', 'required to shrink', `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`);
   }
   await v.run(['vol-resize', '--pool', s.pool, s.volume, String(s.capacity), ...(s.capacity < (before.capacity ?? 0) ? ['--shrink'] : [])]);
   return { ...(await volumeInfo(v, s.pool, s.volume)), previous_capacity: before.capacity };
@@ -141,8 +142,8 @@ export async function ensureDirPool(v: Virsh, pool: string, dir: string) {
   try { await v.run(['pool-uuid', checkName(pool, 'pool')]); } catch (e) {
     if (!(e instanceof LibvirtError && e.status === 404)) throw e;
     await withXmlFile(buildXml({ pool: { '@_type': 'dir', name: pool, target: { path: dir } } }), (f) => v.run(['pool-define', f]));
-    await v.run(['pool-build', pool]).catch(() => undefined);
-    await v.run(['pool-autostart', pool]).catch(() => undefined);
+    await v.run(['pool-build', pool]).catch(ignoreError('pool-build fails when the directory exists already; pool-start below says if the pool is unusable', { pool }));
+    await v.run(['pool-autostart', pool]).catch(ignoreError('autostart is a convenience: the pool is started here whenever it is needed', { pool }));
   }
   const active = (await v.run(['pool-list', '--name'])).split('\n').map((s) => s.trim()).includes(pool);
   if (!active) await v.run(['pool-start', pool]);

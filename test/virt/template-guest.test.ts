@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { GuestSession } from '../../services/converter/guestfs';
+import { GuestSession } from '../../shared/converter/guestfs';
 import { Virsh } from '../../shared/libvirt';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
