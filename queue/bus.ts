@@ -1,36 +1,97 @@
-// One Redis subscription per process, shared by every listener in it (SSE clients, WebSocket clients, workers).
-import { createRedis, keys as makeKeys, RedisClient } from '../shared/redis';
+// The Redis pub/sub bus: every message Ferry publishes, declared once (BusMessages, the way BullMQ and n8n
+// declare their event maps), and one subscription per process shared by every listener in it (SSE clients,
+// WebSocket clients, workers, the notifier and the scheduler). Publishers use publish() in TypeScript; the Lua
+// commands (queue/commands/) publish `jobs` and `events` from the same fields, and test/queue/bus.test.ts checks
+// what they send against this map.
+import { createRedis, keys as makeKeys, Keys, RedisClient } from '../shared/redis';
+import type { JobState } from '../shared/states';
+import type { ProgressEvent } from '../shared/schemas/job';
+import { createLogger } from '../shared/log';
 
-type Handler = (msg: any, raw: string) => void;
+const log = createLogger('bus');
+
+/** A job changed state (createJob-16.lua, transitionJob-14.lua). A new job's message has no `prev`. */
+export interface JobStateMessage { job_id: string; state: JobState; prev?: JobState; timestamp: string; reason: string }
+/** A progress event was recorded (includes/addEvent.lua); `id` is its stream id (the SSE id). */
+export interface JobEventMessage { job_id: string; id: string; event: ProgressEvent }
+/** A schedule ran or its job finished (services/scheduler). */
+export interface ScheduleMessage { schedule_id: string; event: 'triggered' | 'completed' | 'failed'; timestamp: string; job_id?: string; [extra: string]: unknown }
+
+/** The fields of the JSON messages, for checking what the Lua commands publish (test/queue/commands.test.ts);
+ *  `satisfies` keeps each list to its interface's keys. */
+export const MESSAGE_FIELDS = {
+  jobs: { required: ['job_id', 'state', 'timestamp', 'reason'], optional: ['prev'] },
+  events: { required: ['job_id', 'id', 'event'], optional: [] },
+} satisfies { jobs: { required: (keyof JobStateMessage)[]; optional: (keyof JobStateMessage)[] }; events: { required: (keyof JobEventMessage)[]; optional: (keyof JobEventMessage)[] } };
+
+/** Channel -> message. */
+export interface BusMessages {
+  jobs: JobStateMessage;
+  events: JobEventMessage;
+  /** A job was cancelled while a worker held it: the job id (Lifecycle.cancel); the worker stops it. */
+  cancel: string;
+  /** A job was queued: the queue name, a wake-up hint for idle worker slots (QueueRouter.enqueue). */
+  enqueued: string;
+  schedules: ScheduleMessage;
+  /** The webhook list changed (services/notifier/webhooks.ts): notifiers drop their cached list. */
+  webhooks: 'added' | 'removed';
+}
+export type Channel = keyof BusMessages;
+
+/** Each channel's Redis name and whether its payload is JSON or plain text. */
+const CHANNELS: { [C in Channel]: { name: (k: Keys) => string; json: boolean } } = {
+  jobs: { name: (k) => k.chanJobs, json: true },
+  events: { name: (k) => k.chanEvents, json: true },
+  cancel: { name: (k) => k.chanCancel, json: false },
+  enqueued: { name: (k) => k.chanEnqueued, json: false },
+  schedules: { name: (k) => k.chanSchedules, json: true },
+  webhooks: { name: (k) => `${k.webhooks}:changed`, json: false },
+};
+
+/** The Redis channel name of a bus channel. */
+export const channelName = (k: Keys, c: Channel) => CHANNELS[c].name(k);
+
+/** Publishes one message; resolves to the number of subscribers that received it. */
+export function publish<C extends Channel>(redis: RedisClient, k: Keys, channel: C, msg: BusMessages[C]): Promise<number> {
+  return redis.publish(channelName(k, channel), CHANNELS[channel].json ? JSON.stringify(msg) : String(msg));
+}
+
+type Handler<C extends Channel> = (msg: BusMessages[C], raw: string) => void;
 
 export class Bus {
   private sub: RedisClient;
-  private handlers = new Map<string, Set<Handler>>();
-  readonly k = makeKeys();
+  private handlers = new Map<string, { json: boolean; set: Set<Handler<any>> }>();
+  readonly k: Keys;
 
-  constructor(url?: string) {
+  constructor(url?: string, prefix?: string) {
+    this.k = makeKeys(prefix);
     this.sub = createRedis({ url });
-    this.sub.on('error', () => undefined);
+    // Errors show on reconnect; ioredis resubscribes by itself.
+    this.sub.on('error', (e) => log.debug('bus subscription error; ioredis reconnects and resubscribes', { error: e.message }));
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;
       let msg: unknown = raw;
-      try { msg = JSON.parse(raw); } catch { /* plain string payloads */ }
-      for (const h of hs) {
-        try { h(msg, raw); } catch { /* one listener's fault is not the others' */ }
+      if (hs.json) {
+        try { msg = JSON.parse(raw); } catch { log.warn('dropped a bus message that is not JSON', { channel }); return; }
+      }
+      for (const h of hs.set) {
+        try { h(msg as never, raw); } catch (e) { log.warn('a bus listener failed; the others still get the message', { channel, error: (e as Error).message }); }
       }
     });
   }
 
-  async on(channel: string, h: Handler): Promise<() => void> {
-    let hs = this.handlers.get(channel);
+  /** Listens to a channel; resolves once subscribed, to a function that stops this listener. */
+  async on<C extends Channel>(channel: C, h: Handler<C>): Promise<() => void> {
+    const name = channelName(this.k, channel);
+    let hs = this.handlers.get(name);
     if (!hs) {
-      hs = new Set();
-      this.handlers.set(channel, hs);
-      await this.sub.subscribe(channel);
+      hs = { json: CHANNELS[channel].json, set: new Set() };
+      this.handlers.set(name, hs);
+      await this.sub.subscribe(name);
     }
-    hs.add(h);
-    return () => { hs!.delete(h); };
+    hs.set.add(h);
+    return () => { hs!.set.delete(h); };
   }
 
   async close() {

@@ -4,7 +4,7 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { canServe, normalizeCaps, parseQueueName, queueName, Requirements, servedQueues } from '../shared/capabilities';
 import { config } from '../shared/config';
-import { ApiError, badRequest, conflict, notFound } from '../shared/errors';
+import { ApiError, badRequest, conflict, fieldError, notFound } from '../shared/errors';
 import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { isTerminal, JobState } from '../shared/states';
@@ -16,6 +16,7 @@ import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
+import { publish } from './bus';
 
 const log = createLogger('queue');
 
@@ -63,7 +64,7 @@ export class Lifecycle {
   async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: ApiKey | null }) {
     const req = requirementsOf(spec);
     if (!mayRunPrivileged(opts.caller ?? null, req)) {
-      throw new ApiError(403, `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`, { fields: [{ field: 'requirements.execution_mode', message: 'needs an admin key' }] });
+      throw fieldError(403, 'requirements.execution_mode', 'needs an admin key', `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`);
     }
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     const queue = queueName(req);
@@ -72,12 +73,11 @@ export class Lifecycle {
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {
       spec: JSON.stringify(seal(spec)), // credentials kept encrypted when FERRY_SECRET_KEY is set
-      operation: spec.operation,
       queue,
       priority: p.priority,
-      attempts: 0,
       max_attempts: p.retry_count + 1,
-      meta: JSON.stringify(opts.meta || {}),
+      // attempts (0) and an empty meta are what a record without them reads as: not stored.
+      ...(opts.meta && Object.keys(opts.meta).length ? { meta: JSON.stringify(opts.meta) } : {}),
     }, steps);
     if (!created) throw conflict(`job ${spec.job_id} already exists`);
     if (!opts.enqueue) return { job_id: spec.job_id, state: 'VALIDATED' as JobState, queue_position: 0 };
@@ -175,7 +175,7 @@ export class Lifecycle {
    * The one rule for a report-back (start, events, complete, fail, lease renewal): the caller presents the lease
    * token its claim was handed. A worker id is public (GET /jobs/{id} shows it); the token is not, and a requeue
    * or a new claim replaces it, so an old token is refused (409) and changes nothing. Native workers carry the
-   * token of their claim too; every transition below checks it again atomically in Redis (queue/lua.ts).
+   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-14.lua).
    */
   async held(id: string, workerId: string, token: string): Promise<Record<string, string>> {
     const h = await this.store.raw(id);
@@ -321,7 +321,7 @@ export class Lifecycle {
     if (r.prev === 'QUEUED') await this.router.remove(h.queue, id);
     if (r.prev === 'ASSIGNED' || r.prev === 'RUNNING') {
       // The worker kills its process and removes partial output; the lease ends here.
-      await this.store.redis.publish(this.store.k.chanCancel, id);
+      await publish(this.store.redis, this.store.k, 'cancel', id);
       if (h.lease) await this.router.finish(h.queue, id, h.lease);
       if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
     }

@@ -1,29 +1,55 @@
 // Cluster-wide job metrics read from Redis at scrape time: the transition script keeps the counters.
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
-import { daemonStatus, DAEMON_STATUSES, STATES } from '../shared/states';
+import { countByDaemonStatus, STATES } from '../shared/states';
 import { canServe, parseQueueName } from '../shared/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
 import type { RedisClient } from '../shared/redis';
 
+/** The run-time histogram's bucket bounds (seconds); transitionJob-14.lua gets them generated (queue/scripts.ts). */
 export const DURATION_BUCKETS = [60, 300, 600];
+
+const OUTCOMES = ['completed', 'failed', 'cancelled'] as const;
+const BOUNDS = [...DURATION_BUCKETS.map(String), '+Inf'];
+/** Finished jobs that had started, by bucket (`le`) and outcome: the script counts each such job once, in the
+ *  first bucket that holds its run time (`duration_in:<le>:<outcome>`, moveIndexes.lua). */
+const ran = (s: Record<string, string>, le: string, outcome: string) => Number(s[`duration_in:${le}:${outcome}`] || 0);
+
+/** Jobs finished by outcome: those that never ran (`total:<outcome>`) plus those counted in a duration bucket. */
+export function finishedTotals(s: Record<string, string>): Record<(typeof OUTCOMES)[number], number> {
+  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`total:${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o), 0)])) as Record<(typeof OUTCOMES)[number], number>;
+}
+
+/** The run-time histogram: Prometheus buckets are cumulative, so the per-bucket fields are added up here. The
+ *  cumulative fields of the layout before (`duration_le:<b>`, `duration_count`) are added in, so the counters
+ *  never go back on an upgrade. */
+export function durationHistogram(s: Record<string, string>): { buckets: [number | '+Inf', number][]; count: number; sum: number } {
+  let running = 0;
+  const inBucket = (le: string) => OUTCOMES.reduce((a, o) => a + ran(s, le, o), 0);
+  const buckets: [number | '+Inf', number][] = DURATION_BUCKETS.map((b) => {
+    running += inBucket(String(b));
+    return [b, running + Number(s[`duration_le:${b}`] || 0)];
+  });
+  const count = running + inBucket('+Inf') + Number(s.duration_count || 0);
+  buckets.push(['+Inf', count]);
+  return { buckets, count, sum: Number(s.duration_sum || 0) };
+}
 
 export function registerJobMetrics(registry: client.Registry, store: JobStore, workers: Registry) {
   const r = store.redis;
   const k = store.k;
-  const stateCounts = async () => (await r.hgetall(k.stateCounts)) || {};
+  const stateCounts = () => store.stateCounts();
 
   registerComputed(registry, 'svc_migration_total', 'Jobs that reached a terminal state, by status', 'counter', async () => {
-    const s = await r.hgetall(k.stats);
-    return ['completed', 'failed', 'cancelled'].map((status) => ({ labels: { status }, value: Number(s[`total:${status}`] || 0) }));
+    const totals = finishedTotals(await r.hgetall(k.stats));
+    return Object.entries(totals).map(([status, value]) => ({ labels: { status }, value }));
   });
   registerComputed(registry, 'svc_migration_duration_seconds', 'Run time of finished jobs (RUNNING to COMPLETED or FAILED)', 'histogram', async () => {
-    const s = await r.hgetall(k.stats);
-    const out: Sample[] = DURATION_BUCKETS.map((b) => ({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: b }, value: Number(s[`duration_le:${b}`] || 0) }));
-    out.push({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le: '+Inf' }, value: Number(s.duration_count || 0) });
-    out.push({ metricName: 'svc_migration_duration_seconds_sum', value: Number(s.duration_sum || 0) });
-    out.push({ metricName: 'svc_migration_duration_seconds_count', value: Number(s.duration_count || 0) });
+    const h = durationHistogram(await r.hgetall(k.stats));
+    const out: Sample[] = h.buckets.map(([le, value]) => ({ metricName: 'svc_migration_duration_seconds_bucket', labels: { le }, value }));
+    out.push({ metricName: 'svc_migration_duration_seconds_sum', value: h.sum });
+    out.push({ metricName: 'svc_migration_duration_seconds_count', value: h.count });
     return out;
   });
   registerComputed(registry, 'svc_worker_jobs_active', 'Jobs held by workers (ASSIGNED or RUNNING)', 'gauge', async () => {
@@ -35,22 +61,11 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
     return STATES.map((state) => ({ labels: { state }, value: Number(c[state] || 0) }));
   });
   registerComputed(registry, 'svc_jobs_total', 'Jobs in the store by daemon status (pending, running, completed, failed, cancelled)', 'gauge', async () => {
-    const c = await stateCounts();
-    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
-    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
-    return Object.entries(by).map(([status, value]) => ({ labels: { status }, value }));
+    return Object.entries(countByDaemonStatus(await stateCounts())).map(([status, value]) => ({ labels: { status }, value }));
   });
   registerComputed(registry, 'svc_queue_depth', 'Jobs per queue (requirement set) and state', 'gauge', async () => {
-    const queues = await r.smembers(k.queues);
-    const p = r.pipeline();
-    for (const q of queues) p.hgetall(k.queueCounts(q));
-    const res = (await p.exec()) || [];
-    const out: Sample[] = [];
-    queues.forEach((queue, i) => {
-      const c = (res[i]?.[1] || {}) as Record<string, string>;
-      for (const state of ['QUEUED', 'ASSIGNED', 'RUNNING']) out.push({ labels: { queue, state }, value: Number(c[state] || 0) });
-    });
-    return out;
+    const counts = await store.queueCounts(await r.smembers(k.queues));
+    return Object.entries(counts).flatMap(([queue, c]) => Object.entries(c).map(([state, value]) => ({ labels: { queue, state }, value })));
   });
   registerComputed(registry, 'svc_workers', 'Registered workers by liveness', 'gauge', async () => {
     const ws = await workers.list();

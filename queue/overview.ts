@@ -11,7 +11,7 @@ export async function workersOverview(life: Lifecycle) {
 
 export async function queueOverview(life: Lifecycle) {
   const { store, router, registry } = life;
-  const [byPrio, names, active, queuedIds] = await Promise.all([store.redis.hgetall(store.k.queuedByPriority), router.knownQueues(), registry.active(), store.redis.zrange(store.k.jobsInState('QUEUED'), 0, 199)]);
+  const [{ byPriority: byPrio }, names, active, queuedIds] = await Promise.all([store.queued(), router.knownQueues(), registry.active(), store.redis.zrange(store.k.jobsInState('QUEUED'), 0, 199)]);
   // Jobs a worker handed back with a reason (a full per-manager export limit), per queue (the first 200 queued).
   const own = new Map<string, string[]>();
   for (const h of await store.many(queuedIds, ['state', 'queue', 'waiting_reason'])) {
@@ -20,8 +20,9 @@ export async function queueOverview(life: Lifecycle) {
   const by_priority: Record<string, number> = {};
   let total = 0;
   for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
+  const counts = await store.queueCounts(names);
   const queues = await Promise.all(names.map(async (name) => {
-    const c = await store.redis.hgetall(store.k.queueCounts(name));
+    const c = counts[name];
     const req = parseQueueName(name)!;
     const serving = active.filter((w) => canServe(w, req)).length;
     const queued = Number(c.QUEUED || 0);

@@ -1,6 +1,7 @@
 // Worker registration and heartbeats: who is alive, with which capabilities.
 import { keys as makeKeys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
+import { normalizeCaps } from '../shared/capabilities';
 
 export interface WorkerInfo {
   worker_id: string;
@@ -24,7 +25,7 @@ export class Registry {
     await this.redis.multi()
       .hset(this.k.worker(w.worker_id), {
         worker_id: w.worker_id,
-        capabilities: JSON.stringify([...new Set(w.capabilities)].sort()),
+        capabilities: JSON.stringify(normalizeCaps(w.capabilities)),
         system_info: JSON.stringify(w.system_info || {}),
         execution_mode: w.execution_mode,
         registered_at: now.toISOString(),

@@ -1,11 +1,12 @@
 // The BullMQ side: one queue per requirement set, enqueue with priority, capability-matched dequeue under a
 // lease (the BullMQ lock), and the queue's view of a job's position.
 import { Job, Queue, Worker } from 'bullmq';
-import { parseQueueName } from '../shared/capabilities';
+import { parseQueueName, queuesTakenBefore } from '../shared/capabilities';
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
 import { createLogger, dropped } from '../shared/log';
 import { BullLayout } from './bullmq-layout';
+import { publish } from './bus';
 
 const log = createLogger('queue');
 
@@ -72,6 +73,7 @@ export class QueueRouter {
     return (await this.redis.smembers(this.k.queues)).filter((q) => parseQueueName(q)).sort();
   }
 
+
   /** Starts stalled checking on every known queue, so a dead worker's job is found even if no live process
    *  serves its queue. */
   async watchAll() {
@@ -89,7 +91,7 @@ export class QueueRouter {
     });
     // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
     // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
-    this.redis.publish(this.k.chanEnqueued, queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
+    publish(this.redis, this.k, 'enqueued', queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {
@@ -148,12 +150,7 @@ export class QueueRouter {
   async position(queue: string, jobId: string): Promise<number | null> {
     const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.knownQueues()]);
     if (rank === null) return null;
-    const mine = parseQueueName(queue)!;
-    const supersets = known.filter((q) => {
-      if (q === queue) return false;
-      const r = parseQueueName(q)!;
-      return mine.capabilities.every((c) => r.capabilities.includes(c)) && r.capabilities.length > mine.capabilities.length;
-    });
+    const supersets = queuesTakenBefore(queue, known);
     let ahead = rank;
     if (supersets.length) {
       const p = this.redis.pipeline();

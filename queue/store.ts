@@ -1,10 +1,10 @@
 // Job records in Redis: create, read, list, move between states, and the per-job progress-event log.
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import { allowedFrom, JobState, isTerminal } from '../shared/states';
+import { JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
-import { randomUUID } from 'node:crypto';
-import { withScripts, FerryScripts } from './lua';
+import { randomBytes } from 'node:crypto';
+import { withCommands, FerryCommands } from './scripts';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -38,36 +38,88 @@ const parse = <T>(s: string | undefined | null, dflt: T): T => {
   if (!s) return dflt;
   try { return JSON.parse(s) as T; } catch { return dflt; }
 };
+/** A history entry as stored: [state, timestamp, reason, worker id?] (includes/history.lua), or an object (the
+ *  layout before). */
+type StoredEntry = [JobState, string, string, string?] | HistoryEntry;
+const historyEntry = (e: StoredEntry): HistoryEntry => (Array.isArray(e) ? { state: e[0], timestamp: e[1], reason: e[2], ...(e[3] ? { worker_id: e[3] } : {}) } : e);
+/** Names one call, so that a resend of it is recognised (16 characters, 96 random bits: kept in every record). */
+const callId = () => randomBytes(12).toString('base64url');
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 
 export class JobStore {
   readonly k: Keys;
-  readonly redis: RedisClient & FerryScripts;
+  readonly redis: RedisClient & FerryCommands;
+  /** KEYS shared by createJob and transitionJob after the job's own (queue/commands/*.lua headers). */
+  private readonly stateKeys: string[];
   constructor(redis: RedisClient, prefix = config.prefix) {
-    this.redis = withScripts(redis);
+    this.redis = withCommands(redis);
     this.k = makeKeys(prefix);
+    this.stateKeys = [this.k.queuedCounts, this.k.jobsFinished, this.k.stats, ...STATES.map((s) => this.k.jobsInState(s))];
   }
 
-  /** Creates the record in CREATED and walks it through `steps` in the same atomic call. */
-  async create(id: string, fields: Record<string, string | number>, steps: Step[]): Promise<{ created: boolean; seq: number }> {
+  /** Creates the record in CREATED and walks it through `steps` in the same atomic call (createJob-14.lua).
+   *  `op` names the call: the same call resent (its reply lost) is answered as applied. */
+  async create(id: string, fields: Record<string, string | number>, steps: Step[], op: string = callId()): Promise<{ created: boolean; seq: number }> {
     const now = new Date();
-    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), JSON.stringify({ ...fields, last_op: randomUUID() }), steps.length];
+    const args: (string | number)[] = [this.k.chanJobs, id, now.toISOString(), now.getTime(), op, JSON.stringify(fields), steps.length];
     for (const s of steps) args.push(s.to, s.reason);
-    const [code, seq] = await this.redis.ferryCreate(this.k.job(id), this.k.history(id), ...args);
+    const k = this.k;
+    const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.seq, k.queues, ...this.stateKeys, ...args);
     return { created: code === 'ok', seq: Number(seq) };
   }
 
-  /** Moves the job through `steps` atomically. `event`, if given, is recorded in the same step, only when the
-   *  move is allowed: before the state change (`before: true`, e.g. the last event of a completed job) or after. */
-  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean } } = {}): Promise<TransitionResult> {
+  /** Moves the job through `steps` atomically (transitionJob-13.lua). `event`, if given, is recorded in the same
+   *  step, only when the move is allowed: before the state change (`before: true`, e.g. the last event of a
+   *  completed job) or after. `op` names the call (see create). */
+  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean }; op?: string } = {}): Promise<TransitionResult> {
     const now = new Date();
-    // last_op makes the call idempotent: a resend of an already applied call is answered, not refused.
-    const args: (string | number)[] = [this.k.prefix, id, now.toISOString(), now.getTime(), opts.lease || '', JSON.stringify({ ...opts.fields, last_op: randomUUID() }), steps.length];
-    for (const s of steps) args.push(s.to, allowedFrom(s.to).join(','), s.reason, s.worker_id || '');
+    const args: (string | number)[] = [this.k.chanJobs, this.k.chanEvents, id, now.toISOString(), now.getTime(), opts.lease || '', opts.op || callId(), opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
+    for (const s of steps) args.push(s.to, s.reason, s.worker_id || '');
     if (opts.event) args.push(JSON.stringify(opts.event.ev), config.eventsKeptPerJob, opts.event.before ? 'before' : 'after');
-    const [code, state, eventId] = await this.redis.ferryTransition(this.k.job(id), this.k.history(id), this.k.events(id), ...args);
+    const [code, state, eventId] = await this.redis.ferryTransitionJob(this.k.job(id), this.k.events(id), ...this.stateKeys, ...args);
     if (code === 'ok') return { ok: true, prev: state as JobState, ...(eventId ? { eventId } : {}) };
     return { ok: false, code: code as 'missing' | 'conflict' | 'lease', state: (state || null) as JobState | null };
+  }
+
+  /** Jobs per state, from the state indexes' sizes. */
+  async stateCounts(): Promise<Record<JobState, number>> {
+    const p = this.redis.pipeline();
+    for (const s of STATES) p.zcard(this.k.jobsInState(s));
+    const res = (await p.exec()) || [];
+    return Object.fromEntries(STATES.map((s, i) => [s, Number(res[i]?.[1] || 0)])) as Record<JobState, number>;
+  }
+
+  /** Every job in the store. */
+  async total(): Promise<number> {
+    return Object.values(await this.stateCounts()).reduce((a, b) => a + b, 0);
+  }
+
+  /** Queued jobs by queue and by priority, from the one counter the scripts keep (`<queue>|<priority>`). */
+  async queued(): Promise<{ byQueue: Record<string, number>; byPriority: Record<string, number> }> {
+    const h = (await this.redis.hgetall(this.k.queuedCounts)) || {};
+    const byQueue: Record<string, number> = {};
+    const byPriority: Record<string, number> = {};
+    for (const [f, v] of Object.entries(h)) {
+      const n = Number(v);
+      if (!(n > 0)) continue;
+      const i = f.lastIndexOf('|');
+      byQueue[f.slice(0, i)] = (byQueue[f.slice(0, i)] || 0) + n;
+      byPriority[f.slice(i + 1)] = (byPriority[f.slice(i + 1)] || 0) + n;
+    }
+    return { byQueue, byPriority };
+  }
+
+  /** QUEUED, ASSIGNED and RUNNING jobs of each queue: queued from the counter, the others from their state
+   *  indexes (as many as worker slots, so small). */
+  async queueCounts(queues: string[]): Promise<Record<string, { QUEUED: number; ASSIGNED: number; RUNNING: number }>> {
+    const [{ byQueue }, assigned, running] = await Promise.all([this.queued(), this.redis.zrange(this.k.jobsInState('ASSIGNED'), 0, -1), this.redis.zrange(this.k.jobsInState('RUNNING'), 0, -1)]);
+    const out = Object.fromEntries(queues.map((q) => [q, { QUEUED: byQueue[q] || 0, ASSIGNED: 0, RUNNING: 0 }]));
+    const ids = [...assigned, ...running];
+    for (const h of await this.many(ids, ['state', 'queue'])) {
+      const c = h?.queue ? out[h.queue] : undefined;
+      if (c && (h!.state === 'ASSIGNED' || h!.state === 'RUNNING')) c[h!.state]++;
+    }
+    return out;
   }
 
   async raw(id: string): Promise<Record<string, string> | null> {
@@ -76,9 +128,11 @@ export class JobStore {
   }
 
   async get(id: string): Promise<JobRecord | null> {
-    const [[, h], [, hist]] = (await this.redis.multi().hgetall(this.k.job(id)).lrange(this.k.history(id), 0, -1).exec()) as [[null, Record<string, string>], [null, string[]]];
+    const h = await this.redis.hgetall(this.k.job(id));
     if (!h || !h.state) return null;
-    return this.toRecord(id, h, hist.map((e) => JSON.parse(e)));
+    // A record of the layout before the history field keeps its history in a list of its own.
+    const stored = h.history ? parse<StoredEntry[]>(h.history, []) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
+    return this.toRecord(id, h, stored.map(historyEntry));
   }
 
   toRecord(id: string, h: Record<string, string>, history: HistoryEntry[]): JobRecord {
@@ -107,11 +161,7 @@ export class JobStore {
   /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */
   async list(opts: { state?: string; states?: string[]; limit: number; offset?: number }): Promise<{ total: number; ids: string[] }> {
     const off = opts.offset || 0;
-    const states = opts.states || (opts.state ? [opts.state] : null);
-    if (!states) {
-      const [total, ids] = await Promise.all([this.redis.zcard(this.k.jobs), this.redis.zrevrange(this.k.jobs, off, off + opts.limit - 1)]);
-      return { total, ids };
-    }
+    const states = opts.states || (opts.state ? [opts.state] : [...STATES]);
     if (states.length === 1) {
       const key = this.k.jobsInState(states[0]);
       const [total, ids] = await Promise.all([this.redis.zcard(key), this.redis.zrevrange(key, off, off + opts.limit - 1)]);
@@ -145,7 +195,7 @@ export class JobStore {
   }
 
   async appendEvent(id: string, ev: ProgressEvent, lease = ''): Promise<{ ok: boolean; id?: string; code?: string; state?: string }> {
-    const [code, val] = await this.redis.ferryEvent(this.k.events(id), this.k.job(id), this.k.prefix, id, JSON.stringify(ev), config.eventsKeptPerJob, lease);
+    const [code, val] = await this.redis.ferryAddEvent(this.k.job(id), this.k.events(id), this.k.chanEvents, id, JSON.stringify(ev), config.eventsKeptPerJob, lease);
     return code === 'ok' ? { ok: true, id: val } : { ok: false, code, state: val };
   }
 
@@ -180,13 +230,22 @@ export class JobStore {
     return added;
   }
 
-  /** Removes finished jobs that finished more than `retentionMs` ago, in batches; returns how many. */
+  /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
+   *  a pipeline per batch); returns how many. */
   async purgeFinished(retentionMs: number, batch = 500): Promise<number> {
+    const k = this.k;
+    const terminal = TERMINAL.map((s) => k.jobsInState(s));
     let total = 0;
     for (;;) {
-      const n = Number(await this.redis.ferryPurge(this.k.prefix, Date.now() - retentionMs, batch));
-      total += n;
-      if (n < batch) return total;
+      const ids = await this.redis.zrangebyscore(k.jobsFinished, '-inf', Date.now() - retentionMs, 'LIMIT', 0, batch);
+      if (!ids.length) return total;
+      const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };
+      for (const id of ids) p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
+      for (const [err, n] of (await p.exec()) || []) {
+        if (err) throw err;
+        total += Number(n);
+      }
+      if (ids.length < batch) return total;
     }
   }
 }

@@ -48,7 +48,9 @@ async function main() {
     }
     const dir = path.join(env.FERRY_DATA_DIR ? path.resolve(env.FERRY_DATA_DIR) : path.join(ROOT, '.data'), 'redis');
     mkdirSync(dir, { recursive: true });
-    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
+    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction',
+      // Job records (hashes with a spec and a history of a few hundred bytes) stay compact: docs/queue.md.
+      '--hash-max-listpack-value', '1024'], { stdio: 'ignore' });
     for (let i = 0; i < 100 && !(await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
     env.REDIS_URL = `redis://127.0.0.1:${port}`;
     console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in ${dir.startsWith(ROOT + path.sep) ? path.relative(ROOT, dir) : dir})`);

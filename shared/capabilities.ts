@@ -34,6 +34,9 @@ export function parseQueueName(name: string): Requirements | null {
   return { capabilities: m[1] === 'any' ? [] : m[1].split('+'), execution_mode: m[2] };
 }
 
+/** The capability match, the one rule every part uses (dequeue, GET /queue, metrics, the queue position): the
+ *  worker has every required capability, and the required execution mode, if any, is its own or the worker is
+ *  PRIVILEGED_CONTAINER. */
 export function canServe(worker: { capabilities: string[]; execution_mode?: string }, req: Requirements): boolean {
   const have = new Set(worker.capabilities);
   if (!req.capabilities.every((c) => have.has(c))) return false;
@@ -41,11 +44,28 @@ export function canServe(worker: { capabilities: string[]; execution_mode?: stri
   return worker.execution_mode === req.execution_mode || worker.execution_mode === PRIVILEGED;
 }
 
+type Parsed = { q: string; r: Requirements };
+/** The order a worker takes its queues in: most capabilities first, then a required mode before none, then name. */
+const takeOrder = (a: Parsed, b: Parsed) => b.r.capabilities.length - a.r.capabilities.length || Number(!!b.r.execution_mode) - Number(!!a.r.execution_mode) || a.q.localeCompare(b.q);
+const parsed = (q: string): Parsed | null => { const r = parseQueueName(q); return r && { q, r }; };
+
 /** The queues a worker serves, most specific first so general workers do not starve specialised jobs. */
 export function servedQueues(worker: { capabilities: string[]; execution_mode?: string }, queues: string[]): string[] {
   return queues
-    .map((q) => ({ q, r: parseQueueName(q) }))
-    .filter((x): x is { q: string; r: Requirements } => !!x.r && canServe(worker, x.r))
-    .sort((a, b) => b.r.capabilities.length - a.r.capabilities.length || Number(!!b.r.execution_mode) - Number(!!a.r.execution_mode) || a.q.localeCompare(b.q))
+    .map(parsed)
+    .filter((x): x is Parsed => !!x && canServe(worker, x.r))
+    .sort(takeOrder)
+    .map((x) => x.q);
+}
+
+/** The queues whose jobs are taken before `queue`'s by workers that serve both: every worker able to run their
+ *  jobs can run `queue`'s (a worker with exactly their requirements, execution mode included, serves `queue`),
+ *  and they come first in servedQueues' order. The queue position counts their waiting jobs as ahead. */
+export function queuesTakenBefore(queue: string, queues: string[]): string[] {
+  const mine = parsed(queue);
+  if (!mine) return [];
+  return queues
+    .map(parsed)
+    .filter((x): x is Parsed => !!x && x.q !== queue && canServe({ capabilities: x.r.capabilities, execution_mode: x.r.execution_mode }, mine.r) && takeOrder(x, mine) < 0)
     .map((x) => x.q);
 }

@@ -6,6 +6,8 @@ export class ApiError extends Error {
   }
 }
 export const badRequest = (m: string, d?: unknown) => new ApiError(400, m, d);
+/** A 4xx about one field: `fields` names it for clients, `text` (default "field: message") for people. */
+export const fieldError = (status: number, field: string, message: string, text = `${field}: ${message}`) => new ApiError(status, text, { fields: [{ field, message }] });
 export const notFound = (m: string) => new ApiError(404, m);
 export const conflict = (m: string, d?: unknown) => new ApiError(409, m, d);
 
@@ -15,6 +17,11 @@ export class OperationError extends Error {
     super(message);
     this.name = 'OperationError';
   }
+}
+
+/** The error envelope of the daemon API (port 8080): its HTTP answers, metrics port and WebSocket refusals. */
+export function daemonEnvelope(status: number, message: string, _path?: string, details?: any) {
+  return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
 }
 
 /** The error envelope of the job API (port 8000) and of the workers' own ports. */

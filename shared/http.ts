@@ -4,7 +4,9 @@ import Koa from 'koa';
 import Router from '@koa/router';
 import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
-import { ApiError, badRequest } from './errors';
+import yaml from 'js-yaml';
+import type { IncomingMessage } from 'node:http';
+import { ApiError, badRequest, fieldError } from './errors';
 import { toJsonSchema } from './openapi';
 import { Auth, authorize, Need } from './auth';
 import { config } from './config';
@@ -68,6 +70,33 @@ export interface ApiOptions {
   prefixes?: string[];
   /** 'reject' (400 naming the field) or 'warn' (ignored, listed in the answer's `warnings`). */
   unknownFields?: 'reject' | 'warn';
+  /** Body types of the routes that do not name their own (`requestTypes`); default JSON only. */
+  requestTypes?: string[];
+}
+
+/** The size limit of every request body, JSON or YAML: a larger one is a 413 naming `body`. */
+export const MAX_BODY_BYTES = 2 * 1024 * 1024;
+const YAML_TYPES = /^(application|text)\/(x-)?yaml\b/i;
+const bodyError = (status: number, message: string) => fieldError(status, 'body', message);
+const tooLarge = () => bodyError(413, `larger than ${MAX_BODY_BYTES / 1024 / 1024} MiB`);
+
+/** A request body as text, refused (413) as soon as it passes MAX_BODY_BYTES. */
+async function readText(req: IncomingMessage): Promise<string> {
+  if (Number(req.headers['content-length']) > MAX_BODY_BYTES) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of req) {
+    n += (c as Buffer).length;
+    if (n > MAX_BODY_BYTES) throw tooLarge();
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A YAML body parsed (an empty one is {}); malformed YAML is a 400 naming `body` and the parser's first line. */
+async function readYaml(req: IncomingMessage): Promise<unknown> {
+  const text = await readText(req);
+  try { return (text.trim() ? yaml.load(text) : undefined) ?? {}; } catch (e) { throw bodyError(400, `malformed YAML: ${(e as Error).message.split('\n')[0]}`); }
 }
 
 export class Api {
@@ -76,6 +105,8 @@ export class Api {
   private needs = new Map<string, Need>();
   private prefixes: string[];
   private unknownFields: 'reject' | 'warn';
+  private requestTypes: string[];
+  private yamlRoutes = new Set<string>();
   /** Methods of each parameter-free path, so that a path such as /jobs/submit is not taken for /jobs/:id by a
    *  method it does not have (a 405, not a 404 for a job called "submit"). */
   private literals = new Map<string, Set<string>>();
@@ -83,20 +114,36 @@ export class Api {
   constructor(opts: ApiOptions = {}) {
     this.prefixes = opts.prefixes || [''];
     this.unknownFields = opts.unknownFields || 'reject';
+    this.requestTypes = opts.requestTypes || ['application/json'];
+  }
+
+  /** "METHOD /declared/path" of the route matching this request, or undefined (404/405 follow). */
+  private routeOf(method: string, path: string): string | undefined {
+    const m = method === 'HEAD' ? 'GET' : method;
+    const layer = this.router.match(path, m).pathAndMethod.find((l) => l.methods.length);
+    return layer && `${m} ${layer.path}`;
   }
 
   /** The role the route matching this request needs, or undefined when no route matches (404/405 follow). */
   needOf(method: string, path: string): Need | undefined {
-    const m = method === 'HEAD' ? 'GET' : method;
-    const layer = this.router.match(path, m).pathAndMethod.find((l) => l.methods.length);
-    return layer ? this.needs.get(`${m} ${layer.path}`) : undefined;
+    const r = this.routeOf(method, path);
+    return r ? this.needs.get(r) : undefined;
+  }
+
+  /** Whether the route matching this request takes a YAML body (its requestTypes name one). */
+  takesYaml(method: string, path: string): boolean {
+    const r = this.routeOf(method, path);
+    return !!r && this.yamlRoutes.has(r);
   }
 
   add(def: RouteDef) {
+    if (def.body && !def.requestTypes) def.requestTypes = this.requestTypes;
     this.routes.push(def);
+    const yamlBody = !!def.requestTypes?.some((t) => YAML_TYPES.test(t));
     const literal = !def.path.includes(':');
     for (const prefix of this.prefixes) {
       this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role ?? (def.method === 'get' ? 'read' : 'submit'));
+      if (yamlBody) this.yamlRoutes.add(`${def.method.toUpperCase()} ${prefix + def.path}`);
       if (literal) {
         const set = this.literals.get(prefix + def.path) || new Set<string>();
         set.add(def.method.toUpperCase());
@@ -201,7 +248,7 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
     ctx.set('Access-Control-Expose-Headers', 'Allow, WWW-Authenticate, Retry-After');
   }
   if (ctx.method !== 'OPTIONS' || !ctx.get('Access-Control-Request-Method')) return false;
-  if (!allowed) throw new ApiError(403, `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`, { fields: [{ field: 'Origin', message: 'not in FERRY_CORS_ORIGINS' }] });
+  if (!allowed) throw fieldError(403, 'Origin', 'not in FERRY_CORS_ORIGINS', `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`);
   ctx.set('Access-Control-Allow-Methods', CORS_METHODS);
   ctx.set('Access-Control-Allow-Headers', CORS_HEADERS);
   ctx.set('Access-Control-Max-Age', '600');
@@ -267,18 +314,24 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     }
     return next();
   });
+  // The one body reader: YAML for the routes that take it, JSON for the rest, both under MAX_BODY_BYTES; too
+  // large is a 413, malformed a 400, each naming `body`.
+  app.use(async (ctx, next) => {
+    if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
+    return next();
+  });
   app.use(bodyParser({
     enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],
     extendTypes: { json: opts.bodyTypes?.json || [], text: opts.bodyTypes?.text || [] } as any,
-    jsonLimit: '2mb',
-    textLimit: '2mb',
+    jsonLimit: `${MAX_BODY_BYTES}b`,
+    textLimit: `${MAX_BODY_BYTES}b`,
     strict: false,
-    onerror: (err: Error) => { throw badRequest(`malformed request body: ${err.message}`); },
+    onerror: (err: any) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
   }));
   // No schema here nests deeper than a few levels; a body nested thousands deep would only exhaust the stack of
   // whatever walks it next (validation, the unknown-field pass), so it is refused as the client's error.
   app.use(async (ctx, next) => {
-    if (depthOver((ctx.request as any).body, MAX_BODY_DEPTH)) throw new ApiError(400, `body: nested deeper than ${MAX_BODY_DEPTH} levels`, { fields: [{ field: 'body', message: `nested deeper than ${MAX_BODY_DEPTH} levels` }] });
+    if (depthOver((ctx.request as any).body, MAX_BODY_DEPTH)) throw bodyError(400, `nested deeper than ${MAX_BODY_DEPTH} levels`);
     return next();
   });
   app.use(api.router.routes());

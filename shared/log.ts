@@ -23,5 +23,19 @@ export type Logger = ReturnType<typeof createLogger>;
 /** A `.catch` handler for an error the caller may drop: `why` says why that is safe, and the error is still
  *  logged (at debug level) so it can be found when it should not have happened. */
 export function dropped(log: Logger, why: string, fields?: Record<string, unknown>) {
-  return (e: unknown) => { log.debug(`ignored: ${why}`, { ...fields, error: e instanceof Error ? e.message : String(e) }); };
+  return (e: unknown): undefined => { log.debug(`ignored: ${why}`, { ...fields, error: e instanceof Error ? e.message : String(e) }); return undefined; };
+}
+
+let fallback: Logger | undefined;
+/** `dropped` for code without a logger of its own (shared/ libraries): logged under the process's script name. */
+export function ignoreError(why: string, fields?: Record<string, unknown>) {
+  fallback ??= createLogger(String(process.argv[1] || 'ferry').split('/').slice(-2).join('/').replace(/\.[jt]s$/, ''));
+  return dropped(fallback, why, fields);
+}
+
+/** `p`, its rejection marked as handled now: the caller awaits it later and deals with its error there. Without
+ *  this, a rejection before that await would count as unhandled and end the process. */
+export function awaitedLater<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => { /* handled where p is awaited */ });
+  return p;
 }

@@ -8,7 +8,7 @@ import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
 import { POWER_OPTIONS } from './vsphere/options';
 
-/** virt_test: one boot of the outputs, its serial console judged (services/converter/boot-judge.ts). */
+/** virt_test: one boot of the outputs, its serial console judged (shared/converter/boot-judge.ts). */
 export const virtTestSchema = Joi.object({
   expect: regexString.description('a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
   timeout_seconds: Joi.number().integer().min(5).max(3600).default(300),
@@ -58,7 +58,7 @@ const convertParameters = Joi.object({
   });
 
 // Jobs of the daemon API (8080). The password is never a parameter: it is kept encrypted beside the job
-// (services/daemon/credentials.ts), so the spec stays free of secrets.
+// (shared/vsphere/job-credentials.ts), so the spec stays free of secrets.
 const managerParameters = {
   vm_path: Joi.string().max(1024).required(),
   manager_url: Joi.string().max(2048),

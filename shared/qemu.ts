@@ -3,6 +3,7 @@ import { spawn, execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { open, readFile, stat } from 'node:fs/promises';
 import { OperationError } from './errors';
+import { ignoreError } from './log';
 
 export const QEMU_IMG = process.env.QEMU_IMG || 'qemu-img';
 
@@ -48,7 +49,7 @@ async function bytesReadBy(pid: number): Promise<number | undefined> {
 /** What a file takes on its device (sparse holes excluded); undefined if it cannot be read. */
 async function allocatedBytes(file: string): Promise<number | undefined> {
   // Missing (the output before qemu-img creates it) or unreadable: only this progress estimate goes without.
-  const st = await stat(file).catch(() => undefined);
+  const st = await stat(file).catch(ignoreError('no allocation figure for the progress estimate', { file }));
   return st && (st.blocks * 512 || st.size || undefined);
 }
 

@@ -59,16 +59,15 @@ export function keys(prefix = config.prefix) {
     prefix,
     bullPrefix: `${prefix}:q`,
     seq: `${prefix}:jobs:seq`,
-    jobs: `${prefix}:jobs`,
     jobsInState: (s: string) => `${prefix}:jobs:state:${s}`,
     /** Finished jobs by finish time (ms), for the retention sweep. */
     jobsFinished: `${prefix}:jobs:finished`,
     job: (id: string) => `${prefix}:job:${id}`,
+    /** The state history list of the layout before it became the record's `history` field (read and purged only). */
     history: (id: string) => `${prefix}:job:${id}:history`,
     events: (id: string) => `${prefix}:job:${id}:events`,
-    stateCounts: `${prefix}:counts:state`,
-    queueCounts: (q: string) => `${prefix}:queue:${q}:counts`,
-    queuedByPriority: `${prefix}:queued:by_priority`,
+    /** Queued jobs per queue and priority, fields `<queue>|<priority>` (one fixed key: the scripts name it in KEYS). */
+    queuedCounts: `${prefix}:counts:queued`,
     queues: `${prefix}:queues`,
     stats: `${prefix}:stats`,
     workers: `${prefix}:workers`,

@@ -29,7 +29,7 @@ export function allowedFrom(to: JobState): JobState[] {
 }
 
 /** The daemon API's lowercase view of a state (docs/states.md). */
-export function daemonStatus(s: string): 'pending' | 'running' | 'completed' | 'failed' | 'cancelled' {
+export function daemonStatus(s: string): DaemonStatus {
   switch (s) {
     case 'RUNNING': return 'running';
     case 'COMPLETED': return 'completed';
@@ -39,6 +39,14 @@ export function daemonStatus(s: string): 'pending' | 'running' | 'completed' | '
   }
 }
 export const DAEMON_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
+export type DaemonStatus = (typeof DAEMON_STATUSES)[number];
+
+/** Jobs per daemon status from jobs per state (the counts hash the transition script keeps; missing = 0). */
+export function countByDaemonStatus(perState: Record<string, string | number | undefined>): Record<DaemonStatus, number> {
+  const by = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0])) as Record<DaemonStatus, number>;
+  for (const s of STATES) by[daemonStatus(s)] += Number(perState[s] || 0);
+  return by;
+}
 export function statesForDaemonStatus(status: string): JobState[] {
   return STATES.filter((s) => daemonStatus(s) === status);
 }

@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { convert as qemuConvert, sha256File } from '../../shared/qemu';
 import { validateManifest } from '../../shared/schemas/manifest';
-import { runPipeline } from '../../services/converter/pipeline';
+import { runPipeline } from '../../shared/converter/pipeline';
 
 const MIB = Number(process.env.BENCH_MIB || 1024);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 9);

@@ -1,7 +1,7 @@
 // npm run bench:guest (issue 12): Debian's virt-v2v and Ferry on the same real guest disk (the Debian 12 fixture,
 // test/fixtures/debian-guest.ts, both variants), one after the other in one run. For each: wall time, peak memory
 // of the whole process tree (the libguestfs appliance's qemu included), output size, and whether the output boots
-// on virtio-blk with a virtio NIC (the product's virt_test runner, services/converter/testboot.ts, under TCG,
+// on virtio-blk with a virtio NIC (the product's virt_test runner, shared/converter/testboot.ts, under TCG,
 // awaiting the guest's marker or the initramfs giving up). Target: Ferry's output boots on every variant, and
 // Ferry's wall time <= 0.7x virt-v2v's.
 //   virt-v2v -i disk <vmdk> -o local -os <dir> -of qcow2        (LIBGUESTFS_BACKEND_SETTINGS=force_tcg)
@@ -14,7 +14,7 @@ import { promises as fs, readFileSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { converterConfigSchema } from '../../shared/schemas/converter-config';
-import { testBoot } from '../../services/converter/testboot';
+import { testBoot } from '../../shared/converter/testboot';
 import { ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 const ROOT = path.resolve(__dirname, '..', '..');

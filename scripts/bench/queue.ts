@@ -8,7 +8,9 @@
 //          --concurrency N (worker slots, also BullMQ Worker concurrency, default 8),
 //          --inflight N (client requests in flight, default 32), --clients N (SSE clients, default 1000),
 //          --completion bus|sse (how the client sees COMPLETED, default bus; see below),
-//          --profile (also print Redis commands per job, from INFO commandstats, for each throughput run).
+//          --profile (more Redis commands in the breakdown, per-process CPU of the fan-out, per-round spread).
+// Redis commands per job come from INFO commandstats around each throughput run (commands inside Lua scripts
+// count under their own names, as they cost Redis the same).
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -39,6 +41,10 @@ const COMPLETION = opt.completion === 'sse' ? 'sse' : 'bus';
 const PREFIX = 'ferrybench';
 const MEM_JOBS = 2000;
 const FANOUT_ROUNDS = 20;
+/** Redis's hash-max-listpack-value as Ferry deploys it (compose.yaml, deploy/k8s/redis.yaml, npm start), and
+ *  Redis's default, under which memory is measured too. */
+const LISTPACK_VALUE = 1024;
+const LISTPACK_DEFAULT = 64;
 
 /** The benchmark's redis-server: TestRedis on a free port, but fsync once a second (npm start's policy) rather
  *  than on every write as the crash tests need. */
@@ -46,7 +52,8 @@ class BenchRedis extends TestRedis {
   override async start() {
     this.port = await freePort();
     this.proc = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir,
-      '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
+      '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction',
+      '--hash-max-listpack-value', String(LISTPACK_VALUE)], { stdio: 'ignore' });
     await waitForPort(this.port);
     return this;
   }
@@ -131,7 +138,7 @@ async function commandReport(redis: IORedis, before: Map<string, [number, number
   const rows = [...after].map(([c, [n, us]]) => [c, (n - (before.get(c)?.[0] || 0)) / jobs, (us - (before.get(c)?.[1] || 0)) / jobs] as [string, number, number]).filter((r) => r[1] > 0.01);
   rows.sort((a, b) => b[2] - a[2]);
   const total = rows.reduce((a, r) => a + r[1], 0);
-  return `${total.toFixed(1)} commands/job (incl. inside scripts); by Redis time: ${rows.slice(0, 10).map((r) => `${r[0]} ${r[1].toFixed(1)}x ${r[2].toFixed(0)}us`).join(', ')}`;
+  return { total, text: `${total.toFixed(1)} commands/job (incl. inside scripts); by Redis time: ${rows.slice(0, opt.profile ? 30 : 10).map((r) => `${r[0]} ${r[1].toFixed(1)}x ${r[2].toFixed(0)}us`).join(', ')}` };
 }
 
 /** An SSE stream over a bare TCP socket: the 1,000-client fan-out measures the gateway, so each received chunk
@@ -266,9 +273,10 @@ async function bareHttpThroughput(redisUrl: string, n: number) {
     const cpu0 = cpuSnapshot(cpu);
     const rate = await run(n, 'run');
     const cpuMs = (cpuSnapshot(cpu).reduce((a, x, i) => a + x - cpu0[i], 0) * 1000) / n;
-    log(`bare BullMQ behind bare HTTP: ${rate.toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, n, cpu)}`);
+    const perProcess = cpuReport(cpu0, n, cpu);
+    log(`bare BullMQ behind bare HTTP: ${rate.toFixed(0)} jobs/s; CPU per job: ${perProcess}`);
     sub.disconnect();
-    return { rate, cpuMs };
+    return { rate, cpuMs, perProcess };
   } finally {
     server.p.kill('SIGTERM');
     worker.p.kill('SIGTERM');
@@ -425,6 +433,13 @@ async function main() {
     }
     const memPerJob = ((await usedMemory(admin)) - memBefore) / MEM_JOBS;
     const bareMemPerJob = await bareMemory(admin, redis.url, MEM_JOBS);
+    // The same under Redis's default hash-max-listpack-value (records then use the larger hashtable encoding).
+    await admin.config('SET', 'hash-max-listpack-value', String(LISTPACK_DEFAULT));
+    const memDefault0 = await usedMemory(admin);
+    for (let i = 0; i < MEM_JOBS; i++) await request(base, 'POST', '/jobs?queue=true', spec(`memd-${i}`));
+    const memPerJobDefault = ((await usedMemory(admin)) - memDefault0) / MEM_JOBS;
+    const bareMemPerJobDefault = await bareMemory(admin, redis.url, MEM_JOBS);
+    await admin.config('SET', 'hash-max-listpack-value', String(LISTPACK_VALUE));
     log(`submit latency and memory: ${MEM_JOBS} jobs queued`);
 
     // 1: throughput. Other work on a shared machine moves the figures, so bare BullMQ is measured right before
@@ -435,13 +450,16 @@ async function main() {
       const rate = await bareThroughput(redis.url, BARE_JOBS);
       const cpu = cpuTotalMs(cpu0, BARE_JOBS);
       log(`bare BullMQ (${label}): ${rate.toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, BARE_JOBS)}`);
-      if (opt.profile) log(`  redis: ${await commandReport(admin, cmd0, BARE_JOBS)}`);
-      return { rate, cpu };
+      const cmds = await commandReport(admin, cmd0, BARE_JOBS);
+      log(`  redis: ${cmds.text}`);
+      return { rate, cpu, cmds: cmds.total };
     };
     await bareThroughput(redis.url, 500); // warm-up
     const bareA = await measureBare('before');
     const rates: Record<number, number> = {};
     const cpuMs: Record<number, number> = {};
+    const cpuPer: Record<number, string> = {};
+    const cmdsPerJob: Record<number, number> = {};
     const loadLat: number[] = [];
     for (const n of [1, 2]) {
       while (procs.length - 1 < n) {
@@ -456,9 +474,12 @@ async function main() {
       const cpu0 = cpuSnapshot();
       const cmd0 = await commandStats(admin);
       rates[n] = await httpThroughput(base, redis.url, JOBS, n === 1 ? loadLat : undefined);
+      cpuPer[n] = cpuReport(cpu0, JOBS);
       cpuMs[n] = cpuTotalMs(cpu0, JOBS);
-      log(`HTTP, ${n} ${W(n)}: ${rates[n].toFixed(0)} jobs/s; CPU per job: ${cpuReport(cpu0, JOBS)}`);
-      if (opt.profile) log(`  redis: ${await commandReport(admin, cmd0, JOBS)}`);
+      log(`HTTP, ${n} ${W(n)}: ${rates[n].toFixed(0)} jobs/s; CPU per job: ${cpuPer[n]}`);
+      const cmds = await commandReport(admin, cmd0, JOBS);
+      cmdsPerJob[n] = cmds.total;
+      log(`  redis: ${cmds.text}`);
     }
     const bareHttp = await bareHttpThroughput(redis.url, JOBS);
     const bareB = await measureBare('after');
@@ -476,17 +497,26 @@ async function main() {
     const ratio2 = rates[2] / bare;
     const best = Math.max(ratio1, ratio2);
     const p99fan = pct(fo.delays, 99);
+    const cmds = Math.max(cmdsPerJob[1], cmdsPerJob[2]);
+    const cpuBest = Math.min(cpuMs[1], cpuMs[2]);
+    const cpuRatio = cpuBest / bareHttp.cpuMs;
     const rows: [string, string, string][] = [
       [`end-to-end, HTTP API, 1 worker process (concurrency ${CONC})`, `${rates[1].toFixed(0)} jobs/s`, `${(ratio1 * 100).toFixed(0)}% of bare; CPU ${cpuMs[1].toFixed(2)} ms/job, all processes`],
       [`end-to-end, HTTP API, 2 worker processes (concurrency ${CONC} each)`, `${rates[2].toFixed(0)} jobs/s`, `${(ratio2 * 100).toFixed(0)}% of bare; CPU ${cpuMs[2].toFixed(2)} ms/job`],
       [`bare BullMQ, Queue.add + 1 Worker (concurrency ${CONC}), same Redis`, `${bare.toFixed(0)} jobs/s`, `mean of ${bareA.rate.toFixed(0)} before and ${bareB.rate.toFixed(0)} after; CPU ${bareCpu.toFixed(2)} ms/job`],
       [`bare BullMQ behind a bare Node HTTP endpoint (API, worker, client processes)`, `${bareHttp.rate.toFixed(0)} jobs/s`, `${((bareHttp.rate / bare) * 100).toFixed(0)}% of bare; CPU ${bareHttp.cpuMs.toFixed(2)} ms/job; Ferry's HTTP path is ${((Math.max(rates[1], rates[2]) / bareHttp.rate) * 100).toFixed(0)}% of this`],
+      ['CPU per job by process, Ferry, 1 worker process', `${cpuMs[1].toFixed(2)} ms`, cpuPer[1]],
+      ['CPU per job by process, Ferry, 2 worker processes', `${cpuMs[2].toFixed(2)} ms`, cpuPer[2]],
+      ['CPU per job by process, bare BullMQ behind bare HTTP', `${bareHttp.cpuMs.toFixed(2)} ms`, bareHttp.perProcess],
+      ['Redis commands per job, incl. inside scripts (Ferry, 1 / 2 workers)', `${cmdsPerJob[1].toFixed(1)} / ${cmdsPerJob[2].toFixed(1)}`, `bare BullMQ ${bareA.cmds.toFixed(1)} / ${bareB.cmds.toFixed(1)}`],
       ['submit latency, 1 request at a time (p50 / p99)', `${pct(idleLat, 50).toFixed(2)} / ${pct(idleLat, 99).toFixed(2)} ms`, ''],
       [`submit latency, ${INFLIGHT} in flight, 1 worker busy (p50 / p99)`, `${pct(loadLat, 50).toFixed(2)} / ${pct(loadLat, 99).toFixed(2)} ms`, ''],
       [`progress event -> ${CLIENTS} SSE clients (p50 / p99)`, `${pct(fo.delays, 50).toFixed(2)} / ${p99fan.toFixed(2)} ms`, `${fo.received}/${fo.expected} delivered, ${fo.completes} got complete`],
       [`bare Node HTTP server, POST -> ${CLIENTS} streams (p50 / p99)`, `${pct(fb.delays, 50).toFixed(2)} / ${pct(fb.delays, 99).toFixed(2)} ms`, `the floor on this machine: same clients, no Redis, no koa; ${fb.received}/${fb.expected} delivered`],
-      ['Redis memory per queued job (Ferry)', `${(memPerJob / 1024).toFixed(2)} KiB`, `${memPerJob.toFixed(0)} B`],
-      ['Redis memory per queued job (bare BullMQ)', `${(bareMemPerJob / 1024).toFixed(2)} KiB`, `${bareMemPerJob.toFixed(0)} B`],
+      [`Redis memory per queued job (Ferry), hash-max-listpack-value ${LISTPACK_VALUE} as deployed`, `${(memPerJob / 1024).toFixed(2)} KiB`, `${memPerJob.toFixed(0)} B`],
+      [`Redis memory per queued job (bare BullMQ), the same`, `${(bareMemPerJob / 1024).toFixed(2)} KiB`, `${bareMemPerJob.toFixed(0)} B`],
+      [`Redis memory per queued job (Ferry), Redis's default ${LISTPACK_DEFAULT}`, `${(memPerJobDefault / 1024).toFixed(2)} KiB`, `${memPerJobDefault.toFixed(0)} B`],
+      [`Redis memory per queued job (bare BullMQ), Redis's default`, `${(bareMemPerJobDefault / 1024).toFixed(2)} KiB`, `${bareMemPerJobDefault.toFixed(0)} B`],
     ];
     const w0 = Math.max(...rows.map((r) => r[0].length));
     const w1 = Math.max(...rows.map((r) => r[1].length));
@@ -499,6 +529,9 @@ async function main() {
     out.push('');
     out.push(`  target: HTTP path >= 60% of bare BullMQ ... ${best >= 0.6 ? 'MET' : 'NOT MET'} (best ${(best * 100).toFixed(0)}%)`);
     out.push(`  target: p99 event delivery to ${CLIENTS} clients < 25 ms ... ${p99fan < 25 && fo.received === fo.expected ? 'MET' : 'NOT MET'} (${p99fan.toFixed(2)} ms)`);
+    out.push(`  target: Redis commands per no-op job <= 60 ... ${cmds <= 60 ? 'MET' : 'NOT MET'} (${cmds.toFixed(1)})`);
+    out.push(`  target: CPU per job, all processes <= 1.5x bare BullMQ behind bare HTTP ... ${cpuRatio <= 1.5 ? 'MET' : 'NOT MET'} (${cpuBest.toFixed(2)} ms against ${bareHttp.cpuMs.toFixed(2)} ms: ${cpuRatio.toFixed(2)}x)`);
+    out.push(`  target: Redis memory per queued job <= 1.5 KiB ... ${memPerJob <= 1536 ? 'MET' : 'NOT MET'} (${(memPerJob / 1024).toFixed(2)} KiB as deployed; ${memPerJobDefault <= 1536 ? 'MET' : 'NOT MET'} under Redis's default, ${(memPerJobDefault / 1024).toFixed(2)} KiB)`);
     out.push(`  total run time ${((Date.now() - started) / 1000).toFixed(0)} s`);
     process.stdout.write(out.join('\n') + '\n');
     admin.disconnect();

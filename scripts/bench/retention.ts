@@ -57,8 +57,8 @@ async function main() {
   // The real gateway process sweeps with a shortened retention.
   const gw = await startGatewayProc({ ...testEnv(redis.url, PREFIX), FERRY_HOST: '127.0.0.1', FERRY_JOB_RETENTION: RETENTION });
   const t1 = Date.now();
-  while ((await rc.zcard(store.k.jobs)) > 0) {
-    if (Date.now() - t1 > 600_000) throw new Error(`retention sweep did not finish: ${await rc.zcard(store.k.jobs)} jobs left`);
+  while ((await store.total()) > 0) {
+    if (Date.now() - t1 > 600_000) throw new Error(`retention sweep did not finish: ${await store.total()} jobs left`);
     await new Promise((r) => setTimeout(r, 250));
   }
   const swept = (Date.now() - t1) / 1000;

@@ -9,7 +9,7 @@ import yaml from 'js-yaml';
 import { imageInfo } from '../../shared/qemu';
 import { ConfigError, ConverterConfig, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
-import { runPipeline, StageName } from './pipeline';
+import { runPipeline, StageName } from '../../shared/converter/pipeline';
 import { fetchRemote } from './fetch';
 import { exportForConvert, withExport } from './manager-export';
 

@@ -7,48 +7,28 @@ import type Koa from 'koa';
 import yaml from 'js-yaml';
 import Joi from 'joi';
 import { Api, createApp } from '../../shared/http';
-import { ApiError, badRequest } from '../../shared/errors';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { daemonEnvelope } from '../../shared/errors';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
 import { authorize, guardPlain, issueTicket, listenHost, redeemTicket } from '../../shared/auth';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
-import { DAEMON_STATUSES, daemonStatus, STATES } from '../../shared/states';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
+import { countByDaemonStatus } from '../../shared/states';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
-import { DaemonConfig, formatDuration } from './config';
+import { DaemonConfig, formatDuration } from '../../shared/daemon-config';
 import { buildDaemonApi } from './routes';
-import { jobViews } from './views';
+import { jobViews } from '../../queue/daemon-views';
 import { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
-import { ScheduleStore } from '../scheduler/schedules';
-import { WebhookStore } from '../notifier/webhooks';
+import { ScheduleStore } from '../../queue/schedules';
+import { WebhookStore } from '../../queue/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { consoleEndpoints } from './console';
-import { buildSpec } from './specs';
+import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
-
-export function daemonEnvelope(status: number, message: string, _path: string, details?: any) {
-  return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
-}
-
-const YAML_TYPES = /^(application\/(x-)?yaml|text\/(x-)?yaml)\b/i;
-
-async function readBody(req: http.IncomingMessage, limit = 2 * 1024 * 1024): Promise<string> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of req) {
-    n += (c as Buffer).length;
-    if (n > limit) throw new ApiError(413, 'request body is larger than 2 MiB');
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
+import { connectQueue } from '../../queue/connect';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -60,12 +40,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const log = createLogger('daemon');
   const host = listenHost(cfg.keys, opts.host ?? config.host, opts.host ? (opts.hostSetting || 'daemon.addr') : 'FERRY_HOST');
   const started = Date.now();
-  const redis: RedisClient = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { stalledCheck: false });
-  const registry = new Registry(redis);
-  const life = new Lifecycle(store, router, registry);
+  const { redis, store, router, registry, life } = connectQueue(log, { stalledCheck: false });
   const bus = new Bus();
   const schedules = new ScheduleStore(redis, store.k);
   const webhooks = new WebhookStore(redis, store.k);
@@ -81,10 +56,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
 
   const counts = async () => {
-    const c = await redis.hgetall(store.k.stateCounts);
-    const by: Record<string, number> = Object.fromEntries(DAEMON_STATUSES.map((s) => [s, 0]));
-    for (const s of STATES) by[daemonStatus(s)] += Number(c[s] || 0);
-    return by;
+    return countByDaemonStatus(await store.stateCounts());
   };
   const status = async () => {
     const [by, ws] = await Promise.all([counts(), registry.list()]);
@@ -139,17 +111,9 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     mounts.push({ prefix: p, dir }, { prefix: '/api/v1' + p, dir });
   };
   mounts.push(swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml'));
-  // Runs after createApp's error/metrics and authentication middleware, before its body parser and router. The
+  // Runs after createApp's error/metrics and authentication middleware, before its body readers and router. The
   // static mounts (dashboard files, Swagger UI) hold no data and stay public: the dashboard asks for the key.
-  const front: Koa.Middleware = async (ctx, next) => {
-    if (YAML_TYPES.test(ctx.get('content-type'))) {
-      const text = await readBody(ctx.req);
-      try { (ctx.request as any).body = text.trim() ? yaml.load(text) : undefined; } catch (e) { throw badRequest(`malformed YAML body: ${(e as Error).message.split('\n')[0]}`); }
-      if ((ctx.request as any).body === undefined || (ctx.request as any).body === null) (ctx.request as any).body = {};
-    }
-    return next();
-  };
-  app.middleware.splice(2, 0, front, staticMiddleware(mounts));
+  app.middleware.splice(2, 0, staticMiddleware(mounts));
 
   hub = new WsHub({
     bus, store,
@@ -164,7 +128,8 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     metrics: async () => {
       const [by, st, ws] = await Promise.all([counts(), status(), registry.list()]);
       const queues = await router.knownQueues();
-      const qc = await Promise.all(queues.map((q) => redis.hgetall(store.k.queueCounts(q))));
+      const perQueue = await store.queueCounts(queues);
+      const qc = queues.map((q) => perQueue[q]);
       return {
         jobs: by, workers: { total: ws.length, active: st.active_workers },
         queues: Object.fromEntries(queues.map((q, i) => [q, { queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0) }])),

@@ -14,9 +14,9 @@ import type { Lifecycle } from '../../queue/lifecycle';
 import type { Bus } from '../../queue/bus';
 import { queueOverview, workersOverview } from '../../queue/overview';
 import { config } from '../../shared/config';
-import { EventHub } from '../gateway/sse';
-import { buildSpec } from './specs';
-import { jobViews } from './views';
+import { EventHub } from '../../queue/sse';
+import { buildSpec } from '../../shared/daemon-jobs';
+import { jobViews } from '../../queue/daemon-views';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 
@@ -50,14 +50,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
       return { ...view, spec: redact(rec.spec), state_history: rec.state_history, result: redact(rec.result), attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
     },
   });
-  api.add({
-    method: 'get', path: '/jobs/:id/events/stream', summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], params: idParams,
-    responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
-    handler: async (ctx, { params }) => {
-      await hub.serve(ctx, params.id);
-      return undefined;
-    },
-  });
+  api.add(hub.route({ path: '/jobs/:id/events/stream', param: 'id', params: idParams, summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], notFound: err('unknown job') }));
   api.add({
     method: 'get', path: '/workers', summary: 'Registered workers with capabilities and last heartbeat (as GET /workers on the 8000 API)', tags: ['workers'],
     responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },

@@ -2,7 +2,7 @@
 //   -addr HOST:PORT | :PORT   listen address (also daemon.addr in the config file, or DAEMON_PORT)
 //   --config FILE             YAML configuration (also FERRY_CONFIG); validated at start
 import { startDaemon } from './app';
-import { ConfigError, configPath, loadConfig } from './config';
+import { ConfigError, configPath, loadConfig } from '../../shared/daemon-config';
 import { onShutdown } from '../../shared/process';
 
 function addrOption(argv: string[]): string | undefined {

@@ -3,7 +3,7 @@
 import Joi from 'joi';
 import type { ApiKey } from '../../shared/auth';
 import { Api } from '../../shared/http';
-import { ApiError, notFound } from '../../shared/errors';
+import { ApiError, fieldError, notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
 import {
   cancelSchema, daemonErrorSchema, jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema, scheduleCreateSchema,
@@ -11,13 +11,13 @@ import {
 } from '../../shared/schemas/daemon';
 import { statesForDaemonStatus } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
-import type { DaemonConfig } from './config';
-import { checkPasswordStorable, storePassword } from './credentials';
-import { buildSpec } from './specs';
-import { jobViews, progressView } from './views';
-import { ScheduleStore, refusePasswords } from '../scheduler/schedules';
-import { runSchedule, RunDeps } from '../scheduler/run';
-import { createdView, publicView, WebhookStore } from '../notifier/webhooks';
+import type { DaemonConfig } from '../../shared/daemon-config';
+import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
+import { buildSpec } from '../../shared/daemon-jobs';
+import { jobViews, progressView } from '../../queue/daemon-views';
+import { ScheduleStore, refusePasswords } from '../../queue/schedules';
+import { runSchedule, RunDeps } from '../../queue/schedule-runs';
+import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
 import { checkTarget } from '../../shared/targets';
 import { addVmRoutes } from './vms';
 
@@ -36,7 +36,8 @@ export function buildDaemonApi(d: RouteDeps) {
   const store = life.store;
   // The daemon accepts fields it does not know, ignores them and lists them in `warnings` (as the seed's
   // reference daemon accepts them); the job API (8000) refuses them.
-  const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn' });
+  // Every body may be JSON or YAML (the daemon seed's config-file style); shared/http.ts reads both.
+  const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn', requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'] });
 
   async function submitOne(def: unknown, where: string, caller: ApiKey | null, warnings?: string[]) {
     const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
@@ -70,7 +71,7 @@ export function buildDaemonApi(d: RouteDeps) {
   // Jobs. /jobs/query and /jobs/cancel come before /jobs/:id.
   api.add({
     method: 'post', path: '/jobs/submit', summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
-    body: submitBodySchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
+    body: submitBodySchema,
     responses: {
       200: { description: 'shape A or batch: {job_ids, accepted, rejected, errors, timestamp}; shape B: {job_id, message}', schema: Joi.alternatives().try(
         Joi.object({ job_ids: Joi.array().items(Joi.string()), accepted: Joi.number().integer(), rejected: Joi.number().integer(), errors: Joi.array().items(Joi.object({ index: Joi.number().integer(), error: Joi.string() })), timestamp: Joi.string().isoDate() }),
@@ -273,7 +274,7 @@ export function buildDaemonApi(d: RouteDeps) {
     responses: { 201: { description: 'added', schema: Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) }) }, 400: err('invalid webhook or refused target') },
     handler: async (ctx, { body }) => {
       const refused = await checkTarget(body.url, cfg.webhooks);
-      if (refused) throw new ApiError(400, `url refused: ${refused}`, { fields: [{ field: 'url', message: refused }] });
+      if (refused) throw fieldError(400, 'url', refused, `url refused: ${refused}`);
       const { webhook, index } = await webhooks.add(body);
       ctx.status = 201;
       return { message: `webhook ${webhook.id} added at index ${index}`, webhook: createdView(webhook, index) };
@@ -286,7 +287,7 @@ export function buildDaemonApi(d: RouteDeps) {
       let only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
       if (body.url !== undefined) {
         only = (await webhooks.list()).filter((w) => w.url === body.url);
-        if (!only.length) throw new ApiError(404, `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`, { fields: [{ field: 'url', message: 'no webhook with this url' }] });
+        if (!only.length) throw fieldError(404, 'url', 'no webhook with this url', `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`);
       }
       const ids = await webhooks.enqueue('webhook.test', { message: 'test delivery from the Ferry daemon' }, `t${Date.now()}`, { backoffMs: cfg.webhooks.backoff_ms, only });
       return { message: `queued ${ids.length} test deliveries`, delivery_ids: ids };

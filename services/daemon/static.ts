@@ -3,7 +3,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type Koa from 'koa';
-import { ApiError } from '../../shared/errors';
+import { fieldError } from '../../shared/errors';
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
@@ -22,9 +22,9 @@ export function staticMiddleware(mounts: StaticMount[]): Koa.Middleware {
       if (!ctx.path.startsWith(m.prefix + '/')) continue;
       let rel: string;
       try { rel = decodeURIComponent(ctx.path.slice(m.prefix.length + 1)) || 'index.html'; } catch {
-        throw new ApiError(400, `path: malformed percent-encoding in ${ctx.path.slice(0, 256)}`, { fields: [{ field: 'path', message: 'malformed percent-encoding' }] });
+        throw fieldError(400, 'path', 'malformed percent-encoding', `path: malformed percent-encoding in ${ctx.path.slice(0, 256)}`);
       }
-      if (rel.includes('\0')) throw new ApiError(400, 'path: contains a NUL byte', { fields: [{ field: 'path', message: 'contains a NUL byte' }] });
+      if (rel.includes('\0')) throw fieldError(400, 'path', 'contains a NUL byte', 'path: contains a NUL byte');
       if (rel.endsWith('/')) rel += 'index.html';
       const o = m.overrides?.[rel];
       if (o) { ctx.type = o.type; ctx.body = o.body; return; }

@@ -84,7 +84,7 @@ export function registerVirt({ api, virsh: v, submitConvert }: VirtDeps) {
     });
   batch('start', S.batchStartBody, (b) => L.batchOps.start(v, b));
   batch('stop', S.batchStopBody, (b) => L.batchOps.stop(v, b));
-  batch('reboot', S.batchStopBody, (b) => L.batchOps.reboot(v, b));
+  batch('reboot', S.batchRebootBody, (b) => L.batchOps.reboot(v, b));
   batch('snapshot', S.batchSnapshotBody, (b) => L.batchOps.snapshot(v, b, L.batchStamp()));
   batch('delete', S.batchDeleteBody, (b) => L.batchOps.delete(v, b));
   batch('pause', S.batchDomainsBody, () => L.batchOps.pause(v));

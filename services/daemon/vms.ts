@@ -3,7 +3,7 @@
 // from GOVC_*; errors keep the daemon's shape and name the manager, never the password.
 import Joi from 'joi';
 import type { Api } from '../../shared/http';
-import { ApiError } from '../../shared/errors';
+import { ApiError, fieldError } from '../../shared/errors';
 import { managerFor } from '../../shared/vsphere/client';
 import { resolveCredentials } from '../../shared/vsphere/credentials';
 import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
@@ -21,7 +21,7 @@ function manager(q: { server?: string; manager_url?: string; username?: string; 
     return managerFor(resolveCredentials({ manager_url: q.server ?? q.manager_url, username: q.username, password: q.password, insecure: q.insecure }));
   } catch (e) {
     const msg = e instanceof VsphereError ? e.message : `manager_url is not a valid URL: ${(e as Error).message}`;
-    throw new ApiError(400, field === 'server' ? msg.replace(/^manager_url/, 'server') : msg, { fields: [{ field, message: msg }] });
+    throw fieldError(400, field, msg, field === 'server' ? msg.replace(/^manager_url/, 'server') : msg);
   }
 }
 

@@ -10,8 +10,10 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import { jobViews, DaemonJob } from './views';
+import { jobViews, DaemonJob } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
+import { daemonEnvelope } from '../../shared/errors';
+import { ignoreError } from '../../shared/log';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -55,16 +57,16 @@ export class WsHub {
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });
-    await this.d.bus.on(this.d.bus.k.chanJobs, (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
-    await this.d.bus.on(this.d.bus.k.chanEvents, (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
-    await this.d.bus.on(this.d.bus.k.chanSchedules, (m) => this.broadcast('events', msg('schedule_event', m)));
-    this.timers.push(setInterval(() => void this.tick().catch(() => undefined), this.d.statusIntervalMs));
+    await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
+    await this.d.bus.on('events', (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
+    await this.d.bus.on('schedules', (m) => this.broadcast('events', msg('schedule_event', m)));
+    this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick that could not read Redis: the next tick sends fresh figures')), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();
   }
 
   private refuse(socket: Duplex, code: number, text: string) {
-    const body = JSON.stringify({ error: text, status: code, timestamp: new Date().toISOString() });
+    const body = JSON.stringify(daemonEnvelope(code, text));
     const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : code === 503 ? 'Service Unavailable' : 'Not Found';
     socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
   }
@@ -83,7 +85,7 @@ export class WsHub {
       } else {
         this.send(c, msg('metrics', await this.d.metrics()));
       }
-    })().catch(() => undefined);
+    })().catch(ignoreError('the first page for a new client: live updates follow, and the client may reconnect for a fresh one'));
   }
 
   private send(c: Client, text: string, jobId?: string) {

@@ -2,32 +2,23 @@
 import http from 'node:http';
 import { createApp } from '../../shared/http';
 import { jobApiEnvelope } from '../../shared/errors';
-import { createRedis, RedisClient } from '../../shared/redis';
 import { createLogger } from '../../shared/log';
 import { config } from '../../shared/config';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
-import { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
 import { listenHost, processAuth } from '../../shared/auth';
-import { EventHub } from './sse';
+import { EventHub } from '../../queue/sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
+import { connectQueue } from '../../queue/connect';
 
 
 export async function startGateway(opts: { port?: number; host?: string } = {}) {
   const log = createLogger('gateway');
   const auth = processAuth();
   const host = listenHost(auth, opts.host ?? config.host, 'FERRY_HOST');
-  const redis: RedisClient = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { lockSeconds: config.httpLeaseSeconds });
-  const registry = new Registry(redis);
-  const life = new Lifecycle(store, router, registry);
+  const { redis, store, router, registry, life } = connectQueue(log, { lockSeconds: config.httpLeaseSeconds });
   const bus = new Bus();
   const hub = new EventHub(bus, store, config.sseHeartbeatSeconds);
   await hub.start();
@@ -43,7 +34,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
-  await router.watchAll().catch(() => undefined);
+  await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));
   const sweep = setInterval(async () => {
     try {
       await router.watchAll();

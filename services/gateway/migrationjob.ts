@@ -6,12 +6,10 @@
 // The job id is "<namespace>.<name>", so submitting the same resource twice is refused (409) instead of run twice.
 // Guest-repair options (fstabMode, regenInitramfs, updateGrub) and resources are kept in the job's metadata.
 import Joi from 'joi';
-import type { IncomingMessage } from 'node:http';
-import yaml from 'js-yaml';
 import { Api, validate } from '../../shared/http';
-import { badRequest } from '../../shared/errors';
 import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from '../../shared/schemas/common';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+import { configFstabMode } from '../../shared/schemas/fstab-modes';
 import { errorSchema, submitResponse } from '../../shared/schemas/responses';
 import type { Lifecycle } from '../../queue/lifecycle';
 
@@ -40,7 +38,7 @@ export const migrationJobSchema = Joi.object({
       path: absolutePath.required(),
     }).required(),
     options: Joi.object({
-      fstabMode: Joi.string().valid('stabilize-all', 'uuid-only', 'preserve'),
+      fstabMode: configFstabMode,
       regenInitramfs: Joi.boolean(),
       updateGrub: Joi.boolean(),
       compress: Joi.boolean(),
@@ -49,22 +47,6 @@ export const migrationJobSchema = Joi.object({
   }).required(),
   status: Joi.object().unknown(true).description('ignored: written by the cluster'),
 }).unknown(false).label('MigrationJob');
-
-const YAML_TYPES = /^(application|text)\/(x-)?yaml\b/i;
-
-function readBody(req: IncomingMessage, limit = 1 << 20): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > limit) { reject(badRequest('request body is larger than 1 MiB')); req.destroy(); return; }
-      chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 /** The convert JobSpec a MigrationJob stands for (before JobSpec defaults are applied). */
 export function migrationJobToSpec(mj: any): Record<string, unknown> {
@@ -81,19 +63,9 @@ export function migrationJobToSpec(mj: any): Record<string, unknown> {
 }
 
 export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
-  // koa-bodyparser leaves YAML alone: read and parse it here, before the route validates the body.
-  api.router.use('/migrationjobs', async (ctx, next) => {
-    if (ctx.method === 'POST' && YAML_TYPES.test(ctx.get('content-type'))) {
-      const text = await readBody(ctx.req);
-      let doc: unknown;
-      try { doc = yaml.load(text); } catch (e) { throw badRequest(`malformed YAML body: ${(e as Error).message.split('\n')[0]}`); }
-      (ctx.request as any).body = doc ?? {};
-    }
-    await next();
-  });
   api.add({
     method: 'post', path: '/migrationjobs', summary: 'Submit a Kubernetes MigrationJob resource (YAML or JSON) as a convert job', tags: ['jobs'],
-    body: migrationJobSchema,
+    body: migrationJobSchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
     responses: { 201: { description: 'registered and queued', schema: submitResponse }, 400: { description: 'invalid MigrationJob', schema: errorSchema }, 409: { description: 'this MigrationJob was already submitted', schema: errorSchema } },
     handler: async (ctx, { body }) => {
       const spec = validate(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job') as JobSpec;

@@ -5,8 +5,9 @@ import { randomUUID } from 'node:crypto';
 import type client from 'prom-client';
 import { Api } from '../../shared/http';
 import { config } from '../../shared/config';
-import { ApiError, conflict, notFound } from '../../shared/errors';
+import { conflict, fieldError, notFound } from '../../shared/errors';
 import { capabilitiesBeyond } from '../../shared/auth';
+import { normalizeCaps } from '../../shared/capabilities';
 import { redact } from '../../shared/sensitive';
 import {
   dequeueSchema, eventsQuery, heartbeatSchema, leaseToken, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, workerCompleteSchema,
@@ -16,8 +17,9 @@ import { jobId as jobIdSchema, workerId as workerIdSchema } from '../../shared/s
 import { errorSchema, jobStatusSchema, jobSummarySchema, queueStatusSchema, submitResponse, workerSchema } from '../../shared/schemas/responses';
 import { isTerminal } from '../../shared/states';
 import { sameLease, type Lifecycle } from '../../queue/lifecycle';
-import type { EventHub } from './sse';
+import type { EventHub } from '../../queue/sse';
 import { queueOverview, workersOverview } from '../../queue/overview';
+import { ignoreError } from '../../shared/log';
 
 const jobParams = Joi.object({ job_id: jobIdSchema.required() });
 const workerParams = Joi.object({ worker_id: workerIdSchema.required() });
@@ -51,7 +53,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     const key = ctx.state.apiKey;
     if (!key || key.role === 'admin') return;
     const owner = await registry.keyOf(workerId);
-    if (owner && owner !== key.name) throw new ApiError(403, `worker ${workerId} is registered with another API key`, { fields: [{ field: 'worker_id', message: 'registered with another API key' }] });
+    if (owner && owner !== key.name) throw fieldError(403, 'worker_id', 'registered with another API key', `worker ${workerId} is registered with another API key`);
   }
 
   /** The key name a registration binds the worker id to (admin keys act on any worker and bind none). */
@@ -60,7 +62,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   /** A worker key limited to some capabilities (keys file) cannot claim more. */
   function checkCapabilities(ctx: any, caps: string[]) {
     const beyond = capabilitiesBeyond(ctx.state.apiKey, caps);
-    if (beyond.length) throw new ApiError(403, `the API key "${ctx.state.apiKey.name}" does not allow capabilities ${beyond.join(', ')}`, { fields: [{ field: 'capabilities', message: `not allowed for this key: ${beyond.join(', ')}` }] });
+    if (beyond.length) throw fieldError(403, 'capabilities', `not allowed for this key: ${beyond.join(', ')}`, `the API key "${ctx.state.apiKey.name}" does not allow capabilities ${beyond.join(', ')}`);
   }
 
   api.add({
@@ -108,14 +110,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       return store.events(params.job_id, { since: query.since, afterId: query.after_id });
     },
   });
-  api.add({
-    method: 'get', path: '/jobs/:job_id/events/stream', summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], params: jobParams,
-    responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: err('unknown job') },
-    handler: async (ctx, { params }) => {
-      await hub.serve(ctx, params.job_id);
-      return undefined;
-    },
-  });
+  api.add(hub.route({ path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams, summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
 
   // Report-back endpoints for pull workers (the seed has none; see docs/worker-protocol.md).
   api.add({
@@ -169,7 +164,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       await checkWorkerId(ctx, body.worker_id);
       const registered_at = await registry.register(body, 'http', boundKey(ctx));
       ctx.status = 201;
-      return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: [...new Set<string>(body.capabilities)].sort(), registered_at };
+      return { worker_id: body.worker_id, message: `worker ${body.worker_id} registered`, capabilities: normalizeCaps(body.capabilities), registered_at };
     },
   });
   api.add({
@@ -234,7 +229,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       const lease = await life.claim(body, undefined, { deadline: true }); // timeout_seconds enforced by reapTimedOut
       ctx.type = 'application/json';
       if (!lease) return 'null';
-      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(() => undefined);
+      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(ignoreError('the first heartbeat extends the lock again; a lock that lapses first sends the job back to the queue', { job_id: lease.job_id }));
       ctx.set('X-Lease-Token', lease.token);
       return { ...lease.record.spec, lease_token: lease.token };
     },
@@ -246,10 +241,10 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     handler: async (ctx) => {
       try {
         const [active, counts] = await Promise.race([
-          Promise.all([registry.active(), store.redis.hmget(store.k.stateCounts, 'ASSIGNED', 'RUNNING')]),
+          Promise.all([registry.active(), store.stateCounts()]),
           new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
         ]);
-        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: Number(counts[0] || 0) + Number(counts[1] || 0) };
+        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: counts.ASSIGNED + counts.RUNNING };
       } catch (e) {
         ctx.status = 503;
         return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };

@@ -3,9 +3,10 @@
 // throws, and BullMQ retries it with exponential backoff and jitter until retry_count is used up.
 import { createHmac } from 'node:crypto';
 import { Job, UnrecoverableError } from 'bullmq';
-import { decryptSecret } from '../daemon/credentials';
+import { decryptSecret } from '../../shared/secretbox';
 import { checkTarget, guardedAgents, guardedPost, TargetPolicy } from '../../shared/targets';
-import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from './webhooks';
+import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from '../../queue/webhooks';
+import { ignoreError } from '../../shared/log';
 
 export function sign(secret: string, body: string) {
   return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
@@ -28,7 +29,7 @@ export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
     const max = job.opts.attempts || 1;
     const created = new Date(job.timestamp).toISOString();
     const log = (status: Delivery['status'], response_status: number | null, last_error: string | null, duration_ms: number | null) =>
-      store.record({ delivery_id, webhook_id, event, status, attempts: attempt, max_attempts: max, response_status, last_error, duration_ms, created_at: created, updated_at: new Date().toISOString() }).catch(() => undefined);
+      store.record({ delivery_id, webhook_id, event, status, attempts: attempt, max_attempts: max, response_status, last_error, duration_ms, created_at: created, updated_at: new Date().toISOString() }).catch(ignoreError('a delivery log row: the delivery itself went ahead, and the next attempt or outcome writes the row again', { delivery_id }));
 
     const refused = await checkTarget(w.url, allow);
     if (refused) { await log('failed', null, refused, null); throw new UnrecoverableError(refused); }

@@ -3,12 +3,12 @@
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger } from '../../shared/log';
+import { createLogger, dropped } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../daemon/config';
-import { jobView, VIEW_FIELDS } from '../daemon/views';
-import { WebhookStore, WEBHOOK_QUEUE } from './webhooks';
+import { configPath, loadConfig } from '../../shared/daemon-config';
+import { jobView, VIEW_FIELDS } from '../../queue/daemon-views';
+import { WebhookStore, WEBHOOK_QUEUE } from '../../queue/webhooks';
 import { makeDeliverer } from './deliver';
 import { onShutdown } from '../../shared/process';
 
@@ -31,8 +31,8 @@ async function main() {
     return wanted.events.has(ev);
   };
 
-  await bus.on(hooks.changedChannel, () => { wanted = { at: 0, events: new Set() }; });
-  await bus.on(store.k.chanJobs, (msg) => {
+  await bus.on('webhooks', () => { wanted = { at: 0, events: new Set() }; });
+  await bus.on('jobs', (msg) => {
     const event = msg?.prev === undefined ? 'job.created' : EVENT_OF[msg.state];
     if (!event || !msg.job_id) return;
     void (async () => {
@@ -42,7 +42,7 @@ async function main() {
       await hooks.enqueue(event, { job_id: msg.job_id, status: job?.status, state: msg.state, previous_state: msg.prev ?? null, reason: msg.reason, job }, `${msg.job_id}.${msg.state}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
     })().catch((e) => log.warn('could not queue a webhook delivery', { job_id: msg.job_id, error: (e as Error).message }));
   });
-  await bus.on(store.k.chanSchedules, (msg) => {
+  await bus.on('schedules', (msg) => {
     if (msg?.event !== 'triggered') return;
     void (async () => {
       if (!(await wants('schedule.triggered'))) return;
@@ -58,7 +58,7 @@ async function main() {
   log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
 
   onShutdown(async () => {
-    await worker.close().catch(() => undefined);
+    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await hooks.close();
     await bus.close();
     redis.disconnect();

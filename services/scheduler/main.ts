@@ -2,32 +2,25 @@
 // scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger } from '../../shared/log';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
-import { Lifecycle } from '../../queue/lifecycle';
+import { createLogger, dropped } from '../../shared/log';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../daemon/config';
-import { ScheduleStore, SCHEDULE_QUEUE } from './schedules';
-import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from './run';
+import { configPath, loadConfig } from '../../shared/daemon-config';
+import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
+import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
 import { onShutdown } from '../../shared/process';
+import { connectQueue } from '../../queue/connect';
 
 async function main() {
   const log = createLogger('scheduler');
   const cfg = loadConfig(configPath());
-  const redis = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { stalledCheck: false });
-  const life = new Lifecycle(store, router, new Registry(redis));
+  const { redis, store, router, life } = connectQueue(log, { stalledCheck: false });
   const schedules = new ScheduleStore(redis, store.k);
   const deps: RunDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   await schedules.reconcile();
 
   const bus = new Bus();
-  await bus.on(store.k.chanJobs, (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(() => undefined); });
-  const sweep = setInterval(() => void sweepOutcomes(deps).catch(() => undefined), 5000);
+  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
+  const sweep = setInterval(() => void sweepOutcomes(deps).catch((e) => log.warn('outcome sweep failed; next in 5 s', { error: (e as Error).message })), 5000);
 
   const worker = new Worker(SCHEDULE_QUEUE, async (job) => {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
@@ -40,7 +33,7 @@ async function main() {
 
   onShutdown(async () => {
     clearInterval(sweep);
-    await worker.close().catch(() => undefined);
+    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await schedules.close();
     await router.close();
     await bus.close();

@@ -4,19 +4,16 @@ import http from 'node:http';
 import os from 'node:os';
 import client from 'prom-client';
 import { config } from '../../shared/config';
-import { createLogger } from '../../shared/log';
-import { createRedis } from '../../shared/redis';
+import { createLogger, dropped } from '../../shared/log';
 import { jobApiEnvelope, OperationError } from '../../shared/errors';
 import { guardPlain, listenHost, processAuth } from '../../shared/auth';
 import { outputId, type OutputClaims } from '../../shared/roots';
 import { createRegistry } from '../../shared/metrics';
 import { servedQueues } from '../../shared/capabilities';
-import { JobStore } from '../../queue/store';
-import { QueueRouter } from '../../queue/router';
-import { Registry } from '../../queue/registry';
-import { Lifecycle, Lease } from '../../queue/lifecycle';
+import { Lease } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { IMPLEMENTATIONS } from './operations';
+import { connectQueue } from '../../queue/connect';
 
 export interface WorkerOptions {
   workerId: string;
@@ -30,12 +27,7 @@ interface Running { lease: Lease; abort: AbortController; why?: 'cancel' | 'time
 
 export async function startWorker(o: WorkerOptions) {
   const log = createLogger(`worker:${o.workerId}`);
-  const redis = createRedis();
-  redis.on('error', (e) => log.debug('redis error', { error: e.message }));
-  const store = new JobStore(redis);
-  const router = new QueueRouter(redis, { lockSeconds: config.leaseSeconds });
-  const registry = new Registry(redis);
-  const life = new Lifecycle(store, router, registry);
+  const { redis, store, router, registry, life } = connectQueue(log, { lockSeconds: config.leaseSeconds }, 'debug');
   const bus = new Bus();
   const me = { worker_id: o.workerId, capabilities: o.capabilities, execution_mode: o.executionMode };
   const running = new Map<string, Running>();
@@ -61,14 +53,14 @@ export async function startWorker(o: WorkerOptions) {
     try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch { /* Redis away: next beat */ }
   }, config.heartbeatSeconds * 1000);
   const renew = setInterval(async () => {
-    for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(() => undefined);
+    for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id }));
   }, Math.max(500, (config.leaseSeconds * 1000) / 3));
 
-  await bus.on(bus.k.chanCancel, (id) => {
+  await bus.on('cancel', (id) => {
     const r = running.get(String(id));
     if (r) { r.why = 'cancel'; r.abort.abort(new Error('cancelled')); }
   });
-  await bus.on(bus.k.chanEnqueued, () => wakeOne());
+  await bus.on('enqueued', () => wakeOne());
 
   let queues: string[] = [];
   let queuesAt = 0;
@@ -146,7 +138,7 @@ export async function startWorker(o: WorkerOptions) {
       }
     } finally {
       clearTimeout(timer);
-      await admitted?.release().catch(() => undefined);
+      await admitted?.release().catch(dropped(log, 'a slot not released expires with its own time limit', { job_id: lease.job_id }));
       running.delete(lease.job_id);
       jobsTotal.inc({ operation: spec.operation, outcome });
       jobSeconds.observe({ operation: spec.operation }, (Date.now() - t0) / 1000);
@@ -205,7 +197,7 @@ export async function startWorker(o: WorkerOptions) {
       await Promise.all(slots);
       clearInterval(heartbeat);
       clearInterval(renew);
-      await registry.remove(o.workerId).catch(() => undefined);
+      await registry.remove(o.workerId).catch((e) => log.warn('shutting down: the registration stays until it is pruned as stale', { error: (e as Error).message }));
       metricsServer?.close();
       await router.close();
       await bus.close();

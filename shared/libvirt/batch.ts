@@ -6,7 +6,7 @@ import { Virsh } from './virsh';
 
 export interface BatchResult {
   operation: string; total: number; successful: number; failed: number;
-  results: { domain: string; success: boolean; error?: string }[];
+  results: { domain: string; success: boolean; error?: string; detail?: string }[];
   start_time: string; end_time: string; duration: string;
 }
 
@@ -19,7 +19,12 @@ export async function runBatch(operation: string, domains: string[], each: (doma
   const lane = async () => {
     for (let i = next++; i < domains.length; i = next++) {
       const domain = domains[i];
-      try { checkName(domain, 'domains[]'); await each(domain); results[i] = { domain, success: true }; } catch (e) {
+      try {
+        checkName(domain, 'domains[]');
+        const r = await each(domain);
+        const detail = (r as { detail?: unknown } | undefined)?.detail;
+        results[i] = { domain, success: true, ...(typeof detail === 'string' ? { detail } : {}) };
+      } catch (e) {
         results[i] = { domain, success: false, error: (e as Error).message };
       }
     }
@@ -30,10 +35,27 @@ export async function runBatch(operation: string, domains: string[], each: (doma
   return { operation, total: domains.length, successful: ok, failed: domains.length - ok, results, start_time: new Date(t0).toISOString(), end_time: new Date(t1).toISOString(), duration: `${((t1 - t0) / 1000).toFixed(3)}s` };
 }
 
+/** A graceful stop: `virsh shutdown` (ACPI power button, or the guest agent) is only a request the guest may ignore
+ *  (no ACPI handler: a busybox guest), so success is the domain really shut off within `timeoutS`. After that it is
+ *  destroyed when `forceAfter`, else it is a failure and the domain is left running. The detail says which. */
+export async function shutdownAndWait(v: Virsh, d: string, timeoutS: number, forceAfter: boolean): Promise<{ detail: string }> {
+  const t0 = Date.now();
+  await v.run(['shutdown', d]);
+  for (;;) {
+    if (await domainState(v, d) === 'shut off') return { detail: `shut down by the guest in ${((Date.now() - t0) / 1000).toFixed(1)} s` };
+    if (Date.now() - t0 >= timeoutS * 1000) break;
+    await new Promise((r) => setTimeout(r, 500)); // libvirt's state, polled: its events would need a second connection
+  }
+  if (!forceAfter) throw new Error(`still running ${timeoutS} s after the shutdown request (the guest did not act on it): left running; force or force_after_timeout destroys it`);
+  await v.run(['destroy', d]);
+  return { detail: `still running ${timeoutS} s after the shutdown request: destroyed (force_after_timeout)` };
+}
+
 /** One domain's part of each batch operation. */
 export const batchOps = {
   start: (v: Virsh, o: { paused?: boolean }) => (d: string) => v.run(['start', d, ...(o.paused ? ['--paused'] : [])]),
-  stop: (v: Virsh, o: { force?: boolean }) => (d: string) => v.run([o.force ? 'destroy' : 'shutdown', d]),
+  stop: (v: Virsh, o: { force?: boolean; timeout?: number; force_after_timeout?: boolean }) => (d: string) =>
+    (o.force ? v.run(['destroy', d]) : shutdownAndWait(v, d, o.timeout ?? 60, !!o.force_after_timeout)),
   reboot: (v: Virsh, o: { force?: boolean }) => (d: string) => v.run([o.force ? 'reset' : 'reboot', d]),
   pause: (v: Virsh) => (d: string) => v.run(['suspend', d]),
   resume: (v: Virsh) => (d: string) => v.run(['resume', d]),

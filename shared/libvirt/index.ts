@@ -1,4 +1,4 @@
-// The libvirt layer (DESIGN.md: shared/libvirt): one import for the daemon, workers and virt_test.
+// The libvirt layer (docs/virt.md): one import for the daemon, workers and virt_test.
 export * from './virsh';
 export * from './names';
 export * from './xml';

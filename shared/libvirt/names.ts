@@ -2,7 +2,7 @@
 // (shared/schemas/virt.ts) and the library's own entry points use these same rules.
 import { randomBytes } from 'node:crypto';
 import Joi from 'joi';
-import { ApiError } from '../errors';
+import { fieldError } from '../errors';
 
 /** Domain, network, pool, volume, snapshot names: letters, digits, ".", "_", "-", "+", ":"; no "/" and no
  *  leading "-" (it would read as an option), at most 200 characters. */
@@ -16,7 +16,7 @@ export const macAddress = Joi.string().pattern(MAC_PATTERN).lowercase()
 
 export function checkName(value: string, field: string): string {
   if (typeof value !== 'string' || !NAME_PATTERN.test(value)) {
-    throw new ApiError(400, `${field} "${String(value).slice(0, 64)}" is not a valid libvirt name`, { fields: [{ field, message: 'invalid name' }] });
+    throw fieldError(400, field, 'invalid name', `${field} "${String(value).slice(0, 64)}" is not a valid libvirt name`);
   }
   return value;
 }

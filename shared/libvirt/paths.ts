@@ -1,11 +1,11 @@
 // Paths the /virt API reads (a source image) or writes (clones' disks, exports): confined to the storage roots
 // of shared/roots.ts (FERRY_INPUT_ROOTS / FERRY_OUTPUT_ROOTS), checked on the resolved real path.
-import { ApiError } from '../errors';
+import { fieldError } from '../errors';
 import { configuredRoots, PathKind, refusal } from '../roots';
 
 /** The real path of `p`, or a 400 naming `field` when it is outside the roots (or an input that is missing). */
 export async function confinePath(p: string, kind: PathKind, field: string): Promise<string> {
   const r = await refusal({ field, path: p, kind }, configuredRoots(), { mustExist: kind === 'input' });
-  if (r.reason) throw new ApiError(400, `${field}: ${r.reason}`, { fields: [{ field, message: r.reason }] });
+  if (r.reason) throw fieldError(400, field, r.reason, `${field}: ${r.reason}`);
   return r.real;
 }

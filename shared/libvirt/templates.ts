@@ -51,7 +51,9 @@ export async function createTemplate(v: Virsh, s: { domain: string; name?: strin
   if (target !== s.domain) await cloneDomain(v, { source: s.domain, target });
   else await domainInfo(v, target);
   await setMark(v, target, { description: s.description ?? null, created_at: new Date().toISOString(), source: s.domain, metadata: s.metadata || {} });
-  if (s.seal) await runTool('virt-sysprep', ['-c', v.uri, '-d', target], v.uri, { env: guestfsEnv(), timeoutMs: 3_600_000 });
+  // Without its "customize" operation: that one runs last and writes a fresh random /etc/machine-id (and random
+  // seed), which every clone of the template would then share. Left empty, each guest makes its own at first boot.
+  if (s.seal) await runTool('virt-sysprep', ['-c', v.uri, '-d', target, '--operations', 'defaults,-customize'], v.uri, { env: guestfsEnv(), timeoutMs: 3_600_000 });
   return { name: target, source: s.domain, sealed: !!s.seal, template: await readMark(v, target) };
 }
 
@@ -105,8 +107,10 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
   }
   await defineDomain(v, doc);
   if (s.autostart) await v.run(['autostart', s.name]);
-  if (s.customize && Object.keys(s.customize).length) {
-    const c = s.customize;
+  // ssh_user only says whose keys ssh_keys are (the schema defaults it): alone it customizes nothing.
+  const customized = Object.keys(s.customize || {}).filter((k) => k !== 'ssh_user' && (s.customize as any)[k] !== undefined);
+  if (customized.length) {
+    const c = s.customize!;
     const tmp = c.root_password_hash ? await fs.mkdtemp('/tmp/ferry-customize-') : undefined;
     try {
       const pre: string[] = [];
@@ -118,7 +122,7 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
     } finally { if (tmp) await fs.rm(tmp, { recursive: true, force: true }); }
   }
   const info = await domainInfo(v, s.name);
-  return { name: s.name, template: s.template, uuid: info.uuid, autostart: !!s.autostart, customized: Object.keys(s.customize || {}), interfaces: info.interfaces, disks: info.disks };
+  return { name: s.name, template: s.template, uuid: info.uuid, autostart: !!s.autostart, customized, interfaces: info.interfaces, disks: info.disks };
 }
 
 /** `<export_path>/<template>/domain.xml` and one image per disk (qcow2, compressed when `compress`), written

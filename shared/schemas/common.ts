@@ -9,6 +9,11 @@ export const absolutePath = Joi.string().pattern(/^\//).max(4096)
   .messages({ 'string.pattern.base': '{{#label}} must be an absolute path' });
 export const DISK_FORMATS = ['vmdk', 'qcow2', 'raw', 'vhd', 'vhdx', 'vdi'] as const;
 export const OUTPUT_FORMATS = ['qcow2', 'raw', 'vdi'] as const;
+/** The file extension of an output Ferry names itself (docs/pipeline.md: output names): the format's own name,
+ *  so a raw output is `.raw` (never `.img`) whether a convert job, a migration or an import wrote it. */
+export function outputExtension(format: string): string {
+  return format;
+}
 
 /** A regular expression given as a string (a serial-console pattern): refused with the parser's message. */
 export const regexString = Joi.string().max(500).custom((v: string, h) => {

@@ -2,8 +2,8 @@
 // `${NAME}` values are replaced from the environment before validation; an unset NAME is an error naming it.
 import Joi from 'joi';
 import { OUTPUT_FORMATS, regexString } from './common';
+import { configFstabMode } from './fstab-modes';
 
-export const CONFIG_FSTAB_MODES = ['stabilize-all', 'uuid-only', 'preserve'] as const;
 const path = Joi.string().min(1).max(4096);
 
 /** Keys a batch entry may override, and that the config file may set for every entry. */
@@ -13,7 +13,7 @@ const perMigration = {
   out_format: Joi.string().valid(...OUTPUT_FORMATS),
   compress: Joi.boolean(),
   compression_level: Joi.number().integer().min(1).max(9),
-  fstab_mode: Joi.string().valid(...CONFIG_FSTAB_MODES),
+  fstab_mode: configFstabMode,
   regen_initramfs: Joi.boolean(),
   update_grub: Joi.boolean(),
   xfs_regenerate_uuid: Joi.boolean(),

@@ -3,11 +3,10 @@
 // validateManifest() reports every problem at once, each with its JSON path.
 import Joi from 'joi';
 import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from './common';
+import { manifestFstabMode } from './fstab-modes';
 
 const open = (keys: Record<string, Joi.Schema>) => Joi.object(keys).unknown(true);
 const dateTime = Joi.string().isoDate();
-
-export const FSTAB_MODES_MANIFEST = ['stabilize-all', 'bypath-only', 'noop'] as const;
 
 const diskSchema = open({
   id: Joi.string().pattern(/^[a-zA-Z0-9_-]+$/).required()
@@ -45,7 +44,7 @@ export const pipelineSchema = Joi.object({
     print_fstab: Joi.boolean().default(false),
     update_grub: Joi.boolean().default(true),
     regen_initramfs: Joi.boolean().default(true),
-    fstab_mode: Joi.string().valid(...FSTAB_MODES_MANIFEST).default('stabilize-all'),
+    fstab_mode: manifestFstabMode.default('stabilize-all'),
     remove_source_hv_tools: Joi.boolean().default(false),
   }),
   convert: stage({

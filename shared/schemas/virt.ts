@@ -15,7 +15,7 @@ export const virtSuccessSchema = Joi.object({
 
 export const batchResultSchema = Joi.object({
   operation: Joi.string(), total: Joi.number().integer(), successful: Joi.number().integer(), failed: Joi.number().integer(),
-  results: Joi.array().items(Joi.object({ domain: Joi.string(), success: Joi.boolean(), error: Joi.string() })),
+  results: Joi.array().items(Joi.object({ domain: Joi.string(), success: Joi.boolean(), error: Joi.string(), detail: Joi.string().description('how it went, where that is worth saying (a graceful stop: shut down by the guest, or destroyed after the timeout)') })),
   start_time: Joi.string().isoDate(), end_time: Joi.string().isoDate(), duration: Joi.string(),
 }).label('BatchResult');
 
@@ -43,7 +43,12 @@ export const volumeUploadBody = Joi.object({ pool: name, volume: name, source_pa
 export const volumeWipeBody = Joi.object({ pool: name, volume: name, algorithm: Joi.string().valid(...WIPE_ALGORITHMS).default('zero') });
 
 export const batchStartBody = Joi.object({ domains, paused: Joi.boolean().default(false) });
-export const batchStopBody = Joi.object({ domains, force: Joi.boolean().default(false) });
+export const batchStopBody = Joi.object({
+  domains, force: Joi.boolean().default(false).description('true: virsh destroy at once; false: virsh shutdown, then wait for the domain to be shut off'),
+  timeout: Joi.number().integer().min(0).max(3600).default(60).description('seconds a graceful stop waits for the guest to shut down'),
+  force_after_timeout: Joi.boolean().default(false).description('destroy a domain still running after `timeout` (else it fails and is left running)'),
+});
+export const batchRebootBody = Joi.object({ domains, force: Joi.boolean().default(false).description('true: virsh reset; false: virsh reboot, a request the guest may ignore') });
 export const batchSnapshotBody = Joi.object({ domains, name_prefix: virtName.default('snap'), description: Joi.string().max(4096).allow(''), atomic: Joi.boolean().default(false), disk_only: Joi.boolean().default(false) });
 export const batchDeleteBody = Joi.object({ domains, remove_storage: Joi.boolean().default(false), snapshots_only: Joi.boolean().default(false) });
 export const batchDomainsBody = Joi.object({ domains });

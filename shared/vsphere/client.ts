@@ -7,6 +7,7 @@ import tls from 'node:tls';
 import { Agent, request } from 'undici';
 import { networkError, VsphereError } from './errors';
 import { arr, el, envelope, moref, MoRef, parseXml, text, xsiType } from './xml';
+import { ignoreError } from '../log';
 
 export interface ManagerCredentials {
   /** https://host[:port][/sdk]; a bare host means https://host/sdk. */
@@ -173,7 +174,7 @@ export class Manager {
   async logout() {
     if (!this.cookie) return;
     const sc = await this.serviceContent();
-    await this.rawCall('Logout', sc.sessionManager, '').catch(() => undefined);
+    await this.rawCall('Logout', sc.sessionManager, '').catch(ignoreError('a session that cannot be logged out expires on the manager by itself'));
     this.cookie = undefined;
     this.sessionCache.clear();
   }
@@ -198,6 +199,6 @@ export function managerFor(given: ManagerCredentials): Manager {
 
 /** Logs every cached session out (process shutdown). */
 export async function logoutAll() {
-  await Promise.all([...managers.values()].map((m) => m.logout().catch(() => undefined)));
+  await Promise.all([...managers.values()].map((m) => m.logout().catch(ignoreError('shutting down: a session that cannot be logged out expires on the manager by itself'))));
   managers.clear();
 }

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { request } from 'undici';
 import type { Manager } from './client';
 import { networkError, VsphereError } from './errors';
+import { ignoreError, awaitedLater } from '../log';
 
 export interface RemoteFile {
   datastore: string;
@@ -217,7 +218,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     await fs.rename(tmp, j.f.local + STATE);
     j.stateDirty = false;
   }
-  const saver = setInterval(() => { for (const j of jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(() => undefined); }, 1000);
+  const saver = setInterval(() => { for (const j of jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(ignoreError('resume state is saved again next second and at the end; a missed save only costs a longer resume')); }, 1000);
 
   /** Feeds the hash in file order: the frontier range directly, later ranges buffered until it reaches them. */
   function feed(j: FileJob, idx: number, b: Buffer) {
@@ -312,7 +313,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
             current = j.name;
             report();
           })();
-          write.catch(() => undefined); // awaited below; this only marks a failure as seen meanwhile
+          awaitedLater(write);
           inflight = write;
         };
         try {
@@ -375,8 +376,8 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     clearInterval(saver);
     for (const j of jobs) {
       if (j.fh) {
-        if (!j.finished) await saveState(j).catch(() => undefined);
-        await j.fh.close().catch(() => undefined);
+        if (!j.finished) await saveState(j).catch(ignoreError('resume state of an unfinished file: without it the next attempt downloads the file again'));
+        await j.fh.close().catch(ignoreError('closing after a failed download: the download error is the one reported'));
       }
     }
   }

@@ -16,6 +16,7 @@ import { downloadFiles, DownloadStats, remoteHead, remoteSize, removePartial, Re
 import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
 
 import type { PowerOption } from './options';
+import { ignoreError } from '../log';
 
 export interface ExportRequest {
   creds: ManagerCredentials;
@@ -141,7 +142,7 @@ export async function removeExportOutput(outputDir: string, exportId: string) {
   const prune = async (dir: string): Promise<void> => {
     if (path.relative(outputDir, dir).startsWith('..')) return;
     for (const e of await fs.readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await prune(path.join(dir, e.name));
-    if (dir !== outputDir) await fs.rmdir(dir).catch(() => undefined);
+    if (dir !== outputDir) await fs.rmdir(dir).catch(ignoreError('only empty directories are pruned; one holding other files stays', { dir }));
   };
   await prune(outputDir);
 }
@@ -219,7 +220,7 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
     streams: r.parallel, signal: r.signal,
     onFile: (f) => {
       state.files[f.local] = { size: f.size, sha256: f.sha256 };
-      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(() => undefined);
+      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('the export state is written again after the next file and at the end; a missed write only costs a longer resume'));
       return stateWrite;
     },
     onProgress: (s) => {

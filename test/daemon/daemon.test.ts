@@ -10,7 +10,7 @@ import IORedis from 'ioredis';
 import { TestRedis, freePort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { openWs } from '../helpers/ws';
-import { req, until } from '../helpers/http';
+import { postOversized, req, until } from '../helpers/http';
 
 const SECRET_PASSWORD = 'hunter2-very-secret-pw';
 const HOOK_SECRET = 'webhook-signing-secret';
@@ -157,7 +157,15 @@ describe('daemon API (8080), scheduler and notifier', function () {
       }
       const bad = await req(B, 'POST', '/jobs/submit', 'vm_path: [unclosed', { 'content-type': 'application/x-yaml' });
       expect(bad.status).to.equal(400);
-      expect(bad.body.error).to.match(/YAML/);
+      expect(bad.body.error).to.match(/^body: malformed YAML/);
+      expect(bad.body.fields[0].field).to.equal('body');
+      // The same reader and limit as JSON bodies and the gateway's: 413 naming body, whether declared or streamed.
+      for (const [type, how] of [['application/x-yaml', 'streamed'], ['application/json', 'declared'], ['application/json', 'streamed']] as const) {
+        const big = await postOversized(B, '/api/v1/jobs/submit', type, how);
+        expect(big.status, `${type} ${how}`).to.equal(413);
+        expect(big.body).to.include({ error: 'body: larger than 2 MiB', status: 413 });
+        expect(big.body.fields).to.deep.equal([{ field: 'body', message: 'larger than 2 MiB' }]);
+      }
     });
 
     it('takes a batch (JSON and YAML) with a bad entry: the good ones are accepted, the bad one named', async () => {

@@ -54,6 +54,8 @@ describe('production build: compiled JavaScript with production dependencies onl
     // The daemon's dashboard and the CLI's bin are not TypeScript: copied as they are.
     for (const f of readdirSync(path.join(ROOT, 'services/daemon/web'))) expect(all).to.include(`services/daemon/web/${f}`);
     expect(all).to.include('services/converter/ferry-convert.js');
+    // The queue's Lua commands, read by queue/scripts.ts at load time (every job goes through them).
+    for (const f of files(path.join(ROOT, 'queue/commands'))) expect(all).to.include(path.relative(ROOT, f));
     const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
     for (const dev of Object.keys(pkg.devDependencies)) expect(existsSync(path.join(app, 'node_modules', dev)), dev).to.equal(false);
     for (const dep of Object.keys(pkg.dependencies)) expect(existsSync(path.join(app, 'node_modules', dep)), dep).to.equal(true);

@@ -52,7 +52,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'prometheus', 'grafana']);
     for (const [name, svc] of Object.entries<any>(s)) expect(svc.healthcheck?.test, `${name} health check`).to.exist;
     const redisCmd = s.redis.command.join(' ');
-    expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/);
+    expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/).and.to.match(/--hash-max-listpack-value 1024/);
     expect(s.gateway.ports.map((p: any) => p.target)).to.include(8000);
     expect(s.daemon.ports.map((p: any) => p.target)).to.include(8080);
   });

@@ -12,7 +12,8 @@ import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/pro
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import IORedis, { Cluster } from 'ioredis';
-import { Bus } from '../../queue/bus';
+import { Bus, channelName } from '../../queue/bus';
+import { keys } from '../../shared/redis';
 
 const cli = (port: number, ...args: string[]) => execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -118,10 +119,10 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     const heard: string[] = [];
     let bus: Bus | undefined;
     for (let k = 0; k < 60 && !bus; k++) {
-      const b = new Bus(clusterUrl);
+      const b = new Bus(clusterUrl, '{ferry}');
       buses.push(b);
       cleanup.push(() => b.close());
-      await b.on('{ferry}:test:chan', (m) => { heard.push(String(m)); });
+      await b.on('webhooks', (m) => { heard.push(String(m)); }); // a channel nobody else in this test publishes on
       if ((b as any).sub.subscriber?.getInstance()?.options.port === owner.port) bus = b;
     }
     expect(bus, 'a Bus subscribed through the {ferry} primary').to.exist;
@@ -159,7 +160,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     await until(async () => nodes.filter((n) => n !== victim).reduce((a, n) => a + subscribers(n.port), 0) === subsBefore, 15000, `${subsBefore} subscriptions back`);
     const pub = new Cluster([{ host: '127.0.0.1', port: owner.replicas[0] }]);
     cleanup.push(() => pub.disconnect());
-    await until(async () => { await pub.publish('{ferry}:test:chan', 'after-failover'); return heard.includes('after-failover'); }, 10000, 'the Bus hearing a message after the failover');
+    await until(async () => { await pub.publish(channelName(keys('{ferry}'), 'webhooks'), 'added'); return heard.includes('added'); }, 10000, 'the Bus hearing a message after the failover');
     pub.disconnect();
     await bus!.close();
 

@@ -1,7 +1,7 @@
 // The real Debian guest fixture (issue 12, test/fixtures/debian-guest.ts) is what it claims: on SATA (AHCI, as on
 // VMware, with a vmxnet3 NIC in PCIe slot 192) it boots and prints the marker naming ens192 with its static address;
 // on virtio-blk its initramfs (MODULES=dep, no virtio) gives up on the root device. Boots run under qemu TCG through
-// the product's virt_test runner (services/converter/testboot.ts), snapshot=on; the serial logs of a failed check
+// the product's virt_test runner (shared/converter/testboot.ts), snapshot=on; the serial logs of a failed check
 // stay in test/artifacts/. With the fixture cached each variant's two boots run side by side: measured 2:39 (plain)
 // and 5:41 (lvm) at load average ~35 on 2 cores; the first run on a machine builds the fixture (docs/testing.md).
 import { expect } from 'chai';
@@ -9,7 +9,7 @@ import { mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { ensureDebianGuest, DebianGuest, DebianVariant } from '../fixtures/debian-guest';
-import { testBoot } from '../../services/converter/testboot';
+import { testBoot } from '../../shared/converter/testboot';
 
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 /** What Debian's initramfs prints when the root device never appears. */

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { imageInfo, sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../services/converter/guestfs';
+import { GuestSession } from '../../shared/converter/guestfs';
 import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
 import { ferryConvert, startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';

@@ -1,4 +1,5 @@
 // Small HTTP helpers over fetch for tests.
+import http from 'node:http';
 export async function req(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(base + path, {
     method,
@@ -22,4 +23,23 @@ export async function until<T>(fn: () => Promise<T | undefined | null | false>, 
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+}
+
+/** POSTs a body over `limit` bytes and waits for the answer without sending the rest, so a service that refuses
+ *  early (413) is heard, never raced by a reset: 'declared' sends only a Content-Length over the limit and a few
+ *  bytes; 'streamed' (chunked, no length) sends limit + 64 KiB and stops there. */
+export function postOversized(base: string, path: string, type: string, how: 'declared' | 'streamed', limit = 2 * 1024 * 1024): Promise<{ status: number; body: any }> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { 'content-type': type, ...(how === 'declared' ? { 'content-length': String(limit + 1024) } : {}) };
+    const rq = http.request({ host: u.hostname, port: u.port, method: 'POST', path, headers, timeout: 30000 }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => { rq.destroy(); try { resolve({ status: res.statusCode || 0, body: JSON.parse(text) }); } catch (e) { reject(e); } });
+    });
+    rq.on('timeout', () => rq.destroy(new Error(`no answer within 30 s to POST ${path}`)));
+    rq.on('error', reject);
+    rq.write(how === 'declared' ? '{"a": ' : '"' + 'x'.repeat(limit + 64 * 1024));
+  });
 }

@@ -51,7 +51,7 @@ export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, stri
 export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/gateway/main.ts', [], { ...env, GATEWAY_PORT: String(port), FERRY_HOST: '127.0.0.1' });
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  await waitForPort(port, 60000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
@@ -59,7 +59,7 @@ export async function startGatewayProc(env: Record<string, string>): Promise<Pro
 export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  await waitForPort(port, 60000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
@@ -76,7 +76,7 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
     const port = await freePort();
     const p = await startWorkerProc(env, id, caps, [...extra, '--metrics-port', String(port)]);
     try {
-      await waitForPort(port, 30000);
+      await waitForPort(port, 60000);
       return Object.assign(p, { metricsPort: port });
     } catch (e) {
       last = `${(e as Error).message}\n${p.logs.join('')}`;

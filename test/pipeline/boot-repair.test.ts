@@ -5,11 +5,11 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { judgeConsole } from '../../services/converter/boot-judge';
-import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../services/converter/bootchain';
-import type { FstabContext } from '../../services/converter/fstab';
-import { configuredInterfaces, persistentNetNames, planNicPins } from '../../services/converter/nic-names';
-import { testBoot } from '../../services/converter/testboot';
+import { judgeConsole } from '../../shared/converter/boot-judge';
+import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
+import type { FstabContext } from '../../shared/converter/fstab';
+import { configuredInterfaces, persistentNetNames, planNicPins } from '../../shared/converter/nic-names';
+import { testBoot } from '../../shared/converter/testboot';
 import { makeBootableImage } from '../helpers/images';
 
 const ctx: FstabContext = {

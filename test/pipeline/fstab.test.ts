@@ -1,6 +1,6 @@
 // The fstab rewrite as a pure function: every mode, every kind of spec, spacing kept.
 import { expect } from 'chai';
-import { classifySpec, resolveSpec, rewriteFstab, rewriteKernelArgs, FstabContext } from '../../services/converter/fstab';
+import { classifySpec, resolveSpec, rewriteFstab, rewriteKernelArgs, FstabContext } from '../../shared/converter/fstab';
 import { substituteEnv, validateBatch, validateConfig, ConfigError } from '../../shared/schemas/converter-config';
 
 const ctx: FstabContext = {

@@ -4,6 +4,8 @@ import { readFileSync } from 'node:fs';
 import { REPORT_SCHEMA_FILE, reportJsonSchema } from '../../scripts/gen-report-schema';
 import { ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { migrateCapabilities } from '../../shared/operations';
+import { outputNames } from '../../shared/converter/pipeline';
+import { outputPathOf } from '../../services/worker/operations/convert';
 
 const disk = (o: Record<string, unknown> = {}) => ({ id: 'd0', source_format: 'vmdk', bytes: 1024, local_path: '/src/d0.vmdk', ...o });
 const base = (o: Record<string, unknown> = {}) => ({ manifest_version: '1.0', disks: [disk()], ...o });
@@ -93,5 +95,12 @@ describe('manifest validation', () => {
 
   it('docs/report-schema.json is the schema report.json is validated with (regenerate: npx tsx scripts/gen-report-schema.ts)', () => {
     expect(readFileSync(REPORT_SCHEMA_FILE, 'utf8')).to.equal(reportJsonSchema());
+  });
+  it('names outputs with the one extension rule: the format itself, .raw for raw (migrate, convert jobs); a given name is kept', () => {
+    const two = (format: string, filename?: string) => [...outputNames(validateManifest(base({ disks: [disk(), disk({ id: 'd1', local_path: '/src/d1.vmdk' })], output: { format, ...(filename ? { filename } : {}) } })), '/out').values()];
+    expect(two('raw')).to.deep.equal(['/out/d0.raw', '/out/d1.raw']);
+    expect(two('qcow2', 'vm.img')).to.deep.equal(['/out/vm-d0.qcow2', '/out/vm-d1.qcow2']);
+    expect([...outputNames(validateManifest(base({ output: { format: 'raw', filename: 'disk.img' } })), '/out').values()]).to.deep.equal(['/out/disk.img']);
+    expect(outputPathOf('j1', { output_format: 'raw', output_dir: '/out' })).to.equal('/out/j1.raw');
   });
 });

@@ -9,8 +9,8 @@ import path from 'node:path';
 import { sha256File } from '../../shared/qemu';
 import { validateManifest } from '../../shared/schemas/manifest';
 import { reportSchema } from '../../shared/schemas/report';
-import { runPipeline } from '../../services/converter/pipeline';
-import { GuestSession } from '../../services/converter/guestfs';
+import { runPipeline } from '../../shared/converter/pipeline';
+import { GuestSession } from '../../shared/converter/guestfs';
 import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB, IFUPDOWN_INTERFACES, NETPLAN_CLOUD, PERSISTENT_NET, TOOL_LOG } from '../fixtures/guests';
 
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFerryTestKeyFerryTestKeyFerryTestKey00 alice@ops';

@@ -1,4 +1,4 @@
-// Windows virtio driver injection (services/converter/windows.ts).
+// Windows virtio driver injection (shared/converter/windows.ts).
 // Pure parts (version mapping, paths, registry encoding) and host-only parts (driver tree, hive generator with
 // hivexregedit) need no appliance. On the real phony Windows Server 2019 guest (test/fixtures/windows.ts), appliance
 // launches: fixture build (cached across runs), one pipeline run through the CLI (ferry-convert --config), and one
@@ -13,13 +13,13 @@ import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { validateConfig } from '../../shared/schemas/converter-config';
 import { main } from '../../services/converter/cli';
-import { fixGuest, inspectAndMount, FixAction, FixResult } from '../../services/converter/guest';
-import { GuestSession } from '../../services/converter/guestfs';
-import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../services/converter/windows';
-import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../services/converter/registry';
+import { fixGuest, inspectAndMount, FixAction, FixResult } from '../../shared/converter/guest';
+import { GuestSession } from '../../shared/converter/guestfs';
+import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../shared/converter/windows';
+import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../shared/converter/registry';
 import {
   ARCH_DIRS, driverSet, driverVersions, findCi, locateVirtioWin, pickVersionDir, underSystemRoot, VIRTIO_WIN_DEFAULT, virtioWinCandidates, windowsVersionDir,
-} from '../../services/converter/virtio-win';
+} from '../../shared/converter/virtio-win';
 import { buildWindowsGuest, emptyHive, fakeVirtioWin, WIN } from '../fixtures/windows';
 
 const LAYOUT = {

@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { startGatewayProc, testEnv } from '../helpers/procs';
-import { req, until } from '../helpers/http';
+import { postOversized, req, until } from '../helpers/http';
 
 describe('gateway API (port 8000 protocol)', function () {
   this.timeout(60000);
@@ -53,6 +53,25 @@ describe('gateway API (port 8000 protocol)', function () {
       const entry = q.body.queues.find((x: any) => x.name === 'jobs.img_tool');
       expect(entry).to.include({ queued: 3, active_workers: 0 });
       expect(entry.waiting_reason).to.match(/img_tool/);
+    });
+
+    it('queue position counts the execution mode: a mode queue the same workers take first is ahead, another mode is not', async () => {
+      const pos = async (id: string) => (await req(base, 'GET', `/jobs/${id}`)).body.queue;
+      const container = await req(base, 'POST', '/jobs?queue=true', spec('em-container', { requirements: { capabilities: [], execution_mode: 'CONTAINER' } }));
+      expect(container.status).to.equal(201);
+      expect((await pos('em-container')).name).to.equal('jobs.img_tool@CONTAINER');
+      const containerAt = (await pos('em-container')).position;
+      // A CONTAINER worker with img_tool serves jobs.img_tool@CONTAINER before jobs.img_tool: a plain job waits behind it.
+      const plain = await req(base, 'POST', '/jobs?queue=true', spec('em-plain'));
+      const plainQueue = await pos('em-plain');
+      expect(plainQueue.name).to.equal('jobs.img_tool');
+      const own = (await req(base, 'GET', '/queue')).body.queues.find((x: any) => x.name === 'jobs.img_tool').queued;
+      expect(plain.body.queue_position).to.equal(own + 1).and.to.equal(plainQueue.position);
+      // More capabilities but another mode: a PROCESS worker cannot take the CONTAINER job, so nothing moves ahead of it.
+      const other = await req(base, 'POST', '/jobs?queue=true', spec('em-process', { requirements: { capabilities: ['lvm_tools'], execution_mode: 'PROCESS' } }));
+      expect(other.status).to.equal(201);
+      expect((await pos('em-container')).position).to.equal(containerAt);
+      for (const id of ['em-container', 'em-plain', 'em-process']) expect((await req(base, 'DELETE', `/jobs/${id}`)).status).to.equal(200);
     });
 
     it('fills defaults into the stored spec', async () => {
@@ -114,6 +133,25 @@ describe('gateway API (port 8000 protocol)', function () {
       const q = await req(base, 'POST', '/jobs?queue=maybe', spec('qq'));
       expect(q.status).to.equal(400);
       expect(q.body.error.message).to.include('queue');
+    });
+
+    it('one body reader: 413 naming body for a JSON or YAML body over 2 MiB, 400 naming body for malformed YAML; nothing stored', async () => {
+      const before = await req(base, 'GET', '/jobs?limit=1');
+      for (const [path, type] of [['/jobs', 'application/json'], ['/migrationjobs', 'application/yaml']]) {
+        for (const how of ['declared', 'streamed'] as const) {
+          const r = await postOversized(base, path, type, how);
+          expect(r.status, `${path} ${type} ${how}`).to.equal(413);
+          expect(r.body.error.message).to.equal('body: larger than 2 MiB');
+          expect(r.body.error.fields).to.deep.equal([{ field: 'body', message: 'larger than 2 MiB' }]);
+        }
+      }
+      const bad = await req(base, 'POST', '/migrationjobs', 'kind: [unclosed', { 'content-type': 'application/yaml' });
+      expect(bad.status).to.equal(400);
+      expect(bad.body.error.message).to.match(/^body: malformed YAML/);
+      expect(bad.body.error.fields[0].field).to.equal('body');
+      // YAML is read only where a route takes it: on /jobs it is not a JSON body.
+      expect((await req(base, 'POST', '/jobs', 'job_id: y1', { 'content-type': 'application/yaml' })).status).to.equal(400);
+      expect((await req(base, 'GET', '/jobs?limit=1')).body.total).to.equal(before.body.total);
     });
   });
 

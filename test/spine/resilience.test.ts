@@ -112,14 +112,14 @@ describe('resilience', function () {
   it('a state change resent after a lost reply (same call twice) is answered as applied, not refused', async () => {
     const store = new JobStore(createRedis({ url: redis.url }));
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'resent', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
-    const k = store.k;
-    const args = [k.prefix, 'resent', new Date().toISOString(), Date.now(), '', JSON.stringify({ worker_id: 'w', lease: 't1', last_op: 'op-1' }), 1, 'ASSIGNED', 'QUEUED', 'assigned to worker w', 'w'];
-    const first = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args);
-    const again = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args);
-    expect(first[0]).to.equal('ok');
-    expect(again[0]).to.equal('ok');
-    const other = await store.redis.ferryTransition(k.job('resent'), k.history('resent'), k.events('resent'), ...args.slice(0, 5), JSON.stringify({ last_op: 'op-2' }), ...args.slice(6));
-    expect(other[0]).to.equal('conflict');
+    // The same call (same call id) twice, as ioredis resends a command whose reply was lost.
+    const step = [{ to: 'ASSIGNED' as const, reason: 'assigned to worker w', worker_id: 'w' }];
+    const first = await store.transition('resent', step, { fields: { worker_id: 'w', lease: 't1' }, op: 'op-1' });
+    const again = await store.transition('resent', step, { fields: { worker_id: 'w', lease: 't1' }, op: 'op-1' });
+    expect(first.ok).to.equal(true);
+    expect(again.ok).to.equal(true);
+    const other = await store.transition('resent', step, { op: 'op-2' });
+    expect(other).to.deep.include({ ok: false, code: 'conflict' });
     const j = (await req(gw.url, 'GET', '/jobs/resent')).body;
     expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
     store.redis.disconnect();

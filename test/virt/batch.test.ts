@@ -48,6 +48,25 @@ describe('batch actions (/virt/batch/*)', function () {
     for (const n of names) expect(await s.lv.virsh(['snapshot-list', n, '--name'])).to.match(/^nightly-\d{8}T\d{6}Z/m);
   });
 
+  it('a graceful stop the guest ignores fails after its timeout and leaves it running, or destroys it when asked', async () => {
+    // The busybox guests have no ACPI handler: virsh shutdown is delivered and ignored.
+    check(await okData(B, 'POST', '/virt/batch/start', { domains }), 'start');
+    const t0 = Date.now();
+    const r = await okData(B, 'POST', '/virt/batch/stop', { domains: ['b-1', 'b-missing'], timeout: 2 });
+    expect(Date.now() - t0).to.be.at.least(2000);
+    expect(r).to.include({ operation: 'stop', total: 2, successful: 0, failed: 2 });
+    expect(r.results[0].error).to.match(/still running 2 s after the shutdown request .*left running/);
+    expect(r.results[1].error).to.match(/not found|no domain/i);
+    expect(await domState(s.lv, 'b-1')).to.equal('running');
+    const f = await okData(B, 'POST', '/virt/batch/stop', { domains, timeout: 1, force_after_timeout: true });
+    check(f, 'stop');
+    for (const x of f.results.filter((y: any) => y.success)) expect(x.detail).to.match(/still running 1 s after the shutdown request: destroyed/);
+    expect(await states()).to.deep.equal(names.map(() => 'shut off'));
+    const bad = await req(B, 'POST', '/virt/batch/stop', { domains, timeout: -1 });
+    expect(bad.status).to.equal(400);
+    expect(bad.body.error).to.include('timeout');
+  });
+
   it('deletes snapshots only, then the domains with their storage', async () => {
     check(await okData(B, 'POST', '/virt/batch/delete', { domains, snapshots_only: true }), 'delete');
     for (const n of names) expect((await s.lv.virsh(['snapshot-list', n, '--name'])).trim()).to.equal('');

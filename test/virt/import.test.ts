@@ -10,24 +10,10 @@ import { makeBootableImage } from '../helpers/images';
 import { domState } from '../helpers/libvirt';
 import { startGatewayProc, startWorkerProc, Proc } from '../helpers/procs';
 import { startSshd, TestSshd } from '../helpers/sshd';
-import { importDisk, openConsole, Virsh } from '../../shared/libvirt';
+import { importDisk, Virsh } from '../../shared/libvirt';
 import IORedis from 'ioredis';
 import { JobStore } from '../../queue/store';
-import { okData, startVirtStack, VirtStack } from './stack';
-
-/** Starts a domain paused, attaches its serial console, resumes it and waits for `marker` on the console. */
-async function bootAndWatch(v: Virsh, name: string, marker: string, timeoutMs = 60000): Promise<string> {
-  await v.run(['start', name, '--paused']);
-  const con = openConsole(v, name);
-  let text = '';
-  con.on('data', (t: string) => { text += t; });
-  try {
-    await new Promise<void>((resolve, reject) => { con.once('ready', resolve); con.once('close', (_c: number, e: string) => reject(new Error(`console closed: ${e}`))); });
-    await v.run(['resume', name]);
-    await until(async () => text.includes(marker), timeoutMs, `${marker} on ${name}'s console (got ${JSON.stringify(text.slice(-200))})`);
-    return text;
-  } finally { con.close(); }
-}
+import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
 
 describe('convert and import into libvirt', function () {
   this.timeout(300_000);

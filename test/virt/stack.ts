@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
-import { req } from '../helpers/http';
+import { req, until } from '../helpers/http';
+import { openConsole, Virsh } from '../../shared/libvirt';
 import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';
 
 export interface VirtStack { redis: TestRedis; lv: TestLibvirt; daemon: Proc & { url: string }; dir: string; config: string; env: Record<string, string>; stop(): Promise<void> }
@@ -35,4 +36,22 @@ export async function okData(base: string, method: string, p: string, body?: unk
   const r = await req(base, method, p, body);
   if (r.status !== status || r.body?.status !== 'success') throw new Error(`${method} ${p}: expected ${status} success, got ${r.status} ${r.text}`);
   return r.body.data;
+}
+
+/** Starts a domain paused (`start`, virsh by default), attaches its serial console, resumes it and waits until
+ *  the console text has every one of `markers`; returns the text. */
+export async function bootAndWatch(v: Virsh, name: string, markers: string | (string | RegExp)[], timeoutMs = 60000, start = () => v.run(['start', name, '--paused'])): Promise<string> {
+  const want = Array.isArray(markers) ? markers : [markers];
+  await start();
+  const con = openConsole(v, name);
+  let text = '';
+  con.on('data', (t: string) => { text += t; });
+  try {
+    await new Promise<void>((resolve, reject) => { con.once('ready', resolve); con.once('close', (_c: number, e: string) => reject(new Error(`console closed: ${e}`))); });
+    await v.run(['resume', name]);
+    const seen = () => want.every((m) => (typeof m === 'string' ? text.includes(m) : m.test(text)));
+    await until(async () => seen(), timeoutMs, `${want.join(', ')} on ${name}'s console`)
+      .catch((e) => { throw new Error(`${e.message} (console so far: ${JSON.stringify(text.slice(-600))})`); });
+    return text;
+  } finally { con.close(); }
 }

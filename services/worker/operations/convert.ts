@@ -5,12 +5,11 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { convert as qemuConvert, imageInfo, sha256File } from '../../../shared/qemu';
 import { checkOutputFree, checkRunPath, placeOutput } from '../../../shared/roots';
+import { outputExtension } from '../../../shared/schemas/common';
 import { throttle, type Operation } from './types';
 
-const EXT: Record<string, string> = { qcow2: 'qcow2', raw: 'raw', vdi: 'vdi' };
-
 export function outputPathOf(jobId: string, p: { output_path?: string; output_dir?: string; output_format: string }) {
-  return p.output_path || path.join(p.output_dir!, `${jobId}.${EXT[p.output_format]}`);
+  return p.output_path || path.join(p.output_dir!, `${jobId}.${outputExtension(p.output_format)}`);
 }
 
 export const convert: Operation = async (ctx) => {

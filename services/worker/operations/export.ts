@@ -9,6 +9,7 @@ import { VsphereError } from '../../../shared/vsphere/errors';
 import { exportVm, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
 import { config } from '../../../shared/config';
 import type { Admit, OpContext, Operation } from './types';
+import { dropped } from '../../../shared/log';
 
 export interface ExportParameters {
   vm_path: string; output_path?: string; manager_url?: string; username?: string; insecure?: boolean; credentials?: string;
@@ -68,13 +69,13 @@ export async function runExport(ctx: OpContext, p: ExportParameters, outputDir: 
           details.files = JSON.stringify(s.files.map((f) => ({ ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100 })));
         }
         const msg = s.phase === 'exporting' ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}` : s.phase;
-        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(() => undefined);
+        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(dropped(ctx.log, 'a progress event that could not be published is superseded by the next one', { job_id: ctx.spec.job_id }));
       },
     });
   } catch (e) {
     // Cancelled: every stream has stopped; nothing of this export stays. Other endings keep the partial files
     // (marked .ferry-part) for the next attempt to continue from.
-    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ctx.spec.job_id).catch(() => undefined);
+    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ctx.spec.job_id).catch((c) => ctx.log.warn('cancelled export: its partial files could not all be removed', { job_id: ctx.spec.job_id, output_dir: outputDir, error: (c as Error).message }));
     throw asOperationError(e);
   } finally {
     await pending;

@@ -5,10 +5,11 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import type { Manifest } from '../../../shared/schemas/manifest';
-import { outputNames, runPipeline } from '../../converter/pipeline';
+import { outputNames, runPipeline } from '../../../shared/converter/pipeline';
 import { OPERATIONS } from '../../../shared/operations';
 import { checkRunPath } from '../../../shared/roots';
 import { throttle, type Operation } from './types';
+import { dropped } from '../../../shared/log';
 
 export const migrate: Operation = async (ctx) => {
   const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
@@ -34,7 +35,7 @@ export const migrate: Operation = async (ctx) => {
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;
-      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(() => undefined);
+      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(dropped(ctx.log, 'a progress event that could not be published is superseded by the next one', { job_id: ctx.spec.job_id }));
     },
     log: (_l, m) => ctx.log.info(m, { job_id: ctx.spec.job_id }),
   });

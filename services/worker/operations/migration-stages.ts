@@ -10,9 +10,10 @@ import { OperationError } from '../../../shared/errors';
 import { configuredUri, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
-import { testBootLibvirt } from '../../converter/testboot';
+import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { migrate } from './migrate';
 import type { OpContext } from './types';
+import { dropped } from '../../../shared/log';
 
 export interface AfterExportInput {
   /** the export stage's result: manifest_path, manifest, files with sha256 */
@@ -62,7 +63,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
   if (boot.status !== 'passed') {
-    await v.run(['destroy', imported.domain]).catch(() => undefined); // already off when it stopped by itself
+    await v.run(['destroy', imported.domain]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
     throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
   }
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);

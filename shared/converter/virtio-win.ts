@@ -4,6 +4,7 @@ import { execFile } from 'node:child_process';
 import { promises as fs, Dirent } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { statIfExists } from '../files';
 
 export const VIRTIO_WIN_DEFAULT = '/usr/share/virtio-win';
 
@@ -60,7 +61,7 @@ async function entries(dir: string): Promise<Dirent[]> { return fs.readdir(dir, 
 export async function findCi(dir: string, name: string, kind: 'dir' | 'file'): Promise<string | undefined> {
   for (const e of await entries(dir)) {
     if (e.name.toLowerCase() !== name.toLowerCase()) continue;
-    const st = await fs.stat(path.join(dir, e.name)).catch(() => undefined);
+    const st = await statIfExists(path.join(dir, e.name));
     if (st && (kind === 'dir' ? st.isDirectory() : st.isFile())) return e.name;
   }
   return undefined;
@@ -106,7 +107,7 @@ export function virtioWinCandidates(configured: string | undefined, env: NodeJS.
 export async function locateVirtioWin(cands: { path: string; from: string }[]): Promise<{ root?: string; from?: string; looked: string[]; cleanup?: () => Promise<void> }> {
   const looked: string[] = [];
   for (const c of cands) {
-    const st = await fs.stat(c.path).catch(() => undefined);
+    const st = await statIfExists(c.path);
     if (st?.isDirectory()) return { root: path.resolve(c.path), from: c.from, looked };
     if (st?.isFile() && /\.iso$/i.test(c.path)) {
       const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-virtio-win-'));

@@ -1,18 +1,20 @@
 // One run of a schedule: a job created from its template through Lifecycle.submit, exactly once per cron
 // iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
 // (its job's outcome) counted once, however many scheduler processes see it.
-import type { Lifecycle } from '../../queue/lifecycle';
-import { ApiError } from '../../shared/errors';
-import { isTerminal } from '../../shared/states';
-import type { Logger } from '../../shared/log';
-import { buildSpec } from '../daemon/specs';
+import type { Lifecycle } from './lifecycle';
+import { ApiError } from '../shared/errors';
+import { isTerminal } from '../shared/states';
+import type { Logger } from '../shared/log';
+import { buildSpec } from '../shared/daemon-jobs';
+import { publish } from './bus';
 import type { ScheduleStore } from './schedules';
+import { ignoreError } from '../shared/log';
 
 export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeoutSeconds: number; parallelDownloads: number; log: Logger }
 
 export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
   const k = deps.schedules.k;
-  await deps.schedules.redis.publish(k.chanSchedules, JSON.stringify({ schedule_id, event, timestamp: new Date().toISOString(), ...extra }));
+  await publish(deps.schedules.redis, k, 'schedules', { schedule_id, event, timestamp: new Date().toISOString(), ...extra });
 }
 
 /** Returns the created job id, or null when this iteration already ran or the schedule is gone or disabled. */
@@ -21,7 +23,7 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
   const r = schedules.redis;
   const k = schedules.k;
   const s = await schedules.get(scheduleId);
-  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(() => undefined); return null; }
+  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(ignoreError('a job scheduler of a deleted schedule: the next iteration tries again', { schedule_id: scheduleId })); return null; }
   if (!s.enabled && !how.manual) return null;
   const jobId = how.manual ? `sched-${s.id}-m${Date.now()}${Math.floor(Math.random() * 1000)}` : `sched-${s.id}-${how.iteration}`;
   const now = new Date().toISOString();

@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { kvmUsable } from './guestfs';
-import { bootDomain, Virsh } from '../../shared/libvirt';
+import { bootDomain, Virsh } from '../libvirt';
 import { judgeConsole, printableConsole } from './boot-judge';
 
 export interface TestBootOptions {

@@ -2,20 +2,14 @@
 // JobSpec the 8000 API uses, so both APIs show the same jobs. Passwords are split off here and never enter
 // the spec or the meta.
 import { randomUUID } from 'node:crypto';
-import Joi from 'joi';
-import { ApiError } from '../../shared/errors';
-import { validate } from '../../shared/http';
-import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
-import { managerDefaults } from './credentials';
-import { managerAllowed } from '../../shared/vsphere/credentials';
+import { fieldError } from './errors';
+import { validate } from './http';
+import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from './schemas/daemon';
+import { jobSpecSchema, JobSpec } from './schemas/job';
+import { managerDefaults } from './vsphere/job-credentials';
+import { managerAllowed } from './vsphere/credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
-
-/** Validates with `schema`; a failure is a 400 whose fields are prefixed with `where` (for example jobs[2]). */
-export function check<T>(schema: Joi.Schema, value: unknown, where: string, warnings?: string[]): T {
-  return validate<T>(schema, value, 'body', where, warnings);
-}
 
 const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 
@@ -34,7 +28,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
   let password: string | undefined;
   let passwordField: string | undefined;
   if (shape === 'A') {
-    const d = check<any>(exportJobSchema, def, opts.where, opts.warnings);
+    const d = validate<any>(exportJobSchema, def, 'body', opts.where, opts.warnings);
     password = d.password;
     passwordField = [opts.where, 'password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -51,7 +45,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'export', name, vm_path: d.vm_path, output_path: d.output_path };
   } else if (shape === 'B') {
-    const d = check<any>(migrationJobSchema, def, opts.where, opts.warnings);
+    const d = validate<any>(migrationJobSchema, def, 'body', opts.where, opts.warnings);
     password = d.source.password;
     passwordField = [opts.where, 'source.password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -69,7 +63,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };
   } else {
-    const d = check<any>(operationTemplateSchema, def, opts.where, opts.warnings);
+    const d = validate<any>(operationTemplateSchema, def, 'body', opts.where, opts.warnings);
     raw = clean({ job_id, operation: d.operation, image: d.image, parameters: d.parameters, requirements: d.requirements, execution_policy: { timeout_seconds: opts.jobTimeoutSeconds, ...(d.execution_policy || {}) } });
     meta = { kind: 'operation', name: d.operation };
   }
@@ -77,8 +71,8 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
   const given = shape === 'A' ? (def as any)?.manager_url : shape === 'B' ? (def as any)?.source?.manager_url : undefined;
   if (typeof given === 'string' && !managerAllowed(given)) {
     const field = [opts.where, shape === 'A' ? 'manager_url' : 'source.manager_url'].filter(Boolean).join('.');
-    throw new ApiError(400, `${field}: ${given.replace(/\/\/[^@/]*@/, '//')} is not a vSphere manager this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS)`, { fields: [{ field, message: 'not an allowed vSphere manager' }] });
+    throw fieldError(400, field, 'not an allowed vSphere manager', `${field}: ${given.replace(/\/\/[^@/]*@/, '//')} is not a vSphere manager this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS)`);
   }
-  const spec = check<JobSpec>(jobSpecSchema, raw, opts.where, opts.warnings);
+  const spec = validate<JobSpec>(jobSpecSchema, raw, 'body', opts.where, opts.warnings);
   return { spec, meta, password, passwordField, shape };
 }

@@ -4,8 +4,9 @@
 import { Queue } from 'bullmq';
 import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
-import { ApiError, badRequest } from '../../shared/errors';
-import type { Keys, RedisClient } from '../../shared/redis';
+import { ApiError, badRequest, fieldError } from '../shared/errors';
+import type { Keys, RedisClient } from '../shared/redis';
+import { ignoreError } from '../shared/log';
 
 export const SCHEDULE_QUEUE = 'schedules';
 
@@ -17,10 +18,10 @@ export interface Schedule {
 /** Validates a cron expression (5 fields, or 6 with leading seconds) and a time zone; 400 with the reason. */
 export function checkCron(expr: string, tz: string, field = 'schedule') {
   const n = expr.trim().split(/\s+/).length;
-  if (n !== 5 && n !== 6) throw new ApiError(400, `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`, { fields: [{ field, message: 'wrong number of fields' }] });
-  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw new ApiError(400, `timezone "${tz}" is not a known IANA time zone`, { fields: [{ field: 'timezone', message: 'unknown time zone' }] }); }
+  if (n !== 5 && n !== 6) throw fieldError(400, field, 'wrong number of fields', `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`);
+  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw fieldError(400, 'timezone', 'unknown time zone', `timezone "${tz}" is not a known IANA time zone`); }
   try { CronExpressionParser.parse(expr, { tz }); } catch (e) {
-    throw new ApiError(400, `${field} "${expr}" is not a valid cron expression: ${(e as Error).message}`, { fields: [{ field, message: (e as Error).message }] });
+    throw fieldError(400, field, (e as Error).message, `${field} "${expr}" is not a valid cron expression: ${(e as Error).message}`);
   }
 }
 
@@ -90,13 +91,13 @@ export class ScheduleStore {
   async remove(id: string) {
     const n = await this.redis.hdel(this.k.schedules, id);
     if (!n) throw new ApiError(404, `schedule ${id} not found`);
-    await this.queue.removeJobScheduler(id).catch(() => undefined);
+    await this.queue.removeJobScheduler(id).catch(ignoreError('the schedule is gone from Redis: a job scheduler left behind runs once and is then removed by runSchedule', { schedule_id: id }));
     await this.redis.del(this.k.scheduleStats(id));
   }
 
   /** Makes the BullMQ job scheduler match the schedule: present with its pattern when enabled, absent otherwise. */
   async sync(s: Schedule) {
-    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(() => undefined); return; }
+    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError('a disabled schedule whose job scheduler remains runs nothing (runSchedule skips it) and is synced again at the next start', { schedule_id: s.id })); return; }
     await this.queue.upsertJobScheduler(s.id, { pattern: s.schedule, tz: s.timezone }, {
       name: 'run', data: { schedule_id: s.id }, opts: { removeOnComplete: 200, removeOnFail: 200 },
     });
@@ -110,5 +111,5 @@ export class ScheduleStore {
     for (const s of all) await this.sync(s);
   }
 
-  async close() { await this.queue.close().catch(() => undefined); }
+  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
 }

@@ -1,8 +1,8 @@
-// How the daemon shows a job (the Job record of the daemon seed: definition, lowercase status, progress) and
+// How the daemon API shows a job (the daemon and the notifier's webhook payloads: the Job record of the daemon seed: definition, lowercase status, progress) and
 // its progress with a smoothed rate and an ETA. Built from the raw Redis hash, so a page of jobs is one
 // pipelined read.
-import type { JobStore } from '../../queue/store';
-import { daemonStatus, isTerminal } from '../../shared/states';
+import type { JobStore } from './store';
+import { daemonStatus, isTerminal } from '../shared/states';
 
 const parse = (s: string | undefined, d: any) => { if (!s) return d; try { return JSON.parse(s); } catch { return d; } };
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);

@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { run } from '../../shared/qemu';
+import { run } from '../qemu';
 import type { GuestSession } from './guestfs';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './guest';
 import { FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
@@ -15,6 +15,7 @@ import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLef
 import { configuredInterfaces, LINK_DIR, persistentNetNames, planNicPins } from './nic-names';
 import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
+import { ignoreError } from '../log';
 
 export interface LinuxFix {
   g: GuestSession; info: GuestInfo; o: FixOptions; ctx: FstabContext; mode: FstabMode; r: FixResult;
@@ -159,7 +160,7 @@ async function initramfsListing(g: GuestSession, img: string): Promise<string | 
   try {
     const local = path.join(dir, 'initrd');
     await g.cmd('download', img, local);
-    const r = await run('lsinitramfs', [local]).catch(() => undefined);
+    const r = await run('lsinitramfs', [local]).catch(ignoreError('no lsinitramfs on this host, or it failed: the guest\'s own lister is tried next'));
     if (r && r.code === 0 && /\.ko/.test(r.stdout)) return r.stdout;
   } finally { rmSync(dir, { recursive: true, force: true }); }
   for (const [bin, cmd] of [['/usr/bin/lsinitramfs', 'lsinitramfs'], ['/usr/sbin/lsinitramfs', 'lsinitramfs'], ['/usr/bin/lsinitrd', 'lsinitrd']]) {

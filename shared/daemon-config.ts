@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import Joi from 'joi';
 import yaml from 'js-yaml';
-import { Auth, AuthConfigError, loadAuth } from '../../shared/auth';
+import { Auth, AuthConfigError, loadAuth } from './auth';
 
 /** Go-style durations: 48h, 1h30m, 90s, 500ms. */
 export function parseDuration(s: string): number | null {

@@ -5,12 +5,12 @@ import { spawn, execFile } from 'node:child_process';
 import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { OperationError } from '../../shared/errors';
+import { OperationError } from '../errors';
 
 export const GUESTFISH = process.env.GUESTFISH || 'guestfish';
 
-import { guestfsEnv } from '../../shared/guestfs-env';
-export { kvmUsable, guestfsEnv } from '../../shared/guestfs-env';
+import { guestfsEnv } from '../guestfs-env';
+export { kvmUsable, guestfsEnv } from '../guestfs-env';
 
 export interface GuestDisk { path: string; format: string; readonly?: boolean }
 

@@ -2,8 +2,8 @@
 // appliance, and the new text with the original spacing kept. The guest repair (guest.ts) only supplies the
 // device identifiers and writes the result back.
 
-/** Modes of the manifest (stabilize-all, bypath-only, noop) and of the config file (uuid-only, preserve). */
-export type FstabMode = 'stabilize-all' | 'bypath-only' | 'noop' | 'uuid-only' | 'preserve';
+import type { FstabMode } from '../schemas/fstab-modes';
+export type { FstabMode };
 
 export interface DeviceIds { uuid?: string; partuuid?: string; label?: string }
 

@@ -2,10 +2,12 @@
 // deliveries off private and loopback addresses (shared/targets.ts), and the BullMQ queue deliveries go through.
 import { Queue } from 'bullmq';
 import { randomUUID } from 'node:crypto';
-import { ApiError } from '../../shared/errors';
-import type { Keys, RedisClient } from '../../shared/redis';
-import { canEncrypt, encryptSecret } from '../daemon/credentials';
-import { isSensitiveKey, redact } from '../../shared/sensitive';
+import { ApiError, fieldError } from '../shared/errors';
+import type { Keys, RedisClient } from '../shared/redis';
+import { canEncrypt, encryptSecret } from '../shared/secretbox';
+import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
+import { ignoreError } from '../shared/log';
+import { publish } from './bus';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';
@@ -32,8 +34,8 @@ export function publicView(w: Webhook, index: number) {
 /** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
 export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
-    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? '[redacted]' : v]),
-    ...Object.keys(w.sealed_headers || {}).map((k) => [k, '[redacted]']),
+    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? REDACTED : v]),
+    ...Object.keys(w.sealed_headers || {}).map((k) => [k, REDACTED]),
   ]);
   return { ...publicView(w, index), headers };
 }
@@ -53,16 +55,13 @@ export class WebhookStore {
     this.queue.on('error', () => undefined);
   }
 
-  /** Notifiers drop their cached webhook list when this fires. */
-  get changedChannel() { return `${this.k.webhooks}:changed`; }
-
   async list(): Promise<Webhook[]> {
     return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s));
   }
 
   async add(input: Omit<Webhook, 'id' | 'created_at' | 'secret_box'> & { secret?: string }) {
     if (input.secret !== undefined && !canEncrypt()) {
-      throw new ApiError(400, 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted', { fields: [{ field: 'secret', message: 'needs FERRY_SECRET_KEY' }] });
+      throw fieldError(400, 'secret', 'needs FERRY_SECRET_KEY', 'secret cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted');
     }
     const sensitive = Object.keys(input.headers || {}).filter((h) => isSensitiveKey(h));
     if (sensitive.length && !canEncrypt()) {
@@ -77,7 +76,7 @@ export class WebhookStore {
       ...(secret ? { secret_box: encryptSecret(secret) } : {}),
     };
     const len = await this.redis.rpush(this.k.webhooks, JSON.stringify(w));
-    await this.redis.publish(this.changedChannel, 'added');
+    await publish(this.redis, this.k, 'webhooks', 'added');
     return { webhook: w, index: len - 1 };
   }
 
@@ -88,7 +87,7 @@ export class WebhookStore {
       if (await this.redis.eval(DELETE_AT, 1, this.k.webhooks, index, v)) {
         const w = JSON.parse(v) as Webhook;
         await this.redis.del(this.k.webhookDeliveries(w.id), this.k.webhookDeliveryOrder(w.id));
-        await this.redis.publish(this.changedChannel, 'removed');
+        await publish(this.redis, this.k, 'webhooks', 'removed');
         return w;
       }
     }
@@ -128,11 +127,11 @@ export class WebhookStore {
         jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },
         removeOnComplete: { age: 3600, count: 10000 }, removeOnFail: { age: 3600, count: 10000 },
       });
-      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(() => undefined);
+      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(ignoreError('the pending row of the delivery log: the delivery itself is queued and writes its outcome', { delivery_id }));
       ids.push(delivery_id);
     }
     return ids;
   }
 
-  async close() { await this.queue.close().catch(() => undefined); }
+  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
 }

@@ -1,13 +1,12 @@
-// Remote-manager credentials on the daemon. Defaults come from its environment with govc's names
+// Remote-manager credentials of a daemon job (the daemon API and scheduled runs). Defaults come from the environment with govc's names
 // (shared/vsphere/credentials.ts); a job may override them. A per-job password is stored only encrypted
 // (shared/secretbox.ts) in its own key beside the job, never in the spec, the meta, a response or a log. Without
 // FERRY_SECRET_KEY a per-job password is refused.
-import { ApiError } from '../../shared/errors';
-import type { Keys, RedisClient } from '../../shared/redis';
-import { canEncrypt, encryptSecret } from '../../shared/secretbox';
-import { managerEnv } from '../../shared/vsphere/credentials';
+import { fieldError } from '../errors';
+import type { Keys, RedisClient } from '../redis';
+import { canEncrypt, encryptSecret } from '../secretbox';
+import { managerEnv } from './credentials';
 
-export { canEncrypt, decryptSecret, encryptSecret } from '../../shared/secretbox';
 
 export interface ManagerDefaults { manager_url?: string; username?: string; insecure: boolean; hasPassword: boolean }
 
@@ -19,7 +18,7 @@ export function managerDefaults(env: NodeJS.ProcessEnv = process.env): ManagerDe
 /** Refuses a per-job password when it could not be stored encrypted (400 naming the field). */
 export function checkPasswordStorable(field: string, password: string | undefined) {
   if (password !== undefined && !canEncrypt()) {
-    throw new ApiError(400, `${field} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted (set it, or use GOVC_PASSWORD)`, { fields: [{ field, message: 'needs FERRY_SECRET_KEY on the daemon' }] });
+    throw fieldError(400, field, 'needs FERRY_SECRET_KEY on the daemon', `${field} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted (set it, or use GOVC_PASSWORD)`);
   }
 }
 

@@ -1,13 +1,15 @@
-// Server-Sent Events for job progress. One Redis subscription per process fans out to every client; a client
+// Server-Sent Events for job progress (the gateway's and the daemon's streams). One Redis subscription per process fans out to every client; a client
 // reconnecting with Last-Event-ID is replayed from the job's event log, then switched to live events, so it
 // receives every event exactly once.
 import type Koa from 'koa';
+import type Joi from 'joi';
+import type { RouteDef } from '../shared/http';
 import type { ServerResponse } from 'node:http';
-import type { Bus } from '../../queue/bus';
-import type { JobStore } from '../../queue/store';
-import { isTerminal } from '../../shared/states';
-import { ApiError, notFound } from '../../shared/errors';
-import { isStreamId } from '../../shared/schemas/common';
+import type { Bus } from './bus';
+import type { JobStore } from './store';
+import { isTerminal } from '../shared/states';
+import { fieldError, notFound } from '../shared/errors';
+import { isStreamId } from '../shared/schemas/common';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
@@ -42,7 +44,7 @@ export class EventHub {
   get size() { let n = 0; for (const s of this.clients.values()) n += s.size; return n; }
 
   async start() {
-    await this.bus.on(this.bus.k.chanEvents, (msg, raw) => {
+    await this.bus.on('events', (msg, raw) => {
       const set = this.clients.get(msg.job_id);
       if (!set) return;
       // Encoded once for every client: a fan-out to many clients costs one socket write each, nothing more.
@@ -53,7 +55,7 @@ export class EventHub {
         else this.deliver(c, id, frame);
       }
     });
-    await this.bus.on(this.bus.k.chanJobs, (msg) => {
+    await this.bus.on('jobs', (msg) => {
       if (!isTerminal(msg.state)) return;
       const set = this.clients.get(msg.job_id);
       if (!set) return;
@@ -100,6 +102,15 @@ export class EventHub {
     if (set && !set.size) this.clients.delete(jobId);
   }
 
+  /** The route of a job's event stream on an API (`param`: the path parameter that names the job). */
+  route(o: { path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[]; notFound: { description: string; schema: Joi.Schema } }): RouteDef {
+    return {
+      method: 'get', path: o.path, summary: o.summary, tags: o.tags, params: o.params,
+      responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: o.notFound },
+      handler: async (ctx, { params }) => { await this.serve(ctx, params[o.param]); return undefined; },
+    };
+  }
+
   /** The whole GET .../events/stream: 404 for an unknown job, 400 for a malformed Last-Event-ID (header or
    *  ?last_event_id=), 204 for a client that already had `complete`, then the stream. Both APIs serve it. */
   async serve(ctx: Koa.Context, jobId: string) {
@@ -107,10 +118,10 @@ export class EventHub {
     if (!h) throw notFound(`job ${jobId} not found`);
     const q = ctx.query.last_event_id;
     const last = String(ctx.get('Last-Event-ID') || (typeof q === 'string' ? q : '') || '');
-    if (Array.isArray(q)) throw new ApiError(400, 'last_event_id must be given once', { fields: [{ field: 'last_event_id', message: 'given more than once' }] });
+    if (Array.isArray(q)) throw fieldError(400, 'last_event_id', 'given more than once', 'last_event_id must be given once');
     if (last && !isStreamId(last)) {
       const field = ctx.get('Last-Event-ID') ? 'Last-Event-ID' : 'last_event_id';
-      throw new ApiError(400, `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`, { fields: [{ field, message: 'not an event id' }] });
+      throw fieldError(400, field, 'not an event id', `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`);
     }
     if (last && isTerminal(h.state) && !after(parseId(completeId(parseId(h.latest_event_id || ''))), parseId(last))) {
       ctx.status = 204; // had `complete` already: EventSource stops reconnecting on 204

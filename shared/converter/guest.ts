@@ -1,11 +1,12 @@
 // Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
 // package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
-import type { FixStage } from '../../shared/schemas/manifest';
+import type { FixStage } from '../schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';
 import { fixLinux } from './linux-fix';
 import { HV_TOOL_PACKAGES, INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
+import { ignoreError } from '../log';
 
 export interface GuestInfo {
   os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
@@ -38,7 +39,9 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
   info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
   // Shortest mount point first, so / is mounted before /boot.
   for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
-    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(() => undefined);
+    // A mount point the appliance cannot mount (a swap or foreign filesystem listed there) is left out; the
+    // repairs read what they need and report what they could not find.
+    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('guest mount point not mountable in the appliance', { mountpoint: mp }));
   }
   if (os === 'linux') {
     if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
@@ -107,7 +110,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
         ctx.ids[d] = { ...ctx.ids[d], uuid: neu };
         act({ action: 'xfs_regenerate_uuid', status: 'done', detail: `${d}: ${old} -> ${neu}`, device: d, old_uuid: old, new_uuid: neu });
       }
-      for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp], mp).catch(() => undefined);
+      for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp], mp).catch(ignoreError('remount after the xfs UUID change: a mount point that was not mounted before stays unmounted', { mountpoint: mp }));
       r.modified = true;
     }
   }

@@ -1,0 +1,45 @@
+// Stage inspect: each source as qemu-img sees it (format, sizes, backing file, snapshots), its checksum (unless
+// convert verifies it during the same read), and the guest's facts when asked and no repair will gather them.
+import { promises as fs } from 'node:fs';
+import { imageInfo, sha256File } from '../../qemu';
+import { GuestSession } from '../guestfs';
+import { inspectAndMount } from '../guest';
+import type { Run } from './run';
+
+export async function inspect(run: Run): Promise<Record<string, unknown>> {
+  const { st, opts, warnings } = run;
+  const verifyDuringConvert = !!st.convert?.enabled && !run.dry;
+  const disksOut: Record<string, unknown>[] = [];
+  for (const [i, w] of run.work.entries()) {
+    const d = w.disk;
+    await fs.access(d.local_path).catch(() => { throw new Error(`disk ${d.id}: ${d.local_path} does not exist or cannot be read`); });
+    const detected = await run.timed('qemu_img_info', () => imageInfo(d.local_path));
+    const entry: Record<string, unknown> = { disk_id: d.id, detected_format: detected.format, virtual_size: detected['virtual-size'], actual_size: detected['actual-size'] };
+    if (detected.format !== d.source_format) throw new Error(`disk ${d.id}: source_format is ${d.source_format} but ${d.local_path} is ${detected.format}`);
+    w.sourceVirtual = detected['virtual-size'];
+    if (detected['virtual-size'] !== d.bytes) warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
+    if (detected['backing-filename']) {
+      entry.backing_chain = detected['full-backing-filename'] || detected['backing-filename'];
+      warnings.push(`inspect: disk ${d.id} has a backing file ${entry.backing_chain}; the output is flattened`);
+    }
+    const snaps = detected.snapshots as unknown[] | undefined;
+    if (snaps?.length) { entry.snapshots = snaps.length; warnings.push(`inspect: disk ${d.id} has ${snaps.length} internal snapshot(s); only the active layer is converted`); }
+    if (d.checksum && !verifyDuringConvert) {
+      const sha = await sha256File(d.local_path, undefined, opts.signal);
+      if (`sha256:${sha}` !== d.checksum) throw new Error(`disk ${d.id}: checksum mismatch: manifest ${d.checksum}, file sha256:${sha}`);
+      w.sourceSha = sha;
+      entry.checksum = 'verified';
+    } else if (d.checksum) entry.checksum = 'verified during convert (same read)';
+    disksOut.push(entry);
+    run.progress('inspect', (i + 1) / run.work.length, `inspected ${d.id}`);
+  }
+  const r: Record<string, unknown> = { disks: disksOut };
+  if (st.inspect?.collect_guest_info && !st.fix?.enabled) {
+    // No fix session to share: a read-only appliance on the sources.
+    const session = run.session = await GuestSession.open(run.work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })), { readonly: true, signal: opts.signal });
+    run.guest = await inspectAndMount(session, true);
+    r.guest = run.guest;
+    await session.close();
+  }
+  return r;
+}
