@@ -3,7 +3,7 @@
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, WriteStream } from 'node:fs';
 import { kvmUsable } from './guestfs';
 import { bootDomain, Virsh } from '../libvirt';
 import { judgeConsole, printableConsole } from './boot-judge';
@@ -61,6 +61,12 @@ export type ConsoleSource = (signal: AbortSignal) => AsyncGenerator<string, { do
 /** The same judgement (boot-judge.ts) over the console text of a transient libvirt domain, removed afterwards
  *  (or of any domain's first start, given its console as `boot`).
  *  The libvirt domain has virtio disks and no NIC options: `bus`, `nic`, `nicSlot` and `mac` are qemu-runner only. */
+/** Ends the console log and waits until it is on disk: whoever reads it after the boot must see all of it
+ *  (a reader right after end() found the file without its last lines). */
+function closeLog(log: WriteStream | undefined): Promise<void> {
+  return log ? new Promise((resolve) => log.end(() => resolve())) : Promise.resolve();
+}
+
 export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: ConsoleSource = (signal) => bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, signal })): Promise<TestBootResult> {
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
@@ -96,7 +102,7 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
     r = { status: 'failed', detail: `the libvirt test domain could not run on ${v.uri}: ${(e as Error).message}` };
   } finally {
     clearTimeout(timer);
-    log?.end();
+    await closeLog(log);
     o.signal?.removeEventListener('abort', onAbort);
   }
   return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, console_tail: printableConsole(serial).slice(-2000) };
@@ -148,9 +154,9 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
     child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
-    child.on('close', (code, sig) => {
+    child.on('close', async (code, sig) => {
       clearTimeout(timer);
-      log?.end();
+      await closeLog(log);
       o.signal?.removeEventListener('abort', onAbort);
       const r = outcome || {
         status: 'failed' as const,
