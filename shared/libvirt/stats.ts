@@ -13,10 +13,12 @@ const SAMPLE_MAX_AGE_MS = 60_000;
 const lastSample = new Map<string, { at: number; cpuNs: number }>();
 
 const n = (s: Record<string, string>, k: string): number | null => (s[k] !== undefined ? Number(s[k]) : null);
+/** The domain's vCPUs now (or its maximum when libvirt reports no current count); null when neither is reported. */
+const vcpuCount = (s: Record<string, string>): number | null => n(s, 'vcpu.current') ?? n(s, 'vcpu.maximum');
 
 export function cpuStats(s: Record<string, string>, pct: number | null) {
   return {
-    vcpus: n(s, 'vcpu.current') ?? n(s, 'vcpu.maximum'),
+    vcpus: vcpuCount(s),
     time_ns: { total: n(s, 'cpu.time'), user: n(s, 'cpu.user'), system: n(s, 'cpu.system') },
     usage_percent: pct,
   };
@@ -72,7 +74,7 @@ async function sample(v: Virsh, names: string[] | 'running'): Promise<{ at: numb
 
 /** ns the domain's vCPU threads have run; cpu.time when libvirt reports no per-vCPU times. */
 function vcpuNs(s: Record<string, string>): number {
-  const count = Number(s['vcpu.current'] || s['vcpu.maximum'] || 0);
+  const count = vcpuCount(s) || 0;
   let sum = 0;
   for (let i = 0; i < count; i++) {
     const t = Number(s[`vcpu.${i}.time`]);
@@ -88,7 +90,7 @@ function percents(v: Virsh, first: { at: number; stats: RawStats } | undefined, 
     const key = `${v.uri}\n${name}`;
     const prev = first?.stats.get(name) ? { at: first.at, cpuNs: vcpuNs(first.stats.get(name)!) } : lastSample.get(key);
     const cpuNs = vcpuNs(s);
-    const vcpus = Number(s['vcpu.current'] || s['vcpu.maximum'] || 1);
+    const vcpus = vcpuCount(s) || 1;
     const dt = now.at - (prev?.at ?? now.at);
     out.set(name, prev && dt > 0 && Number.isFinite(cpuNs) ? Math.min(100, Math.max(0, Math.round(((cpuNs - prev.cpuNs) / (dt * 1e6 * vcpus)) * 10000) / 100)) : null);
     if (Number.isFinite(cpuNs)) lastSample.set(key, { at: now.at, cpuNs });
