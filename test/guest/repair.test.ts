@@ -74,12 +74,15 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
       const before = await sha256File(g.vmdk);
       const cliOut = path.join(dir, `${variant}-cli`);
       const jobOut = path.join(dir, `${variant}-job`);
-      mkdirSync(cliOut, { recursive: true });
       const cfg = path.join(cliOut, 'ferry.yaml');
-      writeFileSync(cfg, yaml.dump({
-        command: 'local', vmdk: g.vmdk, output_dir: cliOut, to_output: `${variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
-        remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
-      }));
+      const withCli = entries.includes('cli');
+      if (withCli) {
+        mkdirSync(cliOut, { recursive: true });
+        writeFileSync(cfg, yaml.dump({
+          command: 'local', vmdk: g.vmdk, output_dir: cliOut, to_output: `${variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
+          remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
+        }));
+      }
       const jobId = `guest-${variant}`;
       const manifest = {
         manifest_version: '1.0', source: { provider: 'test', vm_name: `debian-${variant}` },
@@ -92,7 +95,7 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
         expect(sub.status, sub.text).to.equal(201);
         return until(async () => { const j = (await req(gw.url, 'GET', `/jobs/${jobId}`)).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, `job ${jobId} finished`);
       })();
-      const [cli, final] = await Promise.all([entries.includes('cli') ? ferryConvert(['--config', cfg]) : null, job]);
+      const [cli, final] = await Promise.all([withCli ? ferryConvert(['--config', cfg]) : null, job]);
 
       const reports = [];
       if (cli) {
