@@ -55,7 +55,11 @@ export class QueueRouter {
         prefix: this.k.bullPrefix,
         autorun: false,
         lockDuration: lock,
-        stalledInterval: Math.max(500, Math.floor(lock / 2)),
+        // BullMQ throttles the stalled check per queue, across processes: a check sets the queue's stalled-check
+        // key for this interval and every other process's check skips until it expires. So the interval must not
+        // follow a long lock (the gateway's HTTP lease would hold off every worker's check for minutes, and a
+        // dead worker's jobs with it); it follows the native lease, which every process shares.
+        stalledInterval: Math.max(500, Math.floor(Math.min(lock, config.leaseSeconds * 1000) / 2)),
         // Ferry counts lost attempts against retry_count itself; BullMQ must never fail a job for stalling.
         maxStalledCount: 1_000_000,
       });

@@ -207,6 +207,32 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
       await until(async () => (await bullState('jobs.lvm_tools', s.job_id)) === 'unknown', 10000, 'the job to leave BullMQ');
     });
 
+    it('a process with long (HTTP) leases on the same queue does not hold off the stalled check: a lapsed lease is still found within two native lease periods', async () => {
+      // The gateway hands jobs to HTTP workers under a lease of minutes; its BullMQ Worker on a queue checks for
+      // stalled jobs too, and BullMQ's throttle key is shared by every process on the queue.
+      const was = process.env.FERRY_LEASE_SECONDS;
+      process.env.FERRY_LEASE_SECONDS = '1';
+      const gwRedis = createRedis({ url: server.url });
+      const gwRouter = new QueueRouter(gwRedis, { lockSeconds: 370 });
+      void new Lifecycle(new JobStore(gwRedis), gwRouter, new Registry(gwRedis)); // records the losses its check finds, as in the gateway
+      try {
+        const s = spec({ requirements: { capabilities: ['nbd_access'] }, execution_policy: { retry_count: 1 } });
+        await life.submit(s, { enqueue: true });
+        await gwRouter.watchAll(); // its Worker on every known queue, checking
+        await until(async () => (await redis.exists(`${router.k.bullPrefix}:jobs.nbd_access:stalled-check`)) === 1, 10000, "the gateway's first stalled check");
+        const a = await shortLife.claim(worker('nbd-a', ['nbd_access']));
+        expect(a!.job_id).to.equal(s.job_id);
+        await shortLife.start(s.job_id, 'nbd-a', a!.token);
+        await until(async () => (await store.raw(s.job_id))!.state === 'QUEUED', 10000, 'the stalled job to be requeued');
+        await life.cancel(s.job_id);
+      } finally {
+        if (was === undefined) delete process.env.FERRY_LEASE_SECONDS;
+        else process.env.FERRY_LEASE_SECONDS = was;
+        await gwRouter.close();
+        gwRedis.disconnect();
+      }
+    });
+
     it('a stale or removed worker gives its jobs back at once (releaseWorker)', async () => {
       const s = spec();
       await life.submit(s, { enqueue: true });

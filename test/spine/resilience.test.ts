@@ -140,10 +140,11 @@ describe('resilience', function () {
     expect(down.status).to.not.equal(200);
     await new Promise((r) => setTimeout(r, 1500));
     await redis.start(); // same port, same append-only file
+    let states: string[] = [];
     const done = await until(async () => {
-      const states = await Promise.all(ids.map(async (id) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state));
+      states = await Promise.all(ids.map(async (id) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state));
       return states.every((s) => s === 'COMPLETED') && states;
-    }, 90000, 'every job completed after the restart');
+    }, 90000, 'every job completed after the restart').catch((e) => { throw new Error(`${e.message}; states: ${states.join(', ')}`); });
     expect(done.length).to.equal(12);
     expect((await req(gw.url, 'GET', '/health')).status).to.equal(200);
   });
