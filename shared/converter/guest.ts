@@ -68,9 +68,9 @@ export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<F
 
 export interface FixOptions extends FixStage {
   fstab_mode: FstabMode | string; dry_run: boolean; configuration?: Record<string, any>;
-  /** Pin the NIC names the guest's network configuration uses on the new virtio NICs (default on). */
+  /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
   nic_names?: boolean;
-  /** The VM's NIC MAC addresses (manifest `nics`), for pinning names by MAC. */
+  /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
   nic_macs?: string[];
 }
 

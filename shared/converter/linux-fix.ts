@@ -12,7 +12,7 @@ import type { GuestSession } from './guestfs';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './guest';
 import { FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from './bootchain';
-import { configuredInterfaces, LINK_DIR, persistentNetNames, planNicPins } from './nic-names';
+import { configuredInterfaces, LINK_DIR, namesInterface, persistentNetNames, planNicRenames, renameInterfaces } from './nic-names';
 import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
 import { ignoreError } from '../log';
@@ -78,7 +78,7 @@ export async function fixLinux(x: LinuxFix): Promise<void> {
 
   if (o.remove_source_hv_tools) await removeHvTools(x);
   if (await applyConfiguration(g, o, act, x.write)) x.r.modified = true;
-  if (o.nic_names !== false) baked.push(...(await pinNicNames(x)));
+  if (o.nic_names !== false) baked.push(...(await renameNics(x)));
   if (o.regen_initramfs) await regenInitramfs(x, baked);
   if (o.update_grub) await regenGrub(x);
   if (!o.dry_run) await verifyLinux(x);
@@ -120,8 +120,9 @@ async function runEnv(x: LinuxFix, env?: string[]): Promise<string[] | undefined
   return x.hasEnv ? env : undefined;
 }
 
-/** Pins the configured NIC names on the virtio NICs (nic-names.ts); returns the .link files written. */
-async function pinNicNames(x: LinuxFix): Promise<string[]> {
+/** Renames the configured NICs to their KVM names (nic-names.ts): the configuration files and the old MAC-to-name
+ *  rules rewritten, RHEL's ifcfg-<name> files renamed, a .link file per NIC. Returns the .link files written. */
+async function renameNics(x: LinuxFix): Promise<string[]> {
   const { g, o, act } = x;
   if (o.configuration?.network !== undefined) { act({ action: 'nic_names', status: 'skipped', detail: 'configuration.network gives the network configuration' }); return []; }
   const files: { path: string; text: string }[] = [];
@@ -130,16 +131,35 @@ async function pinNicNames(x: LinuxFix): Promise<string[]> {
   }
   const names = configuredInterfaces(files);
   if (!names.length) { act({ action: 'nic_names', status: 'skipped', detail: 'the guest\'s network configuration names no NIC (DHCP on any, or no configuration)' }); return []; }
-  const bindings = (await g.isFile(PERSISTENT_NET_RULES)) ? persistentNetNames(await g.read(PERSISTENT_NET_RULES)) : [];
-  const plan = planNicPins(names, bindings, (o.nic_macs || []).filter(Boolean));
+  const rules = (await g.isFile(PERSISTENT_NET_RULES)) ? await g.read(PERSISTENT_NET_RULES) : undefined;
+  const plan = planNicRenames(names, rules ? persistentNetNames(rules) : [], (o.nic_macs || []).filter(Boolean));
   if (plan.problem) { act({ action: 'nic_names', status: 'warning', detail: plan.problem }); return []; }
+  const st = o.dry_run ? 'would_do' : 'done';
+  const map = new Map(plan.renames.filter((r) => r.from !== r.to).map((r) => [r.from, r.to]));
+  const summary = [...map].map(([f, t]) => `${f} -> ${t}`).join(', ');
+  // The configuration, and the old rules (they would give the NIC its old name back after the .link file).
+  for (const f of [...files, ...(rules !== undefined ? [{ path: PERSISTENT_NET_RULES, text: rules }] : [])]) {
+    const text = renameInterfaces(f.text, map);
+    if (text === f.text) continue;
+    const backup = await x.backup(f.path);
+    await x.write(f.path, text);
+    x.r.modified ||= !o.dry_run;
+    act({ action: 'nic_names', status: st, detail: `${f.path}: ${summary}`, file: f.path, renamed: Object.fromEntries(map), backup });
+  }
+  for (const [from, to] of map) {
+    const old = `/etc/sysconfig/network-scripts/ifcfg-${from}`;
+    if (!(await g.isFile(old))) continue;
+    const now = `/etc/sysconfig/network-scripts/ifcfg-${to}`;
+    if (!o.dry_run) await g.cmd('mv', old, now);
+    act({ action: 'nic_names', status: st, detail: `${old} renamed to ${now}`, file: now, renamed: { [from]: to } });
+  }
   const written: string[] = [];
-  for (const p of plan.pins) {
-    const existing = (await g.isFile(p.path)) ? await g.read(p.path) : undefined;
-    if (existing === p.text) continue;
-    if (!o.dry_run) { await g.cmd('mkdir-p', LINK_DIR); await x.write(p.path, p.text); await g.cmd('chmod', '0644', p.path); }
-    written.push(p.path);
-    act({ action: 'nic_names', status: o.dry_run ? 'would_do' : 'done', detail: `${p.path}: the NIC ${'mac' in p.match ? `with MAC ${p.match.mac}` : 'of the virtio driver'} is named ${p.name}, as the guest's network configuration expects`, file: p.path, name: p.name });
+  for (const r of plan.renames) {
+    const { path: p, text } = r.link;
+    if ((await g.isFile(p)) && (await g.read(p)) === text) continue;
+    if (!o.dry_run) { await g.cmd('mkdir-p', LINK_DIR); await x.write(p, text); await g.cmd('chmod', '0644', p); x.r.modified = true; }
+    written.push(p);
+    act({ action: 'nic_names', status: st, detail: `${p}: the NIC ${'mac' in r.match ? `with MAC ${r.match.mac}` : 'of the virtio driver'} is named ${r.to} (it was ${r.from})`, file: p, name: r.to });
   }
   return written;
 }
@@ -262,7 +282,10 @@ async function verifyLinux(x: LinuxFix): Promise<void> {
   }
   for (const a of x.r.actions.filter((y) => y.action === 'nic_names' && y.status === 'done')) {
     const t = await read(String(a.file));
-    check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `pins ${a.name}`);
+    if (a.name) { check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`); continue; }
+    const renamed = Object.entries(a.renamed as Record<string, string>);
+    check(String(a.file), t === undefined ? ['is missing'] : renamed.flatMap(([from, to]) => [...(namesInterface(t, from) ? [`still names ${from}`] : []), ...(namesInterface(t, to) ? [] : [`does not name ${to}`])]),
+      `names ${renamed.map(([, to]) => to).join(', ')}, not ${renamed.map(([from]) => from).join(', ')}`);
   }
   if (o.remove_source_hv_tools) {
     const installed = x.purged?.length ? await installedHvPackages(g, info.root_device) : [];

@@ -1,10 +1,17 @@
 // Network interface names across the move. A guest configured for VMware's NIC (`ens192`: a PCI slot name)
-// meets a virtio NIC on KVM that udev names after another slot (`ens3`, `enp1s0`), so its configuration would
-// match nothing and the guest would come up without network. Rather than guess the new slot name and rewrite
-// every network stack's files, Ferry pins the old name on the new NIC with a systemd .link file (read by udev
-// in the initramfs and in the running system): by MAC address when it is known (the old MAC-to-name rules, or
-// the manifest's single NIC; a VM keeps its MAC on KVM), else by the virtio driver when the guest configures
-// exactly one NIC. The guest's own configuration stays as it was. Pure functions; guest.ts does the I/O.
+// meets a virtio NIC on KVM that udev names after its own place on the bus, so its configuration would match
+// nothing and the guest would come up without network. Ferry renames the interface to what the virtio NIC is
+// called in Ferry's KVM layout (kvmNicName: q35, NIC n alone behind PCIe root port n+1, as the libvirt import
+// and the test boot place it), rewrites the configuration to that name, and adds a systemd .link file (read by
+// udev in the initramfs and in the running system) that gives the NIC that name by MAC address (a VM keeps its
+// MAC on KVM: the old MAC-to-name rules or the manifest's NICs), or by the virtio driver when the guest
+// configures exactly one NIC and no MAC is known, so the name holds on a host whose PCI layout differs too.
+// Pure functions; linux-fix.ts does the I/O.
+
+/** What udev calls NIC `index` (0-based, the VM's NIC order) in Ferry's KVM layout: q35 with each NIC alone on
+ *  the bus behind its own PCIe root port, NIC n on bus n+1 (shared/libvirt/import.ts, shared/converter/testboot.ts),
+ *  which systemd's path-based naming calls `enp<bus>s0`. */
+export const kvmNicName = (index: number) => `enp${index + 1}s0`;
 
 /** Names of physical-NIC style that a hypervisor's bus decides (not bridges, bonds, VLANs or lo). */
 const NIC_NAME = /^(?:eth\d+|ens\d+(?:f\d+)?|enp\d+s\d+(?:f\d+)?|eno\d+|enx[0-9a-f]{12}|em\d+)$/;
@@ -57,27 +64,63 @@ export function persistentNetNames(rules: string): { mac: string; name: string }
   return out;
 }
 
-export interface NicPin { name: string; match: { mac: string } | { driver: 'virtio_net' }; path: string; text: string }
+export type NicMatch = { mac: string } | { driver: 'virtio_net' };
+export interface NicRename { from: string; to: string; match: NicMatch; link: { path: string; text: string } }
 
 export const LINK_DIR = '/etc/systemd/network';
 
-/**
- * The .link files that keep the configured names on KVM, or why none can be written. `macs` are the VM's
- * NIC MAC addresses from the manifest (in its order), `bindings` the old persistent-net rules.
- */
-export function planNicPins(names: string[], bindings: { mac: string; name: string }[], macs: string[]): { pins: NicPin[]; problem?: string } {
-  const file = (name: string, match: NicPin['match']): NicPin => ({
-    name, match, path: `${LINK_DIR}/10-ferry-${name}.link`,
+const normMac = (m: string) => m.toLowerCase().replace(/-/g, ':');
+
+/** The .link file that gives `name` to the NIC `match` picks. */
+export function linkFile(name: string, match: NicMatch): { path: string; text: string } {
+  return {
+    path: `${LINK_DIR}/10-ferry-${name}.link`,
     text: [
-      '# Written by Ferry: keeps the name this NIC had on the source hypervisor, which the guest\'s network',
-      '# configuration uses, now that the NIC is a virtio NIC on another PCI slot.',
+      '# Written by Ferry: the name of this NIC on KVM, which the guest\'s network configuration now uses. It is',
+      '# what udev calls the NIC in Ferry\'s KVM layout; this file keeps it on any other PCI layout too.',
       '[Match]', 'mac' in match ? `MACAddress=${match.mac}` : `Driver=${match.driver}`, '',
       '[Link]', `Name=${name}`, '',
     ].join('\n'),
-  });
-  if (!names.length) return { pins: [] };
-  const bound = names.map((n) => bindings.find((b) => b.name === n));
-  if (bound.every(Boolean)) return { pins: names.map((n, i) => file(n, { mac: bound[i]!.mac })) };
-  if (names.length === 1) return { pins: [file(names[0], macs.length === 1 ? { mac: macs[0].toLowerCase().replace(/-/g, ':') } : { driver: 'virtio_net' })] };
-  return { pins: [], problem: `the guest configures ${names.length} NICs (${names.join(', ')}) and which new NIC is which cannot be told (no MAC-to-name rules in the guest); the names are left to udev and may not match the configuration` };
+  };
+}
+
+/**
+ * What each configured NIC name becomes on KVM, or why it cannot be told. `macs` are the VM's NIC MAC addresses
+ * from the manifest (in its order: the order of the NICs on KVM), `bindings` the old persistent-net rules. A NIC
+ * whose MAC is in `macs` takes its place there; the others take the first free places, in name order.
+ */
+export function planNicRenames(names: string[], bindings: { mac: string; name: string }[], macs: string[]): { renames: NicRename[]; problem?: string } {
+  if (!names.length) return { renames: [] };
+  const vmMacs = macs.map(normMac);
+  const bound = names.map((n) => bindings.find((b) => b.name === n)?.mac);
+  let matches: NicMatch[];
+  if (bound.every(Boolean)) matches = bound.map((mac) => ({ mac: normMac(mac!) }));
+  else if (names.length === 1) matches = [vmMacs.length === 1 ? { mac: vmMacs[0] } : { driver: 'virtio_net' }];
+  else return { renames: [], problem: `the guest configures ${names.length} NICs (${names.join(', ')}) and which new NIC is which cannot be told (no MAC-to-name rules in the guest); the names are left as they are and may not match the NICs on KVM` };
+  const places = matches.map((m) => ('mac' in m ? vmMacs.indexOf(m.mac) : -1));
+  const taken = new Set(places.filter((i) => i >= 0));
+  let next = 0;
+  for (const [i, p] of places.entries()) {
+    if (p >= 0) continue;
+    while (taken.has(next)) next++;
+    places[i] = next;
+    taken.add(next);
+  }
+  return { renames: names.map((from, i) => { const to = kvmNicName(places[i]); return { from, to, match: matches[i], link: linkFile(to, matches[i]) }; }) };
+}
+
+/** Interface-name tokens in a configuration file: not part of a longer name (`ens192` in `ens1920` or
+ *  `br-ens192`), but a VLAN or alias of it (`ens192.100`, `ens192:0`) is renamed with it. */
+const token = (name: string) => `(?<![A-Za-z0-9_-])${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![A-Za-z0-9_-])`;
+
+/** `text` with every old name of `renames` replaced by its new one, all at once (a new name may be another's old). */
+export function renameInterfaces(text: string, renames: Map<string, string>): string {
+  if (!renames.size) return text;
+  const re = new RegExp([...renames.keys()].map(token).join('|'), 'g');
+  return text.replace(re, (m) => renames.get(m) ?? m);
+}
+
+/** Whether `text` still names `name` as an interface. */
+export function namesInterface(text: string, name: string): boolean {
+  return new RegExp(token(name)).test(text);
 }

@@ -1,5 +1,5 @@
 // virt_test: boot the converted disks once on this host to see that they start on KVM's virtual hardware
-// (virtio-blk disks, virtio-net, BIOS firmware). The disks are opened with snapshot=on: every write of the test
+// (q35, virtio-blk disks, virtio-net, BIOS firmware). The disks are opened with snapshot=on: every write of the test
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
@@ -116,7 +116,9 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
   const nicModel = { virtio: 'virtio-net-pci', vmxnet3: 'vmxnet3', e1000: 'e1000' }[o.nic || 'virtio'];
   const nic = `${nicModel},netdev=n0${o.mac ? `,mac=${o.mac}` : ''}`;
   const args = [
-    '-name', o.name || 'ferry-virt-test', '-machine', `${o.nicSlot === undefined ? 'pc' : 'q35'},accel=${accel}`,
+    // q35, as the libvirt import defines its domains: the NIC sits where the import puts NIC 0 (alone behind PCIe
+    // root port 1), so the guest names it what it will be called after the import (nic-names.ts kvmNicName).
+    '-name', o.name || 'ferry-virt-test', '-machine', `q35,accel=${accel}`,
     // Native PCIe hotplug (pciehp) registers the root port's physical slot number, which names the NIC; with qemu's
     // ACPI hotplug the slot would be ACPI's instead.
     ...(o.nicSlot === undefined ? [] : ['-global', 'ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off']), '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
@@ -124,7 +126,7 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
     '-netdev', 'user,id=n0,restrict=on',
-    ...(o.nicSlot === undefined ? ['-device', nic] : ['-device', `pcie-root-port,id=rp0,chassis=1,slot=${o.nicSlot}`, '-device', `${nic},bus=rp0`]),
+    '-device', `pcie-root-port,id=rp0,chassis=1${o.nicSlot === undefined ? '' : `,slot=${o.nicSlot}`}`, '-device', `${nic},bus=rp0`,
     ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
     ...o.disks.flatMap((d, i) => {
       const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;

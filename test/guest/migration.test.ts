@@ -2,7 +2,7 @@
 // it lives on VMware) is a VM's disk on the vSphere simulator; one shape B job on the daemon exports it, repairs
 // and converts it, imports it into the test's own libvirtd (isolated network, dir pool) and starts the domain.
 // The job completes only when the domain's own console shows the guest's marker (root mounted read-write, its
-// static address up on the interface its configuration names); one progress stream covers every stage; the
+// static address up on the interface renamed to the virtio NIC's name); one progress stream covers every stage; the
 // VM's disk on the datastore is byte-identical afterwards.
 import { expect } from 'chai';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { managerFor } from '../../shared/vsphere/client';
+import { kvmNicName } from '../../shared/converter/nic-names';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
@@ -92,12 +93,15 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
     expect(xml).to.match(new RegExp(`<source network=['"]${NETWORK}['"]`));
     expect(xml).to.match(/<model type=['"]virtio['"]\/>/);
 
-    // The boot that decided it: the marker, naming the interface the guest's configuration names, with its address.
+    // The boot that decided it: the marker, on the interface renamed to the virtio NIC's name, with its address.
     expect(res.boot.status).to.equal('passed');
     const m = g.ready.exec(res.boot.matched);
     expect(m, res.boot.matched).to.not.equal(null);
-    expect(m![1]).to.equal(g.vmwareNic);
-    expect(readFileSync(consoleLog, 'latin1')).to.match(g.ready);
+    expect(m![1]).to.equal(kvmNicName(0));
+    expect(xml).to.match(/<address type=['"]pci['"] domain=['"]0x0000['"] bus=['"]0x01['"] slot=['"]0x00['"] function=['"]0x0['"]\/>\s*<\/interface>/);
+    const consoleText = readFileSync(consoleLog, 'latin1');
+    expect(consoleText).to.match(g.ready);
+    expect(consoleText).to.match(new RegExp(`virtio_net \\S+ ${kvmNicName(0)}: renamed from eth0`));
 
     // One progress stream through every stage.
     const events = (await req(gw.url, 'GET', `/jobs/${id}/events`)).body as { phase: string }[];

@@ -1,6 +1,7 @@
 // After Ferry, the real Debian 12 guest (test/fixtures/debian-guest.ts: root by /dev/sda1 or on LVM, an initramfs
 // without virtio, GRUB_DISABLE_LINUX_UUID=true, ens192 configured statically, open-vm-tools) boots on virtio-blk
-// with a virtio NIC and prints its marker, its interface configured as before; open-vm-tools is gone; the source
+// with a virtio NIC and prints its marker, its interface renamed to the virtio NIC's name and configured as
+// before; open-vm-tools is gone; the source
 // VMDK is byte-identical. Once through `ferry-convert` (mode local) and once through a `migrate` job on the
 // gateway with a real worker, side by side, both with virt_test (a real qemu boot of the output, judged from the
 // console). The LVM variant goes through the migrate job only: both entry points run the same pipeline
@@ -16,6 +17,7 @@ import path from 'node:path';
 import yaml from 'js-yaml';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
+import { kvmNicName } from '../../shared/converter/nic-names';
 import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
 import { ferryConvert, startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -43,9 +45,12 @@ function expectBooted(name: string, g: DebianGuest, report: any) {
     expect(report.test_boot, 'test boot').to.include({ status: 'passed' });
     const m = g.ready.exec(report.test_boot.matched);
     expect(m, `marker ${report.test_boot.matched}`).to.not.equal(null);
-    // The virtio NIC carries the name the guest's network configuration uses, so it is configured as before.
-    expect(m![1]).to.equal(g.vmwareNic);
-    expect(readFileSync(report.test_boot.console_log, 'latin1')).to.match(g.ready);
+    // The interface is renamed to what the virtio NIC is called on KVM (in Ferry's layout, where the test boot
+    // puts it) and comes up configured as before, with its static address.
+    expect(m![1]).to.equal(kvmNicName(0));
+    const consoleText = readFileSync(report.test_boot.console_log, 'latin1');
+    expect(consoleText).to.match(g.ready);
+    expect(consoleText).to.match(new RegExp(`virtio_net \\S+ ${kvmNicName(0)}: renamed from eth0`));
   });
 }
 
@@ -135,9 +140,11 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
           expect(grubCfg, outs[i]).not.to.match(/root=\/dev\/sd/);
           expect(grubCfg).to.match(variant === 'lvm' ? /root=\/dev\/mapper\/vgferry-root/ : /root=UUID=[0-9a-f-]{36}/);
           expect(await s.read('/etc/default/grub')).not.to.match(/^GRUB_DISABLE_LINUX_UUID=true/m);
-          expect(await s.read('/etc/network/interfaces')).to.match(new RegExp(`iface ${g.vmwareNic} inet static`));
+          const ifaces = await s.read('/etc/network/interfaces');
+          expect(ifaces).to.match(new RegExp(`iface ${kvmNicName(0)} inet static`));
+          expect(ifaces).not.to.contain(g.vmwareNic);
           const links = s.lines(await s.cmd('ls', '/etc/systemd/network'));
-          expect(links).to.include(`10-ferry-${g.vmwareNic}.link`);
+          expect(links).to.include(`10-ferry-${kvmNicName(0)}.link`);
           await s.cmd('umount-all');
           // The next disk's filter replaces this one (clearing it would activate both copies of the same VG at once).
           if (variant === 'lvm') await s.cmd('vg-activate-all', 'false');

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { judgeConsole } from '../../shared/converter/boot-judge';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
 import type { FstabContext } from '../../shared/converter/fstab';
-import { configuredInterfaces, persistentNetNames, planNicPins } from '../../shared/converter/nic-names';
+import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
 import { testBoot } from '../../shared/converter/testboot';
 import { makeBootableImage } from '../helpers/images';
 
@@ -109,17 +109,32 @@ describe('NIC names across the move (pure)', () => {
       { path: '/etc/network/interfaces.d/vlan', text: 'iface ens192.10 inet manual\n' },
     ])).to.deep.equal(['eno1', 'enp11s0', 'ens160', 'ens192', 'ens224', 'eth0']);
   });
-  it('pins by the old MAC rules, else by the one MAC the manifest gives, else by the virtio driver for a single NIC', () => {
+  it('renames each NIC to its KVM name, matched by the old MAC rules, else the one MAC the manifest gives, else the virtio driver for a single NIC', () => {
     const rules = persistentNetNames('# comment\nSUBSYSTEM=="net", ACTION=="add", ATTR{address}=="00:50:56:AA:BB:01", NAME="ens192"\n');
     expect(rules).to.deep.equal([{ mac: '00:50:56:aa:bb:01', name: 'ens192' }]);
-    expect(planNicPins(['ens192'], rules, []).pins[0]).to.include({ name: 'ens192', path: '/etc/systemd/network/10-ferry-ens192.link' });
-    expect(planNicPins(['ens192'], rules, []).pins[0].text).to.match(/\[Match\]\nMACAddress=00:50:56:aa:bb:01\n\n\[Link\]\nName=ens192\n/);
-    expect(planNicPins(['ens192'], [], ['00-50-56-AA-BB-02']).pins[0].text).to.contain('MACAddress=00:50:56:aa:bb:02');
-    expect(planNicPins(['ens192'], [], []).pins[0].text).to.contain('Driver=virtio_net');
-    const two = planNicPins(['ens192', 'ens224'], [], []);
-    expect(two.pins).to.deep.equal([]);
-    expect(two.problem).to.match(/configures 2 NICs \(ens192, ens224\)/);
-    expect(planNicPins([], [], []).pins).to.deep.equal([]);
+    const byRule = planNicRenames(['ens192'], rules, []).renames[0];
+    expect(byRule).to.deep.include({ from: 'ens192', to: 'enp1s0', match: { mac: '00:50:56:aa:bb:01' } });
+    expect(byRule.link.path).to.equal('/etc/systemd/network/10-ferry-enp1s0.link');
+    expect(byRule.link.text).to.match(/\[Match\]\nMACAddress=00:50:56:aa:bb:01\n\n\[Link\]\nName=enp1s0\n/);
+    expect(planNicRenames(['ens192'], [], ['00-50-56-AA-BB-02']).renames[0].link.text).to.contain('MACAddress=00:50:56:aa:bb:02');
+    expect(planNicRenames(['ens192'], [], []).renames[0].link.text).to.contain('Driver=virtio_net');
+    // Several NICs: each takes its place in the VM's NIC order (the manifest's), which is the order on KVM.
+    const two = planNicRenames(['ens192', 'ens224'], persistentNetNames('ATTR{address}=="00:50:56:aa:bb:01", NAME="ens224"\nATTR{address}=="00:50:56:aa:bb:02", NAME="ens192"\n'), ['00:50:56:aa:bb:01', '00:50:56:aa:bb:02']);
+    expect(two.renames.map((r) => `${r.from}>${r.to}`)).to.deep.equal(['ens192>enp2s0', 'ens224>enp1s0']);
+    const unknown = planNicRenames(['ens192', 'ens224'], [], []);
+    expect(unknown.renames).to.deep.equal([]);
+    expect(unknown.problem).to.match(/configures 2 NICs \(ens192, ens224\)/);
+    expect(planNicRenames([], [], []).renames).to.deep.equal([]);
+  });
+  it('rewrites interface names as tokens: VLANs and aliases with them, longer names and other words not, swaps at once', () => {
+    const m = new Map([['ens192', 'enp1s0'], ['ens224', 'ens192']]);
+    expect(renameInterfaces('auto ens192\niface ens192 inet static\niface ens192.10 inet manual\niface ens192:0 inet static\n# ens1920 br-ens192\nbridge_ports ens224\n', m))
+      .to.equal('auto enp1s0\niface enp1s0 inet static\niface enp1s0.10 inet manual\niface enp1s0:0 inet static\n# ens1920 br-ens192\nbridge_ports ens192\n');
+    expect(renameInterfaces('DEVICE="ens192"\nNAME=ens192\n', m)).to.equal('DEVICE="enp1s0"\nNAME=enp1s0\n');
+    expect(renameInterfaces('network:\n  ethernets:\n    ens192:\n      dhcp4: true\n', m)).to.equal('network:\n  ethernets:\n    enp1s0:\n      dhcp4: true\n');
+    expect(namesInterface('iface ens1920 inet dhcp', 'ens192')).to.equal(false);
+    expect(namesInterface('iface ens192 inet dhcp', 'ens192')).to.equal(true);
+    expect(kvmNicName(0)).to.equal('enp1s0');
   });
 });
 

@@ -70,7 +70,11 @@ describe('convert and import into libvirt', function () {
     expect(await s.lv.virsh(['dumpxml', '--inactive', 'imported-efi'])).to.include("<os firmware='efi'>").and.include("<source network='imp-net'/>");
     await s.lv.virsh(['net-start', 'imp-net']);
     await s.lv.virsh(['start', 'imported-efi']);
-    expect(await s.lv.virsh(['dumpxml', 'imported-efi'])).to.match(/<loader[^>]*>\/usr\/share\/OVMF\/OVMF_CODE/);
+    const live = await s.lv.virsh(['dumpxml', 'imported-efi']);
+    expect(live).to.match(/<loader[^>]*>\/usr\/share\/OVMF\/OVMF_CODE/);
+    // The NIC alone behind the first PCIe root port (bus 1), where Ferry's repair expects it (enp1s0).
+    expect(live).to.match(/<model type='virtio'\/>\s*(?:<alias[^>]*\/>\s*)?<address type='pci' domain='0x0000' bus='0x01' slot='0x00' function='0x0'\/>\s*<\/interface>/);
+    expect(live).to.match(/<controller type='pci' index='1' model='pcie-root-port'>/);
     await s.lv.virsh(['destroy', 'imported-efi']);
   });
 
