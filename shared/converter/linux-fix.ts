@@ -137,6 +137,7 @@ async function renameNics(x: LinuxFix): Promise<string[]> {
   const st = o.dry_run ? 'would_do' : 'done';
   const map = new Map(plan.renames.filter((r) => r.from !== r.to).map((r) => [r.from, r.to]));
   const summary = [...map].map(([f, t]) => `${f} -> ${t}`).join(', ');
+  const written: string[] = [];
   // The configuration, and the old rules (they would give the NIC its old name back after the .link file).
   for (const f of [...files, ...(rules !== undefined ? [{ path: PERSISTENT_NET_RULES, text: rules }] : [])]) {
     const text = renameInterfaces(f.text, map);
@@ -144,6 +145,9 @@ async function renameNics(x: LinuxFix): Promise<string[]> {
     const backup = await x.backup(f.path);
     await x.write(f.path, text);
     x.r.modified ||= !o.dry_run;
+    // udev in the initramfs names the NIC first, from the .link files and rules it carries, and a NIC it named
+    // keeps that name: the guest's own .link files and the old rules count as baked in, as Ferry's do.
+    if (f.path.endsWith('.link') || f.path === PERSISTENT_NET_RULES) written.push(f.path);
     act({ action: 'nic_names', status: st, detail: `${f.path}: ${summary}`, file: f.path, renamed: Object.fromEntries(map), backup });
   }
   for (const [from, to] of map) {
@@ -153,7 +157,6 @@ async function renameNics(x: LinuxFix): Promise<string[]> {
     if (!o.dry_run) await g.cmd('mv', old, now);
     act({ action: 'nic_names', status: st, detail: `${old} renamed to ${now}`, file: now, renamed: { [from]: to } });
   }
-  const written: string[] = [];
   for (const r of plan.renames) {
     const { path: p, text } = r.link;
     if ((await g.isFile(p)) && (await g.read(p)) === text) continue;
