@@ -115,7 +115,7 @@ export function registerVirt({ api, virsh: v, submitConvert }: VirtDeps) {
   // Conversion and import
   add('post', '/import/kvm', 'Import a disk image: a volume in the pool and a domain with virtio disk and NIC, serial console, BIOS or UEFI', { body: S.importKvmBody, created: true }, async ({ body }) => {
     const image = await L.confinePath(body.image_path, 'input', 'image_path');
-    const r = await L.importDisk(v, { disks: [{ path: image }], name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], pool: body.pool, firmware: body.firmware });
+    const r = await L.importDisk(v, { disks: [{ path: image }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], pool: body.pool, firmware: body.firmware });
     return [`domain ${r.domain} imported`, r];
   });
   add('post', '/convert/vm', 'Convert a disk image as a convert job; answers at once with the job id (GET /jobs/{job_id} to follow it)', { body: S.convertVmBody }, async ({ body }) => {

@@ -1,15 +1,17 @@
 // Import: a disk image into a storage pool and a domain defined around it (virtio disk and NIC, serial console,
 // BIOS or UEFI firmware). POST /import/kvm and the last stage of a shape B migration job both call importDisk.
+import { randomUUID } from 'node:crypto';
 import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
 import { imageInfo } from '../qemu';
 import { outputExtension } from '../schemas/common';
 import { kvmUsable } from '../guestfs-env';
-import { ApiError } from '../errors';
+import { ApiError, fieldError } from '../errors';
+import { awaitedLater, ignoreError } from '../log';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
 import { defineDomain, domainExists, domainInfo } from './domains';
 import { networkExists } from './networks';
-import { ensureDirPool, isLocalUri, poolTarget, putFile, volumeExists, volumeInfo } from './volumes';
+import { copyIntoPool, ensureDirPool, isLocalUri, poolTarget, putFile, volumeExists, volumeInfo } from './volumes';
 import { parseXml, list } from './xml';
 import { configuredUri, Virsh } from './virsh';
 
@@ -21,6 +23,8 @@ export const defaultPoolDir = () => process.env.FERRY_LIBVIRT_POOL_DIR || '/var/
 export interface ImportSpec {
   /** Disk images, boot disk first (a local path on the machine running this). */
   disks: { path: string; format?: string }[];
+  /** The request field that named disk i, for a 400 about it (default `disks[i].path`). */
+  diskField?: (i: number) => string;
   name: string;
   memoryMiB: number; cpus: number;
   /** Networks (libvirt network names, or bridge names when no such network exists), one NIC each. */
@@ -83,32 +87,61 @@ export function importDomainDoc(o: { name: string; type: string; memoryMiB: numb
   } };
 }
 
+/** The checks before an import (no domain of that name, the images readable, free volume names, the networks)
+ *  and the disks put into the pool under their volume names. In a local dir pool each disk's copy starts as soon
+ *  as the folder is known, beside the checks (bench:virt compares the whole import with a bare cp): into a hidden
+ *  partial file, renamed to its volume's name once every check has passed, removed when one fails. Elsewhere the
+ *  disks are uploaded after the checks. */
+async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
+  const targetP = (s.pool ? Promise.resolve() : ensureDirPool(v, pool, defaultPoolDir())).then(() => (isLocalUri(v.uri) ? poolTarget(v, pool) : null));
+  const abort = new AbortController();
+  const early = awaitedLater(targetP.then((t) => (t?.type === 'dir' && t.path ? s.disks.map((d) => {
+    const part = path.join(t.path!, `.${s.name}.${randomUUID().slice(0, 8)}.ferry-partial`);
+    return { part, done: awaitedLater(copyIntoPool(d.path, part, pool, abort.signal)) };
+  }) : null)));
+  try {
+    // The checks are independent round trips: run together, they cost one.
+    const [exists, infos, target, nics, type] = await Promise.all([
+      domainExists(v, s.name),
+      Promise.all(s.disks.map((d, i) => imageInfo(d.path, d.format).catch((e: Error) => {
+        throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
+      }))),
+      targetP,
+      Promise.all(s.networks.map(async (n, i) => ({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n, mac: macOf(s.macs?.[i], i) }))),
+      domainType(v),
+    ]);
+    if (exists) throw new ApiError(409, `a domain named ${s.name} already exists`);
+    const dirPool = target?.type === 'dir' && target.path ? target.path : null;
+    const vols = infos.map((info, i) => ({ name: `${s.name}${i ? `-disk${i}` : ''}.${outputExtension(info.format)}`, format: info.format }));
+    for (const vol of vols) {
+      // In a local dir pool a volume is a file of the folder: the same answer without a round trip.
+      const taken = dirPool ? await fs.access(path.join(dirPool, vol.name)).then(() => true, () => false) : await volumeExists(v, pool, vol.name);
+      if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
+    }
+    const copies = await early;
+    for (const [i, d] of s.disks.entries()) {
+      s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
+      if (copies && dirPool) { await copies[i].done; await fs.rename(copies[i].part, path.join(dirPool, vols[i].name)); }
+      else await putFile(v, pool, vols[i].name, d.path, vols[i].format, statSync(d.path).size, { exists: false, target, refresh: false });
+    }
+    return { dirPool, vols, type, nics };
+  } catch (e) {
+    abort.abort();
+    const copies = await early.catch(ignoreError('the pool folder was never known, so no copy was started'));
+    for (const c of copies || []) {
+      await c.done.catch(ignoreError('the copy was stopped because the import failed, whose error is the one reported'));
+      await fs.rm(c.part, { force: true });
+    }
+    throw e;
+  }
+}
+
 export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult> {
   checkName(s.name, 'vm_name');
   if (!s.disks.length) throw new ApiError(400, 'an import needs at least one disk');
   const pool = s.pool || defaultPool();
   checkName(pool, 'pool');
-  // The checks before the copy are independent round trips: run together, they cost one (bench:virt compares the
-  // whole import with a bare cp of the image).
-  const [exists, infos, target, nics, type] = await Promise.all([
-    domainExists(v, s.name),
-    Promise.all(s.disks.map((d) => imageInfo(d.path, d.format))),
-    (s.pool ? Promise.resolve() : ensureDirPool(v, pool, defaultPoolDir())).then(() => (isLocalUri(v.uri) ? poolTarget(v, pool) : null)),
-    Promise.all(s.networks.map(async (n, i) => ({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n, mac: macOf(s.macs?.[i], i) }))),
-    domainType(v),
-  ]);
-  if (exists) throw new ApiError(409, `a domain named ${s.name} already exists`);
-  const dirPool = target?.type === 'dir' && target.path ? target.path : null;
-  const vols = infos.map((info, i) => ({ name: `${s.name}${i ? `-disk${i}` : ''}.${outputExtension(info.format)}`, format: info.format }));
-  for (const vol of vols) {
-    // In a local dir pool a volume is a file of the folder: the same answer without a round trip.
-    const taken = dirPool ? await fs.access(path.join(dirPool, vol.name)).then(() => true, () => false) : await volumeExists(v, pool, vol.name);
-    if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
-  }
-  for (const [i, d] of s.disks.entries()) {
-    s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
-    await putFile(v, pool, vols[i].name, d.path, vols[i].format, statSync(d.path).size, { exists: false, target, refresh: false });
-  }
+  const { dirPool, vols, type, nics } = await placeDisks(v, s, pool);
   const firmware = s.firmware || 'bios';
   const define = async (paths: string[]) => {
     await defineDomain(v, importDomainDoc({ name: s.name, type, memoryMiB: s.memoryMiB, cpus: s.cpus, firmware, disks: vols.map((x, i) => ({ path: paths[i], format: x.format })), nics }));

@@ -4,6 +4,7 @@
 // 409; libvirtd not answering 503 naming the URI; any other failed operation 500 with libvirt's own message.
 import { execFile } from 'node:child_process';
 import { ApiError } from '../errors';
+import { SessionEnded, sessionSafe, virshSession } from './virsh-session';
 
 export const DEFAULT_URI = 'qemu:///system';
 
@@ -22,7 +23,7 @@ export class LibvirtError extends ApiError {
 const NOT_FOUND = /(Domain|Network|Storage pool|Storage volume|Domain snapshot|Interface) not found|no (domain|network|storage pool|storage vol|domain snapshot) with matching|failed to get (domain|network|pool|vol)\b|Storage volume not found|cannot find storage volume/i;
 const INVALID = /invalid argument|XML error|XML document failed to validate|unsupported configuration|Invalid value|expected syntax|malformed|unknown (option|command)|Unable to parse/i;
 const STATE = /Requested operation is not valid|already (active|running|exists|in use)|is not running|domain is not running|not active|operation failed: (domain|network|pool) '.*' already exists/i;
-const UNREACHABLE = /failed to connect to the hypervisor|Failed to connect socket|Cannot recv data|End of file while reading data|no connection driver available|Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(publickey/i;
+const UNREACHABLE = /failed to connect to the hypervisor|no valid connection|Disconnected from|Failed to connect socket|Cannot recv data|End of file while reading data|no connection driver available|Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(publickey/i;
 
 /** libvirt's text without virsh's "error: " prefixes, one line. */
 export function libvirtText(stderr: string): string {
@@ -45,12 +46,37 @@ export function mapLibvirtError(stderr: string, uri: string): LibvirtError {
 
 export interface RunOptions { input?: string; timeoutMs?: number }
 
+/** Commands that answer at once, run on the URI's long-lived virsh (virsh-session.ts). The others (copies, wipes,
+ *  starts, consoles, anything reading stdin) get a virsh of their own, so they never hold these up. */
+const SESSION_COMMANDS = new Set([
+  'uri', 'capabilities', 'list', 'dominfo', 'domstate', 'domuuid', 'dumpxml', 'domstats', 'domiflist', 'domblklist', 'define',
+  'net-list', 'net-uuid', 'net-info', 'net-dumpxml', 'pool-list', 'pool-uuid', 'pool-info', 'pool-dumpxml', 'pool-refresh',
+  'vol-list', 'vol-info', 'vol-dumpxml', 'vol-path', 'snapshot-list',
+]);
+
 export class Virsh {
   constructor(readonly uri: string = configuredUri()) {}
 
-  /** Runs `virsh -q -c <uri> ...args` and returns stdout; libvirt's failure is a LibvirtError. */
+  /** Runs `virsh -q -c <uri> ...args` and returns stdout; libvirt's failure is a LibvirtError. Short commands go
+   *  through the URI's long-lived virsh (FERRY_VIRSH_SESSION=0: a virsh per command, as before). */
   run(args: string[], opts: RunOptions = {}): Promise<string> {
+    if (opts.input === undefined && SESSION_COMMANDS.has(args[0]) && sessionSafe(args) && process.env.FERRY_VIRSH_SESSION !== '0') return this.onSession(args, opts);
     return runTool('virsh', ['-q', '-c', this.uri, ...args], this.uri, opts);
+  }
+
+  private async onSession(args: string[], opts: RunOptions): Promise<string> {
+    const session = virshSession(this.uri);
+    let r;
+    try {
+      r = await session.run(args, opts.timeoutMs ?? 600_000);
+    } catch (e) {
+      if (e instanceof SessionEnded) throw mapLibvirtError(e.message, this.uri);
+      throw new LibvirtError(500, `virsh ${args[0]}: ${(e as Error).message}`, (e as Error).message);
+    }
+    if (!r.failed) return r.stdout;
+    const err = mapLibvirtError(r.stderr, this.uri);
+    if (err.status === 503) session.close(); // the connection is gone: the next command connects anew
+    throw err;
   }
 
   /** True when libvirtd answers at this URI. */

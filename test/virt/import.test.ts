@@ -4,6 +4,7 @@
 // through qemu+ssh:// to a private sshd on 127.0.0.1.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
+import { readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { makeBootableImage } from '../helpers/images';
@@ -58,8 +59,19 @@ describe('convert and import into libvirt', function () {
     const text = await bootAndWatch(v, 'imported', 'FERRY-BOOT-OK');
     expect(text).to.include('FERRY-BOOT-OK');
     expect(await domState(s.lv, 'imported')).to.equal('running');
+    // The same name again: refused, and the copy started beside the checks leaves nothing in the pool folder.
+    const poolFiles = () => readdirSync(path.join(s.dir, 'ferry-pool')).sort();
+    const filesBefore = poolFiles();
     const again = await req(B, 'POST', '/import/kvm', { image_path: converted, vm_name: 'imported' });
     expect(again.status).to.equal(409);
+    expect(poolFiles()).to.deep.equal(filesBefore);
+    // An image qemu-img cannot read: refused, nothing left either.
+    const junk = path.join(s.dir, 'junk.qcow2');
+    writeFileSync(junk, Buffer.concat([Buffer.from([0x51, 0x46, 0x49, 0xfb]), Buffer.alloc(4096, 0xff)])); // qcow2's magic, then nonsense
+    const bad = await req(B, 'POST', '/import/kvm', { image_path: junk, vm_name: 'junk' });
+    expect(bad.status, bad.text).to.equal(400);
+    expect(bad.body.error).to.contain('image_path');
+    expect(poolFiles()).to.deep.equal(filesBefore);
     await s.lv.virsh(['destroy', 'imported']);
   });
 
