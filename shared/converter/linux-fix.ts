@@ -12,7 +12,7 @@ import type { GuestSession } from './guestfs';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './guest';
 import { FstabContext, FstabMode, rewriteFstab, rewriteKernelArgs } from './fstab';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from './bootchain';
-import { configuredInterfaces, LINK_DIR, namesInterface, persistentNetNames, planNicRenames, renameInterfaces } from './nic-names';
+import { configuredInterfaces, LINK_DIR, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames } from './nic-names';
 import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
 import { ignoreError } from '../log';
@@ -139,23 +139,16 @@ async function renameNics(x: LinuxFix): Promise<string[]> {
   const summary = [...map].map(([f, t]) => `${f} -> ${t}`).join(', ');
   const written: string[] = [];
   // The configuration, and the old rules (they would give the NIC its old name back after the .link file).
-  for (const f of [...files, ...(rules !== undefined ? [{ path: PERSISTENT_NET_RULES, text: rules }] : [])]) {
-    const text = renameInterfaces(f.text, map);
-    if (text === f.text) continue;
-    const backup = await x.backup(f.path);
-    await x.write(f.path, text);
+  for (const e of planNicFileEdits([...files, ...(rules !== undefined ? [{ path: PERSISTENT_NET_RULES, text: rules }] : [])], map)) {
+    const backup = await x.backup(e.path);
+    await x.write(e.path, e.text);
+    if (e.dest !== e.path && !o.dry_run) await g.cmd('mv', e.path, e.dest);
     x.r.modified ||= !o.dry_run;
     // udev in the initramfs names the NIC first, from the .link files and rules it carries, and a NIC it named
     // keeps that name: the guest's own .link files and the old rules count as baked in, as Ferry's do.
-    if (f.path.endsWith('.link') || f.path === PERSISTENT_NET_RULES) written.push(f.path);
-    act({ action: 'nic_names', status: st, detail: `${f.path}: ${summary}`, file: f.path, renamed: Object.fromEntries(map), backup });
-  }
-  for (const [from, to] of map) {
-    const old = `/etc/sysconfig/network-scripts/ifcfg-${from}`;
-    if (!(await g.isFile(old))) continue;
-    const now = `/etc/sysconfig/network-scripts/ifcfg-${to}`;
-    if (!o.dry_run) await g.cmd('mv', old, now);
-    act({ action: 'nic_names', status: st, detail: `${old} renamed to ${now}`, file: now, renamed: { [from]: to } });
+    if (e.dest.endsWith('.link') || e.dest === PERSISTENT_NET_RULES) written.push(e.dest);
+    const moved = e.dest !== e.path ? ` (renamed to ${e.dest})` : '';
+    act({ action: 'nic_names', status: st, detail: `${e.path}: ${summary}${moved}`, file: e.dest, renamed: e.renamed, backup });
   }
   for (const r of plan.renames) {
     const { path: p, text } = r.link;
@@ -288,7 +281,7 @@ async function verifyLinux(x: LinuxFix): Promise<void> {
     if (a.name) { check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`); continue; }
     const renamed = Object.entries(a.renamed as Record<string, string>);
     check(String(a.file), t === undefined ? ['is missing'] : renamed.flatMap(([from, to]) => [...(namesInterface(t, from) ? [`still names ${from}`] : []), ...(namesInterface(t, to) ? [] : [`does not name ${to}`])]),
-      `names ${renamed.map(([, to]) => to).join(', ')}, not ${renamed.map(([from]) => from).join(', ')}`);
+      renamed.length ? `names ${renamed.map(([, to]) => to).join(', ')}, not ${renamed.map(([from]) => from).join(', ')}` : 'is in place');
   }
   if (o.remove_source_hv_tools) {
     const installed = x.purged?.length ? await installedHvPackages(g, info.root_device) : [];

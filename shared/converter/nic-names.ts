@@ -8,10 +8,11 @@
 // configures exactly one NIC and no MAC is known, so the name holds on a host whose PCI layout differs too.
 // Pure functions; linux-fix.ts does the I/O.
 
-/** What udev calls NIC `index` (0-based, the VM's NIC order) in Ferry's KVM layout: q35 with each NIC alone on
- *  the bus behind its own PCIe root port, NIC n on bus n+1 (shared/libvirt/import.ts, shared/converter/testboot.ts),
- *  which systemd's path-based naming calls `enp<bus>s0`. */
-export const kvmNicName = (index: number) => `enp${index + 1}s0`;
+import { nicBus } from '../libvirt/nic-layout';
+
+/** What udev calls NIC `index` (0-based, the VM's NIC order) in Ferry's KVM layout (shared/libvirt/nic-layout.ts:
+ *  each NIC alone on the bus behind its own PCIe root port), which systemd's path-based naming calls `enp<bus>s0`. */
+export const kvmNicName = (index: number) => `enp${nicBus(index)}s0`;
 
 /** Names of physical-NIC style that a hypervisor's bus decides (not bridges, bonds, VLANs or lo). */
 const NIC_NAME = /^(?:eth\d+|ens\d+(?:f\d+)?|enp\d+s\d+(?:f\d+)?|eno\d+|enx[0-9a-f]{12}|em\d+)$/;
@@ -123,4 +124,23 @@ export function renameInterfaces(text: string, renames: Map<string, string>): st
 /** Whether `text` still names `name` as an interface. */
 export function namesInterface(text: string, name: string): boolean {
   return new RegExp(token(name)).test(text);
+}
+
+const IFCFG_DIR = '/etc/sysconfig/network-scripts';
+
+/**
+ * The edits that carry `renames` through the guest's network files: each file whose text names an old name gets
+ * the new text, and RHEL's `ifcfg-<old>` moves to `ifcfg-<new>` (`dest`). `renamed` is what its text renames
+ * (empty when only its file name changes); files with nothing to change are left out.
+ */
+export function planNicFileEdits(files: { path: string; text: string }[], renames: Map<string, string>): { path: string; dest: string; text: string; renamed: Record<string, string> }[] {
+  const out = [];
+  for (const f of files) {
+    const text = renameInterfaces(f.text, renames);
+    const base = f.path.startsWith(`${IFCFG_DIR}/ifcfg-`) ? f.path.slice(IFCFG_DIR.length + '/ifcfg-'.length) : undefined;
+    const dest = base !== undefined && renames.has(base) ? `${IFCFG_DIR}/ifcfg-${renames.get(base)}` : f.path;
+    if (text === f.text && dest === f.path) continue;
+    out.push({ path: f.path, dest, text, renamed: Object.fromEntries([...renames].filter(([from]) => namesInterface(f.text, from))) });
+  }
+  return out;
 }

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { judgeConsole } from '../../shared/converter/boot-judge';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
 import type { FstabContext } from '../../shared/converter/fstab';
-import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
+import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
 import { testBoot } from '../../shared/converter/testboot';
 import { makeBootableImage } from '../helpers/images';
 
@@ -135,6 +135,20 @@ describe('NIC names across the move (pure)', () => {
     expect(namesInterface('iface ens1920 inet dhcp', 'ens192')).to.equal(false);
     expect(namesInterface('iface ens192 inet dhcp', 'ens192')).to.equal(true);
     expect(kvmNicName(0)).to.equal('enp1s0');
+  });
+  it('plans the file edits: each file renames only the names it has, ifcfg-<old> moves to ifcfg-<new>, untouched files are left out', () => {
+    const m = new Map([['ens192', 'enp1s0'], ['ens224', 'enp2s0']]);
+    const edits = planNicFileEdits([
+      { path: '/etc/sysconfig/network-scripts/ifcfg-ens192', text: 'DEVICE=ens192\nONBOOT=yes\n' },
+      { path: '/etc/sysconfig/network-scripts/ifcfg-ens224', text: 'ONBOOT=yes\n' },
+      { path: '/etc/network/interfaces', text: 'iface ens224 inet dhcp\n' },
+      { path: '/etc/network/interfaces.d/lo', text: 'iface lo inet loopback\n' },
+    ], m);
+    expect(edits).to.deep.equal([
+      { path: '/etc/sysconfig/network-scripts/ifcfg-ens192', dest: '/etc/sysconfig/network-scripts/ifcfg-enp1s0', text: 'DEVICE=enp1s0\nONBOOT=yes\n', renamed: { ens192: 'enp1s0' } },
+      { path: '/etc/sysconfig/network-scripts/ifcfg-ens224', dest: '/etc/sysconfig/network-scripts/ifcfg-enp2s0', text: 'ONBOOT=yes\n', renamed: {} },
+      { path: '/etc/network/interfaces', dest: '/etc/network/interfaces', text: 'iface enp2s0 inet dhcp\n', renamed: { ens224: 'enp2s0' } },
+    ]);
   });
 });
 
