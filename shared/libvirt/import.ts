@@ -9,6 +9,7 @@ import { kvmUsable } from '../guestfs-env';
 import { ApiError, fieldError } from '../errors';
 import { awaitedLater, ignoreError } from '../log';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
+import { nicBus } from './nic-layout';
 import { defineDomain, domainExists, domainInfo } from './domains';
 import { networkExists } from './networks';
 import { copyIntoPool, ensureDirPool, isLocalUri, poolTarget, putFile, volumeExists, volumeInfo } from './volumes';
@@ -72,13 +73,12 @@ export function importDomainDoc(o: { name: string; type: string; memoryMiB: numb
     on_poweroff: 'destroy', on_reboot: 'restart', on_crash: 'destroy',
     devices: {
       disk: o.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path }, target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' } })),
-      // NIC n alone behind PCIe root port n+1 (the first root ports, so the first buses): the guest names it
-      // enp<n+1>s0, the name Ferry's repair gave its configuration (shared/converter/nic-names.ts kvmNicName).
-      // libvirt adds the root ports the disks and the balloon need after these.
-      controller: [{ '@_type': 'pci', '@_index': '0', '@_model': 'pcie-root' }, ...o.nics.map((_, i) => ({ '@_type': 'pci', '@_index': String(i + 1), '@_model': 'pcie-root-port' }))],
+      // Each NIC alone behind its own PCIe root port (nic-layout.ts), so the guest names it what Ferry's repair
+      // named its configuration. libvirt adds the root ports the disks and the balloon need after these.
+      controller: [{ '@_type': 'pci', '@_index': '0', '@_model': 'pcie-root' }, ...o.nics.map((_, i) => ({ '@_type': 'pci', '@_index': String(nicBus(i)), '@_model': 'pcie-root-port' }))],
       interface: o.nics.map((n, i) => ({
         '@_type': n.type, ...(n.mac ? { mac: { '@_address': n.mac } } : {}), source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' },
-        address: { '@_type': 'pci', '@_domain': '0x0000', '@_bus': `0x${(i + 1).toString(16).padStart(2, '0')}`, '@_slot': '0x00', '@_function': '0x0' },
+        address: { '@_type': 'pci', '@_domain': '0x0000', '@_bus': `0x${nicBus(i).toString(16).padStart(2, '0')}`, '@_slot': '0x00', '@_function': '0x0' },
       })),
       serial: { '@_type': 'pty', target: { '@_port': '0' } },
       console: { '@_type': 'pty', target: { '@_type': 'serial', '@_port': '0' } },
