@@ -7,6 +7,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../errors';
 
+/** Where the fix stage keeps originals: one tree at the guest's root that mirrors their paths
+ *  (`/ferry-backup/etc/fstab`; on Windows `C:\ferry-backup\Windows\System32\config\SYSTEM`). Not beside the file:
+ *  many directories are read whole (RHEL's network-scripts, NetworkManager's system-connections, ifupdown's
+ *  interfaces.d), and a copy there, whatever its suffix, would be read as configuration too. */
+export const BACKUP_ROOT = '/ferry-backup';
+export const backupPath = (p: string): string => BACKUP_ROOT + p;
 export const GUESTFISH = process.env.GUESTFISH || 'guestfish';
 
 import { guestfsEnv } from '../guestfs-env';
@@ -154,9 +160,15 @@ export class GuestSession {
     return r;
   }
 
-  /** Copies `p` to `p.ferry-backup` (mode, owner and times kept), the one backup convention of the fix stage. */
+  /** Keeps the original of a file the fix stage is about to change, at `backupPath(p)` (mode, owner and times
+   *  kept), the one backup convention of the fix stage. The first copy wins: a file edited twice (or a disk repaired
+   *  twice) keeps what Ferry first found, not its own earlier edit. */
   async backup(p: string): Promise<string> {
-    const to = `${p}.ferry-backup`;
+    const to = backupPath(p);
+    if (await this.exists(to)) return to;
+    // The tree is root-only, like the most private file it may hold (/etc/shadow).
+    if (!(await this.isDir(BACKUP_ROOT))) await this.cmd('mkdir-mode', BACKUP_ROOT, '0700');
+    await this.cmd('mkdir-p', path.posix.dirname(to));
     await this.cmd('cp-a', p, to);
     return to;
   }

@@ -129,11 +129,11 @@ describe('pipeline on real guests (libguestfs)', function () {
   });
 
   describe('the outputs, read back with libguestfs (one appliance for all three disks)', () => {
-    const plainFiles = ['/etc/fstab', '/etc/fstab.ferry-backup', '/boot/grub/grub.cfg', '/boot/grub/grub.cfg.ferry-backup', '/etc/hostname', '/etc/hosts',
+    const plainFiles = ['/etc/fstab', '/ferry-backup/etc/fstab', '/boot/grub/grub.cfg', '/ferry-backup/boot/grub/grub.cfg', '/etc/hostname', '/etc/hosts',
       '/etc/systemd/system/multi-user.target.wants/vmtoolsd.service', '/etc/systemd/system/multi-user.target.wants/ssh.service',
-      '/etc/passwd', '/etc/shadow', '/etc/group', '/etc/gshadow', '/etc/passwd.ferry-backup', '/home/alice/.bashrc', '/home/alice/.ssh/authorized_keys', '/root/.ssh/authorized_keys',
-      '/etc/sudoers.d/90-ferry-alice', '/etc/network/interfaces', '/etc/network/interfaces.d/90-ferry', '/etc/udev/rules.d/70-persistent-net.rules', '/etc/udev/rules.d/70-persistent-net.rules.ferry-backup'];
-    const statOf = ['/etc/shadow', '/etc/gshadow', '/home/alice', '/home/alice/.bashrc', '/home/alice/.ssh', '/home/alice/.ssh/authorized_keys', '/etc/sudoers.d/90-ferry-alice'];
+      '/etc/passwd', '/etc/shadow', '/etc/group', '/etc/gshadow', '/ferry-backup/etc/passwd', '/home/alice/.bashrc', '/home/alice/.ssh/authorized_keys', '/root/.ssh/authorized_keys',
+      '/etc/sudoers.d/90-ferry-alice', '/etc/network/interfaces', '/etc/network/interfaces.d/90-ferry', '/etc/udev/rules.d/70-persistent-net.rules', '/ferry-backup/etc/udev/rules.d/70-persistent-net.rules', '/etc/fstab.ferry-backup'];
+    const statOf = ['/ferry-backup', '/etc/shadow', '/etc/gshadow', '/home/alice', '/home/alice/.bashrc', '/home/alice/.ssh', '/home/alice/.ssh/authorized_keys', '/etc/sudoers.d/90-ferry-alice'];
     let plain: Record<string, string | null>;
     let lvm: Record<string, string | null>;
     let stats: Record<string, { mode: number; uid: number; gid: number }>;
@@ -153,7 +153,7 @@ describe('pipeline on real guests (libguestfs)', function () {
         sshLink = (await s.tryCmd('readlink', '/etc/systemd/system/multi-user.target.wants/ssh.service'))?.trim();
         await s.cmd('umount-all');
         plain = await readFiles(s, '/dev/sda1', plainFiles);
-        lvm = await readFiles(s, '/dev/vgferry/root', ['/etc/fstab', '/etc/fstab.ferry-backup', '/etc/netplan/50-cloud-init.yaml', '/etc/netplan/90-ferry.yaml', '/etc/initramfs-tools/modules', TOOL_LOG]);
+        lvm = await readFiles(s, '/dev/vgferry/root', ['/etc/fstab', '/ferry-backup/etc/fstab', '/etc/netplan/50-cloud-init.yaml', '/etc/netplan/90-ferry.yaml', '/etc/initramfs-tools/modules', TOOL_LOG]);
         lvmBoot = await readFiles(s, '/dev/sdb1', ['/grub/grub.cfg', '/initrd.img-5.10.0-ferry']);
       } finally { await s.close(); }
     });
@@ -164,9 +164,13 @@ describe('pipeline on real guests (libguestfs)', function () {
         .replace('/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2 none', `UUID=${ids.plainSwap.UUID} none`);
       expect(plain['/etc/fstab']).to.equal(want);
       expect(plain['/etc/fstab']).to.contain('proc\t/proc\tproc\tdefaults\t0\t0\ntmpfs   /tmp   tmpfs   defaults,size=64m   0 0\nLABEL=scratch /scratch ext4');
-      expect(plain['/etc/fstab.ferry-backup']).to.equal(PLAIN_FSTAB);
+      // Originals go into one root-only tree that mirrors their paths, never beside the file (a directory read
+      // whole, such as RHEL's network-scripts, would read the copy as configuration).
+      expect(plain['/ferry-backup/etc/fstab']).to.equal(PLAIN_FSTAB);
+      expect(plain['/etc/fstab.ferry-backup']).to.equal(null);
+      expect(stats['/ferry-backup'].mode & 0o7777).to.equal(0o700);
       expect(plain['/boot/grub/grub.cfg']).to.contain(`root=UUID=${ids.plainRoot.UUID} ro`);
-      expect(plain['/boot/grub/grub.cfg.ferry-backup']).to.contain('root=/dev/sda1 ro');
+      expect(plain['/ferry-backup/boot/grub/grub.cfg']).to.contain('root=/dev/sda1 ro');
       expect(plain['/etc/hostname']).to.equal('kvm-plain\n');
       expect(plain['/etc/hosts']).to.contain('127.0.1.1\tkvm-plain');
       expect(plain['/etc/systemd/system/multi-user.target.wants/vmtoolsd.service']).to.equal(null);
@@ -178,7 +182,7 @@ describe('pipeline on real guests (libguestfs)', function () {
       expect(lvm['/etc/fstab']).to.equal(LVM_FSTAB
         .replace('/dev/sda1                 /boot', `UUID=${ids.lvmBoot.UUID}                 /boot`)
         .replace('/dev/sdb1                 /data', `UUID=${ids.data.UUID}                 /data`));
-      expect(lvm['/etc/fstab.ferry-backup']).to.equal(null);
+      expect(lvm['/ferry-backup/etc/fstab']).to.equal(null);
     });
 
     it('the guest tools ran in the guest with the expected arguments and wrote their files; virtio modules were added first', () => {
@@ -199,7 +203,7 @@ describe('pipeline on real guests (libguestfs)', function () {
 
     it('configuration.users: account lines, hashed password, groups, home from /etc/skel, keys, sudoers; modes kept', () => {
       expect(plain['/etc/passwd']).to.match(/\nalice:x:1000:1000::\/home\/alice:\/bin\/bash\n$/);
-      expect(plain['/etc/passwd.ferry-backup']).not.to.contain('alice');
+      expect(plain['/ferry-backup/etc/passwd']).not.to.contain('alice');
       const shadow = plain['/etc/shadow']!.split('\n').find((l) => l.startsWith('alice:'))!.split(':');
       expect(shadow[1]).to.match(/^\$6\$[./A-Za-z0-9]+\$[./A-Za-z0-9]{86}$/);
       expect(plain['/etc/shadow']).not.to.contain('S3cret-pass!');
@@ -229,7 +233,7 @@ describe('pipeline on real guests (libguestfs)', function () {
       expect(plain['/etc/network/interfaces.d/90-ferry']).to.contain('auto enp1s0\nallow-hotplug enp1s0\niface enp1s0 inet dhcp\n');
       expect(plain['/etc/network/interfaces']).to.equal(IFUPDOWN_INTERFACES);
       expect(plain['/etc/udev/rules.d/70-persistent-net.rules']).to.equal(null);
-      expect(plain['/etc/udev/rules.d/70-persistent-net.rules.ferry-backup']).to.equal(PERSISTENT_NET);
+      expect(plain['/ferry-backup/etc/udev/rules.d/70-persistent-net.rules']).to.equal(PERSISTENT_NET);
       expect(lvm['/etc/netplan/50-cloud-init.yaml']).to.equal(NETPLAN_CLOUD);
       expect(lvm['/etc/netplan/90-ferry.yaml']).to.contain('    ferry0:\n      match:\n        macaddress: \'52:54:00:12:34:56\'\n      dhcp4: false\n      addresses:\n        - 192.0.2.10/24\n      routes:\n        - to: default\n          via: 192.0.2.1\n      nameservers:\n        addresses:\n          - 192.0.2.53\n');
       const net = reports.lvm.stages.fix.result.actions.filter((a: any) => a.action === 'configuration.network');

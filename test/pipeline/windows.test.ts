@@ -222,7 +222,7 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
       const info = await inspectAndMount(s, true);
       const want = [
         '/Windows/System32/Drivers/viostor.sys', '/Windows/System32/Drivers/vioscsi.sys', '/Windows/System32/Drivers/disk.sys', '/Windows/System32/Drivers/netkvm.sys',
-        '/Windows/System32/config/SYSTEM.ferry-backup', '/Windows/System32/config/SOFTWARE.ferry-backup',
+        '/ferry-backup/Windows/System32/config/SYSTEM', '/ferry-backup/Windows/System32/config/SOFTWARE',
         ...Object.keys(treeFiles).map((rel) => { const [drv, , , f] = rel.split(path.sep); return `/Windows/Drivers/VirtIO/${drv}/${f}`; }),
       ];
       for (const f of want) back.files[f] = (await s.isFile(f)) ? await s.read(f) : null;
@@ -243,14 +243,14 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
       }
       back.servicesDiskStart = (await raw((await h.node(root, [WIN.controlSet, 'Services', 'disk']))!, 'Start'))?.data;
       await h.close();
-      root = await h.open('/Windows/System32/config/SYSTEM.ferry-backup');
+      root = await h.open('/ferry-backup/Windows/System32/config/SYSTEM');
       back.backupSystemHasViostor = !!(await h.node(root, [WIN.controlSet, 'Services', 'viostor']));
       await h.close();
       root = await h.open('/Windows/System32/config/SOFTWARE');
       const wcv = (await h.node(root, ['Microsoft', 'Windows', 'CurrentVersion']))!;
       back.devicePath = { type: (await h.value(wcv, 'DevicePath'))!.type, text: (await h.string(wcv, 'DevicePath'))! };
       await h.close();
-      root = await h.open('/Windows/System32/config/SOFTWARE.ferry-backup');
+      root = await h.open('/ferry-backup/Windows/System32/config/SOFTWARE');
       back.backupDevicePath = await h.string((await h.node(root, ['Microsoft', 'Windows', 'CurrentVersion']))!, 'DevicePath');
       await h.close();
 
@@ -292,10 +292,10 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
     expect(acts.filter((a) => a.step === 'boot_drivers').map((a) => a.file).sort()).to.deep.equal(['/Windows/System32/Drivers/vioscsi.sys', '/Windows/System32/Drivers/viostor.sys']);
     expect(acts.filter((a) => a.step === 'driver_store').map((a) => a.driver)).to.deep.equal(DRIVERS_2K19);
     const sys = acts.find((a) => a.step === 'system_hive')!;
-    expect(sys).to.include({ hive: '/Windows/System32/config/SYSTEM', backup: '/Windows/System32/config/SYSTEM.ferry-backup', driver_database: true });
+    expect(sys).to.include({ hive: '/Windows/System32/config/SYSTEM', backup: '/ferry-backup/Windows/System32/config/SYSTEM', driver_database: true });
     expect(sys.detail).to.contain('HKLM\\SYSTEM\\ControlSet001\\Services\\viostor {Type=dword:1, Start=dword:0, ErrorControl=dword:1, Group=sz:"SCSI miniport", ImagePath=expand_sz:"system32\\drivers\\viostor.sys"}');
     const sw = acts.find((a) => a.step === 'software_hive')!;
-    expect(sw).to.include({ backup: '/Windows/System32/config/SOFTWARE.ferry-backup' });
+    expect(sw).to.include({ backup: '/ferry-backup/Windows/System32/config/SOFTWARE' });
     expect(sw.detail).to.contain(`DevicePath "${WIN.devicePath}" -> "${WIN.devicePath};%SystemRoot%\\Drivers\\VirtIO;`);
   });
 
