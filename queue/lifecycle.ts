@@ -158,8 +158,7 @@ export class Lifecycle {
         continue;
       }
       if (h.state === 'QUEUED' && h.updated_at) jobWaitSeconds.observe({ queue: got.queue }, Math.max(0, Date.now() - Date.parse(h.updated_at)) / 1000);
-      // Independent commands, issued together: one round trip.
-      const [, record] = await Promise.all([this.registry.holdJob(worker.worker_id, id), this.store.get(id)]);
+      const record = await this.store.get(id);
       try {
         record!.spec = unseal(record!.spec);
       } catch (e) {
@@ -217,7 +216,7 @@ export class Lifecycle {
       event: { ev: this.event(id, { phase: 'completed', percentage: 100, message: 'job completed', details: {} }), before: true },
     });
     // Even when the lease is gone the calls are harmless (BullMQ refuses a stale token) and drop our own references.
-    await Promise.all([this.router.finish(queue!, id, lease), this.registry.releaseJob(workerId, id)]);
+    await this.router.finish(queue!, id, lease);
     return r.ok;
   }
 
@@ -228,20 +227,16 @@ export class Lifecycle {
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     const { idempotent } = policyOf(h);
-    try {
-      if (retryable && attempts < max && idempotent) {
-        const delay = retryDelayMs(attempts);
-        const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
-        if (r.ok) await this.router.requeue(h.queue, id, lease, delay);
-        return { ok: r.ok, state: 'QUEUED', retry_in_ms: delay };
-      }
-      const why = !retryable ? message : `${message} (attempt ${attempts} of ${max}; ${attempts < max ? NOT_RETRIED : 'no retries left'})`;
-      const r = await this.store.transition(id, [{ to: 'FAILED', reason: why, worker_id: workerId }], { lease, fields: { lease: null, error: message } });
-      await this.router.finish(h.queue, id, lease);
-      return { ok: r.ok, state: 'FAILED' };
-    } finally {
-      await this.registry.releaseJob(workerId, id);
+    if (retryable && attempts < max && idempotent) {
+      const delay = retryDelayMs(attempts);
+      const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
+      if (r.ok) await this.router.requeue(h.queue, id, lease, delay);
+      return { ok: r.ok, state: 'QUEUED', retry_in_ms: delay };
     }
+    const why = !retryable ? message : `${message} (attempt ${attempts} of ${max}; ${attempts < max ? NOT_RETRIED : 'no retries left'})`;
+    const r = await this.store.transition(id, [{ to: 'FAILED', reason: why, worker_id: workerId }], { lease, fields: { lease: null, error: message } });
+    await this.router.finish(h.queue, id, lease);
+    return { ok: r.ok, state: 'FAILED' };
   }
 
   /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it yet:
@@ -251,7 +246,6 @@ export class Lifecycle {
     if (!h || h.lease !== lease) return false;
     const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
     if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
-    await this.registry.releaseJob(workerId, id);
     return r.ok;
   }
 
@@ -261,7 +255,6 @@ export class Lifecycle {
     if (!h || (h.state !== 'ASSIGNED' && h.state !== 'RUNNING')) return;
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
-    if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
     const { idempotent } = policyOf(h);
     if (attempts >= max || !idempotent) {
       const left = attempts >= max ? `no retries left (${attempts} of ${max})` : NOT_RETRIED;
@@ -284,7 +277,6 @@ export class Lifecycle {
         const after = await this.store.raw(id);
         if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(dropped(log, 'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the reconcile sweep', { job_id: id }));
       }
-      await this.registry.releaseJob(workerId, id);
     }
   }
 
@@ -323,7 +315,6 @@ export class Lifecycle {
       // The worker kills its process and removes partial output; the lease ends here.
       await publish(this.store.redis, this.store.k, 'cancel', id);
       if (h.lease) await this.router.finish(h.queue, id, h.lease);
-      if (h.worker_id) await this.registry.releaseJob(h.worker_id, id);
     }
     return { job_id: id, state: 'CANCELLED', message: `job ${id} was cancelled (was ${r.prev})` };
   }

@@ -52,7 +52,7 @@ export class Registry {
   }
 
   async get(id: string): Promise<WorkerInfo | null> {
-    const [[, h], [, jobs]] = (await this.redis.multi().hgetall(this.k.worker(id)).smembers(this.k.workerJobs(id)).exec()) as any;
+    const [h, jobs] = await Promise.all([this.redis.hgetall(this.k.worker(id)), this.heldJobs(id)]);
     return h && h.worker_id ? this.toInfo(h, jobs) : null;
   }
 
@@ -74,12 +74,11 @@ export class Registry {
     const ids = await this.redis.zrevrange(this.k.workers, 0, -1);
     if (!ids.length) return [];
     const p = this.redis.pipeline();
-    for (const id of ids) p.hgetall(this.k.worker(id)).smembers(this.k.workerJobs(id));
-    const res = (await p.exec()) || [];
+    for (const id of ids) p.hgetall(this.k.worker(id));
+    const [res, held] = await Promise.all([p.exec(), this.held()]);
     const out: WorkerInfo[] = [];
-    for (let i = 0; i < res.length; i += 2) {
-      const h = res[i][1] as Record<string, string>;
-      if (h && h.worker_id) out.push(this.toInfo(h, res[i + 1][1] as string[]));
+    for (const [, h] of (res || []) as [unknown, Record<string, string>][]) {
+      if (h && h.worker_id) out.push(this.toInfo(h, held.get(h.worker_id) ?? []));
     }
     return out;
   }
@@ -96,18 +95,42 @@ export class Registry {
   /** Removes workers silent for longer than `olderThanMs` that hold no job; returns their ids. */
   async prune(olderThanMs: number): Promise<string[]> {
     const gone: string[] = [];
-    for (const id of await this.redis.zrangebyscore(this.k.workers, 0, Date.now() - olderThanMs)) {
-      if ((await this.redis.scard(this.k.workerJobs(id))) === 0 && (await this.remove(id))) gone.push(id);
+    const silent = await this.redis.zrangebyscore(this.k.workers, 0, Date.now() - olderThanMs);
+    if (!silent.length) return gone;
+    const held = await this.held();
+    for (const id of silent) {
+      if (!held.get(id)?.length && (await this.remove(id))) gone.push(id);
     }
     return gone;
   }
 
   async remove(id: string): Promise<boolean> {
-    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id)).zrem(this.k.workers, id).exec()) as any;
+    // The per-worker job set of the layout before held jobs were derived goes with its worker.
+    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id), this.k.workerJobs(id)).zrem(this.k.workers, id).exec()) as any;
     return n > 0 || z > 0;
   }
 
-  async holdJob(workerId: string, jobId: string) { await this.redis.sadd(this.k.workerJobs(workerId), jobId); }
-  async releaseJob(workerId: string, jobId: string) { await this.redis.srem(this.k.workerJobs(workerId), jobId); }
-  async heldJobs(workerId: string) { return this.redis.smembers(this.k.workerJobs(workerId)); }
+  /** The jobs each worker holds: the ASSIGNED and RUNNING jobs, grouped by the worker their record names.
+   *  Derived, not stored: those two indexes hold as many jobs as the cluster has busy worker slots, and a set per
+   *  worker would repeat each record's worker_id (two more commands on every job, and a second truth to keep in
+   *  step with the record). */
+  async held(): Promise<Map<string, string[]>> {
+    const [[, assigned], [, running]] = (await this.redis.multi()
+      .zrange(this.k.jobsInState('ASSIGNED'), 0, -1).zrange(this.k.jobsInState('RUNNING'), 0, -1).exec()) as [unknown, string[]][];
+    const ids = [...assigned, ...running];
+    const by = new Map<string, string[]>();
+    if (!ids.length) return by;
+    const p = this.redis.pipeline();
+    for (const id of ids) p.hget(this.k.job(id), 'worker_id');
+    const res = (await p.exec()) || [];
+    ids.forEach((id, i) => {
+      const w = res[i]?.[1] as string | null;
+      if (!w) return;
+      const l = by.get(w);
+      if (l) l.push(id); else by.set(w, [id]);
+    });
+    return by;
+  }
+
+  async heldJobs(workerId: string): Promise<string[]> { return (await this.held()).get(workerId) ?? []; }
 }

@@ -72,6 +72,7 @@ export function keys(prefix = config.prefix) {
     stats: `${prefix}:stats`,
     workers: `${prefix}:workers`,
     worker: (id: string) => `${prefix}:worker:${id}`,
+    /** A worker's job set in the layout before held jobs were derived from the state indexes (deleted only). */
     workerJobs: (id: string) => `${prefix}:worker:${id}:jobs`,
     chanJobs: `${prefix}:bus:jobs`,
     chanEvents: `${prefix}:bus:events`,
