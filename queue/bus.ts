@@ -60,7 +60,7 @@ type Handler<C extends Channel> = (msg: BusMessages[C], raw: string) => void;
 
 export class Bus {
   private sub: RedisClient;
-  private handlers = new Map<string, { json: boolean; set: Set<Handler<any>> }>();
+  private handlers = new Map<string, { json: boolean; set: Set<Handler<any>>; idle: Map<Handler<any>, () => boolean> }>();
   readonly k: Keys;
 
   constructor(url?: string, prefix?: string) {
@@ -71,27 +71,35 @@ export class Bus {
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;
+      // Nobody wants this message right now (a gateway with no SSE client): not even parsed.
+      const asleep = new Set<Handler<any>>();
+      for (const [h, wants] of hs.idle) if (!wants()) asleep.add(h);
+      if (asleep.size === hs.set.size) return;
       let msg: unknown = raw;
       if (hs.json) {
         try { msg = JSON.parse(raw); } catch { log.warn('dropped a bus message that is not JSON', { channel }); return; }
       }
       for (const h of hs.set) {
+        if (asleep.has(h)) continue;
         try { h(msg as never, raw); } catch (e) { log.warn('a bus listener failed; the others still get the message', { channel, error: (e as Error).message }); }
       }
     });
   }
 
-  /** Listens to a channel; resolves once subscribed, to a function that stops this listener. */
-  async on<C extends Channel>(channel: C, h: Handler<C>): Promise<() => void> {
+  /** Listens to a channel; resolves once subscribed, to a function that stops this listener. `wants`: whether
+   *  the listener has a use for messages at the moment (asked per message; when no listener of a channel has,
+   *  the message is dropped before it is parsed). */
+  async on<C extends Channel>(channel: C, h: Handler<C>, opts: { wants?: () => boolean } = {}): Promise<() => void> {
     const name = channelName(this.k, channel);
     let hs = this.handlers.get(name);
     if (!hs) {
-      hs = { json: CHANNELS[channel].json, set: new Set() };
+      hs = { json: CHANNELS[channel].json, set: new Set(), idle: new Map() };
       this.handlers.set(name, hs);
       await this.sub.subscribe(name);
     }
     hs.set.add(h);
-    return () => { hs!.set.delete(h); };
+    if (opts.wants) hs.idle.set(h, opts.wants);
+    return () => { hs!.set.delete(h); hs!.idle.delete(h); };
   }
 
   async close() {

@@ -44,6 +44,8 @@ export class EventHub {
   get size() { let n = 0; for (const s of this.clients.values()) n += s.size; return n; }
 
   async start() {
+    // With no client connected the hub has no use for a message: the bus then does not even parse it.
+    const wants = () => this.clients.size > 0;
     await this.bus.on('events', (msg, raw) => {
       const set = this.clients.get(msg.job_id);
       if (!set) return;
@@ -54,7 +56,7 @@ export class EventHub {
         if (c.buffering) c.buffer.push(() => this.deliver(c, id, frame));
         else this.deliver(c, id, frame);
       }
-    });
+    }, { wants });
     await this.bus.on('jobs', (msg) => {
       if (!isTerminal(msg.state)) return;
       const set = this.clients.get(msg.job_id);
@@ -63,7 +65,7 @@ export class EventHub {
         const send = () => this.finish(msg.job_id, c, msg.state);
         c.buffering ? c.buffer.push(send) : send();
       }
-    });
+    }, { wants });
     this.timer = setInterval(() => {
       for (const set of this.clients.values()) for (const c of set) this.write(c, ': heartbeat\n\n');
     }, this.heartbeatSeconds * 1000);

@@ -84,7 +84,9 @@ export async function refusal(jp: JobPath, roots: Roots, opts: { mustExist?: boo
 }
 
 /** At submission: 400 naming every field whose path is outside the roots this process knows. */
-export async function checkSubmittedPaths(paths: JobPath[], roots: Roots = configuredRoots()) {
+export async function checkSubmittedPaths(paths: JobPath[], given?: Roots) {
+  if (!paths.length) return; // most operations name no path: nothing to resolve (the roots cost syscalls)
+  const roots = given ?? configuredRoots();
   const bad: { field: string; message: string }[] = [];
   for (const jp of paths) {
     const r = await refusal(jp, roots);
