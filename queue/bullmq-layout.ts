@@ -4,7 +4,6 @@
 // BullMQ's API. test/spine/bullmq-layout.test.ts checks these reads against BullMQ's own API on a real Redis, so
 // an upgrade that changes the layout fails there, loudly; package.json pins the BullMQ range it was tested with.
 import type { ChainableCommander } from 'ioredis';
-import type { RedisClient } from '../shared/redis';
 
 export class BullLayout {
   /** `prefix` is the one given to BullMQ's Queue and Worker (keys.bullPrefix). */
@@ -17,9 +16,10 @@ export class BullLayout {
   /** A job's hash; it exists from add until the job is removed. */
   job(queue: string, bullJobId: string) { return `${this.prefix}:${queue}:${bullJobId}`; }
 
-  /** 0-based rank of a waiting job among its queue's prioritized jobs; null when it is not waiting there. */
-  rank(redis: RedisClient, queue: string, bullJobId: string): Promise<number | null> {
-    return redis.zrank(this.prioritized(queue), bullJobId);
+  /** Queues one command on `p` whose reply is the 0-based rank of a waiting job among its queue's prioritized
+   *  jobs, or null when it is not waiting there. */
+  rank(p: ChainableCommander, queue: string, bullJobId: string) {
+    return p.zrank(this.prioritized(queue), bullJobId);
   }
 
   /** Queues two commands on `p` whose replies, added, are the queue's waiting jobs (prioritized and plain). */

@@ -18,6 +18,9 @@ export const jobIdOf = (bid: string) => bid.replace(/^j_/, '');
 
 export interface Claimed { queue: string; job: Job }
 
+/** The known queues as Ferry uses them: requirement-set names only, in a stable order. */
+const queueList = (members: string[]) => members.filter((q) => parseQueueName(q)).sort();
+
 export class QueueRouter {
   readonly k: Keys;
   /** BullMQ's keys, for the reads its API does not offer (queue/bullmq-layout.ts). */
@@ -74,7 +77,7 @@ export class QueueRouter {
   onStalled(fn: (queue: string, jobId: string) => void) { this.stalledHandler = fn; }
 
   async knownQueues(): Promise<string[]> {
-    return (await this.redis.smembers(this.k.queues)).filter((q) => parseQueueName(q)).sort();
+    return queueList(await this.redis.smembers(this.k.queues));
   }
 
 
@@ -152,10 +155,13 @@ export class QueueRouter {
   /** 1-based rank among the jobs the same workers would take before it: its own queue's jobs ahead of it (by
    *  priority, then submission), plus the waiting jobs of more specific queues, which those workers take first. */
   async position(queue: string, jobId: string): Promise<number | null> {
-    const [rank, known] = await Promise.all([this.bull.rank(this.redis, queue, bullId(jobId)), this.knownQueues()]);
+    // The rank and the list of queues in one write (a submission's last two reads).
+    const [[rankErr, rank], [knownErr, members]] = (await this.bull.rank(this.redis.pipeline(), queue, bullId(jobId)).smembers(this.k.queues).exec())!;
+    if (rankErr || knownErr) throw rankErr || knownErr;
     if (rank === null) return null;
+    const known = queueList(members as string[]);
     const supersets = queuesTakenBefore(queue, known);
-    let ahead = rank;
+    let ahead = rank as number;
     if (supersets.length) {
       const p = this.redis.pipeline();
       for (const q of supersets) this.bull.countWaiting(p, q);

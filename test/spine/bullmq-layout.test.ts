@@ -50,7 +50,7 @@ describe('BullMQ layout adapter (queue/bullmq-layout.ts) against BullMQ itself',
     expect(bullOrder, 'BullMQ\'s own order').to.deep.equal(['top', 'high-a', 'high-b', 'mid', 'low'].map(bullId));
     for (const [id] of jobs) {
       expect(await router.position(QUEUE, id), `position of ${id}`).to.equal(bullOrder.indexOf(bullId(id)) + 1);
-      expect(await router.bull.rank(conn, QUEUE, bullId(id)), `rank of ${id}`).to.equal(bullOrder.indexOf(bullId(id)));
+      expect((await router.bull.rank(conn.pipeline(), QUEUE, bullId(id)).exec())![0][1], `rank of ${id}`).to.equal(bullOrder.indexOf(bullId(id)));
     }
     expect(await router.position(QUEUE, 'never-queued')).to.equal(null);
   });
@@ -83,7 +83,7 @@ describe('BullMQ layout adapter (queue/bullmq-layout.ts) against BullMQ itself',
     await bull.remove('plain-2');
     const claimed = await router.next([QUEUE], 'tok-1');
     expect(claimed?.job.id).to.equal(bullId('top'));
-    expect(await router.bull.rank(conn, QUEUE, bullId('top'))).to.equal(null);
+    expect((await router.bull.rank(conn.pipeline(), QUEUE, bullId('top')).exec())![0][1]).to.equal(null);
     expect((await exists())[0]).to.equal(1);
     expect(await bull.getJobState(bullId('top'))).to.equal('active');
   });
