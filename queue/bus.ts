@@ -71,16 +71,17 @@ export class Bus {
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;
-      // Nobody wants this message right now (a gateway with no SSE client): not even parsed.
-      const asleep = new Set<Handler<any>>();
-      for (const [h, wants] of hs.idle) if (!wants()) asleep.add(h);
-      if (asleep.size === hs.set.size) return;
+      // Nobody wants this message right now (a gateway with no SSE client): not even parsed. Most channels have
+      // no such listener, and then nothing is asked or allocated per message.
+      let asleep: Set<Handler<any>> | undefined;
+      for (const [h, wants] of hs.idle) if (!wants()) (asleep ??= new Set()).add(h);
+      if (asleep?.size === hs.set.size) return;
       let msg: unknown = raw;
       if (hs.json) {
         try { msg = JSON.parse(raw); } catch { log.warn('dropped a bus message that is not JSON', { channel }); return; }
       }
       for (const h of hs.set) {
-        if (asleep.has(h)) continue;
+        if (asleep?.has(h)) continue;
         try { h(msg as never, raw); } catch (e) { log.warn('a bus listener failed; the others still get the message', { channel, error: (e as Error).message }); }
       }
     });
