@@ -8,8 +8,8 @@
 FROM node:20-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-# npm install rather than npm ci: see scripts/setup.sh (npm 11 lock files can miss optional platform packages).
-RUN npm install --no-audit --no-fund --loglevel=error
+# npm ci: exactly what package-lock.json pins (it lists every platform's optional packages).
+RUN npm ci --no-audit --no-fund --loglevel=error
 
 # Compile (type errors fail the build) and copy the non-TypeScript files the code reads beside itself.
 FROM deps AS build
@@ -23,7 +23,7 @@ RUN npm run build
 FROM node:20-bookworm-slim AS prod-deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm install --omit=dev --no-audit --no-fund --loglevel=error && npm cache clean --force
+RUN npm ci --omit=dev --no-audit --no-fund --loglevel=error && npm cache clean --force
 
 FROM node:20-bookworm-slim AS app
 ENV NODE_ENV=production FERRY_HOST=0.0.0.0 LOG_LEVEL=info

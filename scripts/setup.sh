@@ -1,57 +1,46 @@
 #!/usr/bin/env bash
 # Installs what Ferry needs on a fresh Debian machine with Node 20; each step is skipped when already done.
+# What to install is scripts/programs.txt, the one list of every program Ferry, its tests, benchmarks and
+# `npm start` run; after installing, each entry is checked again and a missing one stops the set-up by name.
+# `scripts/setup.sh --check` only checks (exit 1 naming what is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v redis-server >/dev/null || need_apt+=(redis-server)
-command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
-# deploy checks (issue 5): promtool/prometheus for rules and dashboards, docker-compose to validate compose.yaml
-command -v promtool >/dev/null || need_apt+=(prometheus)
-command -v docker-compose >/dev/null || need_apt+=(docker-compose)
-# browser dashboard test (issue 5): headless Chromium driven by playwright-core
-command -v chromium >/dev/null || need_apt+=(chromium)
-# the vSphere simulator (issue 10): scripts/vcsim.sh builds it offline from Debian's govmomi with Debian's Go
-command -v go >/dev/null || need_apt+=(golang-go)
-[ -d /usr/share/gocode/src/github.com/vmware/govmomi/simulator ] || need_apt+=(golang-github-vmware-govmomi-dev)
-# the export test writes its own disks with qemu-img and fetches with curl in the export benchmark
-command -v curl >/dev/null || need_apt+=(curl)
-if [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ]; then
-  command -v guestfish >/dev/null || need_apt+=(libguestfs-tools)
-  # a static /bin/sh for the test guest whose grub-mkconfig and update-initramfs really run inside it
-  [ -x /bin/busybox ] || need_apt+=(busybox-static)
-  # virt_test boots the converted disks with qemu directly
-  command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
-  # XFS inside the appliance (xfs_regenerate_uuid, the XFS test disk): supermin takes it from the host's xfsprogs
-  dpkg -s libguestfs-xfs >/dev/null 2>&1 || need_apt+=(libguestfs-xfs)
-  # supermin builds the libguestfs appliance from the host's kernel: without one no appliance starts at all
-  ls /boot/vmlinuz-* >/dev/null 2>&1 || need_apt+=(linux-image-amd64)
-  # hivexregedit: the Windows fix writes registry values with it (guestfish cannot pass NUL bytes)
-  command -v hivexregedit >/dev/null || need_apt+=(libwin-hivex-perl)
-  # bsdtar unpacks a virtio-win ISO image (and the test makes one with it)
-  command -v bsdtar >/dev/null || need_apt+=(libarchive-tools)
-  command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
-  command -v ssh >/dev/null || need_apt+=(openssh-client)
-  # the Debian guest fixture (issue 12, scripts/guest-image/): debootstrap, and lsinitramfs to check its initramfs
-  command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
-  command -v lsinitramfs >/dev/null || need_apt+=(initramfs-tools-core)
-  # npm run bench:guest compares with Debian's virt-v2v, which needs nbdkit and nbdinfo/nbdcopy without depending on them
-  command -v virt-v2v >/dev/null || need_apt+=(virt-v2v)
-  command -v nbdkit >/dev/null || need_apt+=(nbdkit)
-  command -v nbdcopy >/dev/null || need_apt+=(libnbd-bin)
+# Programs in /usr/sbin and /sbin count even where a non-root PATH lacks them (libvirtd finds dnsmasq there).
+export PATH="$PATH:/usr/sbin:/sbin"
+
+present() { # one check: comma-separated program names, or an absolute path (a glob allowed)
+  local name
+  if [[ $1 == /* ]]; then compgen -G "$1" >/dev/null; return; fi
+  IFS=, read -r -a names <<< "$1"
+  for name in "${names[@]}"; do command -v "$name" >/dev/null || { missing_name=$name; return 1; }; done
+}
+wanted() { # the groups this run installs
+  case $1 in
+    base|given) return 0 ;;
+    guestfs) [ "${FERRY_SETUP_GUESTFS:-1}" = 1 ] ;;
+    libvirt) [ "${FERRY_SETUP_LIBVIRT:-1}" = 1 ] ;;
+    *) echo "setup: $PROGRAMS: unknown group '$1'" >&2; exit 2 ;;
+  esac
+}
+# Prints "check package group" for every entry this run wants.
+PROGRAMS=${FERRY_PROGRAMS_FILE:-scripts/programs.txt}
+entries() { grep -Ev '^\s*(#|$)' "$PROGRAMS" | while read -r check package group _; do wanted "$group" && echo "$check $package $group"; done; }
+
+need_apt=() missing=()
+while read -r check package group; do
+  missing_name=$check
+  present "$check" && continue
+  if [ "$group" = given ]; then missing+=("$missing_name (install it first: ${package/-/see README})"); continue; fi
+  [[ " ${need_apt[*]} " == *" $package "* ]] || need_apt+=("$package")
+done < <(entries)
+if [ ${#missing[@]} -gt 0 ]; then echo "setup: missing ${missing[*]}" >&2; exit 1; fi
+
+if [ "${1:-}" = --check ]; then
+  [ ${#need_apt[@]} -eq 0 ] && exit 0
+  echo "setup: missing packages: ${need_apt[*]}" >&2; exit 1
 fi
-if [ "${FERRY_SETUP_LIBVIRT:-1}" = 1 ]; then
-  # The virtualization host (issue 11): libvirtd, virtlogd, virtlockd, virsh, virt-clone, UEFI firmware,
-  # virt-sysprep/virt-customize, scrub for vol-wipe's algorithms, nc for qemu+ssh:// to a private socket.
-  command -v libvirtd >/dev/null || need_apt+=(libvirt-daemon-system)
-  command -v virsh >/dev/null || need_apt+=(libvirt-clients)
-  command -v virt-clone >/dev/null || need_apt+=(virtinst)
-  [ -e /usr/share/OVMF/OVMF_CODE_4M.fd ] || need_apt+=(ovmf)
-  command -v virt-customize >/dev/null || need_apt+=(guestfs-tools)
-  command -v scrub >/dev/null || need_apt+=(scrub)
-  command -v nc >/dev/null || need_apt+=(netcat-openbsd)
-  [ -x /usr/bin/python3 ] || need_apt+=(python3)
-fi
+
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2
@@ -59,14 +48,18 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
-    echo "setup: please install as root: apt-get install -y ${need_apt[*]}" >&2
+    echo "setup: please install as root: apt-get install -y --no-install-recommends ${need_apt[*]}" >&2
     exit 1
   fi
+  # Read back: a package that installed but did not bring what the list expects is named here, not at the test.
+  while read -r check package group; do
+    missing_name=$check
+    present "$check" || { echo "setup: '$missing_name' is still missing after installing $package" >&2; exit 1; }
+  done < <(entries)
 fi
 
-# npm packages: install when missing or when package-lock.json changed since the last install (npm install,
-# not npm ci: npm 11 lock files can miss optional platform packages, which makes npm ci refuse).
+# npm packages exactly as package-lock.json pins them: installed when missing or when the lock file changed since.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "setup: installing npm packages" >&2
-  npm install --no-audit --no-fund --loglevel=error
+  echo "setup: installing npm packages (npm ci)" >&2
+  npm ci --no-audit --no-fund --loglevel=error
 fi

@@ -1,6 +1,6 @@
 // The production build, as the Docker image holds it (there is no Docker engine here to build the image itself):
 // `npm run build`, then dist/ + package.json + package-lock.json in a temporary folder with production
-// dependencies only (`npm install --omit=dev`, as the Dockerfile's prod-deps stage), and the services started
+// dependencies only (`npm ci --omit=dev`, as the Dockerfile's prod-deps stage), and the services started
 // from there with plain `node` (no tsx, no NODE_OPTIONS) against a real redis-server: the gateway and a worker run
 // a real `convert`, the daemon serves its dashboard files, and the ferry-convert bin converts a disk.
 import { expect } from 'chai';
@@ -36,7 +36,7 @@ describe('production build: compiled JavaScript with production dependencies onl
     const b = spawnSync('npm', ['run', 'build', '--', '--out', dist], { cwd: ROOT, encoding: 'utf8' });
     expect(b.status, b.stdout + b.stderr).to.equal(0);
     for (const f of ['package.json', 'package-lock.json']) copyFileSync(path.join(ROOT, f), path.join(app, f));
-    const i = spawnSync('npm', ['install', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'], { cwd: app, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+    const i = spawnSync('npm', ['ci', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'], { cwd: app, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
     expect(i.status, i.stdout + i.stderr).to.equal(0);
     await redis.start();
   });
