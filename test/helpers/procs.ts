@@ -89,11 +89,10 @@ export async function startWorkerWithMetrics(env: Record<string, string>, id: st
 
 export interface CommandRun { code: number | null; stdout: string; stderr: string }
 
-/** The real `ferry-convert` command (package.json bin) as a child process with its own environment (no TTY: stdio
- *  are pipes). */
-export function ferryConvert(args: string[], env: Record<string, string> = {}): Promise<CommandRun> {
+/** A real command of package.json's bin as a child process with its own environment (no TTY: stdio are pipes). */
+function runBin(bin: string, args: string[], env: Record<string, string>): Promise<CommandRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(path.join(ROOT, 'services', 'converter', 'ferry-convert.js'), args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(path.join(ROOT, bin), args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout!.setEncoding('utf8').on('data', (s) => { stdout += s; });
@@ -102,6 +101,11 @@ export function ferryConvert(args: string[], env: Record<string, string> = {}): 
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
 }
+
+/** The `ferry-convert` command. */
+export const ferryConvert = (args: string[], env: Record<string, string> = {}) => runBin('services/converter/ferry-convert.js', args, env);
+/** The `ferry` command (FERRY_URL and FERRY_API_KEY in `env`). */
+export const ferryCli = (args: string[], env: Record<string, string> = {}) => runBin('services/cli/ferry.js', args, env);
 
 /** A private Redis, a gateway and one worker with `caps` (`extra`: more environment for both, e.g. storage
  *  roots), waited for until the gateway lists the worker. */

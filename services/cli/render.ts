@@ -1,0 +1,48 @@
+// How the `ferry` command prints: aligned tables, findings blockers first, and one progress line per VM.
+export function table(headers: string[], rows: (string | number | undefined | null)[][]): string {
+  const cells = [headers, ...rows.map((r) => r.map((c) => (c === undefined || c === null ? '' : String(c))))];
+  const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] || '').length)));
+  return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : (c || '').padEnd(widths[i]))).join('  ')).join('\n');
+}
+
+export function bytes(n?: number | null): string {
+  if (n === undefined || n === null || !Number.isFinite(n)) return '';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n, u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+  return `${v.toFixed(u ? 1 : 0)} ${units[u]}`;
+}
+
+export function bar(fraction: number, width = 30): string {
+  const f = Math.max(0, Math.min(1, Number.isFinite(fraction) ? fraction : 0));
+  const full = Math.round(f * width);
+  return `[${'#'.repeat(full)}${'.'.repeat(width - full)}] ${(f * 100).toFixed(0).padStart(3)}%`;
+}
+
+export interface Finding { rule: string; severity: 'blocker' | 'warning'; message: string; fix?: string; overridden?: unknown }
+
+/** Findings of every VM, blockers first, as rows of a table. */
+export function findingRows(vms: { vm_path: string; findings?: Finding[] }[]): string[][] {
+  const rank = (f: Finding) => (f.severity === 'blocker' && !f.overridden ? 0 : f.severity === 'blocker' ? 1 : 2);
+  return vms.flatMap((v) => (v.findings || []).map((f) => ({ v, f })))
+    .sort((a, b) => rank(a.f) - rank(b.f) || a.v.vm_path.localeCompare(b.v.vm_path))
+    .map(({ v, f }) => [f.overridden ? `${f.severity} (overridden)` : f.severity, v.vm_path, f.rule, f.message, f.fix || '']);
+}
+
+export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce((n, v) => n + (v.findings || []).filter((f) => f.severity === 'blocker' && !f.overridden).length, 0);
+
+/** One line per VM of a plan record and a total bar: what `plan start --wait` and `plan status` show. */
+export function planProgress(plan: any): string {
+  const vms: any[] = plan.vms || [];
+  const done = vms.filter((v) => ['completed', 'failed', 'cancelled', 'rolled_back', 'blocked'].includes(v.status)).length;
+  const lines = vms.map((v) => {
+    const pct = v.progress?.percent_complete;
+    const detail = v.status === 'pending' && v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || v.progress?.stage || '';
+    return `  ${String(v.vm_path).padEnd(30)} ${String(v.status).padEnd(11)} ${pct !== undefined ? `${Number(pct).toFixed(0).padStart(3)}%` : '    '}  ${detail}`;
+  });
+  const totals = plan.progress || {};
+  const rate = totals.rate_bytes_per_second ? ` ${bytes(totals.rate_bytes_per_second)}/s` : '';
+  const eta = totals.eta_seconds !== undefined && totals.eta_seconds !== null ? ` ETA ${Math.round(totals.eta_seconds)} s` : '';
+  const head = `plan ${plan.name || plan.id} ${plan.status}: ${done}/${vms.length} VMs done ${bar(vms.length ? done / vms.length : 0)}${rate}${eta}`;
+  return [head, ...lines].join('\n');
+}
