@@ -98,7 +98,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   });
   if (cfg.metrics.enabled && cfg.metrics.port === undefined) {
     api.add({
-      method: 'get', path: '/metrics', summary: 'Prometheus metrics (metrics.enabled)', tags: ['status'],
+      method: 'get', role: 'read', path: '/metrics', summary: 'Prometheus metrics (metrics.enabled)', tags: ['status'],
       responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
       handler: async (ctx) => { ctx.type = metrics.contentType; return metrics.metrics(); },
     });
