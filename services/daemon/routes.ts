@@ -15,8 +15,8 @@ import type { DaemonConfig } from '../../shared/daemon-config';
 import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews, progressView } from '../../queue/daemon-views';
-import { ScheduleStore, refusePasswords } from '../../queue/schedules';
-import { runSchedule, RunDeps } from '../../queue/schedule-runs';
+import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
+import { checkTemplate, runSchedule, RunDeps } from '../../queue/schedule-runs';
 import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
 import { checkTarget } from '../../shared/targets';
 import { addVmRoutes } from './vms';
@@ -174,8 +174,11 @@ export function buildDaemonApi(d: RouteDeps) {
   const scheduleResponse = { description: 'the schedule', schema: Joi.object({ message: Joi.string(), schedule: scheduleSchema }) };
   async function createSchedule(ctx: any, body: any) {
     const template = body.job_template ?? body.job_definition;
-    refusePasswords(template, body.job_template ? 'job_template' : 'job_definition');
-    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: body.schedule ?? body.cron ?? body.cron_expr, timezone: body.timezone, enabled: body.enabled, job_template: template });
+    const field = body.job_template ? 'job_template' : 'job_definition';
+    refusePasswords(template, field);
+    const caller = ctx.state.apiKey ?? null;
+    checkTemplate(d.runDeps, template, caller, field);
+    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: body.schedule ?? body.cron ?? body.cron_expr, timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller) });
     ctx.status = 201;
     return { message: `schedule ${s.id} created`, schedule: await schedules.view(s) };
   }
@@ -224,10 +227,14 @@ export function buildDaemonApi(d: RouteDeps) {
   api.add({
     method: 'put', role: 'submit', path: '/schedules/:id', summary: 'Change name, schedule, enabled, description, timezone or job_template', tags: ['schedules'], params: scheduleParams, body: scheduleUpdateSchema,
     responses: { 200: scheduleResponse, 400: err('invalid change'), 404: err('unknown schedule') },
-    handler: async (_ctx, { params, body }) => {
+    handler: async (ctx, { params, body }) => {
       refusePasswords(body.job_template, 'job_template');
       const { cron, ...rest } = body;
-      const s = await schedules.update(params.id, { ...rest, schedule: rest.schedule ?? cron });
+      // A new template becomes its changer's: the schedule's runs then have the changer's rights, never more.
+      const caller = ctx.state.apiKey ?? null;
+      checkTemplate(d.runDeps, body.job_template, caller, 'job_template');
+      const owner = body.job_template ? ownerOf(caller) : undefined;
+      const s = await schedules.update(params.id, { ...rest, schedule: rest.schedule ?? cron, owner });
       return { message: `schedule ${s.id} updated`, schedule: await schedules.view(s) };
     },
   });
