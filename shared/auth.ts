@@ -97,8 +97,12 @@ export function processAuth(extra: string[] = []): Auth {
   return cached.auth;
 }
 
+export function grantsRole(role: KeyRole, need: Need): boolean {
+  return need === 'public' || GRANTS[role].includes(need);
+}
+
 export function grants(key: ApiKey, need: Need): boolean {
-  return need === 'public' || GRANTS[key.role].includes(need);
+  return grantsRole(key.role, need);
 }
 
 /** The key a request presents: X-API-Key or Authorization: Bearer. Never the URL. */
