@@ -11,7 +11,7 @@ import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
-import { ApiKey, mayRunPrivileged } from '../shared/auth';
+import { Caller, mayRunPrivileged } from '../shared/auth';
 import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
@@ -22,12 +22,26 @@ const log = createLogger('queue');
 
 export interface Lease { job_id: string; queue: string; token: string; record: JobRecord }
 
-export function requirementsOf(spec: JobSpec): Requirements {
+/** What the operation itself needs, from its table (shared/operations.ts): what privilege follows from. */
+export function operationCapabilities(spec: Pick<JobSpec, 'operation' | 'parameters'>): string[] {
   const op = OPERATIONS[spec.operation];
+  return op?.capabilitiesFor?.(spec.parameters) ?? op?.capabilities ?? [];
+}
+
+export function requirementsOf(spec: JobSpec): Requirements {
   return {
-    capabilities: normalizeCaps([...(op?.capabilitiesFor?.(spec.parameters) ?? op?.capabilities ?? []), ...(spec.requirements?.capabilities || [])]),
+    capabilities: normalizeCaps([...operationCapabilities(spec), ...(spec.requirements?.capabilities || [])]),
     execution_mode: spec.requirements?.execution_mode,
   };
+}
+
+/** What a caller may not ask of this job (403 naming the field): the one check of submission, of a schedule's
+ *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. */
+export function checkCaller(spec: JobSpec, caller: Caller | null, where = '') {
+  const mode = spec.requirements?.execution_mode;
+  if (!mayRunPrivileged(caller, mode, operationCapabilities(spec))) {
+    throw fieldError(403, [where, 'requirements.execution_mode'].filter(Boolean).join('.'), 'needs an admin key', `requirements.execution_mode ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key "${caller!.name}" has role ${caller!.role}`);
+  }
 }
 
 /** Why an attempt of a job whose spec says `execution_policy.idempotent: false` is not run again: running it twice
@@ -61,11 +75,9 @@ export class Lifecycle {
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
    *  the storage roots; `caller` (the API key, null with auth off) must be allowed the execution mode. */
-  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: ApiKey | null }) {
+  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null }) {
     const req = requirementsOf(spec);
-    if (!mayRunPrivileged(opts.caller ?? null, req)) {
-      throw fieldError(403, 'requirements.execution_mode', 'needs an admin key', `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`);
-    }
+    checkCaller(spec, opts.caller ?? null);
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;

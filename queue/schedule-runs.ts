@@ -7,10 +7,33 @@ import { isTerminal } from '../shared/states';
 import type { Logger } from '../shared/log';
 import { buildSpec } from '../shared/daemon-jobs';
 import { publish } from './bus';
-import type { ScheduleStore } from './schedules';
+import { callerOf, type Schedule, type ScheduleStore } from './schedules';
+import { checkCaller } from './lifecycle';
+import type { Caller } from '../shared/auth';
 import { ignoreError } from '../shared/log';
 
 export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeoutSeconds: number; parallelDownloads: number; log: Logger }
+
+/** Refuses (403 naming the field) a template asking for what `caller` may not have, at creation and at each
+ *  change. A template that does not build is not refused here: each run reports why (as before). */
+export function checkTemplate(deps: Pick<RunDeps, 'jobTimeoutSeconds' | 'parallelDownloads'>, template: unknown, caller: Caller | null, field: string) {
+  if (!template) return;
+  let built;
+  try { built = buildSpec(template, { where: field, jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads }); } catch { return; }
+  checkCaller(built.spec, caller, field);
+}
+
+/** A run that created no job, counted once per iteration (`jobId`), with its reason kept (GET /schedules/{id}:
+ *  last_error) and sent as a schedule event. */
+async function failedRun(deps: RunDeps, s: Schedule, jobId: string, manual: boolean, error: string) {
+  const r = deps.schedules.redis;
+  const stats = deps.schedules.k.scheduleStats(s.id);
+  if (!(await r.set(`${stats}:once:${jobId}`, '1', 'EX', 86400, 'NX'))) return;
+  await r.multi().hincrby(stats, 'run_count', 1).hincrby(stats, 'failed', 1).hset(stats, { last_run: new Date().toISOString(), last_error: error }).exec();
+  await publishScheduleEvent(deps, s.id, 'triggered', { manual });
+  await publishScheduleEvent(deps, s.id, 'failed', { error });
+  deps.log.warn('schedule run refused; the next run tries again', { schedule_id: s.id, job_id: jobId, error });
+}
 
 export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
   const k = deps.schedules.k;
@@ -27,27 +50,23 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
   if (!s.enabled && !how.manual) return null;
   const jobId = how.manual ? `sched-${s.id}-m${Date.now()}${Math.floor(Math.random() * 1000)}` : `sched-${s.id}-${how.iteration}`;
   const now = new Date().toISOString();
-  if (!s.job_template) {
-    if (!(await r.set(`${k.scheduleStats(s.id)}:once:${jobId}`, '1', 'EX', 86400, 'NX'))) return null;
-    await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hincrby(k.scheduleStats(s.id), 'failed', 1).hset(k.scheduleStats(s.id), 'last_run', now).exec();
-    await publishScheduleEvent(deps, s.id, 'triggered', { manual: how.manual });
-    await publishScheduleEvent(deps, s.id, 'failed', { error: 'schedule has no job template' });
-    return null;
-  }
+  if (!s.job_template) { await failedRun(deps, s, jobId, how.manual, 'schedule has no job template'); return null; }
   let built;
   try {
     built = buildSpec(s.job_template, { where: 'job_template', jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads, jobId });
   } catch (e) {
-    await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hincrby(k.scheduleStats(s.id), 'failed', 1).hset(k.scheduleStats(s.id), 'last_run', now).exec();
-    await publishScheduleEvent(deps, s.id, 'failed', { error: (e as Error).message });
+    await failedRun(deps, s, jobId, how.manual, (e as Error).message);
     return null;
   }
   // Recorded before the job exists, so an instant outcome is never missed.
   await r.hset(k.scheduleRuns, jobId, s.id);
   try {
-    await life.submit(built.spec, { enqueue: true, meta: { ...built.meta, schedule_id: s.id, schedule_name: s.name, manual: how.manual } });
+    // Checked again now, as its owner: a template stored before a rule existed, or changed in Redis, gets no more.
+    await life.submit(built.spec, { enqueue: true, meta: { ...built.meta, schedule_id: s.id, schedule_name: s.name, manual: how.manual }, caller: callerOf(s) });
   } catch (e) {
     if (e instanceof ApiError && e.status === 409) return null; // another scheduler process ran this iteration
+    await r.hdel(k.scheduleRuns, jobId);
+    if (e instanceof ApiError && e.status < 500) { await failedRun(deps, s, jobId, how.manual, e.message); return null; }
     throw e;
   }
   await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).exec();

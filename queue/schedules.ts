@@ -7,12 +7,28 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import { ignoreError } from '../shared/log';
+import type { Caller, KeyRole } from '../shared/auth';
 
 export const SCHEDULE_QUEUE = 'schedules';
+
+/** The key whose rights a schedule's runs have: its creator, or whoever last changed its job template. */
+export interface ScheduleOwner { key: string | null; role: KeyRole }
 
 export interface Schedule {
   id: string; name: string; description: string; schedule: string; timezone: string; enabled: boolean;
   job_template: Record<string, unknown> | null; created_at: string; updated_at: string;
+  /** Absent on schedules stored before owners were kept. */
+  owner?: ScheduleOwner;
+}
+
+/** With authentication off every caller has every right (loopback only), so its schedules keep role admin. */
+export const ownerOf = (key: Caller | null): ScheduleOwner => (key ? { key: key.name, role: key.role } : { key: null, role: 'admin' });
+
+/** The caller a run acts as. A schedule stored before owners were kept runs with the least role that may
+ *  create one (submit): nothing it asks beyond that is granted. */
+export function callerOf(s: Schedule): Caller {
+  if (!s.owner) return { name: '(unknown creator)', role: 'submit' };
+  return { name: s.owner.key ?? '(no key: authentication was off)', role: s.owner.role };
 }
 
 /** Validates a cron expression (5 fields, or 6 with leading seconds) and a time zone; 400 with the reason. */
@@ -58,7 +74,7 @@ export class ScheduleStore {
     const h = await this.redis.hgetall(this.k.scheduleStats(id));
     return {
       run_count: Number(h.run_count || 0), successful_runs: Number(h.successful || 0), failed_runs: Number(h.failed || 0),
-      last_run: h.last_run || null, last_job_id: h.last_job_id || null,
+      last_run: h.last_run || null, last_job_id: h.last_job_id || null, last_error: h.last_error || null,
     };
   }
 
@@ -66,11 +82,11 @@ export class ScheduleStore {
     return { ...s, ...(await this.stats(s.id)), next_run: nextRun(s) };
   }
 
-  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean; job_template?: any }) {
+  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean; job_template?: any; owner: ScheduleOwner }) {
     const now = new Date().toISOString();
     const s: Schedule = {
       id: input.id || `sch-${randomUUID().slice(0, 8)}`, name: input.name, description: input.description || '', schedule: input.schedule.trim(),
-      timezone: input.timezone || 'UTC', enabled: input.enabled, job_template: input.job_template || null, created_at: now, updated_at: now,
+      timezone: input.timezone || 'UTC', enabled: input.enabled, job_template: input.job_template || null, created_at: now, updated_at: now, owner: input.owner,
     };
     checkCron(s.schedule, s.timezone);
     if (!(await this.redis.hsetnx(this.k.schedules, s.id, JSON.stringify(s)))) throw new ApiError(409, `schedule ${s.id} already exists`);

@@ -4,6 +4,7 @@
 import type Koa from 'koa';
 import type Joi from 'joi';
 import type { RouteDef } from '../shared/http';
+import type { Need } from '../shared/auth';
 import type { ServerResponse } from 'node:http';
 import type { Bus } from './bus';
 import type { JobStore } from './store';
@@ -105,9 +106,9 @@ export class EventHub {
   }
 
   /** The route of a job's event stream on an API (`param`: the path parameter that names the job). */
-  route(o: { path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[]; notFound: { description: string; schema: Joi.Schema } }): RouteDef {
+  route(o: { role: Need; path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[]; notFound: { description: string; schema: Joi.Schema } }): RouteDef {
     return {
-      method: 'get', path: o.path, summary: o.summary, tags: o.tags, params: o.params,
+      method: 'get', role: o.role, path: o.path, summary: o.summary, tags: o.tags, params: o.params,
       responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: o.notFound },
       handler: async (ctx, { params }) => { await this.serve(ctx, params[o.param]); return undefined; },
     };

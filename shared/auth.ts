@@ -97,8 +97,12 @@ export function processAuth(extra: string[] = []): Auth {
   return cached.auth;
 }
 
+export function grantsRole(role: KeyRole, need: Need): boolean {
+  return need === 'public' || GRANTS[role].includes(need);
+}
+
 export function grants(key: ApiKey, need: Need): boolean {
-  return need === 'public' || GRANTS[key.role].includes(need);
+  return grantsRole(key.role, need);
 }
 
 /** The key a request presents: X-API-Key or Authorization: Bearer. Never the URL. */
@@ -140,10 +144,14 @@ export function capabilitiesBeyond(key: ApiKey | null, caps: string[]): string[]
 /** Capabilities that mean device access (NBD, mounting, LVM): only their jobs need the privileged mode. */
 export const DEVICE_CAPABILITIES = ['nbd_access', 'mount_operations', 'lvm_tools'];
 
-/** The privileged execution mode is for jobs that need device access, or for admin keys. */
-export function mayRunPrivileged(key: ApiKey | null, req: { capabilities: string[]; execution_mode?: string }): boolean {
-  if (req.execution_mode !== PRIVILEGED || !key || key.role === 'admin') return true;
-  return req.capabilities.some((c) => DEVICE_CAPABILITIES.includes(c));
+/** Who asks: an API key, or a schedule acting with its creator's key name and role. */
+export type Caller = Pick<ApiKey, 'name' | 'role'>;
+
+/** The privileged execution mode is for operations that need device access by their own capability table
+ *  (`operationCaps`, never the capabilities a caller adds to its requirements), or for admin keys. */
+export function mayRunPrivileged(key: Caller | null, executionMode: string | undefined, operationCaps: string[]): boolean {
+  if (executionMode !== PRIVILEGED || !key || key.role === 'admin') return true;
+  return operationCaps.some((c) => DEVICE_CAPABILITIES.includes(c));
 }
 
 /** Node http servers that are not koa apps (metrics ports): answers 401/403 itself and returns false. */

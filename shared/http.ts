@@ -27,8 +27,8 @@ export interface RouteDef {
   body?: Joi.Schema;
   bodyRequired?: boolean;
   requestTypes?: string[];
-  /** Who may call it (shared/auth.ts); default read for GET, submit for everything else. */
-  role?: Need;
+  /** Who may call it (shared/auth.ts), declared by every route: there is no default (docs/security.md). */
+  role: Need;
   responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
   handler: (ctx: Koa.Context, input: Input) => Promise<unknown> | unknown;
 }
@@ -137,12 +137,14 @@ export class Api {
   }
 
   add(def: RouteDef) {
+    // A route without a role would be reachable by whatever a default said: refused at registration instead.
+    if (!def.role) throw new Error(`route ${def.method.toUpperCase()} ${def.path} declares no role (RouteDef.role)`);
     if (def.body && !def.requestTypes) def.requestTypes = this.requestTypes;
     this.routes.push(def);
     const yamlBody = !!def.requestTypes?.some((t) => YAML_TYPES.test(t));
     const literal = !def.path.includes(':');
     for (const prefix of this.prefixes) {
-      this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role ?? (def.method === 'get' ? 'read' : 'submit'));
+      this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role);
       if (yamlBody) this.yamlRoutes.add(`${def.method.toUpperCase()} ${prefix + def.path}`);
       if (literal) {
         const set = this.literals.get(prefix + def.path) || new Set<string>();
@@ -187,7 +189,7 @@ export class Api {
         }
       }
       if (parameters.length) op.parameters = parameters;
-      const need = r.role ?? (r.method === 'get' ? 'read' : 'submit');
+      const need = r.role;
       op.security = need === 'public' ? [] : [{ apiKey: [] }, { bearer: [] }];
       op['x-ferry-role'] = need;
       if (r.body) {

@@ -98,7 +98,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   });
   if (cfg.metrics.enabled && cfg.metrics.port === undefined) {
     api.add({
-      method: 'get', path: '/metrics', summary: 'Prometheus metrics (metrics.enabled)', tags: ['status'],
+      method: 'get', role: 'read', path: '/metrics', summary: 'Prometheus metrics (metrics.enabled)', tags: ['status'],
       responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
       handler: async (ctx) => { ctx.type = metrics.contentType; return metrics.metrics(); },
     });
@@ -143,12 +143,12 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       if (q.has('api_key')) return { status: 401, message: 'API keys are not accepted in URLs; send X-API-Key or Authorization: Bearer, or get a ticket from POST /ws/ticket' };
       const ticket = q.get('ticket');
       if (ticket !== null) {
-        if (!cfg.keys.enabled) return { status: 0, message: '' };
+        if (!cfg.keys.enabled) return { status: 0, message: '', caller: null };
         const t = await redeemTicket(redis, store.k.prefix, ticket);
-        return t ? { status: 0, message: '' } : { status: 401, message: 'the ticket is unknown, used or expired' };
+        return t?.name && t.role ? { status: 0, message: '', caller: { name: t.name, role: t.role } } : { status: 401, message: 'the ticket is unknown, used or expired' };
       }
       const v = authorize(cfg.keys, req.headers, 'read');
-      return v.status ? v : { status: 0, message: '' };
+      return v.status ? v : { status: 0, message: '', caller: v.key && { name: v.key.name, role: v.key.role } };
     },
   });
 

@@ -31,7 +31,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
   await hub.start();
 
   api.add({
-    method: 'post', path: '/jobs/operation', summary: 'Submit a job naming an operation of the 8000 API (for example convert: image, parameters, execution_policy.priority)', tags: ['jobs'],
+    method: 'post', role: 'submit', path: '/jobs/operation', summary: 'Submit a job naming an operation of the 8000 API (for example convert: image, parameters, execution_policy.priority)', tags: ['jobs'],
     body: operationTemplateSchema,
     responses: { 201: { description: 'queued', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('invalid job (names the field)') },
     handler: async (ctx, { body, warnings }) => {
@@ -42,7 +42,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     },
   });
   api.add({
-    method: 'get', path: '/jobs/:id/record', summary: 'One job with its specification, state history, attempts and result', tags: ['jobs'], params: idParams,
+    method: 'get', role: 'read', path: '/jobs/:id/record', summary: 'One job with its specification, state history, attempts and result', tags: ['jobs'], params: idParams,
     responses: { 200: { description: 'the job and its history', schema: jobRecordSchema.keys({ spec: Joi.object().unknown(true), state_history: Joi.array().items(Joi.object().unknown(true)), result: Joi.any(), attempts: Joi.number(), max_attempts: Joi.number(), worker_id: Joi.string().allow(null), queue: Joi.string().allow(null), priority: Joi.number() }) }, 404: err('unknown job') },
     handler: async (_ctx, { params }) => {
       const [rec, [view]] = await Promise.all([store.get(params.id), jobViews(store, [params.id])]);
@@ -50,14 +50,14 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
       return { ...view, spec: redact(rec.spec), state_history: rec.state_history, result: redact(rec.result), attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
     },
   });
-  api.add(hub.route({ path: '/jobs/:id/events/stream', param: 'id', params: idParams, summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], notFound: err('unknown job') }));
+  api.add(hub.route({ role: 'read', path: '/jobs/:id/events/stream', param: 'id', params: idParams, summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], notFound: err('unknown job') }));
   api.add({
-    method: 'get', path: '/workers', summary: 'Registered workers with capabilities and last heartbeat (as GET /workers on the 8000 API)', tags: ['workers'],
+    method: 'get', role: 'read', path: '/workers', summary: 'Registered workers with capabilities and last heartbeat (as GET /workers on the 8000 API)', tags: ['workers'],
     responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
     handler: () => workersOverview(life),
   });
   api.add({
-    method: 'get', path: '/queue', summary: 'Queues by requirement set with counts per state, and queued jobs by priority (as GET /queue on the 8000 API)', tags: ['workers'],
+    method: 'get', role: 'read', path: '/queue', summary: 'Queues by requirement set with counts per state, and queued jobs by priority (as GET /queue on the 8000 API)', tags: ['workers'],
     responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
     handler: () => queueOverview(life),
   });

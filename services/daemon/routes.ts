@@ -15,8 +15,8 @@ import type { DaemonConfig } from '../../shared/daemon-config';
 import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews, progressView } from '../../queue/daemon-views';
-import { ScheduleStore, refusePasswords } from '../../queue/schedules';
-import { runSchedule, RunDeps } from '../../queue/schedule-runs';
+import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
+import { checkTemplate, runSchedule, RunDeps } from '../../queue/schedule-runs';
 import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
 import { checkTarget } from '../../shared/targets';
 import { addVmRoutes } from './vms';
@@ -63,14 +63,14 @@ export function buildDaemonApi(d: RouteDeps) {
     handler: () => ({ status: 'ok' }),
   });
   api.add({
-    method: 'get', path: '/status', summary: 'Daemon status: version, uptime, job counts, workers', tags: ['status'],
+    method: 'get', role: 'read', path: '/status', summary: 'Daemon status: version, uptime, job counts, workers', tags: ['status'],
     responses: { 200: { description: 'status', schema: statusSchema } },
     handler: () => d.status(),
   });
 
   // Jobs. /jobs/query and /jobs/cancel come before /jobs/:id.
   api.add({
-    method: 'post', path: '/jobs/submit', summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
+    method: 'post', role: 'submit', path: '/jobs/submit', summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
     body: submitBodySchema,
     responses: {
       200: { description: 'shape A or batch: {job_ids, accepted, rejected, errors, timestamp}; shape B: {job_id, message}', schema: Joi.alternatives().try(
@@ -110,12 +110,12 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'get', path: '/jobs/query', summary: 'Jobs with a status (?status=running or a comma list)', tags: ['jobs'], query: jobListQuery,
+    method: 'get', role: 'read', path: '/jobs/query', summary: 'Jobs with a status (?status=running or a comma list)', tags: ['jobs'], query: jobListQuery,
     responses: { ...listResponse, 400: err('invalid query') },
     handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
   });
   api.add({
-    method: 'post', path: '/jobs/cancel', summary: 'Cancel jobs by id (per-id result) or every job of a status', tags: ['jobs'], body: cancelSchema,
+    method: 'post', role: 'submit', path: '/jobs/cancel', summary: 'Cancel jobs by id (per-id result) or every job of a status', tags: ['jobs'], body: cancelSchema,
     responses: {
       200: { description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): {message, count}', schema: Joi.object({ cancelled: Joi.array().items(Joi.string()), failed: Joi.array().items(Joi.string()), errors: Joi.object().pattern(Joi.string(), Joi.string()), timestamp: Joi.string(), message: Joi.string(), count: Joi.number().integer() }) },
       400: err('neither job_ids nor status'),
@@ -147,12 +147,12 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'get', path: '/jobs', summary: 'Jobs, newest first, paged (limit, offset, optional status)', tags: ['jobs'], query: jobListQuery,
+    method: 'get', role: 'read', path: '/jobs', summary: 'Jobs, newest first, paged (limit, offset, optional status)', tags: ['jobs'], query: jobListQuery,
     responses: listResponse,
     handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
   });
   api.add({
-    method: 'get', path: '/jobs/:id', summary: 'One job', tags: ['jobs'], params: idParams,
+    method: 'get', role: 'read', path: '/jobs/:id', summary: 'One job', tags: ['jobs'], params: idParams,
     responses: { 200: { description: 'the job', schema: jobRecordSchema }, 404: err('unknown job') },
     handler: async (_ctx, { params }) => {
       const [v] = await jobViews(store, [params.id]);
@@ -161,7 +161,7 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'get', path: '/jobs/:id/progress', summary: 'Progress with a smoothed rate and an ETA', tags: ['jobs'], params: idParams,
+    method: 'get', role: 'read', path: '/jobs/:id/progress', summary: 'Progress with a smoothed rate and an ETA', tags: ['jobs'], params: idParams,
     responses: { 200: { description: 'progress', schema: progressSchema }, 404: err('unknown job') },
     handler: async (_ctx, { params }) => {
       const h = await store.raw(params.id);
@@ -174,13 +174,16 @@ export function buildDaemonApi(d: RouteDeps) {
   const scheduleResponse = { description: 'the schedule', schema: Joi.object({ message: Joi.string(), schedule: scheduleSchema }) };
   async function createSchedule(ctx: any, body: any) {
     const template = body.job_template ?? body.job_definition;
-    refusePasswords(template, body.job_template ? 'job_template' : 'job_definition');
-    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: body.schedule ?? body.cron ?? body.cron_expr, timezone: body.timezone, enabled: body.enabled, job_template: template });
+    const field = body.job_template ? 'job_template' : 'job_definition';
+    refusePasswords(template, field);
+    const caller = ctx.state.apiKey ?? null;
+    checkTemplate(d.runDeps, template, caller, field);
+    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: body.schedule ?? body.cron ?? body.cron_expr, timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller) });
     ctx.status = 201;
     return { message: `schedule ${s.id} created`, schedule: await schedules.view(s) };
   }
   api.add({
-    method: 'get', path: '/schedules', summary: 'All schedules', tags: ['schedules'],
+    method: 'get', role: 'read', path: '/schedules', summary: 'All schedules', tags: ['schedules'],
     responses: { 200: { description: 'schedules', schema: Joi.object({ schedules: Joi.array().items(scheduleSchema), total: Joi.number().integer(), timestamp: Joi.string() }) } },
     handler: async () => {
       const all = await Promise.all((await schedules.all()).map((s) => schedules.view(s)));
@@ -188,7 +191,7 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'get', path: '/schedules/stats', summary: 'Run counts of all schedules, split into successful and failed', tags: ['schedules'],
+    method: 'get', role: 'read', path: '/schedules/stats', summary: 'Run counts of all schedules, split into successful and failed', tags: ['schedules'],
     responses: { 200: { description: 'stats', schema: Joi.object({
       total_schedules: Joi.number().integer(), enabled_schedules: Joi.number().integer(), disabled_schedules: Joi.number().integer(),
       total_runs: Joi.number().integer(), successful_runs: Joi.number().integer(), failed_runs: Joi.number().integer(),
@@ -206,39 +209,43 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'post', path: '/schedules', summary: 'Create a schedule (schedule + job_template, or cron + job_definition)', tags: ['schedules'], body: scheduleCreateSchema,
+    method: 'post', role: 'submit', path: '/schedules', summary: 'Create a schedule (schedule + job_template, or cron + job_definition)', tags: ['schedules'], body: scheduleCreateSchema,
     responses: { 201: scheduleResponse, 400: err('invalid schedule or cron expression'), 409: err('id exists') },
     handler: (ctx, { body }) => createSchedule(ctx, body),
   });
   api.add({
-    method: 'post', path: '/schedules/create', summary: 'Create a schedule ({name, cron_expr} form)', tags: ['schedules'], body: scheduleCreateSchema,
+    method: 'post', role: 'submit', path: '/schedules/create', summary: 'Create a schedule ({name, cron_expr} form)', tags: ['schedules'], body: scheduleCreateSchema,
     responses: { 201: scheduleResponse, 400: err('invalid schedule or cron expression') },
     handler: (ctx, { body }) => createSchedule(ctx, body),
   });
   const one = async (id: string) => { const s = await schedules.get(id); if (!s) throw notFound(`schedule ${id} not found`); return s; };
   api.add({
-    method: 'get', path: '/schedules/:id', summary: 'One schedule', tags: ['schedules'], params: scheduleParams,
+    method: 'get', role: 'read', path: '/schedules/:id', summary: 'One schedule', tags: ['schedules'], params: scheduleParams,
     responses: { 200: { description: 'schedule', schema: scheduleSchema }, 404: err('unknown schedule') },
     handler: async (_ctx, { params }) => schedules.view(await one(params.id)),
   });
   api.add({
-    method: 'put', path: '/schedules/:id', summary: 'Change name, schedule, enabled, description, timezone or job_template', tags: ['schedules'], params: scheduleParams, body: scheduleUpdateSchema,
+    method: 'put', role: 'submit', path: '/schedules/:id', summary: 'Change name, schedule, enabled, description, timezone or job_template', tags: ['schedules'], params: scheduleParams, body: scheduleUpdateSchema,
     responses: { 200: scheduleResponse, 400: err('invalid change'), 404: err('unknown schedule') },
-    handler: async (_ctx, { params, body }) => {
+    handler: async (ctx, { params, body }) => {
       refusePasswords(body.job_template, 'job_template');
       const { cron, ...rest } = body;
-      const s = await schedules.update(params.id, { ...rest, schedule: rest.schedule ?? cron });
+      // A new template becomes its changer's: the schedule's runs then have the changer's rights, never more.
+      const caller = ctx.state.apiKey ?? null;
+      checkTemplate(d.runDeps, body.job_template, caller, 'job_template');
+      const owner = body.job_template ? ownerOf(caller) : undefined;
+      const s = await schedules.update(params.id, { ...rest, schedule: rest.schedule ?? cron, owner });
       return { message: `schedule ${s.id} updated`, schedule: await schedules.view(s) };
     },
   });
   api.add({
-    method: 'delete', path: '/schedules/:id', summary: 'Delete a schedule', tags: ['schedules'], params: scheduleParams,
+    method: 'delete', role: 'submit', path: '/schedules/:id', summary: 'Delete a schedule', tags: ['schedules'], params: scheduleParams,
     responses: { 200: { description: 'deleted', schema: Joi.object({ message: Joi.string() }) }, 404: err('unknown schedule') },
     handler: async (_ctx, { params }) => { await schedules.remove(params.id); return { message: `schedule ${params.id} deleted` }; },
   });
   for (const [action, enabled] of [['enable', true], ['disable', false]] as const) {
     api.add({
-      method: 'post', path: `/schedules/:id/${action}`, summary: `${action[0].toUpperCase()}${action.slice(1)} a schedule`, tags: ['schedules'], params: scheduleParams,
+      method: 'post', role: 'submit', path: `/schedules/:id/${action}`, summary: `${action[0].toUpperCase()}${action.slice(1)} a schedule`, tags: ['schedules'], params: scheduleParams,
       responses: { 200: scheduleResponse, 404: err('unknown schedule') },
       handler: async (_ctx, { params }) => {
         await one(params.id);
@@ -248,7 +255,7 @@ export function buildDaemonApi(d: RouteDeps) {
     });
   }
   api.add({
-    method: 'post', path: '/schedules/:id/trigger', summary: 'Run the job template once, now', tags: ['schedules'], params: scheduleParams,
+    method: 'post', role: 'submit', path: '/schedules/:id/trigger', summary: 'Run the job template once, now', tags: ['schedules'], params: scheduleParams,
     responses: { 200: { description: 'triggered', schema: Joi.object({ message: Joi.string(), job_id: Joi.string().allow(null) }) }, 404: err('unknown schedule') },
     handler: async (_ctx, { params }) => {
       await one(params.id);
@@ -265,12 +272,12 @@ export function buildDaemonApi(d: RouteDeps) {
   };
   const indexParams = Joi.object({ index: Joi.number().integer().min(0).required() });
   api.add({
-    method: 'get', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown)', tags: ['webhooks'],
+    method: 'get', role: 'read', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown)', tags: ['webhooks'],
     responses: { 200: { description: 'webhooks', schema: Joi.object({ webhooks: Joi.array().items(webhookSchema), total: Joi.number().integer(), timestamp: Joi.string().isoDate() }) } },
     handler: async () => { const all = await webhooks.list(); return { webhooks: all.map(publicView), total: all.length, timestamp: ts() }; },
   });
   api.add({
-    method: 'post', path: '/webhooks', summary: 'Add a webhook (private and loopback targets refused unless configured)', tags: ['webhooks'], body: webhookCreateSchema,
+    method: 'post', role: 'submit', path: '/webhooks', summary: 'Add a webhook (private and loopback targets refused unless configured)', tags: ['webhooks'], body: webhookCreateSchema,
     responses: { 201: { description: 'added', schema: Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) }) }, 400: err('invalid webhook or refused target') },
     handler: async (ctx, { body }) => {
       const refused = await checkTarget(body.url, cfg.webhooks);
@@ -281,7 +288,7 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'post', path: '/webhooks/test', summary: "Send a webhook.test delivery to every enabled webhook, to one index, or (the seed's {url, event: test}) to the webhooks with that url", tags: ['webhooks'], body: webhookTestSchema, bodyRequired: false,
+    method: 'post', role: 'submit', path: '/webhooks/test', summary: "Send a webhook.test delivery to every enabled webhook, to one index, or (the seed's {url, event: test}) to the webhooks with that url", tags: ['webhooks'], body: webhookTestSchema, bodyRequired: false,
     responses: { 200: { description: 'queued deliveries', schema: Joi.object({ message: Joi.string(), delivery_ids: Joi.array().items(Joi.string()) }) }, 404: err('no webhook at index, or none with that url') },
     handler: async (_ctx, { body }) => {
       let only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
@@ -294,12 +301,12 @@ export function buildDaemonApi(d: RouteDeps) {
     },
   });
   api.add({
-    method: 'get', path: '/webhooks/:index/deliveries', summary: 'Delivery log of one webhook, newest first', tags: ['webhooks'], params: indexParams,
+    method: 'get', role: 'read', path: '/webhooks/:index/deliveries', summary: 'Delivery log of one webhook, newest first', tags: ['webhooks'], params: indexParams,
     responses: { 200: { description: 'deliveries', schema: Joi.object().unknown(true) }, 404: err('no webhook at index') },
     handler: async (_ctx, { params }) => { const w = await hookAt(params.index); return { webhook_id: w.id, deliveries: await webhooks.deliveries(w.id) }; },
   });
   api.add({
-    method: 'delete', path: '/webhooks/:index', summary: 'Delete the webhook at a zero-based index', tags: ['webhooks'], params: indexParams,
+    method: 'delete', role: 'submit', path: '/webhooks/:index', summary: 'Delete the webhook at a zero-based index', tags: ['webhooks'], params: indexParams,
     responses: { 200: { description: 'deleted', schema: Joi.object({ message: Joi.string() }) }, 404: err('no webhook at index') },
     handler: async (_ctx, { params }) => { const w = await webhooks.removeAt(params.index); return { message: `webhook ${w.id} at index ${params.index} deleted` }; },
   });

@@ -39,7 +39,7 @@ const detail = (d: any) => ({ ...strip(d), disks: d.disks.map(({ key: _k, contro
 export function addVmRoutes(api: Api) {
   const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
   api.add({
-    method: 'get', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
+    method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'VMs', schema: vmListResponse }, ...errors },
     handler: async (_ctx, { query }) => {
       const m = manager(query);
@@ -48,15 +48,17 @@ export function addVmRoutes(api: Api) {
     },
   });
   api.add({
-    method: 'get', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
+    method: 'get', role: 'read', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
     responses: { 200: { description: 'the VM', schema: vmDetailResponse }, ...errors, 409: err('several VMs have that name') },
     handler: async (_ctx, { query }) => {
       const m = manager(query);
       return detail(await vsphere(async () => vmDetail(m, query.path ?? await pathByName(m, query.name))));
     },
   });
+  // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
+  // environment, with the daemon's default credentials when none are given: admin (docs/security.md).
   const action = (path: string, summary: string, run: (m: ReturnType<typeof manager>, vmPath: string) => Promise<string>) => api.add({
-    method: 'post', path, summary, tags: ['vms'], body: vmActionBody,
+    method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,
     responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running)') },
     handler: async (_ctx, { body }) => { const m = manager(body); return { message: await vsphere(() => run(m, body.vm_path)) }; },
   });
@@ -67,7 +69,7 @@ export function addVmRoutes(api: Api) {
     return removed.length ? `removed ${removed.length} CD-ROM device(s) from ${p}: ${removed.join(', ')}` : `${p} has no CD-ROM devices`;
   });
   api.add({
-    method: 'get', path: '/vms/discover', summary: 'The whole VM inventory of the default manager (GOVC_URL), with counts by power state', tags: ['vms'],
+    method: 'get', role: 'read', path: '/vms/discover', summary: 'The whole VM inventory of the default manager (GOVC_URL), with counts by power state', tags: ['vms'],
     responses: { 200: { description: 'inventory', schema: vmListResponse.keys({ by_power_state: Joi.object().pattern(Joi.string(), Joi.number().integer()), datacenters: Joi.array().items(Joi.string()), timestamp: Joi.string() }) }, ...errors },
     handler: async () => {
       const m = manager({});

@@ -14,6 +14,7 @@ import { jobViews, DaemonJob } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
 import { ignoreError } from '../../shared/log';
+import type { Caller } from '../../shared/auth';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -23,10 +24,10 @@ export interface WsDeps {
   status: () => Promise<object>;
   firstPage: () => Promise<object>;
   metrics: () => Promise<object>;
-  /** status 401/403 refuses the upgrade with the message; 0 lets it through. */
-  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string }>;
-  /** Other WebSocket endpoints (the VM console): called after the same authorization. */
-  others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
+  /** status 401/403 refuses the upgrade with the message; 0 lets it through, with the caller (null: auth off). */
+  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string; caller?: Caller | null }>;
+  /** Other WebSocket endpoints (the VM console): called after the same authorization, with its caller. */
+  others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | null) => void>;
 }
 
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
@@ -53,7 +54,7 @@ export class WsHub {
       if (!kind && !other) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
         if (v.status) return this.refuse(socket, v.status, v.message);
-        if (other) return other(req, socket, head);
+        if (other) return other(req, socket, head, v.caller ?? null);
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
     });

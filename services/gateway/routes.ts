@@ -66,7 +66,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   }
 
   api.add({
-    method: 'post', path: '/jobs', summary: 'Submit a job', tags: ['jobs'], query: submitQuery, body: jobSpecSchema,
+    method: 'post', role: 'submit', path: '/jobs', summary: 'Submit a job', tags: ['jobs'], query: submitQuery, body: jobSpecSchema,
     responses: { 201: { description: 'registered (and queued with ?queue=true)', schema: submitResponse }, 400: err('invalid specification'), 409: err('job_id already exists') },
     handler: async (ctx, { query, body }) => {
       const spec = body as JobSpec;
@@ -79,7 +79,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     },
   });
   api.add({
-    method: 'get', path: '/jobs', summary: 'List jobs, newest first', tags: ['jobs'], query: listJobsQuery,
+    method: 'get', role: 'read', path: '/jobs', summary: 'List jobs, newest first', tags: ['jobs'], query: listJobsQuery,
     responses: { 200: { description: 'jobs', schema: Joi.object({ total: Joi.number().integer(), jobs: Joi.array().items(jobSummarySchema) }) } },
     handler: async (_ctx, { query }) => {
       const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset });
@@ -88,29 +88,29 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     },
   });
   api.add({
-    method: 'get', path: '/jobs/:job_id', summary: 'Job status', tags: ['jobs'], params: jobParams,
+    method: 'get', role: 'read', path: '/jobs/:job_id', summary: 'Job status', tags: ['jobs'], params: jobParams,
     responses: { 200: { description: 'the job', schema: jobStatusSchema }, 404: err('unknown job') },
     handler: (_ctx, { params }) => jobStatus(params.job_id),
   });
   api.add({
-    method: 'delete', path: '/jobs/:job_id', summary: 'Cancel a job', tags: ['jobs'], params: jobParams,
+    method: 'delete', role: 'submit', path: '/jobs/:job_id', summary: 'Cancel a job', tags: ['jobs'], params: jobParams,
     responses: { 200: { description: 'cancelled', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('job already terminal'), 404: err('unknown job') },
     handler: (_ctx, { params }) => life.cancel(params.job_id),
   });
   api.add({
-    method: 'post', path: '/jobs/:job_id/queue', summary: 'Queue a job submitted without ?queue=true', tags: ['jobs'], params: jobParams,
+    method: 'post', role: 'submit', path: '/jobs/:job_id/queue', summary: 'Queue a job submitted without ?queue=true', tags: ['jobs'], params: jobParams,
     responses: { 200: { description: 'queued', schema: submitResponse }, 400: err('job is not VALIDATED'), 404: err('unknown job') },
     handler: async (_ctx, { params }) => ({ ...(await life.enqueueExisting(params.job_id)), message: `job ${params.job_id} queued` }),
   });
   api.add({
-    method: 'get', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,
+    method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,
     responses: { 200: { description: 'events', schema: Joi.array().items(progressEventSchema.keys({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
     handler: async (_ctx, { params, query }) => {
       if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
       return store.events(params.job_id, { since: query.since, afterId: query.after_id });
     },
   });
-  api.add(hub.route({ path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams, summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
+  api.add(hub.route({ role: 'read', path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams, summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
 
   // Report-back endpoints for pull workers (the seed has none; see docs/worker-protocol.md).
   api.add({
@@ -196,7 +196,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     },
   });
   api.add({
-    method: 'get', path: '/workers', summary: 'Registered workers (active: heartbeat within the stale limit, 300 s)', tags: ['workers'],
+    method: 'get', role: 'read', path: '/workers', summary: 'Registered workers (active: heartbeat within the stale limit, 300 s)', tags: ['workers'],
     responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
     handler: () => workersOverview(life),
   });
@@ -212,7 +212,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
   });
 
   api.add({
-    method: 'get', path: '/queue', summary: 'Queued jobs by priority and by requirement set', tags: ['queue'],
+    method: 'get', role: 'read', path: '/queue', summary: 'Queued jobs by priority and by requirement set', tags: ['queue'],
     responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
     handler: () => queueOverview(life),
   });
@@ -252,7 +252,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     },
   });
   api.add({
-    method: 'get', path: '/metrics', summary: 'Prometheus metrics', tags: ['system'],
+    method: 'get', role: 'read', path: '/metrics', summary: 'Prometheus metrics', tags: ['system'],
     responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
     handler: async (ctx) => {
       ctx.type = deps.metrics.contentType;

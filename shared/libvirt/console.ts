@@ -1,4 +1,4 @@
-// A domain's serial console as a byte stream both ways: `virsh console --force` under a pseudo-terminal (virsh
+// A domain's serial console as a byte stream both ways: `virsh console` under a pseudo-terminal (virsh
 // wants a terminal; python3's pty module gives it one, with an argument array). Works for any URI, remote too:
 // libvirt streams the console over its own connection.
 import { spawn, ChildProcess } from 'node:child_process';
@@ -19,9 +19,11 @@ export interface ConsoleSession extends EventEmitter {
   readonly proc: ChildProcess;
 }
 
-export function openConsole(v: Virsh, name: string): ConsoleSession {
+/** `force`: take the console from whoever holds it (virsh console --force throws them out). Without it, a console
+ *  held elsewhere ends at once with virsh's reason. */
+export function openConsole(v: Virsh, name: string, force = true): ConsoleSession {
   checkName(name, 'name');
-  const proc = spawn(PYTHON, ['-c', PTY, 'virsh', '-c', v.uri, 'console', '--force', name], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const proc = spawn(PYTHON, ['-c', PTY, 'virsh', '-c', v.uri, 'console', ...(force ? ['--force'] : []), name], { stdio: ['pipe', 'pipe', 'pipe'] });
   const ev = new EventEmitter() as ConsoleSession;
   let banner = true;
   let head = '';

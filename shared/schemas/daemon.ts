@@ -137,6 +137,8 @@ export const scheduleSchema = Joi.object({
   enabled: Joi.boolean(), job_template: Joi.object().unknown(true).allow(null), last_run: Joi.string().isoDate().allow(null),
   next_run: Joi.string().isoDate().allow(null), run_count: Joi.number().integer(), successful_runs: Joi.number().integer(),
   failed_runs: Joi.number().integer(), last_job_id: Joi.string().allow(null), created_at: Joi.string().isoDate(),
+  last_error: Joi.string().allow(null).description('why the last run that created no job did not'),
+  owner: Joi.object({ key: Joi.string().allow(null), role: Joi.string() }).description('the key name and role the runs act as: the creator, or whoever last changed job_template'),
 }).label('Schedule');
 
 export const webhookCreateSchema = Joi.object({

@@ -36,7 +36,7 @@ async function connect(name) {
   ws.onmessage = (ev) => {
     const m = JSON.parse(ev.data);
     if (m.type === 'data') term.write(m.data);
-    else if (m.type === 'status') { status(`Connected to ${m.domain} (${m.state}). Type into the terminal.`); term.focus(); }
+    else if (m.type === 'status') { status(`Connected to ${m.domain} (${m.state}). ${m.mode === 'read' ? 'Read-only: typing needs an admin key and no other writer.' : 'Type into the terminal.'}`); term.focus(); }
     else if (m.type === 'error') status(m.error, true);
     else if (m.type === 'closed') status(`The console of ${name} ended${m.error ? `: ${m.error}` : ''}.`, !!m.error);
   };
