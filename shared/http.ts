@@ -4,9 +4,9 @@ import Koa from 'koa';
 import Router from '@koa/router';
 import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
-import yaml from 'js-yaml';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, badRequest, fieldError } from './errors';
+import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } from './body-budget';
 import { toJsonSchema } from './openapi';
 import { Auth, authorize, Need } from './auth';
 import { config } from './config';
@@ -74,29 +74,14 @@ export interface ApiOptions {
   requestTypes?: string[];
 }
 
-/** The size limit of every request body, JSON or YAML: a larger one is a 413 naming `body`. */
-export const MAX_BODY_BYTES = 2 * 1024 * 1024;
+export { MAX_BODY_BYTES };
 const YAML_TYPES = /^(application|text)\/(x-)?yaml\b/i;
 const bodyError = (status: number, message: string) => fieldError(status, 'body', message);
 const tooLarge = () => bodyError(413, `larger than ${MAX_BODY_BYTES / 1024 / 1024} MiB`);
 
-/** A request body as text, refused (413) as soon as it passes MAX_BODY_BYTES. */
-async function readText(req: IncomingMessage): Promise<string> {
-  if (Number(req.headers['content-length']) > MAX_BODY_BYTES) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of req) {
-    n += (c as Buffer).length;
-    if (n > MAX_BODY_BYTES) throw tooLarge();
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-/** A YAML body parsed (an empty one is {}); malformed YAML is a 400 naming `body` and the parser's first line. */
+/** A YAML body within the budgets of shared/body-budget.ts (an empty one is {}). */
 async function readYaml(req: IncomingMessage): Promise<unknown> {
-  const text = await readText(req);
-  try { return (text.trim() ? yaml.load(text) : undefined) ?? {}; } catch (e) { throw bodyError(400, `malformed YAML: ${(e as Error).message.split('\n')[0]}`); }
+  return loadYamlBody(await readBodyText(req));
 }
 
 export class Api {
@@ -259,20 +244,6 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
 }
 
 /** A koa app with error handling, body parsing and metrics in front of `api`. */
-const MAX_BODY_DEPTH = 64;
-
-/** Whether a parsed body nests arrays/objects deeper than `max` (walked without recursion). */
-function depthOver(body: unknown, max: number): boolean {
-  const stack: [unknown, number][] = [[body, 0]];
-  while (stack.length) {
-    const [v, d] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (d >= max) return true;
-    for (const c of Object.values(v as object)) if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
-  }
-  return false;
-}
-
 export function createApp(api: Api, opts: AppOptions): Koa {
   const app = new Koa();
   app.proxy = true;
@@ -316,10 +287,12 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     }
     return next();
   });
-  // The one body reader: YAML for the routes that take it, JSON for the rest, both under MAX_BODY_BYTES; too
-  // large is a 413, malformed a 400, each naming `body`.
+  // The one body reader: YAML for the routes that take it, JSON for the rest, both within the budgets of
+  // shared/body-budget.ts (size 413, values, depth, aliases 400, each naming `body`); bodyParser only gives the
+  // other types their empty {}.
   app.use(async (ctx, next) => {
     if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
+    else if (ctx.request.is('json') && ctx.request.length !== 0 && !opts.bodyTypes?.json?.length) (ctx.request as any).body = await readJsonBody(ctx.req);
     return next();
   });
   app.use(bodyParser({
@@ -330,10 +303,9 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     strict: false,
     onerror: (err: any) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
   }));
-  // No schema here nests deeper than a few levels; a body nested thousands deep would only exhaust the stack of
-  // whatever walks it next (validation, the unknown-field pass), so it is refused as the client's error.
+  // Whatever was parsed is measured once more as a tree (shared nodes counted once), before validation walks it.
   app.use(async (ctx, next) => {
-    if (depthOver((ctx.request as any).body, MAX_BODY_DEPTH)) throw bodyError(400, `nested deeper than ${MAX_BODY_DEPTH} levels`);
+    checkTree((ctx.request as any).body);
     return next();
   });
   app.use(api.router.routes());
