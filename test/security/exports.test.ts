@@ -141,7 +141,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     expect(existsSync(local)).to.equal(false);
   });
 
-  it('a legitimate export completes, and its cancel-as-completed cleanup leaves the folder\'s other files', async () => {
+  it('a legitimate export completes beside a file of the operator, which it leaves alone', async () => {
     const folder = path.join(OUT, 'legit-d');
     mkdirSync(folder, { recursive: true });
     writeFileSync(path.join(folder, 'notes.txt'), 'the operator\'s own file');
