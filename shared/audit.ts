@@ -37,6 +37,7 @@ const READS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const TARGET_KEYS = ['job_id', 'job_ids', 'id', 'schedule_id', 'webhook_id', 'worker_id', 'name', 'domain', 'vm_path', 'vm_name', 'pool', 'network', 'volume'];
 const MAX_TARGET = 256;
 const MAX_LIST = 50;
+const WRITE_WAIT_MS = 2000;
 
 export const auditKey = (prefix: string) => `${prefix}:audit`;
 /** A count cap beside the retention, so a flood of refused requests cannot grow Redis without end. */
@@ -87,7 +88,16 @@ export class AuditLog {
       ip: ctx.ip, duration_ms: Date.now() - started,
     };
     this.log.audit('audit', { audit: rec });
-    await this.write(rec);
+    // Redis commands wait through an outage (the connections retry without end): the answer waits at most
+    // WRITE_WAIT_MS for the record, which is still written when Redis returns.
+    const written = this.write(rec);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => { timer = setTimeout(() => r('late'), WRITE_WAIT_MS); });
+    const first = await Promise.race([written.then(() => 'ok' as const), late]).finally(() => clearTimeout(timer));
+    if (first === 'late') {
+      this.log.warn('audit record not yet stored in Redis; answering without waiting (its log line stands)', { audit_id: rec.id });
+      written.catch((e) => this.log.warn('audit record not stored in Redis; its log line stands', { audit_id: rec.id, error: String(e?.message || e) }));
+    }
   }
 
   async write(rec: AuditRecord): Promise<void> {

@@ -49,6 +49,7 @@ describe('security: the audit log', function () {
   before(async () => {
     await redis.start();
     rc = new IORedis(redis.url);
+    rc.on('error', () => undefined); // the last test stops Redis on purpose; this client reconnects by itself
     const env = {
       ...testEnv(redis.url, 'aud'), FERRY_SECRET_KEY: 'audit-test-secret-key', FERRY_VSPHERE_MANAGERS: 'vc.example.test', LOG_LEVEL: 'warn',
       FERRY_API_KEYS: `ops:admin:${K.ops},ci:submit:${K.ci},viewer:read:${K.viewer}`,
@@ -150,5 +151,16 @@ describe('security: the audit log', function () {
     expect(ids).to.not.include('planted-old');
     expect(ids).to.include('planted-young');
     expect((await stored()).find((x) => x.method === 'DELETE')).to.include({ key_name: 'ci', route: '/jobs/:job_id', path: '/jobs/aud-noop-1' });
+  });
+
+  it('with Redis away, a refused request is still answered at once (log line written), and its record lands when Redis is back', async () => {
+    await redis.kill();
+    const t0 = Date.now();
+    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'aud-away', operation: 'noop' }, as('while-redis-is-away-0123'));
+    expect(r.status).to.equal(403);
+    expect(Date.now() - t0).to.be.below(5000);
+    await until(async () => auditLines(gw).some((l) => l.audit?.status === 403 && l.audit?.targets?.job_id === undefined && Date.parse(l.audit.time) >= t0), 5000, 'the log line');
+    await redis.start();
+    await until(async () => (await stored()).some((x) => x.status === 403 && Date.parse(x.time) >= t0 && x.path === '/jobs'), 30000, 'the record in Redis');
   });
 });
