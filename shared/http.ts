@@ -12,6 +12,7 @@ import { Auth, authorize, Need } from './auth';
 import { config } from './config';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
+import type { AuditLog } from './audit';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
 /** `warnings` collects what the request held that was ignored (the daemon API's unknown fields); a handler
@@ -107,6 +108,12 @@ export class Api {
     const m = method === 'HEAD' ? 'GET' : method;
     const layer = this.router.match(path, m).pathAndMethod.find((l) => l.methods.length);
     return layer && `${m} ${layer.path}`;
+  }
+
+  /** The declared path (with its prefix) of the route matching this request, found before the router runs (a
+   *  request refused by authentication still names its route). */
+  patternOf(method: string, path: string): string | undefined {
+    return this.routeOf(method, path)?.split(' ')[1];
   }
 
   /** The role the route matching this request needs, or undefined when no route matches (404/405 follow). */
@@ -217,6 +224,8 @@ export interface AppOptions {
   bodyTypes?: { json?: string[]; text?: string[] };
   /** API keys; each route's `role` is enforced before the body is read. The caller's key is ctx.state.apiKey. */
   auth: Auth;
+  /** Where requests that change state, and refused ones, are recorded (shared/audit.ts). */
+  audit?: AuditLog;
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -256,6 +265,8 @@ export function createApp(api: Api, opts: AppOptions): Koa {
   const origins = config.corsOrigins;
   app.use(async (ctx, next) => {
     const started = process.hrtime.bigint();
+    const startedMs = Date.now();
+    let reason: string | undefined;
     try {
       if (cors(ctx, origins)) return;
       await next();
@@ -264,6 +275,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       const storage = !(err instanceof ApiError) && isStorageError(err);
       const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
       let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
+      reason = message;
       if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
       ctx.status = status;
       ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
@@ -272,6 +284,9 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     } finally {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
+      // Awaited, so the record is in Redis when the caller has its answer; a Redis failure costs only the copy
+      // there (the log line is written first).
+      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: String(e?.message || e) }));
     }
   });
   // Authentication before anything reads the body (createApp's second middleware; the daemon inserts its own after it).

@@ -6,8 +6,9 @@ type Level = keyof typeof LEVELS;
 
 export function createLogger(service: string) {
   const min = LEVELS[(process.env.LOG_LEVEL || 'info').toLowerCase() as Level] ?? LEVELS.info;
-  const write = (level: Level, msg: string, fields?: Record<string, unknown>) => {
-    if (LEVELS[level] < min) return;
+  // 'audit' lines (shared/audit.ts) are written whatever LOG_LEVEL says: an audit trail is not a verbosity.
+  const write = (level: Level | 'audit', msg: string, fields?: Record<string, unknown>) => {
+    if (level !== 'audit' && LEVELS[level] < min) return;
     const line = { ts: new Date().toISOString(), level, service, msg, ...(redact(fields || {}) as object) };
     process.stderr.write(JSON.stringify(line) + '\n');
   };
@@ -16,6 +17,7 @@ export function createLogger(service: string) {
     info: (m: string, f?: Record<string, unknown>) => write('info', m, f),
     warn: (m: string, f?: Record<string, unknown>) => write('warn', m, f),
     error: (m: string, f?: Record<string, unknown>) => write('error', m, f),
+    audit: (m: string, f?: Record<string, unknown>) => write('audit', m, f),
   };
 }
 export type Logger = ReturnType<typeof createLogger>;

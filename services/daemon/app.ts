@@ -29,6 +29,8 @@ import { consoleEndpoints } from './console';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 import { connectQueue } from '../../queue/connect';
+import { AuditLog, auditRoute } from '../../shared/audit';
+import { daemonErrorSchema } from '../../shared/schemas/daemon';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -104,7 +106,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     });
   }
 
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys });
+  // The audit log of both APIs (the gateway writes the same one); read here only, by admin keys.
+  const audit = new AuditLog(redis, store.k.prefix, log, 'daemon');
+  api.add(auditRoute(audit, daemonErrorSchema));
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit });
   const mounts: StaticMount[] = [];
   const mountStatic = (prefix: string, dir: string) => {
     const p = prefix.replace(/\/+$/, '');

@@ -12,6 +12,7 @@ import { EventHub } from '../../queue/sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 import { connectQueue } from '../../queue/connect';
+import { AuditLog } from '../../shared/audit';
 
 
 export async function startGateway(opts: { port?: number; host?: string } = {}) {
@@ -31,7 +32,9 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth });
+  // Writes the audit log (shared/audit.ts); operators read it on the daemon's GET /audit (docs/security.md).
+  const audit = new AuditLog(redis, store.k.prefix, log, 'gateway');
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
   await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));

@@ -116,21 +116,21 @@ export async function startWorker(o: WorkerOptions) {
         // lease): the output is that attempt's too, so it stays.
         const now = await store.raw(lease.job_id);
         outcome = now?.state === 'CANCELLED' ? 'cancelled' : 'lost';
-        if (outcome === 'cancelled') await impl.cleanup?.(spec, true);
+        if (outcome === 'cancelled') await impl.cleanup?.(spec, true, store);
       }
     } catch (e) {
       const err = e as Error;
       if (r.why === 'cancel') {
         outcome = 'cancelled';
-        await impl?.cleanup?.(spec, false);
+        await impl?.cleanup?.(spec, false, store);
         log.info('job cancelled; process stopped and partial output removed', { job_id: lease.job_id });
       } else if (r.why === 'shutdown') {
         outcome = 'handed_back';
-        await impl?.cleanup?.(spec, false);
+        await impl?.cleanup?.(spec, false, store);
         await life.handBack(lease.job_id, o.workerId, lease.token, 'worker shutting down');
       } else {
         outcome = 'failed';
-        await impl?.cleanup?.(spec, false);
+        await impl?.cleanup?.(spec, false, store);
         const msg = r.why === 'timeout' ? `timed out after ${spec.execution_policy.timeout_seconds} s` : err.message;
         const retryable = r.why === 'timeout' || !(err instanceof OperationError) || err.retryable;
         await life.fail(lease.job_id, o.workerId, lease.token, msg, retryable);

@@ -12,11 +12,12 @@ import { managerFor, ManagerCredentials } from './client';
 import { VsphereError } from './errors';
 import { powerOff, removeCdroms, shutdownGuest, waitPoweredOff } from './actions';
 import { vmDetail, VmDetail } from './inventory';
-import { downloadFiles, DownloadStats, remoteHead, remoteSize, removePartial, RemoteFile } from './download';
+import { downloadFiles, DownloadStats, PART, remoteHead, remoteSize, removePartial, RemoteFile } from './download';
 import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
 
 import type { PowerOption } from './options';
 import { ignoreError } from '../log';
+import { resolveReal } from '../roots';
 
 export interface ExportRequest {
   creds: ManagerCredentials;
@@ -30,6 +31,9 @@ export interface ExportRequest {
   powerOff?: PowerOption;
   shutdownTimeoutSeconds?: number;
   signal: AbortSignal;
+  /** Which files this export created, kept where the files themselves cannot rewrite it (a worker: the job's
+   *  record). Without one (the command-line tool) the state file on disk is believed. */
+  ledger?: ExportLedger;
   onProgress?: (p: ExportProgress) => void;
   /** Changes made to the source VM, as they happen (the job's history records them). */
   onAction?: (message: string) => void | Promise<void>;
@@ -46,6 +50,39 @@ export const STATE_FILE = '.ferry-export.json';
 export const MANIFEST_FILE = 'manifest.json';
 
 interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }> }
+
+/** The files an export created (absolute paths): the only ones it resumes, replaces or removes. */
+export interface ExportLedger {
+  owned(): Promise<Set<string>>;
+  /** Called before any of `paths` is written. */
+  add(paths: string[]): Promise<void>;
+}
+
+const insideDir = (dir: string, p: string) => { const r = path.relative(dir, p); return !!r && !r.startsWith('..') && !path.isAbsolute(r); };
+
+/** The command-line tool's ledger: its own state file (the tool runs with its user's rights, over its own
+ *  folder), and only paths inside the output folder. */
+function stateLedger(outputDir: string, exportId: string): ExportLedger {
+  return {
+    owned: async () => {
+      const st = await readState(outputDir);
+      if (!st || st.export_id !== exportId) return new Set();
+      const listed = [...Object.keys(st.files || {}), ...((st as any).planned || [])].filter((p) => typeof p === 'string' && insideDir(outputDir, p));
+      return new Set([...listed, ...ownFiles(outputDir)]);
+    },
+    add: async () => undefined, // the state file written next records them
+  };
+}
+
+/** The export's own files beside the disks: state file and manifest (with their temporary names). */
+const ownFiles = (dir: string) => [STATE_FILE, `${STATE_FILE}.tmp`, MANIFEST_FILE, `${MANIFEST_FILE}.tmp`].map((n) => path.join(dir, n));
+
+/** Refuses a path whose real location (symlinks in its folders followed) is not inside the real output folder. */
+async function confined(outputDir: string, p: string): Promise<void> {
+  const realDir = await fs.realpath(outputDir);
+  const real = (await resolveReal(path.dirname(p))).real;
+  if (real !== realDir && !insideDir(realDir, real)) throw new VsphereError('state', `${p} would be written outside the output folder ${outputDir} (its folder resolves to ${real})`);
+}
 
 async function readState(dir: string): Promise<ExportState | null> {
   try { return JSON.parse(await fs.readFile(path.join(dir, STATE_FILE), 'utf8')); } catch { return null; }
@@ -130,22 +167,26 @@ export interface ExportResult {
   seconds: number;
 }
 
-/** Removes what an export wrote: its files, partial files, state file and manifest (cancel, or output undone). */
-export async function removeExportOutput(outputDir: string, exportId: string) {
-  const st = await readState(outputDir);
-  if (st && st.export_id !== exportId) return; // another export's files
-  for (const local of Object.keys(st?.files || {})) await fs.rm(local, { force: true });
-  for (const local of (st as any)?.planned || []) { await fs.rm(local, { force: true }); await removePartial(local); }
-  await fs.rm(path.join(outputDir, MANIFEST_FILE), { force: true });
-  await fs.rm(path.join(outputDir, STATE_FILE), { force: true });
-  // Empty directories this export made (<output>/<datastore>/<vm>) go too; the output directory itself stays.
-  const prune = async (dir: string): Promise<void> => {
-    if (path.relative(outputDir, dir).startsWith('..')) return;
-    for (const e of await fs.readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await prune(path.join(dir, e.name));
-    if (dir !== outputDir) await fs.rmdir(dir).catch(ignoreError('only empty directories are pruned; one holding other files stays', { dir }));
-  };
-  await prune(outputDir);
+/** Removes what an export created (cancel, or output undone): the files its ledger names inside its output
+ *  folder, with their partial downloads, then the folders they leave empty. Whatever a file on disk says, nothing
+ *  else is touched. */
+export async function removeExportOutput(outputDir: string, ledger: ExportLedger) {
+  const dirs = new Set<string>();
+  for (const local of await ledger.owned()) {
+    if (!insideDir(outputDir, local)) continue;
+    const ok = await confined(outputDir, local).then(() => true, ignoreError('a file whose folder now leads out of the output folder stays', { local }));
+    if (!ok) continue;
+    await fs.rm(local, { force: true });
+    await removePartial(local);
+    dirs.add(path.dirname(local));
+  }
+  // Deepest first; a folder still holding anything (another file, another export) stops the climb.
+  for (const d of [...dirs].sort((x, y) => y.length - x.length)) {
+    for (let x = d; insideDir(outputDir, x); x = path.dirname(x)) if (!(await fs.rmdir(x).then(() => true, () => false))) break;
+  }
 }
+
+const partialExists = async (local: string) => !!(await fs.lstat(local + PART).catch(() => null) || await fs.lstat(`${local}${PART}.json`).catch(() => null));
 
 export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const t0 = Date.now();
@@ -182,30 +223,37 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   if (!d.disks.length) throw new VsphereError('state', `${r.vmPath} has no virtual disks to export`);
 
   await fs.mkdir(r.outputDir, { recursive: true });
+  const ledger = r.ledger ?? stateLedger(r.outputDir, r.exportId);
   const disks = await plan(m, d, r.outputDir, r.signal, warnings);
   const all = [...new Set(disks.flatMap((x) => x.files))];
+  for (const f of all) await confined(r.outputDir, f.local);
 
-  // A retry of this export continues (files recorded complete are kept); another export's files are not replaced.
+  // Only what the ledger says this export created is continued or replaced: a file, a partial download or a
+  // state file it did not create belongs to someone else and is neither resumed nor removed.
+  const owned = await ledger.owned();
   const prev = await readState(r.outputDir);
-  if (prev && prev.export_id !== r.exportId) {
-    throw new VsphereError('state', `${r.outputDir} holds export ${prev.export_id} of ${prev.vm_path}; remove it or choose another output_path`);
+  if (prev && !owned.has(path.join(r.outputDir, STATE_FILE))) {
+    throw new VsphereError('state', `${r.outputDir} holds another export (${STATE_FILE}); remove it or choose another output_path`);
   }
-  const state: ExportState & { planned: string[] } = { export_id: r.exportId, vm_path: r.vmPath, files: prev?.files ?? {}, planned: all.map((f) => f.local) };
+  const state: ExportState & { planned: string[] } = { export_id: r.exportId, vm_path: r.vmPath, files: {}, planned: all.map((f) => f.local) };
   const have = new Map<string, { size: number; sha256: string }>();
+  const fresh: string[] = [];
   for (const f of all) {
-    const rec = state.files[f.local];
-    const st = await fs.stat(f.local).catch(() => null);
-    if (rec && st && st.size === f.size && rec.size === f.size) { have.set(f.local, rec); continue; }
-    if (st && prev?.export_id === r.exportId && (prev as any).planned?.includes(f.local) && st.size === f.size) {
-      // Completed by an attempt that died before recording it: its checksum is read back once.
-      const sum = { size: f.size, sha256: await sha256File(f.local, undefined, r.signal) };
+    const mine = owned.has(f.local);
+    const st = await fs.lstat(f.local).catch(() => null);
+    if (st && mine && st.isFile() && st.size === f.size) {
+      // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
+      const rec = prev?.files?.[f.local];
+      const sum = rec && rec.size === f.size ? rec : { size: f.size, sha256: await sha256File(f.local, undefined, r.signal) };
       state.files[f.local] = sum;
       have.set(f.local, sum);
       continue;
     }
     if (st) throw new VsphereError('state', `${f.local} already exists and is not part of this export; remove it or choose another output_path`);
-    delete state.files[f.local];
+    if (!mine && await partialExists(f.local)) throw new VsphereError('state', `${f.local} has a partial download (${PART}) that this export did not start; remove it or choose another output_path`);
+    if (!mine) fresh.push(f.local);
   }
+  await ledger.add([...fresh, ...ownFiles(r.outputDir).filter((p) => !owned.has(p))]);
   await writeState(r.outputDir, state);
   const todo = all.filter((f) => !have.has(f.local));
   const reused = all.filter((f) => have.has(f.local)).reduce((a, f) => a + f.size, 0);

@@ -6,7 +6,9 @@ import { Slots } from '../../../queue/slots';
 import { managerName } from '../../../shared/vsphere/client';
 import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
 import { VsphereError } from '../../../shared/vsphere/errors';
-import { exportVm, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
+import { ExportLedger, exportVm, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
+import { checkRunPath } from '../../../shared/roots';
+import type { JobStore } from '../../../queue/store';
 import { config } from '../../../shared/config';
 import type { Admit, OpContext, Operation } from './types';
 import { dropped } from '../../../shared/log';
@@ -42,17 +44,37 @@ export function asOperationError(e: unknown): unknown {
   return e;
 }
 
+/** The files a job's export created, in its own record (`export_files`): what a retry on any worker may
+ *  continue and what a cancel removes, never what a file in the output folder claims. */
+export function jobLedger(store: JobStore, jobId: string): ExportLedger {
+  const read = async () => JSON.parse((await store.redis.hget(store.k.job(jobId), 'export_files')) || '[]') as string[];
+  return {
+    owned: async () => new Set(await read()),
+    add: async (paths) => {
+      if (!paths.length) return;
+      const all = [...new Set([...(await read()), ...paths])];
+      // A VM has a few disks of a few files each; far more is a planning bug, refused before anything is written.
+      if (all.length > 4096) throw new OperationError(`the export would create ${all.length} files; at most 4096 are tracked`, false);
+      await store.redis.hset(store.k.job(jobId), 'export_files', JSON.stringify(all));
+    },
+  };
+}
+
 const cancelled = (signal: AbortSignal) => signal.aborted && (signal.reason as Error)?.message === 'cancelled';
 
 /** The export stage, shared by "export" and "migrate_vm": progress as the daemon seed's shape A record. */
-export async function runExport(ctx: OpContext, p: ExportParameters, outputDir: string, phase = 'exporting'): Promise<ExportResult> {
+export async function runExport(ctx: OpContext, p: ExportParameters, named: string, phase = 'exporting', field = 'output_path'): Promise<ExportResult> {
+  // Checked again here, on the resolved path, right before anything is written (the roots may differ from the
+  // submitting process's, and the folder may have changed since).
+  const outputDir = await checkRunPath({ field, path: named, kind: 'output_dir' });
+  const ledger = jobLedger(ctx.store, ctx.spec.job_id);
   const password = await jobPassword(ctx.store.redis, ctx.store.k, ctx.spec.job_id, p.credentials).catch((e) => { throw asOperationError(e); });
   let last = 0;
   let pending: Promise<void> = Promise.resolve();
   try {
     const creds = resolveCredentials({ manager_url: p.manager_url, username: p.username, password, insecure: p.insecure });
     return await exportVm({
-      creds, vmPath: p.vm_path, outputDir, exportId: ctx.spec.job_id, parallel: p.parallel_downloads,
+      creds, vmPath: p.vm_path, outputDir, exportId: ctx.spec.job_id, ledger, parallel: p.parallel_downloads,
       removeCdrom: p.remove_cdrom, powerOff: p.power_off, shutdownTimeoutSeconds: p.shutdown_timeout_seconds, signal: ctx.signal,
       onAction: (msg) => ctx.progress('preparing', 0, msg),
       onProgress: (s) => {
@@ -75,7 +97,7 @@ export async function runExport(ctx: OpContext, p: ExportParameters, outputDir: 
   } catch (e) {
     // Cancelled: every stream has stopped; nothing of this export stays. Other endings keep the partial files
     // (marked .ferry-part) for the next attempt to continue from.
-    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ctx.spec.job_id).catch((c) => ctx.log.warn('cancelled export: its partial files could not all be removed', { job_id: ctx.spec.job_id, output_dir: outputDir, error: (c as Error).message }));
+    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ledger).catch((c) => ctx.log.warn('cancelled export: its partial files could not all be removed', { job_id: ctx.spec.job_id, output_dir: outputDir, error: (c as Error).message }));
     throw asOperationError(e);
   } finally {
     await pending;
@@ -95,6 +117,8 @@ export const runExportOp: Operation = async (ctx) => {
 
 /** Output undone (a job cancelled as it completed): the export's files go. Partial files of a failed attempt
  *  stay for the retry. */
-export async function cleanupExport(spec: any, includeOutput: boolean) {
-  if (includeOutput && spec.parameters?.output_path) await removeExportOutput(spec.parameters.output_path, spec.job_id);
+export async function cleanupExport(spec: any, includeOutput: boolean, store: JobStore) {
+  if (!includeOutput || !spec.parameters?.output_path) return;
+  const out = await checkRunPath({ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' });
+  await removeExportOutput(out, jobLedger(store, spec.job_id));
 }

@@ -1,5 +1,6 @@
 // What each operation named in shared/operations.ts runs on a worker.
 import type { Admit, Operation } from './types';
+import type { JobStore } from '../../../queue/store';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
@@ -7,7 +8,7 @@ import { importKvm } from './import';
 import { admitExport, cleanupExport, runExportOp } from './export';
 import { migrateVm } from './migrate-vm';
 
-export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean) => Promise<void>; admit?: Admit }> = {
+export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
   import_kvm: { run: importKvm },

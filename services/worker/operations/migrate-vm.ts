@@ -1,16 +1,51 @@
 // Operation "migrate_vm" (daemon API shape B): the export stage here, then the stages after it through the
-// seam in migration-stages.ts. The export goes to FERRY_EXPORT_DIR/<job id> (default <tmp>/ferry-exports),
-// storage every worker of the job's stages can reach.
+// seam in migration-stages.ts. The export goes to <export base>/<job id>, a folder only this worker's user can
+// enter (exportBase below), which must lie in FERRY_OUTPUT_ROOTS like any other output.
+import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { OperationError } from '../../../shared/errors';
 import { afterExport } from './migration-stages';
 import { ExportParameters, runExport } from './export';
 import type { Operation } from './types';
 
-export const exportDirOf = (jobId: string) => path.join(process.env.FERRY_EXPORT_DIR || path.join(os.tmpdir(), 'ferry-exports'), jobId);
+/** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
+ *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there
+ *  any local user could plant files or symlinks where the next export writes. */
+export function exportBase(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.FERRY_EXPORT_DIR) return path.resolve(env.FERRY_EXPORT_DIR);
+  if (env.FERRY_DATA_DIR) return path.join(path.resolve(env.FERRY_DATA_DIR), 'exports');
+  return path.join(os.tmpdir(), `ferry-${process.getuid?.() ?? 'user'}`, 'exports');
+}
+
+export const exportDirOf = (jobId: string) => path.join(exportBase(), jobId);
+
+/** Makes `dir` (0700) or accepts it only when it is a real folder of this user; a looser mode is tightened. */
+async function privateDir(dir: string): Promise<void> {
+  await fs.mkdir(dir, { mode: 0o700 }).catch((e) => { if (e.code !== 'EEXIST') throw e; });
+  const st = await fs.lstat(dir);
+  const uid = process.getuid?.();
+  if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) {
+    throw new OperationError(`export folder ${dir} is ${st.isSymbolicLink() ? 'a symbolic link' : st.isDirectory() ? `owned by uid ${st.uid}` : 'not a folder'}; Ferry exports only into a folder of its own (FERRY_DATA_DIR)`, false);
+  }
+  if (st.mode & 0o077) await fs.chmod(dir, 0o700);
+}
+
+/** The job's export folder, every folder Ferry makes on the way private to its user. */
+export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const base = exportBase(env);
+  if (!env.FERRY_EXPORT_DIR && !env.FERRY_DATA_DIR) await privateDir(path.dirname(base));
+  else await fs.mkdir(path.dirname(base), { recursive: true, mode: 0o700 });
+  await privateDir(base);
+  const dir = path.join(base, jobId);
+  if (path.dirname(dir) !== base) throw new OperationError(`job id ${jobId} cannot name an export folder`, false);
+  await privateDir(dir);
+  return dir;
+}
 
 export const migrateVm: Operation = async (ctx) => {
   const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
-  const exported = await runExport(ctx, p, exportDirOf(ctx.spec.job_id), 'export');
+  const dir = await makeExportDir(ctx.spec.job_id);
+  const exported = await runExport(ctx, p, dir, 'export', 'export folder');
   return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, conversion_method: p.conversion_method, virt_test: p.virt_test });
 };

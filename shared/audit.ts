@@ -1,0 +1,161 @@
+// The audit log (docs/security.md "Audit log"): every request that changes state (any method but GET, HEAD,
+// OPTIONS) on the gateway and the daemon, and every refused one (401/403), as one record: time, service, key name
+// and role, method, route pattern and concrete path, target ids, status and outcome. Never a body, a header or a
+// message a caller wrote: target ids only, redacted by shared/sensitive.ts like every log line. Kept in one Redis
+// sorted set scored by time, trimmed to the job retention (FERRY_JOB_RETENTION) and a count cap on every write
+// and read; each record also goes to the logs as one structured line.
+import { randomBytes } from 'node:crypto';
+import type Koa from 'koa';
+import Joi from 'joi';
+import { Auth, identify, presentedKey } from './auth';
+import { config } from './config';
+import type { Logger } from './log';
+import type { RedisClient } from './redis';
+import { redact } from './sensitive';
+
+export interface AuditRecord {
+  id: string;
+  time: string;
+  service: string;
+  /** The API key's name (null: no key, an unknown key, or authentication off). */
+  key_name: string | null;
+  role: string | null;
+  method: string;
+  route: string | null;
+  path: string;
+  targets: Record<string, string | string[]>;
+  status: number;
+  outcome: 'ok' | 'refused' | 'rejected' | 'failed';
+  /** Why authentication refused it (Ferry's own words, never the caller's). */
+  reason?: string;
+  ip: string;
+  duration_ms: number;
+}
+
+const READS = new Set(['GET', 'HEAD', 'OPTIONS']);
+/** Fields of params, body and answer that name what a request acted on. */
+const TARGET_KEYS = ['job_id', 'job_ids', 'id', 'schedule_id', 'webhook_id', 'worker_id', 'name', 'domain', 'vm_path', 'vm_name', 'pool', 'network', 'volume'];
+const MAX_TARGET = 256;
+const MAX_LIST = 50;
+const WRITE_WAIT_MS = 2000;
+
+export const auditKey = (prefix: string) => `${prefix}:audit`;
+/** A count cap beside the retention, so a flood of refused requests cannot grow Redis without end. */
+export const auditMaxEntries = () => Math.max(1000, Number(process.env.FERRY_AUDIT_MAX_ENTRIES || 200_000));
+
+function pick(into: Record<string, string | string[]>, from: unknown) {
+  if (!from || typeof from !== 'object' || Object.getPrototypeOf(from) !== Object.prototype) return; // plain objects: never a stream's fields
+  for (const k of TARGET_KEYS) {
+    const v = (from as Record<string, unknown>)[k];
+    if (typeof v === 'string' || typeof v === 'number') into[k] ??= String(v).slice(0, MAX_TARGET);
+    else if (Array.isArray(v)) into[k] ??= v.filter((x) => typeof x === 'string').slice(0, MAX_LIST).map((x) => x.slice(0, MAX_TARGET));
+  }
+}
+
+/** The ids a request named: path parameters, then body fields, then what the answer created (a generated id). */
+export function targetsOf(ctx: Koa.Context): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  pick(out, ctx.params);
+  pick(out, (ctx.request as any).body);
+  if (ctx.status < 300) pick(out, ctx.body);
+  return redact(out);
+}
+
+export class AuditLog {
+  readonly key: string;
+  constructor(private redis: RedisClient, prefix: string, private log: Logger, private service: string, private retentionMs = config.jobRetentionMs) {
+    this.key = auditKey(prefix);
+  }
+
+  /** Whether a request is audited: it may change state, or it was refused. */
+  static wanted(method: string, status: number): boolean {
+    return !READS.has(method) || status === 401 || status === 403;
+  }
+
+  /** Records a finished request (the caller's key as authentication found it, or as presented when refused). */
+  async request(ctx: Koa.Context, auth: Auth, started: number, route: string | undefined, reason?: string): Promise<void> {
+    if (!AuditLog.wanted(ctx.method, ctx.status)) return;
+    let key = ctx.state.apiKey as { name: string; role: string } | null | undefined;
+    if (key === undefined && auth.enabled) { const p = presentedKey(ctx.req.headers); key = p ? identify(auth, p) ?? null : null; }
+    const refused = ctx.status === 401 || ctx.status === 403;
+    const rec: AuditRecord = {
+      id: `${started.toString(36)}-${randomBytes(4).toString('hex')}`,
+      time: new Date(started).toISOString(), service: this.service, key_name: key?.name ?? null, role: key?.role ?? null,
+      method: ctx.method, route: route ?? null, path: ctx.path.slice(0, 1024),
+      targets: targetsOf(ctx), status: ctx.status,
+      outcome: refused ? 'refused' : ctx.status >= 500 ? 'failed' : ctx.status >= 400 ? 'rejected' : 'ok',
+      ...(refused && reason ? { reason: reason.slice(0, 512) } : {}),
+      ip: ctx.ip, duration_ms: Date.now() - started,
+    };
+    this.log.audit('audit', { audit: rec });
+    // Redis commands wait through an outage (the connections retry without end): the answer waits at most
+    // WRITE_WAIT_MS for the record, which is still written when Redis returns.
+    const written = this.write(rec);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => { timer = setTimeout(() => r('late'), WRITE_WAIT_MS); });
+    const first = await Promise.race([written.then(() => 'ok' as const), late]).finally(() => clearTimeout(timer));
+    if (first === 'late') {
+      this.log.warn('audit record not yet stored in Redis; answering without waiting (its log line stands)', { audit_id: rec.id });
+      written.catch((e) => this.log.warn('audit record not stored in Redis; its log line stands', { audit_id: rec.id, error: String(e?.message || e) }));
+    }
+  }
+
+  async write(rec: AuditRecord): Promise<void> {
+    const at = Date.parse(rec.time);
+    await this.redis.multi()
+      .zadd(this.key, at, JSON.stringify(rec))
+      .zremrangebyscore(this.key, '-inf', `(${Date.now() - this.retentionMs}`)
+      .zremrangebyrank(this.key, 0, -(auditMaxEntries() + 1))
+      .exec();
+  }
+
+  /** Newest first, filtered; at most `scan` records are looked at, so a rare filter cannot walk the whole log. */
+  async query(q: AuditQuery): Promise<{ records: AuditRecord[]; count: number; retention_seconds: number }> {
+    await this.redis.zremrangebyscore(this.key, '-inf', `(${Date.now() - this.retentionMs}`);
+    const max = q.until ? q.until.getTime() : '+inf';
+    const min = q.since ? q.since.getTime() : '-inf';
+    const records: AuditRecord[] = [];
+    const page = 500;
+    for (let offset = 0; records.length < q.limit && offset < 20_000; offset += page) {
+      const rows = await this.redis.zrevrangebyscore(this.key, max, min, 'LIMIT', offset, page);
+      for (const row of rows) {
+        const r = JSON.parse(row) as AuditRecord;
+        if (q.key && r.key_name !== q.key) continue;
+        if (q.path && !(r.path.startsWith(q.path) || r.route === q.path)) continue;
+        if (records.length < q.limit) records.push(r);
+      }
+      if (rows.length < page) break;
+    }
+    return { records, count: records.length, retention_seconds: Math.round(this.retentionMs / 1000) };
+  }
+}
+
+export interface AuditQuery { key?: string; path?: string; since?: Date; until?: Date; limit: number }
+
+export const auditQuerySchema = Joi.object({
+  key: Joi.string().max(256).description('only records of this API key name'),
+  path: Joi.string().max(1024).description('only records whose concrete path starts with this, or whose route pattern is this'),
+  since: Joi.date().iso().description('only records at or after this time (ISO 8601)'),
+  until: Joi.date().iso().description('only records at or before this time (ISO 8601)'),
+  limit: Joi.number().integer().min(1).max(1000).default(100),
+});
+
+const auditRecordSchema = Joi.object({
+  id: Joi.string(), time: Joi.string().isoDate(), service: Joi.string(), key_name: Joi.string().allow(null), role: Joi.string().allow(null),
+  method: Joi.string(), route: Joi.string().allow(null), path: Joi.string(), targets: Joi.object().unknown(true), status: Joi.number().integer(),
+  outcome: Joi.string().valid('ok', 'refused', 'rejected', 'failed'), reason: Joi.string(), ip: Joi.string(), duration_ms: Joi.number(),
+}).label('AuditRecord');
+
+/** `GET /audit`, for `admin` keys only. */
+export function auditRoute(audit: AuditLog, errorSchema: Joi.Schema) {
+  return {
+    method: 'get' as const, role: 'admin' as const, path: '/audit', tags: ['audit'], query: auditQuerySchema,
+    summary: 'The audit log: requests that changed state and refused ones, newest first (both APIs write it; kept for FERRY_JOB_RETENTION)',
+    responses: {
+      200: { description: 'records, newest first', schema: Joi.object({ records: Joi.array().items(auditRecordSchema), count: Joi.number().integer(), retention_seconds: Joi.number().integer() }) },
+      400: { description: 'a bad filter, naming the field', schema: errorSchema },
+      403: { description: 'not an admin key', schema: errorSchema },
+    },
+    handler: (_ctx: Koa.Context, input: { query: AuditQuery }) => audit.query(input.query),
+  };
+}
