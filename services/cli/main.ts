@@ -120,7 +120,8 @@ const planValidate: Command = async (c, a, v, io) => {
   return n ? EXIT.blockers : EXIT.ok;
 };
 
-export const PLAN_DONE = ['completed', 'failed', 'cancelled', 'archived', 'partially_completed'];
+/** A plan's final statuses (docs/plans.md): the runner ends it when every VM is final. */
+export const PLAN_DONE = ['completed', 'failed', 'cancelled'];
 const VM_MIGRATED = ['completed'];
 
 const planStart: Command = async (c, a, v, io) => {
@@ -147,7 +148,7 @@ const planStart: Command = async (c, a, v, io) => {
 
 const planCancel: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan cancel ID [--vm VM_PATH]');
-  const r = await c.call('POST', v.vm ? `/plans/${enc(id)}/vms/${enc(v.vm[0])}/cancel` : `/plans/${enc(id)}/cancel`);
+  const r = await c.call('POST', `/plans/${enc(id)}/cancel`, v.vm ? { vm_path: v.vm[0] } : undefined);
   if (v.json) json(io, r); else print(io, r.message ?? `plan ${id}: cancel asked`);
   return EXIT.ok;
 };

@@ -36,13 +36,12 @@ export function planProgress(plan: any): string {
   const vms: any[] = plan.vms || [];
   const done = vms.filter((v) => ['completed', 'failed', 'cancelled', 'rolled_back', 'blocked'].includes(v.status)).length;
   const lines = vms.map((v) => {
-    const pct = v.progress?.percent_complete;
-    const detail = v.status === 'pending' && v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || v.progress?.stage || '';
-    return `  ${String(v.vm_path).padEnd(30)} ${String(v.status).padEnd(11)} ${pct !== undefined ? `${Number(pct).toFixed(0).padStart(3)}%` : '    '}  ${detail}`;
+    const pct = v.total_bytes ? `${Math.floor((100 * (v.bytes_done || 0)) / v.total_bytes).toString().padStart(3)}%` : '    ';
+    const detail = v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || '';
+    return `  ${String(v.vm_path).padEnd(30)} ${String(v.status).padEnd(11)} ${pct}  ${detail}`;
   });
-  const totals = plan.progress || {};
-  const rate = totals.rate_bytes_per_second ? ` ${bytes(totals.rate_bytes_per_second)}/s` : '';
-  const eta = totals.eta_seconds !== undefined && totals.eta_seconds !== null ? ` ETA ${Math.round(totals.eta_seconds)} s` : '';
+  const rate = plan.rate_bytes_per_second ? ` ${bytes(plan.rate_bytes_per_second)}/s` : '';
+  const eta = plan.eta_seconds !== undefined && plan.eta_seconds !== null ? ` ETA ${Math.round(plan.eta_seconds)} s` : '';
   const head = `plan ${plan.name || plan.id} ${plan.status}: ${done}/${vms.length} VMs done ${bar(vms.length ? done / vms.length : 0)}${rate}${eta}`;
   return [head, ...lines].join('\n');
 }
