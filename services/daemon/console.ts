@@ -32,6 +32,7 @@ function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: strin
   const q = new URL(req.url || '/', 'http://x').searchParams;
   const mode = q.get('mode');
   const force = ['1', 'true'].includes(q.get('force') || '');
+  if (!may(caller, 'view')) return { refused: `viewing a console needs role ${CONSOLE_ROLES.view}` };
   if (mode !== null && mode !== 'read' && mode !== 'write') return { refused: 'mode: give read or write' };
   if (mode === 'write' && !may(caller, 'input')) return { refused: `mode: typing into a console needs role ${CONSOLE_ROLES.input}; ${who(caller)} has role ${caller!.role} (open it with mode=read)` };
   if (force && !may(caller, 'force')) return { refused: `force: taking over a console needs role ${CONSOLE_ROLES.force}; ${who(caller)} has role ${caller!.role}` };
