@@ -25,7 +25,7 @@ interface Viewer { ws: WebSocket; caller: ConsoleCaller }
 interface Session { con: ConsoleSession; viewers: Set<Viewer>; writer?: Viewer; ready: boolean; state: string; exited: Promise<void> }
 
 const send = (ws: WebSocket, m: Record<string, unknown>) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(m)); };
-const refuse = (ws: WebSocket, code: number, error: string) => { send(ws, { type: 'error', error }); ws.close(code, error.slice(0, 120)); };
+const refuse = (ws: WebSocket, code: number, error: string) => { send(ws, { type: 'error', error }); ws.close(code, error.slice(0, 100)); }; // a close reason holds 123 bytes
 
 /** What the caller asked for, or the reason it may not have it (4403). */
 function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: string; write: boolean; force: boolean } | { refused: string } {
@@ -94,6 +94,7 @@ export function consoleEndpoints(v: Virsh) {
       if (ws.readyState !== WebSocket.OPEN) return;
       let s = sessions.get(name);
       if (!s) { await ending.get(name); s = sessions.get(name) || open(name, state, w.force); }
+      s.state = state;
       const x: Viewer = { ws, caller };
       if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); }
       s.viewers.add(x);
