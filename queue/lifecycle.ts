@@ -40,7 +40,8 @@ export function requirementsOf(spec: JobSpec): Requirements {
 export function checkCaller(spec: JobSpec, caller: Caller | null, where = '') {
   const mode = spec.requirements?.execution_mode;
   if (!mayRunPrivileged(caller, mode, operationCapabilities(spec))) {
-    throw fieldError(403, [where, 'requirements.execution_mode'].filter(Boolean).join('.'), 'needs an admin key', `requirements.execution_mode ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key "${caller!.name}" has role ${caller!.role}`);
+    const field = [where, 'requirements.execution_mode'].filter(Boolean).join('.');
+    throw fieldError(403, field, 'needs an admin key', `${field} ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key "${caller!.name}" has role ${caller!.role}`);
   }
 }
 

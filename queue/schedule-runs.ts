@@ -32,7 +32,7 @@ async function failedRun(deps: RunDeps, s: Schedule, jobId: string, manual: bool
   await r.multi().hincrby(stats, 'run_count', 1).hincrby(stats, 'failed', 1).hset(stats, { last_run: new Date().toISOString(), last_error: error }).exec();
   await publishScheduleEvent(deps, s.id, 'triggered', { manual });
   await publishScheduleEvent(deps, s.id, 'failed', { error });
-  deps.log.warn('schedule run refused; the next run tries again', { schedule_id: s.id, job_id: jobId, error });
+  deps.log.warn('schedule run created no job: counted as failed, the schedule stays as it is', { schedule_id: s.id, job_id: jobId, error });
 }
 
 export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
@@ -69,7 +69,7 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
     if (e instanceof ApiError && e.status < 500) { await failedRun(deps, s, jobId, how.manual, e.message); return null; }
     throw e;
   }
-  await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).exec();
+  await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).hdel(k.scheduleStats(s.id), 'last_error').exec();
   await publishScheduleEvent(deps, s.id, 'triggered', { job_id: jobId, manual: how.manual });
   deps.log.info('schedule fired', { schedule_id: s.id, job_id: jobId, manual: how.manual });
   return jobId;

@@ -25,13 +25,14 @@ interface Viewer { ws: WebSocket; caller: ConsoleCaller }
 interface Session { con: ConsoleSession; viewers: Set<Viewer>; writer?: Viewer; ready: boolean; state: string; exited: Promise<void> }
 
 const send = (ws: WebSocket, m: Record<string, unknown>) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(m)); };
-const refuse = (ws: WebSocket, code: number, error: string) => { send(ws, { type: 'error', error }); ws.close(code, error.slice(0, 120)); };
+const refuse = (ws: WebSocket, code: number, error: string) => { send(ws, { type: 'error', error }); ws.close(code, error.slice(0, 100)); }; // a close reason holds 123 bytes
 
 /** What the caller asked for, or the reason it may not have it (4403). */
 function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: string; write: boolean; force: boolean } | { refused: string } {
   const q = new URL(req.url || '/', 'http://x').searchParams;
   const mode = q.get('mode');
   const force = ['1', 'true'].includes(q.get('force') || '');
+  if (!may(caller, 'view')) return { refused: `viewing a console needs role ${CONSOLE_ROLES.view}` };
   if (mode !== null && mode !== 'read' && mode !== 'write') return { refused: 'mode: give read or write' };
   if (mode === 'write' && !may(caller, 'input')) return { refused: `mode: typing into a console needs role ${CONSOLE_ROLES.input}; ${who(caller)} has role ${caller!.role} (open it with mode=read)` };
   if (force && !may(caller, 'force')) return { refused: `force: taking over a console needs role ${CONSOLE_ROLES.force}; ${who(caller)} has role ${caller!.role}` };
@@ -93,6 +94,7 @@ export function consoleEndpoints(v: Virsh) {
       if (ws.readyState !== WebSocket.OPEN) return;
       let s = sessions.get(name);
       if (!s) { await ending.get(name); s = sessions.get(name) || open(name, state, w.force); }
+      s.state = state;
       const x: Viewer = { ws, caller };
       if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); }
       s.viewers.add(x);

@@ -177,15 +177,22 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
     expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'ops-any', capabilities: ['nbd_access'] }, key('admin'))).status).to.equal(201);
   });
 
-  it('the privileged execution mode: only for jobs that need device access, or an admin key', async () => {
+  it('the privileged execution mode: only for operations that need device access, or an admin key', async () => {
     const priv = { operation: 'noop', requirements: { execution_mode: 'PRIVILEGED_CONTAINER' } };
     const r = await req(gw.url, 'POST', '/jobs', { job_id: 'priv-1', ...priv }, key('submit'));
     expect(r.status).to.equal(403);
     expect(r.body.error.message).to.include('execution_mode');
     expect((await req(gw.url, 'GET', '/jobs/priv-1', undefined, key('read'))).status).to.equal(404);
     expect((await req(gw.url, 'POST', '/jobs', { job_id: 'priv-2', ...priv }, key('admin'))).status).to.equal(201);
-    const dev = { job_id: 'priv-3', operation: 'noop', requirements: { capabilities: ['nbd_access'], execution_mode: 'PRIVILEGED_CONTAINER' } };
-    expect((await req(gw.url, 'POST', '/jobs', dev, key('submit'))).status).to.equal(201);
+    // Listing a device capability does not make a noop need device access (test/security/roles.test.ts).
+    const listed = { job_id: 'priv-3', operation: 'noop', requirements: { capabilities: ['nbd_access'], execution_mode: 'PRIVILEGED_CONTAINER' } };
+    expect((await req(gw.url, 'POST', '/jobs', listed, key('submit'))).status).to.equal(403);
+    // A migrate with guest repair needs mount_operations by its own table: a submit key may ask for the mode.
+    const src = makeImage(dir, 'priv-src', 'vmdk', 8);
+    const manifest = { manifest_version: '1.0', source: { provider: 'test', vm_name: 'priv-vm' }, disks: [{ id: 'root', source_format: 'vmdk', bytes: 8 * 1024 * 1024, local_path: src }],
+      pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true }, validate: { enabled: true } }, output: { directory: path.join(dir, 'priv-out'), format: 'qcow2', filename: 'root.qcow2' } };
+    const dev = await req(gw.url, 'POST', '/jobs', { job_id: 'priv-4', operation: 'migrate', parameters: { manifest }, requirements: { execution_mode: 'PRIVILEGED_CONTAINER' } }, key('submit'));
+    expect(dev.status, dev.text).to.equal(201);
   });
 
   it('legitimate flows pass with auth on: submit, a native worker converts, a pull worker reports, the daemon shows it', async () => {
