@@ -10,6 +10,7 @@ import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } f
 import { toJsonSchema } from './openapi';
 import { Auth, authorize, Need } from './auth';
 import { config } from './config';
+import { browserRefusal, browserRule } from './browser';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
 
@@ -215,6 +216,8 @@ export interface AppOptions {
   bodyTypes?: { json?: string[]; text?: string[] };
   /** API keys; each route's `role` is enforced before the body is read. The caller's key is ctx.state.apiKey. */
   auth: Auth;
+  /** The address the service listens on: a name the browser rule (shared/browser.ts) accepts in Host. */
+  listenHost?: string;
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -252,9 +255,12 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     opts.log.error('response failed', { error: String(err?.message || err) });
   });
   const origins = config.corsOrigins;
+  const browsers = browserRule(opts.listenHost);
   app.use(async (ctx, next) => {
     const started = process.hrtime.bigint();
     try {
+      const refused = browserRefusal(browsers, ctx.method, ctx.req.headers);
+      if (refused) throw refused;
       if (cors(ctx, origins)) return;
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);

@@ -29,6 +29,7 @@ import { consoleEndpoints } from './console';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 import { connectQueue } from '../../queue/connect';
+import { browserRule } from '../../shared/browser';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -104,7 +105,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     });
   }
 
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, listenHost: host });
   const mounts: StaticMount[] = [];
   const mountStatic = (prefix: string, dir: string) => {
     const p = prefix.replace(/\/+$/, '');
@@ -138,6 +139,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     },
     // A browser's ?ticket= (from POST /ws/ticket), else the key headers; a key in the URL is refused.
     others: consoleEndpoints(virsh),
+    browser: browserRule(host),
     authorize: async (req) => {
       const q = new URL(req.url || '/', 'http://x').searchParams;
       if (q.has('api_key')) return { status: 401, message: 'API keys are not accepted in URLs; send X-API-Key or Authorization: Bearer, or get a ticket from POST /ws/ticket' };

@@ -31,7 +31,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, listenHost: host });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
   await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));
