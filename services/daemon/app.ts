@@ -29,6 +29,7 @@ import { consoleEndpoints } from './console';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 import { connectQueue } from '../../queue/connect';
+import { RateLimiter } from '../../shared/limits';
 import { browserRule } from '../../shared/browser';
 
 export interface DaemonHandle {
@@ -105,7 +106,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     });
   }
 
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, listenHost: host });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, listenHost: host, limiter: new RateLimiter(redis, store.k.prefix) });
   const mounts: StaticMount[] = [];
   const mountStatic = (prefix: string, dir: string) => {
     const p = prefix.replace(/\/+$/, '');
@@ -147,10 +148,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       if (ticket !== null) {
         if (!cfg.keys.enabled) return { status: 0, message: '' };
         const t = await redeemTicket(redis, store.k.prefix, ticket);
-        return t ? { status: 0, message: '' } : { status: 401, message: 'the ticket is unknown, used or expired' };
+        return t ? { status: 0, message: '', who: t.name ? `key:${t.name}` : undefined } : { status: 401, message: 'the ticket is unknown, used or expired' };
       }
       const v = authorize(cfg.keys, req.headers, 'read');
-      return v.status ? v : { status: 0, message: '' };
+      return v.status ? v : { status: 0, message: '', who: v.key ? `key:${v.key.name}` : undefined };
     },
   });
 

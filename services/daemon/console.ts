@@ -6,12 +6,25 @@ import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import { domainInfo, domainState, NAME_PATTERN, openConsole, Virsh } from '../../shared/libvirt';
+import { ApiError } from '../../shared/errors';
+import { spawnSlots } from '../../shared/limits';
+import { refuseUpgrade } from './ws';
 
 const send = (ws: WebSocket, m: Record<string, unknown>) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(m)); };
 
 export function consoleEndpoints(v: Virsh) {
   const wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
-  const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req));
+  // Each session is a `virsh console` process: a slot per session (per caller and in all), held until the socket
+  // closes, whatever ends it.
+  const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    let release: () => void;
+    try { release = spawnSlots.console.take(); } catch (e) {
+      const err = e as ApiError;
+      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as any)?.retryAfter);
+    }
+    socket.once('close', release);
+    wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req));
+  };
   async function bridge(ws: WebSocket, req: http.IncomingMessage) {
     const name = new URL(req.url || '/', 'http://x').searchParams.get('name') || '';
     if (!NAME_PATTERN.test(name)) { send(ws, { type: 'error', error: 'name: give a domain name (?name=...)' }); return ws.close(4400, 'bad name'); }

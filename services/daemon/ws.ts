@@ -15,6 +15,7 @@ import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
 import { ignoreError } from '../../shared/log';
 import { browserRefusal, BrowserRule } from '../../shared/browser';
+import { runAs } from '../../shared/limits';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -24,8 +25,8 @@ export interface WsDeps {
   status: () => Promise<object>;
   firstPage: () => Promise<object>;
   metrics: () => Promise<object>;
-  /** status 401/403 refuses the upgrade with the message; 0 lets it through. */
-  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string }>;
+  /** status 401/403 refuses the upgrade with the message; 0 lets it through, for `who` (the spawn caps' caller). */
+  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string; who?: string }>;
   /** Host and Origin of every upgrade (shared/browser.ts), before anything else. */
   browser: BrowserRule;
   /** Other WebSocket endpoints (the VM console): called after the same authorization. */
@@ -67,7 +68,7 @@ export class WsHub {
       if (!kind && !other) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
         if (v.status) return refuseUpgrade(socket, v.status, v.message);
-        if (other) return other(req, socket, head);
+        if (other) return runAs(v.who || `addr:${req.socket.remoteAddress}`, () => other(req, socket, head));
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));
     });

@@ -12,6 +12,7 @@ import { EventHub } from '../../queue/sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 import { connectQueue } from '../../queue/connect';
+import { RateLimiter } from '../../shared/limits';
 
 
 export async function startGateway(opts: { port?: number; host?: string } = {}) {
@@ -31,7 +32,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, listenHost: host });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, listenHost: host, limiter: new RateLimiter(redis, store.k.prefix) });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
   await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));
