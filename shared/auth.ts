@@ -9,6 +9,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import { CAPABILITY_PATTERN, PRIVILEGED } from './capabilities';
+import { browserRefusal, browserRule } from './browser';
 
 export const ROLES = ['read', 'submit', 'worker', 'admin'] as const;
 export type KeyRole = (typeof ROLES)[number];
@@ -157,12 +158,13 @@ export function mayRunPrivileged(key: Caller | null, executionMode: string | und
 /** Node http servers that are not koa apps (metrics ports): answers 401/403 itself and returns false. */
 export function guardPlain(auth: Auth, req: http.IncomingMessage, res: http.ServerResponse, need: Need,
   envelope: (status: number, message: string, path: string) => unknown): boolean {
-  const v = authorize(auth, req.headers, need);
+  const refused = browserRefusal(browserRule(process.env.FERRY_HOST), req.method || 'GET', req.headers); // the browser rule, as on the APIs
+  const v: { status: number; message?: string } = refused ? { status: refused.status, message: refused.message } : authorize(auth, req.headers, need);
   if (v.status === 0) return true;
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (v.status === 401) headers['www-authenticate'] = 'Bearer';
   res.writeHead(v.status, headers);
-  res.end(JSON.stringify(envelope(v.status, v.message, (req.url || '/').split('?')[0])));
+  res.end(JSON.stringify(envelope(v.status, v.message || '', (req.url || '/').split('?')[0])));
   return false;
 }
 

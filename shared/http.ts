@@ -10,6 +10,8 @@ import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } f
 import { toJsonSchema } from './openapi';
 import { Auth, authorize, Need } from './auth';
 import { config } from './config';
+import { browserRefusal, browserRule } from './browser';
+import { RateLimiter, runAs } from './limits';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
 import type { AuditLog } from './audit';
@@ -226,6 +228,10 @@ export interface AppOptions {
   auth: Auth;
   /** Where requests that change state, and refused ones, are recorded (shared/audit.ts). */
   audit?: AuditLog;
+  /** The address the service listens on: a name the browser rule (shared/browser.ts) accepts in Host. */
+  listenHost?: string;
+  /** Requests per caller, shared across replicas (shared/limits.ts); none when absent. */
+  limiter?: RateLimiter;
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -241,7 +247,7 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
   ctx.vary('Origin');
   if (allowed) {
     ctx.set('Access-Control-Allow-Origin', origin);
-    ctx.set('Access-Control-Expose-Headers', 'Allow, WWW-Authenticate, Retry-After');
+    ctx.set('Access-Control-Expose-Headers', 'Allow, WWW-Authenticate, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining');
   }
   if (ctx.method !== 'OPTIONS' || !ctx.get('Access-Control-Request-Method')) return false;
   if (!allowed) throw fieldError(403, 'Origin', 'not in FERRY_CORS_ORIGINS', `Origin ${origin.slice(0, 256)} is not allowed (FERRY_CORS_ORIGINS)`);
@@ -250,6 +256,21 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
   ctx.set('Access-Control-Max-Age', '600');
   ctx.status = 204;
   return true;
+}
+
+let rateLimitDownLogged = 0;
+/** Counts the request; over the limit a 429 with Retry-After. Redis away: the request passes (availability over
+ *  the limit), logged at most once a minute. */
+async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, log: Logger) {
+  let v;
+  try { v = await limiter.hit(who); } catch (e) {
+    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
+    return;
+  }
+  if (!v) return;
+  ctx.set('X-RateLimit-Limit', String(v.limit));
+  ctx.set('X-RateLimit-Remaining', String(v.remaining));
+  if (!v.allowed) throw new ApiError(429, `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
 }
 
 /** A koa app with error handling, body parsing and metrics in front of `api`. */
@@ -263,11 +284,14 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     opts.log.error('response failed', { error: String(err?.message || err) });
   });
   const origins = config.corsOrigins;
+  const browsers = browserRule(opts.listenHost);
   app.use(async (ctx, next) => {
     const started = process.hrtime.bigint();
     const startedMs = Date.now();
     let reason: string | undefined;
     try {
+      const refused = browserRefusal(browsers, ctx.method, ctx.req.headers);
+      if (refused) throw refused;
       if (cors(ctx, origins)) return;
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);
@@ -281,6 +305,8 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
       const allow = (err?.details as any)?.allow;
       if (status === 405 && allow) ctx.set('Allow', allow);
+      const retryAfter = (err?.details as any)?.retryAfter;
+      if (retryAfter) ctx.set('Retry-After', String(retryAfter));
     } finally {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
@@ -300,7 +326,10 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       }
       ctx.state.apiKey = v.key;
     }
-    return next();
+    const who = ctx.state.apiKey ? `key:${ctx.state.apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
+    if (opts.limiter && !(ctx.method === 'GET' && /^\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
+    // Spawn caps (shared/limits.ts) count what this request starts against its caller.
+    return runAs(who, next);
   });
   // The one body reader: YAML for the routes that take it, JSON for the rest, both within the budgets of
   // shared/body-budget.ts (size 413, values, depth, aliases 400, each naming `body`); bodyParser only gives the

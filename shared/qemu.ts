@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import { open, readFile, stat } from 'node:fs/promises';
 import { OperationError } from './errors';
 import { ignoreError } from './log';
+import { spawnSlots } from './limits';
 
 export const QEMU_IMG = process.env.QEMU_IMG || 'qemu-img';
 
@@ -30,7 +31,7 @@ export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; t
 /** `qemu-img info --output=json`; with `format` the image is opened as that format (fails if it is not). */
 export async function imageInfo(path: string, format?: string, backingChain = false): Promise<ImageInfo> {
   const args = ['info', '--output=json', ...(format ? ['-f', format] : []), ...(backingChain ? ['--backing-chain'] : []), path];
-  const r = await run(QEMU_IMG, args);
+  const r = await spawnSlots.probe.run(() => run(QEMU_IMG, args)); // capped per caller when a request asks
   if (r.code !== 0) throw new OperationError(`qemu-img info ${path}: ${r.stderr.trim() || 'failed'}`, false);
   const parsed = JSON.parse(r.stdout);
   return Array.isArray(parsed) ? parsed[0] : parsed;

@@ -31,6 +31,8 @@ import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog, auditRoute } from '../../shared/audit';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
+import { RateLimiter } from '../../shared/limits';
+import { browserRule } from '../../shared/browser';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -109,7 +111,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   // The audit log of both APIs (the gateway writes the same one); read here only, by admin keys.
   const audit = new AuditLog(redis, store.k.prefix, log, 'daemon');
   api.add(auditRoute(audit, daemonErrorSchema));
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit, listenHost: host, limiter: new RateLimiter(redis, store.k.prefix) });
   const mounts: StaticMount[] = [];
   const mountStatic = (prefix: string, dir: string) => {
     const p = prefix.replace(/\/+$/, '');
@@ -143,6 +145,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     },
     // A browser's ?ticket= (from POST /ws/ticket), else the key headers; a key in the URL is refused.
     others: consoleEndpoints(virsh),
+    browser: browserRule(host),
     authorize: async (req) => {
       const q = new URL(req.url || '/', 'http://x').searchParams;
       if (q.has('api_key')) return { status: 401, message: 'API keys are not accepted in URLs; send X-API-Key or Authorization: Bearer, or get a ticket from POST /ws/ticket' };
@@ -150,10 +153,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       if (ticket !== null) {
         if (!cfg.keys.enabled) return { status: 0, message: '', caller: null };
         const t = await redeemTicket(redis, store.k.prefix, ticket);
-        return t?.name && t.role ? { status: 0, message: '', caller: { name: t.name, role: t.role } } : { status: 401, message: 'the ticket is unknown, used or expired' };
+        return t?.name && t.role ? { status: 0, message: '', caller: { name: t.name, role: t.role }, who: `key:${t.name}` } : { status: 401, message: 'the ticket is unknown, used or expired' };
       }
       const v = authorize(cfg.keys, req.headers, 'read');
-      return v.status ? v : { status: 0, message: '', caller: v.key && { name: v.key.name, role: v.key.role } };
+      return v.status ? v : { status: 0, message: '', caller: v.key && { name: v.key.name, role: v.key.role }, who: v.key ? `key:${v.key.name}` : undefined };
     },
   });
 

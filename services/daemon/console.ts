@@ -12,6 +12,9 @@ import { WebSocketServer, WebSocket } from 'ws';
 import { Caller, grantsRole, KeyRole } from '../../shared/auth';
 import { domainInfo, domainState, NAME_PATTERN, openConsole, Virsh } from '../../shared/libvirt';
 import type { ConsoleSession } from '../../shared/libvirt/console';
+import { ApiError } from '../../shared/errors';
+import { spawnSlots } from '../../shared/limits';
+import { refuseUpgrade } from './ws';
 
 /** What each console action needs, declared once (listed in docs/security.md's role table). */
 export const CONSOLE_ROLES: Record<'view' | 'input' | 'force', KeyRole> = { view: 'read', input: 'admin', force: 'admin' };
@@ -114,6 +117,16 @@ export function consoleEndpoints(v: Virsh) {
       refuse(ws, 4000, (e as Error).message);
     }
   }
-  const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: ConsoleCaller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller));
+  // Each connection may start a `virsh console` process: a slot per connection (per caller and in all), held until
+  // the socket closes, whatever ends it.
+  const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: ConsoleCaller) => {
+    let release: () => void;
+    try { release = spawnSlots.console.take(); } catch (e) {
+      const err = e as ApiError;
+      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as any)?.retryAfter);
+    }
+    socket.once('close', release);
+    wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller));
+  };
   return { '/virt/console': handle, '/api/v1/virt/console': handle };
 }

@@ -15,6 +15,8 @@ import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
 import { ignoreError } from '../../shared/log';
 import type { Caller } from '../../shared/auth';
+import { browserRefusal, BrowserRule } from '../../shared/browser';
+import { runAs } from '../../shared/limits';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -24,14 +26,26 @@ export interface WsDeps {
   status: () => Promise<object>;
   firstPage: () => Promise<object>;
   metrics: () => Promise<object>;
-  /** status 401/403 refuses the upgrade with the message; 0 lets it through, with the caller (null: auth off). */
-  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string; caller?: Caller | null }>;
+  /** status 401/403 refuses the upgrade with the message; 0 lets it through, with the caller (null: auth off) and
+   *  `who` (the spawn caps' caller). */
+  authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string; caller?: Caller | null; who?: string }>;
+  /** Host and Origin of every upgrade (shared/browser.ts), before anything else. */
+  browser: BrowserRule;
   /** Other WebSocket endpoints (the VM console): called after the same authorization, with its caller. */
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | null) => void>;
 }
 
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
 const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
+
+const REASONS: Record<number, string> = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 421: 'Misdirected Request', 429: 'Too Many Requests', 503: 'Service Unavailable' };
+
+/** Answers an upgrade with an HTTP error in the daemon's envelope and closes the socket. */
+export function refuseUpgrade(socket: Duplex, code: number, text: string, retryAfter?: number) {
+  const body = JSON.stringify(daemonEnvelope(code, text));
+  const extra = (code === 401 ? 'WWW-Authenticate: Bearer\r\n' : '') + (retryAfter ? `Retry-After: ${retryAfter}\r\n` : '');
+  socket.end(`HTTP/1.1 ${code} ${REASONS[code] || 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${extra}\r\n${body}`);
+}
 
 export class WsHub {
   private wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
@@ -51,12 +65,14 @@ export class WsHub {
       const path = (req.url || '/').split('?')[0].replace(/\/+$/, '');
       const kind = PATHS[path];
       const other = this.d.others?.[path];
-      if (!kind && !other) return this.refuse(socket, 404, `no WebSocket endpoint at ${path}`);
+      const refused = browserRefusal(this.d.browser, 'GET', req.headers, true);
+      if (refused) return refuseUpgrade(socket, refused.status, refused.message);
+      if (!kind && !other) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
-        if (v.status) return this.refuse(socket, v.status, v.message);
-        if (other) return other(req, socket, head, v.caller ?? null);
+        if (v.status) return refuseUpgrade(socket, v.status, v.message);
+        if (other) return runAs(v.who || `addr:${req.socket.remoteAddress}`, () => other(req, socket, head, v.caller ?? null));
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
-      }, () => this.refuse(socket, 503, 'storage unavailable, retry'));
+      }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on('events', (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
@@ -64,12 +80,6 @@ export class WsHub {
     this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick that could not read Redis: the next tick sends fresh figures')), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();
-  }
-
-  private refuse(socket: Duplex, code: number, text: string) {
-    const body = JSON.stringify(daemonEnvelope(code, text));
-    const reason = code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : code === 503 ? 'Service Unavailable' : 'Not Found';
-    socket.end(`HTTP/1.1 ${code} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${code === 401 ? 'WWW-Authenticate: Bearer\r\n' : ''}\r\n${body}`);
   }
 
   private connected(ws: WebSocket, kind: Client['kind']) {

@@ -13,6 +13,7 @@ import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
+import { RateLimiter } from '../../shared/limits';
 
 
 export async function startGateway(opts: { port?: number; host?: string } = {}) {
@@ -34,7 +35,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
   // Writes the audit log (shared/audit.ts); operators read it on the daemon's GET /audit (docs/security.md).
   const audit = new AuditLog(redis, store.k.prefix, log, 'gateway');
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit, listenHost: host, limiter: new RateLimiter(redis, store.k.prefix) });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
   await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the sweep below tries again', { error: (e as Error).message }));

@@ -5,6 +5,7 @@
 import { execFile } from 'node:child_process';
 import { ApiError } from '../errors';
 import { SessionEnded, sessionSafe, virshSession } from './virsh-session';
+import { spawnSlots } from '../limits';
 
 export const DEFAULT_URI = 'qemu:///system';
 
@@ -67,12 +68,13 @@ export class Virsh {
   private async onSession(args: string[], opts: RunOptions): Promise<string> {
     const session = virshSession(this.uri);
     let r;
+    const release = spawnSlots.libvirt.take(); // a request's calls are capped even when no process is spawned
     try {
       r = await session.run(args, opts.timeoutMs ?? 600_000);
     } catch (e) {
       if (e instanceof SessionEnded) throw mapLibvirtError(e.message, this.uri);
       throw new LibvirtError(500, `virsh ${args[0]}: ${(e as Error).message}`, (e as Error).message);
-    }
+    } finally { release(); }
     if (!r.failed) return r.stdout;
     const err = mapLibvirtError(r.stderr, this.uri);
     if (err.status === 503) session.close(); // the connection is gone: the next command connects anew
@@ -87,7 +89,7 @@ export class Virsh {
 
 /** Runs a libvirt-side tool (virsh, virt-clone, virt-sysprep, virt-customize) with an argument array. */
 export function runTool(cmd: string, args: string[], uri: string, opts: RunOptions & { env?: NodeJS.ProcessEnv } = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
+  return spawnSlots.libvirt.run(() => new Promise((resolve, reject) => {
     const child = execFile(cmd, args, { maxBuffer: 256 * 1024 * 1024, timeout: opts.timeoutMs ?? 600_000, env: opts.env ?? process.env }, (err, stdout, stderr) => {
       if (!err) return resolve(stdout);
       if ((err as any).code === 'ENOENT') return reject(new LibvirtError(500, `${cmd} is not installed`, `${cmd}: not found`));
@@ -95,6 +97,6 @@ export function runTool(cmd: string, args: string[], uri: string, opts: RunOptio
       reject(mapLibvirtError(String(stderr || err.message), uri));
     });
     if (opts.input !== undefined) child.stdin!.end(opts.input); else child.stdin?.end();
-  });
+  }));
 }
 

@@ -43,3 +43,21 @@ export function postOversized(base: string, path: string, type: string, how: 'de
     rq.write(how === 'declared' ? '{"a": ' : '"' + 'x'.repeat(limit + 64 * 1024));
   });
 }
+
+/** One request with exactly these headers (node http: Host, Origin and Sec-Fetch-* as a browser or an attacker
+ *  would send them, which fetch does not allow). */
+export function rawReq(base: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string; headers: http.IncomingHttpHeaders }> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const rq = http.request({ host: u.hostname, port: u.port, method, path, headers, timeout: 15000 }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode || 0, text, headers: res.headers }));
+      res.on('error', reject);
+    });
+    rq.on('timeout', () => rq.destroy(new Error(`no answer within 15 s to ${method} ${path}`)));
+    rq.on('error', reject);
+    rq.end(body);
+  });
+}

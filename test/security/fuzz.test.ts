@@ -3,9 +3,12 @@
 // the static trees, against the real services as processes on a real Redis, with auth off and on (FERRY_API_KEYS;
 // requests with and without the key). Malformed and oversized bodies (JSON, YAML, text), the route's own fields
 // with hostile values, odd content types and encodings, hostile headers (Last-Event-ID beyond 64 bits,
-// Authorization), path parameters with bad percent escapes and traversal, junk query values. While Redis is up
+// Authorization), hostile YAML (alias bombs, deep nesting, huge scalars), Host and Origin headers a rebinding or
+// cross-site page would send, path parameters with bad percent escapes and traversal, junk query values. While Redis is up
 // no answer may be >= 500, an SSE stream may not start with an `error` event, and a 400 that blames fields must
-// name each of them in its message. The seed is printed; replay a failure with FUZZ_SEED=<seed> (and FUZZ_PATH).
+// name each of them in its message. A second property sends only hostile bodies and checks that no service's event
+// loop paused over 50 ms (its own monitorEventLoopDelay, read from /metrics). The seed is printed; replay a failure
+// with FUZZ_SEED=<seed> (and FUZZ_PATH).
 import { expect } from 'chai';
 import http from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +19,7 @@ import yaml from 'js-yaml';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import { loopLagMaxMs } from '../helpers/loop';
 
 const KEY = 'fuzz-test-api-key-0123456789abcdef';
 const RUNS = Number(process.env.FUZZ_RUNS || 700);
@@ -107,6 +111,20 @@ function arbQuery(route: Route): fc.Arbitrary<string> {
   return fc.option(fc.array(fc.tuple(key, val), { maxLength: 4 }).map((kv) => '?' + kv.map(([k, v]) => `${k}=${v}`).join('&')), { nil: '' });
 }
 
+/** YAML that costs a naive parser or walker dearly: alias bombs (levels x fan-out), nesting thousands deep (flow
+ *  and block), huge scalars, self-referencing anchors. */
+const arbHostileYaml: fc.Arbitrary<string> = fc.oneof(
+  fc.tuple(fc.integer({ min: 2, max: 9 }), fc.integer({ min: 2, max: 12 })).map(([levels, fan]) => {
+    let y = 'a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n';
+    for (let i = 1; i <= levels; i++) y += `a${i}: &a${i} [${Array(fan).fill(`*a${i - 1}`).join(', ')}]\n`;
+    return y;
+  }),
+  fc.integer({ min: 50, max: 20000 }).map((n) => 'a: ' + '['.repeat(n) + ']'.repeat(n)),
+  fc.integer({ min: 50, max: 2000 }).map((n) => Array.from({ length: n }, (_, i) => ' '.repeat(i) + 'k:').join('\n') + ' x'),
+  fc.constantFrom(60_000, 70_000, 3 * 1024 * 1024).map((n) => 'status: "' + 'x'.repeat(n) + '"'),
+  fc.constantFrom('a: &a [*a]', 'a: &x {b: *x, c: [*x, *x]}', '<<: *nope', 'a: &a {<<: *a}'),
+);
+
 function arbBody(route: Route): fc.Arbitrary<{ type?: string; body?: Buffer; encoding?: string }> {
   const value = fc.oneof(fc.constantFrom(...NASTY_VALUES), fc.jsonValue({ maxDepth: 3 }));
   const ownFields = fc.dictionary(fc.constantFrom(...route.bodyKeys, 'unknown_field', 'job_id', 'jobs'), value, { maxKeys: 6 });
@@ -118,17 +136,24 @@ function arbBody(route: Route): fc.Arbitrary<{ type?: string; body?: Buffer; enc
     { weight: 1, arbitrary: ownFields.map((o) => ({ type: 'application/x-yaml', body: Buffer.from(yaml.dump(o, { skipInvalid: true })) })) },
     { weight: 1, arbitrary: fc.constantFrom('a: &a [*a]', 'a: !!js/function "x"', ': :', '- - -\n  : x', 'a: &x {b: *x}', '%YAML 9.9\n---\n{}', 'x: [1, 2').map((t) => ({ type: 'text/yaml', body: Buffer.from(t) })) },
     { weight: 1, arbitrary: fc.constant({ type: 'application/json', body: Buffer.alloc(3 * 1024 * 1024, 0x20) }) },
+    { weight: 1, arbitrary: arbHostileYaml.map((t) => ({ type: 'application/x-yaml', body: Buffer.from(t) })) },
     { weight: 1, arbitrary: fc.tuple(fc.constantFrom('text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=utf-32', 'application/json; charset=bogus', 'application/x-www-form-urlencoded', ''), fc.string({ maxLength: 200 })).map(([type, t]) => ({ type, body: Buffer.from(t) })) },
     { weight: 1, arbitrary: fc.constantFrom('gzip', 'deflate', 'br', 'bogus').map((encoding) => ({ type: 'application/json', body: Buffer.from('not compressed'), encoding })) },
     { weight: 1, arbitrary: fc.constant({}) },
   );
 }
 
+/** Undefined most of the time (so most requests still reach the handlers), else one of `a`. */
+const rarely = (a: fc.Arbitrary<string>) => fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: a });
+
 const arbHeaders = (auth: boolean) => fc.record({
   lastEventId: fc.option(fc.constantFrom(...LAST_EVENT_IDS), { nil: undefined }),
   key: fc.constantFrom<string | undefined>(...(auth ? [KEY, KEY, undefined, 'wrong-key', ''] : [undefined, 'any-key'])),
   keyHow: fc.constantFrom('x-api-key', 'bearer', 'basic'),
   accept: fc.constantFrom('application/json', 'text/event-stream', '*/*', 'text/html', 'bogus'),
+  host: rarely(fc.constantFrom('localhost', 'rebind.evil.example', 'evil.example:80', '127.0.0.1:1', '[::1]', '[::1', '', 'x'.repeat(300), 'localhost.', 'a.localhost', '999.1.1.1')),
+  origin: rarely(fc.constantFrom('http://evil.example', 'null', 'garbage', 'http://localhost', 'file://', 'http://[::1')),
+  fetchSite: rarely(fc.constantFrom('cross-site', 'same-site', 'same-origin', 'none', 'bogus')),
 });
 
 function check(sent: Sent, got: Got) {
@@ -209,6 +234,9 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
     await fc.assert(fc.asyncProperty(arb, async ({ t: ti, method, path: p, body, h }) => {
       const t = targets[ti];
       const headers: Record<string, string> = { accept: h.accept };
+      if (h.host !== undefined) headers.host = h.host;
+      if (h.origin !== undefined) headers.origin = h.origin;
+      if (h.fetchSite !== undefined) headers['sec-fetch-site'] = h.fetchSite;
       if (h.lastEventId !== undefined) headers['last-event-id'] = h.lastEventId;
       if (h.key !== undefined) {
         if (h.keyHow === 'x-api-key') headers['x-api-key'] = h.key;
@@ -226,6 +254,37 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
     // The run reached the handlers, not only the front door.
     expect(counts['2xx'] || 0).to.be.above(RUNS / 20);
     expect(counts['4xx'] || 0).to.be.above(RUNS / 5);
+  });
+
+  it('hostile bodies (YAML alias bombs, deep nesting, huge scalars; JSON of many values) never pause an event loop over 50 ms', async () => {
+    const seed = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() ^ (Math.random() * 0x7fffffff);
+    const runs = Number(process.env.FUZZ_BODY_RUNS || 40);
+    console.log(`      fast-check seed ${seed} (replay: FUZZ_SEED=${seed}), ${runs} hostile bodies`);
+    const posts = targets.map((t) => t.routes.filter((r) => r.method === 'POST' && !r.path.includes('{') && (t.name.startsWith('daemon') || r.path === '/migrationjobs')));
+    const jsonBomb = fc.oneof(
+      fc.integer({ min: 1000, max: 500_000 }).map((n) => '[' + Array(n).fill('0').join(',') + ']'),
+      fc.integer({ min: 100, max: 300_000 }).map((n) => '['.repeat(n) + ']'.repeat(n)),
+      fc.integer({ min: 1000, max: 2_000_000 }).map((n) => JSON.stringify({ status: 'x'.repeat(n) })),
+    );
+    const arb = fc.record({
+      t: fc.nat(targets.length - 1),
+      r: fc.nat(1000),
+      body: fc.oneof(arbHostileYaml.map((b) => ({ type: 'application/x-yaml', b })), jsonBomb.map((b) => ({ type: 'application/json', b }))),
+    });
+    await fc.assert(fc.asyncProperty(arb, async ({ t: ti, r, body }) => {
+      const t = targets[ti];
+      const route = posts[ti][r % posts[ti].length];
+      const auth: Record<string, string> = t.auth ? { 'x-api-key': KEY } : {};
+      const sent: Sent = { method: 'POST', path: route.path, headers: { 'content-type': body.type, ...auth }, body: Buffer.from(body.b) };
+      // The machine is shared: the calmest of three tries counts; a handler that blocks does so every time.
+      let lag = Infinity;
+      for (let i = 0; i < 3 && lag >= 50; i++) {
+        await loopLagMaxMs(t.base, auth);
+        check(sent, await send(t.base, sent));
+        lag = Math.min(lag, await loopLagMaxMs(t.base, auth));
+      }
+      expect(lag, `${t.name} POST ${route.path} ${body.type} ${body.b.length} bytes: event-loop pause (ms)`).to.be.below(50);
+    }), { seed, numRuns: runs, endOnFailure: true });
   });
 
   it('the known cases: a bad % escape under /web/dashboard/, a body nested thousands deep, Last-Event-ID and after_id beyond 64 bits', async () => {
