@@ -11,6 +11,7 @@ import { isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
+import { checkSubmittedImages } from '../shared/image-confine';
 import { ApiKey, mayRunPrivileged } from '../shared/auth';
 import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
@@ -67,6 +68,7 @@ export class Lifecycle {
       throw fieldError(403, 'requirements.execution_mode', 'needs an admin key', `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`);
     }
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
+    await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];
