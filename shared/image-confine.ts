@@ -34,7 +34,7 @@ async function checkRef(from: string, ref: ImageRef, roots: Roots): Promise<stri
   const real = await fs.realpath(named).catch(() => null);
   if (!real) throw new ImageRefused(`${what} does not exist (${named})`);
   const r = await refusal({ field: ref.kind, path: real, kind: 'input' }, roots, { mustExist: true });
-  if (r.reason) throw new ImageRefused(`${what} is refused: ${r.reason}`);
+  if (r.reason) throw new ImageRefused(`${what}${real !== named ? ` resolves to ${real}, which` : ''} is refused: ${r.reason}`);
   return named;
 }
 
