@@ -44,7 +44,7 @@ export async function confineImage(file: string, format: string | undefined, roo
   const references: string[] = [];
   const seen = new Set<string>();
   type Step = { file: string; format?: string; what: string };
-  let cur: Step | undefined = { file, format: format && qemuFormat(format), what: 'the image' };
+  let cur: Step | undefined = { file, format: format && qemuFormat(format), what: 'the request names it' };
   while (cur) {
     if (layers.length >= MAX_CHAIN) throw new ImageRefused(`${file}: its chain is longer than ${MAX_CHAIN} images`);
     const real = await fs.realpath(cur.file);
@@ -52,7 +52,7 @@ export async function confineImage(file: string, format: string | undefined, roo
     seen.add(real);
     const got = await inspectImage(cur.file);
     if (got.problem) throw new ImageRefused(`${cur.file}: ${got.problem}`);
-    if (cur.format && cur.format !== got.format) throw new ImageRefused(`${cur.file} is ${got.format}, not ${cur.format} as ${cur.what} says`);
+    if (cur.format && cur.format !== got.format) throw new ImageRefused(`${cur.file} is ${got.format}, not ${cur.format} as ${cur.what}`);
     if (!OPENED_FORMATS.includes(got.format)) throw new ImageRefused(`${cur.file} is ${got.format}, a format Ferry does not open`);
     if ((got.format === 'vpc' || got.format === 'vhdx') && got.refs.length) {
       // qemu cannot open differencing VHD/VHDX; the names are still checked first, so the refusal says the worst.
@@ -66,7 +66,7 @@ export async function confineImage(file: string, format: string | undefined, roo
       references.push(named);
       if (!ref.image) continue;
       if (!ref.format) throw new ImageRefused(`${cur.file}: its ${ref.kind} "${ref.name}" has no recorded format, so qemu would probe it; recreate the image with its backing format (qemu-img rebase -u -F <format>)`);
-      next = { file: named, format: qemuFormat(ref.format), what: `the ${ref.kind} format recorded in ${cur.file}` };
+      next = { file: named, format: qemuFormat(ref.format), what: `the ${ref.kind} format recorded in ${cur.file} says` };
     }
     cur = next;
   }
