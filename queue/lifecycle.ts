@@ -12,6 +12,7 @@ import { jobWaitSeconds } from '../shared/metrics';
 import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
 import { Caller, mayRunPrivileged } from '../shared/auth';
+import { checkSubmittedImages } from '../shared/image-confine';
 import { seal, unseal } from '../shared/sensitive';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
@@ -80,6 +81,7 @@ export class Lifecycle {
     const req = requirementsOf(spec);
     checkCaller(spec, opts.caller ?? null);
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
+    await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];

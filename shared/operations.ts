@@ -6,6 +6,7 @@ import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
 import type { JobPath } from './roots';
+import type { JobImage } from './image-confine';
 import { POWER_OPTIONS } from './vsphere/options';
 
 /** virt_test: one boot of the outputs, its serial console judged (shared/converter/boot-judge.ts). */
@@ -25,6 +26,8 @@ export interface OperationDef {
   capabilitiesFor?: (parameters: any) => string[];
   /** Every file or directory the job names, checked against the storage roots (shared/roots.ts). */
   paths?: (spec: { job_id: string; image?: { path: string }; parameters: any }) => JobPath[];
+  /** The input images among them, whose headers and references are checked too (shared/image-confine.ts). */
+  images?: (spec: { image?: { path: string; format: string }; parameters: any }) => JobImage[];
 }
 
 /** The paths of a migrate job: each disk's source, the output directory and the report. */
@@ -95,6 +98,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
       virt_uri: Joi.string().max(1024).description('target libvirt URI (default FERRY_LIBVIRT_URI), qemu+ssh:// for another host'),
     }),
     paths: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
+    // Copied into a pool, a reference would resolve against the pool's folder: imported disks reference nothing.
+    images: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, format: d.format, selfContained: true })),
     description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
   },
   migrate: {
@@ -116,6 +121,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
     paths: migratePaths,
+    images: (spec) => (spec.parameters.manifest?.disks || []).map((d: any, i: number) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, format: d.source_format })),
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
   },
   convert: {
@@ -128,6 +134,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
         ? { field: 'parameters.output_path', path: spec.parameters.output_path, kind: 'output' }
         : { field: 'parameters.output_dir', path: spec.parameters.output_dir, kind: 'output_dir' },
     ],
+    images: (spec) => [{ field: 'image.path', path: spec.image!.path, format: spec.image!.format }],
     description: 'qemu-img convert of image.path into parameters.output_format',
   },
   noop: {

@@ -28,9 +28,10 @@ export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; t
   });
 }
 
-/** `qemu-img info --output=json`; with `format` the image is opened as that format (fails if it is not). */
-export async function imageInfo(path: string, format?: string, backingChain = false): Promise<ImageInfo> {
-  const args = ['info', '--output=json', ...(format ? ['-f', format] : []), ...(backingChain ? ['--backing-chain'] : []), path];
+/** `qemu-img info --output=json`, the image opened as `format` (fails if it is not): always given, from the
+ *  request or the header Ferry read (shared/image-format.ts), so qemu-img never probes. */
+export async function imageInfo(path: string, format: string, backingChain = false): Promise<ImageInfo> {
+  const args = ['info', '--output=json', '-f', format, ...(backingChain ? ['--backing-chain'] : []), path];
   const r = await spawnSlots.probe.run(() => run(QEMU_IMG, args)); // capped per caller when a request asks
   if (r.code !== 0) throw new OperationError(`qemu-img info ${path}: ${r.stderr.trim() || 'failed'}`, false);
   const parsed = JSON.parse(r.stdout);

@@ -6,6 +6,7 @@
 import { promises as fs, appendFileSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
+import { inspectImage } from '../../shared/image-format';
 import { imageInfo } from '../../shared/qemu';
 import { ConfigError, ConverterConfig, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
@@ -46,8 +47,11 @@ function output(stream: NodeJS.WriteStream, logFile?: string): Out {
 /** One migration's settings (config keys, then the batch entry's overrides) as a manifest. */
 export async function manifestFromSettings(s: Record<string, any>, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
   const src = path.resolve(baseDir, s.vmdk);
-  const info = await imageInfo(src).catch((e) => { throw new ConfigError(`vmdk: ${e.message}`, [{ path: 'vmdk', message: e.message }]); });
-  const fmt = FORMAT_BY_EXT[path.extname(src).toLowerCase()] || info.format;
+  // The format from the header, read by Ferry: qemu-img is told it, never left to probe (docs/security.md).
+  const bad = (e: Error) => { throw new ConfigError(`vmdk: ${e.message}`, [{ path: 'vmdk', message: e.message }]); };
+  const header = await inspectImage(src).catch(bad);
+  const info = await imageInfo(src, header.format).catch(bad);
+  const fmt = FORMAT_BY_EXT[path.extname(src).toLowerCase()] || (header.format === 'vpc' ? 'vhd' : header.format);
   const stem = String(s.to_output).replace(/\.[^.]+$/, '');
   const warnings = [...extraWarnings];
   // With every guest change switched off there is nothing to open the guest for: no appliance is launched (and

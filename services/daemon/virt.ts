@@ -10,7 +10,7 @@ import { ApiError } from '../../shared/errors';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
-import { imageInfo } from '../../shared/qemu';
+import { confineRequestImage } from '../../shared/image-confine';
 
 const ok = (message: string, data: unknown) => ({ status: 'success', message, data, timestamp: new Date().toISOString() });
 const errs = { 400: { description: 'invalid input (names the field)', schema: daemonErrorSchema }, 404: { description: 'unknown domain, network, pool or volume', schema: daemonErrorSchema },
@@ -118,17 +118,17 @@ export function registerVirt({ api, virsh: v, submitConvert }: VirtDeps) {
   // Conversion and import
   add('post', 'admin', '/import/kvm', 'Import a disk image: a volume in the pool and a domain with virtio disk and NIC, serial console, BIOS or UEFI', { body: S.importKvmBody, created: true }, async ({ body }) => {
     const image = await L.confinePath(body.image_path, 'input', 'image_path');
-    const r = await L.importDisk(v, { disks: [{ path: image }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], pool: body.pool, firmware: body.firmware });
+    // Copied into the pool, a reference would resolve against the pool's folder: the disk must reference nothing.
+    const { format } = await confineRequestImage({ field: 'image_path', path: image, selfContained: true });
+    const r = await L.importDisk(v, { disks: [{ path: image, format }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], pool: body.pool, firmware: body.firmware });
     return [`domain ${r.domain} imported`, r];
   });
   add('post', 'submit', '/convert/vm', 'Convert a disk image as a convert job; answers at once with the job id (GET /jobs/{job_id} to follow it)', { body: S.convertVmBody }, async ({ body }) => {
     const src = await L.confinePath(body.source_path, 'input', 'source_path');
     const dest = await L.confinePath(body.dest_path, 'output', 'dest_path');
-    let format = body.source_format;
-    if (!format) {
-      try { format = (await imageInfo(src)).format; } catch (e) { throw new ApiError(400, `source_path: ${(e as Error).message}`); }
-      if (format === 'vpc') format = 'vhd';
-    }
+    // The header says the format (a source_format given must match it) and what it references; no tool probes.
+    const header = await confineRequestImage({ field: 'source_path', path: src, format: body.source_format });
+    const format = body.source_format || (header.format === 'vpc' ? 'vhd' : header.format);
     const job = await submitConvert({
       operation: 'convert', image: { path: src, format },
       parameters: { output_format: body.format, compress: body.compression === 'zlib', output_path: dest, overwrite: body.overwrite },

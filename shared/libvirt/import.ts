@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
 import { imageInfo } from '../qemu';
+import { inspectImage, qemuFormat } from '../image-format';
 import { outputExtension } from '../schemas/common';
 import { kvmUsable } from '../guestfs-env';
 import { ApiError, fieldError } from '../errors';
@@ -103,9 +104,11 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
     // The checks are independent round trips: run together, they cost one.
     const [exists, infos, target, nics, type] = await Promise.all([
       domainExists(v, s.name),
-      Promise.all(s.disks.map((d, i) => imageInfo(d.path, d.format).catch((e: Error) => {
-        throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
-      }))),
+      // The format given, else the header's (read by Ferry): qemu-img never probes.
+      Promise.all(s.disks.map((d, i) => (d.format ? Promise.resolve(qemuFormat(d.format)) : inspectImage(d.path).then((h) => h.format))
+        .then((fmt) => imageInfo(d.path, fmt)).catch((e: Error) => {
+          throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
+        }))),
       targetP,
       Promise.all(s.networks.map(async (n, i) => ({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n, mac: macOf(s.macs?.[i], i) }))),
       domainType(v),

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { convert, imageInfo, run } from '../qemu';
 import { ApiError, fieldError } from '../errors';
+import { confineRequestImage } from '../image-confine';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
 import { buildXml, parseXml, sizeBytes, text } from './xml';
@@ -88,8 +89,12 @@ export async function wipeVolume(v: Virsh, pool: string, volume: string, algorit
  *  pool, `vol-upload` (libvirt's stream, works over any URI) otherwise. */
 export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; source_path: string; format?: string }) {
   checkName(s.pool, 'pool'); checkName(s.volume, 'volume');
-  const src = await imageInfo(s.source_path).catch((e) => { throw new ApiError(400, `source_path: ${e.message}`); });
-  const format = s.format || src.format;
+  // The header read by Ferry (its references confined, qemu-img told the format); a copy would resolve a
+  // reference against the pool's folder, so an image that references files is only taken to be converted.
+  const confined = await confineRequestImage({ field: 'source_path', path: s.source_path });
+  const format = s.format || confined.format;
+  if (confined.references.length && format === confined.format) throw fieldError(400, 'source_path', `${s.source_path} references ${confined.references[0]}; upload it into another format (format) or convert it first`);
+  const src = await imageInfo(s.source_path, confined.format).catch((e) => { throw new ApiError(400, `source_path: ${e.message}`); });
   let tmp: string | undefined;
   let file = s.source_path;
   try {

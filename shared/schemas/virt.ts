@@ -77,7 +77,7 @@ export const templateDeployBody = Joi.object({
 export const templateExportBody = Joi.object({ template: name, export_path: absolutePath.required(), compress: Joi.boolean().default(false) });
 
 export const convertVmBody = Joi.object({
-  source_path: absolutePath.required(), source_format: Joi.string().valid(...DISK_FORMATS).description('detected with qemu-img info when absent'),
+  source_path: absolutePath.required(), source_format: Joi.string().valid(...DISK_FORMATS).description('must match the image header (read by Ferry); taken from it when absent'),
   dest_path: absolutePath.required(), format: Joi.string().valid(...OUTPUT_FORMATS).default('qcow2'),
   compression: Joi.string().valid('none', 'zlib').default('none').description('zlib: qcow2 compressed clusters (qemu-img convert -c)'),
   overwrite: Joi.boolean().default(false),

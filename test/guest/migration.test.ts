@@ -40,7 +40,7 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
     [v, lv] = await Promise.all([startVcsim(), useLibvirt(), redis.start()]);
     const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
     vmPath = await createVm(m, { name: 'debian12', guestId: 'debian11_64Guest', cpus: 1, memoryMB: 1024, mac: g.mac,
-      disks: [{ file: 'debian12/debian12.vmdk', bytes: (await imageInfo(g.vmdk))['virtual-size'] }] });
+      disks: [{ file: 'debian12/debian12.vmdk', bytes: (await imageInfo(g.vmdk, 'vmdk'))['virtual-size'] }] });
     await upload(v, g.vmdk, 'debian12/debian12.vmdk');
     sourceSha = await sha256File(g.vmdk);
     // The destination's network: isolated (no forwarding on this machine), the target of the VM's "VM Network".

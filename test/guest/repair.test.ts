@@ -91,7 +91,7 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
     const jobId = `guest-${variant}`;
     const manifest = {
       manifest_version: '1.0', source: { provider: 'test', vm_name: `debian-${variant}` },
-      disks: [{ id: 'root', source_format: 'vmdk', bytes: (await imageInfo(g.vmdk))['virtual-size'], local_path: g.vmdk, boot_order_hint: 0, disk_type: 'boot' }],
+      disks: [{ id: 'root', source_format: 'vmdk', bytes: (await imageInfo(g.vmdk, 'vmdk'))['virtual-size'], local_path: g.vmdk, boot_order_hint: 0, disk_type: 'boot' }],
       pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
       output: { directory: jobOut, format: 'qcow2', filename: `${variant}.qcow2` },
     };

@@ -102,14 +102,18 @@ describe('migrate operation as a job', function () {
 
   it('a failing stage fails the job with its reason (not retried); report.json is still written', async () => {
     const out = path.join(dir, 'bad');
-    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-bad', operation: 'migrate', parameters: { manifest: manifest({ out, format: 'qcow2' }) } });
+    // A source_format the header contradicts is refused before any stage (docs/security.md, the image rule).
+    const wrong = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-fmt', operation: 'migrate', parameters: { manifest: manifest({ out, format: 'qcow2' }) } });
+    expect(wrong.status, wrong.text).to.equal(400);
+    expect(wrong.body.error.message).to.contain(`parameters.manifest.disks[0].local_path: ${src} is vmdk, not qcow2`);
+    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-bad', operation: 'migrate', parameters: { manifest: manifest({ out, checksum: `sha256:${'0'.repeat(64)}` }) } });
     expect(sub.status, sub.text).to.equal(201);
     const j = await until(async () => { const x = await job('mig-bad'); return ['FAILED', 'COMPLETED'].includes(x.state) && x; }, 60000, 'mig-bad finished');
     expect(j.state).to.equal('FAILED');
-    expect(j.error).to.contain(`inspect: disk root: source_format is qcow2 but ${src} is vmdk`);
+    expect(j.error).to.contain(`disk root: checksum mismatch: manifest sha256:${'0'.repeat(64)}`);
     expect(j.state_history.filter((h: any) => h.state === 'RUNNING')).to.have.length(1);
     const rep = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
-    expect(rep.summary.stages_failed).to.deep.equal(['inspect']);
+    expect(rep.summary.stages_failed).to.deep.equal(['convert']);
     expect(existsSync(path.join(out, 'root.qcow2'))).to.equal(false);
   });
 

@@ -7,8 +7,10 @@
 // cross-site page would send, path parameters with bad percent escapes and traversal, junk query values. While Redis is up
 // no answer may be >= 500, an SSE stream may not start with an `error` event, and a 400 that blames fields must
 // name each of them in its message. A second property sends only hostile bodies and checks that no service's event
-// loop paused over 50 ms (its own monitorEventLoopDelay, read from /metrics). The seed is printed; replay a failure
-// with FUZZ_SEED=<seed> (and FUZZ_PATH).
+// loop paused over 50 ms (its own monitorEventLoopDelay, read from /metrics).
+// Random image headers (qcow2 with backing names and extensions, VMDK descriptors and sparse headers, VHD footers
+// with parent locators) are written to disk and named by convert jobs, /convert/vm, /import/kvm and
+// /virt/volume/upload: the same rule holds. The seed is printed; replay a failure with FUZZ_SEED=<seed> (and FUZZ_PATH).
 import { expect } from 'chai';
 import http from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,6 +22,7 @@ import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { loopLagMaxMs } from '../helpers/loop';
+import { arbImageFile } from '../helpers/hostile-images';
 
 const KEY = 'fuzz-test-api-key-0123456789abcdef';
 const RUNS = Number(process.env.FUZZ_RUNS || 700);
@@ -285,6 +288,35 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
       }
       expect(lag, `${t.name} POST ${route.path} ${body.type} ${body.b.length} bytes: event-loop pause (ms)`).to.be.below(50);
     }), { seed, numRuns: runs, endOnFailure: true });
+  });
+
+  it('answers requests naming random image headers (qcow2, VMDK, VHD) with references below 500, naming the field', async () => {
+    const seed = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() ^ (Math.random() * 0x7fffffff);
+    const runs = Number(process.env.FUZZ_IMAGE_RUNS || 200);
+    console.log(`      fast-check seed ${seed} (replay: FUZZ_SEED=${seed}), ${runs} image headers`);
+    const imgDir = mkdtempSync(path.join(dir, 'images-'));
+    writeFileSync(path.join(imgDir, 'base.raw'), Buffer.alloc(65536));
+    const formats = ['vmdk', 'qcow2', 'raw', 'vhd', 'vhdx', 'vdi', undefined];
+    const counts: Record<number, number> = {};
+    let n = 0;
+    await fc.assert(fc.asyncProperty(arbImageFile, fc.nat(3), fc.constantFrom(...formats), fc.constantFrom(0, 1), async (bytes, route, format, ti) => {
+      const file = path.join(imgDir, `img-${n++}.${format || 'img'}`);
+      writeFileSync(file, bytes);
+      const g = targets[ti === 0 ? 0 : 2]; const d = targets[ti === 0 ? 1 : 3];
+      const auth: Record<string, string> = { 'content-type': 'application/json', 'x-api-key': KEY };
+      const [base, p, body] = [
+        [g.base, '/jobs', { operation: 'convert', image: { path: file, format: format || 'raw' }, parameters: { output_format: 'raw', output_dir: imgDir } }],
+        [d.base, '/convert/vm', { source_path: file, ...(format ? { source_format: format } : {}), dest_path: `${file}.out`, format: 'raw' }],
+        [d.base, '/import/kvm', { image_path: file, vm_name: `fuzz-${n}` }],
+        [d.base, '/virt/volume/upload', { pool: 'ferry', volume: `fuzz-${n}.img`, source_path: file }],
+      ][route] as [string, string, object];
+      const sent: Sent = { method: 'POST', path: p, headers: auth, body: Buffer.from(JSON.stringify(body)) };
+      const got = await send(base, sent);
+      counts[got.status] = (counts[got.status] || 0) + 1;
+      check(sent, got);
+    }), { seed, numRuns: runs, path: process.env.FUZZ_PATH, endOnFailure: true });
+    console.log(`      answers by status: ${JSON.stringify(counts)}`);
+    expect(counts[400] || 0).to.be.above(runs / 4);
   });
 
   it('the known cases: a bad % escape under /web/dashboard/, a body nested thousands deep, Last-Event-ID and after_id beyond 64 bits', async () => {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { convert as qemuConvert, imageInfo, sha256File } from '../../../shared/qemu';
 import { checkOutputFree, checkRunPath, placeOutput } from '../../../shared/roots';
+import { checkRunImage } from '../../../shared/image-confine';
 import { outputExtension } from '../../../shared/schemas/common';
 import { throttle, type Operation } from './types';
 
@@ -21,7 +22,9 @@ export const convert: Operation = async (ctx) => {
   const named = outputPathOf(spec.job_id, p);
   const outField = p.output_path ? 'parameters.output_path' : 'parameters.output_dir';
   const out = await checkRunPath({ field: outField, path: named, kind: 'output' });
-  const info = await imageInfo(src, spec.image!.format);
+  // Its header and every file it references, read by Ferry; qemu-img then opens it with that format, never probing.
+  const { format: srcFormat } = await checkRunImage({ field: 'image.path', path: src, format: spec.image!.format });
+  const info = await imageInfo(src, srcFormat);
   const total = info['virtual-size'];
   if (out === src) throw new OperationError('the output path is the source image; sources are never modified', false);
   await fs.mkdir(path.dirname(out), { recursive: true });
@@ -32,7 +35,7 @@ export const convert: Operation = async (ctx) => {
   const due = throttle();
   let lastEvent: Promise<void> = Promise.resolve();
   try {
-    await qemuConvert({ src, srcFormat: spec.image!.format, dest: tmp, destFormat: p.output_format, compress: p.compress }, (pct) => {
+    await qemuConvert({ src, srcFormat, dest: tmp, destFormat: p.output_format, compress: p.compress }, (pct) => {
       if (!due(pct)) return;
       lastEvent = ctx.progress('conversion', Math.min(99, Math.floor(pct)), `converted ${pct.toFixed(1)}%`, {
         bytes_processed: Math.round((pct / 100) * total), total_bytes: total,

@@ -2,6 +2,7 @@
 // FERRY_LIBVIRT_URI. The result names the domain and its UUID.
 import { configuredUri, importDisk, Virsh } from '../../../shared/libvirt';
 import { checkRunPath } from '../../../shared/roots';
+import { checkRunImage } from '../../../shared/image-confine';
 import type { Operation } from './types';
 
 export const importKvm: Operation = async (ctx) => {
@@ -9,7 +10,13 @@ export const importKvm: Operation = async (ctx) => {
   const v = new Virsh(p.virt_uri || configuredUri());
   // The disks are read here: checked against this worker's input roots right before.
   const disks = [];
-  for (const [i, d] of (p.disks as { path: string; format?: string }[]).entries()) disks.push({ ...d, path: await checkRunPath({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' }) });
+  for (const [i, d] of (p.disks as { path: string; format?: string }[]).entries()) {
+    const field = `parameters.disks[${i}].path`;
+    const real = await checkRunPath({ field, path: d.path, kind: 'input' });
+    // The header's format goes to qemu-img and libvirt, so neither probes; a disk referencing others is refused.
+    const { format } = await checkRunImage({ field, path: real, format: d.format, selfContained: true });
+    disks.push({ ...d, path: real, format });
+  }
   await ctx.progress('importing', 0, `importing into ${v.uri}`);
   const r = await importDisk(v, {
     disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, pool: p.pool, firmware: p.firmware,

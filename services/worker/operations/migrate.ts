@@ -8,6 +8,7 @@ import type { Manifest } from '../../../shared/schemas/manifest';
 import { outputNames, runPipeline } from '../../../shared/converter/pipeline';
 import { OPERATIONS } from '../../../shared/operations';
 import { checkRunPath } from '../../../shared/roots';
+import { checkRunImage } from '../../../shared/image-confine';
 import { throttle, type Operation } from './types';
 import { dropped } from '../../../shared/log';
 
@@ -17,6 +18,8 @@ export const migrate: Operation = async (ctx) => {
   // The storage roots again, on the real paths, before the pipeline opens anything; it runs on those paths.
   const real = new Map<string, string>();
   for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, await checkRunPath(jp));
+  // Each disk's header and everything it references (an export's delta chain, extents) before any tool opens it.
+  for (const img of OPERATIONS.migrate.images!(ctx.spec)) await checkRunImage({ ...img, path: real.get(img.field)! });
   const m: Manifest = {
     ...p.manifest,
     disks: p.manifest.disks.map((d, i) => ({ ...d, local_path: real.get(`parameters.manifest.disks[${i}].local_path`)! })),

@@ -2,6 +2,7 @@
 // convert verifies it during the same read), and the guest's facts when asked and no repair will gather them.
 import { promises as fs } from 'node:fs';
 import { imageInfo, sha256File } from '../../qemu';
+import { inspectImage } from '../../image-format';
 import { GuestSession } from '../guestfs';
 import { inspectAndMount } from '../guest';
 import type { Run } from './run';
@@ -13,9 +14,11 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
   for (const [i, w] of run.work.entries()) {
     const d = w.disk;
     await fs.access(d.local_path).catch(() => { throw new Error(`disk ${d.id}: ${d.local_path} does not exist or cannot be read`); });
-    const detected = await run.timed('qemu_img_info', () => imageInfo(d.local_path));
+    // The format from the header, read by Ferry: qemu-img is never left to probe (docs/security.md).
+    const header = await inspectImage(d.local_path);
+    if (header.format !== w.sourceFormat) throw new Error(`disk ${d.id}: source_format is ${d.source_format} but ${d.local_path} is ${header.format}`);
+    const detected = await run.timed('qemu_img_info', () => imageInfo(d.local_path, w.sourceFormat));
     const entry: Record<string, unknown> = { disk_id: d.id, detected_format: detected.format, virtual_size: detected['virtual-size'], actual_size: detected['actual-size'] };
-    if (detected.format !== d.source_format) throw new Error(`disk ${d.id}: source_format is ${d.source_format} but ${d.local_path} is ${detected.format}`);
     w.sourceVirtual = detected['virtual-size'];
     if (detected['virtual-size'] !== d.bytes) warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
     if (detected['backing-filename']) {

@@ -4,6 +4,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../errors';
 import { checkOutputFree } from '../../roots';
+import { qemuFormat } from '../../image-format';
 import { outputNames, Run } from './run';
 
 export async function planOutputs(run: Run) {
@@ -16,7 +17,7 @@ export async function planOutputs(run: Run) {
     const overlay = !st.convert?.enabled && !!st.fix?.enabled;
     const final = overlay ? out.replace(/\.[^.]+$/, '') + '.overlay.qcow2' : out;
     run.work.push({
-      disk: d, out: final, tmp: path.join(path.dirname(final), `.${path.basename(final)}.partial`), overlay, sourceFormat: d.source_format, modified: false,
+      disk: d, out: final, tmp: path.join(path.dirname(final), `.${path.basename(final)}.partial`), overlay, sourceFormat: qemuFormat(d.source_format), modified: false,
       artifact: { disk_id: d.id, path: final, format: overlay ? 'qcow2' : m.output.format, boot_order: d.boot_order_hint, source_path: d.local_path, source_format: d.source_format },
     });
   }
