@@ -4,6 +4,7 @@ import { DAEMON_STATUSES } from '../states';
 import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
 import { POWER_OPTIONS } from '../vsphere/options';
+import { virtUriSchema } from '../libvirt/uri';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
 /** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
@@ -51,7 +52,7 @@ export const migrationJobSchema = Joi.object({
   }).required(),
   destination: Joi.object({
     type: Joi.string().max(64).default('kvm').description('default kvm'),
-    virt_uri: Joi.string().max(1024).description('connection URI of the target host, for example qemu:///system'),
+    virt_uri: virtUriSchema.description('connection URI of the target host: FERRY_LIBVIRT_URI (the default) or one of FERRY_LIBVIRT_URIS'),
   }).required(),
   options: Joi.object({
     power_off: powerOff,
