@@ -9,6 +9,7 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { jobUri } from '../../../shared/libvirt/uri';
+import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
@@ -59,7 +60,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   await v.run(['start', '--paused', imported.domain]);
   const boot = await testBootLibvirt(
-    { disks: [], expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    { disks: [], expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
