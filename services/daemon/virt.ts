@@ -10,6 +10,7 @@ import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { imageInfo } from '../../shared/qemu';
+import { adminOnly } from '../../shared/admin-only';
 
 const ok = (message: string, data: unknown) => ({ status: 'success', message, data, timestamp: new Date().toISOString() });
 const errs = { 400: { description: 'invalid input (names the field)', schema: daemonErrorSchema }, 404: { description: 'unknown domain, network, pool or volume', schema: daemonErrorSchema },
@@ -109,8 +110,10 @@ export function registerVirt({ api, virsh: v, submitConvert }: VirtDeps) {
     const t = await L.listTemplates(v);
     return [`${t.length} templates`, { templates: t, total: t.length }];
   });
-  add('post', '/virt/template/export', 'Domain XML and disk images (compress: qcow2 compressed) into export_path/<template>/', { body: S.templateExportBody, created: true }, async ({ body }) =>
-    [`template ${body.template} exported`, await L.exportTemplate(v, body)]);
+  add('post', '/virt/template/export', 'Domain XML and disk images (compress: qcow2 compressed) into export_path/<template>/, files 0600; security_info (admin): with VNC/SPICE passwords', { body: S.templateExportBody, created: true }, async ({ body }, ctx) => {
+    if (body.security_info) adminOnly(ctx.state.apiKey, 'security_info', 'it writes the domain\'s VNC/SPICE passwords into domain.xml');
+    return [`template ${body.template} exported`, await L.exportTemplate(v, body)];
+  });
 
   // Conversion and import
   add('post', '/import/kvm', 'Import a disk image: a volume in the pool and a domain with virtio disk and NIC, serial console, BIOS or UEFI', { body: S.importKvmBody, created: true }, async ({ body }) => {
