@@ -13,6 +13,7 @@ import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
 import { ApiKey, mayRunPrivileged } from '../shared/auth';
 import { seal, unseal } from '../shared/sensitive';
+import { checkInsecure } from '../shared/vsphere/job-credentials';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
@@ -66,6 +67,8 @@ export class Lifecycle {
     if (!mayRunPrivileged(opts.caller ?? null, req)) {
       throw fieldError(403, 'requirements.execution_mode', 'needs an admin key', `requirements.execution_mode ${req.execution_mode} needs an admin key for an operation that does not need device access (${spec.operation})`);
     }
+    const mp = spec.parameters as { manager_url?: string; insecure?: boolean };
+    checkInsecure(opts.caller, mp.manager_url, mp.insecure, 'parameters.insecure');
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;

@@ -6,6 +6,7 @@ import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
 import { virtUriSchema } from './libvirt/uri';
+import { managerUrlSchema } from './schemas/vms';
 import type { JobPath } from './roots';
 import { POWER_OPTIONS } from './vsphere/options';
 
@@ -62,7 +63,7 @@ const convertParameters = Joi.object({
 // (shared/vsphere/job-credentials.ts), so the spec stays free of secrets.
 const managerParameters = {
   vm_path: Joi.string().max(1024).required(),
-  manager_url: Joi.string().max(2048),
+  manager_url: managerUrlSchema,
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),

@@ -5,6 +5,7 @@ import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
 import { POWER_OPTIONS } from '../vsphere/options';
 import { virtUriSchema } from '../libvirt/uri';
+import { managerUrlSchema } from './vms';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
 /** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
@@ -13,7 +14,7 @@ const webhookEvent = Joi.string().max(64).replace(/^(job|schedule)_/, '$1.').val
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
-const managerUrl = Joi.string().uri({ scheme: ['http', 'https'] }).max(2048);
+const managerUrl = managerUrlSchema;
 const name = Joi.string().min(1).max(256);
 const secret = Joi.string().min(1).max(1024);
 const powerOff = Joi.string().valid(...POWER_OPTIONS).default('none')
