@@ -78,7 +78,7 @@ export function configuredInsecure(raw: string | undefined, env: NodeJS.ProcessE
   return d.insecure && (raw === undefined || (!!d.url && same(endpoint(raw), endpoint(d.url))));
 }
 
-const shown = (raw: string) => { const e = endpoint(raw); return e ? `${e.scheme}://${e.host}:${e.port}` : '(not a URL)'; };
+const shown = (raw: string) => { const e = endpoint(raw); return e ? `${e.host}:${e.port}` : '(not a URL)'; };
 
 /** A request's own fields over the environment's defaults; an error naming what is missing or not allowed.
  *  `anyManager`: the command-line tool, whose configuration is its user's own, may name any manager. */
