@@ -14,6 +14,7 @@ import { checkSubmittedPaths } from '../shared/roots';
 import { Caller, mayRunPrivileged } from '../shared/auth';
 import { checkSubmittedImages } from '../shared/image-confine';
 import { seal, unseal } from '../shared/sensitive';
+import { checkInsecure } from '../shared/vsphere/job-credentials';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { Registry } from './registry';
@@ -80,6 +81,8 @@ export class Lifecycle {
   async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null }) {
     const req = requirementsOf(spec);
     checkCaller(spec, opts.caller ?? null);
+    const mp = spec.parameters as { manager_url?: string; insecure?: boolean };
+    checkInsecure(opts.caller, mp.manager_url, mp.insecure, 'parameters.insecure');
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);

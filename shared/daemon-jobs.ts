@@ -7,11 +7,18 @@ import { validate } from './http';
 import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from './schemas/daemon';
 import { jobSpecSchema, JobSpec } from './schemas/job';
 import { managerDefaults } from './vsphere/job-credentials';
-import { managerAllowed } from './vsphere/credentials';
+import { configuredInsecure, getsDefaultCredentials, managerAllowed } from './vsphere/credentials';
 
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
 
 const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+
+/** The environment's username and insecure flag, for the manager a job names (undefined: GOVC_URL's): the
+ *  username only where the default credentials go, insecure only where the operator configured it. */
+function defaultsFor(given: string | undefined, env: ReturnType<typeof managerDefaults>) {
+  const own = given === undefined || getsDefaultCredentials(given);
+  return { username: own ? env.username : undefined, insecure: configuredInsecure(given) };
+}
 
 export function shapeOf(def: any): 'A' | 'B' | 'operation' {
   if (def && typeof def === 'object' && 'operation' in def) return 'operation';
@@ -39,7 +46,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
         remove_cdrom: d.options.remove_cdrom, show_individual_progress: d.options.show_individual_progress,
         power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds,
-        manager_url: d.manager_url ?? env.manager_url, username: d.username ?? env.username, insecure: d.insecure ?? env.insecure,
+        manager_url: d.manager_url ?? env.manager_url, username: d.username ?? defaultsFor(d.manager_url, env).username, insecure: d.insecure ?? defaultsFor(d.manager_url, env).insecure,
         credentials: d.password ? 'job' : env.hasPassword ? 'environment' : 'none',
       }),
     };
@@ -53,8 +60,8 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
       job_id, operation: 'migrate_vm', execution_policy: policy(d.priority),
       parameters: clean({
         vm_path: d.vm_path, name, source_type: d.source.type, datacenter: d.source.datacenter,
-        manager_url: d.source.manager_url ?? env.manager_url, username: d.source.username ?? env.username,
-        insecure: d.source.insecure ?? env.insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
+        manager_url: d.source.manager_url ?? env.manager_url, username: d.source.username ?? defaultsFor(d.source.manager_url, env).username,
+        insecure: d.source.insecure ?? defaultsFor(d.source.manager_url, env).insecure, credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
         conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping, virt_test: d.options.virt_test,
         power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,
@@ -72,6 +79,9 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
   if (typeof given === 'string' && !managerAllowed(given)) {
     const field = [opts.where, shape === 'A' ? 'manager_url' : 'source.manager_url'].filter(Boolean).join('.');
     throw fieldError(400, field, 'not an allowed vSphere manager', `${field}: ${given.replace(/\/\/[^@/]*@/, '//')} is not a vSphere manager this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS)`);
+  }
+  if (typeof given === 'string' && password === undefined && !getsDefaultCredentials(given)) {
+    throw fieldError(400, passwordField!, 'the default credentials do not go to this manager', `${passwordField}: ${given.replace(/\/\/[^@/]*@/, '//')} does not receive the default credentials (GOVC_*, only for GOVC_URL's manager and FERRY_VSPHERE_MANAGERS entries of the same scheme, host and port): give its own username and password`);
   }
   const spec = validate<JobSpec>(jobSpecSchema, raw, 'body', opts.where, opts.warnings);
   return { spec, meta, password, passwordField, shape };

@@ -5,6 +5,8 @@ import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { virtName } from './libvirt/names';
+import { virtUriSchema } from './libvirt/uri';
+import { managerUrlSchema } from './schemas/vms';
 import type { JobPath } from './roots';
 import type { JobImage } from './image-confine';
 import { POWER_OPTIONS } from './vsphere/options';
@@ -64,7 +66,7 @@ const convertParameters = Joi.object({
 // (shared/vsphere/job-credentials.ts), so the spec stays free of secrets.
 const managerParameters = {
   vm_path: Joi.string().max(1024).required(),
-  manager_url: Joi.string().max(2048),
+  manager_url: managerUrlSchema,
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
@@ -95,7 +97,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       cpus: Joi.number().integer().min(1).max(512).default(1),
       networks: Joi.array().items(Joi.string().max(200)).max(16).default([]).description('one virtio NIC per libvirt network or bridge'),
       pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
-      virt_uri: Joi.string().max(1024).description('target libvirt URI (default FERRY_LIBVIRT_URI), qemu+ssh:// for another host'),
+      virt_uri: virtUriSchema.description('target libvirt URI (default FERRY_LIBVIRT_URI); one of FERRY_LIBVIRT_URIS'),
     }),
     paths: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
     // Copied into a pool, a reference would resolve against the pool's folder: imported disks reference nothing.
@@ -169,7 +171,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       name: Joi.string().max(256),
       source_type: Joi.string().max(64).required(),
       datacenter: Joi.string().max(256),
-      destination: Joi.object({ type: Joi.string().max(64).required(), virt_uri: Joi.string().max(1024) }).required(),
+      destination: Joi.object({ type: Joi.string().max(64).required(), virt_uri: virtUriSchema }).required(),
       conversion_method: Joi.string().max(64),
       network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
       virt_test: virtTestSchema,

@@ -28,26 +28,31 @@ export function redact<T>(value: T, depth = 0): T {
 const SEALED = 'sealed:';
 
 /** A copy of `value` whose sensitive string values are encrypted (kept in Redis that way); the worker that claims
- *  the job opens them again (unseal). Without FERRY_SECRET_KEY the value is returned as it is. */
+ *  the job opens them again (unseal). A value that already reads `sealed:` is sealed again: it can only be one
+ *  copied from another job, and opened once it must stay that literal text, not the other job's secret.
+ *  Without FERRY_SECRET_KEY the value is returned as it is. */
 export function seal<T>(value: T, depth = 0): T {
   if (!canEncrypt() || depth > 16 || value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map((v) => seal(v, depth + 1)) as unknown as T;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-    out[k] = isSensitiveKey(k) && typeof v === 'string' && v !== '' && !v.startsWith(SEALED) ? SEALED + encryptSecret(v) : seal(v, depth + 1);
+    out[k] = isSensitiveKey(k) && typeof v === 'string' && v !== '' ? SEALED + encryptSecret(v) : seal(v, depth + 1);
   }
   return out as T;
 }
 
-/** The sealed values opened; throws (naming FERRY_SECRET_KEY) when this process cannot open them. */
+/** The sealed values opened, and only where `seal` puts them: a string under a sensitive key. A `sealed:` value
+ *  copied into any other field (a name, a noop's `fail` message, an array) stays sealed, so a caller who got hold
+ *  of a sealed secret cannot have a worker open it into a field that is shown. Throws (naming FERRY_SECRET_KEY)
+ *  when this process cannot open one. */
 export function unseal<T>(value: T, depth = 0): T {
-  if (depth > 16 || value === null) return value;
-  if (typeof value === 'string') {
-    if (!value.startsWith(SEALED)) return value;
-    if (!canEncrypt()) throw new Error('the job holds credentials sealed with FERRY_SECRET_KEY, which this process does not have');
-    try { return decryptSecret(value.slice(SEALED.length)) as unknown as T; } catch { throw new Error('the job holds credentials sealed with a different FERRY_SECRET_KEY'); }
-  }
-  if (typeof value !== 'object') return value;
+  if (depth > 16 || value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map((v) => unseal(v, depth + 1)) as unknown as T;
-  return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, unseal(v, depth + 1)])) as T;
+  return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, isSensitiveKey(k) && typeof v === 'string' ? open(v) : unseal(v, depth + 1)])) as T;
+}
+
+function open(value: string): string {
+  if (!value.startsWith(SEALED)) return value;
+  if (!canEncrypt()) throw new Error('the job holds credentials sealed with FERRY_SECRET_KEY, which this process does not have');
+  try { return decryptSecret(value.slice(SEALED.length)); } catch { throw new Error('the job holds credentials sealed with a different FERRY_SECRET_KEY'); }
 }

@@ -3,6 +3,7 @@
 // batch files.
 // Exit codes: 0 all migrations succeeded; 1 a migration failed; 2 bad usage, configuration or manifest;
 // 3 the requested mode is not available in this build. See docs/pipeline.md for precedence rules.
+import { linearRegExp } from '../../shared/linear-regex';
 import { promises as fs, appendFileSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -114,7 +115,7 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
     if (exported) m = withExport(m, exported);
     const report = await runPipeline(m, {
       parallelStreams: s.parallel_streams,
-      testBoot: s.virt_test ? { name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? new RegExp(s.virt_test_expect) : undefined, timeoutSeconds: s.virt_test_timeout } : undefined,
+      testBoot: s.virt_test ? { name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? linearRegExp(s.virt_test_expect) : undefined, timeoutSeconds: s.virt_test_timeout } : undefined,
       onProgress: (stage: StageName, pct, msg) => out.progress(label, pct, `${stage}: ${msg}`),
       log: (_lvl, msg) => out.line(`${label}: ${msg}`),
     });

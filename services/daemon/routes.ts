@@ -12,7 +12,7 @@ import {
 import { statesForDaemonStatus } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { DaemonConfig } from '../../shared/daemon-config';
-import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
+import { checkInsecure, checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews, progressView } from '../../queue/daemon-views';
 import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
@@ -41,6 +41,8 @@ export function buildDaemonApi(d: RouteDeps) {
 
   async function submitOne(def: unknown, where: string, caller: ApiKey | null, warnings?: string[]) {
     const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
+    const mp = built.spec.parameters as { manager_url?: string; insecure?: boolean };
+    if (built.shape !== 'operation') checkInsecure(caller, mp.manager_url, mp.insecure, [where, built.shape === 'A' ? 'insecure' : 'source.insecure'].filter(Boolean).join('.'));
     checkPasswordStorable(built.passwordField!, built.password);
     if (built.password) await storePassword(store.redis, store.k, built.spec.job_id, built.password, cfg.jobTimeoutSeconds + 86400);
     await life.submit(built.spec, { enqueue: true, meta: built.meta, caller });

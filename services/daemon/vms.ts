@@ -6,6 +6,8 @@ import type { Api } from '../../shared/http';
 import { ApiError, fieldError } from '../../shared/errors';
 import { managerFor } from '../../shared/vsphere/client';
 import { resolveCredentials } from '../../shared/vsphere/credentials';
+import { checkInsecure } from '../../shared/vsphere/job-credentials';
+import type { ApiKey } from '../../shared/auth';
 import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
 import { listVms, pathByName, vmDetail } from '../../shared/vsphere/inventory';
 import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
@@ -15,13 +17,15 @@ import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListRespons
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const message = Joi.object({ message: Joi.string() });
 
-function manager(q: { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }) {
+function manager(q: { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }, caller: ApiKey | null | undefined) {
   const field = q.server !== undefined ? 'server' : 'manager_url';
+  checkInsecure(caller, q.server ?? q.manager_url, q.insecure, 'insecure');
   try {
     return managerFor(resolveCredentials({ manager_url: q.server ?? q.manager_url, username: q.username, password: q.password, insecure: q.insecure }));
   } catch (e) {
     const msg = e instanceof VsphereError ? e.message : `manager_url is not a valid URL: ${(e as Error).message}`;
-    throw fieldError(400, field, msg, field === 'server' ? msg.replace(/^manager_url/, 'server') : msg);
+    const f = msg.startsWith('password:') ? 'password' : field;
+    throw fieldError(400, f, msg, f === 'server' ? msg.replace(/^manager_url/, 'server') : msg);
   }
 }
 
@@ -41,8 +45,8 @@ export function addVmRoutes(api: Api) {
   api.add({
     method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'VMs', schema: vmListResponse }, ...errors },
-    handler: async (_ctx, { query }) => {
-      const m = manager(query);
+    handler: async (ctx, { query }) => {
+      const m = manager(query, ctx.state.apiKey);
       const vms = await vsphere(() => listVms(m));
       return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name };
     },
@@ -50,8 +54,8 @@ export function addVmRoutes(api: Api) {
   api.add({
     method: 'get', role: 'read', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
     responses: { 200: { description: 'the VM', schema: vmDetailResponse }, ...errors, 409: err('several VMs have that name') },
-    handler: async (_ctx, { query }) => {
-      const m = manager(query);
+    handler: async (ctx, { query }) => {
+      const m = manager(query, ctx.state.apiKey);
       return detail(await vsphere(async () => vmDetail(m, query.path ?? await pathByName(m, query.name))));
     },
   });
@@ -60,7 +64,7 @@ export function addVmRoutes(api: Api) {
   const action = (path: string, summary: string, run: (m: ReturnType<typeof manager>, vmPath: string) => Promise<string>) => api.add({
     method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,
     responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running)') },
-    handler: async (_ctx, { body }) => { const m = manager(body); return { message: await vsphere(() => run(m, body.vm_path)) }; },
+    handler: async (ctx, { body }) => { const m = manager(body, ctx.state.apiKey); return { message: await vsphere(() => run(m, body.vm_path)) }; },
   });
   action('/vms/shutdown', 'Graceful guest shutdown (needs VMware Tools running); returns once the guest is asked', async (m, p) => { await shutdownGuest(m, p); return `guest shutdown of ${p} initiated`; });
   action('/vms/poweroff', 'Forced power-off (a task, waited on)', async (m, p) => { await powerOff(m, p); return `${p} powered off`; });
@@ -72,7 +76,7 @@ export function addVmRoutes(api: Api) {
     method: 'get', role: 'read', path: '/vms/discover', summary: 'The whole VM inventory of the default manager (GOVC_URL), with counts by power state', tags: ['vms'],
     responses: { 200: { description: 'inventory', schema: vmListResponse.keys({ by_power_state: Joi.object().pattern(Joi.string(), Joi.number().integer()), datacenters: Joi.array().items(Joi.string()), timestamp: Joi.string() }) }, ...errors },
     handler: async () => {
-      const m = manager({});
+      const m = manager({}, null);
       const vms = await vsphere(() => listVms(m));
       const by: Record<string, number> = {};
       for (const v of vms) by[v.power_state] = (by[v.power_state] || 0) + 1;

@@ -126,19 +126,21 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
 }
 
 /** `<export_path>/<template>/domain.xml` and one image per disk (qcow2, compressed when `compress`), written
- *  under a temporary name and renamed into place. */
-export async function exportTemplate(v: Virsh, s: { template: string; export_path: string; compress?: boolean; overwrite?: boolean }) {
+ *  under a temporary name and renamed into place. The folder is 0700 and every file 0600 (a disk holds the guest's
+ *  own secrets); the XML has VNC/SPICE passwords only when `security_info` (an admin's request, checked by the
+ *  route). */
+export async function exportTemplate(v: Virsh, s: { template: string; export_path: string; compress?: boolean; overwrite?: boolean; security_info?: boolean }) {
   checkName(s.template, 'template');
   const base = await confinePath(s.export_path, 'output_dir', 'export_path');
   const dir = path.join(base, s.template);
   const part = path.join(base, `.${s.template}.ferry-partial`);
   if (await fs.stat(dir).then(() => true, () => false)) throw new ApiError(409, `${dir} already exists`);
-  const xml = await v.run(['dumpxml', '--inactive', '--security-info', s.template]);
+  const xml = await v.run(['dumpxml', '--inactive', ...(s.security_info ? ['--security-info'] : []), s.template]);
   const info = await domainInfo(v, s.template);
   await fs.rm(part, { recursive: true, force: true });
-  await fs.mkdir(part, { recursive: true });
+  await fs.mkdir(part, { recursive: true, mode: 0o700 });
   try {
-    await fs.writeFile(path.join(part, 'domain.xml'), xml);
+    await fs.writeFile(path.join(part, 'domain.xml'), xml, { mode: 0o600 });
     const files = [];
     for (const d of info.disks.filter((x) => x.device === 'disk' && x.source)) {
       const raw = path.join(part, `${d.target}.${d.format || 'raw'}`);
@@ -154,6 +156,7 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
         await fs.rm(raw);
         await fs.rename(tmp, file);
       }
+      await fs.chmod(file, 0o600); // vol-download and qemu-img create files with the umask's mode
       files.push({ target: d.target, source: d.source, file: path.join(dir, path.basename(file)), bytes: (await fs.stat(file)).size, compressed: !!s.compress });
     }
     await fs.rename(part, dir);

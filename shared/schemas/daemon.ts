@@ -4,6 +4,8 @@ import { DAEMON_STATUSES } from '../states';
 import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
 import { POWER_OPTIONS } from '../vsphere/options';
+import { virtUriSchema } from '../libvirt/uri';
+import { managerUrlSchema } from './vms';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
 /** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
@@ -12,7 +14,7 @@ const webhookEvent = Joi.string().max(64).replace(/^(job|schedule)_/, '$1.').val
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
-const managerUrl = Joi.string().uri({ scheme: ['http', 'https'] }).max(2048);
+const managerUrl = managerUrlSchema;
 const name = Joi.string().min(1).max(256);
 const secret = Joi.string().min(1).max(1024);
 const powerOff = Joi.string().valid(...POWER_OPTIONS).default('none')
@@ -51,7 +53,7 @@ export const migrationJobSchema = Joi.object({
   }).required(),
   destination: Joi.object({
     type: Joi.string().max(64).default('kvm').description('default kvm'),
-    virt_uri: Joi.string().max(1024).description('connection URI of the target host, for example qemu:///system'),
+    virt_uri: virtUriSchema.description('connection URI of the target host: FERRY_LIBVIRT_URI (the default) or one of FERRY_LIBVIRT_URIS'),
   }).required(),
   options: Joi.object({
     power_off: powerOff,

@@ -74,7 +74,10 @@ export const templateDeployBody = Joi.object({
   template: name, name, memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).description('MiB'), vcpus: Joi.number().integer().min(1).max(512),
   network: virtName, autostart: Joi.boolean().default(false), customize: customizeSchema,
 });
-export const templateExportBody = Joi.object({ template: name, export_path: absolutePath.required(), compress: Joi.boolean().default(false) });
+export const templateExportBody = Joi.object({
+  template: name, export_path: absolutePath.required(), compress: Joi.boolean().default(false),
+  security_info: Joi.boolean().default(false).description('domain.xml with its VNC/SPICE passwords (virsh dumpxml --security-info): admin keys only'),
+});
 
 export const convertVmBody = Joi.object({
   source_path: absolutePath.required(), source_format: Joi.string().valid(...DISK_FORMATS).description('must match the image header (read by Ferry); taken from it when absent'),

@@ -1,9 +1,15 @@
 // The daemon's Remote VMs resources (/vms/*) as joi schemas: validation and /openapi.yaml from one source.
 import Joi from 'joi';
+import { refuseManagerScheme } from '../vsphere/credentials';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
-const manager = Joi.string().max(2048).description('manager URL (https://host/sdk) or host; default GOVC_URL');
+/** A vSphere manager a caller names: https:// or a bare host; http:// and other schemes are refused by name. */
+export const managerUrlSchema = Joi.string().max(2048).custom((v: string, h) => {
+  const r = refuseManagerScheme(v);
+  return r ? h.message({ custom: `{{#label}} ${r}` }) : v;
+});
+const manager = managerUrlSchema.description('manager URL (https://host/sdk) or host; default GOVC_URL');
 const creds = {
   username: Joi.string().max(256).description('default GOVC_USERNAME'),
   password: Joi.string().max(1024).description('default GOVC_PASSWORD; never logged or returned'),

@@ -28,26 +28,57 @@ export function managerEnv(env: NodeJS.ProcessEnv = process.env): ManagerEnv {
 
 export interface CredentialOverrides { manager_url?: string; username?: string; password?: string; insecure?: boolean }
 
-function hostPort(raw: string): { host: string; port: string } | null {
+interface Endpoint { scheme: string; host: string; port: string }
+
+/** scheme, host and port of a manager as given (a bare host is https), or null when it is not a URL. */
+function endpoint(raw: string): Endpoint | null {
   try {
-    const u = new URL(/^[a-z]+:\/\//i.test(raw) ? raw : `https://${raw}`);
-    return { host: u.hostname.toLowerCase(), port: u.port || (u.protocol === 'http:' ? '80' : '443') };
+    const u = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`);
+    const scheme = u.protocol.replace(/:$/, '').toLowerCase();
+    return { scheme, host: u.hostname.toLowerCase(), port: u.port || (scheme === 'http' ? '80' : '443') };
   } catch { return null; }
+}
+
+const same = (a: Endpoint | null, b: Endpoint | null) => !!a && !!b && a.scheme === b.scheme && a.host === b.host && a.port === b.port;
+const listed = (env: NodeJS.ProcessEnv) => (env.FERRY_VSPHERE_MANAGERS || '').split(',').map((x) => x.trim()).filter(Boolean);
+
+/** Why a manager URL cannot be used, or null: credentials only travel over TLS, so anything but https:// (or a
+ *  bare host, which means https) is refused by name rather than sent in clear. */
+export function refuseManagerScheme(raw: string): string | null {
+  const e = endpoint(raw);
+  if (!e) return 'is not a URL';
+  return e.scheme === 'https' ? null : `uses ${e.scheme}://: vSphere credentials only travel over verified TLS, give https://`;
 }
 
 /** Whether a service may contact this manager: GOVC_URL's, or one named in FERRY_VSPHERE_MANAGERS (comma-separated
  *  hosts, host:port or URLs; a bare host allows any port). A request or job cannot make Ferry reach other hosts. */
 export function managerAllowed(raw: string, env: NodeJS.ProcessEnv = process.env): boolean {
-  const want = hostPort(raw);
-  if (!want) return false;
+  const want = endpoint(raw);
+  if (!want || want.scheme !== 'https') return false;
   const d = managerEnv(env).url;
-  const entries = [...(d ? [d] : []), ...(env.FERRY_VSPHERE_MANAGERS || '').split(',').map((x) => x.trim()).filter(Boolean)];
-  return entries.some((e) => {
+  return [...(d ? [d] : []), ...listed(env)].some((e) => {
     const bare = !/^[a-z]+:\/\//i.test(e) && !/:\d+$/.test(e) && !e.includes('/');
-    const h = hostPort(e);
+    const h = endpoint(e);
     return !!h && h.host === want.host && (bare || h.port === want.port);
   });
 }
+
+/** Whether the default credentials (GOVC_USERNAME, GOVC_PASSWORD) may go to this manager: GOVC_URL's own, or an
+ *  entry of FERRY_VSPHERE_MANAGERS, compared by scheme, host and port (a bare host is https on 443). Any other
+ *  manager a job or request names must bring its own credentials. */
+export function getsDefaultCredentials(raw: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  const want = endpoint(raw);
+  const d = managerEnv(env).url;
+  return [...(d ? [d] : []), ...listed(env)].some((e) => same(endpoint(e), want));
+}
+
+/** Whether the operator set this manager up as insecure: GOVC_INSECURE, for GOVC_URL's manager only. */
+export function configuredInsecure(raw: string | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
+  const d = managerEnv(env);
+  return d.insecure && (raw === undefined || (!!d.url && same(endpoint(raw), endpoint(d.url))));
+}
+
+const shown = (raw: string) => { const e = endpoint(raw); return e ? `${e.host}:${e.port}` : '(not a URL)'; };
 
 /** A request's own fields over the environment's defaults; an error naming what is missing or not allowed.
  *  `anyManager`: the command-line tool, whose configuration is its user's own, may name any manager. */
@@ -55,18 +86,26 @@ export function resolveCredentials(o: CredentialOverrides, env: NodeJS.ProcessEn
   const d = managerEnv(env);
   const url = o.manager_url ?? d.url;
   if (!url) throw new VsphereError('config', 'no vSphere manager given: pass manager_url (or server), or set GOVC_URL');
+  const scheme = refuseManagerScheme(url);
+  if (scheme) throw new VsphereError('config', `manager_url ${shown(url)} ${scheme}`);
   if (o.manager_url !== undefined && !anyManager && !managerAllowed(o.manager_url, env)) {
-    throw new VsphereError('config', `manager_url ${hostPort(o.manager_url) ? `${hostPort(o.manager_url)!.host}:${hostPort(o.manager_url)!.port}` : '(not a URL)'} is not a vSphere manager this service may contact: it must be GOVC_URL's or listed in FERRY_VSPHERE_MANAGERS`);
+    throw new VsphereError('config', `manager_url ${shown(o.manager_url)} is not a vSphere manager this service may contact: it must be GOVC_URL's or listed in FERRY_VSPHERE_MANAGERS`);
   }
-  return { url, username: o.username ?? d.username, password: o.password ?? d.password, insecure: o.insecure ?? d.insecure };
+  const defaults = anyManager || o.manager_url === undefined || getsDefaultCredentials(o.manager_url, env);
+  if (o.password === undefined && !defaults && d.password !== undefined) {
+    throw new VsphereError('config', `password: the default credentials (GOVC_*) go only to GOVC_URL's manager and to FERRY_VSPHERE_MANAGERS entries of the same scheme, host and port; ${shown(url)} needs its own username and password`);
+  }
+  return {
+    url, username: o.username ?? (defaults ? d.username : undefined), password: o.password ?? (defaults ? d.password : undefined),
+    insecure: o.insecure ?? (anyManager ? d.insecure : configuredInsecure(o.manager_url, env)),
+  };
 }
 
-/** The password a job uses: its own (stored encrypted by the daemon), or the environment's. */
+/** The job's own password (stored encrypted by the daemon), or undefined: the environment's is then applied by
+ *  resolveCredentials, which gives it only to the managers allowed to receive it. */
 export async function jobPassword(redis: RedisClient, k: Keys, jobId: string, source: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
-  if (source === 'job') {
-    const box = await redis.get(k.credentials(jobId));
-    if (!box) throw new VsphereError('auth', 'the job\'s own manager password is no longer stored (it expires with the job timeout); submit the job again');
-    try { return decryptSecret(box, env); } catch (e) { throw new VsphereError('auth', `the job's manager password cannot be decrypted on this worker (${(e as Error).message}): give every service the same FERRY_SECRET_KEY`); }
-  }
-  return managerEnv(env).password;
+  if (source !== 'job') return undefined;
+  const box = await redis.get(k.credentials(jobId));
+  if (!box) throw new VsphereError('auth', 'the job\'s own manager password is no longer stored (it expires with the job timeout); submit the job again');
+  try { return decryptSecret(box, env); } catch (e) { throw new VsphereError('auth', `the job's manager password cannot be decrypted on this worker (${(e as Error).message}): give every service the same FERRY_SECRET_KEY`); }
 }

@@ -5,7 +5,9 @@
 import { fieldError } from '../errors';
 import type { Keys, RedisClient } from '../redis';
 import { canEncrypt, encryptSecret } from '../secretbox';
-import { managerEnv } from './credentials';
+import { configuredInsecure, managerEnv } from './credentials';
+import { adminOnly } from '../admin-only';
+import type { Caller } from '../auth';
 
 
 export interface ManagerDefaults { manager_url?: string; username?: string; insecure: boolean; hasPassword: boolean }
@@ -24,4 +26,10 @@ export function checkPasswordStorable(field: string, password: string | undefine
 
 export async function storePassword(redis: RedisClient, k: Keys, jobId: string, password: string, ttlSeconds: number) {
   await redis.set(k.credentials(jobId), encryptSecret(password), 'EX', Math.max(60, Math.ceil(ttlSeconds)));
+}
+
+/** `insecure` (no TLS verification) for a manager the operator did not configure as insecure (GOVC_INSECURE,
+ *  for GOVC_URL's manager) is an admin's choice: 403 naming `field` for other keys. */
+export function checkInsecure(caller: Caller | null | undefined, managerUrl: string | undefined, insecure: boolean | undefined, field: string) {
+  if (insecure && !configuredInsecure(managerUrl)) adminOnly(caller, field, 'it turns off TLS verification for a manager not configured as insecure; give its CA in FERRY_VSPHERE_CA instead');
 }

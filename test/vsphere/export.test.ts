@@ -87,7 +87,10 @@ describe('vSphere export jobs (vcsim)', function () {
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n  parallel_downloads: 2\n');
     env = {
-      ...testEnv(redis.url), FERRY_SECRET_KEY: 'export-test-secret', FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
+      ...testEnv(redis.url), FERRY_SECRET_KEY: 'export-test-secret', FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile,
+      // The cutting proxy in front of the simulator is the same manager: listed by scheme, host and port, so it
+      // receives the default credentials (a bare host would only let it be named with its own).
+      FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${proxy.port}`,
       GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD, FERRY_EXPORT_CHUNK_BYTES: String(1024 * 1024),
       FERRY_EXPORT_RETRIES: '3', FERRY_EXPORTS_PER_MANAGER: '2',
     };

@@ -1,13 +1,14 @@
 // import_kvm: disks into a libvirt storage pool and a domain around them, on the job's virt_uri or the worker's
 // FERRY_LIBVIRT_URI. The result names the domain and its UUID.
-import { configuredUri, importDisk, Virsh } from '../../../shared/libvirt';
+import { importDisk, Virsh } from '../../../shared/libvirt';
+import { jobUri } from '../../../shared/libvirt/uri';
 import { checkRunPath } from '../../../shared/roots';
 import { checkRunImage } from '../../../shared/image-confine';
 import type { Operation } from './types';
 
 export const importKvm: Operation = async (ctx) => {
   const p = ctx.spec.parameters as any;
-  const v = new Virsh(p.virt_uri || configuredUri());
+  const v = new Virsh(jobUri(p.virt_uri, 'parameters.virt_uri'));
   // The disks are read here: checked against this worker's input roots right before.
   const disks = [];
   for (const [i, d] of (p.disks as { path: string; format?: string }[]).entries()) {

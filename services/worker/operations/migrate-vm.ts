@@ -8,6 +8,7 @@ import { OperationError } from '../../../shared/errors';
 import { afterExport } from './migration-stages';
 import { ExportParameters, runExport } from './export';
 import type { Operation } from './types';
+import { jobUri } from '../../../shared/libvirt/uri';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
  *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there
@@ -45,6 +46,7 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 
 export const migrateVm: Operation = async (ctx) => {
   const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
+  jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   const exported = await runExport(ctx, p, dir, 'export', 'export folder');
   return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, conversion_method: p.conversion_method, virt_test: p.virt_test });

@@ -1,6 +1,7 @@
 // Operation "migrate": runs a manifest through the pipeline on this worker; each stage's progress becomes a
 // ProgressEvent (phase = stage name) and report.json is the job's result. A failed stage fails the job
 // (not retryable: the same manifest would fail again) with the report still written.
+import { jobPattern } from '../../../shared/linear-regex';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
@@ -34,7 +35,7 @@ export const migrate: Operation = async (ctx) => {
     claims: ctx.claims,
     signal: ctx.signal,
     tool: `ferry-worker ${ctx.workerId}`,
-    testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,
+    testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? jobPattern(vt.expect, 'parameters.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;

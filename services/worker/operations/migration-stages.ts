@@ -7,7 +7,9 @@
 // left defined and shut off for a look.
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
-import { configuredUri, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
+import { importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
+import { jobUri } from '../../../shared/libvirt/uri';
+import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
@@ -40,7 +42,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const report = await migrate({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }) as Record<string, any>;
   const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
 
-  const v = new Virsh(input.destination.virt_uri || configuredUri());
+  const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
   const name = String(exported.source?.vm_name || path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
@@ -58,7 +60,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   await v.run(['start', '--paused', imported.domain]);
   const boot = await testBootLibvirt(
-    { disks: [], expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    { disks: [], expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
