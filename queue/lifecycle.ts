@@ -285,7 +285,7 @@ export class Lifecycle {
    * a worker process ends its own on timeout: a failed attempt, retried while retry_count (and idempotent) allow.
    * The worker learns it when its next report is refused (409). Returns the ids it ended.
    */
-  async reapTimedOut(now = Date.now()): Promise<string[]> {
+  async reapTimedOut(now = Date.now(), still: () => Promise<boolean> = async () => true): Promise<string[]> {
     const r = this.store.redis;
     const [assigned, running] = await Promise.all([r.zrange(this.store.k.jobsInState('ASSIGNED'), 0, -1), r.zrange(this.store.k.jobsInState('RUNNING'), 0, -1)]);
     const ids = [...assigned, ...running];
@@ -293,6 +293,7 @@ export class Lifecycle {
     const ended: string[] = [];
     for (const [i, h] of hs.entries()) {
       if (!h?.deadline || !h.lease || !h.worker_id || Number(h.deadline) > now) continue;
+      if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
       const full = await this.store.raw(ids[i]); // the spec, only for the few that ran out
       if (!full) continue;
       const failed = await this.fail(ids[i], h.worker_id, h.lease, `timed out after ${policyOf(full).timeout_seconds} s (execution_policy.timeout_seconds)`, true);
@@ -322,15 +323,14 @@ export class Lifecycle {
   /**
    * Puts back into BullMQ any QUEUED job whose queue entry is missing: a gateway that died between recording
    * QUEUED and adding the job to the queue would otherwise leave it waiting forever. One process at a time does
-   * this (a short Redis lock); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
+   * this (the gateway that leads the periodic work, services/gateway/sweeps.ts); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
    */
-  async reconcileQueued(minAgeMs: number): Promise<string[]> {
+  async reconcileQueued(minAgeMs: number, still: () => Promise<boolean> = async () => true): Promise<string[]> {
     const r = this.store.redis;
-    const lock = `${this.store.k.prefix}:lock:reconcile`;
-    if ((await r.set(lock, '1', 'PX', Math.max(1000, minAgeMs), 'NX')) !== 'OK') return [];
     const restored: string[] = [];
     const ids = await r.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);
     for (let i = 0; i < ids.length; i += 500) {
+      if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
       const batch = ids.slice(i, i + 500);
       const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
       const p = r.pipeline();

@@ -57,6 +57,8 @@ export interface FerryCommands {
   ferryTransitionJob(...keysThenArgs: Arg[]): Reply<[string, string, string?]>;
   ferryAddEvent(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryRemoveJob(...keysThenArgs: Arg[]): Reply<number>;
+  ferryHoldLease(...keysThenArgs: Arg[]): Reply<[string, string]>;
+  ferryDropLease(...keysThenArgs: Arg[]): Reply<number>;
 }
 
 let loaded: ReturnType<typeof commandFiles> | undefined;

@@ -236,11 +236,12 @@ export class JobStore {
 
   /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
    *  a pipeline per batch); returns how many. */
-  async purgeFinished(retentionMs: number, batch = 500): Promise<number> {
+  async purgeFinished(retentionMs: number, still: () => Promise<boolean> = async () => true, batch = 500): Promise<number> {
     const k = this.k;
     const terminal = TERMINAL.map((s) => k.jobsInState(s));
     let total = 0;
     for (;;) {
+      if (!(await still())) return total; // the sweep's lease is gone: its new holder carries on
       const ids = await this.redis.zrangebyscore(k.jobsFinished, '-inf', Date.now() - retentionMs, 'LIMIT', 0, batch);
       if (!ids.length) return total;
       const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };

@@ -90,6 +90,9 @@ export function keys(prefix = config.prefix) {
     webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
     // remote managers (issue 10): export slots per manager, a sorted set of job ids scored by lease expiry
     managerSlots: (manager: string) => `${prefix}:manager:${manager}:slots`,
+    /** The lease of a group of periodic work (queue/leader.ts): `<holder>#<fence>`, and its fencing counter. */
+    leader: (group: string) => `${prefix}:leader:${group}`,
+    leaderFence: (group: string) => `${prefix}:leader:${group}:fence`,
   };
 }
 export type Keys = ReturnType<typeof keys>;
