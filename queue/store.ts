@@ -5,6 +5,7 @@ import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
+import { createLogger } from '../shared/log';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -34,10 +35,19 @@ export interface Step { to: JobState; reason: string; worker_id?: string }
 export type TransitionResult = { ok: true; prev: JobState; eventId?: string } | { ok: false; code: 'missing' | 'conflict' | 'lease'; state: JobState | null };
 export interface StoredEvent extends ProgressEvent { id: string }
 
-const parse = <T>(s: string | undefined | null, dflt: T): T => {
+const log = createLogger('queue');
+
+/** A JSON field of a record. Ferry writes only JSON there, so one that does not parse is damage: logged at error
+ *  (which job, which field), and the record is shown with the field's empty value so listings still answer. */
+export function parseField<T>(s: string | undefined | null, dflt: T, where: { job_id: string; field: string }): T {
   if (!s) return dflt;
-  try { return JSON.parse(s) as T; } catch { return dflt; }
-};
+  try {
+    return JSON.parse(s) as T;
+  } catch (e) {
+    log.error('a job record holds unreadable JSON; shown as empty', { ...where, error: (e as Error).message });
+    return dflt;
+  }
+}
 /** A history entry as stored: [state, timestamp, reason, worker id?] (includes/history.lua), or an object (the
  *  layout before). */
 type StoredEntry = [JobState, string, string, string?] | HistoryEntry;
@@ -135,18 +145,18 @@ export class JobStore {
     const h = await this.redis.hgetall(this.k.job(id));
     if (!h || !h.state) return null;
     // A record of the layout before the history field keeps its history in a list of its own.
-    const stored = h.history ? parse<StoredEntry[]>(h.history, []) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
+    const stored = h.history ? parseField<StoredEntry[]>(h.history, [], { job_id: id, field: 'history' }) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
     return this.toRecord(id, h, stored.map(historyEntry));
   }
 
   toRecord(id: string, h: Record<string, string>, history: HistoryEntry[]): JobRecord {
     return {
       job_id: id,
-      spec: parse(h.spec, {} as JobSpec),
+      spec: parseField(h.spec, {} as JobSpec, { job_id: id, field: 'spec' }),
       state: h.state as JobState,
       state_history: history,
-      result: parse(h.result, null),
-      latest_event: parse(h.latest_event, null),
+      result: parseField(h.result, null, { job_id: id, field: 'result' }),
+      latest_event: parseField(h.latest_event, null, { job_id: id, field: 'latest_event' }),
       created_at: h.created_at,
       updated_at: h.updated_at,
       is_terminal: isTerminal(h.state),
@@ -158,8 +168,22 @@ export class JobStore {
       error: h.error || null,
       started_at: iso(h.started_at),
       finished_at: iso(h.finished_at),
-      meta: parse(h.meta, {}),
+      meta: parseField(h.meta, {}, { job_id: id, field: 'meta' }),
     };
+  }
+
+  /** Every id in these states, read from each state's index a page at a time (for work on all of them). */
+  async *idsIn(states: readonly string[], page = 1000): AsyncGenerator<string[]> {
+    for (const s of states) {
+      // By score (the submission sequence), so ids that leave the index while we walk (cancelled) shift nothing.
+      for (let after = '-inf'; ;) {
+        const flat = await this.redis.zrangebyscore(this.k.jobsInState(s), after, '+inf', 'WITHSCORES', 'LIMIT', 0, page);
+        const ids = flat.filter((_, i) => i % 2 === 0);
+        if (ids.length) yield ids;
+        if (ids.length < page) break;
+        after = `(${flat[flat.length - 1]}`;
+      }
+    }
   }
 
   /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */

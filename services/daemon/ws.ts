@@ -10,7 +10,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import { jobViews, DaemonJob } from '../../queue/daemon-views';
+import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
 import { ignoreError } from '../../shared/log';
@@ -115,7 +115,7 @@ export class WsHub {
     }
     if (c.state && !isTerminal(c.state)) {
       const phase = out.status === 'pending' ? 'queued' : out.status;
-      out.progress = { phase, stage: phase, percent_complete: 0 };
+      out.progress = startOfPhase(phase);
     }
     if (c.event) Object.assign(out.progress, { phase: c.event.phase, stage: c.event.phase, percent_complete: Number(c.event.percentage) });
     return out;
