@@ -13,7 +13,7 @@ import type { JobStore } from '../../queue/store';
 import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
-import { ignoreError } from '../../shared/log';
+import { createLogger, ignoreError } from '../../shared/log';
 
 interface Client { ws: WebSocket; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, string> }
 
@@ -29,6 +29,9 @@ export interface WsDeps {
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
 }
 
+const log = createLogger('daemon');
+/** The protocol is server -> client: what a client sends is read and dropped. */
+const ignoreClientMessage = () => { /* nothing to answer */ };
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
 const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
 
@@ -77,7 +80,7 @@ export class WsHub {
     ws.on('pong', () => { c.alive = true; });
     ws.on('close', () => this.clients.delete(c));
     ws.on('error', () => this.clients.delete(c));
-    ws.on('message', () => undefined); // the protocol is server -> client
+    ws.on('message', ignoreClientMessage);
     void (async () => {
       if (kind === 'events') {
         this.send(c, msg('jobs', await this.d.firstPage()));
@@ -145,7 +148,9 @@ export class WsHub {
           if (this.seen.size > 100_000) this.seen.delete(this.seen.keys().next().value!);
         }
       }
-    } catch { /* Redis hiccup: the next change or status tick catches up */ } finally { this.flushing = false; }
+    } catch (e) {
+      log.warn('could not send job updates to WebSocket clients (Redis did not answer); the next change or status tick catches up', { error: (e as Error).message });
+    } finally { this.flushing = false; }
   }
 
   private async tick() {

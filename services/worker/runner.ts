@@ -50,7 +50,9 @@ export async function startWorker(o: WorkerOptions) {
   await register();
 
   const heartbeat = setInterval(async () => {
-    try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch { /* Redis away: next beat */ }
+    try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch (e) {
+      log.warn('heartbeat failed; the next beat tries again, and a worker silent for FERRY_WORKER_STALE_SECONDS loses its HTTP-claimed jobs', { error: (e as Error).message });
+    }
   }, config.heartbeatSeconds * 1000);
   const renew = setInterval(async () => {
     for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id }));
