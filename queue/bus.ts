@@ -45,7 +45,7 @@ const CHANNELS: { [C in Channel]: { name: (k: Keys) => string; json: boolean } }
   cancel: { name: (k) => k.chanCancel, json: false },
   enqueued: { name: (k) => k.chanEnqueued, json: false },
   schedules: { name: (k) => k.chanSchedules, json: true },
-  webhooks: { name: (k) => `${k.webhooks}:changed`, json: false },
+  webhooks: { name: (k) => k.chanWebhooks, json: false },
 };
 
 /** The Redis channel name of a bus channel. */

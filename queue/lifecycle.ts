@@ -174,7 +174,7 @@ export class Lifecycle {
    * The one rule for a report-back (start, events, complete, fail, lease renewal): the caller presents the lease
    * token its claim was handed. A worker id is public (GET /jobs/{id} shows it); the token is not, and a requeue
    * or a new claim replaces it, so an old token is refused (409) and changes nothing. Native workers carry the
-   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-14.lua).
+   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-13.lua).
    */
   async held(id: string, workerId: string, token: string): Promise<Record<string, string>> {
     const h = await this.store.raw(id);
@@ -208,7 +208,7 @@ export class Lifecycle {
   async complete(id: string, workerId: string, lease: string, result: Record<string, unknown>, queue?: string): Promise<boolean> {
     if (queue === undefined) {
       const h = await this.store.raw(id);
-      if (!h || h.lease !== lease) return false;
+      if (!h || !sameLease(h.lease, lease)) return false;
       queue = h.queue;
     }
     const r = await this.store.transition(id, [{ to: 'COMPLETED', reason: `completed by worker ${workerId}`, worker_id: workerId }], {
@@ -223,27 +223,28 @@ export class Lifecycle {
   /** A failed attempt: back to QUEUED with backoff while retry_count allows, FAILED otherwise. */
   async fail(id: string, workerId: string, lease: string, message: string, retryable: boolean): Promise<{ ok: boolean; state?: JobState; retry_in_ms?: number }> {
     const h = await this.store.raw(id);
-    if (!h || h.lease !== lease) return { ok: false };
+    if (!h || !sameLease(h.lease, lease)) return { ok: false, state: (h?.state as JobState | undefined) };
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     const { idempotent } = policyOf(h);
     if (retryable && attempts < max && idempotent) {
       const delay = retryDelayMs(attempts);
       const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
-      if (r.ok) await this.router.requeue(h.queue, id, lease, delay);
-      return { ok: r.ok, state: 'QUEUED', retry_in_ms: delay };
+      if (!r.ok) return { ok: false, state: r.state ?? undefined }; // refused: the job is where it was (the state it is in now)
+      await this.router.requeue(h.queue, id, lease, delay);
+      return { ok: true, state: 'QUEUED', retry_in_ms: delay };
     }
     const why = !retryable ? message : `${message} (attempt ${attempts} of ${max}; ${attempts < max ? NOT_RETRIED : 'no retries left'})`;
     const r = await this.store.transition(id, [{ to: 'FAILED', reason: why, worker_id: workerId }], { lease, fields: { lease: null, error: message } });
     await this.router.finish(h.queue, id, lease);
-    return { ok: r.ok, state: 'FAILED' };
+    return r.ok ? { ok: true, state: 'FAILED' } : { ok: false, state: r.state ?? undefined };
   }
 
   /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it yet:
    *  then `waitingReason` says why, shown while it is QUEUED, and `delayMs` spaces the next try). */
   async handBack(id: string, workerId: string, lease: string, reason: string, opts: { delayMs?: number; waitingReason?: string } = {}) {
     const h = await this.store.raw(id);
-    if (!h || h.lease !== lease) return false;
+    if (!h || !sameLease(h.lease, lease)) return false;
     const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
     if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
     return r.ok;

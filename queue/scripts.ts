@@ -57,6 +57,7 @@ export interface FerryCommands {
   ferryTransitionJob(...keysThenArgs: Arg[]): Reply<[string, string, string?]>;
   ferryAddEvent(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryRemoveJob(...keysThenArgs: Arg[]): Reply<number>;
+  ferryAddOutput(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryHoldLease(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryDropLease(...keysThenArgs: Arg[]): Reply<number>;
 }

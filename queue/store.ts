@@ -172,6 +172,17 @@ export class JobStore {
     };
   }
 
+  /** Records an output the attempt holding `lease` created (addOutput-1.lua); false when the lease is gone. */
+  async recordOutput(id: string, lease: string, outputId: string): Promise<boolean> {
+    const [code] = await this.redis.ferryAddOutput(this.k.job(id), lease, outputId, 64);
+    return code === 'ok';
+  }
+
+  /** The outputs the job's attempts recorded (recordOutput). */
+  async ownedOutputs(id: string): Promise<string[]> {
+    return parseField<string[]>(await this.redis.hget(this.k.job(id), 'owned_outputs'), [], { job_id: id, field: 'owned_outputs' });
+  }
+
   /** Every id in these states, read from each state's index a page at a time (for work on all of them). */
   async *idsIn(states: readonly string[], page = 1000): AsyncGenerator<string[]> {
     for (const s of states) {

@@ -86,6 +86,10 @@ export function keys(prefix = config.prefix) {
     chanSchedules: `${prefix}:bus:schedules`,
     webhooks: `${prefix}:webhooks`,
     webhookStats: `${prefix}:webhooks:stats`,
+    /** Channel: the webhook list changed (notifiers drop their cached copy). */
+    chanWebhooks: `${prefix}:webhooks:changed`,
+    /** A one-use WebSocket ticket, by the SHA-256 of the ticket (shared/auth.ts). */
+    wsTicket: (digestHex: string) => `${prefix}:wsticket:${digestHex}`,
     webhookDeliveries: (id: string) => `${prefix}:webhook:${id}:deliveries`,
     webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
     // remote managers (issue 10): export slots per manager, a sorted set of job ids scored by lease expiry
