@@ -7,7 +7,7 @@ import { config } from '../shared/config';
 import { ApiError, badRequest, conflict, fieldError, notFound } from '../shared/errors';
 import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
-import { isTerminal, JobState } from '../shared/states';
+import { HELD, isHeld, isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
@@ -135,12 +135,12 @@ export class Lifecycle {
       const attempts = Number(h.attempts || 0);
       const max = Number(h.max_attempts || 1);
       const policy = policyOf(h);
-      if ((h.state === 'ASSIGNED' || h.state === 'RUNNING') && !policy.idempotent) {
+      if (isHeld(h.state) && !policy.idempotent) {
         await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost its lease; ${NOT_RETRIED}` }], { fields: { lease: null, error: `worker ${h.worker_id} lost` } });
         await this.router.finish(got.queue, id, token);
         continue;
       }
-      if (h.state === 'ASSIGNED' || h.state === 'RUNNING') {
+      if (isHeld(h.state)) {
         steps.push({ to: 'QUEUED', reason: `worker ${h.worker_id} lost its lease; requeued` });
       } else if (h.state === 'VALIDATED') {
         steps.push({ to: 'QUEUED', reason: `queued on ${got.queue}` });
@@ -253,7 +253,7 @@ export class Lifecycle {
   /** A worker's lease ran out (BullMQ found the job stalled, or the worker went stale or was removed). */
   async leaseLost(id: string, why: string) {
     const h = await this.store.raw(id);
-    if (!h || (h.state !== 'ASSIGNED' && h.state !== 'RUNNING')) return;
+    if (!h || !isHeld(h.state)) return;
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     const { idempotent } = policyOf(h);
@@ -272,7 +272,7 @@ export class Lifecycle {
   async releaseWorker(workerId: string, why: string) {
     for (const id of await this.registry.heldJobs(workerId)) {
       const h = await this.store.raw(id);
-      if (h && h.lease && (h.state === 'ASSIGNED' || h.state === 'RUNNING') && h.worker_id === workerId) {
+      if (h && h.lease && isHeld(h.state) && h.worker_id === workerId) {
         const lease = h.lease;
         await this.leaseLost(id, why);
         const after = await this.store.raw(id);
@@ -288,8 +288,7 @@ export class Lifecycle {
    */
   async reapTimedOut(now = Date.now(), still: () => Promise<boolean> = async () => true): Promise<string[]> {
     const r = this.store.redis;
-    const [assigned, running] = await Promise.all([r.zrange(this.store.k.jobsInState('ASSIGNED'), 0, -1), r.zrange(this.store.k.jobsInState('RUNNING'), 0, -1)]);
-    const ids = [...assigned, ...running];
+    const ids = (await Promise.all(HELD.map((s) => r.zrange(this.store.k.jobsInState(s), 0, -1)))).flat();
     const hs = await this.store.many(ids, ['state', 'deadline', 'lease', 'worker_id']);
     const ended: string[] = [];
     for (const [i, h] of hs.entries()) {
@@ -313,7 +312,7 @@ export class Lifecycle {
       throw conflict(`job ${id} changed state while being cancelled; try again`);
     }
     if (r.prev === 'QUEUED') await this.router.remove(h.queue, id);
-    if (r.prev === 'ASSIGNED' || r.prev === 'RUNNING') {
+    if (isHeld(r.prev)) {
       // The worker kills its process and removes partial output; the lease ends here.
       await publish(this.store.redis, this.store.k, 'cancel', id);
       if (h.lease) await this.router.finish(h.queue, id, h.lease);

@@ -1,6 +1,6 @@
 // Job records in Redis: create, read, list, move between states, and the per-job progress-event log.
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import { JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
+import { HELD, isHeld, JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
 import { randomBytes } from 'node:crypto';
@@ -79,6 +79,8 @@ export class JobStore {
     for (const s of steps) args.push(s.to, s.reason);
     const k = this.k;
     const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.seq, k.queues, ...this.stateKeys, ...args);
+    // Lifecycle only asks for allowed walks: a refused one is a bug, not a job that exists.
+    if (code === 'conflict') throw new Error(`job ${id}: the walk CREATED -> ${steps.map((s) => s.to).join(' -> ')} is not in the transition table; nothing created`);
     return { created: code === 'ok', seq: Number(seq) };
   }
 
@@ -126,12 +128,12 @@ export class JobStore {
   /** QUEUED, ASSIGNED and RUNNING jobs of each queue: queued from the counter, the others from their state
    *  indexes (as many as worker slots, so small). */
   async queueCounts(queues: string[]): Promise<Record<string, { QUEUED: number; ASSIGNED: number; RUNNING: number }>> {
-    const [{ byQueue }, assigned, running] = await Promise.all([this.queued(), this.redis.zrange(this.k.jobsInState('ASSIGNED'), 0, -1), this.redis.zrange(this.k.jobsInState('RUNNING'), 0, -1)]);
+    const [{ byQueue }, ...held] = await Promise.all([this.queued(), ...HELD.map((s) => this.redis.zrange(this.k.jobsInState(s), 0, -1))]);
     const out = Object.fromEntries(queues.map((q) => [q, { QUEUED: byQueue[q] || 0, ASSIGNED: 0, RUNNING: 0 }]));
-    const ids = [...assigned, ...running];
+    const ids = held.flat();
     for (const h of await this.many(ids, ['state', 'queue'])) {
       const c = h?.queue ? out[h.queue] : undefined;
-      if (c && (h!.state === 'ASSIGNED' || h!.state === 'RUNNING')) c[h!.state]++;
+      if (c && isHeld(h!.state)) c[h!.state as 'ASSIGNED' | 'RUNNING']++;
     }
     return out;
   }
@@ -253,7 +255,7 @@ export class JobStore {
   /** Puts finished jobs recorded before the retention index existed into it (by their finished_at); idempotent. */
   async indexFinished(): Promise<number> {
     let added = 0;
-    for (const st of ['COMPLETED', 'FAILED', 'CANCELLED']) {
+    for (const st of TERMINAL) {
       const ids = await this.redis.zrange(this.k.jobsInState(st), 0, -1);
       for (let i = 0; i < ids.length; i += 500) {
         const batch = ids.slice(i, i + 500);
