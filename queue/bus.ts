@@ -1,8 +1,8 @@
 // The Redis pub/sub bus: every message Ferry publishes, declared once (BusMessages, the way BullMQ and n8n
 // declare their event maps), and one subscription per process shared by every listener in it (SSE clients,
 // WebSocket clients, workers, the notifier and the scheduler). Publishers use publish() in TypeScript; the Lua
-// commands (queue/commands/) publish `jobs` and `events` from the same fields, and test/queue/bus.test.ts checks
-// what they send against this map.
+// commands (queue/commands/) publish `jobs` and `events` from the same fields, and test/queue/commands.test.ts
+// checks what they send against this map.
 import { createRedis, keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import type { JobState } from '../shared/states';
 import type { ProgressEvent } from '../shared/schemas/job';
@@ -10,7 +10,7 @@ import { createLogger } from '../shared/log';
 
 const log = createLogger('bus');
 
-/** A job changed state (createJob-16.lua, transitionJob-14.lua). A new job's message has no `prev`. */
+/** A job changed state (createJob-14.lua, transitionJob-13.lua). A new job's message has no `prev`. */
 export interface JobStateMessage { job_id: string; state: JobState; prev?: JobState; timestamp: string; reason: string }
 /** A progress event was recorded (includes/addEvent.lua); `id` is its stream id (the SSE id). */
 export interface JobEventMessage { job_id: string; id: string; event: ProgressEvent }
@@ -33,7 +33,7 @@ export interface BusMessages {
   /** A job was queued: the queue name, a wake-up hint for idle worker slots (QueueRouter.enqueue). */
   enqueued: string;
   schedules: ScheduleMessage;
-  /** The webhook list changed (services/notifier/webhooks.ts): notifiers drop their cached list. */
+  /** The webhook list changed (queue/webhooks.ts WebhookStore): notifiers drop their cached list. */
   webhooks: 'added' | 'removed';
 }
 export type Channel = keyof BusMessages;
@@ -45,7 +45,7 @@ const CHANNELS: { [C in Channel]: { name: (k: Keys) => string; json: boolean } }
   cancel: { name: (k) => k.chanCancel, json: false },
   enqueued: { name: (k) => k.chanEnqueued, json: false },
   schedules: { name: (k) => k.chanSchedules, json: true },
-  webhooks: { name: (k) => `${k.webhooks}:changed`, json: false },
+  webhooks: { name: (k) => k.chanWebhooks, json: false },
 };
 
 /** The Redis channel name of a bus channel. */

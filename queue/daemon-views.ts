@@ -1,10 +1,9 @@
 // How the daemon API shows a job (the daemon and the notifier's webhook payloads: the Job record of the daemon seed: definition, lowercase status, progress) and
 // its progress with a smoothed rate and an ETA. Built from the raw Redis hash, so a page of jobs is one
 // pipelined read.
-import type { JobStore } from './store';
+import { parseField, type JobStore } from './store';
 import { daemonStatus, isTerminal } from '../shared/states';
 
-const parse = (s: string | undefined, d: any) => { if (!s) return d; try { return JSON.parse(s); } catch { return d; } };
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
 
@@ -12,9 +11,9 @@ const num = (v: unknown) => (v === undefined || v === null || v === '' || !Numbe
 export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason'];
 
 export function jobView(id: string, h: Record<string, string>) {
-  const spec = parse(h.spec, {});
-  const meta = parse(h.meta, {});
-  const ev = parse(h.latest_event, null);
+  const spec = parseField<any>(h.spec, {}, { job_id: id, field: 'spec' });
+  const meta = parseField<any>(h.meta, {}, { job_id: id, field: 'meta' });
+  const ev = parseField<any>(h.latest_event, null, { job_id: id, field: 'latest_event' });
   const d = ev?.details || {};
   const p = spec.parameters || {};
   const kind = meta.kind || 'operation';
@@ -22,27 +21,29 @@ export function jobView(id: string, h: Record<string, string>) {
   const bytes = num(d.bytes_downloaded) ?? num(d.bytes_processed) ?? num(d.current_bytes);
   const total = num(d.total_bytes);
   const pct = status === 'completed' ? 100 : ev ? Number(ev.percentage) : 0;
+  // Every record has every key (jobRecordSchema, docs/daemon.md): a field that does not apply to the job (an
+  // operation has no vm_path, a job without byte counts no rate) is null, so clients that index them do not break.
   return {
     id,
     definition: {
       id, name: meta.name || p.name || spec.operation, kind, operation: spec.operation,
-      ...(p.vm_path ? { vm_path: p.vm_path } : {}), ...(p.output_path ? { output_path: p.output_path } : {}), created_at: h.created_at,
+      vm_path: p.vm_path ?? null, output_path: p.output_path ?? null, created_at: h.created_at,
     },
     status,
     state: h.state,
     progress: {
       phase: ev?.phase || (status === 'pending' ? 'queued' : status), stage: ev?.phase || (status === 'pending' ? 'queued' : status),
-      ...(d.current_file ? { current_file: d.current_file } : {}),
-      ...(num(d.files_downloaded) !== undefined ? { files_downloaded: num(d.files_downloaded) } : {}),
-      ...(num(d.total_files) !== undefined ? { total_files: num(d.total_files) } : {}),
-      ...(bytes !== undefined ? { bytes_downloaded: bytes, current_bytes: bytes } : {}),
-      ...(total !== undefined ? { total_bytes: total } : {}),
+      current_file: d.current_file ?? null,
+      files_downloaded: num(d.files_downloaded) ?? null,
+      total_files: num(d.total_files) ?? null,
+      bytes_downloaded: bytes ?? null, current_bytes: bytes ?? null,
+      total_bytes: total ?? null,
       percent_complete: pct,
-      ...(num(d.rate_bytes_per_second) !== undefined ? { rate_bytes_per_second: num(d.rate_bytes_per_second) } : {}),
-      ...(num(d.eta_seconds) !== undefined ? { eta_seconds: num(d.eta_seconds) } : {}),
-      ...(d.files ? { files: parse(d.files, undefined) } : {}),
+      rate_bytes_per_second: num(d.rate_bytes_per_second) ?? null,
+      eta_seconds: num(d.eta_seconds) ?? null,
+      files: d.files ? parseField<unknown[] | null>(d.files, null, { job_id: id, field: 'latest_event.details.files' }) : null,
     },
-    ...(h.state === 'QUEUED' && h.waiting_reason ? { waiting_reason: h.waiting_reason } : {}),
+    waiting_reason: h.state === 'QUEUED' && h.waiting_reason ? h.waiting_reason : null,
     created_at: h.created_at,
     started_at: iso(h.started_at),
     updated_at: h.updated_at,
@@ -52,6 +53,14 @@ export function jobView(id: string, h: Record<string, string>) {
   };
 }
 export type DaemonJob = ReturnType<typeof jobView>;
+
+/** A job's progress at the start of a phase: nothing reported yet, every key present (null). */
+export function startOfPhase(phase: string): DaemonJob['progress'] {
+  return {
+    phase, stage: phase, current_file: null, files_downloaded: null, total_files: null, bytes_downloaded: null, current_bytes: null,
+    total_bytes: null, percent_complete: 0, rate_bytes_per_second: null, eta_seconds: null, files: null,
+  };
+}
 
 export async function jobViews(store: JobStore, ids: string[]): Promise<DaemonJob[]> {
   const hs = await store.many(ids, VIEW_FIELDS);
@@ -64,7 +73,7 @@ export const RATE_WINDOW_SECONDS = 30;
  *  from it; null (never Infinity or NaN) when fewer than two samples or no advance. */
 export async function progressView(store: JobStore, id: string, h: Record<string, string>) {
   const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-  const evs = rows.map(([, f]) => parse(f[1], null)).filter(Boolean).reverse() as { timestamp: string; percentage: number; phase: string; details: Record<string, string> }[];
+  const evs = rows.map(([, f]) => parseField<any>(f[1], null, { job_id: id, field: 'events' })).filter(Boolean).reverse() as { timestamp: string; percentage: number; phase: string; details: Record<string, string> }[];
   const last = evs[evs.length - 1];
   const lastT = last ? Date.parse(last.timestamp) : 0;
   const win = evs.filter((e) => Date.parse(e.timestamp) >= lastT - RATE_WINDOW_SECONDS * 1000 && e.phase === last?.phase);

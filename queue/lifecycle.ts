@@ -7,7 +7,7 @@ import { config } from '../shared/config';
 import { ApiError, badRequest, conflict, fieldError, notFound } from '../shared/errors';
 import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
-import { isTerminal, JobState } from '../shared/states';
+import { HELD, isHeld, isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
 import { createLogger, dropped } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
@@ -153,12 +153,12 @@ export class Lifecycle {
       const attempts = Number(h.attempts || 0);
       const max = Number(h.max_attempts || 1);
       const policy = policyOf(h);
-      if ((h.state === 'ASSIGNED' || h.state === 'RUNNING') && !policy.idempotent) {
+      if (isHeld(h.state) && !policy.idempotent) {
         await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost its lease; ${NOT_RETRIED}` }], { fields: { lease: null, error: `worker ${h.worker_id} lost` } });
         await this.router.finish(got.queue, id, token);
         continue;
       }
-      if (h.state === 'ASSIGNED' || h.state === 'RUNNING') {
+      if (isHeld(h.state)) {
         steps.push({ to: 'QUEUED', reason: `worker ${h.worker_id} lost its lease; requeued` });
       } else if (h.state === 'VALIDATED') {
         steps.push({ to: 'QUEUED', reason: `queued on ${got.queue}` });
@@ -192,7 +192,7 @@ export class Lifecycle {
    * The one rule for a report-back (start, events, complete, fail, lease renewal): the caller presents the lease
    * token its claim was handed. A worker id is public (GET /jobs/{id} shows it); the token is not, and a requeue
    * or a new claim replaces it, so an old token is refused (409) and changes nothing. Native workers carry the
-   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-14.lua).
+   * token of their claim too; every transition below checks it again atomically in Redis (queue/commands/transitionJob-13.lua).
    */
   async held(id: string, workerId: string, token: string): Promise<Record<string, string>> {
     const h = await this.store.raw(id);
@@ -226,7 +226,7 @@ export class Lifecycle {
   async complete(id: string, workerId: string, lease: string, result: Record<string, unknown>, queue?: string): Promise<boolean> {
     if (queue === undefined) {
       const h = await this.store.raw(id);
-      if (!h || h.lease !== lease) return false;
+      if (!h || !sameLease(h.lease, lease)) return false;
       queue = h.queue;
     }
     const r = await this.store.transition(id, [{ to: 'COMPLETED', reason: `completed by worker ${workerId}`, worker_id: workerId }], {
@@ -241,27 +241,28 @@ export class Lifecycle {
   /** A failed attempt: back to QUEUED with backoff while retry_count allows, FAILED otherwise. */
   async fail(id: string, workerId: string, lease: string, message: string, retryable: boolean): Promise<{ ok: boolean; state?: JobState; retry_in_ms?: number }> {
     const h = await this.store.raw(id);
-    if (!h || h.lease !== lease) return { ok: false };
+    if (!h || !sameLease(h.lease, lease)) return { ok: false, state: (h?.state as JobState | undefined) };
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     const { idempotent } = policyOf(h);
     if (retryable && attempts < max && idempotent) {
       const delay = retryDelayMs(attempts);
       const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
-      if (r.ok) await this.router.requeue(h.queue, id, lease, delay);
-      return { ok: r.ok, state: 'QUEUED', retry_in_ms: delay };
+      if (!r.ok) return { ok: false, state: r.state ?? undefined }; // refused: the job is where it was (the state it is in now)
+      await this.router.requeue(h.queue, id, lease, delay);
+      return { ok: true, state: 'QUEUED', retry_in_ms: delay };
     }
     const why = !retryable ? message : `${message} (attempt ${attempts} of ${max}; ${attempts < max ? NOT_RETRIED : 'no retries left'})`;
     const r = await this.store.transition(id, [{ to: 'FAILED', reason: why, worker_id: workerId }], { lease, fields: { lease: null, error: message } });
     await this.router.finish(h.queue, id, lease);
-    return { ok: r.ok, state: 'FAILED' };
+    return r.ok ? { ok: true, state: 'FAILED' } : { ok: false, state: r.state ?? undefined };
   }
 
   /** The worker gives the job back without it counting as an attempt (shutdown, or it cannot start it yet:
    *  then `waitingReason` says why, shown while it is QUEUED, and `delayMs` spaces the next try). */
   async handBack(id: string, workerId: string, lease: string, reason: string, opts: { delayMs?: number; waitingReason?: string } = {}) {
     const h = await this.store.raw(id);
-    if (!h || h.lease !== lease) return false;
+    if (!h || !sameLease(h.lease, lease)) return false;
     const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
     if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
     return r.ok;
@@ -270,7 +271,7 @@ export class Lifecycle {
   /** A worker's lease ran out (BullMQ found the job stalled, or the worker went stale or was removed). */
   async leaseLost(id: string, why: string) {
     const h = await this.store.raw(id);
-    if (!h || (h.state !== 'ASSIGNED' && h.state !== 'RUNNING')) return;
+    if (!h || !isHeld(h.state)) return;
     const attempts = Number(h.attempts || 1);
     const max = Number(h.max_attempts || 1);
     const { idempotent } = policyOf(h);
@@ -289,7 +290,7 @@ export class Lifecycle {
   async releaseWorker(workerId: string, why: string) {
     for (const id of await this.registry.heldJobs(workerId)) {
       const h = await this.store.raw(id);
-      if (h && h.lease && (h.state === 'ASSIGNED' || h.state === 'RUNNING') && h.worker_id === workerId) {
+      if (h && h.lease && isHeld(h.state) && h.worker_id === workerId) {
         const lease = h.lease;
         await this.leaseLost(id, why);
         const after = await this.store.raw(id);
@@ -303,14 +304,14 @@ export class Lifecycle {
    * a worker process ends its own on timeout: a failed attempt, retried while retry_count (and idempotent) allow.
    * The worker learns it when its next report is refused (409). Returns the ids it ended.
    */
-  async reapTimedOut(now = Date.now()): Promise<string[]> {
+  async reapTimedOut(now = Date.now(), still: () => Promise<boolean> = async () => true): Promise<string[]> {
     const r = this.store.redis;
-    const [assigned, running] = await Promise.all([r.zrange(this.store.k.jobsInState('ASSIGNED'), 0, -1), r.zrange(this.store.k.jobsInState('RUNNING'), 0, -1)]);
-    const ids = [...assigned, ...running];
+    const ids = (await Promise.all(HELD.map((s) => r.zrange(this.store.k.jobsInState(s), 0, -1)))).flat();
     const hs = await this.store.many(ids, ['state', 'deadline', 'lease', 'worker_id']);
     const ended: string[] = [];
     for (const [i, h] of hs.entries()) {
       if (!h?.deadline || !h.lease || !h.worker_id || Number(h.deadline) > now) continue;
+      if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
       const full = await this.store.raw(ids[i]); // the spec, only for the few that ran out
       if (!full) continue;
       const failed = await this.fail(ids[i], h.worker_id, h.lease, `timed out after ${policyOf(full).timeout_seconds} s (execution_policy.timeout_seconds)`, true);
@@ -329,7 +330,7 @@ export class Lifecycle {
       throw conflict(`job ${id} changed state while being cancelled; try again`);
     }
     if (r.prev === 'QUEUED') await this.router.remove(h.queue, id);
-    if (r.prev === 'ASSIGNED' || r.prev === 'RUNNING') {
+    if (isHeld(r.prev)) {
       // The worker kills its process and removes partial output; the lease ends here.
       await publish(this.store.redis, this.store.k, 'cancel', id);
       if (h.lease) await this.router.finish(h.queue, id, h.lease);
@@ -340,15 +341,14 @@ export class Lifecycle {
   /**
    * Puts back into BullMQ any QUEUED job whose queue entry is missing: a gateway that died between recording
    * QUEUED and adding the job to the queue would otherwise leave it waiting forever. One process at a time does
-   * this (a short Redis lock); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
+   * this (the gateway that leads the periodic work, services/gateway/sweeps.ts); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
    */
-  async reconcileQueued(minAgeMs: number): Promise<string[]> {
+  async reconcileQueued(minAgeMs: number, still: () => Promise<boolean> = async () => true): Promise<string[]> {
     const r = this.store.redis;
-    const lock = `${this.store.k.prefix}:lock:reconcile`;
-    if ((await r.set(lock, '1', 'PX', Math.max(1000, minAgeMs), 'NX')) !== 'OK') return [];
     const restored: string[] = [];
     const ids = await r.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);
     for (let i = 0; i < ids.length; i += 500) {
+      if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
       const batch = ids.slice(i, i + 500);
       const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
       const p = r.pipeline();

@@ -1,24 +1,27 @@
 // Cluster-wide job metrics read from Redis at scrape time: the transition script keeps the counters.
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
-import { countByDaemonStatus, STATES } from '../shared/states';
+import { countByDaemonStatus, STATES, TERMINAL } from '../shared/states';
 import { canServe, parseQueueName } from '../shared/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
 import type { RedisClient } from '../shared/redis';
 
-/** The run-time histogram's bucket bounds (seconds); transitionJob-14.lua gets them generated (queue/scripts.ts). */
+/** The run-time histogram's bucket bounds (seconds); moveIndexes.lua gets them generated (queue/scripts.ts). */
 export const DURATION_BUCKETS = [60, 300, 600];
 
-const OUTCOMES = ['completed', 'failed', 'cancelled'] as const;
+/** The statistics hash's field names, written by moveIndexes.lua (generated into it, queue/scripts.ts) and read
+ *  here: `<total><outcome>`, `<durationIn><le>:<outcome>`, `<durationSum>`. */
+export const STAT_FIELDS = { total: 'total:', durationIn: 'duration_in:', durationSum: 'duration_sum' } as const;
+const OUTCOMES = TERMINAL.map((s) => s.toLowerCase()) as ('completed' | 'failed' | 'cancelled')[];
 const BOUNDS = [...DURATION_BUCKETS.map(String), '+Inf'];
 /** Finished jobs that had started, by bucket (`le`) and outcome: the script counts each such job once, in the
  *  first bucket that holds its run time (`duration_in:<le>:<outcome>`, moveIndexes.lua). */
-const ran = (s: Record<string, string>, le: string, outcome: string) => Number(s[`duration_in:${le}:${outcome}`] || 0);
+const ran = (s: Record<string, string>, le: string, outcome: string) => Number(s[`${STAT_FIELDS.durationIn}${le}:${outcome}`] || 0);
 
 /** Jobs finished by outcome: those that never ran (`total:<outcome>`) plus those counted in a duration bucket. */
 export function finishedTotals(s: Record<string, string>): Record<(typeof OUTCOMES)[number], number> {
-  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`total:${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o), 0)])) as Record<(typeof OUTCOMES)[number], number>;
+  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`${STAT_FIELDS.total}${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o), 0)])) as Record<(typeof OUTCOMES)[number], number>;
 }
 
 /** The run-time histogram: Prometheus buckets are cumulative, so the per-bucket fields are added up here. The
@@ -33,7 +36,7 @@ export function durationHistogram(s: Record<string, string>): { buckets: [number
   });
   const count = running + inBucket('+Inf') + Number(s.duration_count || 0);
   buckets.push(['+Inf', count]);
-  return { buckets, count, sum: Number(s.duration_sum || 0) };
+  return { buckets, count, sum: Number(s[STAT_FIELDS.durationSum] || 0) };
 }
 
 export function registerJobMetrics(registry: client.Registry, store: JobStore, workers: Registry) {

@@ -2,6 +2,7 @@
 import { keys as makeKeys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
 import { normalizeCaps } from '../shared/capabilities';
+import { HELD } from '../shared/states';
 
 export interface WorkerInfo {
   worker_id: string;
@@ -115,9 +116,9 @@ export class Registry {
    *  worker would repeat each record's worker_id (two more commands on every job, and a second truth to keep in
    *  step with the record). */
   async held(): Promise<Map<string, string[]>> {
-    const [[, assigned], [, running]] = (await this.redis.multi()
-      .zrange(this.k.jobsInState('ASSIGNED'), 0, -1).zrange(this.k.jobsInState('RUNNING'), 0, -1).exec()) as [unknown, string[]][];
-    const ids = [...assigned, ...running];
+    const m = this.redis.multi();
+    for (const s of HELD) m.zrange(this.k.jobsInState(s), 0, -1);
+    const ids = (((await m.exec()) || []) as [unknown, string[]][]).flatMap(([, xs]) => xs);
     const by = new Map<string, string[]>();
     if (!ids.length) return by;
     const p = this.redis.pipeline();

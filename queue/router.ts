@@ -7,8 +7,23 @@ import { config } from '../shared/config';
 import { createLogger, dropped } from '../shared/log';
 import { BullLayout } from './bullmq-layout';
 import { publish } from './bus';
+import { queueErrors } from '../shared/metrics';
 
 const log = createLogger('queue');
+
+const lastLogged = new Map<string, number>();
+/** The handler for a BullMQ Queue's or Worker's `error` event: BullMQ reports some failures (a broken stalled
+ *  check, a lost connection) only there. Each is counted (svc_queue_errors_total); the log says it at most every
+ *  10 s per source and name, since a Redis outage repeats it at each reconnect attempt. */
+export function onBullError(source: 'queue' | 'worker' | 'schedules' | 'webhooks', name: string, next: string) {
+  return (e: Error) => {
+    queueErrors.inc({ source });
+    const at = `${source}\n${name}`;
+    if (Date.now() - (lastLogged.get(at) ?? 0) < 10_000) return;
+    lastLogged.set(at, Date.now());
+    log.warn(`BullMQ ${source} error; ${next}`, { source, queue: name, error: e.message });
+  };
+}
 
 /** Ferry priority 0-100 (higher more urgent) onto BullMQ's 1.. (lower more urgent); equal priorities stay FIFO. */
 export const bullPriority = (p: number) => 101 - p;
@@ -41,7 +56,7 @@ export class QueueRouter {
     let q = this.queues.get(name);
     if (!q) {
       q = new Queue(name, { connection: this.redis as any, prefix: this.k.bullPrefix });
-      q.on('error', () => undefined); // connection errors surface on the commands that fail
+      q.on('error', onBullError('queue', name, 'the command that failed reports it to its caller; BullMQ reconnects'));
       this.queues.set(name, q);
     }
     return q;
@@ -66,7 +81,7 @@ export class QueueRouter {
         // Ferry counts lost attempts against retry_count itself; BullMQ must never fail a job for stalling.
         maxStalledCount: 1_000_000,
       });
-      w.on('error', () => undefined); // as the queue's: the commands that fail report it
+      w.on('error', onBullError('worker', name, 'its stalled check runs again at the next interval; BullMQ reconnects'));
       w.on('stalled', (bid: string) => this.stalledHandler?.(name, jobIdOf(bid)));
       if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch((e) => log.warn('stalled-job check stopped on this queue; other processes serving it still check', { queue: name, error: (e as Error).message }));
       this.workers.set(name, w);
@@ -104,8 +119,11 @@ export class QueueRouter {
   async remove(queue: string, jobId: string): Promise<boolean> {
     try {
       return (await this.queue(queue).remove(bullId(jobId))) === 1;
-    } catch {
-      return false; // locked by a worker: the claim will see the cancelled record and drop it
+    } catch (e) {
+      // Locked by a worker (BullMQ: "... is locked by another worker"): the claim sees the finished record and drops it.
+      if (/locked/i.test((e as Error).message)) return false;
+      log.warn('could not remove a job from its BullMQ queue; a claim of it finds the record finished and drops it', { queue, job_id: jobId, error: (e as Error).message });
+      return false;
     }
   }
 

@@ -8,6 +8,7 @@ import { ApiError, badRequest, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import { ignoreError } from '../shared/log';
 import type { Caller, KeyRole } from '../shared/auth';
+import { onBullError } from './router';
 
 export const SCHEDULE_QUEUE = 'schedules';
 
@@ -57,7 +58,7 @@ export class ScheduleStore {
   readonly queue: Queue;
   constructor(readonly redis: RedisClient, readonly k: Keys) {
     this.queue = new Queue(SCHEDULE_QUEUE, { connection: redis as any, prefix: k.bullPrefix });
-    this.queue.on('error', () => undefined);
+    this.queue.on('error', onBullError('schedules', this.queue.name, 'the command that failed reports it to its caller; BullMQ reconnects'));
   }
 
   async get(id: string): Promise<Schedule | null> {

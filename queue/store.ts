@@ -1,10 +1,11 @@
 // Job records in Redis: create, read, list, move between states, and the per-job progress-event log.
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import { JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
+import { HELD, isHeld, JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { config } from '../shared/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
+import { createLogger } from '../shared/log';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -34,10 +35,19 @@ export interface Step { to: JobState; reason: string; worker_id?: string }
 export type TransitionResult = { ok: true; prev: JobState; eventId?: string } | { ok: false; code: 'missing' | 'conflict' | 'lease'; state: JobState | null };
 export interface StoredEvent extends ProgressEvent { id: string }
 
-const parse = <T>(s: string | undefined | null, dflt: T): T => {
+const log = createLogger('queue');
+
+/** A JSON field of a record. Ferry writes only JSON there, so one that does not parse is damage: logged at error
+ *  (which job, which field), and the record is shown with the field's empty value so listings still answer. */
+export function parseField<T>(s: string | undefined | null, dflt: T, where: { job_id: string; field: string }): T {
   if (!s) return dflt;
-  try { return JSON.parse(s) as T; } catch { return dflt; }
-};
+  try {
+    return JSON.parse(s) as T;
+  } catch (e) {
+    log.error('a job record holds unreadable JSON; shown as empty', { ...where, error: (e as Error).message });
+    return dflt;
+  }
+}
 /** A history entry as stored: [state, timestamp, reason, worker id?] (includes/history.lua), or an object (the
  *  layout before). */
 type StoredEntry = [JobState, string, string, string?] | HistoryEntry;
@@ -69,6 +79,8 @@ export class JobStore {
     for (const s of steps) args.push(s.to, s.reason);
     const k = this.k;
     const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.seq, k.queues, ...this.stateKeys, ...args);
+    // Lifecycle only asks for allowed walks: a refused one is a bug, not a job that exists.
+    if (code === 'conflict') throw new Error(`job ${id}: the walk CREATED -> ${steps.map((s) => s.to).join(' -> ')} is not in the transition table; nothing created`);
     return { created: code === 'ok', seq: Number(seq) };
   }
 
@@ -116,12 +128,12 @@ export class JobStore {
   /** QUEUED, ASSIGNED and RUNNING jobs of each queue: queued from the counter, the others from their state
    *  indexes (as many as worker slots, so small). */
   async queueCounts(queues: string[]): Promise<Record<string, { QUEUED: number; ASSIGNED: number; RUNNING: number }>> {
-    const [{ byQueue }, assigned, running] = await Promise.all([this.queued(), this.redis.zrange(this.k.jobsInState('ASSIGNED'), 0, -1), this.redis.zrange(this.k.jobsInState('RUNNING'), 0, -1)]);
+    const [{ byQueue }, ...held] = await Promise.all([this.queued(), ...HELD.map((s) => this.redis.zrange(this.k.jobsInState(s), 0, -1))]);
     const out = Object.fromEntries(queues.map((q) => [q, { QUEUED: byQueue[q] || 0, ASSIGNED: 0, RUNNING: 0 }]));
-    const ids = [...assigned, ...running];
+    const ids = held.flat();
     for (const h of await this.many(ids, ['state', 'queue'])) {
       const c = h?.queue ? out[h.queue] : undefined;
-      if (c && (h!.state === 'ASSIGNED' || h!.state === 'RUNNING')) c[h!.state]++;
+      if (c && isHeld(h!.state)) c[h!.state as 'ASSIGNED' | 'RUNNING']++;
     }
     return out;
   }
@@ -135,18 +147,18 @@ export class JobStore {
     const h = await this.redis.hgetall(this.k.job(id));
     if (!h || !h.state) return null;
     // A record of the layout before the history field keeps its history in a list of its own.
-    const stored = h.history ? parse<StoredEntry[]>(h.history, []) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
+    const stored = h.history ? parseField<StoredEntry[]>(h.history, [], { job_id: id, field: 'history' }) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
     return this.toRecord(id, h, stored.map(historyEntry));
   }
 
   toRecord(id: string, h: Record<string, string>, history: HistoryEntry[]): JobRecord {
     return {
       job_id: id,
-      spec: parse(h.spec, {} as JobSpec),
+      spec: parseField(h.spec, {} as JobSpec, { job_id: id, field: 'spec' }),
       state: h.state as JobState,
       state_history: history,
-      result: parse(h.result, null),
-      latest_event: parse(h.latest_event, null),
+      result: parseField(h.result, null, { job_id: id, field: 'result' }),
+      latest_event: parseField(h.latest_event, null, { job_id: id, field: 'latest_event' }),
       created_at: h.created_at,
       updated_at: h.updated_at,
       is_terminal: isTerminal(h.state),
@@ -158,8 +170,33 @@ export class JobStore {
       error: h.error || null,
       started_at: iso(h.started_at),
       finished_at: iso(h.finished_at),
-      meta: parse(h.meta, {}),
+      meta: parseField(h.meta, {}, { job_id: id, field: 'meta' }),
     };
+  }
+
+  /** Records an output the attempt holding `lease` created (addOutput-1.lua); false when the lease is gone. */
+  async recordOutput(id: string, lease: string, outputId: string): Promise<boolean> {
+    const [code] = await this.redis.ferryAddOutput(this.k.job(id), lease, outputId, 64);
+    return code === 'ok';
+  }
+
+  /** The outputs the job's attempts recorded (recordOutput). */
+  async ownedOutputs(id: string): Promise<string[]> {
+    return parseField<string[]>(await this.redis.hget(this.k.job(id), 'owned_outputs'), [], { job_id: id, field: 'owned_outputs' });
+  }
+
+  /** Every id in these states, read from each state's index a page at a time (for work on all of them). */
+  async *idsIn(states: readonly string[], page = 1000): AsyncGenerator<string[]> {
+    for (const s of states) {
+      // By score (the submission sequence), so ids that leave the index while we walk (cancelled) shift nothing.
+      for (let after = '-inf'; ;) {
+        const flat = await this.redis.zrangebyscore(this.k.jobsInState(s), after, '+inf', 'WITHSCORES', 'LIMIT', 0, page);
+        const ids = flat.filter((_, i) => i % 2 === 0);
+        if (ids.length) yield ids;
+        if (ids.length < page) break;
+        after = `(${flat[flat.length - 1]}`;
+      }
+    }
   }
 
   /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */
@@ -218,7 +255,7 @@ export class JobStore {
   /** Puts finished jobs recorded before the retention index existed into it (by their finished_at); idempotent. */
   async indexFinished(): Promise<number> {
     let added = 0;
-    for (const st of ['COMPLETED', 'FAILED', 'CANCELLED']) {
+    for (const st of TERMINAL) {
       const ids = await this.redis.zrange(this.k.jobsInState(st), 0, -1);
       for (let i = 0; i < ids.length; i += 500) {
         const batch = ids.slice(i, i + 500);
@@ -236,11 +273,12 @@ export class JobStore {
 
   /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
    *  a pipeline per batch); returns how many. */
-  async purgeFinished(retentionMs: number, batch = 500): Promise<number> {
+  async purgeFinished(retentionMs: number, still: () => Promise<boolean> = async () => true, batch = 500): Promise<number> {
     const k = this.k;
     const terminal = TERMINAL.map((s) => k.jobsInState(s));
     let total = 0;
     for (;;) {
+      if (!(await still())) return total; // the sweep's lease is gone: its new holder carries on
       const ids = await this.redis.zrangebyscore(k.jobsFinished, '-inf', Date.now() - retentionMs, 'LIMIT', 0, batch);
       if (!ids.length) return total;
       const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };

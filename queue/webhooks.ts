@@ -7,6 +7,7 @@ import type { Keys, RedisClient } from '../shared/redis';
 import { canEncrypt, encryptSecret } from '../shared/secretbox';
 import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
 import { ignoreError } from '../shared/log';
+import { onBullError } from './router';
 import { publish } from './bus';
 
 export const WEBHOOK_QUEUE = 'webhooks';
@@ -52,7 +53,7 @@ export class WebhookStore {
   readonly queue: Queue;
   constructor(readonly redis: RedisClient, readonly k: Keys) {
     this.queue = new Queue(WEBHOOK_QUEUE, { connection: redis as any, prefix: k.bullPrefix });
-    this.queue.on('error', () => undefined);
+    this.queue.on('error', onBullError('webhooks', this.queue.name, 'the command that failed reports it to its caller; BullMQ reconnects'));
   }
 
   async list(): Promise<Webhook[]> {

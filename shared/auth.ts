@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import { CAPABILITY_PATTERN, PRIVILEGED } from './capabilities';
 import { browserRefusal, browserRule } from './browser';
+import { keys } from './redis';
 
 export const ROLES = ['read', 'submit', 'worker', 'admin'] as const;
 export type KeyRole = (typeof ROLES)[number];
@@ -196,13 +197,13 @@ export const TICKET_SECONDS = 30;
 
 export async function issueTicket(redis: TicketStore, prefix: string, key: ApiKey | null): Promise<{ ticket: string; expires_in: number }> {
   const ticket = randomBytes(24).toString('base64url');
-  await redis.set(`${prefix}:wsticket:${digest(ticket).toString('hex')}`, JSON.stringify(key ? { name: key.name, role: key.role } : {}), 'EX', TICKET_SECONDS);
+  await redis.set(keys(prefix).wsTicket(digest(ticket).toString('hex')), JSON.stringify(key ? { name: key.name, role: key.role } : {}), 'EX', TICKET_SECONDS);
   return { ticket, expires_in: TICKET_SECONDS };
 }
 
 /** The role a ticket was issued to, once; null when unknown, used or expired. */
 export async function redeemTicket(redis: TicketStore, prefix: string, ticket: string): Promise<{ name?: string; role?: KeyRole } | null> {
   if (!/^[A-Za-z0-9_-]{16,64}$/.test(ticket)) return null;
-  const v = await redis.getdel(`${prefix}:wsticket:${digest(ticket).toString('hex')}`);
+  const v = await redis.getdel(keys(prefix).wsTicket(digest(ticket).toString('hex')));
   return v ? JSON.parse(v) : null;
 }

@@ -7,8 +7,35 @@ export function createRegistry(service: string) {
   registry.setDefaultLabels({ service });
   client.collectDefaultMetrics({ register: registry });
   registry.registerMetric(jobWaitSeconds);
+  registry.registerMetric(sweepRuns);
+  registry.registerMetric(leaderGauge);
+  registry.registerMetric(queueErrors);
   return registry;
 }
+
+/** Runs of each periodic sweep on this process (queue/leader.ts: only the elected process runs them). */
+export const sweepRuns = new client.Counter({
+  name: 'svc_sweep_runs_total',
+  help: 'Runs of each periodic sweep on this process, by sweep and outcome (ok, error)',
+  labelNames: ['sweep', 'outcome'],
+  registers: [],
+});
+
+/** 1 while this process holds the lease of a group of periodic work. */
+export const leaderGauge = new client.Gauge({
+  name: 'svc_leader',
+  help: '1 while this process is the elected runner of a group of periodic work (gateway, scheduler)',
+  labelNames: ['group'],
+  registers: [],
+});
+
+/** BullMQ reports some failures (its stalled check, a lost connection) only through its `error` events. */
+export const queueErrors = new client.Counter({
+  name: 'svc_queue_errors_total',
+  help: 'error events of BullMQ queues and workers, by source (queue, worker, schedules, webhooks)',
+  labelNames: ['source'],
+  registers: [],
+});
 
 /** Time a job spent QUEUED before a worker claimed it, observed where claims happen (queue/lifecycle.ts): on
  *  worker processes, and on the gateway for HTTP-pull workers. One object shared by the process's registry. */

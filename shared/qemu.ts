@@ -66,6 +66,9 @@ export interface ConvertArgs {
  *  against what the source holds, from the kernel's accounting in /proc, which costs qemu-img nothing (where /proc
  *  does not say, the output's growth). On abort qemu-img is killed and the promise rejects; the caller removes the
  *  partial output. docs/performance.md has the figures. */
+/** For a convert whose caller shows no progress. */
+export const noProgress = (_pct: number) => { /* not followed */ };
+
 export function convert(args: ConvertArgs, onProgress: (pct: number) => void, signal?: AbortSignal, intervalMs = 250): Promise<void> {
   const argv = ['convert', '-f', args.srcFormat, '-O', args.destFormat, ...(args.compress ? ['-c'] : []),
     ...(args.options?.length ? ['-o', args.options.join(',')] : []), ...(args.extra || []), args.src, args.dest];

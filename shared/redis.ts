@@ -86,10 +86,17 @@ export function keys(prefix = config.prefix) {
     chanSchedules: `${prefix}:bus:schedules`,
     webhooks: `${prefix}:webhooks`,
     webhookStats: `${prefix}:webhooks:stats`,
+    /** Channel: the webhook list changed (notifiers drop their cached copy). */
+    chanWebhooks: `${prefix}:webhooks:changed`,
+    /** A one-use WebSocket ticket, by the SHA-256 of the ticket (shared/auth.ts). */
+    wsTicket: (digestHex: string) => `${prefix}:wsticket:${digestHex}`,
     webhookDeliveries: (id: string) => `${prefix}:webhook:${id}:deliveries`,
     webhookDeliveryOrder: (id: string) => `${prefix}:webhook:${id}:deliveries:order`,
     // remote managers (issue 10): export slots per manager, a sorted set of job ids scored by lease expiry
     managerSlots: (manager: string) => `${prefix}:manager:${manager}:slots`,
+    /** The lease of a group of periodic work (queue/leader.ts): `<holder>#<fence>`, and its fencing counter. */
+    leader: (group: string) => `${prefix}:leader:${group}`,
+    leaderFence: (group: string) => `${prefix}:leader:${group}:fence`,
   };
 }
 export type Keys = ReturnType<typeof keys>;

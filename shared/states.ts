@@ -3,6 +3,16 @@
 export const STATES = ['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
 export type JobState = (typeof STATES)[number];
 export const TERMINAL: readonly JobState[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
+/** The state every record is created in. */
+export const INITIAL: JobState = 'CREATED';
+/** The states in which a worker holds the job under a lease: claimed, then started. */
+export const HELD: readonly JobState[] = ['ASSIGNED', 'RUNNING'];
+/** The state in which a job waits in its queue (counted per queue and priority). */
+export const WAITING: JobState = 'QUEUED';
+/** The state an attempt runs in: entering it starts the run-time clock (started_at). */
+export const STARTED: JobState = 'RUNNING';
+/** Terminal states whose run time is no outcome of the run-time histogram (the job is counted in `total:`). */
+export const UNTIMED: readonly JobState[] = ['CANCELLED'];
 
 export const TRANSITIONS: Record<JobState, readonly JobState[]> = {
   CREATED: ['VALIDATED', 'FAILED', 'CANCELLED'],
@@ -21,6 +31,10 @@ export const TRANSITIONS: Record<JobState, readonly JobState[]> = {
 
 export function isTerminal(s: string): boolean {
   return (TERMINAL as readonly string[]).includes(s);
+}
+
+export function isHeld(s: string | undefined): boolean {
+  return (HELD as readonly string[]).includes(s ?? '');
 }
 
 /** The states from which `to` may be entered. */

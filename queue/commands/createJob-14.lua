@@ -21,11 +21,12 @@
     ARGV[7]  n, the number of steps after CREATED
     ARGV[8..] (state, reason) n times
 
-  Output: {'ok', seq} | {'exists', ''} | {'conflict', state} (a step the transition table does not allow)
+  Output: {'ok', seq} | {'exists', ''} | {'conflict', ''} (a step the transition table does not allow: nothing created)
 ]]
 --- @include "rules"
 --- @include "includes/history"
 --- @include "includes/moveIndexes"
+--- @include "includes/steps"
 
 local id, iso, nowms, op = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local job = KEYS[1]
@@ -35,18 +36,14 @@ if cur[1] then
   return {'exists', ''}
 end
 local n = tonumber(ARGV[7])
-local s = 'CREATED'
-for i = 0, n - 1 do
-  local to = ARGV[8 + i * 2]
-  if not TRANSITIONS[s][to] then return {'conflict', s} end
-  s = to
-end
+local s = checkSteps(INITIAL, n, 8, 2)
+if not s then return {'conflict', ''} end
 
 local seq = redis.call('INCR', KEYS[2])
 local set = {}
 local fields = cjson.decode(ARGV[6])
 local j = {seq = seq, queue = fields.queue, priority = fields.priority and tostring(fields.priority)}
-local hist = appendHistory(nil, 'CREATED', iso, 'job submitted', '')
+local hist = appendHistory(nil, INITIAL, iso, 'job submitted', '')
 local last = 'job submitted'
 for i = 0, n - 1 do
   last = ARGV[9 + i * 2]
@@ -62,6 +59,6 @@ set.state = s
 set.history = hist
 set.last_op = op
 writeFields(job, fields, set, {})
--- BusMessages['jobs'] (queue/bus-messages.ts); a new job has no prev.
+-- BusMessages['jobs'] (queue/bus.ts); a new job has no prev.
 redis.call('PUBLISH', ARGV[1], cjson.encode({job_id = id, state = s, timestamp = iso, reason = last}))
 return {'ok', tostring(seq)}

@@ -32,6 +32,7 @@
 --- @include "includes/history"
 --- @include "includes/moveIndexes"
 --- @include "includes/addEvent"
+--- @include "includes/steps"
 
 local id, iso, nowms, lease, op = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local job = KEYS[1]
@@ -45,12 +46,8 @@ if not cur then return {'missing', ''} end
 if r[2] == op then return {'ok', cur, ''} end
 if lease ~= '' and r[3] ~= lease then return {'lease', cur} end
 local n = tonumber(ARGV[9])
-local s = cur
-for i = 0, n - 1 do
-  local to = ARGV[10 + i * 3]
-  if not TRANSITIONS[s][to] then return {'conflict', cur} end
-  s = to
-end
+local s = checkSteps(cur, n, 10, 3)
+if not s then return {'conflict', cur} end
 
 local j = {seq = r[4], queue = r[5], priority = r[6], started_at = r[7]}
 local set = {}
@@ -63,7 +60,7 @@ for i = 0, n - 1 do
   local to = ARGV[10 + i * 3]
   last = ARGV[11 + i * 3]
   hist = appendHistory(hist, to, iso, last, ARGV[12 + i * 3])
-  if to == 'RUNNING' and not j.started_at then
+  if to == STARTED and not j.started_at then
     j.started_at = nowms
     set.started_at = nowms
   end
@@ -74,7 +71,7 @@ set.history = hist
 set.state = s
 set.updated_at = iso
 set.last_op = op
--- BusMessages['jobs'] (queue/bus-messages.ts).
+-- BusMessages['jobs'] (queue/bus.ts).
 redis.call('PUBLISH', ARGV[1], cjson.encode({job_id = id, state = s, prev = cur, timestamp = iso, reason = last}))
 if ev and ev ~= '' and evwhen == 'after' then eid = addEvent(KEYS[2], ARGV[2], id, ev, maxlen, set) end
 local present = {}

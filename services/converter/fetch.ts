@@ -27,7 +27,8 @@ function scpOnce(o: FetchOptions, dest: string, onBytes: (n: number) => void): P
     const child = spawn('scp', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     child.stderr!.setEncoding('utf8').on('data', (s: string) => { if (err.length < 8192) err += s; });
-    const poll = setInterval(() => { fs.stat(dest).then((s) => onBytes(s.size), () => undefined); }, 500);
+    // Before scp creates the file there is nothing to count (ENOENT); any other stat error ends the byte count.
+    const poll = setInterval(() => { fs.stat(dest).then((s) => onBytes(s.size), (e: NodeJS.ErrnoException) => { if (e.code !== 'ENOENT') clearInterval(poll); }); }, 500);
     const killer = setTimeout(() => child.kill('SIGKILL'), o.timeoutSeconds * 1000);
     child.on('error', (e: any) => reject(e.code === 'ENOENT' ? new OperationError('scp is not installed (openssh-client)', false) : e));
     child.on('close', (code, sig) => {
@@ -39,7 +40,9 @@ function scpOnce(o: FetchOptions, dest: string, onBytes: (n: number) => void): P
 }
 
 /** Fetches with up to `retries` further attempts (1 s, 2 s, 4 s ... apart); returns the local copy. */
-export async function fetchRemote(o: FetchOptions, onBytes: (n: number) => void = () => undefined): Promise<{ path: string; bytes: number; attempts: number }> {
+const noProgress = (_bytes: number) => { /* the caller does not follow the copy */ };
+
+export async function fetchRemote(o: FetchOptions, onBytes: (n: number) => void = noProgress): Promise<{ path: string; bytes: number; attempts: number }> {
   await fs.mkdir(o.destDir, { recursive: true });
   const dest = path.join(o.destDir, o.destName || path.posix.basename(o.remote));
   const tmp = `${dest}.partial`;

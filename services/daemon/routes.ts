@@ -49,6 +49,26 @@ export function buildDaemonApi(d: RouteDeps) {
     return built;
   }
 
+  /** Cancels every job of a daemon status, page by page (no limit), and names each job it could not cancel. */
+  async function cancelAll(status: string) {
+    let count = 0;
+    const errors: Record<string, string> = {};
+    for await (const ids of store.idsIn(statesOf(status) ?? [])) {
+      for (const id of ids) {
+        try {
+          await life.cancel(id, `cancelled through the daemon API (all ${status} jobs)`);
+          count++;
+        } catch (e) {
+          // Finished (400) or removed (404) since the page was read: nothing left to cancel.
+          if (e instanceof ApiError && (e.status === 400 || e.status === 404)) continue;
+          errors[id] = (e as Error).message;
+        }
+      }
+    }
+    const failed = Object.keys(errors);
+    return { message: `cancelled ${count} ${status} job(s)${failed.length ? `; ${failed.length} could not be cancelled` : ''}`, count, failed, errors };
+  }
+
   async function page(states: string[] | undefined, limit: number, offset: number) {
     const { total, ids } = await store.list({ states, limit, offset });
     return { jobs: await jobViews(store, ids), total, limit, offset };
@@ -119,16 +139,11 @@ export function buildDaemonApi(d: RouteDeps) {
   api.add({
     method: 'post', role: 'submit', path: '/jobs/cancel', summary: 'Cancel jobs by id (per-id result) or every job of a status', tags: ['jobs'], body: cancelSchema,
     responses: {
-      200: { description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): {message, count}', schema: Joi.object({ cancelled: Joi.array().items(Joi.string()), failed: Joi.array().items(Joi.string()), errors: Joi.object().pattern(Joi.string(), Joi.string()), timestamp: Joi.string(), message: Joi.string(), count: Joi.number().integer() }) },
+      200: { description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): every such job, {message, count, failed, errors}', schema: Joi.object({ cancelled: Joi.array().items(Joi.string()), failed: Joi.array().items(Joi.string()), errors: Joi.object().pattern(Joi.string(), Joi.string()), timestamp: Joi.string(), message: Joi.string(), count: Joi.number().integer() }) },
       400: err('neither job_ids nor status'),
     },
     handler: async (_ctx, { body }) => {
-      if (!body.job_ids) {
-        const { ids } = await store.list({ states: statesOf(body.status), limit: 1000 });
-        let count = 0;
-        for (const id of ids) { try { await life.cancel(id, `cancelled through the daemon API (all ${body.status} jobs)`); count++; } catch { /* finished meanwhile */ } }
-        return { message: `cancelled ${count} ${body.status} job(s)`, count };
-      }
+      if (!body.job_ids) return cancelAll(body.status);
       const cancelled: string[] = [];
       const failed: string[] = [];
       const errors: Record<string, string> = {};

@@ -10,10 +10,10 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import { jobViews, DaemonJob } from '../../queue/daemon-views';
+import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
-import { ignoreError } from '../../shared/log';
+import { createLogger, ignoreError } from '../../shared/log';
 import type { Caller } from '../../shared/auth';
 import { browserRefusal, BrowserRule } from '../../shared/browser';
 import { runAs } from '../../shared/limits';
@@ -35,6 +35,9 @@ export interface WsDeps {
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | null) => void>;
 }
 
+const log = createLogger('daemon');
+/** The protocol is server -> client: what a client sends is read and dropped. */
+const ignoreClientMessage = () => { /* nothing to answer */ };
 const msg = (type: string, data: unknown) => JSON.stringify({ type, timestamp: new Date().toISOString(), data });
 const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
 
@@ -88,7 +91,7 @@ export class WsHub {
     ws.on('pong', () => { c.alive = true; });
     ws.on('close', () => this.clients.delete(c));
     ws.on('error', () => this.clients.delete(c));
-    ws.on('message', () => undefined); // the protocol is server -> client
+    ws.on('message', ignoreClientMessage);
     void (async () => {
       if (kind === 'events') {
         this.send(c, msg('jobs', await this.d.firstPage()));
@@ -126,7 +129,7 @@ export class WsHub {
     }
     if (c.state && !isTerminal(c.state)) {
       const phase = out.status === 'pending' ? 'queued' : out.status;
-      out.progress = { phase, stage: phase, percent_complete: 0 };
+      out.progress = startOfPhase(phase);
     }
     if (c.event) Object.assign(out.progress, { phase: c.event.phase, stage: c.event.phase, percent_complete: Number(c.event.percentage) });
     return out;
@@ -156,7 +159,9 @@ export class WsHub {
           if (this.seen.size > 100_000) this.seen.delete(this.seen.keys().next().value!);
         }
       }
-    } catch { /* Redis hiccup: the next change or status tick catches up */ } finally { this.flushing = false; }
+    } catch (e) {
+      log.warn('could not send job updates to WebSocket clients (Redis did not answer); the next change or status tick catches up', { error: (e as Error).message });
+    } finally { this.flushing = false; }
   }
 
   private async tick() {

@@ -151,7 +151,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     handler: async (_ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
       const r = await life.fail(params.job_id, body.worker_id, body.lease_token, body.error, body.retryable);
-      if (!r.ok) throw conflict(`job ${params.job_id} could not be failed`);
+      if (!r.ok) throw conflict(`job ${params.job_id} is ${r.state ?? 'gone'}: the failure was not recorded (the job moved on since the lease was checked)`);
       return { job_id: params.job_id, state: r.state, retry_in_ms: r.retry_in_ms };
     },
   });

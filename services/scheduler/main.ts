@@ -9,6 +9,7 @@ import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
 import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
 import { onShutdown } from '../../shared/process';
 import { connectQueue } from '../../queue/connect';
+import { Leader } from '../../queue/leader';
 
 async function main() {
   const log = createLogger('scheduler');
@@ -20,7 +21,8 @@ async function main() {
 
   const bus = new Bus();
   await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
-  const sweep = setInterval(() => void sweepOutcomes(deps).catch((e) => log.warn('outcome sweep failed; next in 5 s', { error: (e as Error).message })), 5000);
+  // One scheduler at a time counts the outcomes the bus message above missed (queue/leader.ts).
+  const leader = new Leader(redis, store.k, 'scheduler', log).every('schedule-outcomes', 5000, () => sweepOutcomes(deps)).start();
 
   const worker = new Worker(SCHEDULE_QUEUE, async (job) => {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
@@ -32,7 +34,7 @@ async function main() {
   log.info('scheduler running', { schedules: (await schedules.all()).length });
 
   onShutdown(async () => {
-    clearInterval(sweep);
+    await leader.stop();
     await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await schedules.close();
     await router.close();

@@ -50,7 +50,9 @@ export async function startWorker(o: WorkerOptions) {
   await register();
 
   const heartbeat = setInterval(async () => {
-    try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch { /* Redis away: next beat */ }
+    try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch (e) {
+      log.warn('heartbeat failed; the next beat tries again, and a worker silent for FERRY_WORKER_STALE_SECONDS loses its HTTP-claimed jobs', { error: (e as Error).message });
+    }
   }, config.heartbeatSeconds * 1000);
   const renew = setInterval(async () => {
     for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id }));
@@ -70,13 +72,13 @@ export async function startWorker(o: WorkerOptions) {
   };
 
   // Outputs a job wrote (outputId), kept in its record so any worker's retry recognises them.
-  const claimsOf = (id: string): OutputClaims => {
-    const read = async () => JSON.parse((await redis.hget(store.k.job(id), 'owned_outputs')) || '[]') as string[];
-    return {
-      record: async (st) => { await redis.hset(store.k.job(id), 'owned_outputs', JSON.stringify([...(await read()), outputId(st)].slice(-64))); },
-      owns: async (st) => (await read()).includes(outputId(st)),
-    };
-  };
+  // Recorded under the attempt's lease (addOutput-1.lua): an attempt that lost its lease claims nothing.
+  const claimsOf = (id: string, lease: string): OutputClaims => ({
+    record: async (st) => {
+      if (!(await store.recordOutput(id, lease, outputId(st)))) throw new OperationError(`job ${id}: the lease of this attempt is gone; its output is not recorded as the job's`, false);
+    },
+    owns: async (st) => (await store.ownedOutputs(id)).includes(outputId(st)),
+  });
 
   async function execute(lease: Lease) {
     const { record } = lease;
@@ -103,7 +105,7 @@ export async function startWorker(o: WorkerOptions) {
       if (!(await life.start(lease.job_id, o.workerId, lease.token, record.attempts))) { outcome = 'lost'; return; }
       let lastBytes = 0;
       const result = await impl.run({
-        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log, claims: claimsOf(lease.job_id), store,
+        job: record, spec, workerId: o.workerId, attempt: record.attempts, signal: r.abort.signal, log, claims: claimsOf(lease.job_id, lease.token), store,
         progress: async (phase, percentage, message, details = {}) => {
           const d = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
           if (phase === 'conversion' && d.bytes_processed) { const b = Number(d.bytes_processed); if (b > lastBytes) { bytesTotal.inc(b - lastBytes); lastBytes = b; } }

@@ -4,7 +4,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { ApiError } from '../errors';
 import { guestfsEnv } from '../guestfs-env';
-import { convert } from '../qemu';
+import { convert, noProgress } from '../qemu';
 import { checkName } from './names';
 import { cloneDomain } from './clone';
 import { defineDomain, domainInfo, domainXml, listDomains } from './domains';
@@ -152,7 +152,7 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
       if (s.compress) {
         file = path.join(part, `${d.target}.qcow2`);
         const tmp = `${file}.tmp`;
-        await convert({ src: raw, srcFormat: d.format || 'raw', dest: tmp, destFormat: 'qcow2', compress: true }, () => undefined);
+        await convert({ src: raw, srcFormat: d.format || 'raw', dest: tmp, destFormat: 'qcow2', compress: true }, noProgress);
         await fs.rm(raw);
         await fs.rename(tmp, file);
       }

@@ -3,7 +3,7 @@
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { convert, imageInfo, run } from '../qemu';
+import { convert, imageInfo, noProgress, run } from '../qemu';
 import { ApiError, fieldError } from '../errors';
 import { confineRequestImage } from '../image-confine';
 import { LibvirtError, Virsh } from './virsh';
@@ -101,7 +101,7 @@ export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; 
     if (format !== src.format) {
       tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-upload-'));
       file = path.join(tmp, `image.${format}`);
-      await convert({ src: s.source_path, srcFormat: src.format, dest: file, destFormat: format }, () => undefined);
+      await convert({ src: s.source_path, srcFormat: src.format, dest: file, destFormat: format }, noProgress);
     }
     const size = (await fs.stat(file)).size;
     await putFile(v, s.pool, s.volume, file, format, size);

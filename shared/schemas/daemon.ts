@@ -171,23 +171,32 @@ export const daemonErrorSchema = Joi.object({
   fields: Joi.array().items(Joi.object({ field: Joi.string(), message: Joi.string() })).description('one entry per invalid field'),
 }).label('DaemonError');
 
-export const jobRecordSchema = Joi.object({
+/** Every key of a daemon job record is present (a field that does not apply to the job is null), so a client
+ *  that indexes one does not break on a job of another operation. */
+const present = (o: Record<string, Joi.Schema>) => Object.fromEntries(Object.entries(o).map(([k, s]) => [k, s.required()]));
+
+export const jobRecordSchema = Joi.object(present({
   id: Joi.string(),
-  definition: Joi.object({ id: Joi.string(), name: Joi.string(), kind: Joi.string().valid('export', 'migration', 'operation'), vm_path: Joi.string(), output_path: Joi.string(), operation: Joi.string(), created_at: Joi.string().isoDate() }),
+  definition: Joi.object(present({
+    id: Joi.string(), name: Joi.string(), kind: Joi.string().valid('export', 'migration', 'operation'),
+    vm_path: Joi.string().allow(null).description('null for a job that names no VM (an operation of the job API)'),
+    output_path: Joi.string().allow(null).description('null for a job without an output path'),
+    operation: Joi.string(), created_at: Joi.string().isoDate(),
+  })),
   status: Joi.string().valid(...DAEMON_STATUSES),
   state: Joi.string().description('the 8000 API state'),
-  progress: Joi.object({
-    phase: Joi.string(), stage: Joi.string(), current_file: Joi.string(), files_downloaded: Joi.number().integer(), total_files: Joi.number().integer(),
-    bytes_downloaded: Joi.number().integer(), current_bytes: Joi.number().integer(), total_bytes: Joi.number().integer(), percent_complete: Joi.number(),
-    rate_bytes_per_second: Joi.number().description('export: download rate, smoothed (exponential moving average)'),
-    eta_seconds: Joi.number().description('export: remaining bytes / smoothed rate'),
+  progress: Joi.object(present({
+    phase: Joi.string(), stage: Joi.string(), current_file: Joi.string().allow(null), files_downloaded: Joi.number().integer().allow(null), total_files: Joi.number().integer().allow(null),
+    bytes_downloaded: Joi.number().integer().allow(null), current_bytes: Joi.number().integer().allow(null), total_bytes: Joi.number().integer().allow(null), percent_complete: Joi.number(),
+    rate_bytes_per_second: Joi.number().allow(null).description('export: download rate, smoothed (exponential moving average)'),
+    eta_seconds: Joi.number().allow(null).description('export: remaining bytes / smoothed rate'),
     files: Joi.array().items(Joi.object({ name: Joi.string(), bytes_downloaded: Joi.number().integer(), total_bytes: Joi.number().integer(), percent_complete: Joi.number(), done: Joi.boolean() }))
-      .description('export with options.show_individual_progress: one entry per file'),
-  }),
-  waiting_reason: Joi.string().description('why a pending job waits (for example the per-manager export limit)'),
+      .allow(null).description('export with options.show_individual_progress: one entry per file'),
+  })).description('fields a job does not report are null'),
+  waiting_reason: Joi.string().allow(null).description('why a pending job waits (for example the per-manager export limit); null otherwise'),
   created_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null), updated_at: Joi.string().isoDate(),
   completed_at: Joi.string().isoDate().allow(null), error: Joi.string().allow(null), schedule_id: Joi.string().allow(null),
-}).label('DaemonJob');
+})).label('DaemonJob');
 
 export const progressSchema = Joi.object({
   job_id: Joi.string(), status: Joi.string(), phase: Joi.string(), percent_complete: Joi.number(),

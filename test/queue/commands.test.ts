@@ -4,14 +4,16 @@
 // lifecycle; and the messages they publish carry exactly the fields queue/bus.ts declares.
 import { expect } from 'chai';
 import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { until } from '../helpers/http';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
-import { STATES, TRANSITIONS } from '../../shared/states';
+import { HELD, STATES, TRANSITIONS } from '../../shared/states';
 import { commandFiles, rulesLua } from '../../queue/scripts';
-import { DURATION_BUCKETS } from '../../queue/metrics';
+import { DURATION_BUCKETS, STAT_FIELDS } from '../../queue/metrics';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
@@ -24,7 +26,7 @@ describe('Lua commands (queue/commands/)', function () {
   describe('files', () => {
     it('each <name>-<N>.lua lists KEYS[1..N] in its header, resolves every include, and gets the rules generated', () => {
       const files = commandFiles();
-      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'createJob-14.lua', 'removeJob-8.lua', 'transitionJob-13.lua']);
+      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'addOutput-1.lua', 'createJob-14.lua', 'dropLease-1.lua', 'holdLease-2.lua', 'removeJob-8.lua', 'transitionJob-13.lua']);
       for (const f of files) {
         const listed = [...f.lua.matchAll(/^\s+KEYS\[(\d+)(?:\.\.(\d+))?\]/gm)].map((m) => Number(m[2] || m[1]));
         expect(Math.max(...listed), `${f.file}: the last KEYS the header lists`).to.equal(f.numberOfKeys);
@@ -34,6 +36,15 @@ describe('Lua commands (queue/commands/)', function () {
       const rules = rulesLua();
       for (const s of STATES) for (const to of TRANSITIONS[s]) expect(rules).to.match(new RegExp(`\\['${s}'\\] = \\{[^}]*\\['${to}'\\] = true`));
       expect(rules).to.include(`local DURATION_BUCKETS = {${DURATION_BUCKETS.join(', ')}}`);
+      expect(rules).to.include(`local HELD = {${HELD.map((s) => `['${s}'] = true`).join(', ')}}`);
+      expect(rules).to.include(`local STAT_TOTAL, STAT_DURATION_IN, STAT_DURATION_SUM = '${STAT_FIELDS.total}', '${STAT_FIELDS.durationIn}', '${STAT_FIELDS.durationSum}'`);
+      // The rules are written once: no command or include spells a state or a statistics field itself.
+      const dir = path.join(__dirname, '..', '..', 'queue', 'commands');
+      for (const f of [...readdirSync(dir).filter((x) => x.endsWith('.lua')), ...readdirSync(path.join(dir, 'includes')).map((x) => `includes/${x}`)]) {
+        const code = readFileSync(path.join(dir, f), 'utf8').replace(/--\[\[[\s\S]*?\]\]/g, '').replace(/--.*$/gm, '');
+        expect(code, f).not.to.match(new RegExp(`'(${STATES.join('|')})'`));
+        expect(code, f).not.to.match(/'(total:|duration_in:|duration_sum)'/);
+      }
     });
   });
 

@@ -1,7 +1,8 @@
 -- The per-state indexes and counters for a job that leaves `prev` (nil on create) for `to`: only the net move,
 -- so a call that walks several states touches each index once. `K` names the keys (from KEYS), `j` the job's
 -- fields read at the start (queue, priority, seq, started_at), `set` collects the fields to write in one HSET.
--- STATES, TERMINAL and DURATION_BUCKETS come from the generated "rules" include.
+-- STATES, TERMINAL, WAITING, UNTIMED, DURATION_BUCKETS and the STAT_ field names come from the generated "rules"
+-- include (queue/scripts.ts).
 -- Counters kept: queued jobs per queue and priority (one field `<queue>|<priority>`: GET /queue's per-queue
 -- and per-priority figures both add up from it); per-state totals are the indexes' sizes, and the jobs a queue
 -- has ASSIGNED or RUNNING are read from those (small) indexes, so neither needs a counter of its own.
@@ -16,15 +17,15 @@ local function moveIndexes(K, id, j, prev, to, nowms, set)
   local queued = (j.queue or '') .. '|' .. (j.priority or '')
   if prev then
     redis.call('ZREM', K.state[prev], id)
-    if prev == 'QUEUED' then redis.call('HINCRBY', K.queued, queued, -1) end
+    if prev == WAITING then redis.call('HINCRBY', K.queued, queued, -1) end
   end
   redis.call('ZADD', K.state[to], j.seq, id)
-  if to == 'QUEUED' then redis.call('HINCRBY', K.queued, queued, 1) end
+  if to == WAITING then redis.call('HINCRBY', K.queued, queued, 1) end
   if TERMINAL[to] then
     set.finished_at = nowms
     -- By finish time, for the retention sweep (removeJob).
     redis.call('ZADD', K.finished, nowms, id)
-    if j.started_at and to ~= 'CANCELLED' then
+    if j.started_at and not UNTIMED[to] then
       -- One field per outcome and bucket (not cumulative), which also counts the outcome: queue/metrics.ts adds
       -- them up at scrape time (durationHistogram, finishedTotals).
       local d = (nowms - tonumber(j.started_at)) / 1000
@@ -32,10 +33,10 @@ local function moveIndexes(K, id, j, prev, to, nowms, set)
       for _, b in ipairs(DURATION_BUCKETS) do
         if d <= b then bucket = tostring(b) break end
       end
-      redis.call('HINCRBY', K.stats, 'duration_in:' .. bucket .. ':' .. string.lower(to), 1)
-      redis.call('HINCRBYFLOAT', K.stats, 'duration_sum', d)
+      redis.call('HINCRBY', K.stats, STAT_DURATION_IN .. bucket .. ':' .. string.lower(to), 1)
+      redis.call('HINCRBYFLOAT', K.stats, STAT_DURATION_SUM, d)
     else
-      redis.call('HINCRBY', K.stats, 'total:' .. string.lower(to), 1)
+      redis.call('HINCRBY', K.stats, STAT_TOTAL .. string.lower(to), 1)
     end
   end
 end

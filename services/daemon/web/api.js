@@ -12,7 +12,7 @@ export const apiKey = {
 };
 
 /** Called when the daemon refuses the key (401/403); the page shows the key form. */
-let onAuth = () => undefined;
+let onAuth = () => { /* until the page sets its key form */ };
 export function onAuthNeeded(f) { onAuth = f; }
 
 export class HttpError extends Error {

@@ -22,7 +22,9 @@ class ProgressCache {
     const t = this.last.get(id) || 0;
     if (Date.now() - t < 1500) return;
     this.last.set(id, Date.now());
-    api('GET', `/jobs/${encodeURIComponent(id)}/progress`).then((p) => { this.data.set(id, p); this.onChange(id, p); }).catch(() => undefined);
+    api('GET', `/jobs/${encodeURIComponent(id)}/progress`).then((p) => { this.data.set(id, p); this.onChange(id, p); })
+      // The rate shown stays the last one read; the next update of the job asks again (at most every 1.5 s).
+      .catch((e) => console.warn(`progress of ${id} not read: ${e.message}; asked again on its next update`));
   }
   get(id) { return this.data.get(id); }
 }

@@ -1,0 +1,121 @@
+// One process at a time runs a group's periodic work (the gateways' sweeps, the schedulers' outcome sweep): it
+// holds a Redis lease (holdLease-2.lua) renewed every third of its length, and each take of the lease has a new
+// fencing token. A sweep re-checks the lease before each step (`still`), so a holder whose lease ran out during
+// a pause stops before its next write. Each sweep runs on a timer chain (the next run is set when this one
+// ends), so a sweep never overlaps itself. When the holder dies its lease expires within 60% of the shortest
+// sweep interval and another process takes it on its next try (a third of the lease later): the sweeps resume
+// within one interval.
+import { randomUUID } from 'node:crypto';
+import type { Keys, RedisClient } from '../shared/redis';
+import type { Logger } from '../shared/log';
+import { leaderGauge, sweepRuns } from '../shared/metrics';
+import { withCommands } from './scripts';
+
+/** A sweep step's guard: true while this process still holds the lease it started the sweep under. */
+export type Still = () => Promise<boolean>;
+export interface Sweep { name: string; everyMs: number; run: (still: Still) => Promise<void> }
+
+export class Leader {
+  readonly id = `${process.pid}:${randomUUID()}`;
+  private value: string | null = null; // `<id>#<fence>` while this process leads
+  private validUntil = 0;
+  private stopped = false;
+  private timers = new Set<NodeJS.Timeout>();
+  private sweeps: Sweep[] = [];
+  private ttlMs = 0;
+  private running = new Set<Promise<void>>();
+
+  constructor(private redis: RedisClient, private k: Keys, readonly group: string, private log: Logger) {}
+
+  /** Adds a sweep; call before start(). */
+  every(name: string, everyMs: number, run: (still: Still) => Promise<void>): this {
+    this.sweeps.push({ name, everyMs, run });
+    return this;
+  }
+
+  /** True while the lease is ours by our own clock (a renewal that has not answered does not extend it). */
+  get leading(): boolean { return this.value !== null && Date.now() < this.validUntil; }
+
+  /** Reads the lease: true when it is still the one this process took (the fence included). */
+  readonly still: Still = async () => this.leading && (await this.redis.get(this.k.leader(this.group))) === this.value;
+
+  start(): this {
+    this.ttlMs = Math.max(1000, Math.floor(Math.min(...this.sweeps.map((s) => s.everyMs)) * 0.6));
+    void this.hold();
+    return this;
+  }
+
+  private later(fn: () => void, ms: number) {
+    if (this.stopped) return;
+    const t = setTimeout(() => { this.timers.delete(t); fn(); }, ms);
+    t.unref();
+    this.timers.add(t);
+  }
+
+  /** Takes or renews the lease, and starts the sweeps when it was just taken. */
+  private async hold() {
+    const sent = Date.now();
+    try {
+      const [what, v] = await withCommands(this.redis).ferryHoldLease(this.k.leader(this.group), this.k.leaderFence(this.group), this.id, this.ttlMs);
+      if (what === 'other') this.lost(`held by ${v}`);
+      else {
+        const value = `${this.id}#${v}`;
+        const fresh = value !== this.value;
+        this.value = value;
+        this.validUntil = sent + this.ttlMs;
+        if (fresh) this.took();
+      }
+    } catch (e) {
+      this.log.warn('could not take or renew the lease of periodic work; tried again in a third of the lease', { group: this.group, error: (e as Error).message });
+      if (!this.leading) this.lost('lease expired while Redis did not answer');
+    }
+    this.later(() => void this.hold(), Math.floor(this.ttlMs / 3));
+  }
+
+  private took() {
+    this.log.info('leading the periodic work', { group: this.group, lease: this.value, sweeps: this.sweeps.map((s) => s.name) });
+    leaderGauge.set({ group: this.group }, 1);
+    const fence = this.value;
+    for (const s of this.sweeps) this.later(() => void this.tick(s, fence), 0);
+  }
+
+  private lost(why: string) {
+    if (this.value) this.log.info('no longer leading the periodic work', { group: this.group, why });
+    this.value = null;
+    leaderGauge.set({ group: this.group }, 0);
+  }
+
+  /** One run of a sweep, then the next one set; the chain ends when the lease it started under is gone. */
+  private async tick(s: Sweep, fence: string | null) {
+    if (this.value !== fence || !this.leading) return; // a later take started its own chain
+    const run = this.runOnce(s);
+    this.running.add(run);
+    await run;
+    this.running.delete(run);
+    this.later(() => void this.tick(s, fence), s.everyMs);
+  }
+
+  private async runOnce(s: Sweep) {
+    try {
+      if (await this.still()) {
+        await s.run(this.still);
+        sweepRuns.inc({ sweep: s.name, outcome: 'ok' });
+      }
+    } catch (e) {
+      sweepRuns.inc({ sweep: s.name, outcome: 'error' });
+      this.log.warn('sweep failed; it runs again at its next interval', { sweep: s.name, error: (e as Error).message });
+    }
+  }
+
+  /** Stops the sweeps (waiting for a run under way) and hands the lease over at once. */
+  async stop() {
+    this.stopped = true;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+    await Promise.all(this.running);
+    const v = this.value;
+    this.lost('stopping');
+    if (v) await withCommands(this.redis).ferryDropLease(this.k.leader(this.group), v)
+      .catch((e) => this.log.warn('could not drop the lease on shutdown; another process takes it when it expires', { group: this.group, error: (e as Error).message }));
+  }
+}

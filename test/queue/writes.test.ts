@@ -1,0 +1,61 @@
+// Writes go through the Lua commands under the lease, and answers say what happened: an output claim of an
+// attempt whose lease is gone is refused and changes nothing (addOutput-1.lua); fail() whose transition is
+// refused answers the state the job is in, not the QUEUED it asked for.
+import { expect } from 'chai';
+import { TestRedis } from '../helpers/redis';
+import { createRedis, RedisClient } from '../../shared/redis';
+import { JobStore } from '../../queue/store';
+import { QueueRouter } from '../../queue/router';
+import { Lifecycle } from '../../queue/lifecycle';
+import { Registry } from '../../queue/registry';
+import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+
+describe('queue: writes under the lease, answers that say what happened', function () {
+  const server = new TestRedis();
+  let redis: RedisClient;
+  let store: JobStore;
+  let router: QueueRouter;
+  let life: Lifecycle;
+  let n = 0;
+  const spec = (over: Record<string, unknown> = {}): JobSpec => jobSpecSchema.validate({ job_id: `w-${++n}`, operation: 'noop', ...over }).value as JobSpec;
+
+  before(async () => {
+    await server.start();
+    redis = createRedis({ url: server.url });
+    store = new JobStore(redis);
+    router = new QueueRouter(redis, { stalledCheck: false });
+    life = new Lifecycle(store, router, new Registry(redis));
+  });
+  after(async () => {
+    await router?.close();
+    redis?.disconnect();
+    await server.stop();
+  });
+
+  it('records an output only under the lease of the attempt, keeping the newest 64', async () => {
+    const s = spec();
+    await life.submit(s, { enqueue: true });
+    const l = (await life.claim({ worker_id: 'w', capabilities: [] }))!;
+    expect(await store.recordOutput(s.job_id, 'w:not-the-lease', 'dev:1:ino:1')).to.equal(false);
+    expect(await redis.hget(store.k.job(s.job_id), 'owned_outputs'), 'nothing written on a refused claim').to.equal(null);
+    for (let i = 0; i < 70; i++) expect(await store.recordOutput(s.job_id, l.token, `dev:1:ino:${i}`)).to.equal(true);
+    const kept = JSON.parse((await redis.hget(store.k.job(s.job_id), 'owned_outputs'))!);
+    expect(kept).to.have.length(64);
+    expect(kept[63]).to.equal('dev:1:ino:69');
+    expect(await store.ownedOutputs(s.job_id)).to.deep.equal(kept);
+    await life.cancel(s.job_id);
+    expect(await store.recordOutput(s.job_id, l.token, 'dev:1:ino:99'), 'after the cancel the lease is gone').to.equal(false);
+  });
+
+  it('fail() answers the state the job is in when its transition is refused', async () => {
+    const s = spec({ execution_policy: { retry_count: 2 } });
+    await life.submit(s, { enqueue: true });
+    const l = (await life.claim({ worker_id: 'w', capabilities: [] }))!;
+    // Cancelled through the command without clearing the lease: the lease check passes, the move to QUEUED cannot.
+    expect((await store.transition(s.job_id, [{ to: 'CANCELLED', reason: 'test' }])).ok).to.equal(true);
+    const r = await life.fail(s.job_id, 'w', l.token, 'drill', true);
+    expect(r).to.deep.equal({ ok: false, state: 'CANCELLED' });
+    expect(await redis.hget(store.k.job(s.job_id), 'state')).to.equal('CANCELLED');
+    expect(await life.fail(s.job_id, 'w', 'w:other', 'drill', true), 'a stale lease').to.deep.equal({ ok: false, state: 'CANCELLED' });
+  });
+});
