@@ -29,6 +29,9 @@ import { consoleEndpoints } from './console';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
 import { connectQueue } from '../../queue/connect';
+import { PlanStore } from '../../queue/plans';
+import { PlanRunner } from '../../queue/plan-runner';
+import { addPlanRoutes } from './plans';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -71,6 +74,11 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
+  // Migration plans (services/daemon/plans.ts); every daemon runs the plan runner, whose writes are compare-and-set.
+  const plans = new PlanStore(redis, store.k);
+  const planRunner = new PlanRunner({ plans, life, hooks: webhooks, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
+  addPlanRoutes(api, { plans, runner: planRunner, jobs: store });
+  planRunner.begin();
   // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
   // 503 naming the URI while no libvirtd answers there.
   const virsh = new Virsh(configuredUri());
@@ -182,6 +190,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     port, server, api, app, life, mountStatic,
     async close() {
       hub!.close();
+      planRunner.stop();
       dashboardHub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();
