@@ -62,7 +62,8 @@ function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
     if (pool === undefined) { out.push(f('datastore_unmapped', B, `${d.label} is on datastore "${d.datastore}", which storage_map does not map`, `add "${d.datastore}" to storage_map`)); continue; }
     const share = x.provisioned_bytes ? d.capacity_bytes / x.provisioned_bytes : 0;
     const n = need.get(pool) ?? { provisioned: 0, used: 0 };
-    need.set(pool, { provisioned: n.provisioned + d.capacity_bytes, used: n.used + Math.round(x.committed_bytes * share) });
+    // A manager that reports nothing committed (0) is taken at the provisioned size: never under-counted.
+    need.set(pool, { provisioned: n.provisioned + d.capacity_bytes, used: n.used + (x.committed_bytes ? Math.round(x.committed_bytes * share) : d.capacity_bytes) });
   }
   for (const [pool, n] of need) {
     const p = t.pools.get(pool);
