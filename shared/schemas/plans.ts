@@ -29,7 +29,7 @@ export const planLimitsSchema = Joi.object({
 
 const window = Joi.object({ start: Joi.date().iso().required(), end: Joi.date().iso().greater(Joi.ref('start')).required() }).label('PlanWindow');
 
-const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: jobOptions.description('per-VM overrides of the plan options') }))
+const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: jobOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
   .description('a VM path, or {vm_path, options} with per-VM overrides');
 
 const planFields = {
