@@ -175,6 +175,12 @@ export const OPERATIONS: Record<string, OperationDef> = {
       conversion_method: Joi.string().max(64),
       network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
       virt_test: virtTestSchema,
+      // Set by a plan (queue/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
+      pool: Joi.string().max(200),
+      plan: Joi.object({
+        id: Joi.string().max(64).required(), not_after: Joi.number().integer(),
+        slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).required(), limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
+      }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
   },

@@ -33,6 +33,9 @@ import { AuditLog, auditRoute } from '../../shared/audit';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import { RateLimiter } from '../../shared/limits';
 import { browserRule } from '../../shared/browser';
+import { PlanStore } from '../../queue/plans';
+import { PlanRunner } from '../../queue/plan-runner';
+import { addPlanRoutes } from './plans';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
@@ -75,6 +78,11 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   const runDeps = { life, schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life, cfg, schedules, webhooks, runDeps, status });
+  // Migration plans (services/daemon/plans.ts); every daemon runs the plan runner, whose writes are compare-and-set.
+  const plans = new PlanStore(redis, store.k);
+  const planRunner = new PlanRunner({ plans, life, hooks: webhooks, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
+  addPlanRoutes(api, { plans, runner: planRunner, jobs: store });
+  planRunner.begin();
   // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
   // 503 naming the URI while no libvirtd answers there.
   const virsh = new Virsh(configuredUri());
@@ -190,6 +198,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     port, server, api, app, life, mountStatic,
     async close() {
       hub!.close();
+      planRunner.stop();
       dashboardHub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();

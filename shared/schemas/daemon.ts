@@ -7,9 +7,10 @@ import { POWER_OPTIONS } from '../vsphere/options';
 import { virtUriSchema } from '../libvirt/uri';
 import { managerUrlSchema } from './vms';
 
-export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered'] as const;
+export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered',
+  'plan.started', 'plan.vm_completed', 'plan.vm_failed', 'plan.vm_cancelled', 'plan.vm_rolled_back', 'plan.completed'] as const;
 /** An event name; the underscore spelling (job_completed) is accepted as an alias and stored dotted. */
-const webhookEvent = Joi.string().max(64).replace(/^(job|schedule)_/, '$1.').valid(...WEBHOOK_EVENTS)
+const webhookEvent = Joi.string().max(64).replace(/^(job|schedule|plan)_/, '$1.').valid(...WEBHOOK_EVENTS)
   .messages({ 'any.only': `{{#label}} must be one of ${WEBHOOK_EVENTS.join(', ')} (or the same with "_" for ".")` });
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)

@@ -145,7 +145,7 @@ async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: st
   return out;
 }
 
-function osHint(guestId: string): string {
+export function osHint(guestId: string): string {
   if (/^win/i.test(guestId)) return 'windows';
   if (/linux|ubuntu|debian|rhel|centos|sles|fedora|oracle|photon|coreos|mandr|suse|asianux|turbo|amazon|rocky|alma/i.test(guestId)) return 'linux';
   return 'unknown';

@@ -20,7 +20,7 @@ export interface ExportParameters {
 }
 
 export const exportsPerManager = () => Math.max(1, Number(process.env.FERRY_EXPORTS_PER_MANAGER || 4));
-const slotLeaseMs = () => Math.max(3, config.leaseSeconds * 3) * 1000;
+export const slotLeaseMs = () => Math.max(3, config.leaseSeconds * 3) * 1000;
 
 function managerOf(p: ExportParameters) {
   try { return managerName(resolveCredentials({ manager_url: p.manager_url }).url); } catch { return null; }

@@ -6,7 +6,7 @@ import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
 import { importKvm } from './import';
 import { admitExport, cleanupExport, runExportOp } from './export';
-import { migrateVm } from './migrate-vm';
+import { admitMigration, migrateVm } from './migrate-vm';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
@@ -14,5 +14,5 @@ export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: 
   import_kvm: { run: importKvm },
   migrate: { run: migrate, cleanup: cleanupMigrate },
   export: { run: runExportOp, cleanup: cleanupExport, admit: admitExport },
-  migrate_vm: { run: migrateVm, admit: admitExport },
+  migrate_vm: { run: migrateVm, admit: admitMigration },
 };

@@ -7,7 +7,9 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { afterExport } from './migration-stages';
 import { ExportParameters, runExport } from './export';
-import type { Operation } from './types';
+import type { Admit, Operation } from './types';
+import { admitExport, slotLeaseMs } from './export';
+import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
 import { jobUri } from '../../../shared/libvirt/uri';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
@@ -45,9 +47,20 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 }
 
 export const migrateVm: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
+  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
   jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   const exported = await runExport(ctx, p, dir, 'export', 'export folder');
-  return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, conversion_method: p.conversion_method, virt_test: p.virt_test });
+  return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, conversion_method: p.conversion_method, virt_test: p.virt_test });
+};
+
+/** The manager's export slot, then a plan job's own slots (ESXi host, datastore, target host, plan); all or none. */
+export const admitMigration: Admit = async (spec, store) => {
+  const plan = (spec.parameters as { plan?: PlanParams }).plan;
+  const first = await admitExport(spec, store);
+  if (!first.ok || !plan) return first;
+  const rest = await takePlanSlots(store, spec.job_id, plan, slotLeaseMs());
+  if (rest.ok) return { ok: true, release: async () => { await rest.release(); await first.release(); } };
+  await first.release();
+  return rest;
 };

@@ -23,6 +23,8 @@ export interface AfterExportInput {
   /** the job's destination: type (kvm), virt_uri */
   destination: { type: string; virt_uri?: string };
   network_mapping: Record<string, string>;
+  /** the target storage pool (a plan's storage_map); default FERRY_LIBVIRT_POOL */
+  pool?: string;
   conversion_method?: string;
   virt_test?: { expect?: string; timeout_seconds?: number };
 }
@@ -50,7 +52,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
     memoryMiB: (exported.vm?.mem_gb || 1) * 1024, cpus: exported.vm?.cpu || 1,
     sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
-    networkMapping: input.network_mapping, firmware: exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios',
+    networkMapping: input.network_mapping, pool: input.pool, firmware: exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios',
     onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage),
   });
   await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);

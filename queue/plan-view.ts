@@ -1,0 +1,29 @@
+// How the daemon shows a plan: the stored plan with, per VM, what its current job says now (stage, bytes, the
+// limit holding it), and for the plan the counts per status, bytes done and total, the summed rate and an ETA.
+import type { Plan } from './plans';
+import type { JobStore } from './store';
+import { jobViews } from './daemon-views';
+
+export async function planView(store: JobStore, p: Plan) {
+  const ids = p.vms.map((v) => v.job_id).filter((x): x is string => !!x);
+  const jobs = new Map((await jobViews(store, ids)).map((j) => [j.id, j]));
+  let done = 0, total = 0, rate = 0;
+  const counts: Record<string, number> = {};
+  const vms = p.vms.map((v) => {
+    const j = v.job_id ? jobs.get(v.job_id) : undefined;
+    const pr = j?.progress as Record<string, any> | undefined;
+    const bytes = v.status === 'completed' ? pr?.total_bytes ?? pr?.bytes_downloaded ?? 0 : pr?.bytes_downloaded ?? 0;
+    const tb = pr?.total_bytes ?? 0;
+    done += bytes; total += tb;
+    if (v.status === 'running' && pr?.rate_bytes_per_second) rate += pr.rate_bytes_per_second;
+    counts[v.status] = (counts[v.status] ?? 0) + 1;
+    const { options: _o, ...rest } = v;
+    return {
+      ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
+      waiting_reason: v.status === 'running' && j?.status === 'pending' ? (j as any).waiting_reason ?? 'queued for a worker' : v.waiting_reason,
+      bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null,
+    };
+  });
+  const { events_sent: _e, ...plan } = p;
+  return { ...plan, counts, bytes_done: done, total_bytes: total, rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 && total > done ? Math.round((total - done) / rate) : null, vms };
+}

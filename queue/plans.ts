@@ -1,0 +1,97 @@
+// Migration plans in Redis: one JSON document per plan (`<prefix>:plan:<id>`) and an index sorted by creation
+// time (`<prefix>:plans`). Every change goes through `mutate`, an optimistic WATCH/MULTI loop, so two daemons (or
+// the plan runner and an API call) never lose each other's writes.
+import { randomUUID } from 'node:crypto';
+import { ApiError, conflict, notFound } from '../shared/errors';
+import type { Keys, RedisClient } from '../shared/redis';
+import type { Finding } from '../shared/plans/rules';
+
+export interface Override { by: string; at: string; reason: string }
+export interface PlanVm {
+  vm_path: string; options?: Record<string, unknown>; status: string; job_id: string | null; jobs: string[];
+  findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
+  error: string | null; waiting_reason: string | null; stage: string | null;
+  placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
+  rollback?: { at: string; detail: string } | null;
+}
+export interface Plan {
+  id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
+  destination: { type: string; virt_uri?: string }; network_map: Record<string, string>; storage_map: Record<string, string>;
+  options: Record<string, any>; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
+  status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
+  created_by: string; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
+}
+
+export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans` });
+
+export function newVm(entry: string | { vm_path: string; options?: Record<string, unknown> }): PlanVm {
+  const e = typeof entry === 'string' ? { vm_path: entry } : entry;
+  return { vm_path: e.vm_path, ...(e.options ? { options: e.options } : {}), status: 'pending', job_id: null, jobs: [], findings: [], overrides: {}, error: null, waiting_reason: null, stage: null };
+}
+
+const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
+
+const iso = (d: unknown) => (d instanceof Date ? d.toISOString() : d === undefined || d === null ? null : String(d));
+
+export class PlanStore {
+  private pk: ReturnType<typeof planKeys>;
+  constructor(readonly redis: RedisClient, k: Keys) { this.pk = planKeys(k); }
+
+  async create(body: any, by: string): Promise<Plan> {
+    const id = body.id || randomUUID();
+    const now = new Date().toISOString();
+    const dupes = body.vms.map((v: any) => (typeof v === 'string' ? v : v.vm_path)).filter((p: string, i: number, a: string[]) => a.indexOf(p) !== i);
+    if (dupes.length) throw new ApiError(400, `vms: ${dupes[0]} is listed twice`, { fields: [{ field: 'vms', message: `${dupes[0]} is listed twice` }] });
+    const plan: Plan = {
+      id, name: body.name, description: body.description ?? '', source: body.source ?? {}, destination: body.destination,
+      network_map: body.network_map, storage_map: body.storage_map, options: body.options ?? {}, limits: body.limits,
+      start_at: iso(body.start_at), windows: (body.windows ?? []).map((w: any) => ({ start: iso(w.start)!, end: iso(w.end)! })),
+      status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by,
+      validated_at: null, events_sent: [], vms: body.vms.map(newVm),
+    };
+    const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');
+    if (!ok) throw conflict(`plan ${id} exists`);
+    await this.redis.zadd(this.pk.index, Date.now(), id);
+    return plan;
+  }
+
+  async get(id: string): Promise<Plan | null> {
+    const raw = await this.redis.get(this.pk.plan(id));
+    return raw ? JSON.parse(raw) : null;
+  }
+
+  async must(id: string): Promise<Plan> {
+    const p = await this.get(id);
+    if (!p) throw notFound(`plan ${id} not found`);
+    return p;
+  }
+
+  async ids(): Promise<string[]> { return this.redis.zrange(this.pk.index, 0, -1); }
+
+  async list(archived: boolean): Promise<Plan[]> {
+    const ids = await this.ids();
+    if (!ids.length) return [];
+    const raws = await this.redis.mget(...ids.map((i) => this.pk.plan(i)));
+    return raws.filter((r): r is string => !!r).map((r) => JSON.parse(r) as Plan).filter((p) => p.archived === archived);
+  }
+
+  /** Applies `fn` to the stored plan and writes it back unless another writer changed it meanwhile (then again):
+   *  a compare-and-set in one script, so no connection is held between the read and the write. */
+  async mutate(id: string, fn: (p: Plan) => void | Promise<void>): Promise<Plan> {
+    const key = this.pk.plan(id);
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const raw = await this.redis.get(key);
+      if (!raw) throw notFound(`plan ${id} not found`);
+      const p = JSON.parse(raw) as Plan;
+      await fn(p);
+      p.updated_at = new Date().toISOString();
+      if (Number(await this.redis.eval(CAS, 1, key, raw, JSON.stringify(p))) === 1) return p;
+    }
+    throw conflict(`plan ${id} is being changed by others; try again`);
+  }
+
+  async remove(id: string) {
+    await this.redis.del(this.pk.plan(id));
+    await this.redis.zrem(this.pk.index, id);
+  }
+}

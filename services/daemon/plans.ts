@@ -1,0 +1,123 @@
+// The daemon's plan routes (/plans and /api/v1/plans, docs/plans.md): wiring of the plan store (queue/plans.ts),
+// preflight (shared/plans/) and the runner (queue/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
+import Joi from 'joi';
+import type Koa from 'koa';
+import type { Api } from '../../shared/http';
+import { ApiError, conflict, fieldError, notFound } from '../../shared/errors';
+import { daemonErrorSchema } from '../../shared/schemas/daemon';
+import {
+  overrideSchema, planCreateSchema, planIdParams, planListQuery, planSchema, planUpdateSchema, planVmCancelSchema, validateResponseSchema,
+} from '../../shared/schemas/plans';
+import { checkManager, NOT_OVERRIDABLE, preflight } from '../../shared/plans/preflight';
+import { newVm, Plan, PlanStore } from '../../queue/plans';
+import type { PlanRunner } from '../../queue/plan-runner';
+import { planView } from '../../queue/plan-view';
+import type { JobStore } from '../../queue/store';
+
+const err = (description: string) => ({ description, schema: daemonErrorSchema });
+const one = { description: 'the plan', schema: planSchema };
+const who = (ctx: Koa.Context) => ctx.state.apiKey?.name ?? 'anonymous';
+const vmParams = planIdParams.keys({ vm: Joi.string().max(1100).required().description('the VM path, URL-encoded (%2F for /), or its name') });
+
+function vmOf(p: Plan, vm: string) {
+  const v = p.vms.find((x) => x.vm_path === vm) ?? p.vms.find((x) => x.vm_path.split('/').pop() === vm);
+  if (!v) throw notFound(`plan ${p.id} has no VM ${vm}`);
+  return v;
+}
+
+export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunner; jobs: JobStore }) {
+  const { plans, runner } = d;
+  const view = async (p: Plan) => planView(d.jobs, p);
+  const add = (path: string, summary: string, role: 'read' | 'submit' | 'admin', extra: Record<string, any>, handler: (ctx: Koa.Context, i: any) => Promise<unknown>) =>
+    api.add({ method: extra.method ?? 'post', path, summary, tags: ['plans'], role, params: extra.params ?? planIdParams, body: extra.body, bodyRequired: extra.bodyRequired, query: extra.query, responses: { 200: one, 400: err('invalid input (names the field)'), 404: err('unknown plan or VM'), 409: err('the plan is in the wrong state for this'), ...(extra.responses ?? {}) }, handler });
+
+  api.add({
+    method: 'post', path: '/plans', summary: 'Create a migration plan (VMs, destination, network_map, storage_map, options, limits, windows)', tags: ['plans'], role: 'submit', body: planCreateSchema,
+    responses: { 201: one, 400: err('invalid plan (names the field)'), 409: err('a plan with this id exists') },
+    handler: async (ctx, { body }) => {
+      checkManager(body.source);
+      ctx.status = 201;
+      return view(await plans.create(body, who(ctx)));
+    },
+  });
+  api.add({
+    method: 'get', path: '/plans', summary: 'Plans, oldest first (archived ones with ?archived=true)', tags: ['plans'], role: 'read', query: planListQuery,
+    responses: { 200: { description: 'plans', schema: Joi.object({ plans: Joi.array().items(planSchema), total: Joi.number().integer() }) } },
+    handler: async (_ctx, { query }) => {
+      const all = await Promise.all((await plans.list(query.archived)).map(view));
+      return { plans: all, total: all.length };
+    },
+  });
+  add('/plans/:id', 'One plan: status, counts, bytes, rate, ETA, and per VM its status, job, stage, findings and what holds it', 'read', { method: 'get' },
+    async (_ctx, { params }) => view(await plans.must(params.id)));
+  add('/plans/:id', 'Change a plan that has not started (any field of the create body)', 'submit', { method: 'put', body: planUpdateSchema }, async (_ctx, { params, body }) => {
+    if (body.source) checkManager(body.source);
+    return view(await plans.mutate(params.id, (p) => {
+      if (p.status !== 'pending' || p.started_at) throw conflict(`plan ${p.id} has started (${p.status}); only a plan not started may change`);
+      const { vms, start_at, windows, ...rest } = body;
+      Object.assign(p, rest);
+      if (start_at !== undefined) p.start_at = new Date(start_at).toISOString();
+      if (windows) p.windows = windows.map((w: any) => ({ start: new Date(w.start).toISOString(), end: new Date(w.end).toISOString() }));
+      if (vms) p.vms = vms.map((e: any) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
+      p.validated_at = null;
+    }));
+  });
+  api.add({
+    method: 'delete', path: '/plans/:id', summary: 'Delete a plan that is not running (migrated VMs stay; their jobs stay in /jobs)', tags: ['plans'], role: 'submit', params: planIdParams,
+    responses: { 200: { description: 'deleted', schema: Joi.object({ message: Joi.string() }) }, 404: err('unknown plan'), 409: err('the plan is running: cancel it first') },
+    handler: async (_ctx, { params }) => {
+      const p = await plans.must(params.id);
+      if (p.status === 'running') throw conflict(`plan ${p.id} is running: cancel it first`);
+      await plans.remove(p.id);
+      return { message: `plan ${p.id} deleted` };
+    },
+  });
+  api.add({
+    method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning, message, fix}, before any copy', tags: ['plans'], role: 'submit', params: planIdParams,
+    responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
+    handler: async (_ctx, { params }) => {
+      const p = await plans.must(params.id);
+      const results = await preflight(p);
+      await plans.mutate(p.id, (q) => {
+        for (const r of results) { const v = q.vms.find((x) => x.vm_path === r.vm_path); if (v && !v.job_id) { v.findings = r.findings; if (r.placement) v.placement = r.placement; } }
+        q.validated_at = new Date().toISOString();
+      });
+      const count = (s: string) => results.reduce((n, r) => n + r.findings.filter((f) => f.severity === s && !(f as any).overridden).length, 0);
+      return { plan_id: p.id, blockers: count('blocker'), warnings: count('warning'), vms: results.map((r) => ({ vm_path: r.vm_path, findings: r.findings })) };
+    },
+  });
+  add('/plans/:id/overrides', 'Accept a blocker for one VM (recorded with who and why); rules that make the job impossible cannot be overridden', 'submit', { body: overrideSchema }, async (ctx, { params, body }) => {
+    if (NOT_OVERRIDABLE.has(body.rule)) throw fieldError(400, 'rule', `${body.rule} cannot be overridden: the migration could not run (or would replace what is on the target)`);
+    return view(await plans.mutate(params.id, (p) => {
+      const v = vmOf(p, body.vm_path);
+      if (v.job_id && v.status === 'running') throw conflict(`${v.vm_path} is running`);
+      v.overrides[body.rule] = { by: who(ctx), at: new Date().toISOString(), reason: body.reason };
+    }));
+  });
+  add('/plans/:id/start', 'Start: preflight again, then each VM without an unaccepted blocker runs as a shape B job, paced by the limits and windows', 'submit', {}, async (_ctx, { params }) => {
+    const p = await plans.must(params.id);
+    if (p.status === 'running') throw conflict(`plan ${p.id} is already running`);
+    if (p.status !== 'pending') throw conflict(`plan ${p.id} is ${p.status}; retry its failed VMs instead`);
+    return view(await runner.start(p.id, await preflight(p)));
+  });
+  add('/plans/:id/cancel', 'Cancel the whole plan, or one VM ({vm_path}); what a cancelled VM made on the target is removed', 'submit', { body: planVmCancelSchema, bodyRequired: false },
+    async (_ctx, { params, body }) => view(await runner.cancel(params.id, body?.vm_path)));
+  add('/plans/:id/retry', 'Run the failed and cancelled VMs again (preflight again for them)', 'submit', {}, async (_ctx, { params }) => {
+    const p = await plans.must(params.id);
+    if (p.status === 'pending') throw conflict(`plan ${p.id} has not started`);
+    return view(await runner.retry(p.id, await preflight(p)));
+  });
+  add('/plans/:id/archive', 'Archive a plan that is not running (listed with ?archived=true)', 'submit', {}, async (_ctx, { params }) =>
+    view(await plans.mutate(params.id, (p) => {
+      if (p.status === 'running') throw conflict(`plan ${p.id} is running: cancel it or let it finish first`);
+      p.archived = true;
+    })));
+  add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: remove the domain, volumes and NVRAM Ferry created on the target, power the source on (idempotent)', 'admin', { params: vmParams },
+    async (_ctx, { params }) => {
+      const p = await plans.must(params.id);
+      const v = vmOf(p, decodeURIComponent(params.vm));
+      if (v.status === 'running' || v.status === 'pending') throw conflict(`${v.vm_path} is ${v.status}; cancel it first`);
+      if (!v.job_id) throw new ApiError(409, `${v.vm_path} never ran: nothing to roll back`);
+      return view(await runner.rollback(p.id, v.vm_path, 'rolled back through the API'));
+    });
+}

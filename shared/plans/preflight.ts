@@ -1,0 +1,64 @@
+// A plan's preflight: every VM's facts from vSphere, the target's from libvirt, the rules (rules.ts), the
+// operator's overrides applied, and where each VM would go (ESXi host, datastores, pool) for the limits.
+import { fieldError } from '../errors';
+import { configuredUri } from '../libvirt/virsh';
+import { managerFor, managerName } from '../vsphere/client';
+import { resolveCredentials } from '../vsphere/credentials';
+import { VsphereError } from '../vsphere/errors';
+import { vmFacts, type VmFacts } from './facts';
+import { checkVm, planMacClashes, type Finding } from './rules';
+import { targetFacts } from './target';
+import type { Override, Plan } from '../../queue/plans';
+
+/** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
+export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'network_missing', 'vm_running']);
+
+export interface VmResult {
+  vm_path: string; findings: (Finding & { overridden?: Override })[];
+  placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
+}
+
+export const planManager = (p: Pick<Plan, 'source'>) => managerFor(resolveCredentials({ manager_url: p.source.manager_url, insecure: p.source.insecure }));
+export const planManagerName = (p: Pick<Plan, 'source'>) => managerName(resolveCredentials({ manager_url: p.source.manager_url }).url);
+export const vmOption = (p: Plan, vmPath: string, key: string) => {
+  const own = p.vms.find((v) => v.vm_path === vmPath)?.options?.[key];
+  return own !== undefined ? own : p.options[key];
+};
+
+export async function preflight(p: Plan): Promise<VmResult[]> {
+  const uri = p.destination.virt_uri || configuredUri();
+  const m = planManager(p);
+  const target = await targetFacts(uri);
+  const facts = new Map<string, VmFacts | Finding>();
+  for (const v of p.vms) {
+    try { facts.set(v.vm_path, await vmFacts(m, v.vm_path)); } catch (e) {
+      if (!(e instanceof VsphereError) || e.kind !== 'not_found') throw e;
+      facts.set(v.vm_path, { rule: 'vm_not_found', severity: 'blocker', message: e.message, fix: 'remove it from the plan or correct its path' });
+    }
+  }
+  const found = [...facts.values()].filter((x): x is VmFacts => 'disks' in x);
+  const clashes = planMacClashes(found);
+  const poolUse = new Map<string, number>();
+  return p.vms.map((v) => {
+    const x = facts.get(v.vm_path)!;
+    if (!('disks' in x)) return { vm_path: v.vm_path, findings: [x] };
+    const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? 'none');
+    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, poolUse }), ...(clashes.get(v.vm_path) ?? [])];
+    const datastores = [...new Set(x.disks.map((d) => d.datastore))];
+    return {
+      vm_path: v.vm_path,
+      findings: findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f)),
+      placement: { esxi_host: x.esxi_host, datastores, virt_uri: uri, pool: p.storage_map[datastores[0]] ?? '', domain: x.name, target_existed: target.domains.has(x.name), source_was_on: x.power_state === 'poweredOn' },
+    };
+  });
+}
+
+export const blocks = (r: Pick<VmResult, 'findings'>) => r.findings.some((f) => f.severity === 'blocker' && !f.overridden);
+
+/** The plan's manager must be one this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS): a 400 naming
+ *  source.manager_url before anything is stored. */
+export function checkManager(source: Plan['source']) {
+  try { return planManagerName({ source }); } catch (e) {
+    throw fieldError(400, 'source.manager_url', e instanceof VsphereError ? e.message : `not a URL: ${(e as Error).message}`);
+  }
+}

@@ -1,0 +1,103 @@
+// The preflight rules (docs/plans.md lists each with its reason): pure functions of the source VM's facts, the
+// target's facts and the plan, so they are checked the same on validate and on start. Rule names follow
+// Forklift's where one exists, so operators who know those read these.
+import { NAME_PATTERN } from '../libvirt/names';
+import { osHint } from '../vsphere/export';
+import type { VmFacts } from './facts';
+import type { TargetFacts } from './target';
+
+export interface Finding { rule: string; severity: 'blocker' | 'warning'; message: string; fix: string }
+export interface RuleContext {
+  network_map: Record<string, string>; storage_map: Record<string, string>; power_off: string;
+  /** bytes the plan's earlier VMs will take in each pool, so that together they are checked against free space */
+  poolUse: Map<string, number>;
+}
+
+const B = 'blocker', W = 'warning';
+const f = (rule: string, severity: 'blocker' | 'warning', message: string, fix: string): Finding => ({ rule, severity, message, fix });
+const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
+
+function deviceRules(x: VmFacts): Finding[] {
+  const out: Finding[] = [];
+  const has = (re: RegExp) => x.devices.filter((d) => re.test(d));
+  if (x.snapshots) out.push(f('snapshot', W, `${x.snapshots} snapshot(s): the current state is copied, the snapshot tree is not carried over`, 'delete or consolidate the snapshots before the migration to keep the copy short'));
+  for (const d of x.disks) {
+    if (/RawDiskMapping/.test(d.backing)) out.push(f('rdm_disk', B, `${d.label} is a raw device mapping (${d.file}): its LUN is not a file Ferry can copy`, 'migrate the LUN\'s data by storage means, or convert the RDM to a virtual disk (Storage vMotion)'));
+    if (/^independent/.test(d.mode)) out.push(f('disk_mode', W, `${d.label} is ${d.mode}: it is copied as it is now, outside any snapshot`, 'switch it to persistent if its contents must be consistent with the other disks'));
+    if (d.sharing === 'sharingMultiWriter') out.push(f('shared_disk', B, `${d.label} is shared (multi-writer) with other VMs: copying it while another writer runs gives an inconsistent disk`, 'stop every VM that shares it, or migrate the cluster\'s shared storage separately'));
+  }
+  for (const d of has(/PCIPassthrough/)) out.push(f('passthrough_device', B, `a ${d} device is passed through from the ESXi host`, 'remove the passthrough device, and give the target VM the equivalent device by hand'));
+  for (const d of has(/Sriov/)) out.push(f('sriov_device', B, `a ${d} (SR-IOV) NIC has no virtio equivalent Ferry can map`, 'replace it with a VMXNET3 NIC on vSphere, or add an SR-IOV interface on the target by hand'));
+  const usb = has(/VirtualUSB$|VirtualUSBController|VirtualUSBXHCIController/);
+  if (usb.length) out.push(f('usb_controller', W, `USB (${[...new Set(usb)].join(', ')}): USB devices are not carried over`, 'attach the USB device to the target host and pass it to the domain after the migration'));
+  if (has(/VirtualTPM/).length) out.push(f('tpm_enabled', B, 'a virtual TPM: its keys (BitLocker, LUKS bound to the TPM) stay behind and the guest may not unlock its disks', 'suspend disk encryption bound to the TPM before the migration'));
+  return out;
+}
+
+function configRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
+  const out: Finding[] = [];
+  if (x.encrypted) out.push(f('encrypted_vm', B, 'the VM is encrypted by vSphere: its disks read as ciphertext', 'decrypt the VM on vSphere first'));
+  if (x.cpu_hot_add || x.memory_hot_add) out.push(f('cpu_memory_hotplug', W, `${[x.cpu_hot_add && 'CPU', x.memory_hot_add && 'memory'].filter(Boolean).join(' and ')} hot-plug is on; the target domain gets fixed vCPUs and memory`, 'none needed; add hot-plug on the target by hand if the guest relies on it'));
+  if (x.fault_tolerance) out.push(f('fault_tolerance', B, 'fault tolerance is on: its secondary VM would keep running', 'turn fault tolerance off for this VM'));
+  const os = osHint(x.guest_id);
+  if (os === 'unknown') out.push(f('vm_os', B, `guestId "${x.guest_id || '(none)'}" is not an OS Ferry can repair for KVM (Linux or Windows)`, 'set the VM\'s guest OS on vSphere if it is wrong, or migrate it by another means'));
+  if (x.power_state === 'poweredOn' && c.power_off === 'none') out.push(f('vm_running', B, 'the VM is running and the plan\'s power_off is none: the export would refuse it', 'set options.power_off to shutdown or force (for the plan or this VM), or power the VM off'));
+  if (/efi/i.test(x.firmware) && t.reachable && !t.uefi) out.push(f('firmware', B, `the VM boots with UEFI and ${t.uri} offers no OVMF loader`, 'install OVMF (Debian: ovmf) on the target host'));
+  else if (/efi/i.test(x.firmware) && x.secure_boot) out.push(f('secure_boot', W, 'the VM uses Secure Boot; the imported domain boots UEFI without it', 'enable Secure Boot on the domain after the migration if the guest needs it'));
+  return out;
+}
+
+function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
+  const out: Finding[] = [];
+  for (const n of x.nics) {
+    const target = c.network_map[n.network];
+    if (target === undefined) out.push(f('network_unmapped', B, `${n.label} is on "${n.network}", which network_map does not map`, `add "${n.network}" to network_map`));
+    else if (t.reachable && !t.networks.has(target)) out.push(f('network_missing', B, `network_map sends "${n.network}" to "${target}", which ${t.uri} has no network of`, `create network "${target}" on the target or change network_map`));
+    const owner = t.macs.get(n.mac);
+    if (owner) out.push(f('duplicate_mac', B, `${n.label}'s MAC ${n.mac} is already used by domain ${owner} on ${t.uri}`, `remove or re-address ${owner}, or change the VM's MAC`));
+  }
+  const need = new Map<string, { provisioned: number; used: number }>();
+  for (const d of x.disks) {
+    const pool = c.storage_map[d.datastore];
+    if (pool === undefined) { out.push(f('datastore_unmapped', B, `${d.label} is on datastore "${d.datastore}", which storage_map does not map`, `add "${d.datastore}" to storage_map`)); continue; }
+    const share = x.provisioned_bytes ? d.capacity_bytes / x.provisioned_bytes : 0;
+    const n = need.get(pool) ?? { provisioned: 0, used: 0 };
+    // A manager that reports nothing committed (0) is taken at the provisioned size: never under-counted.
+    need.set(pool, { provisioned: n.provisioned + d.capacity_bytes, used: n.used + (x.committed_bytes ? Math.round(x.committed_bytes * share) : d.capacity_bytes) });
+  }
+  for (const [pool, n] of need) {
+    const p = t.pools.get(pool);
+    if (!t.reachable) continue;
+    if (!p) { out.push(f('pool_missing', B, `storage_map names pool "${pool}", which ${t.uri} does not have`, `create pool "${pool}" on the target or change storage_map`)); continue; }
+    const earlier = c.poolUse.get(pool) ?? 0;
+    c.poolUse.set(pool, earlier + n.used);
+    if (earlier + n.used > p.available) out.push(f('pool_space', B, `pool "${pool}" has ${gib(p.available)} free; this VM's disks use ${gib(n.used)}${earlier ? ` after ${gib(earlier)} for the plan's earlier VMs` : ''}`, `free space in "${pool}" or map the datastore to a larger pool`));
+    else if (earlier + n.provisioned > p.available) out.push(f('pool_space_provisioned', W, `pool "${pool}" (${gib(p.available)} free) holds what the disks use but not their provisioned ${gib(n.provisioned)}: the guest can fill it later`, `grow "${pool}" before the guests grow`));
+  }
+  return out;
+}
+
+function nameRules(x: VmFacts, t: TargetFacts): Finding[] {
+  if (!NAME_PATTERN.test(x.name)) return [f('name', B, `"${x.name}" is not a domain name libvirt accepts (letters, digits, "._+:-", at most 200)`, 'rename the VM on vSphere')];
+  if (t.domains.has(x.name)) return [f('name_exists', B, `${t.uri} already has a domain named ${x.name}`, `remove or rename that domain, or rename the VM on vSphere`)];
+  return [];
+}
+
+/** Every finding of one VM. */
+export function checkVm(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
+  const out = [...deviceRules(x), ...configRules(x, t, c), ...mapRules(x, t, c), ...nameRules(x, t)];
+  if (!t.reachable) out.push(f('target_unreachable', B, `the target host ${t.uri} does not answer: ${t.error ?? ''}`, 'start libvirtd there or fix destination.virt_uri'));
+  return out;
+}
+
+/** Two VMs of one plan with the same MAC (they would clash on the target network). */
+export function planMacClashes(vms: VmFacts[]): Map<string, Finding[]> {
+  const seen = new Map<string, string>();
+  const out = new Map<string, Finding[]>();
+  for (const x of vms) for (const n of x.nics) {
+    const other = seen.get(n.mac);
+    if (other && other !== x.vm_path) out.set(x.vm_path, [...(out.get(x.vm_path) ?? []), f('duplicate_mac', B, `${n.label}'s MAC ${n.mac} is also ${other}'s in this plan`, 'give one of them another MAC')]);
+    else seen.set(n.mac, x.vm_path);
+  }
+  return out;
+}

@@ -1,0 +1,55 @@
+// What preflight needs to know about the target host, in a few virsh calls: its pools with their free bytes,
+// its domains' names and MACs, its networks, and whether it offers UEFI (an OVMF loader in domcapabilities).
+import { LibvirtError, Virsh } from '../libvirt/virsh';
+import { listDomains } from '../libvirt/domains';
+import { list, parseXml, sizeBytes } from '../libvirt/xml';
+
+export interface TargetFacts {
+  uri: string; reachable: boolean; error?: string;
+  pools: Map<string, { available: number; active: boolean }>;
+  domains: Set<string>; macs: Map<string, string>; networks: Set<string>; uefi: boolean; secureBoot: boolean;
+}
+
+const lines = (s: string) => s.split('\n').map((x) => x.trim()).filter(Boolean);
+
+async function pools(v: Virsh) {
+  const out = new Map<string, { available: number; active: boolean }>();
+  const active = new Set(lines(await v.run(['pool-list', '--name'])));
+  for (const name of lines(await v.run(['pool-list', '--all', '--name']))) {
+    const p = parseXml(await v.run(['pool-dumpxml', name])).pool;
+    out.set(name, { available: sizeBytes(p.available) ?? 0, active: active.has(name) });
+  }
+  return out;
+}
+
+/** MAC -> domain, from every domain's definition. */
+async function macs(v: Virsh, domains: string[]) {
+  const out = new Map<string, string>();
+  for (const d of domains) {
+    const x = parseXml(await v.run(['dumpxml', '--inactive', d])).domain;
+    for (const i of list(x?.devices?.interface)) { const mac = (i as any).mac?.['@_address']; if (mac) out.set(String(mac).toLowerCase(), d); }
+  }
+  return out;
+}
+
+async function firmware(v: Virsh) {
+  const caps = await v.run(['domcapabilities', '--arch', 'x86_64', '--machine', 'q35']).catch(() => v.run(['domcapabilities']));
+  const loader = parseXml(caps).domainCapabilities?.os?.loader;
+  const values = list(loader?.value).map(String);
+  const ok = loader?.['@_supported'] === 'yes' && values.some((p) => /ovmf|edk2/i.test(p));
+  return { uefi: ok, secureBoot: ok && values.some((p) => /secboot|\.ms\./i.test(p)) };
+}
+
+export async function targetFacts(uri: string): Promise<TargetFacts> {
+  const v = new Virsh(uri);
+  const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false };
+  try {
+    const doms = (await listDomains(v)).map((d) => d.name);
+    const [p, m, n, fw] = await Promise.all([pools(v), macs(v, doms), v.run(['net-list', '--all', '--name']), firmware(v)]);
+    return { uri, reachable: true, pools: p, domains: new Set(doms), macs: m, networks: new Set(lines(n)), ...fw };
+  } catch (e) {
+    // Preflight reports an unreachable target as a blocker on every VM rather than failing the request.
+    if (e instanceof LibvirtError) return { ...empty, error: e.message };
+    throw e;
+  }
+}

@@ -1,0 +1,102 @@
+// Migration plans (/plans on the daemon, docs/plans.md) as joi schemas: one source for validation, the types
+// the store uses and /openapi.yaml.
+import Joi from 'joi';
+import { migrationJobSchema } from './daemon';
+
+const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
+  .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
+const mapName = Joi.string().min(1).max(256);
+const planId = Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/)
+  .messages({ 'string.pattern.base': '{{#label}} must be 1-64 letters, digits, "_" or "-"' });
+
+export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
+export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
+export const SEVERITIES = ['blocker', 'warning'] as const;
+
+// The per-VM options are the shape B job's options (one definition), without what the plan decides itself.
+const jobOptions = (migrationJobSchema.extract('options') as Joi.ObjectSchema).keys({ network_mapping: Joi.forbidden() });
+const planOptions = jobOptions.keys({
+  rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
+});
+
+const limit = Joi.number().integer().min(1).max(1000);
+export const planLimitsSchema = Joi.object({
+  per_plan: limit.default(4).description('VMs of this plan in flight at once'),
+  per_esxi_host: limit.default(2).description('exports at once from one ESXi host (all plans)'),
+  per_datastore: limit.default(3).description('exports at once reading one datastore (all plans)'),
+  per_target_host: limit.default(4).description('migrations at once onto one virt_uri (all plans)'),
+}).default().label('PlanLimits');
+
+const window = Joi.object({ start: Joi.date().iso().required(), end: Joi.date().iso().greater(Joi.ref('start')).required() }).label('PlanWindow');
+
+const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: jobOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
+  .description('a VM path, or {vm_path, options} with per-VM overrides');
+
+const planFields = {
+  name: Joi.string().min(1).max(256),
+  description: Joi.string().allow('').max(4096),
+  source: Joi.object({
+    manager_url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description('default GOVC_URL; one of FERRY_VSPHERE_MANAGERS'),
+    insecure: Joi.boolean(),
+  }).description('the vSphere manager; its credentials come from the environment (plans are stored in Redis, so never carry a password)'),
+  vms: Joi.array().items(planVmEntry).min(1).max(1000),
+  destination: Joi.object({
+    type: Joi.string().valid('kvm').default('kvm'),
+    virt_uri: Joi.string().max(1024).description('target host (default FERRY_LIBVIRT_URI)'),
+  }),
+  network_map: Joi.object().pattern(mapName, mapName).description('source network or port group -> target network'),
+  storage_map: Joi.object().pattern(mapName, mapName).description('source datastore -> target storage pool'),
+  options: planOptions,
+  limits: planLimitsSchema,
+  start_at: Joi.date().iso().description('no VM starts before this time'),
+  windows: Joi.array().items(window).max(100).description('VMs start only inside one of these; what runs at a window end finishes'),
+};
+
+export const planCreateSchema = Joi.object({
+  ...planFields,
+  id: planId,
+  name: planFields.name.required(),
+  vms: planFields.vms.required(),
+  destination: planFields.destination.default({ type: 'kvm' }),
+  network_map: planFields.network_map.required(),
+  storage_map: planFields.storage_map.required(),
+  options: planOptions.default({}),
+  source: planFields.source.default({}),
+}).label('PlanCreate');
+
+export const planUpdateSchema = Joi.object(planFields).min(1).label('PlanUpdate');
+
+export const findingSchema = Joi.object({
+  rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
+  overridden: Joi.object({ by: Joi.string(), at: Joi.string().isoDate(), reason: Joi.string().allow('') }).description('a blocker an operator accepted'),
+}).label('PlanFinding');
+
+export const overrideSchema = Joi.object({
+  vm_path: vmPath.required(), rule: Joi.string().max(64).required(), reason: Joi.string().allow('').max(1024).default(''),
+}).label('PlanOverride');
+
+export const planVmCancelSchema = Joi.object({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
+
+export const planVmSchema = Joi.object({
+  vm_path: Joi.string(), status: Joi.string().valid(...PLAN_VM_STATUSES), job_id: Joi.string().allow(null),
+  findings: Joi.array().items(findingSchema), waiting_reason: Joi.string().allow(null), error: Joi.string().allow(null),
+  stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
+  placement: Joi.object({ esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string() }).unknown(true),
+  jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
+}).unknown(true).label('PlanVm');
+
+export const planSchema = Joi.object({
+  id: Joi.string(), name: Joi.string(), status: Joi.string().valid(...PLAN_STATUSES), archived: Joi.boolean(),
+  created_at: Joi.string().isoDate(), updated_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null),
+  finished_at: Joi.string().isoDate().allow(null), created_by: Joi.string(),
+  counts: Joi.object().pattern(Joi.string(), Joi.number().integer()).description('VMs per status'),
+  vms: Joi.array().items(planVmSchema),
+}).unknown(true).label('Plan');
+
+export const validateResponseSchema = Joi.object({
+  plan_id: Joi.string(), blockers: Joi.number().integer(), warnings: Joi.number().integer(),
+  vms: Joi.array().items(Joi.object({ vm_path: Joi.string(), findings: Joi.array().items(findingSchema) })),
+}).label('PlanValidation');
+
+export const planIdParams = Joi.object({ id: planId.required() });
+export const planListQuery = Joi.object({ archived: Joi.boolean().default(false).description('list archived plans instead') });

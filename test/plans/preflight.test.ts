@@ -1,0 +1,217 @@
+// Plans on the daemon as an operator uses them, against the simulator (two datastores, a standalone host and a
+// cluster of three, VMs shaped as trouble comes in a datacenter) and the tests' libvirtd with two pools: the
+// resource (both path forms, JSON and YAML, 4xx naming the field), then preflight findings exactly as expected
+// per VM, overrides recorded with who made them, and what a plan may no longer do once it has started.
+import { expect } from 'chai';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import IORedis from 'ioredis';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
+import { req } from '../helpers/http';
+import { startVcsim, Vcsim } from '../helpers/vcsim';
+import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
+import { managerFor } from '../../shared/vsphere/client';
+import { powerOn } from '../vsphere/fixture';
+import { createPlanVm, snapshot } from './fixture';
+
+const NET = 'ferry-plans';
+const POOL2 = 'ferry-plans-2';
+const MiB = 1 << 20;
+
+describe('plans: the resource and its preflight against vcsim and libvirtd', function () {
+  this.timeout(120_000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-plans-'));
+  let v: Vcsim;
+  let lv: TestLibvirt;
+  let daemon: Proc & { url: string };
+  let B: string;
+  let rc: IORedis;
+  const keys = 'alice:submit:alice-key-0123456789abcdef,reader:read:reader-key-0123456789abcdef,root:admin:root-key-0123456789abcdef';
+  const as = (key: string) => ({ 'x-api-key': key });
+  const alice = as('alice-key-0123456789abcdef');
+  const vm = (n: string) => `/DC0/vm/${n}`;
+  const base = () => ({
+    name: 'wave 1', destination: { type: 'kvm', virt_uri: lv.uri },
+    network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: POOL2 },
+  });
+
+  before(async function () {
+    this.timeout(300_000);
+    [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
+    const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
+    const d = (ds: string, n: string, bytes = 4 * MiB) => [{ ds, file: `${n}/${n}.vmdk`, bytes }];
+    await createPlanVm(m, { name: 'ok1', disks: d('LocalDS_0', 'ok1'), mac: '00:50:56:01:00:01' });
+    await createPlanVm(m, { name: 'ds1', host: 'DC0_C0_H1', disks: d('LocalDS_1', 'ds1'), mac: '00:50:56:01:00:02', firmware: 'efi' });
+    await createPlanVm(m, { name: 'snap', disks: d('LocalDS_0', 'snap'), mac: '00:50:56:01:00:03' });
+    await snapshot(m, vm('snap'), 'before-upgrade');
+    await createPlanVm(m, { name: 'shared', disks: [{ ds: 'LocalDS_0', file: 'shared/s.vmdk', bytes: 4 * MiB, sharing: 'sharingMultiWriter', mode: 'independent_persistent' }], mac: '00:50:56:01:00:04' });
+    await createPlanVm(m, { name: 'usb', usb: true, cpuHotAdd: true, network: 'DC0_DVPG0', disks: d('LocalDS_0', 'usb'), mac: '00:50:56:01:00:05' });
+    await createPlanVm(m, { name: 'running', host: 'DC0_C0_H2', disks: d('LocalDS_1', 'running'), mac: '00:50:56:01:00:06' });
+    await powerOn(m, vm('running'));
+    await createPlanVm(m, { name: 'oddos', guestId: 'otherGuest', disks: d('LocalDS_0', 'oddos'), mac: '00:50:56:01:00:07' });
+    await createPlanVm(m, { name: 'huge', disks: d('LocalDS_1', 'huge', 64 * 2 ** 40), mac: '00:50:56:01:00:08' });
+    await createPlanVm(m, { name: 'taken', disks: d('LocalDS_0', 'taken'), mac: '00:50:56:01:00:09' });
+    await createPlanVm(m, { name: 'twin', disks: d('LocalDS_0', 'twin'), mac: '00:50:56:01:00:01' });
+    await createPlanVm(m, { name: 'bad name', disks: d('LocalDS_0', 'bad name'), mac: '00:50:56:01:00:0a' });
+
+    // The target: a second pool, the mapped network, and a domain already named "taken" using MAC ...:09.
+    const p2 = path.join(lv.dir, 'pool2');
+    mkdirSync(p2, { recursive: true });
+    await lv.virsh(['pool-define-as', POOL2, 'dir', '--target', p2]).catch(() => undefined);
+    await lv.virsh(['pool-start', POOL2]).catch(() => undefined);
+    const netXml = path.join(dir, 'net.xml');
+    writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpl0"/></network>`);
+    await lv.virsh(['net-define', netXml]).catch(() => undefined);
+    await lv.virsh(['net-start', NET]).catch(() => undefined);
+    const domXml = path.join(dir, 'taken.xml');
+    writeFileSync(domXml, `<domain type="qemu"><name>taken</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><interface type="network"><mac address="00:50:56:01:00:09"/><source network="${NET}"/></interface></devices></domain>`);
+    await lv.virsh(['define', domXml]);
+
+    const cfg = path.join(dir, 'daemon.yaml');
+    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
+    daemon = await startDaemonProc({
+      ...testEnv(redis.url, 'plans'), FERRY_HOST: '127.0.0.1', FERRY_API_KEYS: keys,
+      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
+      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool,
+    }, cfg);
+    B = daemon.url;
+    rc = new IORedis(redis.url);
+  });
+  after(async () => {
+    rc?.disconnect();
+    await daemon?.stop();
+    await lv?.virsh(['undefine', 'taken']).catch(() => undefined);
+    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
+    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
+    await lv?.virsh(['pool-destroy', POOL2]).catch(() => undefined);
+    await lv?.virsh(['pool-undefine', POOL2]).catch(() => undefined);
+    await v?.stop();
+    await redis.stop();
+    if (lv) await releaseLibvirt();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('creates a plan (201, JSON and YAML, both path forms), lists, gets and changes it; bad input is a 400 naming the field', async () => {
+    const a = await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force' } }] }, alice);
+    expect(a.status, a.text).to.equal(201);
+    expect(a.body).to.include({ id: 'p-json', status: 'pending', created_by: 'alice' });
+    expect(a.body.vms.map((x: any) => [x.vm_path, x.status, x.job_id])).to.deep.equal([[vm('ok1'), 'pending', null], [vm('ds1'), 'pending', null]]);
+    expect(a.body.limits).to.deep.equal({ per_plan: 4, per_esxi_host: 2, per_datastore: 3, per_target_host: 4 });
+    // A VM's own options override only what they give: no defaults that would undo the plan's options.
+    expect(JSON.parse((await rc.get('plans:plan:p-json'))!).vms[1].options).to.deep.equal({ power_off: 'force' });
+
+    const yamlBody = `name: from yaml\nid: p-yaml\nvms: [${vm('ok1')}]\ndestination: {type: kvm, virt_uri: "${lv.uri}"}\nnetwork_map: {VM Network: ${NET}}\nstorage_map: {LocalDS_0: ${lv.pool}}\nlimits: {per_esxi_host: 1}\n`;
+    const y = await fetch(`${B}/api/v1/plans`, { method: 'POST', headers: { ...alice, 'content-type': 'application/x-yaml' }, body: yamlBody });
+    const yb = await y.json() as any;
+    expect(y.status, JSON.stringify(yb)).to.equal(201);
+    expect(yb.limits.per_esxi_host).to.equal(1);
+    expect(yb.storage_map).to.deep.equal({ LocalDS_0: lv.pool });
+
+    const list = await req(B, 'GET', '/api/v1/plans', undefined, as('reader-key-0123456789abcdef'));
+    expect(list.body.plans.map((p: any) => p.id)).to.deep.equal(['p-json', 'p-yaml']);
+    const readerCreate = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')] }, as('reader-key-0123456789abcdef'));
+    expect(readerCreate.status).to.equal(403);
+
+    const noMap = await req(B, 'POST', '/plans', { name: 'x', vms: [vm('ok1')], network_map: {} }, alice);
+    expect(noMap.status).to.equal(400);
+    expect(noMap.body.fields.map((f: any) => f.field)).to.include('storage_map');
+    const badPath = await req(B, 'POST', '/plans', { ...base(), vms: ['ok1'] }, alice);
+    expect(badPath.status).to.equal(400);
+    expect(badPath.body.error).to.match(/vms\[0\]/);
+    const twice = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1'), vm('ok1')] }, alice);
+    expect(twice.status).to.equal(400);
+    expect(twice.body.error).to.match(/listed twice/);
+    const otherManager = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], source: { manager_url: 'https://vc.elsewhere.example/sdk' } }, alice);
+    expect(otherManager.status).to.equal(400);
+    expect(otherManager.body.fields[0].field).to.equal('source.manager_url');
+    expect((await req(B, 'GET', '/plans/nope', undefined, alice)).status).to.equal(404);
+    expect((await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1')] }, alice)).status).to.equal(409);
+
+    const put = await req(B, 'PUT', '/plans/p-yaml', { name: 'renamed', windows: [{ start: '2030-01-01T20:00:00Z', end: '2030-01-02T06:00:00Z' }] }, alice);
+    expect(put.status, put.text).to.equal(200);
+    expect(put.body).to.include({ name: 'renamed' });
+    expect(put.body.windows).to.deep.equal([{ start: '2030-01-01T20:00:00.000Z', end: '2030-01-02T06:00:00.000Z' }]);
+    const badWindow = await req(B, 'PUT', '/plans/p-yaml', { windows: [{ start: '2030-01-02T00:00:00Z', end: '2030-01-01T00:00:00Z' }] }, alice);
+    expect(badWindow.status).to.equal(400);
+    expect(badWindow.body.error).to.match(/windows\[0\]\.end/);
+    const stored = JSON.parse((await rc.get('plans:plan:p-yaml'))!);
+    expect(stored.name).to.equal('renamed');
+  });
+
+  it('validate: per VM exactly the findings its vSphere properties and the target call for', async () => {
+    const names = ['ok1', 'ds1', 'snap', 'shared', 'usb', 'running', 'oddos', 'huge', 'taken', 'twin', 'bad name', 'ghost'];
+    const c = await req(B, 'POST', '/plans', { ...base(), id: 'p-check', vms: names.map(vm) }, alice);
+    expect(c.status, c.text).to.equal(201);
+    const r = await req(B, 'POST', '/plans/p-check/validate', undefined, alice);
+    expect(r.status, r.text).to.equal(200);
+    const got = Object.fromEntries(r.body.vms.map((x: any) => [x.vm_path.split('/').pop(), x.findings.map((f: any) => `${f.rule}:${f.severity}`).sort()]));
+    expect(got).to.deep.equal({
+      ok1: [],
+      ds1: [],
+      snap: ['snapshot:warning'],
+      shared: ['disk_mode:warning', 'shared_disk:blocker'],
+      usb: ['cpu_memory_hotplug:warning', 'network_unmapped:blocker', 'usb_controller:warning'],
+      running: ['vm_running:blocker'],
+      oddos: ['vm_os:blocker'],
+      huge: ['pool_space:blocker'],
+      taken: ['duplicate_mac:blocker', 'name_exists:blocker'],
+      twin: ['duplicate_mac:blocker'],
+      'bad name': ['name:blocker'],
+      ghost: ['vm_not_found:blocker'],
+    });
+    for (const x of r.body.vms) for (const f of x.findings) expect(f.message, f.rule).to.be.a('string').and.not.equal('');
+    const usb = r.body.vms.find((x: any) => x.vm_path === vm('usb')).findings.find((f: any) => f.rule === 'network_unmapped');
+    expect(usb.message).to.include('DC0_DVPG0');
+    expect(usb.fix).to.include('network_map');
+    const twin = r.body.vms.find((x: any) => x.vm_path === vm('twin')).findings[0];
+    expect(twin.message).to.include(vm('ok1'));
+    expect(r.body.blockers).to.equal(10);
+    expect(r.body.warnings).to.equal(4);
+
+    // The placement the limits will use comes from the same read: ESXi host and datastore per VM.
+    const p = (await req(B, 'GET', '/plans/p-check', undefined, alice)).body;
+    const ds1 = p.vms.find((x: any) => x.vm_path === vm('ds1'));
+    expect(ds1.placement).to.include({ esxi_host: 'DC0_C0_H1', pool: POOL2, domain: 'ds1', target_existed: false });
+    expect(ds1.placement.datastores).to.deep.equal(['LocalDS_1']);
+  });
+
+  it('overrides: a blocker accepted per VM per rule is recorded with who did it; rules that make the job impossible refuse', async () => {
+    const o = await req(B, 'POST', '/plans/p-check/overrides', { vm_path: vm('shared'), rule: 'shared_disk', reason: 'cluster stopped for the weekend' }, alice);
+    expect(o.status, o.text).to.equal(200);
+    const no = await req(B, 'POST', '/plans/p-check/overrides', { vm_path: vm('running'), rule: 'vm_running' }, alice);
+    expect(no.status).to.equal(400);
+    expect(no.body.fields[0].field).to.equal('rule');
+    const r = await req(B, 'POST', '/api/v1/plans/p-check/validate', undefined, alice);
+    const shared = r.body.vms.find((x: any) => x.vm_path === vm('shared')).findings.find((f: any) => f.rule === 'shared_disk');
+    expect(shared.overridden).to.include({ by: 'alice', reason: 'cluster stopped for the weekend' });
+    expect(r.body.blockers).to.equal(9);
+  });
+
+  it('a plan whose target cannot be reached gets a blocker on every VM, not a 500', async () => {
+    await req(B, 'POST', '/plans', { ...base(), id: 'p-away', destination: { type: 'kvm', virt_uri: `qemu+unix:///system?socket=${dir}/none.sock` }, vms: [vm('ok1')] }, alice);
+    const r = await req(B, 'POST', '/plans/p-away/validate', undefined, alice);
+    expect(r.status, r.text).to.equal(200);
+    expect(r.body.vms[0].findings.map((f: any) => f.rule)).to.deep.equal(['target_unreachable']);
+  });
+
+  it('archive and delete: a pending plan goes; deleting never touches the target', async () => {
+    const a = await req(B, 'POST', '/plans/p-away/archive', undefined, alice);
+    expect(a.status, a.text).to.equal(200);
+    expect(a.body.archived).to.equal(true);
+    expect((await req(B, 'GET', '/plans', undefined, alice)).body.plans.map((p: any) => p.id)).to.not.include('p-away');
+    expect((await req(B, 'GET', '/plans?archived=true', undefined, alice)).body.plans.map((p: any) => p.id)).to.deep.equal(['p-away']);
+    const d = await req(B, 'DELETE', '/plans/p-away', undefined, alice);
+    expect(d.status, d.text).to.equal(200);
+    expect(await rc.exists('plans:plan:p-away')).to.equal(0);
+    expect((await lv.virsh(['domstate', 'taken'])).trim()).to.equal('shut off');
+  });
+
+  it('is in the daemon\'s OpenAPI document with its roles', async () => {
+    const doc = (await req(B, 'GET', '/openapi.yaml')).text;
+    for (const p of ['/plans:', '/plans/{id}:', '/plans/{id}/validate:', '/plans/{id}/start:', '/plans/{id}/cancel:', '/plans/{id}/retry:', '/plans/{id}/archive:', '/plans/{id}/overrides:', '/plans/{id}/vms/{vm}/rollback:']) expect(doc).to.include(p);
+    expect(doc).to.match(/\/plans\/\{id\}\/vms\/\{vm\}\/rollback:\n\s+post:[\s\S]*?x-ferry-role: admin/);
+  });
+});

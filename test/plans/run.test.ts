@@ -1,0 +1,187 @@
+// Plans running, as an operator watches them: real shape B jobs on two workers against the simulator and the
+// tests' libvirtd. The VMs' disks hold random data (small, made by qemu-img from random blocks), so each job
+// exports for real and then fails at the guest inspection: enough to see the limits (sampled in Redis and from
+// the jobs' states), the rollback that follows a failure (a source Ferry powered off is powered back on), a
+// window that closes, and a cancel mid-plan leaving nothing on the target.
+import { expect } from 'chai';
+import IORedis from 'ioredis';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req, until } from '../helpers/http';
+import { startVcsim, Vcsim } from '../helpers/vcsim';
+import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
+import { managerFor, managerName } from '../../shared/vsphere/client';
+import { vmDetail } from '../../shared/vsphere/inventory';
+import { makeDisks, powerOn, upload } from '../vsphere/fixture';
+import { createPlanVm } from './fixture';
+
+const NET = 'ferry-plans-run';
+const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
+const FINAL = ['completed', 'failed', 'cancelled'];
+
+describe('plans: paced execution against vcsim and libvirtd', function () {
+  this.timeout(600_000);
+  const redis = new TestRedis();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-plans-run-'));
+  const procs: Proc[] = [];
+  let v: Vcsim;
+  let lv: TestLibvirt;
+  let B: string;
+  let rc: IORedis;
+  let m: ReturnType<typeof managerFor>;
+  const vm = (n: string) => `/DC0/vm/${n}`;
+  const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b2: 'DC0_C0_H0' };
+  const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => ({
+    id, name: id, vms: vms.map(vm), destination: { type: 'kvm', virt_uri: lv.uri },
+    network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
+  });
+  const get = async (id: string) => (await req(B, 'GET', `/plans/${id}`)).body;
+  const done = (id: string, ms = 480_000) => until(async () => { const p = await get(id); return FINAL.includes(p.status) && p; }, ms, `plan ${id} to end`);
+  const domains = async () => (await lv.virsh(['list', '--all', '--name'])).split('\n').map((s) => s.trim()).filter(Boolean);
+  const volumes = async () => { await lv.virsh(['pool-refresh', lv.pool]); return (await lv.virsh(['vol-list', lv.pool])).split('\n').map((l) => l.trim().split(/\s+/)[0]).filter(Boolean); };
+
+  before(async function () {
+    this.timeout(300_000);
+    [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
+    m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
+    const disks = makeDisks(dir, 2);
+    let mac = 0x10;
+    for (const [name, host] of Object.entries(HOSTS)) {
+      const ds = host === 'DC0_H0' ? 'LocalDS_0' : 'LocalDS_1';
+      await createPlanVm(m, { name, host, disks: [{ ds, file: `${name}/${name}.vmdk`, bytes: disks.bytes }], mac: `00:50:56:02:00:${(mac++).toString(16)}` });
+      await upload(v, disks.sparse, `${name}/${name}.vmdk`, ds);
+    }
+    await createPlanVm(m, { name: 'u0', network: 'DC0_DVPG0', disks: [{ ds: 'LocalDS_0', file: 'u0/u0.vmdk', bytes: disks.bytes }], mac: '00:50:56:02:00:99' });
+    await powerOn(m, vm('b2'));
+    const netXml = path.join(dir, 'net.xml');
+    writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpr0"/></network>`);
+    await lv.virsh(['net-define', netXml]).catch(() => undefined);
+    await lv.virsh(['net-start', NET]).catch(() => undefined);
+    const cfg = path.join(dir, 'daemon.yaml');
+    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\nwebhooks:\n  allow_loopback: true\n');
+    const env = {
+      ...testEnv(redis.url, 'plansrun'), FERRY_HOST: '127.0.0.1', FERRY_LEASE_SECONDS: '10',
+      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
+      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
+    };
+    const daemon = await startDaemonProc(env, cfg);
+    procs.push(daemon, await startWorkerProc(env, 'w1', CAPS, ['--concurrency', '2']), await startWorkerProc(env, 'w2', CAPS, ['--concurrency', '2']));
+    B = daemon.url;
+    rc = new IORedis(redis.url);
+  });
+  after(async () => {
+    rc?.disconnect();
+    await Promise.all(procs.map((p) => p.kill()));
+    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
+    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
+    await v?.stop();
+    await redis.stop();
+    if (lv) await releaseLibvirt();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs every VM as a shape B job (webhook events queued), never more than 1 per ESXi host and per datastore (sampled), a blocked VM never; failures are rolled back', async () => {
+    const hook = await req(B, 'POST', '/webhooks', { url: 'http://127.0.0.1:9/plans', events: ['plan.started', 'plan.vm_failed', 'plan.vm_rolled_back', 'plan.completed'] });
+    expect(hook.status, hook.text).to.be.oneOf([200, 201]);
+    const c = await req(B, 'POST', '/plans', plan('wave', [...Object.keys(HOSTS), 'u0'], { limits: { per_plan: 4, per_esxi_host: 1, per_datastore: 1 } }));
+    expect(c.status, c.text).to.equal(201);
+    const s = await req(B, 'POST', '/plans/wave/start');
+    expect(s.status, s.text).to.equal(200);
+    expect(s.body.vms.find((x: any) => x.vm_path === vm('u0'))).to.include({ status: 'blocked' });
+
+    const mgr = managerName(v.url);
+    const max: Record<string, number> = {};
+    const reasons = new Set<string>();
+    let samples = 0;
+    let p: any;
+    for (;;) {
+      p = await get('wave');
+      for (const x of p.vms) if (x.waiting_reason) reasons.add(x.waiting_reason);
+      // The truth from both sides: live slot leases in Redis, and jobs RUNNING per host.
+      const running: Record<string, number> = {};
+      for (const x of p.vms) if (x.job_status === 'running') running[HOSTS[x.vm_path.split('/').pop()]] = (running[HOSTS[x.vm_path.split('/').pop()]] ?? 0) + 1;
+      const now = Date.now();
+      for (const [k, n] of Object.entries({
+        ...running,
+        'slots:DC0_H0': await rc.zcount(`plansrun:manager:${slotKey(`esxi:${mgr}:DC0_H0`)}:slots`, now, '+inf'),
+        'slots:DC0_C0_H0': await rc.zcount(`plansrun:manager:${slotKey(`esxi:${mgr}:DC0_C0_H0`)}:slots`, now, '+inf'),
+        'slots:LocalDS_0': await rc.zcount(`plansrun:manager:${slotKey(`datastore:${mgr}:LocalDS_0`)}:slots`, now, '+inf'),
+        'slots:LocalDS_1': await rc.zcount(`plansrun:manager:${slotKey(`datastore:${mgr}:LocalDS_1`)}:slots`, now, '+inf'),
+      })) max[k] = Math.max(max[k] ?? 0, n);
+      samples++;
+      if (FINAL.includes(p.status)) break;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    expect(samples).to.be.greaterThan(5);
+    for (const [k, n] of Object.entries(max)) expect(n, `${k} (max over ${samples} samples)`).to.be.at.most(1);
+    expect(max['slots:DC0_H0'], 'a slot was seen held').to.equal(1);
+    expect([...reasons].some((r) => /limits\.per_(esxi_host|datastore|plan)/.test(r)), [...reasons].join(' | ')).to.equal(true);
+
+    expect(p.status).to.equal('failed');
+    const byVm = Object.fromEntries(p.vms.map((x: any) => [x.vm_path.split('/').pop(), x]));
+    expect(byVm.u0).to.include({ status: 'blocked', job_id: null });
+    for (const n of Object.keys(HOSTS)) {
+      expect(byVm[n].status, `${n}: ${byVm[n].error}`).to.equal('rolled_back');
+      const job = (await req(B, 'GET', `/jobs/${byVm[n].job_id}`)).body;
+      expect(job.status).to.equal('failed');
+    }
+    // b2 was running; its export powered it off; the rollback powered it back on.
+    console.log(`      a VM's job failed with: ${byVm.a0.error}`);
+    expect(byVm.b2.rollback.detail).to.match(/powered back on/);
+    expect((await vmDetail(m, vm('b2'))).power_state).to.equal('poweredOn');
+    for (const n of Object.keys(HOSTS)) expect(await domains()).to.not.include(n);
+    expect((await volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
+
+    // The plan's events went into the webhook machinery (no notifier runs here: the deliveries wait, pending).
+    const events = (await req(B, 'GET', '/webhooks/0/deliveries')).body.deliveries.map((d: any) => d.event);
+    const count = (e: string) => events.filter((x: string) => x === e).length;
+    expect([count('plan.started'), count('plan.vm_failed'), count('plan.vm_rolled_back'), count('plan.completed')]).to.deep.equal([1, 4, 4, 1]);
+  });
+
+  it('a window that closes stops new VMs; what started finishes', async () => {
+    const end = new Date(Date.now() + 3000).toISOString();
+    const c = await req(B, 'POST', '/plans', plan('night', ['a0', 'a1', 'b0'], { limits: { per_plan: 1 }, windows: [{ start: new Date(Date.now() - 60_000).toISOString(), end }] }));
+    expect(c.status, c.text).to.equal(201);
+    await req(B, 'POST', '/plans/night/start');
+    const first = await until(async () => { const p = await get('night'); return p.vms.find((x: any) => x.job_id); }, 20_000, 'a first job');
+    await until(async () => Date.now() > Date.parse(end) + 2500, 10_000, 'the window to close');
+    const p = await until(async () => { const x = await get('night'); return x.vms.every((y: any) => y.status !== 'running') && x; }, 300_000, 'the started VM to end');
+    const others = p.vms.filter((x: any) => x.vm_path !== first.vm_path);
+    for (const o of others) {
+      expect(o.status).to.equal('pending');
+      expect(o.jobs).to.deep.equal([]);
+      expect(o.waiting_reason).to.match(/every window of the plan has closed/);
+    }
+    expect(p.vms.find((x: any) => x.vm_path === first.vm_path).status).to.be.oneOf(['rolled_back', 'failed', 'completed']);
+    const c2 = await req(B, 'POST', '/plans/night/cancel');
+    expect(c2.status, c2.text).to.equal(200);
+    const q = await done('night', 20_000);
+    expect(q.status).to.equal('cancelled');
+  });
+
+  it('cancel mid-plan: the running jobs are cancelled, the waiting VMs never start, nothing is left on the target', async () => {
+    const c = await req(B, 'POST', '/plans', plan('stop', ['a0', 'a1', 'b0'], { limits: { per_plan: 2 } }));
+    expect(c.status, c.text).to.equal(201);
+    await req(B, 'POST', '/plans/stop/start');
+    await until(async () => (await get('stop')).vms.some((x: any) => x.job_status === 'running'), 60_000, 'a job running');
+    const r = await req(B, 'POST', '/plans/stop/cancel');
+    expect(r.status, r.text).to.equal(200);
+    const p = await done('stop', 120_000);
+    expect(p.status).to.equal('cancelled');
+    for (const x of p.vms) {
+      expect(x.status, x.vm_path).to.be.oneOf(['cancelled', 'rolled_back', 'failed']);
+      if (x.job_id) expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.be.oneOf(['cancelled', 'failed']);
+    }
+    expect(p.vms.filter((x: any) => x.status === 'cancelled').length).to.be.greaterThan(0);
+    for (const n of ['a0', 'a1', 'b0']) expect(await domains()).to.not.include(n);
+    expect((await volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
+  });
+});
+
+function slotKey(name: string) {
+  // queue/slots.ts keys a name by its SHA-256 (first 20 hex digits).
+  return require('node:crypto').createHash('sha256').update(name).digest('hex').slice(0, 20);
+}
