@@ -45,6 +45,9 @@ export function checkCaller(spec: JobSpec, caller: Caller | null, where = '') {
     const field = [where, 'requirements.execution_mode'].filter(Boolean).join('.');
     throw fieldError(403, field, 'needs an admin key', `${field} ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key "${caller!.name}" has role ${caller!.role}`);
   }
+  // Turning off TLS verification for a manager not configured as insecure is an admin's call, for a schedule's runs too.
+  const mp = spec.parameters as { manager_url?: string; insecure?: boolean };
+  checkInsecure(caller, mp.manager_url, mp.insecure, [where, 'parameters.insecure'].filter(Boolean).join('.'));
 }
 
 /** Why an attempt of a job whose spec says `execution_policy.idempotent: false` is not run again: running it twice
@@ -81,8 +84,6 @@ export class Lifecycle {
   async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null }) {
     const req = requirementsOf(spec);
     checkCaller(spec, opts.caller ?? null);
-    const mp = spec.parameters as { manager_url?: string; insecure?: boolean };
-    checkInsecure(opts.caller, mp.manager_url, mp.insecure, 'parameters.insecure');
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);
