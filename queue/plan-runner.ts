@@ -129,7 +129,8 @@ export class PlanRunner {
   private async follow(p: Plan) {
     for (const v of p.vms.filter((x) => x.status === 'running' && x.job_id)) {
       const h = await this.d.life.store.raw(v.job_id!);
-      if (!h) continue;
+      // Claimed but never submitted (the daemon stopped in between): after a minute it is pending again.
+      if (!h) { if (Date.now() - Date.parse(v.claimed_at ?? '') > 60_000) await this.settle(p, v, 'pending', null); continue; }
       const w = windowNow(p);
       if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(() => undefined); await this.settle(p, v, 'pending', null); continue; }
       if (!isTerminal(h.state)) continue;
@@ -170,7 +171,7 @@ export class PlanRunner {
       for (const v of x.vms) {
         if (v.status !== 'pending') continue;
         const j = jobIds.get(v.vm_path);
-        if (j) { v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; } else v.waiting_reason = reason;
+        if (j) { v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; v.claimed_at = now(); } else v.waiting_reason = reason;
       }
     });
     for (const v of q.vms.filter((x) => jobIds.has(x.vm_path) && x.job_id === jobIds.get(x.vm_path))) {

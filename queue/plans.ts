@@ -10,7 +10,7 @@ export interface Override { by: string; at: string; reason: string }
 export interface PlanVm {
   vm_path: string; options?: Record<string, unknown>; status: string; job_id: string | null; jobs: string[];
   findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
-  error: string | null; waiting_reason: string | null; stage: string | null;
+  error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
   rollback?: { at: string; detail: string } | null;
 }

@@ -179,6 +179,31 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     for (const n of ['a0', 'a1', 'b0']) expect(await domains()).to.not.include(n);
     expect((await volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
   });
+
+  it('rollback of one VM (admin route): the domain, its volumes and the leftovers of its name go, nothing else; twice is the same', async () => {
+    // What an import that got as far as defining the domain leaves: a0.qcow2 (its disk), a0-disk1.qcow2 (a second
+    // disk never attached), beside a volume that is not Ferry's.
+    for (const vol of ['a0.qcow2', 'a0-disk1.qcow2', 'keep-me.qcow2']) await lv.virsh(['vol-create-as', lv.pool, vol, '1M', '--format', 'qcow2']);
+    const xml = path.join(dir, 'a0.xml');
+    writeFileSync(xml, `<domain type="qemu"><name>a0</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${lv.poolDir}/a0.qcow2"/><target dev="vda" bus="virtio"/></disk></devices></domain>`);
+    await lv.virsh(['define', xml]);
+    const before = (await get('wave')).vms.find((x: any) => x.vm_path === vm('a0'));
+    expect(before.status).to.equal('rolled_back');
+    for (let i = 0; i < 2; i++) {
+      const r = await req(B, 'POST', `/plans/wave/vms/${encodeURIComponent(vm('a0'))}/rollback`);
+      expect(r.status, r.text).to.equal(200);
+      const a0 = r.body.vms.find((x: any) => x.vm_path === vm('a0'));
+      expect(a0.status).to.equal('rolled_back');
+      if (i === 0) expect(a0.rollback.detail).to.match(/domain a0 with its NVRAM and volumes removed/).and.match(/leftover volume a0-disk1\.qcow2 removed/);
+      else expect(a0.rollback.detail).to.match(/nothing of Ferry's was on the target/);
+    }
+    expect(await domains()).to.not.include('a0');
+    const vols = await volumes();
+    expect(vols).to.include('keep-me.qcow2');
+    expect(vols.filter((x) => x.startsWith('a0'))).to.deep.equal([]);
+    await lv.virsh(['vol-delete', '--pool', lv.pool, 'keep-me.qcow2']);
+    expect((await req(B, 'POST', '/plans/wave/vms/u0/rollback')).status, 'a VM that never ran').to.equal(409);
+  });
 });
 
 function slotKey(name: string) {
