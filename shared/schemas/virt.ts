@@ -76,7 +76,7 @@ export const templateDeployBody = Joi.object({
 });
 export const templateExportBody = Joi.object({
   template: name, export_path: absolutePath.required(), compress: Joi.boolean().default(false),
-  security_info: Joi.boolean().default(false).description('domain.xml with its VNC/SPICE passwords (virsh dumpxml --security-info): admin keys only'),
+  security_info: Joi.boolean().default(false).description('domain.xml with its VNC/SPICE passwords (virsh dumpxml --security-info); off unless asked'),
 });
 
 export const convertVmBody = Joi.object({
