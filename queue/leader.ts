@@ -39,9 +39,11 @@ export class Leader {
   /** Reads the lease: true when it is still the one this process took (the fence included). */
   readonly still: Still = async () => this.leading && (await this.redis.get(this.k.leader(this.group))) === this.value;
 
+  private holding: Promise<void> = Promise.resolve();
+
   start(): this {
     this.ttlMs = Math.max(1000, Math.floor(Math.min(...this.sweeps.map((s) => s.everyMs)) * 0.6));
-    void this.hold();
+    this.holding = this.hold();
     return this;
   }
 
@@ -57,7 +59,8 @@ export class Leader {
     const sent = Date.now();
     try {
       const [what, v] = await withCommands(this.redis).ferryHoldLease(this.k.leader(this.group), this.k.leaderFence(this.group), this.id, this.ttlMs);
-      if (what === 'other') this.lost(`held by ${v}`);
+      if (this.stopped) { if (what !== 'other') this.value = `${this.id}#${v}`; } // stop() drops it after this call
+      else if (what === 'other') this.lost(`held by ${v}`);
       else {
         const value = `${this.id}#${v}`;
         const fresh = value !== this.value;
@@ -69,7 +72,7 @@ export class Leader {
       this.log.warn('could not take or renew the lease of periodic work; tried again in a third of the lease', { group: this.group, error: (e as Error).message });
       if (!this.leading) this.lost('lease expired while Redis did not answer');
     }
-    this.later(() => void this.hold(), Math.floor(this.ttlMs / 3));
+    this.later(() => { this.holding = this.hold(); }, Math.floor(this.ttlMs / 3));
   }
 
   private took() {
@@ -112,7 +115,7 @@ export class Leader {
     this.stopped = true;
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
-    await Promise.all(this.running);
+    await Promise.all([...this.running, this.holding]);
     const v = this.value;
     this.lost('stopping');
     if (v) await withCommands(this.redis).ferryDropLease(this.k.leader(this.group), v)
