@@ -24,6 +24,8 @@ export class Leader {
   private sweeps: Sweep[] = [];
   private ttlMs = 0;
   private running = new Set<Promise<void>>();
+  /** Counts takes and losses: each take starts one chain per sweep, which ends at the next change. */
+  private generation = 0;
 
   constructor(private redis: RedisClient, private k: Keys, readonly group: string, private log: Logger) {}
 
@@ -78,24 +80,30 @@ export class Leader {
   private took() {
     this.log.info('leading the periodic work', { group: this.group, lease: this.value, sweeps: this.sweeps.map((s) => s.name) });
     leaderGauge.set({ group: this.group }, 1);
-    const fence = this.value;
-    for (const s of this.sweeps) this.later(() => void this.tick(s, fence), 0);
+    const gen = ++this.generation;
+    for (const s of this.sweeps) this.later(() => void this.tick(s, gen), 0);
   }
 
   private lost(why: string) {
-    if (this.value) this.log.info('no longer leading the periodic work', { group: this.group, why });
+    if (this.value) {
+      this.log.info('no longer leading the periodic work', { group: this.group, why });
+      this.generation++;
+    }
     this.value = null;
     leaderGauge.set({ group: this.group }, 0);
   }
 
-  /** One run of a sweep, then the next one set; the chain ends when the lease it started under is gone. */
-  private async tick(s: Sweep, fence: string | null) {
-    if (this.value !== fence || !this.leading) return; // a later take started its own chain
-    const run = this.runOnce(s);
-    this.running.add(run);
-    await run;
-    this.running.delete(run);
-    this.later(() => void this.tick(s, fence), s.everyMs);
+  /** One run of a sweep, then the next one set; the chain ends when the lease it started under is lost (a
+   *  later take starts its own). A renewal that is late only skips runs until it answers. */
+  private async tick(s: Sweep, gen: number) {
+    if (gen !== this.generation) return;
+    if (this.leading) {
+      const run = this.runOnce(s);
+      this.running.add(run);
+      await run;
+      this.running.delete(run);
+    }
+    this.later(() => void this.tick(s, gen), s.everyMs);
   }
 
   private async runOnce(s: Sweep) {
