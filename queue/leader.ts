@@ -24,6 +24,8 @@ export class Leader {
   private sweeps: Sweep[] = [];
   private ttlMs = 0;
   private running = new Set<Promise<void>>();
+  /** Counts takes and losses: each take starts one chain per sweep, which ends at the next change. */
+  private generation = 0;
 
   constructor(private redis: RedisClient, private k: Keys, readonly group: string, private log: Logger) {}
 
@@ -39,9 +41,11 @@ export class Leader {
   /** Reads the lease: true when it is still the one this process took (the fence included). */
   readonly still: Still = async () => this.leading && (await this.redis.get(this.k.leader(this.group))) === this.value;
 
+  private holding: Promise<void> = Promise.resolve();
+
   start(): this {
     this.ttlMs = Math.max(1000, Math.floor(Math.min(...this.sweeps.map((s) => s.everyMs)) * 0.6));
-    void this.hold();
+    this.holding = this.hold();
     return this;
   }
 
@@ -57,7 +61,8 @@ export class Leader {
     const sent = Date.now();
     try {
       const [what, v] = await withCommands(this.redis).ferryHoldLease(this.k.leader(this.group), this.k.leaderFence(this.group), this.id, this.ttlMs);
-      if (what === 'other') this.lost(`held by ${v}`);
+      if (this.stopped) { if (what !== 'other') this.value = `${this.id}#${v}`; } // stop() drops it after this call
+      else if (what === 'other') this.lost(`held by ${v}`);
       else {
         const value = `${this.id}#${v}`;
         const fresh = value !== this.value;
@@ -69,30 +74,36 @@ export class Leader {
       this.log.warn('could not take or renew the lease of periodic work; tried again in a third of the lease', { group: this.group, error: (e as Error).message });
       if (!this.leading) this.lost('lease expired while Redis did not answer');
     }
-    this.later(() => void this.hold(), Math.floor(this.ttlMs / 3));
+    this.later(() => { this.holding = this.hold(); }, Math.floor(this.ttlMs / 3));
   }
 
   private took() {
     this.log.info('leading the periodic work', { group: this.group, lease: this.value, sweeps: this.sweeps.map((s) => s.name) });
     leaderGauge.set({ group: this.group }, 1);
-    const fence = this.value;
-    for (const s of this.sweeps) this.later(() => void this.tick(s, fence), 0);
+    const gen = ++this.generation;
+    for (const s of this.sweeps) this.later(() => void this.tick(s, gen), 0);
   }
 
   private lost(why: string) {
-    if (this.value) this.log.info('no longer leading the periodic work', { group: this.group, why });
+    if (this.value) {
+      this.log.info('no longer leading the periodic work', { group: this.group, why });
+      this.generation++;
+    }
     this.value = null;
     leaderGauge.set({ group: this.group }, 0);
   }
 
-  /** One run of a sweep, then the next one set; the chain ends when the lease it started under is gone. */
-  private async tick(s: Sweep, fence: string | null) {
-    if (this.value !== fence || !this.leading) return; // a later take started its own chain
-    const run = this.runOnce(s);
-    this.running.add(run);
-    await run;
-    this.running.delete(run);
-    this.later(() => void this.tick(s, fence), s.everyMs);
+  /** One run of a sweep, then the next one set; the chain ends when the lease it started under is lost (a
+   *  later take starts its own). A renewal that is late only skips runs until it answers. */
+  private async tick(s: Sweep, gen: number) {
+    if (gen !== this.generation) return;
+    if (this.leading) {
+      const run = this.runOnce(s);
+      this.running.add(run);
+      await run;
+      this.running.delete(run);
+    }
+    this.later(() => void this.tick(s, gen), s.everyMs);
   }
 
   private async runOnce(s: Sweep) {
@@ -112,7 +123,7 @@ export class Leader {
     this.stopped = true;
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
-    await Promise.all(this.running);
+    await Promise.all([...this.running, this.holding]);
     const v = this.value;
     this.lost('stopping');
     if (v) await withCommands(this.redis).ferryDropLease(this.k.leader(this.group), v)

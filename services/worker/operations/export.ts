@@ -30,7 +30,7 @@ function managerOf(p: ExportParameters) {
 export const admitExport: Admit = async (spec, store) => {
   const p = spec.parameters as ExportParameters;
   const name = managerOf(p);
-  if (!name) return { ok: true, release: async () => undefined }; // the run reports the missing manager
+  if (!name) return { ok: true, release: async () => { /* no slot was taken */ } }; // the run reports the missing manager
   const slots = new Slots(store.redis, store.k);
   const limit = exportsPerManager();
   const slot = await slots.acquire(name, spec.job_id, limit, slotLeaseMs());
