@@ -319,7 +319,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
   // other types their empty {}.
   app.use(async (ctx, next) => {
     if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
-    else if (ctx.request.is('json') && ctx.request.length !== 0 && !opts.bodyTypes?.json?.length) (ctx.request as any).body = await readJsonBody(ctx.req);
+    else if (ctx.request.is('json') && ctx.request.length !== 0) (ctx.request as any).body = await readJsonBody(ctx.req);
     return next();
   });
   app.use(bodyParser({
