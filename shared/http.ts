@@ -310,7 +310,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       ctx.state.apiKey = v.key;
     }
     const who = ctx.state.apiKey ? `key:${ctx.state.apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
-    if (opts.limiter && !(ctx.method === 'GET' && /^\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
+    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     return runAs(who, next);
   });

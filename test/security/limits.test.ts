@@ -67,7 +67,11 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
     }
     // Another key has its own count; liveness probes are never limited.
     expect((await req(d1.url, 'GET', '/jobs', undefined, key('d'))).status).to.equal(200);
-    expect((await req(d2.url, 'GET', '/health')).status).to.equal(200);
+    for (const p of ['/health', '/api/v1/health']) {
+      const h = await req(d2.url, 'GET', p, undefined, key('a'));
+      expect(h.status, p).to.equal(200);
+      expect(h.headers.get('x-ratelimit-limit'), p).to.equal(null);
+    }
   });
 
   it('caps console sessions per key: a second console of the same key is refused (429) until the first closes', async () => {
