@@ -327,7 +327,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       ctx.state.apiKey = v.key;
     }
     const who = ctx.state.apiKey ? `key:${ctx.state.apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
-    if (opts.limiter && !(ctx.method === 'GET' && /^\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
+    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     return runAs(who, next);
   });
@@ -336,7 +336,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
   // other types their empty {}.
   app.use(async (ctx, next) => {
     if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
-    else if (ctx.request.is('json') && ctx.request.length !== 0 && !opts.bodyTypes?.json?.length) (ctx.request as any).body = await readJsonBody(ctx.req);
+    else if (ctx.request.is('json') && ctx.request.length !== 0) (ctx.request as any).body = await readJsonBody(ctx.req);
     return next();
   });
   app.use(bodyParser({

@@ -97,7 +97,7 @@ export interface RateVerdict { limit: number; remaining: number; retryAfterSecon
 export class RateLimiter {
   constructor(private redis: RateRedis, private prefix: string) {}
 
-  get limit() { return envInt('FERRY_RATE_LIMIT', 6000); }
+  get limit() { return envInt('FERRY_RATE_LIMIT', 60000); }
   get windowSeconds() { return Math.max(1, envInt('FERRY_RATE_WINDOW_SECONDS', 60)); }
 
   /** Counts one request of `who`; undefined when limits are off. */

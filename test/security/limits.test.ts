@@ -11,6 +11,7 @@ import path from 'node:path';
 import { TestRedis, freePort } from '../helpers/redis';
 import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import { openWs } from '../helpers/ws';
 
 const K = { a: 'caller-a-key-0123456789abcdef', b: 'caller-b-key-0123456789abcdef', c: 'caller-c-key-0123456789abcdef', d: 'caller-d-key-0123456789abcdef' };
 const key = (k: keyof typeof K) => ({ 'x-api-key': K[k] });
@@ -35,7 +36,7 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
       ...testEnv(redis.url, 'limits'),
       FERRY_API_KEYS: Object.entries(K).map(([n, k]) => `${n}:read:${k}`).join(','),
       FERRY_RATE_LIMIT: '5', FERRY_RATE_WINDOW_SECONDS: '60',
-      FERRY_LIBVIRT_URI: `qemu+tcp://127.0.0.1:${port}/system`, FERRY_VIRT_CALLS_PER_CALLER: '1', FERRY_VIRT_CALLS: '2',
+      FERRY_LIBVIRT_URI: `qemu+tcp://127.0.0.1:${port}/system`, FERRY_VIRT_CALLS_PER_CALLER: '1', FERRY_VIRT_CALLS: '3', FERRY_CONSOLE_SESSIONS_PER_CALLER: '1',
     };
     [d1, d2] = await Promise.all([startDaemonProc(env, cfg), startDaemonProc(env, cfg)]);
     procs.push(d1, d2);
@@ -66,7 +67,28 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
     }
     // Another key has its own count; liveness probes are never limited.
     expect((await req(d1.url, 'GET', '/jobs', undefined, key('d'))).status).to.equal(200);
-    expect((await req(d2.url, 'GET', '/health')).status).to.equal(200);
+    for (const p of ['/health', '/api/v1/health']) {
+      const h = await req(d2.url, 'GET', p, undefined, key('a'));
+      expect(h.status, p).to.equal(200);
+      expect(h.headers.get('x-ratelimit-limit'), p).to.equal(null);
+    }
+  });
+
+  it('caps console sessions per key: a second console of the same key is refused (429) until the first closes', async () => {
+    const url = `${d1.url.replace('http', 'ws')}/virt/console?name=vm1`;
+    const one = openWs(url, key('a'));
+    await one.opened; // its bridge now waits on libvirt, holding a's one console slot (and one libvirt call)
+    const two = openWs(url, key('a'));
+    expect(await two.opened.then(() => 'opened', (e: Error) => e.message)).to.equal('HTTP 429');
+    const closed = new Promise((r) => one.ws.once('close', r));
+    one.ws.close();
+    await closed;
+    await until(async () => {
+      const three = openWs(url, key('a'));
+      const got = await three.opened.then(() => 'opened', (e: Error) => e.message);
+      three.ws.close();
+      return got === 'opened';
+    }, 15000, 'the slot given back when the first console closed');
   });
 
   it('caps /virt calls per key (429) and in all (503), with Retry-After, while libvirt does not answer', async () => {
@@ -79,7 +101,7 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
     const first = req(d1.url, 'GET', '/virt/domains', undefined, key('b'));
     const second = await capped('b');
     expect(Number(second.headers.get('retry-after'))).to.be.at.least(1);
-    // c takes the second (last) slot of this replica; then d finds none.
+    // c takes the last slot of this replica (a's consoles still wait on libvirt with one); then d finds none.
     const third = req(d1.url, 'GET', '/virt/domains', undefined, key('c'));
     await capped('c');
     const full = await req(d1.url, 'GET', '/virt/networks', undefined, key('d'));
