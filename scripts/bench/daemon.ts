@@ -23,7 +23,7 @@ async function main() {
   writeFileSync(cfg, 'webhooks:\n  allow_loopback: true\n  concurrency: 50\n');
   process.env.REDIS_URL = redis.url;
   process.env.FERRY_PREFIX = 'bench';
-  const env = { ...testEnv(redis.url, 'bench'), FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
+  const env = { ...testEnv(redis.url, 'bench'), FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1', FERRY_RATE_LIMIT: '0' }; // one client stands in for a fleet: the per-client rate limit would cap it
   const port = await freePort();
   const procs: Proc[] = [startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`], env), startProcess('services/notifier/main.ts', [], env)];
   await waitForPort(port, 30000);

@@ -414,7 +414,7 @@ async function main() {
   try {
     await redis.start();
     const admin = new IORedis(redis.url);
-    const env = { ...testEnv(redis.url, PREFIX), FERRY_LEASE_SECONDS: '30', FERRY_HEARTBEAT_SECONDS: '10', FERRY_EXTRA_CAPABILITIES: 'bench_fanout' };
+    const env = { ...testEnv(redis.url, PREFIX), FERRY_LEASE_SECONDS: '30', FERRY_HEARTBEAT_SECONDS: '10', FERRY_EXTRA_CAPABILITIES: 'bench_fanout', FERRY_RATE_LIMIT: '0' }; // one client stands in for a fleet: the per-client rate limit would cap it
     const gw = await startGatewayProc(env);
     procs.push(gw);
     const base = gw.url;
