@@ -5,6 +5,7 @@
 // sorted set scored by time, trimmed to the job retention (FERRY_JOB_RETENTION) and a count cap on every write
 // and read; each record also goes to the logs as one structured line.
 import { randomBytes } from 'node:crypto';
+import type http from 'node:http';
 import type Koa from 'koa';
 import Joi from 'joi';
 import { Auth, identify, presentedKey } from './auth';
@@ -87,6 +88,27 @@ export class AuditLog {
       ...(refused && reason ? { reason: reason.slice(0, 512) } : {}),
       ip: ctx.ip, duration_ms: Date.now() - started,
     };
+    await this.store(rec);
+  }
+
+  /** A WebSocket upgrade, which no koa middleware sees: a refused one (401, 403), or one that may change state
+   *  (a console writer, status 101), with the key as authentication found it or as presented. */
+  async upgrade(req: http.IncomingMessage, auth: Auth, u: { path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
+    const refused = u.status === 401 || u.status === 403;
+    if (!refused && u.status !== 101) return;
+    let key = u.caller;
+    if (key === undefined && auth.enabled) { const p = presentedKey(req.headers); key = p ? identify(auth, p) ?? null : null; }
+    const now = Date.now();
+    await this.store({
+      id: `${now.toString(36)}-${randomBytes(4).toString('hex')}`, time: new Date(now).toISOString(), service: this.service,
+      key_name: key?.name ?? null, role: key?.role ?? null, method: 'WEBSOCKET', route: u.path, path: u.path.slice(0, 1024),
+      targets: redact(u.targets ?? {}), status: u.status, outcome: refused ? 'refused' : 'ok',
+      ...(refused && u.reason ? { reason: u.reason.slice(0, 512) } : {}), ip: req.socket.remoteAddress ?? '', duration_ms: 0,
+    });
+  }
+
+  /** The log line first, then Redis; the caller waits at most WRITE_WAIT_MS for Redis. */
+  private async store(rec: AuditRecord): Promise<void> {
     this.log.audit('audit', { audit: rec });
     // Redis commands wait through an outage (the connections retry without end): the answer waits at most
     // WRITE_WAIT_MS for the record, which is still written when Redis returns.

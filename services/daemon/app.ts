@@ -130,6 +130,9 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   // static mounts (dashboard files, Swagger UI) hold no data and stay public: the dashboard asks for the key.
   app.middleware.splice(2, 0, staticMiddleware(mounts));
 
+  // WebSocket upgrades pass no koa middleware: their refusals, and console writers, go to the audit log here.
+  const auditUpgrade = (req: http.IncomingMessage, u: Parameters<AuditLog['upgrade']>[2]) =>
+    void audit.upgrade(req, cfg.keys, u).catch((e) => log.warn('audit record of a WebSocket upgrade not stored in Redis; its log line stands', { error: String(e?.message || e) }));
   hub = new WsHub({
     bus, store,
     statusIntervalMs: cfg.websocket.status_interval_seconds * 1000,
@@ -152,7 +155,8 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       };
     },
     // A browser's ?ticket= (from POST /ws/ticket), else the key headers; a key in the URL is refused.
-    others: consoleEndpoints(virsh),
+    others: consoleEndpoints(virsh, (req, caller, domain, force) => auditUpgrade(req, { path: '/virt/console', status: 101, caller, targets: { domain, ...(force ? { mode: 'write, forced' } : { mode: 'write' }) } })),
+    audit: auditUpgrade,
     browser: browserRule(host),
     authorize: async (req) => {
       const q = new URL(req.url || '/', 'http://x').searchParams;

@@ -43,7 +43,10 @@ function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: strin
   return { name: q.get('name') || '', write: mode === null ? may(caller, 'input') : mode === 'write', force };
 }
 
-export function consoleEndpoints(v: Virsh) {
+/** Told of every connection that becomes the writer (it may type into the guest): the audit log records it. */
+export type OnWriter = (req: http.IncomingMessage, caller: ConsoleCaller, domain: string, force: boolean) => void;
+
+export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
   const wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
   const sessions = new Map<string, Session>();
   /** Sessions ending: a new one for the domain waits until virsh let go of the console. */
@@ -99,7 +102,7 @@ export function consoleEndpoints(v: Virsh) {
       if (!s) { await ending.get(name); s = sessions.get(name) || open(name, state, w.force); }
       s.state = state;
       const x: Viewer = { ws, caller };
-      if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); }
+      if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); onWriter?.(req, caller, name, w.force); }
       s.viewers.add(x);
       ws.on('close', () => leave(name, s!, x));
       if (ws.readyState !== WebSocket.OPEN) return leave(name, s, x); // gone while the session was starting

@@ -33,6 +33,8 @@ export interface WsDeps {
   browser: BrowserRule;
   /** Other WebSocket endpoints (the VM console): called after the same authorization, with its caller. */
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | null) => void>;
+  /** The audit log's view of an upgrade (refusals; shared/audit.ts), which no HTTP middleware sees. */
+  audit?: (req: http.IncomingMessage, u: { path: string; status: number; reason?: string }) => void;
 }
 
 const log = createLogger('daemon');
@@ -69,10 +71,10 @@ export class WsHub {
       const kind = PATHS[path];
       const other = this.d.others?.[path];
       const refused = browserRefusal(this.d.browser, 'GET', req.headers, true);
-      if (refused) return refuseUpgrade(socket, refused.status, refused.message);
+      if (refused) { this.d.audit?.(req, { path, status: refused.status, reason: refused.message }); return refuseUpgrade(socket, refused.status, refused.message); }
       if (!kind && !other) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
-        if (v.status) return refuseUpgrade(socket, v.status, v.message);
+        if (v.status) { this.d.audit?.(req, { path, status: v.status, reason: v.message }); return refuseUpgrade(socket, v.status, v.message); }
         if (other) return runAs(v.who || `addr:${req.socket.remoteAddress}`, () => other(req, socket, head, v.caller ?? null));
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
       }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));

@@ -1,12 +1,13 @@
 // The audit log (issue 18 item 12) against a real gateway, a real daemon and a real Redis, with a key of each
 // role: a POST that changes state and a refused key each leave one record with the right fields; a password sent
 // in a body is in neither Redis nor the log line; filters work on both path forms; only admin reads it; records
-// older than the retention are gone after the next write.
+// older than the retention are gone after the next write; refused WebSocket upgrades are recorded as well.
 import { expect } from 'chai';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
+import WebSocket from 'ws';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -109,6 +110,23 @@ describe('security: the audit log', function () {
     expect(low[0].targets.job_ids).to.deep.equal(undefined); // refused before the body was read
     expect(JSON.stringify(all)).to.not.include('not-a-key-but-long-enough').and.not.include(K.viewer);
     expect(gw.logs.join('') + dm.logs.join('')).to.not.include('not-a-key-but-long-enough');
+  });
+
+  it('a refused WebSocket upgrade leaves a record too: /ws with an unknown key, and one from a foreign Origin', async () => {
+    const refusedWith = (headers: Record<string, string>) => new Promise<number>((resolve, reject) => {
+      const ws = new WebSocket(`${dm.url.replace('http', 'ws')}/ws`, { headers });
+      ws.once('unexpected-response', (_q, res) => { resolve(res.statusCode!); ws.terminate(); });
+      ws.once('open', () => { ws.close(); reject(new Error('the upgrade was accepted')); });
+      ws.once('error', () => undefined); // the refusal above settles the promise
+    });
+    expect(await refusedWith({ 'x-api-key': 'ws-not-a-key-but-long-enough' })).to.equal(403);
+    expect(await refusedWith({ 'x-api-key': K.viewer, origin: 'http://evil.example' })).to.equal(403);
+    const ws = (await stored()).filter((x) => x.method === 'WEBSOCKET');
+    expect(ws).to.have.length(2);
+    expect(ws[0]).to.include({ service: 'daemon', path: '/ws', status: 403, outcome: 'refused', key_name: null, reason: 'the API key is not accepted' });
+    expect(ws[1]).to.include({ path: '/ws', status: 403, outcome: 'refused', key_name: 'viewer', role: 'read' });
+    expect(ws[1].reason).to.match(/Origin/);
+    expect(JSON.stringify(ws)).to.not.include('ws-not-a-key-but-long-enough');
   });
 
   it('GET /audit filters by key, path, time range and limit, on both path forms; GETs that succeed are not recorded', async () => {

@@ -80,6 +80,12 @@ describe('security: the host and the VM console are admin\'s', function () {
     const viaTicket = con(`&mode=write&ticket=${ticket}`, {});
     expect((await viaTicket.closed).code).to.equal(4403);
     expect(viaTicket.msgs.find((m) => m.type === 'error').error).to.include('needs role admin');
+    // The writer is in the audit log (it could type into the guest); the reader is not.
+    const log = (await req(s.daemon.url, 'GET', '/audit?path=/virt/console', undefined, as('admin'))).body.records as any[];
+    const writers = log.filter((r) => r.method === 'WEBSOCKET' && r.status === 101);
+    expect(writers).to.have.length(1);
+    expect(writers[0]).to.include({ key_name: 'ops', role: 'admin', outcome: 'ok' });
+    expect(writers[0].targets).to.deep.equal({ domain: 'roles-con', mode: 'write' });
   });
 
   it('one writer at a time; only admin may force: it takes over from the writer', async () => {
