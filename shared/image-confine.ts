@@ -47,10 +47,13 @@ export async function confineImage(file: string, format: string | undefined, roo
   let cur: Step | undefined = { file, format: format && qemuFormat(format), what: 'the request names it' };
   while (cur) {
     if (layers.length >= MAX_CHAIN) throw new ImageRefused(`${file}: its chain is longer than ${MAX_CHAIN} images`);
-    const real = await fs.realpath(cur.file);
-    if (seen.has(real)) throw new ImageRefused(`${cur.file}: the chain of ${file} loops back to it`);
+    const at = cur.file;
+    // Gone or unreadable since it was checked (a file swapped for a FIFO, say): refused like any bad image.
+    const unreadable = (e: Error): never => { throw new ImageRefused(`${at} cannot be read: ${e.message}`); };
+    const real = await fs.realpath(at).catch(unreadable);
+    if (seen.has(real)) throw new ImageRefused(`${at}: the chain of ${file} loops back to it`);
     seen.add(real);
-    const got = await inspectImage(cur.file);
+    const got = await inspectImage(at).catch(unreadable);
     if (got.problem) throw new ImageRefused(`${cur.file}: ${got.problem}`);
     if (cur.format && cur.format !== got.format) throw new ImageRefused(`${cur.file} is ${got.format}, not ${cur.format} as ${cur.what}`);
     if (!OPENED_FORMATS.includes(got.format)) throw new ImageRefused(`${cur.file} is ${got.format}, a format Ferry does not open`);

@@ -3,7 +3,7 @@
 // that probes. Each parser mimics what qemu itself reads (block/qcow2.c, vmdk.c, vpc.c, vhdx.c), including its
 // looseness (a VMDK's parentFileNameHint is found by strstr, comments too), so that nothing qemu follows is missed.
 // shared/image-confine.ts walks the references against the storage roots.
-import { promises as fs } from 'node:fs';
+import { constants, promises as fs } from 'node:fs';
 
 /** A file a header references: a qcow2 backing file (its recorded format) or data-file, a VMDK extent or
  *  parent, a VHD/VHDX parent. `image`: opened as an image in turn (so inspected too); else read as raw bytes. */
@@ -198,7 +198,8 @@ async function vhdxRefs(fh: fs.FileHandle): Promise<Inspected> {
 
 /** The format of `file` and every file its header references. Reads at most a few hundred KiB. */
 export async function inspectImage(file: string): Promise<Inspected> {
-  const fh = await fs.open(file, 'r');
+  // Non-blocking: a FIFO swapped in after the path checks must not hang the reader (regular files are unaffected).
+  const fh = await fs.open(file, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const { size } = await fh.stat();
     const head = await readAt(fh, 0, 64 * 1024);

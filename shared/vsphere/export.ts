@@ -7,6 +7,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { config } from '../config';
 import { sha256File } from '../qemu';
+import { confineImage, ImageRefused } from '../image-confine';
 import { validateManifest } from '../schemas/manifest';
 import { managerFor, ManagerCredentials } from './client';
 import { VsphereError } from './errors';
@@ -292,6 +293,12 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const sums = new Map<string, { size: number; sha256: string }>(have);
   for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256 });
 
+  // Each disk as downloaded, read by Ferry before anything converts it: its extents and parent chain must lie in
+  // this export's own folder (docs/security.md, the image rule); a descriptor naming anything else fails here.
+  const own = { input: [await fs.realpath(r.outputDir)], output: [] };
+  for (const x of disks) {
+    await confineImage(x.top.local, undefined, own).catch((e) => { throw e instanceof ImageRefused ? new VsphereError('state', `disk ${x.disk.label}: ${e.message}`) : e; });
+  }
   emit({ phase: 'writing_manifest', bytes_downloaded: totalBytes, total_bytes: totalBytes, files_downloaded: all.length, total_files: all.length, percent_complete: 100 });
   if (d.snapshots.length) warnings.push(`${r.vmPath} has snapshots: each disk is exported as its chain of delta files (current state); the conversion flattens the chain`);
   const fw = d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown';

@@ -121,3 +121,43 @@ const arbVhdx = fc.tuple(fc.uint8Array({ maxLength: 256 }), fc.nat(0x40000)).map
 
 /** One random image file's bytes. */
 export const arbImageFile: fc.Arbitrary<Buffer> = fc.oneof(arbQcow2, arbVmdk, arbVhd, arbVhdx, fc.uint8Array({ maxLength: 1024 }).map((a) => Buffer.from(a)));
+
+/** A GUID as VHDX stores it (first three groups little endian). */
+function guidBytes(s: string): Buffer {
+  const b = Buffer.from(s.replace(/-/g, ''), 'hex');
+  b.subarray(0, 4).reverse(); b.subarray(4, 6).reverse(); b.subarray(6, 8).reverse();
+  return b;
+}
+
+/** A VHDX (made by qemu-img) turned differencing: HasParent set in its file parameters and a parent locator
+ *  (relative_path = `parent`) added to the metadata table, its data in the metadata region's unused space. */
+export function differencingVhdx(file: string, parent: string): string {
+  qemuImg(['create', '-q', '-f', 'vhdx', file, '1M']);
+  const b = readFileSync(file);
+  const rt = 192 * 1024;
+  const metaGuid = guidBytes('8B7CA206-4790-4B9A-B8FE-575F050F886E');
+  let meta = -1;
+  for (let i = 0; i < b.readUInt32LE(rt + 8); i++) if (b.subarray(rt + 16 + i * 32, rt + 32 + i * 32).equals(metaGuid)) meta = Number(b.readBigUInt64LE(rt + 32 + i * 32));
+  if (meta < 0) throw new Error('no metadata region in the VHDX qemu-img made');
+  const count = b.readUInt16LE(meta + 10);
+  const fileParams = guidBytes('CAA16737-FA36-4D43-B3B6-33F0AA44E76B');
+  for (let i = 0; i < count; i++) {
+    const e = meta + 32 + i * 32;
+    if (b.subarray(e, e + 16).equals(fileParams)) { const at = meta + b.readUInt32LE(e + 16); b.writeUInt32LE(b.readUInt32LE(at + 4) | 2, at + 4); }
+  }
+  const locOff = 0x40000; // relative to the metadata region; qemu-img's items lie below
+  const key = Buffer.from('relative_path', 'utf16le');
+  const value = Buffer.from(parent, 'utf16le');
+  const loc = Buffer.alloc(32 + key.length + value.length);
+  guidBytes('B04AEFB7-D19E-4A81-B789-25B8E9445913').copy(loc, 0);
+  loc.writeUInt16LE(1, 18);
+  loc.writeUInt32LE(32, 20); loc.writeUInt32LE(32 + key.length, 24); loc.writeUInt16LE(key.length, 28); loc.writeUInt16LE(value.length, 30);
+  key.copy(loc, 32); value.copy(loc, 32 + key.length);
+  loc.copy(b, meta + locOff);
+  const e = meta + 32 + count * 32;
+  guidBytes('A8D35F2D-B30B-454D-ABF7-D3D84834AB0C').copy(b, e);
+  b.writeUInt32LE(locOff, e + 16); b.writeUInt32LE(loc.length, e + 20); b.writeUInt32LE(4, e + 24); // IsRequired
+  b.writeUInt16LE(count + 1, meta + 10);
+  writeFileSync(file, b);
+  return file;
+}

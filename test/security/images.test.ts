@@ -14,7 +14,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
-import { differencingVhd, qcow2Backed, qcow2WithDataFile, vmdkDescriptor } from '../helpers/hostile-images';
+import { differencingVhd, differencingVhdx, qcow2Backed, qcow2WithDataFile, vmdkDescriptor } from '../helpers/hostile-images';
 
 const SUBMIT = 'images-submit-key-0123456789abcdef';
 const ADMIN = 'images-admin-key-0123456789abcdef';
@@ -102,8 +102,11 @@ describe('security: image files confined with everything they reference', functi
     await refused(convert('vmdk-parent', delta, 'vmdk'), 'image.path', 'parent', 'outside');
   });
 
-  it('a differencing VHD whose parent locator names the secret: 400', async () => {
+  it('a differencing VHD or VHDX whose parent locator names the secret: 400', async () => {
     await refused(convert('vhd-parent', differencingVhd(path.join(IN, 'diff.vhd'), '../elsewhere/secret.raw'), 'vhd'), 'image.path', 'parent', 'outside');
+    await refused(convert('vhdx-parent', differencingVhdx(path.join(IN, 'diff.vhdx'), '../elsewhere/secret.raw'), 'vhdx'), 'image.path', 'parent', 'outside');
+    // A parent inside the root: still refused (qemu-img cannot open differencing VHD/VHDX), saying so.
+    await refused(convert('vhdx-in', differencingVhdx(path.join(IN, 'diff-in.vhdx'), path.basename(makeImage(IN, 'vparent', 'vhdx', 1))), 'vhdx'), 'image.path', 'differencing VHDX');
   });
 
   it('a format mismatch (a qcow2 named raw, the classic attack; a VMDK named qcow2): 400 naming the field', async () => {

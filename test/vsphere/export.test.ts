@@ -176,6 +176,10 @@ describe('vSphere export jobs (vcsim)', function () {
     for (const a of j.result.artifacts) expect(existsSync(a.path), a.path).to.equal(true);
     const boot = j.result.artifacts.find((a: any) => a.disk_id === 'disk-0');
     execFileSync('qemu-img', ['compare', '-F', 'raw', boot.path, web1.raw]);
+    // The snapshot chain (a delta VMDK whose parent hint names its base beside it) passes the image rule and
+    // converts to the delta's content over the base.
+    const chained = j.result.artifacts.find((a: any) => a.source_path.endsWith('base-000001.vmdk'));
+    execFileSync('qemu-img', ['compare', '-F', 'raw', chained.path, web1.deltaRaw]);
   });
 
   it('ferry-convert command: manager_export exports with the same code, then converts, with progress lines and exit 0', async () => {
