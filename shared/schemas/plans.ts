@@ -13,7 +13,8 @@ export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'canc
 export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
 export const SEVERITIES = ['blocker', 'warning'] as const;
 
-// The per-VM options are the shape B job's options (one definition), without what the plan decides itself.
+// The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
+// plan decides itself, plus the plan's rollback policy.
 const jobOptions = (migrationJobSchema.extract('options') as Joi.ObjectSchema).keys({ network_mapping: Joi.forbidden() });
 const planOptions = jobOptions.keys({
   rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
@@ -29,7 +30,7 @@ export const planLimitsSchema = Joi.object({
 
 const window = Joi.object({ start: Joi.date().iso().required(), end: Joi.date().iso().greater(Joi.ref('start')).required() }).label('PlanWindow');
 
-const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: jobOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
+const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: planOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
   .description('a VM path, or {vm_path, options} with per-VM overrides');
 
 const planFields = {

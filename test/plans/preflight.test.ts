@@ -95,13 +95,13 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   });
 
   it('creates a plan (201, JSON and YAML, both path forms), lists, gets and changes it; bad input is a 400 naming the field', async () => {
-    const a = await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force' } }] }, alice);
+    const a = await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force', rollback: false } }] }, alice);
     expect(a.status, a.text).to.equal(201);
     expect(a.body).to.include({ id: 'p-json', status: 'pending', created_by: 'alice' });
     expect(a.body.vms.map((x: any) => [x.vm_path, x.status, x.job_id])).to.deep.equal([[vm('ok1'), 'pending', null], [vm('ds1'), 'pending', null]]);
     expect(a.body.limits).to.deep.equal({ per_plan: 4, per_esxi_host: 2, per_datastore: 3, per_target_host: 4 });
     // A VM's own options override only what they give: no defaults that would undo the plan's options.
-    expect(JSON.parse((await rc.get('plans:plan:p-json'))!).vms[1].options).to.deep.equal({ power_off: 'force' });
+    expect(JSON.parse((await rc.get('plans:plan:p-json'))!).vms[1].options).to.deep.equal({ power_off: 'force', rollback: false });
 
     const yamlBody = `name: from yaml\nid: p-yaml\nvms: [${vm('ok1')}]\ndestination: {type: kvm, virt_uri: "${lv.uri}"}\nnetwork_map: {VM Network: ${NET}}\nstorage_map: {LocalDS_0: ${lv.pool}}\nlimits: {per_esxi_host: 1}\n`;
     const y = await fetch(`${B}/api/v1/plans`, { method: 'POST', headers: { ...alice, 'content-type': 'application/x-yaml' }, body: yamlBody });
