@@ -14,12 +14,23 @@ export const PLAN_DURATION_BUCKETS = [10, 30, 60, 300, 600, 1800, 3600, 7200, 14
 
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
 
-/** Bytes a job moved: the total when it completed, else the last count it reported. */
-function jobBytes(id: string, h: Record<string, string> | null): number {
+/** Bytes a job moved: the most its events reported (bytes_downloaded, the export's count: later phases report
+ *  none, so a job's last event alone would show 0 for a VM that failed after its copy), or its total once it
+ *  completed. Read from the job's last 500 events; a finished job's figure never changes, so it is remembered. */
+const FINISHED = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
+async function jobBytes(store: JobStore, id: string, h: Record<string, string> | null, done: Map<string, number>): Promise<number> {
   if (!h) return 0;
-  const d = parseField<any>(h.latest_event, null, { job_id: id, field: 'latest_event' })?.details ?? {};
-  const bytes = num(d.bytes_downloaded) ?? num(d.bytes_processed) ?? num(d.current_bytes) ?? 0;
-  return h.state === 'COMPLETED' ? num(d.total_bytes) ?? bytes : bytes;
+  const known = done.get(id);
+  if (known !== undefined) return known;
+  const last = parseField<any>(h.latest_event, null, { job_id: id, field: 'latest_event' })?.details ?? {};
+  let bytes = num(last.bytes_downloaded) ?? 0;
+  if (h.state === 'COMPLETED' && num(last.total_bytes) !== undefined) bytes = Math.max(bytes, num(last.total_bytes)!);
+  else {
+    const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
+    for (const [, f] of rows) bytes = Math.max(bytes, num(parseField<any>(f[1], null, { job_id: id, field: 'events' })?.details?.bytes_downloaded) ?? 0);
+  }
+  if (FINISHED.has(h.state)) { if (done.size > 50_000) done.clear(); done.set(id, bytes); }
+  return bytes;
 }
 
 /** When the job entered the phase it is in now (ms): the oldest event of the current phase among the last 500,
@@ -65,9 +76,16 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
     (await snapshot()).plans.map((p) => ({ labels: { plan: p.id }, value: p.vms.filter((v) => v.status === 'completed').length })));
   registerComputed(registry, 'mtv_workload_migrations_status_total', 'VMs of each plan by status (pending, running, completed, failed, cancelled, blocked, rolled_back)', 'gauge', async () =>
     (await snapshot()).plans.flatMap((p) => VM_STATUSES.map((status) => ({ labels: { plan: p.id, status }, value: p.vms.filter((v) => v.status === status).length }))));
+  const finishedBytes = new Map<string, number>();
   registerComputed(registry, 'mtv_migration_data_transferred_bytes', 'Bytes moved for each plan, over every job of its VMs (retries included)', 'counter', async () => {
     const { plans: ps, jobs } = await snapshot();
-    return ps.map((p) => ({ labels: { plan: p.id }, value: p.vms.reduce((a, v) => a + v.jobs.reduce((b, j) => b + jobBytes(j, jobs.get(j) ?? null), 0), 0) }));
+    const out: Sample[] = [];
+    for (const p of ps) {
+      let value = 0;
+      for (const v of p.vms) for (const j of v.jobs) value += await jobBytes(store, j, jobs.get(j) ?? null, finishedBytes);
+      out.push({ labels: { plan: p.id }, value });
+    }
+    return out;
   });
   registerComputed(registry, 'mtv_migration_duration_seconds', "A VM's migration time (its last job, RUNNING to its end), by plan and the VM's final status", 'histogram', async () => {
     const { plans: ps, jobs } = await snapshot();
