@@ -35,6 +35,7 @@ import { RateLimiter } from '../../shared/limits';
 import { browserRule } from '../../shared/browser';
 import { PlanStore } from '../../queue/plans';
 import { PlanRunner } from '../../queue/plan-runner';
+import { registerPlanMetrics } from '../../queue/plan-metrics';
 import { addPlanRoutes } from './plans';
 
 export interface DaemonHandle {
@@ -82,6 +83,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const plans = new PlanStore(redis, store.k);
   const planRunner = new PlanRunner({ plans, life, hooks: webhooks, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
   addPlanRoutes(api, { plans, runner: planRunner, jobs: store });
+  registerPlanMetrics(metrics, plans, store);
   planRunner.begin();
   // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
   // 503 naming the URI while no libvirtd answers there.

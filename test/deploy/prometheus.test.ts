@@ -23,9 +23,11 @@ function dashboardFiles(dir = GRAFANA_DIR): string[] {
 }
 
 interface Target { file: string; panel: string; legend: string; expr: string }
+/** Dashboards proven by their own test against what they show (a plan run: test/deploy/plan-metrics.test.ts). */
+const OWN_TEST = new Set(['ferry-plans.json']);
 function dashboardTargets(): Target[] {
   const out: Target[] = [];
-  for (const file of dashboardFiles()) {
+  for (const file of dashboardFiles().filter((f) => !OWN_TEST.has(path.basename(f)))) {
     const d = JSON.parse(readFileSync(file, 'utf8'));
     const walk = (panels: any[]) => {
       for (const p of panels || []) {
