@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { testBootQemu } from '../../shared/converter/testboot';
+import { chooseFirmware } from '../../shared/converter/firmware';
 import { makeBootableImage, makeImage } from '../helpers/images';
 
 describe('test boot: no milestone is not a pass', function () {
@@ -36,5 +37,21 @@ describe('test boot: no milestone is not a pass', function () {
     expect(r.firmware).to.equal('uefi');
     expect(r.status, r.detail).to.equal('failed');
     expect(r.detail).to.match(/^the UEFI firmware found no boot loader to start .*: the serial console showed "BdsDxe: failed to load Boot0001 "UEFI /);
+  });
+});
+
+describe('firmware choice (pure): the guest\'s boot loaders first, the manifest where both would boot', () => {
+  const efiOnly = { partition_table: 'gpt', esp: '/dev/sda1', esp_mount: '/boot/efi', efi_loaders: { debian: ['grubx64.efi'] }, bios_loader: false };
+  it('a UEFI-only guest gets UEFI even when the manifest says bios, and the reason says why', () => {
+    const c = chooseFirmware('bios', efiOnly);
+    expect(c.firmware).to.equal('uefi');
+    expect(c.reason).to.equal('the guest boots only through UEFI: a gpt disk with an EFI system partition /dev/sda1 on /boot/efi holding \\EFI\\debian\\{grubx64.efi}, and no GRUB for BIOS (the manifest says bios, which could not boot it)');
+  });
+  it('a BIOS-only guest gets BIOS; a guest with both follows the manifest; without inspection the manifest decides', () => {
+    expect(chooseFirmware('uefi', { efi_loaders: {}, bios_loader: true }).firmware).to.equal('bios');
+    expect(chooseFirmware('bios', { ...efiOnly, bios_loader: true }).firmware).to.equal('bios');
+    expect(chooseFirmware('uefi', { ...efiOnly, bios_loader: true }).firmware).to.equal('uefi');
+    expect(chooseFirmware('uefi', undefined)).to.deep.equal({ firmware: 'uefi', reason: 'the VM\'s firmware is UEFI (manifest vm.firmware); the guest was not inspected' });
+    expect(chooseFirmware(undefined, undefined).firmware).to.equal('bios');
   });
 });
