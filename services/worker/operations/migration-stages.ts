@@ -59,7 +59,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   await v.run(['start', '--paused', imported.domain]);
   const boot = await testBootLibvirt(
-    { disks: [], expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    { disks: [], firmware: imported.firmware, expect: vt.expect ? new RegExp(vt.expect) : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
