@@ -12,6 +12,8 @@ export const OVMF_CODE = process.env.FERRY_OVMF_CODE || '/usr/share/OVMF/OVMF_CO
 export const OVMF_VARS = process.env.FERRY_OVMF_VARS || '/usr/share/OVMF/OVMF_VARS_4M.fd';
 
 const ESP_GUID = 'C12A7328-F81F-11D2-BA4B-00A0C93EC93B';
+/** GRUB for BIOS on a GPT disk has nowhere to put its core image but this partition. */
+const BIOS_BOOT_GUID = '21686148-6449-6E6F-744E-656564454649';
 const FALLBACK_DIR = 'EFI/BOOT';
 const FALLBACK = 'BOOTX64.EFI';
 
@@ -24,30 +26,33 @@ export interface GuestBoot {
   efi_loaders: Record<string, string[]>;
   /** The guest path of \EFI\BOOT\BOOTX64.EFI when present. */
   fallback?: string;
-  /** GRUB for BIOS is installed (/boot/grub/i386-pc or /boot/grub2/i386-pc). */
+  /** GRUB for BIOS is installed (/boot/grub/i386-pc or /boot/grub2/i386-pc) where it can boot: an MBR disk, or
+   *  a GPT disk with a BIOS boot partition (a UEFI guest that once had grub-pc keeps the directory). */
   bios_loader: boolean;
 }
 
 export interface FirmwareChoice { firmware: Firmware; reason: string }
 
-/** The ESP among the guest's partitions: GPT type C12A7328-..., or MBR id 0xef. */
-async function findEsp(g: GuestSession): Promise<string | undefined> {
+/** Each partition's type: the GPT type GUID, or the MBR id in decimal (0xef = 239: an ESP). */
+async function partitionTypes(g: GuestSession): Promise<[string, string | undefined][]> {
+  const out: [string, string | undefined][] = [];
   for (const p of g.lines(await g.cmd('list-partitions'))) {
     const dev = (await g.cmd('part-to-dev', p)).trim();
     const n = (await g.cmd('part-to-partnum', p)).trim();
     const table = (await g.tryCmd('part-get-parttype', dev))?.trim();
-    const type = table === 'gpt' ? (await g.tryCmd('part-get-gpt-type', dev, n))?.trim().toUpperCase() : (await g.tryCmd('part-get-mbr-id', dev, n))?.trim();
-    if (type === ESP_GUID || type === '239') return p;
+    out.push([p, table === 'gpt' ? (await g.tryCmd('part-get-gpt-type', dev, n))?.trim().toUpperCase() : (await g.tryCmd('part-get-mbr-id', dev, n))?.trim()]);
   }
-  return undefined;
+  return out;
 }
 
 /** How the mounted guest boots (read-only: nothing is written). */
 export async function detectBoot(g: GuestSession, mountpoints: Record<string, string>): Promise<GuestBoot> {
   const disks = g.lines(await g.cmd('list-devices'));
   const boot: GuestBoot = { efi_loaders: {}, bios_loader: false, partition_table: disks[0] ? (await g.tryCmd('part-get-parttype', disks[0]))?.trim() : undefined };
-  for (const d of ['/boot/grub/i386-pc', '/boot/grub2/i386-pc']) if (await g.isDir(d)) boot.bios_loader = true;
-  boot.esp = await findEsp(g);
+  const types = await partitionTypes(g);
+  const biosRoom = boot.partition_table !== 'gpt' || types.some(([, t]) => t === BIOS_BOOT_GUID);
+  for (const d of ['/boot/grub/i386-pc', '/boot/grub2/i386-pc']) if (biosRoom && (await g.isDir(d))) boot.bios_loader = true;
+  boot.esp = types.find(([, t]) => t === ESP_GUID || t === '239')?.[0];
   boot.esp_mount = Object.entries(mountpoints).find(([, dev]) => dev === boot.esp)?.[0];
   if (!boot.esp_mount || !(await g.isDir(`${boot.esp_mount}/EFI`))) return boot;
   for (const vendor of g.lines(await g.tryCmd('ls', `${boot.esp_mount}/EFI`))) {
