@@ -18,6 +18,10 @@ export const FAILURE_SIGNS: { re: RegExp; reason: string }[] = [
   { re: /^grub> ?/m, reason: 'the GRUB command prompt (no usable menu entry)' },
   { re: /error: (?:no such (?:device|partition)|unknown filesystem|file '[^']+' not found)[^\n]*\n(?:[^\n]*\n)*?Press any key to continue/, reason: 'GRUB could not load the kernel' },
   { re: /No bootable device|Boot failed: not a bootable disk|No operating system found/i, reason: 'the firmware found no bootable disk' },
+  // OVMF's own entry for a disk (named "UEFI <device>", unlike the guest's NVRAM entries, which it tries first)
+  // starts \EFI\BOOT\BOOTX64.EFI: "Not Found" there means no loader the firmware can start on that disk (network
+  // entries, "UEFI PXEv4 ..."/"UEFI HTTPv4 ...", are left out; no lookahead, for linear-time engines).
+  { re: /BdsDxe: failed to load Boot[0-9A-F]{4} "UEFI (?:[^PH"]|P[^X"]|H[^T"])[^"]*" from [^\n]*: Not Found|UEFI Interactive Shell v[\d.]+|^Shell> ?|BdsDxe: No bootable option or device was found/m, reason: 'the UEFI firmware found no boot loader to start (no working NVRAM boot entry, no \\EFI\\BOOT\\BOOTX64.EFI)' },
 ];
 
 /** The console with terminal escapes and non-printable bytes removed, as the judge and the report see it. */
@@ -46,4 +50,23 @@ export function judgeConsole(text: string, expect: RegExp): BootVerdict {
   if (fail && (!ok || fail.at < ok.index)) return { status: 'failed', matched: fail.text, detail: `${fail.reason}: the serial console showed "${fail.text}"` };
   if (ok) return { status: 'passed', matched: ok[0], detail: `the serial console showed "${ok[0]}"` };
   return { status: 'running' };
+}
+
+/** Console lines that only a running userspace prints (an init system starting units), though not a milestone. */
+const USERSPACE_SIGNS: RegExp[] = [/\[\s*OK\s*\] (?:Started|Reached target|Finished|Mounted|Listening on) /, /systemd\[1\]: /, /^INIT: version /, /Run \/sbin\/init as init process/];
+
+/**
+ * The verdict when the timeout passes with no verdict from the console: `inconclusive` only when the console shows
+ * the guest running userspace (the detail quotes the last such line); a console with no boot milestone at all is
+ * `failed`, whatever the firmware did (stayed silent, a hung loader). With `strict` (the caller's own milestone)
+ * it is always `failed`. Either way the detail says what the console showed last.
+ */
+export function timeoutVerdict(text: string, expect: RegExp, strict: boolean, seconds: number, firmware: string): { status: 'failed' | 'inconclusive'; detail: string } {
+  const lines = printableConsole(text).split('\n').map((l) => l.trim()).filter(Boolean);
+  const seen = lines.length ? `; its last line: "${lines[lines.length - 1].slice(0, 200)}"` : '; it showed nothing at all';
+  const userspace = [...lines].reverse().find((l) => USERSPACE_SIGNS.some((re) => re.test(l)));
+  const head = `the serial console did not show ${expect} within ${seconds} s (${firmware} firmware; the VM was still running)`;
+  if (strict) return { status: 'failed', detail: `${head}${seen}` };
+  if (!userspace) return { status: 'failed', detail: `${head}: no boot milestone at all${seen}` };
+  return { status: 'inconclusive', detail: `${head}; the guest runs userspace: the console showed "${userspace.slice(0, 200)}"${seen}` };
 }

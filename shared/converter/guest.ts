@@ -6,6 +6,7 @@ import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';
 import { fixLinux } from './linux-fix';
 import { HV_TOOL_PACKAGES, INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
+import { detectBoot, type Firmware, type GuestBoot } from './firmware';
 import { ignoreError } from '../log';
 
 export interface GuestInfo {
@@ -14,6 +15,8 @@ export interface GuestInfo {
   lvm: boolean; kernels: string[]; hypervisor_tools: string[]; initramfs_tool?: string; grub_config?: string;
   /** deb, rpm, apk, pacman... (inspect-get-package-format), for removing packages with the guest's own tool. */
   package_format?: string;
+  /** How the guest boots (firmware.ts): the ESP and its EFI loaders, GRUB for BIOS. Linux guests only. */
+  boot?: GuestBoot;
 }
 
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
@@ -51,6 +54,7 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
     for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
     for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
     for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
+    info.boot = await detectBoot(g, info.mountpoints);
   }
   return info;
 }
@@ -72,6 +76,8 @@ export interface FixOptions extends FixStage {
   nic_names?: boolean;
   /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
   nic_macs?: string[];
+  /** The firmware the KVM domain gets (firmware.ts chooseFirmware): with `uefi` the fallback loader is installed. */
+  firmware?: Firmware;
 }
 
 /** Every repair the fix stage asked for, on the mounted guest. Nothing is written when dry_run is set. */

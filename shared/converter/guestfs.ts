@@ -183,7 +183,7 @@ export class GuestSession {
   /** Writes `text` to the guest file `remote` through a private local file (mode 0600) and `upload`, never as a
    *  command argument: nothing shows in a process listing (/etc/shadow), and no argument size limit applies (a
    *  long grub.cfg or passwd). */
-  async writeFile(remote: string, text: string): Promise<void> {
+  async writeFile(remote: string, text: string | Uint8Array): Promise<void> {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-upload-'));
     const local = path.join(dir, 'f');
     try {

@@ -15,6 +15,7 @@ import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLef
 import { configuredInterfaces, LINK_DIR, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames } from './nic-names';
 import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
+import { fallbackLeftovers, installFallbackLoader } from './firmware';
 import { ignoreError } from '../log';
 
 export interface LinuxFix {
@@ -81,6 +82,8 @@ export async function fixLinux(x: LinuxFix): Promise<void> {
   if (o.nic_names !== false) baked.push(...(await renameNics(x)));
   if (o.regen_initramfs) await regenInitramfs(x, baked);
   if (o.update_grub) await regenGrub(x);
+  // After GRUB: the fallback loader is a copy of the loader the guest boots, whose configuration is now final.
+  if (o.firmware === 'uefi' && x.info.boot && (await installFallbackLoader(g, x.info.boot, x.info.distro, o.dry_run, act)).length) x.r.modified = true;
   if (!o.dry_run) await verifyLinux(x);
 }
 
@@ -275,6 +278,10 @@ async function verifyLinux(x: LinuxFix): Promise<void> {
       if (!missing) act({ action: 'verify', status: 'warning', detail: `${img}: cannot list its contents (no lsinitramfs/lsinitrd in the guest or on this host understands it); the virtio modules are not verified`, check: 'initramfs' });
       else check(img, missing.map((m) => `lacks ${m}`), `carries ${VIRTIO_BOOT_MODULES.join(', ')}`);
     }
+  }
+  for (const a of x.r.actions.filter((y) => y.action === 'uefi_fallback' && y.status === 'done')) {
+    const fallback = (a.files as string[])[0];
+    check(fallback, await fallbackLeftovers(g, fallback, String(a.from)), `is ${a.from}: a fresh NVRAM boots it`);
   }
   for (const a of x.r.actions.filter((y) => y.action === 'nic_names' && y.status === 'done')) {
     const t = await read(String(a.file));

@@ -1,12 +1,15 @@
 // virt_test: boot the converted disks once on this host to see that they start on KVM's virtual hardware
-// (q35, virtio-blk disks, virtio-net, BIOS firmware). The disks are opened with snapshot=on: every write of the test
+// (q35, virtio-blk disks, virtio-net, BIOS or UEFI firmware as the guest needs: firmware.ts). The disks are opened with snapshot=on: every write of the test
 // boot goes to a throw-away overlay, so the output a migration produced is never changed by testing it.
 // qemu runs directly (no libvirt needed), with KVM when usable, otherwise TCG (slow, but it boots).
 import { spawn } from 'node:child_process';
-import { createWriteStream, WriteStream } from 'node:fs';
+import { copyFileSync, createWriteStream, mkdtempSync, rmSync, WriteStream } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { kvmUsable } from './guestfs';
 import { bootDomain, Virsh } from '../libvirt';
-import { judgeConsole, printableConsole } from './boot-judge';
+import { judgeConsole, printableConsole, timeoutVerdict } from './boot-judge';
+import { OVMF_CODE, OVMF_VARS, type Firmware } from './firmware';
 
 export interface TestBootOptions {
   /** Disks in boot order; the first is the boot disk. */
@@ -29,16 +32,23 @@ export interface TestBootOptions {
   virtUri?: string;
   /** Also write the whole serial console to this file (kept beside the outputs, or as a test's artifact). */
   consoleLog?: string;
+  /** `bios` (SeaBIOS; the default) or `uefi` (OVMF without Secure Boot, with a fresh NVRAM from its template). */
+  firmware?: Firmware;
+  /** UEFI: boot with a copy of this NVRAM (a VM's own variables) instead of the template (qemu runner only). */
+  nvram?: string;
 }
 
 export interface TestBootResult {
   /** passed: the console showed `expect`; failed: the console showed a failed boot (boot-judge.ts: the
-   *  initramfs shell, a kernel panic, emergency mode, a GRUB prompt; judged at once), the VM stopped by itself
-   *  (no bootable disk, reset, crash), could not start, or `expect` was given and never showed; inconclusive:
-   *  only with the default milestones, still running at the timeout with nothing matched (many guests do not
-   *  log to a serial console). */
+   *  initramfs shell, a kernel panic, emergency mode, a GRUB prompt, the UEFI shell; judged at once), the VM
+   *  stopped by itself (no bootable disk, reset, crash), could not start, `expect` was given and never showed, or
+   *  the console showed no boot milestone at all by the timeout; inconclusive: only with the default milestones,
+   *  still running at the timeout and visibly running userspace, with nothing matched (boot-judge.ts
+   *  timeoutVerdict; the detail says what the console showed). */
   status: 'passed' | 'failed' | 'inconclusive';
   detail: string; seconds: number; accelerator: 'kvm' | 'tcg'; matched?: string; console_tail: string;
+  /** The firmware the VM booted with. */
+  firmware: Firmware;
 }
 
 /** Linux milestones on a serial console that only a booted system prints (systemd's multi-user target, a getty's
@@ -67,7 +77,8 @@ function closeLog(log: WriteStream | undefined): Promise<void> {
   return log ? new Promise((resolve) => log.end(() => resolve())) : Promise.resolve();
 }
 
-export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: ConsoleSource = (signal) => bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, signal })): Promise<TestBootResult> {
+export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: ConsoleSource = (signal) => bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, firmware: o.firmware, signal })): Promise<TestBootResult> {
+  const firmware = o.firmware || 'bios';
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
@@ -78,7 +89,7 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
   o.signal?.addEventListener('abort', onAbort, { once: true });
   const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
   let serial = '';
-  let r: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
+  let r: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail' | 'firmware'> | undefined;
   let accelerator: 'kvm' | 'tcg' = 'tcg';
   try {
     const con = boot(stop.signal);
@@ -87,9 +98,7 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
       if (next.done) {
         accelerator = next.value.domain_type === 'kvm' ? 'kvm' : 'tcg';
         if (o.signal?.aborted) r = { status: 'failed', detail: 'aborted' };
-        else if (stop.signal.aborted) r = strict
-          ? { status: 'failed', detail: `the serial console did not show ${expect} within ${timeout / 1000} s (the domain was still running)` }
-          : { status: 'inconclusive', detail: `the domain was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` };
+        else if (stop.signal.aborted) r = timeoutVerdict(serial, expect, strict, timeout / 1000, firmware);
         else r = { status: 'failed', detail: 'the domain stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)' };
         break;
       }
@@ -105,11 +114,26 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
     await closeLog(log);
     o.signal?.removeEventListener('abort', onAbort);
   }
-  return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, console_tail: printableConsole(serial).slice(-2000) };
+  return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, firmware, console_tail: printableConsole(serial).slice(-2000) };
+}
+
+/** UEFI: OVMF's code read-only and a private copy of the NVRAM (the template, or the VM's own), removed by
+ *  `cleanup`; BIOS: nothing (qemu's SeaBIOS). */
+function firmwareArgs(o: TestBootOptions): { args: string[]; cleanup: () => void } {
+  if (o.firmware !== 'uefi') return { args: [], cleanup: () => undefined };
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-nvram-'));
+  const vars = path.join(dir, 'VARS.fd');
+  copyFileSync(o.nvram || OVMF_VARS, vars);
+  return {
+    args: ['-drive', `if=pflash,format=raw,unit=0,readonly=on,file=${OVMF_CODE.replace(/,/g, ',,')}`, '-drive', `if=pflash,format=raw,unit=1,file=${vars.replace(/,/g, ',,')}`],
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
 
 export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
   const accel = kvmUsable() ? 'kvm' : 'tcg';
+  const firmware = o.firmware || 'bios';
+  const fw = firmwareArgs(o);
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
   const timeout = (o.timeoutSeconds ?? 300) * 1000;
@@ -122,7 +146,7 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     // Native PCIe hotplug (pciehp) registers the root port's physical slot number, which names the NIC; with qemu's
     // ACPI hotplug the slot would be ACPI's instead.
     ...(o.nicSlot === undefined ? [] : ['-global', 'ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off']), '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
-    '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio',
+    '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio', ...fw.args,
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
     '-netdev', 'user,id=n0,restrict=on',
@@ -140,11 +164,9 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     const child = spawn(QEMU, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let serial = '';
     let stderr = '';
-    let outcome: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail'> | undefined;
+    let outcome: Omit<TestBootResult, 'seconds' | 'accelerator' | 'console_tail' | 'firmware'> | undefined;
     const stop = (r: typeof outcome) => { if (!outcome) { outcome = r; child.kill('SIGKILL'); } };
-    const timer = setTimeout(() => stop(strict
-      ? { status: 'failed', detail: `the serial console did not show ${expect} within ${timeout / 1000} s (the VM was still running)` }
-      : { status: 'inconclusive', detail: `the VM was still running after ${timeout / 1000} s and its serial console showed nothing matching ${expect}` }), timeout);
+    const timer = setTimeout(() => stop(timeoutVerdict(serial, expect, strict, timeout / 1000, firmware)), timeout);
     const onAbort = () => stop({ status: 'failed', detail: 'aborted' });
     o.signal?.addEventListener('abort', onAbort, { once: true });
     const log = o.consoleLog ? createWriteStream(o.consoleLog) : undefined;
@@ -155,9 +177,10 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
       if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
-    child.on('error', (e: any) => { clearTimeout(timer); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
+    child.on('error', (e: any) => { clearTimeout(timer); fw.cleanup(); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
     child.on('close', async (code, sig) => {
       clearTimeout(timer);
+      fw.cleanup();
       await closeLog(log);
       o.signal?.removeEventListener('abort', onAbort);
       const r = outcome || {
@@ -167,7 +190,7 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
           : `qemu failed (${sig || `exit ${code}`}): ${stderr.trim().slice(0, 2000)}`,
       };
       const printable = printableConsole(serial);
-      resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, console_tail: printable.slice(-2000) });
+      resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, firmware, console_tail: printable.slice(-2000) });
     });
   });
 }

@@ -18,7 +18,8 @@ export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string,
   const letters = 'abcdefghijklmnopqrstuvwxyz';
   const doc = { domain: {
     '@_type': type, name, memory: { '@_unit': 'MiB', '#text': String(s.memoryMiB || 1024) }, vcpu: String(s.vcpus || 1),
-    os: { ...(s.firmware === 'uefi' ? { '@_firmware': 'efi' } : {}), type: { '@_arch': 'x86_64', '@_machine': 'pc', '#text': 'hvm' }, boot: { '@_dev': 'hd' }, bios: { '@_rebootTimeout': '1000' } },
+    // UEFI without Secure Boot, as the import defines it (import.ts); a transient domain gets a fresh NVRAM.
+    os: { ...(s.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}), type: { '@_arch': 'x86_64', '@_machine': 'pc', '#text': 'hvm' }, boot: { '@_dev': 'hd' }, bios: { '@_rebootTimeout': '1000' } },
     // A reset ends the test (no bootable disk makes SeaBIOS reset after rebootTimeout).
     on_poweroff: 'destroy', on_reboot: 'destroy', on_crash: 'destroy',
     devices: {

@@ -38,6 +38,10 @@ export const reportSchema = Joi.object({
     compressed: Joi.boolean(),
     modified_by_fix: Joi.boolean(),
   }).unknown(true)).required(),
+  firmware: Joi.object({
+    firmware: Joi.string().valid('bios', 'uefi').required(),
+    reason: Joi.string().required(),
+  }).description('the firmware the outputs need on KVM (the import and the test boot give it) and why: the guest\'s boot loaders, else the manifest\'s vm.firmware'),
   test_boot: Joi.object({
     status: Joi.string().valid('passed', 'failed', 'inconclusive').required(),
     detail: Joi.string().required(),
@@ -46,6 +50,7 @@ export const reportSchema = Joi.object({
     matched: Joi.string(),
     console_tail: Joi.string().allow('').required().description('the last 2,000 printable characters of the serial console'),
     console_log: Joi.string().description('the whole serial console, kept beside the outputs'),
+    firmware: Joi.string().valid('bios', 'uefi').required().description('the firmware the test boot used'),
   }).description('virt_test: one boot of the outputs with qemu (snapshot=on, nothing written to them)'),
   warnings: Joi.array().items(Joi.string()).required(),
   errors: Joi.array().items(Joi.string()).required(),

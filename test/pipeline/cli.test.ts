@@ -126,7 +126,7 @@ describe('ferry-convert command line', function () {
       expect(report.test_boot.console_tail).to.contain('FERRY-BOOT-OK');
       expect(report.artifacts[0].sha256).to.equal(await sha256File(path.join(out, 'boot.qcow2')));
       expect(identical(src, 'vmdk', path.join(out, 'boot.qcow2'), 'qcow2')).to.equal(true);
-      expect(r.stderr).to.match(/test boot \((kvm|tcg)\): passed/);
+      expect(r.stderr).to.match(/test boot \((kvm|tcg), bios\): passed/);
     });
 
     it('virt_test on a disk that cannot boot: exit 1, the report says why, the output is kept for a look', async () => {
@@ -140,6 +140,20 @@ describe('ferry-convert command line', function () {
       expect(report.errors[0]).to.match(/^virt_test: the test boot failed: the VM stopped by itself before the console showed a boot milestone/);
       expect(report.artifacts[0].path).to.equal(path.join(out, 'noboot.qcow2'));
       expect(existsSync(path.join(out, 'noboot.qcow2'))).to.equal(true);
+    });
+
+    it('virt_test on a disk that boots and then shows nothing: exit 1 and FAILED, not OK (no milestone is no success)', async () => {
+      const src = makeBootableImage(dir, 'silent', 'vmdk', '');
+      const out = path.join(dir, 'virt-silent');
+      const cfg = writeConfig('virt-silent.yaml', { command: 'local', vmdk: src, output_dir: out, to_output: 'silent.qcow2', ...NO_FIX, virt_test: true, memory: 64, virt_test_timeout: 8 });
+      const r = await ferryConvert(['--config', cfg]);
+      expect(r.code, r.stderr).to.equal(1);
+      expect(r.stderr).to.match(/: FAILED: failed: virt_test: the test boot failed: /).and.not.match(/: OK: /);
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      expect(report.success).to.equal(false);
+      expect(report.test_boot).to.include({ status: 'failed', firmware: 'bios' });
+      expect(report.test_boot.detail).to.match(/\(bios firmware; the VM was still running\): no boot milestone at all/);
+      expect(report.firmware).to.deep.equal({ firmware: 'bios', reason: 'the manifest names no firmware; the guest was not inspected' });
     });
 
     it('virt_test_expect that is not a regular expression is exit 2 naming the key', async () => {

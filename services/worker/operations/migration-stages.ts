@@ -52,7 +52,8 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
     memoryMiB: (exported.vm?.mem_gb || 1) * 1024, cpus: exported.vm?.cpu || 1,
     sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
-    networkMapping: input.network_mapping, pool: input.pool, firmware: exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios',
+    // The firmware the conversion found the guest needs (report.firmware), else the VM's own.
+    networkMapping: input.network_mapping, pool: input.pool, firmware: report.firmware?.firmware ?? (exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios'),
     onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage),
   });
   await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
@@ -62,7 +63,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   await v.run(['start', '--paused', imported.domain]);
   const boot = await testBootLibvirt(
-    { disks: [], expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    { disks: [], firmware: imported.firmware, expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
@@ -73,7 +74,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);
   return {
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
-    firmware: imported.firmware, domain_type: imported.domain_type, boot,
+    firmware: imported.firmware, firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`, domain_type: imported.domain_type, boot,
     export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched },
     conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
   };

@@ -11,6 +11,7 @@ import { ignoreError, awaitedLater } from '../../log';
 import { run as runTool, QEMU_IMG } from '../../qemu';
 import { GuestDisk, GuestSession } from '../guestfs';
 import { fixGuest, inspectAndMount } from '../guest';
+import { chooseFirmware } from '../firmware';
 import type { Repair, Run, StageReport } from './run';
 
 /** A qcow2 overlay at `file` whose backing file is the (untouched) source `src`. */
@@ -27,8 +28,9 @@ async function repair(run: Run, disks: GuestDisk[], signal?: AbortSignal): Promi
   try {
     const gi = await inspectAndMount(s, run.dry);
     const nicMacs = (run.m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
-    const res = await fixGuest(s, gi, { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs }, (msg) => run.log(1, msg));
-    return { guest: gi, res };
+    const firmware = chooseFirmware(run.m.vm?.firmware, gi.boot);
+    const res = await fixGuest(s, gi, { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs, firmware: firmware.firmware }, (msg) => run.log(1, msg));
+    return { guest: gi, res, firmware };
   } finally {
     // Where the appliance's time went (GuestSession.timings), beside the pipeline's own timings.
     for (const [k, v] of Object.entries(s.timings)) run.timings[`appliance: ${k}`] = (run.timings[`appliance: ${k}`] || 0) + v;
@@ -66,10 +68,12 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
   const disksFor = dry ? work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })) : work.map((w) => ({ path: w.tmp, format: run.formatOf(w) }));
   if (!early) run.progress('fix', 0.05, `launching the guest appliance for ${work.length} disk(s)`);
   else run.progress('fix', 0.05, 'waiting for the repair running beside the conversion');
-  const { guest: gi, res } = early ? await early : await repair(run, disksFor, run.opts.signal);
+  const { guest: gi, res, firmware } = early ? await early : await repair(run, disksFor, run.opts.signal);
   run.guest = gi;
+  run.firmware = firmware;
+  run.log(1, `firmware: ${firmware.firmware}: ${firmware.reason}`);
   if (run.stages.inspect.result && run.st.inspect?.collect_guest_info) run.stages.inspect.result.guest = gi;
-  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm }, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
+  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
   for (const wmsg of res.warnings) run.warnings.push(`fix: ${wmsg}`);
   // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
   if (res.failures.length) { fixReport.result = result; throw new Error(`repairs that did not hold: ${res.failures.join('; ')}`); }

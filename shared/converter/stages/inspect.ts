@@ -5,6 +5,7 @@ import { imageInfo, sha256File } from '../../qemu';
 import { inspectImage } from '../../image-format';
 import { GuestSession } from '../guestfs';
 import { inspectAndMount } from '../guest';
+import { chooseFirmware } from '../firmware';
 import type { Run } from './run';
 
 export async function inspect(run: Run): Promise<Record<string, unknown>> {
@@ -42,6 +43,7 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
     const session = run.session = await GuestSession.open(run.work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })), { readonly: true, signal: opts.signal });
     run.guest = await inspectAndMount(session, true);
     r.guest = run.guest;
+    run.firmware = chooseFirmware(run.m.vm?.firmware, run.guest.boot);
     await session.close();
   }
   return r;

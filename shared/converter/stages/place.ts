@@ -5,6 +5,7 @@ import path from 'node:path';
 import { placeOutput } from '../../roots';
 import { imageInfo, sha256File } from '../../qemu';
 import { testBoot } from '../testboot';
+import { chooseFirmware } from '../firmware';
 import type { Run } from './run';
 
 export async function placeOutputs(run: Run) {
@@ -36,9 +37,12 @@ export async function testBootOutputs(run: Run) {
   // The whole serial console is kept beside the outputs (the report has its tail), for a look after a failure.
   const consoleLog = path.join(path.dirname(work[0].out), `${path.basename(work[0].out)}.virt-test.log`);
   const mac = opts.testBoot.mac ?? (m.nics?.length === 1 ? m.nics[0].mac?.toLowerCase().replace(/-/g, ':') : undefined);
-  const tb = await run.timed('test_boot', () => testBoot({ ...opts.testBoot, mac, consoleLog, disks: work.map((w) => ({ path: w.out, format: run.formatOf(w) })), signal: opts.signal }));
+  // The firmware the import gives the domain: the guest's (inspected by fix or inspect), else the manifest's.
+  run.firmware ??= chooseFirmware(m.vm?.firmware, undefined);
+  const firmware = run.firmware.firmware;
+  const tb = await run.timed('test_boot', () => testBoot({ ...opts.testBoot, mac, consoleLog, firmware, disks: work.map((w) => ({ path: w.out, format: run.formatOf(w) })), signal: opts.signal }));
   run.testBootResult = { ...tb, console_log: consoleLog };
-  run.log(1, `test boot (${tb.accelerator}): ${tb.status}: ${tb.detail}`);
+  run.log(1, `test boot (${tb.accelerator}, ${tb.firmware}): ${tb.status}: ${tb.detail}`);
   if (tb.status === 'inconclusive') run.warnings.push(`virt_test: inconclusive: ${tb.detail}`);
   if (tb.status === 'failed') { run.errors.push(`virt_test: the test boot failed: ${tb.detail}`); run.failed = true; }
 }

@@ -21,6 +21,7 @@ export function buildReport(run: Run) {
     started_at: new Date(run.t0).toISOString(), finished_at: new Date().toISOString(), duration_seconds: (Date.now() - run.t0) / 1000,
     dry_run: dry, success: !failed, source: m.source || {}, stages,
     artifacts: written ? work.map((w) => w.artifact) : [],
+    ...(run.firmware ? { firmware: run.firmware } : {}),
     ...(run.testBootResult ? { test_boot: run.testBootResult } : {}),
     warnings: [...(m.warnings || []).map((x) => `export ${x.stage}: ${x.message}`), ...run.warnings], errors,
     summary: {

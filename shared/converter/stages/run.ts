@@ -7,6 +7,7 @@ import type { OutputClaims } from '../../roots';
 import type { GuestSession } from '../guestfs';
 import type { TestBootOptions, TestBootResult } from '../testboot';
 import type { FixResult, GuestInfo } from '../guest';
+import type { FirmwareChoice } from '../firmware';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
 export const STAGES: StageName[] = ['inspect', 'convert', 'fix', 'validate'];
@@ -40,7 +41,7 @@ export interface Work {
   /** From validate: the finished output's info and sha256, so they are not read again after the rename. */
   outInfo?: { 'virtual-size': number }; outSha?: string;
 }
-export interface Repair { guest: GuestInfo; res: FixResult }
+export interface Repair { guest: GuestInfo; res: FixResult; firmware: FirmwareChoice }
 
 /** Stage settings with the pipeline's rule: without `pipeline`, inspect+convert+validate run and fix does not. */
 export function stagesOf(m: Manifest) {
@@ -81,6 +82,8 @@ export class Run {
   /** The outputs are renamed into place; the report lists them even if a later step (the test boot) fails. */
   written = false;
   testBootResult?: TestBootResult & { console_log: string };
+  /** The firmware the outputs need and why (firmware.ts), once the guest was inspected; the test boot uses it. */
+  firmware?: FirmwareChoice;
   /** The repair started side by side with convert (fix.ts), and how to stop it. */
   early?: Promise<Repair>;
   readonly stopEarly = new AbortController();
