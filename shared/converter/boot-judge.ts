@@ -52,6 +52,25 @@ export function judgeConsole(text: string, expect: RegExp): BootVerdict {
   return { status: 'running' };
 }
 
+/** How much console before a new chunk is judged again with it (from the start of its line). */
+export const JUDGE_OVERLAP = 8192;
+
+/**
+ * The verdict after `added` characters arrived at the end of `text`: the console before them had no verdict, so
+ * one now needs the new text, and only it and the JUDGE_OVERLAP before it are judged (from a line's start when one
+ * is that near), not the whole console again. Each chunk then costs a bounded amount whatever a caller's pattern
+ * costs per character (issue 18: a long console must not hold the worker's event loop); a match longer than the
+ * overlap is no boot milestone.
+ */
+export function judgeAdded(text: string, added: number, expect: RegExp): BootVerdict {
+  let from = Math.max(0, text.length - added - JUDGE_OVERLAP);
+  if (from > 0) {
+    const nl = text.lastIndexOf('\n', from);
+    if (nl >= 0 && from - nl <= JUDGE_OVERLAP) from = nl + 1;
+  }
+  return judgeConsole(from ? text.slice(from) : text, expect);
+}
+
 /** Console lines that only a running userspace prints (an init system starting units), though not a milestone. */
 const USERSPACE_SIGNS: RegExp[] = [/\[\s*OK\s*\] (?:Started|Reached target|Finished|Mounted|Listening on) /, /systemd\[1\]: /, /^INIT: version /, /Run \/sbin\/init as init process/];
 

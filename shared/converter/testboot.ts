@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { kvmUsable } from './guestfs';
 import { bootDomain, Virsh } from '../libvirt';
-import { judgeConsole, printableConsole, timeoutVerdict } from './boot-judge';
+import { judgeAdded, printableConsole, timeoutVerdict } from './boot-judge';
 import { OVMF_CODE, OVMF_VARS, type Firmware } from './firmware';
 
 export interface TestBootOptions {
@@ -104,7 +104,7 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
       }
       log?.write(next.value);
       serial = (serial + next.value).slice(-65536);
-      const verdict = judgeConsole(serial, expect);
+      const verdict = judgeAdded(serial, next.value.length, expect);
       if (verdict.status !== 'running') { r = verdict; await con.return(undefined as never); break; }
     }
   } catch (e) {
@@ -173,7 +173,7 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     child.stdout.setEncoding('latin1').on('data', (s: string) => {
       log?.write(s, 'latin1');
       serial = (serial + s).slice(-65536);
-      const v = judgeConsole(serial, expect);
+      const v = judgeAdded(serial, s.length, expect);
       if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });

@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { judgeConsole } from '../../shared/converter/boot-judge';
+import { judgeAdded, judgeConsole } from '../../shared/converter/boot-judge';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
 import type { FstabContext } from '../../shared/converter/fstab';
 import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
@@ -59,6 +59,28 @@ describe('boot judge (the console decides, at once)', () => {
     expect(judgeConsole('FERRY-GUEST-UP iface=ens3 addr=10.0.2.15/24\nKernel panic - not syncing: at shutdown\n', marker).status).to.equal('passed');
     expect(judgeConsole(STUCK, /Gave up waiting for root/).status).to.equal('passed'); // a test that expects the failure
     expect(judgeConsole('Loading Linux 6.1.0 ...\nBegin: Mounting root file system ... ', marker).status).to.equal('running');
+  });
+  it('judged as it streams (each chunk with the text just before it), a console gets the verdict the whole of it gets', () => {
+    const stream = (text: string, size: number, re: RegExp) => {
+      let seen = '';
+      for (let i = 0; i < text.length; i += size) {
+        const chunk = text.slice(i, i + size);
+        seen += chunk;
+        const v = judgeAdded(seen, chunk.length, re);
+        if (v.status !== 'running') return v;
+      }
+      return { status: 'running' };
+    };
+    // Past the overlap: 16 KiB of boot noise first; the marker and the failure split across chunk boundaries.
+    const noise = Array.from({ length: 300 }, (_, i) => `[  ${i}.000] probing device ${i} of the AHCI bus, nothing here`).join('\n') + '\n';
+    // The same status; the matched text as far as it had arrived (a runner stops at the first chunk that matches).
+    const same = (a: any, b: any, what: string) => { expect(a.status, what).to.equal(b.status); expect(b.matched.startsWith(a.matched), `${what}: ${a.matched}`).to.equal(true); };
+    for (const size of [13, 512, 4096]) {
+      const up = `${noise}FERRY-GUEST-UP iface=enp1s0 addr=10.0.2.15/24\n`;
+      same(stream(up, size, marker), judgeConsole(up, marker), `marker, chunks of ${size}`);
+      same(stream(noise + STUCK, size, marker), judgeConsole(noise + STUCK, marker), `stuck, chunks of ${size}`);
+      expect(stream(`${noise}(initramfs) `, size, marker).status, `prompt at a line start, chunks of ${size}`).to.equal('failed');
+    }
   });
 });
 

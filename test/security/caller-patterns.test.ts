@@ -59,7 +59,7 @@ describe('security: caller patterns (virt_test.expect) run in linear time', func
     expect(ok.status, ok.text).to.equal(200);
   });
 
-  it('the worker judging (a|aa)+$ over a 128 KiB console of long runs of "a" never blocks its event loop for long (measured)', async () => {
+  it('the worker judging (a|aa)+$ over a 128 KiB console of long runs of "a" never blocks its event loop over 50 ms (measured)', async () => {
     const h = monitorEventLoopDelay({ resolution: 5 });
     const ticks: number[] = [];
     let last = Date.now();
@@ -76,6 +76,7 @@ describe('security: caller patterns (virt_test.expect) run in linear time', func
     const worst = Math.max(...ticks, h.max / 1e6);
     console.log(`      16 chunks judged in ${Date.now() - t0} ms; worst event-loop stall ${worst.toFixed(1)} ms`);
     expect(r.status).to.equal('failed'); // never matched: the console ended (the generator) first
-    expect(worst).to.be.below(500);
+    // Each chunk is judged with at most JUDGE_OVERLAP before it (boot-judge.ts judgeAdded), not the whole console.
+    expect(worst).to.be.below(50);
   });
 });
