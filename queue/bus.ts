@@ -17,6 +17,10 @@ export interface JobEventMessage { job_id: string; id: string; event: ProgressEv
 /** A schedule ran or its job finished (services/scheduler). */
 export interface ScheduleMessage { schedule_id: string; event: 'triggered' | 'completed' | 'failed'; timestamp: string; job_id?: string; [extra: string]: unknown }
 
+/** A migration plan was written (PlanStore: create, every mutate, remove): its id, its status (null: deleted) and
+ *  the jobs of its running VMs, so a listener can tell which job changes belong to the plan without a read. */
+export interface PlanMessage { plan_id: string; status: string | null; job_ids: string[] }
+
 /** The fields of the JSON messages, for checking what the Lua commands publish (test/queue/commands.test.ts);
  *  `satisfies` keeps each list to its interface's keys. */
 export const MESSAGE_FIELDS = {
@@ -33,6 +37,7 @@ export interface BusMessages {
   /** A job was queued: the queue name, a wake-up hint for idle worker slots (QueueRouter.enqueue). */
   enqueued: string;
   schedules: ScheduleMessage;
+  plans: PlanMessage;
   /** The webhook list changed (queue/webhooks.ts WebhookStore): notifiers drop their cached list. */
   webhooks: 'added' | 'removed';
 }
@@ -45,6 +50,7 @@ const CHANNELS: { [C in Channel]: { name: (k: Keys) => string; json: boolean } }
   cancel: { name: (k) => k.chanCancel, json: false },
   enqueued: { name: (k) => k.chanEnqueued, json: false },
   schedules: { name: (k) => k.chanSchedules, json: true },
+  plans: { name: (k) => k.chanPlans, json: true },
   webhooks: { name: (k) => k.chanWebhooks, json: false },
 };
 

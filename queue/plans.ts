@@ -5,6 +5,10 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, conflict, notFound } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import type { Finding } from '../shared/plans/rules';
+import { publish } from './bus';
+import { createLogger, dropped } from '../shared/log';
+
+const log = createLogger('queue');
 
 export interface Override { by: string; at: string; reason: string }
 export interface PlanVm {
@@ -35,7 +39,15 @@ const iso = (d: unknown) => (d instanceof Date ? d.toISOString() : d === undefin
 
 export class PlanStore {
   private pk: ReturnType<typeof planKeys>;
-  constructor(readonly redis: RedisClient, k: Keys) { this.pk = planKeys(k); }
+  constructor(readonly redis: RedisClient, private k: Keys) { this.pk = planKeys(k); }
+
+  /** Tells every daemon that the plan changed (the `plans` bus channel: WebSocket plan_update, the plan's SSE
+   *  stream). A lost message costs a late update, never the plan: the write is already done. */
+  private changed(id: string, p: Plan | null) {
+    const jobIds = p ? p.vms.filter((v) => v.status === 'running' && v.job_id).map((v) => v.job_id!) : [];
+    void publish(this.redis, this.k, 'plans', { plan_id: id, status: p?.status ?? null, job_ids: jobIds })
+      .catch(dropped(log, 'a plan change not announced on the bus; listeners see it with the next change', { plan_id: id }));
+  }
 
   async create(body: any, by: string): Promise<Plan> {
     const id = body.id || randomUUID();
@@ -52,6 +64,7 @@ export class PlanStore {
     const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');
     if (!ok) throw conflict(`plan ${id} exists`);
     await this.redis.zadd(this.pk.index, Date.now(), id);
+    this.changed(id, plan);
     return plan;
   }
 
@@ -85,7 +98,7 @@ export class PlanStore {
       const p = JSON.parse(raw) as Plan;
       await fn(p);
       p.updated_at = new Date().toISOString();
-      if (Number(await this.redis.eval(CAS, 1, key, raw, JSON.stringify(p))) === 1) return p;
+      if (Number(await this.redis.eval(CAS, 1, key, raw, JSON.stringify(p))) === 1) { this.changed(id, p); return p; }
     }
     throw conflict(`plan ${id} is being changed by others; try again`);
   }
@@ -93,5 +106,6 @@ export class PlanStore {
   async remove(id: string) {
     await this.redis.del(this.pk.plan(id));
     await this.redis.zrem(this.pk.index, id);
+    this.changed(id, null);
   }
 }

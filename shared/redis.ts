@@ -84,6 +84,8 @@ export function keys(prefix = config.prefix) {
     scheduleRuns: `${prefix}:schedules:runs`,
     scheduleStats: (id: string) => `${prefix}:schedule:${id}:stats`,
     chanSchedules: `${prefix}:bus:schedules`,
+    /** Channel: a migration plan changed (queue/plans.ts PlanStore; queue/plan-events.ts). */
+    chanPlans: `${prefix}:bus:plans`,
     webhooks: `${prefix}:webhooks`,
     webhookStats: `${prefix}:webhooks:stats`,
     /** Channel: the webhook list changed (notifiers drop their cached copy). */

@@ -37,12 +37,16 @@ import { PlanStore } from '../../queue/plans';
 import { PlanRunner } from '../../queue/plan-runner';
 import { registerPlanMetrics } from '../../queue/plan-metrics';
 import { addPlanRoutes } from './plans';
+import { PlanHub } from '../../queue/plan-events';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
   mountStatic(prefix: string, dir: string): void;
   close(): Promise<void>;
 }
+
+/** At most one plan_update (and SSE frame) per plan per this many ms: a busy plan does not flood clients. */
+const PLAN_UPDATE_INTERVAL_MS = 500;
 
 export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host?: string; hostSetting?: string; extend?: (d: Omit<DaemonHandle, 'port' | 'server' | 'close'>) => void } = {}): Promise<DaemonHandle> {
   const log = createLogger('daemon');
@@ -82,7 +86,12 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   // Migration plans (services/daemon/plans.ts); every daemon runs the plan runner, whose writes are compare-and-set.
   const plans = new PlanStore(redis, store.k);
   const planRunner = new PlanRunner({ plans, life, hooks: webhooks, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
-  addPlanRoutes(api, { plans, runner: planRunner, jobs: store });
+  // Plan events: plan_update on /ws and GET /plans/{id}/events/stream, from the bus (queue/plan-events.ts).
+  const planHub = new PlanHub({
+    bus, store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
+    wsWants: () => !!hub?.hasEventClients(), toWs: (id, view) => hub?.planUpdate(id, view),
+  });
+  addPlanRoutes(api, { plans, runner: planRunner, jobs: store, events: planHub });
   registerPlanMetrics(metrics, plans, store);
   planRunner.begin();
   // The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
@@ -184,6 +193,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await hub.start(server);
+  await planHub.start();
   await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(opts.port ?? config.daemonPort, host, resolve); });
   const port = (server.address() as any).port;
 
@@ -205,6 +215,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     async close() {
       hub!.close();
       planRunner.stop();
+      planHub.stop();
       dashboardHub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();

@@ -13,6 +13,7 @@ import { newVm, Plan, PlanStore } from '../../queue/plans';
 import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
+import type { PlanHub } from '../../queue/plan-events';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const one = { description: 'the plan', schema: planSchema };
@@ -25,7 +26,7 @@ function vmOf(p: Plan, vm: string) {
   return v;
 }
 
-export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunner; jobs: JobStore }) {
+export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub }) {
   const { plans, runner } = d;
   const view = async (p: Plan) => planView(d.jobs, p);
   const add = (path: string, summary: string, role: 'read' | 'submit' | 'admin', extra: Record<string, any>, handler: (ctx: Koa.Context, i: any) => Promise<unknown>) =>
@@ -50,6 +51,11 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
   });
   add('/plans/:id', 'One plan: status, counts, bytes, rate, ETA, and per VM its status, job, stage, findings and what holds it', 'read', { method: 'get' },
     async (_ctx, { params }) => view(await plans.must(params.id)));
+  api.add({
+    method: 'get', path: '/plans/:id/events/stream', summary: 'The plan as Server-Sent Events: `plan` (the view GET /plans/{id} answers) at once and on each change (at most one per 500 ms), then `complete {status}` when the plan is final', tags: ['plans'], role: 'read', params: planIdParams,
+    responses: { 200: { description: 'event stream: plan (the plan view), then complete {status}', type: 'text/event-stream', schema: { type: 'string' } }, 204: { description: 'a reconnect (Last-Event-ID) to a plan that is final: the stream is over' }, 404: err('unknown plan') },
+    handler: async (ctx, { params }) => { await d.events.serve(ctx, params.id); return undefined; },
+  });
   add('/plans/:id', 'Change a plan that has not started (any field of the create body)', 'submit', { method: 'put', body: planUpdateSchema }, async (_ctx, { params, body }) => {
     if (body.source) checkManager(body.source);
     return view(await plans.mutate(params.id, (p) => {

@@ -1,5 +1,6 @@
 // WebSocket updates. /ws: `jobs` and `status` on connect, `status` every 2 s, `job_update` for every job change
-// seen on Redis pub/sub (so every daemon replica sees changes made anywhere), `schedule_event`.
+// seen on Redis pub/sub (so every daemon replica sees changes made anywhere), `schedule_event`, `plan_update` (the
+// plan view on each change of a plan, coalesced by queue/plan-events.ts).
 // /ws/metrics: a metrics snapshot every interval. `job_update`: one message per real change, in order: each
 // state change and each progress event is its own message, built from the pub/sub message itself over the job's
 // record (so a fast job's `running` shows even when the record is already `completed` when read), and a message
@@ -64,6 +65,15 @@ export class WsHub {
   constructor(private d: WsDeps) {}
 
   get size() { return this.clients.size; }
+
+  /** Whether any client of /ws is connected (queue/plan-events.ts builds no plan view otherwise). */
+  hasEventClients() { for (const c of this.clients) if (c.kind === 'events') return true; return false; }
+
+  /** A plan changed: its view to every /ws client, serialised once; a slow client keeps only the latest per plan. */
+  planUpdate(planId: string, view: unknown) {
+    const text = msg('plan_update', view);
+    for (const c of this.clients) if (c.kind === 'events') this.send(c, text, `plan:${planId}`);
+  }
 
   async start(server: http.Server) {
     server.on('upgrade', (req, socket: Duplex, head) => {
