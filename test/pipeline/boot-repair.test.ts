@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { judgeAdded, judgeConsole } from '../../shared/converter/boot-judge';
+import { againAfterTimerPanic, TestBootResult } from '../../shared/converter/testboot';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
 import type { FstabContext } from '../../shared/converter/fstab';
 import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
@@ -59,6 +60,24 @@ describe('boot judge (the console decides, at once)', () => {
     expect(judgeConsole('FERRY-GUEST-UP iface=ens3 addr=10.0.2.15/24\nKernel panic - not syncing: at shutdown\n', marker).status).to.equal('passed');
     expect(judgeConsole(STUCK, /Gave up waiting for root/).status).to.equal('passed'); // a test that expects the failure
     expect(judgeConsole('Loading Linux 6.1.0 ...\nBegin: Mounting root file system ... ', marker).status).to.equal('running');
+  });
+  it('an emulated boot that panicked only in the timer check (a busy host) runs once more and says so; other failures do not', async () => {
+    const panic: TestBootResult = { status: 'failed', detail: 'kernel panic: the serial console showed "Kernel panic - not syncing: IO-APIC + timer doesn\'t work!"', seconds: 1, accelerator: 'tcg', firmware: 'bios', console_tail: '..MP-BIOS bug: 8254 timer not connected to IO-APIC' } as TestBootResult;
+    const passed: TestBootResult = { status: 'passed', detail: 'the serial console showed "login: "', seconds: 9, accelerator: 'tcg', firmware: 'bios', console_tail: 'login: ' } as TestBootResult;
+    const boots = (...r: TestBootResult[]) => { let n = 0; return { run: async () => r[Math.min(n++, r.length - 1)], count: () => n }; };
+    const a = boots(panic, passed);
+    const r = await againAfterTimerPanic(a.run);
+    expect(a.count()).to.equal(2);
+    expect(r.status).to.equal('passed');
+    expect(r.detail).to.match(/the first panicked in the kernel's timer check/);
+    const b = boots(panic, panic);
+    expect((await againAfterTimerPanic(b.run)).status, 'twice is a real failure').to.equal('failed');
+    expect(b.count()).to.equal(2);
+    for (const other of [{ ...panic, accelerator: 'kvm' }, { ...panic, detail: 'kernel panic: VFS: Unable to mount root fs', console_tail: '' }] as TestBootResult[]) {
+      const c = boots(other, passed);
+      expect((await againAfterTimerPanic(c.run)).status).to.equal('failed');
+      expect(c.count()).to.equal(1);
+    }
   });
   it('judged as it streams (each chunk with the text just before it), a console gets the verdict the whole of it gets', () => {
     const stream = (text: string, size: number, re: RegExp) => {
