@@ -10,7 +10,9 @@ import { unlisted } from './programs';
 const RECORDER = path.join(__dirname, 'record-programs.cjs');
 const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-programs-'));
 export const PROGRAM_LOG = process.env.FERRY_PROGRAM_LOG ||= path.join(dir, 'programs.log');
-process.env.NODE_OPTIONS = [process.env.NODE_OPTIONS, `--require ${JSON.stringify(RECORDER)}`].filter(Boolean).join(' ');
+const preload = `--require ${JSON.stringify(RECORDER)}`;
+// mocha's parallel workers load this file again with NODE_OPTIONS inherited: add the preload once.
+if (!process.env.NODE_OPTIONS?.includes(preload)) process.env.NODE_OPTIONS = [process.env.NODE_OPTIONS, preload].filter(Boolean).join(' ');
 process.env.BASH_ENV ||= path.join(__dirname, 'record-programs.bash');
 // This process records too: the recorder patches child_process in place.
 require(RECORDER);
@@ -22,6 +24,8 @@ export function recordedPrograms(): string[] {
   }
 }
 
+// In a parallel run (npm test) root hooks run once per file, in the worker that ran it: every file checks the
+// record so far, and the last file to finish sees what every other file recorded.
 export const mochaHooks = {
   afterAll() {
     const missing = unlisted(recordedPrograms());
