@@ -12,6 +12,7 @@ import type { Bus } from './bus';
 import type { JobStore } from './store';
 import type { PlanStore } from './plans';
 import { planView } from './plan-view';
+import { openEventStream, writeFrame } from './sse-stream';
 import { notFound } from '../shared/errors';
 import { createLogger } from '../shared/log';
 
@@ -141,11 +142,7 @@ export class PlanHub {
   }
 
   private write(c: SseClient, s: string) {
-    if (c.closed) return;
-    const sock = c.res.socket;
-    // A client that does not read is cut off (it reconnects and gets the current view) rather than buffered.
-    if ((sock?.writableLength ?? 0) > 8 * 1024 * 1024) { c.res.destroy(); return; }
-    (sock && !sock.destroyed ? sock : c.res).write(s);
+    if (!c.closed) writeFrame(c.res, s);
   }
 
   private drop(id: string, c: SseClient) {
@@ -162,13 +159,7 @@ export class PlanHub {
     const p = await this.d.plans.get(id);
     if (!p) throw notFound(`plan ${id} not found`);
     if ((ctx.get('Last-Event-ID') || ctx.query.last_event_id) && FINAL_PLAN.has(p.status)) { ctx.status = 204; return; }
-    ctx.respond = false;
-    ctx.req.socket.setTimeout(0);
-    ctx.req.socket.setNoDelay(true);
-    const res = ctx.res;
-    res.useChunkedEncodingByDefault = false;
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
-    res.write('retry: 2000\n\n');
+    const res = openEventStream(ctx);
     const c: SseClient = { res, sent: null, closed: false };
     let set = this.sse.get(id);
     if (!set) this.sse.set(id, (set = new Set()));

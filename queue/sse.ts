@@ -11,6 +11,7 @@ import type { JobStore } from './store';
 import { isTerminal } from '../shared/states';
 import { fieldError, notFound } from '../shared/errors';
 import { isStreamId } from '../shared/schemas/common';
+import { openEventStream, writeFrame } from './sse-stream';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
@@ -34,8 +35,6 @@ const after = (a: [number, number], b: [number, number]) => a[0] > b[0] || (a[0]
 export function completeId(lastEventId: [number, number]): string {
   return lastEventId[0] < 0 ? '0-1' : `${lastEventId[0]}-${lastEventId[1] + 1}`;
 }
-
-const MAX_BUFFERED = 8 * 1024 * 1024;
 
 export class EventHub {
   private clients = new Map<string, Set<Client>>();
@@ -83,12 +82,7 @@ export class EventHub {
   }
 
   private write(c: Client, s: string | Buffer) {
-    if (c.closed) return;
-    // A client too slow to read is cut off rather than buffered without bound; it reconnects with Last-Event-ID.
-    const sock = c.res.socket;
-    if ((sock?.writableLength ?? c.res.writableLength) > MAX_BUFFERED) { c.res.destroy(); return; }
-    // Straight to the socket: the response head is already out and the body is unframed.
-    (sock && !sock.destroyed ? sock : c.res).write(s);
+    if (!c.closed) writeFrame(c.res, s);
   }
 
   /** `lastId`: the job's last event id; defaults to the last one this client was sent (the job's events are
@@ -135,14 +129,7 @@ export class EventHub {
 
   /** Takes over the response: replay after `lastEventId`, then live events, then `complete`. */
   async attach(ctx: Koa.Context, jobId: string, lastEventId: string) {
-    ctx.respond = false;
-    ctx.req.socket.setTimeout(0);
-    ctx.req.socket.setNoDelay(true);
-    const res = ctx.res;
-    // No chunked framing: the stream ends with the connection, so each event is one plain socket write.
-    res.useChunkedEncodingByDefault = false;
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
-    res.write('retry: 2000\n\n');
+    const res = openEventStream(ctx);
     const c: Client = { res, last: parseId(lastEventId), buffering: true, buffer: [], closed: false };
     let set = this.clients.get(jobId);
     if (!set) this.clients.set(jobId, (set = new Set()));
