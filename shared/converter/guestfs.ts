@@ -1,7 +1,7 @@
 // One libguestfs appliance per job: a `guestfish --listen` server with every disk of the job attached, driven
 // by `guestfish --remote=PID -- cmd args...` (argument arrays, never a shell). A launch costs ~15-30 s under
 // TCG, so callers do all inspection and every edit through one session.
-import { spawn, execFile } from 'node:child_process';
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -30,6 +30,7 @@ export class GuestSession {
   private constructor(readonly pid: number, private env: NodeJS.ProcessEnv, private onAbort?: () => void, private signal?: AbortSignal) {}
   closed = false;
   errFile?: string;
+  private watchdog?: ChildProcess;
   /** Commands run so far (for the report's "appliance" note and for tests counting launches). */
   commands = 0;
   /** Seconds spent per kind of command (`run` is the appliance launch; the guest's own programs run by
@@ -57,7 +58,8 @@ export class GuestSession {
     }).finally(() => { closeSync(errFd); });
     const s = new GuestSession(pid, env, undefined, opts.signal);
     s.errFile = errFile;
-    s.onAbort = () => { try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } s.closed = true; };
+    s.watchdog = watchOwner(pid);
+    s.onAbort = () => { s.watchdog?.kill('SIGKILL'); try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } s.closed = true; };
     opts.signal?.addEventListener('abort', s.onAbort, { once: true });
     try {
       // Two vCPUs (multi-threaded TCG) where the host has two CPUs: the guest's generators run pipelines and
@@ -197,6 +199,8 @@ export class GuestSession {
     if (this.closed) return;
     this.closed = true;
     this.signal?.removeEventListener('abort', this.onAbort!);
+    // Closed by its owner: the watchdog goes first, so it can never signal a pid the system has reused.
+    this.watchdog?.kill('SIGKILL');
     if (this.errFile) rmSync(this.errFile, { force: true });
     await new Promise<void>((r) => execFile(GUESTFISH, [`--remote=${this.pid}`, '--', 'exit'], { env: this.env }, () => r()));
     // Wait for the server to go, so the disk files are no longer open when the caller renames or checks them.
@@ -207,4 +211,21 @@ export class GuestSession {
     try { process.kill(this.pid, 'SIGKILL'); } catch { /* gone */ }
   }
 
+}
+
+/**
+ * The server forks away from the process that started it (its parent is init), so a worker or ferry-convert
+ * killed mid-job (SIGKILL, a crash, the OOM killer) would leave it and its appliance running for ever, holding the
+ * job's disks open and an emulated CPU busy. A small shell in its own process group holds a pipe from this
+ * process: the pipe closes however this process ends, the shell's `read` returns and it kills the server (and
+ * libguestfs's recovery process then kills the appliance).
+ */
+function watchOwner(serverPid: number): ChildProcess {
+  const dog = spawn('sh', ['-c', 'read -r _; kill -9 "$1" 2>/dev/null', 'ferry-guestfish-watchdog', String(serverPid)],
+    { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+  dog.on('error', (e) => process.emitWarning(`no watchdog for guestfish ${serverPid} (${e.message}): it outlives this process if it dies`));
+  // Neither the watchdog nor its pipe keeps this process alive.
+  dog.unref();
+  (dog.stdin as unknown as { unref?: () => void }).unref?.();
+  return dog;
 }

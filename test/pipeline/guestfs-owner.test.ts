@@ -1,0 +1,54 @@
+// A guestfish server forks away from the worker that started it: when that worker is killed mid-job (SIGKILL,
+// the OOM killer), the server and its appliance must go too, not keep the job's disks open and an emulated CPU
+// busy for ever (the leftover appliances of killed test runs were found doing exactly that). A real appliance,
+// opened by a real child process that is then SIGKILLed.
+import { expect } from 'chai';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { until } from '../helpers/http';
+
+const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
+const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+const children = (pid: number) => {
+  try { return execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; } // pgrep exits 1 when none
+};
+
+describe('guestfish servers do not outlive the process that opened them', function () {
+  this.timeout(600_000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guestfs-owner-'));
+  let server = 0;
+  after(() => {
+    if (server && alive(server)) process.kill(server, 'SIGKILL'); // the test failed: do not leave what it found
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a worker SIGKILLed with a session open takes the server and its appliance with it', async () => {
+    const disk = path.join(dir, 'scratch.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    const owner = path.join(dir, 'owner.ts');
+    writeFileSync(owner, `import { GuestSession } from ${JSON.stringify(GUESTFS)};
+GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s) => { console.log('SERVER ' + s.pid); setInterval(() => {}, 1000); },
+  (e) => { console.error(e); process.exit(1); });
+`);
+    const child = spawn(process.execPath, ['--import', 'tsx', owner], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (b: Buffer) => { out += b.toString(); });
+    child.stderr.on('data', (b: Buffer) => { err += b.toString(); });
+    server = Number(await until(async () => {
+      if (child.exitCode !== null) throw new Error(`the owner exited ${child.exitCode}: ${err}`);
+      return /SERVER (\d+)/.exec(out)?.[1];
+    }, 400_000, 'the appliance to launch'));
+    expect(alive(server), 'the server runs while its owner does').to.equal(true);
+    const appliance = children(server);
+    expect(appliance, 'the server has its appliance (qemu) as a child').to.not.be.empty;
+
+    child.kill('SIGKILL');
+    await until(async () => !alive(server), 30_000, 'the guestfish server to go with its owner');
+    await until(async () => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
+    // The watchdog that did it is gone too.
+    await until(async () => { try { execFileSync('pgrep', ['-f', `ferry-guestfish-watchdog ${server}$`]); return false; } catch { return true; } }, 10_000, 'the watchdog to exit');
+  });
+});
