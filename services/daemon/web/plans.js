@@ -54,10 +54,12 @@ export class PlanPage {
   /** A plan_update from /ws, or an action's answer: the whole view is the new state. */
   plan(p) { if (p.id === this.id) this.show(p); }
 
+  /** A click handler that calls the API and shows its answer (the new plan view) or its error. */
   act(method, path, body, done) {
-    return async () => {
+    const run = async () => {
       try { this.show(await api(method, path, body)); say(this.msg, done); } catch (e) { say(this.msg, e.message, false); }
     };
+    return () => void run();
   }
 
   show(p) {

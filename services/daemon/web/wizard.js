@@ -38,7 +38,7 @@ export class Wizard {
     this.msg = h('div', { class: 'msg', id: 'wizard-msg' });
     this.mapsBox = h('div', { class: 'maps' });
     this.findingsBox = h('div', { id: 'findings' });
-    this.startBtn = h('button', { class: 'primary', id: 'start-plan', disabled: true, onclick: () => this.guard(() => this.start()) }, 'Start migration');
+    this.startBtn = h('button', { class: 'primary', id: 'start-plan', disabled: true, onclick: () => void this.guard(() => this.start()) }, 'Start migration');
     const picker = h('div');
     this.el.replaceChildren(
       h('div', { class: 'toolbar' }, h('h2', {}, 'Migrate VMs'), h('label', {}, 'Manager ', sel)),
@@ -48,7 +48,7 @@ export class Wizard {
       h('section', { class: 'step' }, h('h3', {}, '3. Network and storage maps'), this.mapsBox),
       h('section', { class: 'step' }, h('h3', {}, '4. Options and window'), this.optionsForm()),
       h('section', { class: 'step' }, h('h3', {}, '5. Validate'),
-        h('button', { id: 'validate-plan', disabled: !this.canSubmit, onclick: () => this.guard(() => this.validate()) }, 'Create plan and validate'), this.findingsBox),
+        h('button', { id: 'validate-plan', disabled: !this.canSubmit, onclick: () => void this.guard(() => this.validate()) }, 'Create plan and validate'), this.findingsBox),
       h('section', { class: 'step' }, h('h3', {}, '6. Start'), this.startBtn),
       this.msg,
     );
@@ -161,7 +161,7 @@ export class Wizard {
   finding(id, vm, f) {
     const reason = h('input', { class: 'reason', placeholder: 'why it is acceptable', 'aria-label': `reason for ${f.rule}` });
     const act = f.overridden ? h('small', { class: 'ok' }, `accepted by ${f.overridden.by}${f.overridden.reason ? `: ${f.overridden.reason}` : ''}`)
-      : f.overridable ? h('span', { class: 'override' }, reason, h('button', { class: 'override-btn', disabled: !this.canSubmit, onclick: () => this.guard(async () => {
+      : f.overridable ? h('span', { class: 'override' }, reason, h('button', { class: 'override-btn', disabled: !this.canSubmit, onclick: () => void this.guard(async () => {
         await api('POST', `/plans/${encodeURIComponent(id)}/overrides`, { vm_path: vm, rule: f.rule, reason: reason.value });
         this.results.set(id, await api('POST', `/plans/${encodeURIComponent(id)}/validate`));
         this.renderFindings();
