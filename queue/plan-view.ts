@@ -21,9 +21,15 @@ export async function planView(store: JobStore, p: Plan) {
     return {
       ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
       waiting_reason: v.status === 'running' && j?.status === 'pending' ? (j as any).waiting_reason ?? 'queued for a worker' : v.waiting_reason,
-      bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null,
+      bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null, ...vmRate(v.status === 'running' ? pr?.rate_bytes_per_second : undefined, bytes, tb),
     };
   });
   const { events_sent: _e, ...plan } = p;
   return { ...plan, counts, bytes_done: done, total_bytes: total, rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 && total > done ? Math.round((total - done) / rate) : null, vms };
+}
+
+/** One running VM's rate (its job's, the daemon's one rule for it) and the ETA of its bytes at that rate. */
+function vmRate(rate: number | undefined, done: number, total: number) {
+  const r = rate && rate > 0 ? Math.round(rate) : null;
+  return { rate_bytes_per_second: r, eta_seconds: r && total > done ? Math.round((total - done) / r) : null };
 }

@@ -17,6 +17,7 @@ import { config } from '../../shared/config';
 import { EventHub } from '../../queue/sse';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews } from '../../queue/daemon-views';
+import { grants, ROLES, type ApiKey } from '../../shared/auth';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 
@@ -60,6 +61,16 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     method: 'get', role: 'read', path: '/queue', summary: 'Queues by requirement set with counts per state, and queued jobs by priority (as GET /queue on the 8000 API)', tags: ['workers'],
     responses: { 200: { description: 'queue status', schema: queueStatusSchema } },
     handler: () => queueOverview(life),
+  });
+
+  // The page disables what the key may not do (the API refuses it anyway): it asks once which roles it has.
+  api.add({
+    method: 'get', role: 'read', path: '/whoami', summary: 'The calling API key: its name, role and the roles it reaches (auth off: null key, every role)', tags: ['jobs'],
+    responses: { 200: { description: 'the caller', schema: Joi.object({ auth: Joi.boolean(), name: Joi.string().allow(null), role: Joi.string().allow(null), roles: Joi.array().items(Joi.string()) }) } },
+    handler: (ctx) => {
+      const key = ctx.state.apiKey as ApiKey | null | undefined;
+      return { auth: !!key, name: key?.name ?? null, role: key?.role ?? null, roles: ROLES.filter((r) => !key || grants(key, r)) };
+    },
   });
 
   d.mountStatic('/web/dashboard', DASHBOARD_DIR);

@@ -11,6 +11,8 @@ import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { confineRequestImage } from '../../shared/image-confine';
+import { allowedUris } from '../../shared/libvirt/uri';
+import { targetInventory } from '../../shared/plans/target';
 
 const ok = (message: string, data: unknown) => ({ status: 'success', message, data, timestamp: new Date().toISOString() });
 const errs = { 400: { description: 'invalid input (names the field)', schema: daemonErrorSchema }, 404: { description: 'unknown domain, network, pool or volume', schema: daemonErrorSchema },
@@ -41,6 +43,12 @@ export function registerVirt({ api, virsh: v, submitConvert }: VirtDeps) {
   add('post', 'admin', '/virt/domain/start', 'Start a defined domain (paused: start it paused)', { body: S.domainStartBody }, async ({ body }) => [`domain ${body.name} started`, await L.startDomain(v, body.name, body.paused)]);
   add('post', 'admin', '/virt/snapshot/create', 'Snapshot of a domain (virsh snapshot-create)', { body: S.snapshotBody, created: true }, async ({ body }) =>
     [`snapshot ${body.snapshot_name} of ${body.domain_name} created`, await L.createSnapshot(v, body.domain_name, body.snapshot_name, { description: body.description })]);
+
+  // The hosts a plan may name (FERRY_LIBVIRT_URI, FERRY_LIBVIRT_URIS) with what its maps may point at.
+  add('get', 'read', '/virt/targets', "Every libvirt URI this deployment may migrate to (FERRY_LIBVIRT_URI first, then FERRY_LIBVIRT_URIS) with its networks and storage pools (free bytes): the right side of a plan's network_map and storage_map; an unreachable one says why", {}, async () => {
+    const t = await Promise.all(allowedUris().map((u, i) => targetInventory(u, i === 0)));
+    return [`${t.length} targets, ${t.filter((x) => x.reachable).length} reachable`, { targets: t, total: t.length }];
+  });
 
   // Networks
   add('get', 'read', '/virt/networks', 'Networks with status (active, persistent, autostart), bridge, forward mode, addresses', {}, async () => {

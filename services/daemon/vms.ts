@@ -4,15 +4,16 @@
 import Joi from 'joi';
 import type { Api } from '../../shared/http';
 import { ApiError, fieldError } from '../../shared/errors';
-import { managerFor } from '../../shared/vsphere/client';
-import { resolveCredentials } from '../../shared/vsphere/credentials';
+import { managerFor, managerName } from '../../shared/vsphere/client';
+import { listResources } from '../../shared/vsphere/resources';
+import { configuredManagers, resolveCredentials } from '../../shared/vsphere/credentials';
 import { checkInsecure } from '../../shared/vsphere/job-credentials';
 import type { ApiKey } from '../../shared/auth';
 import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
 import { listVms, pathByName, vmDetail } from '../../shared/vsphere/inventory';
 import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
-import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse } from '../../shared/schemas/vms';
+import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse } from '../../shared/schemas/vms';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const message = Joi.object({ message: Joi.string() });
@@ -49,6 +50,19 @@ export function addVmRoutes(api: Api) {
       const m = manager(query, ctx.state.apiKey);
       const vms = await vsphere(() => listVms(m));
       return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name };
+    },
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/vms/managers', summary: 'The vSphere managers this daemon is configured for (GOVC_URL and the FERRY_VSPHERE_MANAGERS entries that name one endpoint), without credentials', tags: ['vms'],
+    responses: { 200: { description: 'managers', schema: vmManagersResponse } },
+    handler: () => Promise.resolve({ managers: configuredManagers().map((x) => ({ ...x, name: managerName(x.url) })) }),
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/vms/resources', summary: "A manager's datastores (capacity, free space) and networks (port groups too): the left side of a plan's storage_map and network_map", tags: ['vms'], query: vmListQuery,
+    responses: { 200: { description: 'datastores and networks', schema: vmResourcesResponse }, ...errors },
+    handler: async (ctx, { query }) => {
+      const m = manager(query, ctx.state.apiKey);
+      return { manager: m.name, ...await vsphere(() => listResources(m)) };
     },
   });
   api.add({

@@ -14,7 +14,7 @@ import type { Override, Plan } from '../../queue/plans';
 export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'network_missing', 'vm_running']);
 
 export interface VmResult {
-  vm_path: string; findings: (Finding & { overridden?: Override })[];
+  vm_path: string; findings: (Finding & { overridable: boolean; overridden?: Override })[];
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
 }
 
@@ -41,16 +41,23 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
   const poolUse = new Map<string, number>();
   return p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
-    if (!('disks' in x)) return { vm_path: v.vm_path, findings: [x] };
+    if (!('disks' in x)) return { vm_path: v.vm_path, findings: [withOverride(x, undefined)] };
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? 'none');
     const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, poolUse }), ...(clashes.get(v.vm_path) ?? [])];
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
-      findings: findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f)),
+      // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
+      findings: findings.map((f) => withOverride(f, v.overrides[f.rule])),
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: uri, pool: p.storage_map[datastores[0]] ?? '', domain: x.name, target_existed: target.domains.has(x.name), source_was_on: x.power_state === 'poweredOn' },
     };
   });
+}
+
+/** A finding says whether an override may lift it, and carries the override that did. */
+function withOverride(f: Finding, o: Override | undefined) {
+  const overridable = !NOT_OVERRIDABLE.has(f.rule);
+  return o && overridable ? { ...f, overridable, overridden: o } : { ...f, overridable };
 }
 
 export const blocks = (r: Pick<VmResult, 'findings'>) => r.findings.some((f) => f.severity === 'blocker' && !f.overridden);

@@ -40,6 +40,24 @@ async function firmware(v: Virsh) {
   return { uefi: ok, secureBoot: ok && values.some((p) => /secboot|\.ms\./i.test(p)) };
 }
 
+export interface TargetInventory {
+  virt_uri: string; default: boolean; reachable: boolean; error: string | null;
+  networks: string[]; pools: { name: string; active: boolean; available: number }[];
+}
+
+/** The right side of a plan's maps on one target: its networks and pools (two virsh calls and one per pool); an
+ *  unreachable target says why instead of failing the listing of the others. */
+export async function targetInventory(uri: string, isDefault: boolean): Promise<TargetInventory> {
+  const v = new Virsh(uri);
+  try {
+    const [p, n] = await Promise.all([pools(v), v.run(['net-list', '--all', '--name'])]);
+    return { virt_uri: uri, default: isDefault, reachable: true, error: null, networks: lines(n).sort(), pools: [...p].map(([name, x]) => ({ name, ...x })).sort((a, b) => a.name.localeCompare(b.name)) };
+  } catch (e) {
+    if (e instanceof LibvirtError) return { virt_uri: uri, default: isDefault, reachable: false, error: e.message, networks: [], pools: [] };
+    throw e;
+  }
+}
+
 export async function targetFacts(uri: string): Promise<TargetFacts> {
   const v = new Virsh(uri);
   const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false };

@@ -69,6 +69,7 @@ export const planUpdateSchema = Joi.object(planFields).min(1).label('PlanUpdate'
 
 export const findingSchema = Joi.object({
   rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
+  overridable: Joi.boolean().description('whether POST /plans/{id}/overrides accepts this rule'),
   overridden: Joi.object({ by: Joi.string(), at: Joi.string().isoDate(), reason: Joi.string().allow('') }).description('a blocker an operator accepted'),
 }).label('PlanFinding');
 
@@ -82,6 +83,7 @@ export const planVmSchema = Joi.object({
   vm_path: Joi.string(), status: Joi.string().valid(...PLAN_VM_STATUSES), job_id: Joi.string().allow(null),
   findings: Joi.array().items(findingSchema), waiting_reason: Joi.string().allow(null), error: Joi.string().allow(null),
   stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
+  rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'), eta_seconds: Joi.number().integer().allow(null),
   placement: Joi.object({ esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string() }).unknown(true),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
 }).unknown(true).label('PlanVm');

@@ -31,6 +31,8 @@ export const vmListItem = Joi.object({
   name: Joi.string(), path: Joi.string(), power_state: Joi.string(), num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(),
   storage: Joi.number().integer().description('bytes committed on datastores'), guest_os: Joi.string().allow(''), ip_address: Joi.string().allow(''),
   template: Joi.boolean(),
+  datastores: Joi.array().items(Joi.string()).description('names of the datastores the VM uses'),
+  networks: Joi.array().items(Joi.string()).description('names of the networks and port groups its NICs are on'),
 }).label('RemoteVm');
 
 export const vmListResponse = Joi.object({ vms: Joi.array().items(vmListItem), total: Joi.number().integer(), manager: Joi.string() }).label('RemoteVmList');
@@ -45,3 +47,13 @@ export const vmDetailResponse = Joi.object({
   snapshots: Joi.array().items(Joi.object().unknown(true)).description('the snapshot tree: name, description, created, children'),
   current_snapshot: Joi.string().allow(null), datacenter: Joi.string(),
 }).label('RemoteVmDetail');
+
+export const vmResourcesResponse = Joi.object({
+  manager: Joi.string(),
+  datastores: Joi.array().items(Joi.object({ name: Joi.string(), type: Joi.string().allow(''), capacity: Joi.number().integer().description('bytes'), free_space: Joi.number().integer().description('bytes') })),
+  networks: Joi.array().items(Joi.object({ name: Joi.string(), type: Joi.string().valid('network', 'portgroup') })),
+}).label('RemoteResources');
+
+export const vmManagersResponse = Joi.object({
+  managers: Joi.array().items(Joi.object({ url: Joi.string().description('pass as server= (no user information)'), name: Joi.string(), default: Joi.boolean().description("GOVC_URL's") })),
+}).label('RemoteManagers');

@@ -63,6 +63,23 @@ export function managerAllowed(raw: string, env: NodeJS.ProcessEnv = process.env
   });
 }
 
+/** The managers an operator configured, for a picker: GOVC_URL's (the default) and each FERRY_VSPHERE_MANAGERS entry
+ *  that names one endpoint (a URL or host:port; a bare host is a pattern allowing any port, not a manager), without
+ *  user information, one per scheme, host and port. */
+export function configuredManagers(env: NodeJS.ProcessEnv = process.env): { url: string; default: boolean }[] {
+  const d = managerEnv(env).url;
+  const out: { url: string; default: boolean; at: Endpoint | null }[] = d ? [{ url: d, default: true, at: endpoint(d) }] : [];
+  for (const e of listed(env)) {
+    if (!/^[a-z]+:\/\//i.test(e) && !/:\d+$/.test(e)) continue;
+    const at = endpoint(e);
+    if (!at || at.scheme !== 'https' || out.some((o) => same(o.at, at))) continue;
+    const u = new URL(/^[a-z]+:\/\//i.test(e) ? e : `https://${e}`);
+    u.username = ''; u.password = '';
+    out.push({ url: u.href, default: false, at });
+  }
+  return out.map(({ url, default: isDefault }) => ({ url, default: isDefault }));
+}
+
 /** Whether the default credentials (GOVC_USERNAME, GOVC_PASSWORD) may go to this manager: GOVC_URL's own, or an
  *  entry of FERRY_VSPHERE_MANAGERS, compared by scheme, host and port (a bare host is https on 443). Any other
  *  manager a job or request names must bring its own credentials. */

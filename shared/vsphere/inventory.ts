@@ -8,18 +8,25 @@ import { arr, el, moref, MoRef, num, text, xsiType } from './xml';
 
 export interface VmSummary {
   name: string; path: string; power_state: string; num_cpu: number; memory_mb: number; storage: number;
-  guest_os: string; ip_address: string; template: boolean; moref: string;
+  guest_os: string; ip_address: string; template: boolean; datastores: string[]; networks: string[]; moref: string;
 }
 
-const LIST_PATHS = ['name', 'parent', 'runtime.powerState', 'summary.config.numCpu', 'summary.config.memorySizeMB', 'summary.config.guestFullName', 'summary.config.template', 'summary.guest.ipAddress', 'summary.storage.committed'];
+const LIST_PATHS = ['name', 'parent', 'runtime.powerState', 'summary.config.numCpu', 'summary.config.memorySizeMB', 'summary.config.guestFullName', 'summary.config.template', 'summary.guest.ipAddress', 'summary.storage.committed', 'datastore', 'network'];
 
-/** Every VM with its path, in one RetrievePropertiesEx (VMs, folders and datacenters through one view). */
+/** The morefs of an ArrayOfManagedObjectReference property. */
+const refs = (v: any): MoRef[] => arr(v?.ManagedObjectReference).map(moref).filter((r): r is MoRef => !!r);
+
+/** Every VM with its path and the names of its datastores and networks, in one RetrievePropertiesEx (VMs,
+ *  folders, datacenters, datastores and networks through one view): the dashboard filters on them. */
 export async function listVms(m: Manager): Promise<VmSummary[]> {
   const sc = await m.serviceContent();
   const objs = await retrieveInventory(m, [
     { type: 'VirtualMachine', paths: LIST_PATHS },
     { type: 'Folder', paths: ['name', 'parent'] },
     { type: 'Datacenter', paths: ['name', 'parent'] },
+    { type: 'Datastore', paths: ['name'] },
+    { type: 'Network', paths: ['name'] },
+    { type: 'DistributedVirtualPortgroup', paths: ['name'] },
   ]);
   const nodes = new Map(objs.map((o) => [`${o.obj.type}:${o.obj.value}`, { name: text(o.props.name) ?? '', parent: moref(o.props.parent) }]));
   const pathOf = (start: MoRef | undefined): string | null => {
@@ -33,6 +40,7 @@ export async function listVms(m: Manager): Promise<VmSummary[]> {
     }
     return null;
   };
+  const nameOf = (r: MoRef) => nodes.get(`${r.type}:${r.value}`)?.name ?? r.value;
   const vms: VmSummary[] = [];
   for (const o of objs) {
     if (o.obj.type !== 'VirtualMachine') continue;
@@ -43,7 +51,8 @@ export async function listVms(m: Manager): Promise<VmSummary[]> {
       name: text(p.name) ?? '', path, power_state: text(p['runtime.powerState']) ?? 'unknown',
       num_cpu: num(p['summary.config.numCpu']) ?? 0, memory_mb: num(p['summary.config.memorySizeMB']) ?? 0,
       storage: num(p['summary.storage.committed']) ?? 0, guest_os: text(p['summary.config.guestFullName']) ?? '',
-      ip_address: text(p['summary.guest.ipAddress']) ?? '', template: text(p['summary.config.template']) === 'true', moref: o.obj.value,
+      ip_address: text(p['summary.guest.ipAddress']) ?? '', template: text(p['summary.config.template']) === 'true',
+      datastores: refs(p.datastore).map(nameOf), networks: refs(p.network).map(nameOf), moref: o.obj.value,
     });
   }
   return vms.sort((a, b) => a.path.localeCompare(b.path));

@@ -8,7 +8,8 @@ import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { ARTIFACTS, launchChromium } from '../helpers/browser';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -16,9 +17,7 @@ import { makeImage } from '../helpers/images';
 import { JobStore } from '../../queue/store';
 import { queueName } from '../../shared/capabilities';
 
-const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const API_KEY = 'dashboard-test-key-0123456789';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 describe('browser dashboard (headless Chromium)', function () {
   this.timeout(30000);
@@ -45,9 +44,7 @@ describe('browser dashboard (headless Chromium)', function () {
     [gw, daemon] = started;
     procs.push(gw, daemon, await startWorkerProc(env, 'img-worker', ['img_tool'], ['--concurrency', '2']), startProcess('services/scheduler/main.ts', [], env));
     D = `${daemon.url}/web/dashboard/`;
-    ctx = await chromium.launchPersistentContext(path.join(dir, 'chromium-profile'), {
-      executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS, viewport: { width: 1360, height: 900 },
-    });
+    ctx = await launchChromium(path.join(dir, 'chromium-profile'));
     page = await ctx.newPage();
     page.on('pageerror', (e) => { throw new Error(`page error: ${e.message}`); });
   });

@@ -5,33 +5,27 @@
 // window that closes, and a cancel mid-plan leaving nothing on the target.
 import { expect } from 'chai';
 import IORedis from 'ioredis';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
-import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
-import { managerFor, managerName } from '../../shared/vsphere/client';
+import type { Vcsim } from '../helpers/vcsim';
+import type { TestLibvirt } from '../helpers/libvirt';
+import { managerName } from '../../shared/vsphere/client';
 import { vmDetail } from '../../shared/vsphere/inventory';
-import { makeDisks, powerOn, upload } from '../vsphere/fixture';
-import { createPlanVm } from './fixture';
+import { powerOn } from '../vsphere/fixture';
+import { startPlanStack, type PlanStack } from './stack';
 
 const NET = 'ferry-plans-run';
-const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
 const FINAL = ['completed', 'failed', 'cancelled'];
 
 describe('plans: paced execution against vcsim and libvirtd', function () {
   this.timeout(600_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-plans-run-'));
-  const procs: Proc[] = [];
+  let s: PlanStack;
   let v: Vcsim;
   let lv: TestLibvirt;
   let B: string;
   let rc: IORedis;
-  let m: ReturnType<typeof managerFor>;
+  let m: PlanStack['m'];
   const vm = (n: string) => `/DC0/vm/${n}`;
   const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b2: 'DC0_C0_H0' };
   const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => ({
@@ -40,47 +34,27 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
   });
   const get = async (id: string) => (await req(B, 'GET', `/plans/${id}`)).body;
   const done = (id: string, ms = 480_000) => until(async () => { const p = await get(id); return FINAL.includes(p.status) && p; }, ms, `plan ${id} to end`);
-  const domains = async () => (await lv.virsh(['list', '--all', '--name'])).split('\n').map((s) => s.trim()).filter(Boolean);
-  const volumes = async () => { await lv.virsh(['pool-refresh', lv.pool]); return (await lv.virsh(['vol-list', lv.pool])).split('\n').map((l) => l.trim().split(/\s+/)[0]).filter(Boolean); };
+  const domains = () => s.domains();
+  const volumes = () => s.volumes();
 
   before(async function () {
     this.timeout(300_000);
-    [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
-    m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
-    const disks = makeDisks(dir, 2);
-    let mac = 0x10;
-    for (const [name, host] of Object.entries(HOSTS)) {
-      const ds = host === 'DC0_H0' ? 'LocalDS_0' : 'LocalDS_1';
-      await createPlanVm(m, { name, host, disks: [{ ds, file: `${name}/${name}.vmdk`, bytes: disks.bytes }], mac: `00:50:56:02:00:${(mac++).toString(16)}` });
-      await upload(v, disks.sparse, `${name}/${name}.vmdk`, ds);
-    }
-    await createPlanVm(m, { name: 'u0', network: 'DC0_DVPG0', disks: [{ ds: 'LocalDS_0', file: 'u0/u0.vmdk', bytes: disks.bytes }], mac: '00:50:56:02:00:99' });
+    s = await startPlanStack({
+      prefix: 'plansrun', net: { name: NET, bridge: 'virbrpr0' },
+      vms: [
+        ...Object.entries(HOSTS).map(([name, host], i) => ({ name, host, mac: `00:50:56:02:00:${(0x10 + i).toString(16)}` })),
+        { name: 'u0', network: 'DC0_DVPG0', mac: '00:50:56:02:00:99' },
+      ],
+      daemonYaml: 'daemon:\n  job_timeout: 1h\nwebhooks:\n  allow_loopback: true\n',
+      workers: [{ id: 'w1', concurrency: 2 }, { id: 'w2', concurrency: 2 }],
+    });
+    ({ v, lv, m, url: B } = s);
     await powerOn(m, vm('b2'));
-    const netXml = path.join(dir, 'net.xml');
-    writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpr0"/></network>`);
-    await lv.virsh(['net-define', netXml]).catch(() => undefined);
-    await lv.virsh(['net-start', NET]).catch(() => undefined);
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\nwebhooks:\n  allow_loopback: true\n');
-    const env = {
-      ...testEnv(redis.url, 'plansrun'), FERRY_HOST: '127.0.0.1', FERRY_LEASE_SECONDS: '10',
-      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
-      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
-    };
-    const daemon = await startDaemonProc(env, cfg);
-    procs.push(daemon, await startWorkerProc(env, 'w1', CAPS, ['--concurrency', '2']), await startWorkerProc(env, 'w2', CAPS, ['--concurrency', '2']));
-    B = daemon.url;
-    rc = new IORedis(redis.url);
+    rc = new IORedis(s.redisUrl);
   });
   after(async () => {
     rc?.disconnect();
-    await Promise.all(procs.map((p) => p.kill()));
-    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
-    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
-    await v?.stop();
-    await redis.stop();
-    if (lv) await releaseLibvirt();
-    rmSync(dir, { recursive: true, force: true });
+    await s?.stop();
   });
 
   it('runs every VM as a shape B job (webhook events queued), never more than 1 per ESXi host and per datastore (sampled), a blocked VM never; failures are rolled back', async () => {
@@ -184,7 +158,7 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     // What an import that got as far as defining the domain leaves: a0.qcow2 (its disk), a0-disk1.qcow2 (a second
     // disk never attached), beside a volume that is not Ferry's.
     for (const vol of ['a0.qcow2', 'a0-disk1.qcow2', 'keep-me.qcow2']) await lv.virsh(['vol-create-as', lv.pool, vol, '1M', '--format', 'qcow2']);
-    const xml = path.join(dir, 'a0.xml');
+    const xml = path.join(s.dir, 'a0.xml');
     writeFileSync(xml, `<domain type="qemu"><name>a0</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${lv.poolDir}/a0.qcow2"/><target dev="vda" bus="virtio"/></disk></devices></domain>`);
     await lv.virsh(['define', xml]);
     const before = (await get('wave')).vms.find((x: any) => x.vm_path === vm('a0'));

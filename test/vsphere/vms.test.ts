@@ -59,7 +59,8 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
       expect(r.body.total).to.equal(direct.length).and.equal(r.body.vms.length);
       const app = r.body.vms.find((x: any) => x.name === 'app1');
       expect(app).to.include({ path: '/DC0/vm/app1', power_state: 'poweredOff', num_cpu: 4, memory_mb: 4096 });
-      expect(app).to.have.keys('name', 'path', 'power_state', 'num_cpu', 'memory_mb', 'storage', 'guest_os', 'ip_address', 'template');
+      expect(app).to.have.keys('name', 'path', 'power_state', 'num_cpu', 'memory_mb', 'storage', 'guest_os', 'ip_address', 'template', 'datastores', 'networks');
+      expect(app).to.deep.include({ datastores: ['LocalDS_0'], networks: ['VM Network'] });
       expect(r.body.vms.map((x: any) => x.path)).to.include.members(['/DC0/vm/DC0_H0_VM0', '/DC0/vm/DC0_C0_RP0_VM1', '/DC0/vm/notools']);
     }
   });

@@ -34,7 +34,9 @@ export async function api(method, path, body) {
   const text = await res.text();
   let json;
   try { json = text ? JSON.parse(text) : undefined; } catch { json = { error: text }; }
-  if (res.status === 401 || res.status === 403) onAuth(res.status);
+  // A key that is accepted but lacks the role (a read key pressing Start) keeps the page: only a missing or
+  // refused key asks for another one.
+  if (res.status === 401 || (res.status === 403 && !/needs role/.test(json?.error || ''))) onAuth(res.status);
   if (!res.ok) throw new HttpError(res.status, json);
   return json;
 }
