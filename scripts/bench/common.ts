@@ -23,7 +23,9 @@ export class BenchRedis extends TestRedis {
   }
 }
 
-export const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+/** Keep-alive, but an idle socket is dropped after 30 s, before the services' keepAliveTimeout (65 s) closes it
+ *  from their side while a request is being written on it (the race shows as ECONNRESET). */
+export const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, timeout: 30_000 });
 
 /** Percentile p (0-100) of xs, nearest rank; NaN for no samples. */
 export const pct = (xs: number[], p: number) => {

@@ -20,9 +20,17 @@ export async function timeSeq(n: number, f: (i: number) => Promise<void>): Promi
   return out;
 }
 
-/** A request that must answer `status`; anything else stops the bench (a figure of failed requests means nothing). */
+/** Connections the services reset under the shared machine's load, retried once each (printed with the figures). */
+export const resets = { count: 0 };
+
+/** A request that must answer `status`; anything else stops the bench (a figure of failed requests means
+ *  nothing). A reset connection is retried once, and counted. */
 export async function expect(base: string, method: string, path: string, status: number, body?: unknown) {
-  const r = await request(base, method, path, body);
+  const r = await request(base, method, path, body).catch((e: NodeJS.ErrnoException) => {
+    if (e.code !== 'ECONNRESET') throw e;
+    resets.count++;
+    return request(base, method, path, body);
+  });
   if (r.status !== status) throw new Error(`${method} ${path}: ${r.status}, expected ${status}: ${r.text.slice(0, 300)}`);
   return r;
 }

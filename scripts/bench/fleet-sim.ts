@@ -96,8 +96,27 @@ export class Fleet {
    *  WebSocket clients of the daemon's /ws. */
   async connectClients(sse: number, ws: number) {
     const jobs = this.holders.map((w) => w.job!);
-    await pool(sse, 32, (i) => new Promise<void>((resolve, reject) => {
-      const r = http.get(`${this.gw}/jobs/${jobs[i % jobs.length]}/events/stream`, { agent: sseAgent, headers: { Accept: 'text/event-stream' } }, (res) => {
+    await pool(sse, 32, async (i) => {
+      for (let attempt = 1; ; attempt++) { // a connection reset under the machine's load is tried again, twice
+        try { return await this.openSse(jobs[i % jobs.length]); } catch (e) { if (attempt === 3) throw e; }
+      }
+    });
+    const openWs = () => new Promise<void>((resolve, reject) => {
+      const s = new WebSocket(`${this.daemon.replace('http', 'ws')}/ws`);
+      s.on('message', () => { this.wsMessages++; });
+      s.once('open', () => { this.closers.push(() => s.terminate()); resolve(); });
+      s.on('error', (e) => { if (!this.closing) this.fail('websocket', e.message); reject(e); });
+    });
+    await pool(ws, 32, async () => {
+      for (let attempt = 1; ; attempt++) { // as for SSE
+        try { return await openWs(); } catch (e) { if (attempt === 3) throw e; }
+      }
+    });
+  }
+
+  private openSse(job: string) {
+    return new Promise<void>((resolve, reject) => {
+      const r = http.get(`${this.gw}/jobs/${job}/events/stream`, { agent: sseAgent, headers: { Accept: 'text/event-stream' } }, (res) => {
         if (res.statusCode !== 200) { reject(new Error(`SSE: ${res.statusCode}`)); res.resume(); return; }
         res.setEncoding('utf8');
         res.on('data', (s: string) => { this.sseFrames += s.split('event: progress').length - 1; });
@@ -106,13 +125,7 @@ export class Fleet {
         resolve();
       });
       r.on('error', (e) => { if (!this.closing) this.fail('sse connection', e.message); reject(e); }); // after stop(), the reset is our own
-    }));
-    await pool(ws, 32, () => new Promise<void>((resolve, reject) => {
-      const s = new WebSocket(`${this.daemon.replace('http', 'ws')}/ws`);
-      s.on('message', () => { this.wsMessages++; });
-      s.once('open', () => { this.closers.push(() => s.terminate()); resolve(); });
-      s.on('error', (e) => { if (!this.closing) this.fail('websocket', e.message); reject(e); });
-    }));
+    });
   }
 
   /** The latencies collected since the last call, and clears them. */

@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { startDaemonProc, startGatewayProc, type Proc } from '../../test/helpers/procs';
 import { BenchRedis, pct, pool } from './common';
 import { Fleet } from './fleet-sim';
-import { cpuNow, cpuRate, dashboardLoad, expect, ms, p50p99, redisCost, timeSeq, usedMemory, type ProcRef } from './fleet-probe';
+import { cpuNow, cpuRate, dashboardLoad, expect, resets, ms, p50p99, redisCost, timeSeq, usedMemory, type ProcRef } from './fleet-probe';
 import { runSoak } from './fleet-soak';
 import { cloneFinished } from './fleet-seed';
 
@@ -118,7 +118,8 @@ async function main() {
     fleet.mode = 'all';
     report(small, big, loaded);
     const grew = await runSoak({ rc, fleet, procs, gw: s.gw.url, daemon: s.daemon.url, soakMs, runningJobs: fleet.holders.map((w) => w.job!) });
-    console.log(`\nfleet errors over the run: ${fleet.errors.size ? [...fleet.errors].map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
+    console.log(`\nconnections reset under load and retried once by the measuring requests: ${resets.count}`);
+    console.log(`fleet errors over the run: ${fleet.errors.size ? [...fleet.errors].map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
     console.log(`targets: requests p99 <= ${TARGET_P99_MS} ms ${verdict(loaded.allMet)}; heartbeat independent of retained jobs ${verdict(big.hbIndependentOf(small))}; nothing grows without bound ${verdict(!grew)}`);
   } finally {
     await stopAll();
