@@ -21,6 +21,8 @@ export class Fleet {
   progress: number[] = [];
   errors = new Map<string, number>();
   sseFrames = 0;
+  /** Heartbeats and progress posts not sent because the worker's previous one was still unanswered. */
+  skipped = 0;
   wsMessages = 0;
   private timers: NodeJS.Timeout[] = [];
   private closers: (() => void)[] = [];
@@ -82,7 +84,15 @@ export class Fleet {
   run() {
     const every = (ms: number, f: () => Promise<void>, holder: boolean) => {
       const start = setTimeout(() => {
-        const go = () => { if (this.mode === 'all' || (this.mode === 'leases' && holder)) f().catch((e) => this.fail('request', (e as Error).message)); };
+        // As a real worker does, one request of a kind at a time: a tick whose previous request has not been
+        // answered yet is skipped (and counted), so an overloaded gateway is not also flooded with connections.
+        let busy = false;
+        const go = () => {
+          if (!(this.mode === 'all' || (this.mode === 'leases' && holder))) return;
+          if (busy) { this.skipped++; return; }
+          busy = true;
+          f().catch((e) => this.fail('request', (e as Error).message)).finally(() => { busy = false; });
+        };
         go();
         this.timers.push(setInterval(go, ms));
       }, Math.random() * ms);

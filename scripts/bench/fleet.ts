@@ -119,6 +119,7 @@ async function main() {
     report(small, big, loaded);
     const grew = await runSoak({ rc, fleet, procs, gw: s.gw.url, daemon: s.daemon.url, soakMs, runningJobs: fleet.holders.map((w) => w.job!) });
     console.log(`\nconnections reset under load and retried once by the measuring requests: ${resets.count}`);
+    console.log(`fleet ticks skipped because the worker's previous request was still unanswered: ${fleet.skipped}`);
     console.log(`fleet errors over the run: ${fleet.errors.size ? [...fleet.errors].map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
     console.log(`targets: requests p99 <= ${TARGET_P99_MS} ms ${verdict(loaded.allMet)}; heartbeat independent of retained jobs ${verdict(big.hbIndependentOf(small))}; nothing grows without bound ${verdict(!grew)}`);
   } finally {
