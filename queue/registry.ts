@@ -88,6 +88,14 @@ export class Registry {
     return (await this.list()).filter((w) => w.active);
   }
 
+  /** How many workers are registered and how many are active (heartbeat within the stale limit), from the
+   *  heartbeat index alone: two commands where reading every record (list()) costs one per worker and one per
+   *  held job; /status and /health ask this on every call (1,000 workers: scripts/bench/fleet.ts). */
+  async counts(): Promise<{ total: number; active: number }> {
+    const res = (await this.redis.multi().zcard(this.k.workers).zcount(this.k.workers, Date.now() - config.workerStaleSeconds * 1000, '+inf').exec()) || [];
+    return { total: Number(res[0]?.[1] ?? 0), active: Number(res[1]?.[1] ?? 0) };
+  }
+
   /** Ids of workers whose heartbeat is older than the stale limit. */
   async stale(): Promise<string[]> {
     return this.redis.zrangebyscore(this.k.workers, 0, Date.now() - config.workerStaleSeconds * 1000);

@@ -16,12 +16,12 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
-import { TestRedis, freePort, waitForPort } from '../../test/helpers/redis';
+import { freePort, waitForPort } from '../../test/helpers/redis';
+import { BenchRedis, LISTPACK_VALUE, agent, commandStats, cpuSeconds, pct, pool, request } from './common';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../../test/helpers/procs';
 
 const { values: opt } = parseArgs({
@@ -41,54 +41,11 @@ const COMPLETION = opt.completion === 'sse' ? 'sse' : 'bus';
 const PREFIX = 'ferrybench';
 const MEM_JOBS = 2000;
 const FANOUT_ROUNDS = 20;
-/** Redis's hash-max-listpack-value as Ferry deploys it (compose.yaml, deploy/k8s/redis.yaml, npm start), and
- *  Redis's default, under which memory is measured too. */
-const LISTPACK_VALUE = 1024;
+/** Redis's default hash-max-listpack-value, under which memory is measured too (LISTPACK_VALUE: as deployed). */
 const LISTPACK_DEFAULT = 64;
 
-/** The benchmark's redis-server: TestRedis on a free port, but fsync once a second (npm start's policy) rather
- *  than on every write as the crash tests need. */
-class BenchRedis extends TestRedis {
-  override async start() {
-    this.port = await freePort();
-    this.proc = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir,
-      '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction',
-      '--hash-max-listpack-value', String(LISTPACK_VALUE)], { stdio: 'ignore' });
-    await waitForPort(this.port);
-    return this;
-  }
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
 const now = () => performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const pct = (xs: number[], p: number) => {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
-};
-
-function request(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const data = body === undefined ? undefined : JSON.stringify(body);
-    const r = http.request(base + path, { method, agent, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (text += d));
-      res.on('end', () => { let j: any; try { j = JSON.parse(text); } catch { j = text; } resolve({ status: res.statusCode || 0, body: j }); });
-    });
-    r.on('error', reject);
-    r.end(data);
-  });
-}
-
-/** Runs `total` tasks with at most `width` in flight. */
-async function pool(total: number, width: number, task: (i: number) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: Math.min(width, total) }, async () => {
-    while (next < total) await task(next++);
-  }));
-}
 
 /** Opens an SSE stream; `onChunk` sees raw text with the time it arrived. Resolves once the headers are in. */
 function openStream(url: string, onChunk: (s: string, t: number) => void): Promise<{ done: Promise<void>; close(): void }> {
@@ -104,14 +61,6 @@ function openStream(url: string, onChunk: (s: string, t: number) => void): Promi
   });
 }
 
-/** CPU seconds a process has used so far (user + system), from /proc. */
-function cpuSeconds(pid: number): number {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) / 100; // utime, stime in clock ticks
-  } catch { return 0; }
-}
 const cpuOf: { name: string; pid: () => number }[] = [];
 function cpuSnapshot(of = cpuOf) { return of.map((p) => (p.name === 'bench client' ? (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : cpuSeconds(p.pid()))); }
 function cpuReport(before: number[], jobs: number, of = cpuOf) {
@@ -124,15 +73,6 @@ function cpuTotalMs(before: number[], jobs: number) {
   return (after.reduce((a, x, i) => a + x - before[i], 0) * 1000) / jobs;
 }
 
-/** INFO commandstats as {command: [calls, usec]}; calls made inside Lua scripts count under their own names. */
-async function commandStats(redis: IORedis): Promise<Map<string, [number, number]>> {
-  const m = new Map<string, [number, number]>();
-  for (const line of (await redis.info('commandstats')).split('\n')) {
-    const x = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
-    if (x) m.set(x[1], [Number(x[2]), Number(x[3])]);
-  }
-  return m;
-}
 async function commandReport(redis: IORedis, before: Map<string, [number, number]>, jobs: number) {
   const after = await commandStats(redis);
   const rows = [...after].map(([c, [n, us]]) => [c, (n - (before.get(c)?.[0] || 0)) / jobs, (us - (before.get(c)?.[1] || 0)) / jobs] as [string, number, number]).filter((r) => r[1] > 0.01);

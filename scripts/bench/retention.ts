@@ -7,6 +7,7 @@
 import { parseArgs } from 'node:util';
 import { TestRedis } from '../../test/helpers/redis';
 import { startGatewayProc, testEnv } from '../../test/helpers/procs';
+import { makeFinishedJob } from './common';
 
 const { values } = parseArgs({ options: { jobs: { type: 'string' }, events: { type: 'string' }, retention: { type: 'string' } } });
 const JOBS = Number(values.jobs || 100_000);
@@ -36,12 +37,7 @@ async function main() {
   const one = async (i: number) => {
     const id = `ret-${i}`;
     const spec = jobSpecSchema.validate({ job_id: id, operation: 'noop', parameters: { steps: EVENTS } }).value;
-    await store.create(id, { spec: JSON.stringify(spec), operation: 'noop', queue: 'jobs.any', priority: 50, attempts: 0, max_attempts: 4, meta: '{}' }, [{ to: 'VALIDATED', reason: 'specification validated' }, { to: 'QUEUED', reason: 'queued on jobs.any with priority 50' }]);
-    const lease = `bench-worker:${i}`;
-    await store.transition(id, [{ to: 'ASSIGNED', reason: 'assigned to worker bench-worker (attempt 1 of 4)', worker_id: 'bench-worker' }], { fields: { worker_id: 'bench-worker', lease, attempts: 1 } });
-    await store.transition(id, [{ to: 'RUNNING', reason: 'worker bench-worker started attempt 1', worker_id: 'bench-worker' }], { lease, event: { ev: { job_id: id, timestamp: new Date().toISOString(), phase: 'initialization', percentage: 0, message: 'started on worker bench-worker', details: {} }, before: false } });
-    for (let e = 1; e <= EVENTS; e++) await store.appendEvent(id, { job_id: id, timestamp: new Date().toISOString(), phase: 'work', percentage: Math.round((e / EVENTS) * 100), message: `step ${e} of ${EVENTS}`, details: {} }, lease);
-    await store.transition(id, [{ to: 'COMPLETED', reason: 'completed by worker bench-worker', worker_id: 'bench-worker' }], { lease, fields: { result: JSON.stringify({ ok: true }), lease: null, error: null }, event: { ev: { job_id: id, timestamp: new Date().toISOString(), phase: 'completed', percentage: 100, message: 'job completed', details: {} }, before: true } });
+    await makeFinishedJob(store, id, EVENTS, JSON.stringify(spec));
   };
   const INFLIGHT = 256;
   let next = 0;

@@ -71,13 +71,13 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
     return countByDaemonStatus(await store.stateCounts());
   };
   const status = async () => {
-    const [by, ws] = await Promise.all([counts(), registry.list()]);
+    const [by, ws] = await Promise.all([counts(), registry.counts()]);
     const up = (Date.now() - started) / 1000;
     return {
       version: config.version, uptime: formatDuration(up), uptime_seconds: Math.round(up),
       total_jobs: Object.values(by).reduce((a, b) => a + b, 0), pending_jobs: by.pending, running_jobs: by.running,
       completed_jobs: by.completed, failed_jobs: by.failed, cancelled_jobs: by.cancelled,
-      worker_count: ws.length, active_workers: ws.filter((w) => w.active).length, websocket_clients: hub?.size || 0, timestamp: new Date().toISOString(),
+      worker_count: ws.total, active_workers: ws.active, websocket_clients: hub?.size || 0, timestamp: new Date().toISOString(),
     };
   };
 
@@ -155,12 +155,12 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
       return { jobs: await jobViews(store, ids), total, limit: 100 };
     },
     metrics: async () => {
-      const [by, st, ws] = await Promise.all([counts(), status(), registry.list()]);
+      const [by, st] = await Promise.all([counts(), status()]);
       const queues = await router.knownQueues();
       const perQueue = await store.queueCounts(queues);
       const qc = queues.map((q) => perQueue[q]);
       return {
-        jobs: by, workers: { total: ws.length, active: st.active_workers },
+        jobs: by, workers: { total: st.worker_count, active: st.active_workers },
         queues: Object.fromEntries(queues.map((q, i) => [q, { queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0) }])),
         websocket_clients: hub!.size, uptime_seconds: st.uptime_seconds, memory_rss_bytes: process.memoryUsage().rss,
       };

@@ -241,10 +241,10 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     handler: async (ctx) => {
       try {
         const [active, counts] = await Promise.race([
-          Promise.all([registry.active(), store.stateCounts()]),
+          Promise.all([registry.counts(), store.stateCounts()]),
           new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
         ]);
-        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: counts.ASSIGNED + counts.RUNNING };
+        return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.active, active_jobs: counts.ASSIGNED + counts.RUNNING };
       } catch (e) {
         ctx.status = 503;
         return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };

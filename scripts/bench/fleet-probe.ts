@@ -1,0 +1,94 @@
+// Measurements of scripts/bench/fleet.ts: request latency, what one request costs Redis (commands by name and
+// Redis's own time, from INFO commandstats), the dashboard's first load, CPU per second and RSS of each
+// process, the services' event-loop lag (their Prometheus metrics), and Redis keys by pattern.
+import { performance } from 'node:perf_hooks';
+import type { RedisClient } from '../../shared/redis';
+import { commandDelta, commandStats, cpuSeconds, pct, request, rssBytes } from './common';
+
+export interface Timed { name: string; samples: number[] }
+export const ms = (x: number) => (Number.isFinite(x) ? `${x.toFixed(x < 10 ? 2 : 1)} ms` : 'n/a');
+export const p50p99 = (xs: number[]) => `p50 ${ms(pct(xs, 50))}, p99 ${ms(pct(xs, 99))} (n=${xs.length})`;
+
+/** `n` sequential calls of `f`, each timed. */
+export async function timeSeq(n: number, f: (i: number) => Promise<void>): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await f(i);
+    out.push(performance.now() - t);
+  }
+  return out;
+}
+
+/** Connections the services reset under the shared machine's load, retried once each (printed with the figures). */
+export const resets = { count: 0 };
+
+/** A request that must answer `status`; anything else stops the bench (a figure of failed requests means
+ *  nothing). A reset connection is retried once, and counted. */
+export async function expect(base: string, method: string, path: string, status: number, body?: unknown) {
+  const r = await request(base, method, path, body).catch((e: NodeJS.ErrnoException) => {
+    if (e.code !== 'ECONNRESET') throw e;
+    resets.count++;
+    return request(base, method, path, body);
+  });
+  if (r.status !== status) throw new Error(`${method} ${path}: ${r.status}, expected ${status}: ${r.text.slice(0, 300)}`);
+  return r;
+}
+
+/** What `n` sequential calls of `f` cost Redis, per call: commands by name and Redis's time. Run in a quiet
+ *  window (the fleet paused), since commandstats counts every client. */
+export async function redisCost(redis: RedisClient, n: number, f: (i: number) => Promise<void>) {
+  const before = await commandStats(redis);
+  const samples = await timeSeq(n, f);
+  const d = commandDelta(before, await commandStats(redis), n);
+  d.calls -= 1 / n; // the INFO of the second snapshot itself
+  const top = d.rows.filter((r) => r.cmd !== 'info').slice(0, 8).map((r) => `${r.cmd} ${r.calls.toFixed(1)}x ${r.usec.toFixed(0)}us`).join(', ');
+  return { samples, calls: d.calls, usec: d.usec, text: `${d.calls.toFixed(1)} Redis commands/request (${d.usec.toFixed(0)} us of Redis time): ${top}` };
+}
+
+/** The dashboard's first load as a browser makes it: the page; its stylesheet and script; the script's module
+ *  imports; then the calls the jobs view makes on load (GET /status and the first page of jobs), in parallel
+ *  where the browser does them in parallel. Static files and API calls from the daemon (no cache). */
+export async function dashboardLoad(daemon: string) {
+  const root = '/web/dashboard/';
+  await expect(daemon, 'GET', root, 200);
+  await Promise.all([expect(daemon, 'GET', `${root}style.css`, 200), expect(daemon, 'GET', `${root}app.js`, 200)]);
+  await Promise.all(['api.js', 'dom.js', 'jobs.js', 'admin.js'].map((f) => expect(daemon, 'GET', root + f, 200)));
+  await Promise.all([expect(daemon, 'GET', '/status', 200), expect(daemon, 'GET', '/jobs?limit=50&offset=0', 200)]);
+}
+
+export interface ProcRef { name: string; pid: () => number }
+const selfCpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
+export const cpuNow = (ps: ProcRef[]) => ps.map((p) => (p.pid() === process.pid ? selfCpu() : cpuSeconds(p.pid())));
+/** CPU seconds per wall second of each process between two cpuNow snapshots. */
+export function cpuRate(ps: ProcRef[], before: number[], after: number[], seconds: number) {
+  return ps.map((p, i) => `${p.name} ${((after[i] - before[i]) / seconds).toFixed(3)}`).join(', ');
+}
+export const rssNow = (ps: ProcRef[]) => ps.map((p) => rssBytes(p.pid()));
+
+export async function usedMemory(redis: RedisClient) {
+  return Number(/^used_memory:(\d+)/m.exec(await redis.info('memory'))![1]);
+}
+
+/** p99 and max event-loop lag (ms) since the last scrape, from prom-client's default metrics on /metrics
+ *  (prom-client resets its histogram on each collection). */
+export async function loopLag(base: string): Promise<{ p99: number; max: number }> {
+  const r = await request(base, 'GET', '/metrics');
+  const v = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} ([0-9.e+-]+)`, 'm').exec(r.text)?.[1]) * 1000;
+  return { p99: v('nodejs_eventloop_lag_p99_seconds'), max: v('nodejs_eventloop_lag_max_seconds') };
+}
+
+/** Keys by pattern: each key with its ids (the parts after the prefix that hold digits or are long) as `*`. */
+export async function keysByPattern(redis: RedisClient): Promise<Map<string, number>> {
+  const m = new Map<string, number>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'COUNT', 2000);
+    cursor = next;
+    for (const k of keys) {
+      const pattern = k.split(':').map((part, i) => (i > 0 && (/\d/.test(part) || part.length > 24) ? '*' : part)).join(':');
+      m.set(pattern, (m.get(pattern) || 0) + 1);
+    }
+  } while (cursor !== '0');
+  return m;
+}
