@@ -15,6 +15,9 @@ import { isTerminal } from '../shared/states';
 import { conflict } from '../shared/errors';
 import type { Logger } from '../shared/log';
 import { planSlots } from './plan-slots';
+import { vmGuardHolder } from './vm-guard';
+import { destroyVm } from '../shared/vsphere/actions';
+import { PLAN_ONLY_OPTIONS } from '../shared/schemas/plans';
 
 export interface RunnerDeps { plans: PlanStore; life: Lifecycle; hooks: WebhookStore; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number; tickMs?: number; webhookBackoffMs?: number }
 
@@ -142,17 +145,36 @@ export class PlanRunner {
         if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
         detail = `${detail}; ${r}`;
       }
-      await this.settle(p, v, status, detail);
+      const source = outcome === 'completed' ? await this.afterSuccess(p, v) : undefined;
+      await this.settle(p, v, status, detail, source);
       await this.event(p, outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled', { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail });
       if (status === 'rolled_back') await this.event(p, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail });
     }
   }
 
-  private async settle(p: Plan, v: PlanVm, status: string, detail: string | null) {
+  /** A completed VM's source (its job completed only once the target booted): deleted on vSphere when the VM's
+   *  options say remove_source, never while another job exports it; kept otherwise. A failed deletion is
+   *  recorded and logged; the migrated VM stays completed. */
+  private async afterSuccess(p: Plan, v: PlanVm): Promise<PlanVm['source']> {
+    if (vmOption(p, v.vm_path, 'remove_source') !== true) return { action: 'kept', at: now(), detail: 'options.remove_source is false' };
+    const manager = planManagerName(p);
+    try {
+      const holder = await vmGuardHolder(this.d.plans.redis, this.d.life.store.k, manager, v.vm_path);
+      if (holder) throw new Error(`job ${holder} is exporting it`);
+      await destroyVm(planManager(p), v.vm_path);
+      return { action: 'removed', at: now(), detail: `${v.vm_path} deleted on ${manager} after ${v.placement?.domain ?? 'its domain'} booted on ${v.placement?.virt_uri ?? 'the target'}` };
+    } catch (e) {
+      this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: (e as Error).message });
+      return { action: 'remove_failed', at: now(), detail: `the source stays: ${(e as Error).message}` };
+    }
+  }
+
+  private async settle(p: Plan, v: PlanVm, status: string, detail: string | null, source?: PlanVm['source']) {
     await this.d.plans.mutate(p.id, (q) => {
       const w = q.vms.find((x) => x.vm_path === v.vm_path)!;
       if (w.job_id !== v.job_id) return;
       w.status = status; w.error = detail;
+      if (source) w.source = source;
       if (status === 'pending') w.job_id = null;
       if (status === 'rolled_back') w.rollback = { at: now(), detail: detail ?? '' };
     });
@@ -181,10 +203,11 @@ export class PlanRunner {
 
   private async submitVm(p: Plan, v: PlanVm, until: number | null) {
     const opts = { ...p.options, ...(v.options ?? {}) };
-    delete opts.rollback;
-    const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination: p.destination, options: { ...opts, network_mapping: p.network_map } };
+    for (const k of PLAN_ONLY_OPTIONS) delete opts[k];
+    const destination = { type: 'kvm', ...(v.placement?.virt_uri ? { virt_uri: v.placement.virt_uri } : p.destination.virt_uri ? { virt_uri: p.destination.virt_uri } : {}) };
+    const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
-    b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
+    b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
     await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id } });
   }
 

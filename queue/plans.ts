@@ -17,10 +17,15 @@ export interface PlanVm {
   error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
   rollback?: { at: string; detail: string } | null;
+  /** the selectors (their index) that chose this VM; absent for a VM the plan lists */
+  selected_by?: number[];
+  /** what was done with the source after success (options.remove_source) */
+  source?: { action: 'removed' | 'kept' | 'remove_failed'; at: string; detail: string };
 }
+export interface PlanSelector { folder?: string; name?: string; power_state?: string }
 export interface Plan {
   id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
-  destination: { type: string; virt_uri?: string }; network_map: Record<string, string>; storage_map: Record<string, string>;
+  destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
   options: Record<string, any>; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
   created_by: string; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
@@ -31,6 +36,15 @@ export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:
 export function newVm(entry: string | { vm_path: string; options?: Record<string, unknown> }): PlanVm {
   const e = typeof entry === 'string' ? { vm_path: entry } : entry;
   return { vm_path: e.vm_path, ...(e.options ? { options: e.options } : {}), status: 'pending', job_id: null, jobs: [], findings: [], overrides: {}, error: null, waiting_reason: null, stage: null };
+}
+
+/** Writes a resolution into the plan's VM list: listed VMs stay as they are; VMs chosen by selectors are added,
+ *  or dropped when no selector matches them any more and they never ran. */
+export function applySelection(p: Plan, selected: Map<string, number[]>) {
+  p.vms = p.vms.filter((v) => !v.selected_by || selected.has(v.vm_path) || v.jobs.length);
+  for (const v of p.vms) if (v.selected_by && selected.has(v.vm_path)) v.selected_by = selected.get(v.vm_path);
+  const have = new Set(p.vms.map((v) => v.vm_path));
+  for (const [path, which] of selected) if (!have.has(path)) p.vms.push({ ...newVm(path), selected_by: which });
 }
 
 const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
@@ -52,14 +66,14 @@ export class PlanStore {
   async create(body: any, by: string): Promise<Plan> {
     const id = body.id || randomUUID();
     const now = new Date().toISOString();
-    const dupes = body.vms.map((v: any) => (typeof v === 'string' ? v : v.vm_path)).filter((p: string, i: number, a: string[]) => a.indexOf(p) !== i);
+    const dupes = (body.vms ?? []).map((v: any) => (typeof v === 'string' ? v : v.vm_path)).filter((p: string, i: number, a: string[]) => a.indexOf(p) !== i);
     if (dupes.length) throw new ApiError(400, `vms: ${dupes[0]} is listed twice`, { fields: [{ field: 'vms', message: `${dupes[0]} is listed twice` }] });
     const plan: Plan = {
       id, name: body.name, description: body.description ?? '', source: body.source ?? {}, destination: body.destination,
       network_map: body.network_map, storage_map: body.storage_map, options: body.options ?? {}, limits: body.limits,
       start_at: iso(body.start_at), windows: (body.windows ?? []).map((w: any) => ({ start: iso(w.start)!, end: iso(w.end)! })),
       status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by,
-      validated_at: null, events_sent: [], vms: body.vms.map(newVm),
+      validated_at: null, events_sent: [], vms: (body.vms ?? []).map(newVm), ...(body.selectors ? { selectors: body.selectors } : {}),
     };
     const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');
     if (!ok) throw conflict(`plan ${id} exists`);

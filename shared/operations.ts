@@ -177,6 +177,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       virt_test: virtTestSchema,
       // Set by a plan (queue/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
       pool: Joi.string().max(200),
+      domain_name: virtName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),
       plan: Joi.object({
         id: Joi.string().max(64).required(), not_after: Joi.number().integer(),
         slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).required(), limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),

@@ -8,8 +8,9 @@ import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import {
   overrideSchema, planCreateSchema, planIdParams, planListQuery, planSchema, planUpdateSchema, planVmCancelSchema, validateResponseSchema,
 } from '../../shared/schemas/plans';
-import { checkManager, NOT_OVERRIDABLE, preflight } from '../../shared/plans/preflight';
-import { newVm, Plan, PlanStore } from '../../queue/plans';
+import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../shared/plans/preflight';
+import { selectVms } from '../../shared/plans/selectors';
+import { applySelection, newVm, Plan, PlanStore } from '../../queue/plans';
 import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
@@ -29,6 +30,12 @@ function vmOf(p: Plan, vm: string) {
 export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub }) {
   const { plans, runner } = d;
   const view = async (p: Plan) => planView(d.jobs, p);
+  /** A plan not started has its selectors resolved again (validate, start); after start its VM list is fixed. */
+  const select = async (p: Plan): Promise<Plan> => {
+    if (!p.selectors?.length || p.status !== 'pending') return p;
+    const chosen = await selectVms(planManager(p), p.selectors);
+    return plans.mutate(p.id, (q) => applySelection(q, chosen));
+  };
   const add = (path: string, summary: string, role: 'read' | 'submit' | 'admin', extra: Record<string, any>, handler: (ctx: Koa.Context, i: any) => Promise<unknown>) =>
     api.add({ method: extra.method ?? 'post', path, summary, tags: ['plans'], role, params: extra.params ?? planIdParams, body: extra.body, bodyRequired: extra.bodyRequired, query: extra.query, responses: { 200: one, 400: err('invalid input (names the field)'), 404: err('unknown plan or VM'), 409: err('the plan is in the wrong state for this'), ...(extra.responses ?? {}) }, handler });
 
@@ -64,7 +71,11 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
       Object.assign(p, rest);
       if (start_at !== undefined) p.start_at = new Date(start_at).toISOString();
       if (windows) p.windows = windows.map((w: any) => ({ start: new Date(w.start).toISOString(), end: new Date(w.end).toISOString() }));
-      if (vms) p.vms = vms.map((e: any) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
+      if (vms) {
+        const listed = vms.map((e: any) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
+        p.vms = [...listed, ...p.vms.filter((x) => x.selected_by && !listed.some((l: { vm_path: string }) => l.vm_path === x.vm_path))];
+      }
+      if (!p.vms.length && !p.selectors?.length) throw fieldError(400, 'vms', 'a plan needs vms or selectors');
       p.validated_at = null;
     }));
   });
@@ -82,7 +93,7 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
     method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning, message, fix}, before any copy', tags: ['plans'], role: 'submit', params: planIdParams,
     responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
     handler: async (_ctx, { params }) => {
-      const p = await plans.must(params.id);
+      const p = await select(await plans.must(params.id));
       const results = await preflight(p);
       await plans.mutate(p.id, (q) => {
         for (const r of results) { const v = q.vms.find((x) => x.vm_path === r.vm_path); if (v && !v.job_id) { v.findings = r.findings; if (r.placement) v.placement = r.placement; } }
@@ -104,7 +115,9 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
     const p = await plans.must(params.id);
     if (p.status === 'running') throw conflict(`plan ${p.id} is already running`);
     if (p.status !== 'pending') throw conflict(`plan ${p.id} is ${p.status}; retry its failed VMs instead`);
-    return view(await runner.start(p.id, await preflight(p)));
+    const q = await select(p);
+    if (!q.vms.length) throw conflict(`plan ${p.id} has no VM: its selectors match none and it lists none`);
+    return view(await runner.start(q.id, await preflight(q)));
   });
   add('/plans/:id/cancel', 'Cancel the whole plan, or one VM ({vm_path}); what a cancelled VM made on the target is removed', 'submit', { body: planVmCancelSchema, bodyRequired: false },
     async (_ctx, { params, body }) => view(await runner.cancel(params.id, body?.vm_path)));

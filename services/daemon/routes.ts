@@ -76,7 +76,7 @@ export function buildDaemonApi(d: RouteDeps) {
   const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
 
   // Remote VMs (services/daemon/vms.ts)
-  addVmRoutes(api);
+  addVmRoutes(api, store);
 
   // Health and status
   api.add({

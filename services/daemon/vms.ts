@@ -9,6 +9,8 @@ import { listResources } from '../../shared/vsphere/resources';
 import { configuredManagers, resolveCredentials } from '../../shared/vsphere/credentials';
 import { checkInsecure } from '../../shared/vsphere/job-credentials';
 import type { ApiKey } from '../../shared/auth';
+import type { JobStore } from '../../queue/store';
+import { refuseGuarded } from '../../queue/vm-guard';
 import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
 import { listVms, pathByName, vmDetail } from '../../shared/vsphere/inventory';
 import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
@@ -41,7 +43,7 @@ async function vsphere<T>(f: () => Promise<T>): Promise<T> {
 const strip = ({ moref: _m, ...rest }: any) => rest;
 const detail = (d: any) => ({ ...strip(d), disks: d.disks.map(({ key: _k, controller_key: _c, unit_number: _u, ...x }: any) => x), nics: d.nics.map(({ key: _k, ...x }: any) => x), cdroms: d.cdroms.map(({ key: _k, ...x }: any) => x) });
 
-export function addVmRoutes(api: Api) {
+export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
   const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
   api.add({
     method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
@@ -75,10 +77,15 @@ export function addVmRoutes(api: Api) {
   });
   // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
   // environment, with the daemon's default credentials when none are given: admin (docs/security.md).
+  // A VM a job is exporting is refused with a 409 naming that job (queue/vm-guard.ts).
   const action = (path: string, summary: string, run: (m: ReturnType<typeof manager>, vmPath: string) => Promise<string>) => api.add({
     method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,
-    responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running)') },
-    handler: async (ctx, { body }) => { const m = manager(body, ctx.state.apiKey); return { message: await vsphere(() => run(m, body.vm_path)) }; },
+    responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running), or a job is exporting it (names the job)') },
+    handler: async (ctx, { body }) => {
+      const m = manager(body, ctx.state.apiKey);
+      await refuseGuarded(store.redis, store.k, m.name, body.vm_path, `${path.slice(1)} of ${body.vm_path}`);
+      return { message: await vsphere(() => run(m, body.vm_path)) };
+    },
   });
   action('/vms/shutdown', 'Graceful guest shutdown (needs VMware Tools running); returns once the guest is asked', async (m, p) => { await shutdownGuest(m, p); return `guest shutdown of ${p} initiated`; });
   action('/vms/poweroff', 'Forced power-off (a task, waited on)', async (m, p) => { await powerOff(m, p); return `${p} powered off`; });

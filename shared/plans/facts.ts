@@ -11,7 +11,7 @@ export interface VmFacts {
   vm_path: string; name: string; power_state: string; guest_id: string; firmware: string; secure_boot: boolean;
   esxi_host: string; disks: FactDisk[]; nics: { label: string; network: string; mac: string }[];
   devices: string[]; cpu_hot_add: boolean; memory_hot_add: boolean; fault_tolerance: boolean; encrypted: boolean;
-  snapshots: number; committed_bytes: number; provisioned_bytes: number;
+  snapshots: number; committed_bytes: number; provisioned_bytes: number; memory_mb: number;
 }
 
 const EXTRA = ['config.hardware.device', 'runtime.host', 'config.cpuHotAddEnabled', 'config.memoryHotAddEnabled', 'config.ftInfo',
@@ -50,7 +50,7 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
     cpu_hot_add: bool(p['config.cpuHotAddEnabled']) ?? false, memory_hot_add: bool(p['config.memoryHotAddEnabled']) ?? false,
     fault_tolerance: p['config.ftInfo'] !== undefined && p['config.ftInfo'] !== '', encrypted: p['config.keyId'] !== undefined && p['config.keyId'] !== '',
     snapshots: countTree(d.snapshots),
-    committed_bytes: committed, provisioned_bytes: disks.reduce((a, x) => a + x.capacity_bytes, 0),
+    committed_bytes: committed, memory_mb: d.hardware.memory_mb, provisioned_bytes: disks.reduce((a, x) => a + x.capacity_bytes, 0),
   };
 }
 

@@ -1,17 +1,17 @@
 // A plan's preflight: every VM's facts from vSphere, the target's from libvirt, the rules (rules.ts), the
 // operator's overrides applied, and where each VM would go (ESXi host, datastores, pool) for the limits.
 import { fieldError } from '../errors';
-import { configuredUri } from '../libvirt/virsh';
 import { managerFor, managerName } from '../vsphere/client';
 import { resolveCredentials } from '../vsphere/credentials';
 import { VsphereError } from '../vsphere/errors';
 import { vmFacts, type VmFacts } from './facts';
 import { checkVm, planMacClashes, type Finding } from './rules';
-import { targetFacts } from './target';
+import { nameCollisions, targetName } from './names';
+import { Placer } from './placement';
 import type { Override, Plan } from '../../queue/plans';
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
-export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'network_missing', 'vm_running']);
+export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
 
 export interface VmResult {
   vm_path: string; findings: (Finding & { overridable: boolean; overridden?: Override })[];
@@ -26,9 +26,8 @@ export const vmOption = (p: Plan, vmPath: string, key: string) => {
 };
 
 export async function preflight(p: Plan): Promise<VmResult[]> {
-  const uri = p.destination.virt_uri || configuredUri();
   const m = planManager(p);
-  const target = await targetFacts(uri);
+  const placer = await Placer.of(p);
   const facts = new Map<string, VmFacts | Finding>();
   for (const v of p.vms) {
     try { facts.set(v.vm_path, await vmFacts(m, v.vm_path)); } catch (e) {
@@ -38,18 +37,26 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
   }
   const found = [...facts.values()].filter((x): x is VmFacts => 'disks' in x);
   const clashes = planMacClashes(found);
-  const poolUse = new Map<string, number>();
+  const names = new Map(found.map((x) => [x.vm_path, targetName(vmOption(p, x.vm_path, 'target_name'), x)]));
+  const collisions = nameCollisions(names);
   return p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
     if (!('disks' in x)) return { vm_path: v.vm_path, findings: [withOverride(x, undefined)] };
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? 'none');
-    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, poolUse }), ...(clashes.get(v.vm_path) ?? [])];
+    const target = placer.pick(x.memory_mb);
+    const domain = names.get(v.vm_path)!;
+    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, poolUse: placer.poolUse.get(target.uri)!, domain }), ...(clashes.get(v.vm_path) ?? []), ...(collisions.get(v.vm_path) ?? [])];
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
+<<<<<<< HEAD
       // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
       findings: findings.map((f) => withOverride(f, v.overrides[f.rule])),
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: uri, pool: p.storage_map[datastores[0]] ?? '', domain: x.name, target_existed: target.domains.has(x.name), source_was_on: x.power_state === 'poweredOn' },
+=======
+      findings: findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f)),
+      placement: { esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain, target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn' },
+>>>>>>> planopt
     };
   });
 }

@@ -11,6 +11,8 @@ export interface RuleContext {
   network_map: Record<string, string>; storage_map: Record<string, string>; power_off: string;
   /** bytes the plan's earlier VMs will take in each pool, so that together they are checked against free space */
   poolUse: Map<string, number>;
+  /** the target domain name (options.target_name); default the VM's name */
+  domain?: string;
 }
 
 const B = 'blocker', W = 'warning';
@@ -77,15 +79,15 @@ function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
   return out;
 }
 
-function nameRules(x: VmFacts, t: TargetFacts): Finding[] {
-  if (!NAME_PATTERN.test(x.name)) return [f('name', B, `"${x.name}" is not a domain name libvirt accepts (letters, digits, "._+:-", at most 200)`, 'rename the VM on vSphere')];
-  if (t.domains.has(x.name)) return [f('name_exists', B, `${t.uri} already has a domain named ${x.name}`, `remove or rename that domain, or rename the VM on vSphere`)];
+function nameRules(x: VmFacts, t: TargetFacts, name: string): Finding[] {
+  if (!NAME_PATTERN.test(name)) return [f('name', B, `"${name}" is not a domain name libvirt accepts (letters, digits, "._+:-", at most 200)`, 'rename the VM on vSphere, or give options.target_name (it replaces what libvirt refuses)')];
+  if (t.domains.has(name)) return [f('name_exists', B, `${t.uri} already has a domain named ${name}`, 'remove or rename that domain, or change options.target_name (or the VM\'s name on vSphere)')];
   return [];
 }
 
 /** Every finding of one VM. */
 export function checkVm(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
-  const out = [...deviceRules(x), ...configRules(x, t, c), ...mapRules(x, t, c), ...nameRules(x, t)];
+  const out = [...deviceRules(x), ...configRules(x, t, c), ...mapRules(x, t, c), ...nameRules(x, t, c.domain ?? x.name)];
   if (!t.reachable) out.push(f('target_unreachable', B, `the target host ${t.uri} does not answer: ${t.error ?? ''}`, 'start libvirtd there or fix destination.virt_uri'));
   return out;
 }

@@ -8,6 +8,8 @@ export interface TargetFacts {
   uri: string; reachable: boolean; error?: string;
   pools: Map<string, { available: number; active: boolean }>;
   domains: Set<string>; macs: Map<string, string>; networks: Set<string>; uefi: boolean; secureBoot: boolean;
+  /** free + buffers + cached, from `virsh nodememstats` (placement most_free_memory) */
+  free_memory_bytes: number;
 }
 
 const lines = (s: string) => s.split('\n').map((x) => x.trim()).filter(Boolean);
@@ -40,6 +42,7 @@ async function firmware(v: Virsh) {
   return { uefi: ok, secureBoot: ok && values.some((p) => /secboot|\.ms\./i.test(p)) };
 }
 
+<<<<<<< HEAD
 export interface TargetInventory {
   virt_uri: string; default: boolean; reachable: boolean; error: string | null;
   networks: string[]; pools: { name: string; active: boolean; available: number }[];
@@ -56,15 +59,22 @@ export async function targetInventory(uri: string, isDefault: boolean): Promise<
     if (e instanceof LibvirtError) return { virt_uri: uri, default: isDefault, reachable: false, error: e.message, networks: [], pools: [] };
     throw e;
   }
+=======
+/** What the host's kernel could give a new guest now: free, buffers and cached memory (KiB in virsh's answer). */
+async function freeMemory(v: Virsh) {
+  const kib = (k: string, out: string) => Number(new RegExp(`^\\s*${k}\\s*:\\s*(\\d+)`, 'm').exec(out)?.[1] ?? 0);
+  const out = await v.run(['nodememstats']);
+  return (kib('free', out) + kib('buffers', out) + kib('cached', out)) * 1024;
+>>>>>>> planopt
 }
 
 export async function targetFacts(uri: string): Promise<TargetFacts> {
   const v = new Virsh(uri);
-  const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false };
+  const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false, free_memory_bytes: 0 };
   try {
     const doms = (await listDomains(v)).map((d) => d.name);
-    const [p, m, n, fw] = await Promise.all([pools(v), macs(v, doms), v.run(['net-list', '--all', '--name']), firmware(v)]);
-    return { uri, reachable: true, pools: p, domains: new Set(doms), macs: m, networks: new Set(lines(n)), ...fw };
+    const [p, m, n, fw, mem] = await Promise.all([pools(v), macs(v, doms), v.run(['net-list', '--all', '--name']), firmware(v), freeMemory(v)]);
+    return { uri, reachable: true, pools: p, domains: new Set(doms), macs: m, networks: new Set(lines(n)), ...fw, free_memory_bytes: mem };
   } catch (e) {
     // Preflight reports an unreachable target as a blocker on every VM rather than failing the request.
     if (e instanceof LibvirtError) return { ...empty, error: e.message };

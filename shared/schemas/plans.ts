@@ -2,6 +2,7 @@
 // the store uses and /openapi.yaml.
 import Joi from 'joi';
 import { migrationJobSchema } from './daemon';
+import { virtUriSchema } from '../libvirt/uri';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -16,8 +17,24 @@ export const SEVERITIES = ['blocker', 'warning'] as const;
 // The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
 // plan decides itself, plus the plan's rollback policy.
 const jobOptions = (migrationJobSchema.extract('options') as Joi.ObjectSchema).keys({ network_mapping: Joi.forbidden() });
+export const POWER_STATES = ['poweredOn', 'poweredOff', 'suspended'] as const;
+export const PLACEMENTS = ['round_robin', 'most_free_memory'] as const;
+
+const targetName = Joi.object({
+  template: Joi.string().min(1).max(200).pattern(/^([^{}]|\{(name|datacenter|folder)\})*$/).default('{name}')
+    .messages({ 'string.pattern.base': '{{#label}} may use only the placeholders {name}, {datacenter} and {folder}' })
+    .description('the domain name; placeholders {name} (the VM\'s), {datacenter}, {folder} (the VM\'s folder below vm/, "" at the top)'),
+  prefix: Joi.string().max(100).allow('').default(''),
+  suffix: Joi.string().max(100).allow('').default(''),
+  lowercase: Joi.boolean().default(false),
+}).label('PlanTargetName').description('the target domain name: prefix + template + suffix, lowercased when asked; characters libvirt refuses become "-"');
+
+// Options that only the plan understands (the runner takes them out before a VM's job is built).
+export const PLAN_ONLY_OPTIONS = ['rollback', 'remove_source', 'target_name'] as const;
 const planOptions = jobOptions.keys({
   rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
+  remove_source: Joi.boolean().default(false).description('after the VM\'s job completed (its boot check passed): delete the source VM on vSphere; default false (keep)'),
+  target_name: targetName,
 });
 
 const limit = Joi.number().integer().min(1).max(1000);
@@ -33,6 +50,13 @@ const window = Joi.object({ start: Joi.date().iso().required(), end: Joi.date().
 const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: planOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
   .description('a VM path, or {vm_path, options} with per-VM overrides');
 
+const selector = Joi.object({
+  folder: Joi.string().pattern(/^\/[^/]+\/vm(\/.*)?$/).max(1024).messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm or /<datacenter>/vm/<folder>' })
+    .description('VMs in this inventory folder or below it'),
+  name: Joi.string().min(1).max(256).description('a glob on the VM\'s name: * any characters, ? one character (case-sensitive)'),
+  power_state: Joi.string().valid(...POWER_STATES),
+}).min(1).label('PlanSelector').description('every given field must match; resolved on validate and start while the plan has not started');
+
 const planFields = {
   name: Joi.string().min(1).max(256),
   description: Joi.string().allow('').max(4096),
@@ -40,11 +64,14 @@ const planFields = {
     manager_url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description('default GOVC_URL; one of FERRY_VSPHERE_MANAGERS'),
     insecure: Joi.boolean(),
   }).description('the vSphere manager; its credentials come from the environment (plans are stored in Redis, so never carry a password)'),
-  vms: Joi.array().items(planVmEntry).min(1).max(1000),
+  vms: Joi.array().items(planVmEntry).max(1000),
+  selectors: Joi.array().items(selector).min(1).max(20).description('VMs chosen by folder, name glob and power state (a VM matching any selector is in the plan)'),
   destination: Joi.object({
     type: Joi.string().valid('kvm').default('kvm'),
-    virt_uri: Joi.string().max(1024).description('target host (default FERRY_LIBVIRT_URI)'),
-  }),
+    virt_uri: virtUriSchema.description('target host (default FERRY_LIBVIRT_URI); one of FERRY_LIBVIRT_URIS'),
+    virt_uris: Joi.array().items(virtUriSchema).min(1).max(64).unique().description('several target hosts, each one of FERRY_LIBVIRT_URIS; VMs are spread over them by placement'),
+    placement: Joi.string().valid(...PLACEMENTS).default('round_robin').description('round_robin: in turn, in the order of virt_uris; most_free_memory: the host with the most free memory (libvirt\'s nodememstats) after the plan\'s VMs already placed there'),
+  }).oxor('virt_uri', 'virt_uris'),
   network_map: Joi.object().pattern(mapName, mapName).description('source network or port group -> target network'),
   storage_map: Joi.object().pattern(mapName, mapName).description('source datastore -> target storage pool'),
   options: planOptions,
@@ -57,13 +84,12 @@ export const planCreateSchema = Joi.object({
   ...planFields,
   id: planId,
   name: planFields.name.required(),
-  vms: planFields.vms.required(),
   destination: planFields.destination.default({ type: 'kvm' }),
   network_map: planFields.network_map.required(),
   storage_map: planFields.storage_map.required(),
   options: planOptions.default({}),
   source: planFields.source.default({}),
-}).label('PlanCreate');
+}).or('vms', 'selectors').label('PlanCreate');
 
 export const planUpdateSchema = Joi.object(planFields).min(1).label('PlanUpdate');
 
@@ -84,7 +110,9 @@ export const planVmSchema = Joi.object({
   findings: Joi.array().items(findingSchema), waiting_reason: Joi.string().allow(null), error: Joi.string().allow(null),
   stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
   rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'), eta_seconds: Joi.number().integer().allow(null),
-  placement: Joi.object({ esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string() }).unknown(true),
+  placement: Joi.object({ esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string(), domain: Joi.string().description('the target domain name (options.target_name)') }).unknown(true),
+  selected_by: Joi.array().items(Joi.number().integer()).description('the selectors (their index) that chose this VM; absent for a listed VM'),
+  source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
 }).unknown(true).label('PlanVm');
 

@@ -71,3 +71,11 @@ export async function removeCdroms(m: Manager, vmPath: string, signal?: AbortSig
 }
 
 export { findVm, sleep };
+
+/** Deletes a powered-off VM with its files (a Destroy task, waited on): a plan's options.remove_source after
+ *  the migrated VM booted. A VM that is not powered off is refused (it was started again since its export). */
+export async function destroyVm(m: Manager, vmPath: string, signal?: AbortSignal): Promise<void> {
+  const d = await vmDetail(m, vmPath);
+  if (d.power_state !== 'poweredOff') throw new VsphereError('state', `${vmPath} is ${d.power_state}; Ferry deletes only a powered-off source`);
+  await waitForTask(m, moref(await m.call('Destroy_Task', d.moref))!, `deletion of ${vmPath}`, signal);
+}

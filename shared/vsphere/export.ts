@@ -12,13 +12,16 @@ import { validateManifest } from '../schemas/manifest';
 import { managerFor, ManagerCredentials } from './client';
 import { VsphereError } from './errors';
 import { powerOff, removeCdroms, shutdownGuest, waitPoweredOff } from './actions';
+import { fingerprint, watchSource } from './source-watch';
 import { vmDetail, VmDetail } from './inventory';
 import { downloadFiles, DownloadStats, PART, remoteHead, remoteSize, removePartial, RemoteFile } from './download';
 import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
 
 import type { PowerOption } from './options';
-import { ignoreError } from '../log';
+import { createLogger, ignoreError } from '../log';
 import { resolveReal } from '../roots';
+
+const log = createLogger('vsphere');
 
 export interface ExportRequest {
   creds: ManagerCredentials;
@@ -265,8 +268,10 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   let lastB = 0;
   const totalBytes = all.reduce((a, f) => a + f.size, 0);
   let stateWrite = Promise.resolve();
+  // From here the source must stay as it is now (source-watch.ts): a change fails the VM with the reason.
+  const watch = watchSource(m, r.vmPath, fingerprint(d), r.signal, log);
   const dl = await downloadFiles(m, todo, {
-    streams: r.parallel, signal: r.signal,
+    streams: r.parallel, signal: watch.signal,
     onFile: (f) => {
       state.files[f.local] = { size: f.size, sha256: f.sha256 };
       stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('the export state is written again after the next file and at the end; a missed write only costs a longer resume'));
@@ -288,7 +293,8 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
         rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 ? Math.round((totalBytes - b) / rate) : null,
       });
     },
-  });
+  }).catch((e) => { watch.stop(); throw watch.changed ? watch.signal.reason : e; });
+  await watch.final();
   await stateWrite;
   const sums = new Map<string, { size: number; sha256: string }>(have);
   for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256 });

@@ -78,6 +78,17 @@ export async function releaseLibvirt() {
   if (!shared || --shared.users > 0) return;
   const { proc, lv } = shared;
   shared = undefined;
+  await stop(proc, lv);
+}
+
+/** A second libvirtd of the test's own (a second target host: plans with several destinations), not shared;
+ *  `stop` ends it as releaseLibvirt ends the shared one. */
+export async function startOwnLibvirt(): Promise<{ lv: TestLibvirt; stop: () => Promise<void> }> {
+  const s = await start();
+  return { lv: s.lv, stop: () => stop(s.proc, s.lv) };
+}
+
+async function stop(proc: ChildProcess, lv: TestLibvirt) {
   if (proc.exitCode === null && !proc.signalCode) {
     const gone = new Promise((r) => proc.once('exit', r));
     // unshare ignores SIGTERM while it waits; its one child is the namespace's init (libvirtd-ns.sh), which passes

@@ -11,6 +11,8 @@ export interface PlanVmSpec {
   disks: { ds: string; file: string; bytes: number; rdm?: boolean; sharing?: string; mode?: string }[];
   network?: string; mac?: string; host?: string; guestId?: string; firmware?: 'bios' | 'efi';
   usb?: boolean; cpuHotAdd?: boolean; memoryMB?: number;
+  /** an inventory folder below vm/ (made when missing) */
+  folder?: string;
 }
 
 const dev = (op: string, body: string, fileOp = '') => `<deviceChange><operation>${op}</operation>${fileOp ? `<fileOperation>${fileOp}</fileOperation>` : ''}${body}</deviceChange>`;
@@ -26,7 +28,8 @@ function diskXml(d: PlanVmSpec['disks'][number], i: number) {
 export async function createPlanVm(m: Manager, s: PlanVmSpec): Promise<string> {
   const sc = await m.serviceContent();
   const find = async (p: string) => moref(await m.call('FindByInventoryPath', sc.searchIndex, el('inventoryPath', p)))!;
-  const folder = await find(`${DC}/vm`);
+  let folder = await find(`${DC}/vm`);
+  if (s.folder) folder = (await m.call('FindByInventoryPath', sc.searchIndex, el('inventoryPath', `${DC}/vm/${s.folder}`)).then(moref)) ?? moref(await m.call('CreateFolder', folder, el('name', s.folder)))!;
   const host = s.host ?? 'DC0_H0';
   const cluster = host.startsWith('DC0_C0_');
   const pool = await find(cluster ? `${DC}/host/DC0_C0/Resources` : `${DC}/host/${host}/Resources`);
@@ -40,7 +43,7 @@ export async function createPlanVm(m: Manager, s: PlanVmSpec): Promise<string> {
   const spec = `<config>${el('name', s.name)}${el('guestId', s.guestId ?? 'debian10_64Guest')}<files><vmPathName>[${s.disks[0]?.ds ?? 'LocalDS_0'}]</vmPathName></files>${el('numCPUs', 1)}${el('memoryMB', s.memoryMB ?? 256)}${s.cpuHotAdd ? el('cpuHotAddEnabled', true) : ''}${changes}${el('firmware', s.firmware ?? 'bios')}</config>`;
   const task = moref(await m.call('CreateVM_Task', folder, spec + `<pool type="ResourcePool">${esc(pool.value)}</pool>` + (hostRef ? `<host type="HostSystem">${esc(hostRef.value)}</host>` : '')))!;
   await waitForTask(m, task, `creating VM ${s.name}`);
-  return `/${DC}/vm/${s.name}`;
+  return `/${DC}/vm/${s.folder ? `${s.folder}/` : ''}${s.name}`;
 }
 
 export async function snapshot(m: Manager, vmPath: string, name: string) {

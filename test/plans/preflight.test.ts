@@ -75,7 +75,7 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     daemon = await startDaemonProc({
       ...testEnv(redis.url, 'plans'), FERRY_HOST: '127.0.0.1', FERRY_API_KEYS: keys,
       GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
-      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool,
+      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_URIS: `qemu+unix:///system?socket=${dir}/none.sock`, FERRY_LIBVIRT_POOL: lv.pool,
     }, cfg);
     B = daemon.url;
     rc = new IORedis(redis.url);
@@ -191,7 +191,12 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   });
 
   it('a plan whose target cannot be reached gets a blocker on every VM, not a 500', async () => {
-    await req(B, 'POST', '/plans', { ...base(), id: 'p-away', destination: { type: 'kvm', virt_uri: `qemu+unix:///system?socket=${dir}/none.sock` }, vms: [vm('ok1')] }, alice);
+    // An allowed URI (FERRY_LIBVIRT_URIS) with no libvirtd behind it; one not allowed is a 400 at create.
+    const far = await req(B, 'POST', '/plans', { ...base(), id: 'p-far', destination: { type: 'kvm', virt_uri: 'qemu+ssh://elsewhere/system' }, vms: [vm('ok1')] }, alice);
+    expect(far.status).to.equal(400);
+    expect(far.text).to.match(/destination\.virt_uri\b.*FERRY_LIBVIRT_URIS/);
+    const c = await req(B, 'POST', '/plans', { ...base(), id: 'p-away', destination: { type: 'kvm', virt_uri: `qemu+unix:///system?socket=${dir}/none.sock` }, vms: [vm('ok1')] }, alice);
+    expect(c.status, c.text).to.equal(201);
     const r = await req(B, 'POST', '/plans/p-away/validate', undefined, alice);
     expect(r.status, r.text).to.equal(200);
     expect(r.body.vms[0].findings.map((f: any) => f.rule)).to.deep.equal(['target_unreachable']);

@@ -300,12 +300,16 @@ describe('vSphere export jobs (vcsim)', function () {
     expect(walk(out)).to.deep.equal([]);
   });
 
-  it('the per-manager limit: 6 exports with FERRY_EXPORTS_PER_MANAGER=2 never run more than 2 at once, wait with a reason, all complete', async () => {
+  it('the per-manager limit: 6 exports with FERRY_EXPORTS_PER_MANAGER=2 never run more than 2 at once, wait with a reason, all complete; two exports of one VM never overlap (the source guard)', async () => {
+    // Six VMs (one VM is exported by one job at a time: the source guard), and tiny once more.
+    const m = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
+    const vms = [tiny, ...await Promise.all([1, 2, 3, 4, 5].map((i) => tinyVm(v, m, dir, `lim-${i}`, 2)))];
     proxy.throttle(1024 * 1024);
     await worker('vs-2', {}, ['vsphere_access'], ['--concurrency', '3']);
     const url = `https://127.0.0.1:${proxy.port}/sdk`;
     const ids: string[] = [];
-    for (let i = 0; i < 6; i++) ids.push(await submit({ vm_path: tiny.path, output_path: path.join(dir, `out-limit-${i}`), manager_url: url, options: { parallel_downloads: 1 } }));
+    for (let i = 0; i < 7; i++) ids.push(await submit({ vm_path: vms[i % 6].path, output_path: path.join(dir, `out-limit-${i}`), manager_url: url, options: { parallel_downloads: 1 } }));
+    let bothTiny = false;
     let maxRunning = 0;
     let samples = 0;
     const reasons = new Set<string>();
@@ -313,6 +317,7 @@ describe('vSphere export jobs (vcsim)', function () {
     for (const end = Date.now() + 60000; Date.now() < end;) {
       const states = await Promise.all(ids.map(async (id) => (await gwJob(id))));
       const runningNow = states.filter((j) => j.state === 'RUNNING').length;
+      bothTiny ||= states[0].state === 'RUNNING' && states[6].state === 'RUNNING';
       maxRunning = Math.max(maxRunning, runningNow);
       samples++;
       for (const j of states) if (j.state === 'QUEUED' && j.queue.waiting_reason) reasons.add(j.queue.waiting_reason);
@@ -321,12 +326,13 @@ describe('vSphere export jobs (vcsim)', function () {
       await new Promise((r) => setTimeout(r, 100));
     }
     const finals = await Promise.all(ids.map((id) => gwJob(id)));
-    expect(finals.map((j) => j.state)).to.deep.equal(Array(6).fill('COMPLETED'));
+    expect(finals.map((j) => j.state)).to.deep.equal(Array(7).fill('COMPLETED'));
+    expect(bothTiny, 'two exports of tiny ran at once').to.equal(false);
     expect(samples).to.be.greaterThan(10);
     expect(maxRunning).to.equal(2);
     expect([...reasons].join('\n')).to.match(/waiting for an export slot on vSphere manager https:\/\/127\.0\.0\.1:\d+: 2 of 2 in use/);
     expect(queueReason).to.match(/job\(s\) waiting: waiting for an export slot/);
-    for (const j of finals) expect(j.result.files[0].sha256).to.equal(await sha256(tiny.sparse));
+    for (const [i, j] of finals.entries()) expect(j.result.files[0].sha256).to.equal(await sha256(vms[i % 6].sparse));
   });
 
   it('the simulator stopped mid-export: the job fails after its retries with the reason, nothing half-written unmarked', async () => {

@@ -3,6 +3,7 @@
 // slots of its manager (queue/slots.ts); without one it goes back to the queue, saying why.
 import { OperationError } from '../../../shared/errors';
 import { Slots } from '../../../queue/slots';
+import { takeVmGuard } from '../../../queue/vm-guard';
 import { managerName } from '../../../shared/vsphere/client';
 import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
 import { VsphereError } from '../../../shared/vsphere/errors';
@@ -26,15 +27,19 @@ function managerOf(p: ExportParameters) {
   try { return managerName(resolveCredentials({ manager_url: p.manager_url }).url); } catch { return null; }
 }
 
-/** One of the manager's export slots, or why the job must wait. */
+/** The VM's source guard (queue/vm-guard.ts: no other job exports it meanwhile), then one of the manager's export
+ *  slots, or why the job must wait. Both are held until the job ends. */
 export const admitExport: Admit = async (spec, store) => {
   const p = spec.parameters as ExportParameters;
   const name = managerOf(p);
   if (!name) return { ok: true, release: async () => { /* no slot was taken */ } }; // the run reports the missing manager
+  const guard = await takeVmGuard(store.redis, store.k, name, p.vm_path, spec.job_id, slotLeaseMs());
+  if ('holder' in guard) return { ok: false, reason: `waiting: ${p.vm_path} is being exported by job ${guard.holder} (the source guard)` };
   const slots = new Slots(store.redis, store.k);
   const limit = exportsPerManager();
   const slot = await slots.acquire(name, spec.job_id, limit, slotLeaseMs());
-  if (slot) return { ok: true, release: () => slot.release() };
+  if (slot) return { ok: true, release: async () => { await slot.release(); await guard.slot.release(); } };
+  await guard.slot.release();
   return { ok: false, reason: `waiting for an export slot on vSphere manager ${name}: ${limit} of ${limit} in use (FERRY_EXPORTS_PER_MANAGER)` };
 };
 

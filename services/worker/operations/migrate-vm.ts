@@ -47,11 +47,11 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 }
 
 export const migrateVm: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
+  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
   jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   const exported = await runExport(ctx, p, dir, 'export', 'export folder');
-  return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, conversion_method: p.conversion_method, virt_test: p.virt_test });
+  return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test });
 };
 
 /** The manager's export slot, then a plan job's own slots (ESXi host, datastore, target host, plan); all or none. */

@@ -25,6 +25,8 @@ export interface AfterExportInput {
   network_mapping: Record<string, string>;
   /** the target storage pool (a plan's storage_map); default FERRY_LIBVIRT_POOL */
   pool?: string;
+  /** the domain's name (a plan's options.target_name); default the VM's */
+  domain_name?: string;
   conversion_method?: string;
   virt_test?: { expect?: string; timeout_seconds?: number };
 }
@@ -45,7 +47,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
 
   const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
-  const name = String(exported.source?.vm_name || path.basename(dir));
+  const name = input.domain_name || String(exported.source?.vm_name || path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({
