@@ -6,25 +6,17 @@
 // same figures; the stuck-VM alert loads in Prometheus and its promtool unit test passes.
 import { expect } from 'chai';
 import { execFileSync, spawn, ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import IORedis from 'ioredis';
-import { TestRedis, freePort } from '../helpers/redis';
-import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { freePort } from '../helpers/redis';
 import { req, until } from '../helpers/http';
-import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
-import { managerFor } from '../../shared/vsphere/client';
-import { makeDisks, upload } from '../vsphere/fixture';
-import { createPlanVm } from '../plans/fixture';
+import { makeDisks } from '../vsphere/fixture';
+import { PlanStack, startPlanStack } from '../plans/fixture';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const PROM_DIR = path.join(ROOT, 'deploy', 'prometheus');
 const DASHBOARD = path.join(ROOT, 'deploy', 'grafana', 'dashboards', 'ferry-plans.json');
-const NET = 'ferry-plans-met';
-const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
 const PLAN = 'met-wave';
 
 interface Target { panel: string; expr: string }
@@ -40,16 +32,11 @@ const substitute = (e: string) => e.replace(/\$plan/g, PLAN).replace(/\$__rate_i
 
 describe('deploy: the Migration plans dashboard on a real plan run', function () {
   this.timeout(600_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-planmet-'));
-  const procs: Proc[] = [];
-  let v: Vcsim;
-  let lv: TestLibvirt;
+  let s: PlanStack;
   let B: string;
   let prom: ChildProcess | undefined;
   let promUrl = '';
   const promLogs: string[] = [];
-  const vm = (n: string) => `/DC0/vm/${n}`;
 
   const query = async (expr: string) => {
     const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
@@ -59,38 +46,23 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
 
   before(async function () {
     this.timeout(300_000);
-    [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
-    const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
-    const disks = makeDisks(dir, 2);
-    for (const [name, host, ds, mac] of [['m0', 'DC0_H0', 'LocalDS_0', '10'], ['m1', 'DC0_C0_H0', 'LocalDS_1', '11']]) {
-      await createPlanVm(m, { name, host, disks: [{ ds, file: `${name}/${name}.vmdk`, bytes: disks.bytes }], mac: `00:50:56:03:00:${mac}` });
-      await upload(v, disks.sparse, `${name}/${name}.vmdk`, ds);
-    }
-    await createPlanVm(m, { name: 'mu', network: 'DC0_DVPG0', disks: [{ ds: 'LocalDS_0', file: 'mu/mu.vmdk', bytes: disks.bytes }], mac: '00:50:56:03:00:99' });
-    const netXml = path.join(dir, 'net.xml');
-    writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpm0"/></network>`);
-    await lv.virsh(['net-define', netXml]).catch(() => undefined);
-    await lv.virsh(['net-start', NET]).catch(() => undefined);
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    const env = {
-      ...testEnv(redis.url, 'planmet'), FERRY_HOST: '127.0.0.1', FERRY_LEASE_SECONDS: '10',
-      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
-      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
-    };
     // Two daemon replicas on one Redis: both run the plan runner, both must report the same figures.
-    const [d1, d2] = await Promise.all([startDaemonProc(env, cfg), startDaemonProc(env, cfg)]);
-    procs.push(d1, d2, await startWorkerProc(env, 'mw1', CAPS, ['--concurrency', '1']));
-    B = d1.url;
+    s = await startPlanStack({ prefix: 'planmet', daemons: 2, workers: { mw1: 1 } });
+    B = s.url;
+    const disks = makeDisks(s.dir, 2);
+    for (const [name, host, ds, mac] of [['m0', 'DC0_H0', 'LocalDS_0', '10'], ['m1', 'DC0_C0_H0', 'LocalDS_1', '11']]) {
+      await s.addVm({ name, host, ds, mac: `00:50:56:03:00:${mac}` }, { path: disks.sparse, bytes: disks.bytes });
+    }
+    await s.addVm({ name: 'mu', host: 'DC0_H0', ds: 'LocalDS_0', network: 'DC0_DVPG0', mac: '00:50:56:03:00:99' }, { path: disks.sparse, bytes: disks.bytes });
 
     const promPort = await freePort();
     promUrl = `http://127.0.0.1:${promPort}`;
-    writeFileSync(path.join(dir, 'prometheus.yml'), yaml.dump({
+    writeFileSync(path.join(s.dir, 'prometheus.yml'), yaml.dump({
       global: { scrape_interval: '1s', evaluation_interval: '1s' },
       rule_files: [path.join(PROM_DIR, 'rules', '*.yml')],
-      scrape_configs: [{ job_name: 'daemon', static_configs: [{ targets: [`127.0.0.1:${d1.port}`, `127.0.0.1:${d2.port}`] }] }],
+      scrape_configs: [{ job_name: 'daemon', static_configs: [{ targets: s.daemons.map((d) => `127.0.0.1:${d.port}`) }] }],
     }));
-    prom = spawn('prometheus', [`--config.file=${path.join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(dir, 'data')}`,
+    prom = spawn('prometheus', [`--config.file=${path.join(s.dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(s.dir, 'data')}`,
       `--web.listen-address=127.0.0.1:${promPort}`, '--log.level=warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
     prom.stderr!.on('data', (b) => promLogs.push(b.toString()));
     await until(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30000, `prometheus ready\n${promLogs.join('')}`);
@@ -102,26 +74,16 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
 
   after(async () => {
     if (prom && prom.exitCode === null) { const gone = new Promise((r) => prom!.once('exit', r)); prom.kill('SIGTERM'); await gone; }
-    await Promise.all(procs.map((p) => p.kill()));
-    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
-    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
-    await v?.stop();
-    await redis.stop();
-    if (lv) await releaseLibvirt();
-    rmSync(dir, { recursive: true, force: true });
+    await s?.stop();
   });
 
   it('every query of the dashboard parses and returns data while the plan runs; the figures match the plan; both replicas agree', async () => {
     const ts = targets();
     expect(ts.length).to.be.greaterThan(10);
-    const c = await req(B, 'POST', '/plans', {
-      id: PLAN, name: PLAN, vms: [vm('m0'), vm('m1'), vm('mu')],
-      destination: { type: 'kvm', virt_uri: lv.uri }, network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool },
-      options: { power_off: 'force' }, limits: { per_plan: 1 },
-    });
+    const c = await req(B, 'POST', '/plans', s.plan(PLAN, ['m0', 'm1', 'mu'], { limits: { per_plan: 1 } }));
     expect(c.status, c.text).to.equal(201);
-    const s = await req(B, 'POST', `/plans/${PLAN}/start`);
-    expect(s.status, s.text).to.equal(200);
+    const st = await req(B, 'POST', `/plans/${PLAN}/start`);
+    expect(st.status, st.text).to.equal(200);
 
     // Every query, over and over while the plan runs, then once more after its end has been scraped.
     const errors = new Set<string>();
@@ -162,11 +124,10 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
     // Bytes: both jobs exported their disk before failing at inspection; the figure is the exports' counts.
     const jobs = p.vms.flatMap((x: any) => x.jobs) as string[];
     expect(jobs.length).to.equal(2);
-    const rc = new IORedis(redis.url);
     const exported = await Promise.all(jobs.map(async (j) => {
-      const rows = await rc.xrange(`planmet:job:${j}:events`, '-', '+');
+      const rows = await s.rc.xrange(`planmet:job:${j}:events`, '-', '+');
       return Math.max(0, ...rows.map(([, f]) => Number(JSON.parse(f[1]).details?.bytes_downloaded ?? 0)));
-    })).finally(() => rc.disconnect());
+    }));
     expect(exported.every((b) => b > 0), `bytes exported per job: ${exported}`).to.equal(true);
     expect(await value(`max(mtv_migration_data_transferred_bytes{plan="${PLAN}"})`)).to.equal(exported[0] + exported[1]);
     // Nothing is running any more: no stage series.

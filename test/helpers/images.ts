@@ -28,15 +28,22 @@ export function makeImage(dir: string, name: string, format: 'vmdk' | 'vhdx' | '
  *   done: cli; hlt; jmp done-1          ; the message follows at 0x7c17, then the 0x55aa boot signature
  */
 export function makeBootableImage(dir: string, name: string, format: 'vmdk' | 'qcow2' | 'raw', message = 'FERRY-BOOT-OK'): string {
-  const code = Buffer.from([0xfc, 0x31, 0xc0, 0x8e, 0xd8, 0xba, 0xf8, 0x03, 0xbe, 0x17, 0x7c, 0xac, 0x84, 0xc0, 0x74, 0x03, 0xee, 0xeb, 0xf8, 0xfa, 0xf4, 0xeb, 0xfd]);
   const disk = Buffer.alloc(1024 * 1024);
-  code.copy(disk, 0);
-  Buffer.from(`${message}\r\n\0`).copy(disk, code.length);
+  mbrBootCode(message).copy(disk, 0);
   disk.writeUInt16LE(0xaa55, 510);
   const raw = path.join(dir, `${name}.src.raw`);
   writeFileSync(raw, disk);
   if (format === 'raw') return raw;
   const out = path.join(dir, `${name}.${format}`);
   execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', format, raw, out]);
+  return out;
+}
+
+/** The boot code above with its message, at most 440 bytes: it fits an MBR's code area before the disk signature
+ *  and the partition table, so a partitioned disk can carry it too (test/fixtures/tiny-guest.ts). */
+export function mbrBootCode(message = 'FERRY-BOOT-OK'): Buffer {
+  const code = Buffer.from([0xfc, 0x31, 0xc0, 0x8e, 0xd8, 0xba, 0xf8, 0x03, 0xbe, 0x17, 0x7c, 0xac, 0x84, 0xc0, 0x74, 0x03, 0xee, 0xeb, 0xf8, 0xfa, 0xf4, 0xeb, 0xfd]);
+  const out = Buffer.concat([code, Buffer.from(`${message}\r\n\0`)]);
+  if (out.length > 440) throw new Error(`boot message too long for an MBR: ${out.length} bytes`);
   return out;
 }

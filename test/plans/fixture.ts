@@ -1,10 +1,23 @@
-// Source VMs for plan tests, shaped on the simulator as an operator's datacenter would have them: disks on either
-// datastore, VMs on several ESXi hosts, snapshots, an RDM, a multi-writer disk, a USB controller, a NIC on a
-// network the plan does not map, hot-plug, a running VM. Created through Ferry's own SOAP client.
-import type { Manager } from '../../shared/vsphere/client';
+// Plan tests' parts. Source VMs shaped on the simulator as an operator's datacenter would have them: disks on
+// either datastore, VMs on several ESXi hosts, snapshots, an RDM, a multi-writer disk, a USB controller, a NIC on
+// a network the plan does not map, hot-plug, a running VM (created through Ferry's own SOAP client). And the
+// stack plans run on (startPlanStack): a private Redis, the simulator, the tests' libvirtd with a network for the
+// VMs, the daemon(s) and shape B workers as processes.
+import IORedis from 'ioredis';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { managerFor, managerName, type Manager } from '../../shared/vsphere/client';
 import { waitForTask } from '../../shared/vsphere/actions';
 import { el, esc, moref } from '../../shared/vsphere/xml';
-import { DC } from '../vsphere/fixture';
+import { keys } from '../../shared/redis';
+import { Slots } from '../../queue/slots';
+import { DC, upload } from '../vsphere/fixture';
+import { TestRedis } from '../helpers/redis';
+import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { req } from '../helpers/http';
+import { startVcsim, Vcsim } from '../helpers/vcsim';
+import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 
 export interface PlanVmSpec {
   name: string;
@@ -50,4 +63,124 @@ export async function snapshot(m: Manager, vmPath: string, name: string) {
   const sc = await m.serviceContent();
   const vm = moref(await m.call('FindByInventoryPath', sc.searchIndex, el('inventoryPath', vmPath.slice(1))))!;
   await waitForTask(m, moref(await m.call('CreateSnapshot_Task', vm, `${el('name', name)}${el('memory', false)}${el('quiesce', false)}`))!, `snapshot of ${vmPath}`);
+}
+
+/** What a shape B job needs of a worker. */
+export const PLAN_CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
+
+export interface PlanStackOptions {
+  /** Redis key prefix; also names the temp folder and the libvirt network (`ferry-<prefix>`). Unique per file. */
+  prefix: string;
+  /** Worker ids and their --concurrency. */
+  workers: Record<string, number>;
+  /** Daemon replicas on the same Redis (default 1). */
+  daemons?: number;
+  /** The simulator's model (default: two datastores, no VMs of its own; a standalone host and a cluster of 3). */
+  vcsim?: string[];
+  /** FERRY_LEASE_SECONDS (default 10). */
+  leaseSeconds?: number;
+  /** More of the daemon's YAML config, after `daemon: {job_timeout: 1h}`. */
+  config?: string;
+}
+
+export interface PlanStack {
+  v: Vcsim; lv: TestLibvirt; m: Manager; rc: IORedis; dir: string; env: Record<string, string>;
+  /** The first daemon's URL, all daemons, and the workers by id. */
+  url: string; daemons: (Proc & { url: string; port: number })[]; workers: Record<string, Proc>;
+  /** The libvirt network the plans map "VM Network" onto, and the manager's name in slot names. */
+  net: string; manager: string;
+  /** `/DC0/vm/<name>` */
+  vm(name: string): string;
+  /** A VM with one disk, `<name>/<name>.vmdk` on `ds` (uploaded from `disk`), on ESXi host `host`. */
+  addVm(s: { name: string; host: string; ds: string; mac: string; network?: string }, disk: { path: string; bytes: number }): Promise<string>;
+  /** A create body: these VMs to the tests' libvirtd, "VM Network" and both datastores mapped, power_off force. */
+  plan(id: string, names: string[], extra?: Record<string, unknown>): Record<string, unknown>;
+  get(id: string): Promise<any>;
+  /** Live holders of a slot name (`esxi:<manager>:<host>`, `datastore:<manager>:<ds>`, `plan:<id>`, ...). */
+  holders(name: string): Promise<string[]>;
+  domains(): Promise<string[]>;
+  volumes(): Promise<string[]>;
+  /** Everything stopped; the domains of the VMs added here removed from the shared libvirtd. */
+  stop(): Promise<void>;
+}
+
+const warn = (what: string) => (e: Error) => console.warn(`      (${what}: ${e.message.trim()})`);
+
+/** The stack, started; call stop() in an after hook. A start that fails stops what it had started. */
+export async function startPlanStack(o: PlanStackOptions): Promise<PlanStack> {
+  const undo: (() => Promise<unknown>)[] = [];
+  const stopAll = async () => { for (const f of undo.splice(0).reverse()) await f().catch(warn('stopping the plan stack')); };
+  try {
+    return await build(o, undo, stopAll);
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}
+
+async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop: () => Promise<void>): Promise<PlanStack> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `ferry-${o.prefix}-`));
+  undo.push(async () => rmSync(dir, { recursive: true, force: true }));
+  const redis = new TestRedis();
+  undo.push(() => redis.stop());
+  await redis.start();
+  const lv = await useLibvirt();
+  undo.push(() => releaseLibvirt());
+  const v = await startVcsim({ args: o.vcsim ?? ['-ds', '2', '-vm', '0'] });
+  undo.push(() => v.stop());
+  const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
+  const virsh = (args: string[]) => lv.virsh(args);
+  const list = async (args: string[]) => (await virsh(args)).split('\n').map((l) => l.trim().split(/\s+/)[0]).filter(Boolean);
+  const net = `ferry-${o.prefix}`;
+  if (!(await list(['net-list', '--all', '--name'])).includes(net)) {
+    writeFileSync(path.join(dir, 'net.xml'), `<network><name>${net}</name><bridge name="vb-${o.prefix.slice(0, 12)}"/></network>`);
+    await virsh(['net-define', path.join(dir, 'net.xml')]);
+  }
+  undo.push(() => virsh(['net-undefine', net]));
+  if (!(await list(['net-list', '--name'])).includes(net)) await virsh(['net-start', net]);
+  undo.push(() => virsh(['net-destroy', net]));
+  // The domains a plan made of the VMs added here go when the stack stops: the libvirtd is the whole run's.
+  const added: string[] = [];
+  undo.push(async () => {
+    const left = new Set(await list(['list', '--all', '--name']));
+    for (const n of added.filter((x) => left.has(x))) {
+      if ((await virsh(['domstate', n])).trim() !== 'shut off') await virsh(['destroy', n]);
+      await virsh(['undefine', n, '--nvram', '--remove-all-storage']);
+    }
+  });
+  const cfg = path.join(dir, 'daemon.yaml');
+  writeFileSync(cfg, `daemon:\n  job_timeout: 1h\n${o.config ?? ''}`);
+  const env = {
+    ...testEnv(redis.url, o.prefix), FERRY_HOST: '127.0.0.1', FERRY_LEASE_SECONDS: String(o.leaseSeconds ?? 10),
+    GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
+    FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
+    // The manager's own limit (default 4) above every plan limit the tests set: the plan's limits are what binds.
+    FERRY_EXPORTS_PER_MANAGER: '16',
+  };
+  const daemons: (Proc & { url: string; port: number })[] = [];
+  const workers: Record<string, Proc> = {};
+  undo.push(() => Promise.all([...daemons, ...Object.values(workers)].map((p) => p.kill())));
+  for (let i = 0; i < (o.daemons ?? 1); i++) daemons.push(await startDaemonProc(env, cfg));
+  for (const [id, n] of Object.entries(o.workers)) workers[id] = await startWorkerProc(env, id, PLAN_CAPS, ['--concurrency', String(n)]);
+  const rc = new IORedis(redis.url);
+  undo.push(async () => rc.disconnect());
+  const slots = new Slots(rc, keys(o.prefix));
+  const vm = (n: string) => `/${DC}/vm/${n}`;
+  return {
+    v, lv, m, rc, dir, env, url: daemons[0].url, daemons, workers, net, manager: managerName(v.url), vm, stop,
+    async addVm(s, disk) {
+      await createPlanVm(m, { name: s.name, host: s.host, network: s.network, mac: s.mac, disks: [{ ds: s.ds, file: `${s.name}/${s.name}.vmdk`, bytes: disk.bytes }] });
+      await upload(v, disk.path, `${s.name}/${s.name}.vmdk`, s.ds);
+      added.push(s.name);
+      return vm(s.name);
+    },
+    plan: (id, names, extra = {}) => ({
+      id, name: id, vms: names.map(vm), destination: { type: 'kvm', virt_uri: lv.uri },
+      network_map: { 'VM Network': net }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
+    }),
+    get: async (id) => (await req(daemons[0].url, 'GET', `/plans/${id}`)).body,
+    holders: (name) => slots.holders(name),
+    domains: () => list(['list', '--all', '--name']),
+    volumes: async () => { await virsh(['pool-refresh', lv.pool]); return list(['vol-list', lv.pool]); },
+  };
 }

@@ -7,28 +7,15 @@
 //    VM final, the killed job was requeued or failed as the job protocol says, the dead worker's slot leases are
 //    gone from Redis, and the limits (1 per ESXi host) were never exceeded (sampled).
 import { expect } from 'chai';
-import IORedis from 'ioredis';
 import yaml from 'js-yaml';
-import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { openSse } from '../helpers/sse';
 import { openWs } from '../helpers/ws';
-import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
-import { managerFor, managerName } from '../../shared/vsphere/client';
-import { makeDisks, upload } from '../vsphere/fixture';
-import { createPlanVm } from './fixture';
+import { makeDisks } from '../vsphere/fixture';
+import { PlanStack, startPlanStack } from './fixture';
 
-const NET = 'ferry-plans-live';
-const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
 const FINAL = ['completed', 'failed', 'cancelled'];
 const PREFIX = 'planlive';
-const slotKey = (name: string) => `${PREFIX}:manager:${createHash('sha256').update(name).digest('hex').slice(0, 20)}:slots`;
 
 /** `p`, or an error naming `what` after `ms` (a stream that never ends fails the test instead of hanging it). */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -38,63 +25,24 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 describe('plans: live events and a worker killed mid-plan', function () {
   this.timeout(600_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-plans-live-'));
-  const procs: Proc[] = [];
-  const workers: Record<string, Proc> = {};
-  let v: Vcsim;
-  let lv: TestLibvirt;
+  let s: PlanStack;
   let B: string;
-  let rc: IORedis;
-  let env: Record<string, string>;
-  const vm = (n: string) => `/DC0/vm/${n}`;
   const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b1: 'DC0_C0_H0' };
-  const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => ({
-    id, name: id, vms: vms.map(vm), destination: { type: 'kvm', virt_uri: lv.uri },
-    network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
-  });
-  const get = async (id: string) => (await req(B, 'GET', `/plans/${id}`)).body;
+  const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => s.plan(id, vms, extra);
+  const get = (id: string) => s.get(id);
   const statuses = (p: any) => Object.fromEntries(p.vms.map((x: any) => [x.vm_path, x.status]));
 
   before(async function () {
     this.timeout(300_000);
-    [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
-    const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
-    const disks = makeDisks(dir, 2);
+    s = await startPlanStack({ prefix: PREFIX, workers: { w1: 2, w2: 2 }, leaseSeconds: 5 });
+    B = s.url;
+    const disks = makeDisks(s.dir, 2);
     let mac = 0x10;
     for (const [name, host] of Object.entries(HOSTS)) {
-      const ds = host === 'DC0_H0' ? 'LocalDS_0' : 'LocalDS_1';
-      await createPlanVm(m, { name, host, disks: [{ ds, file: `${name}/${name}.vmdk`, bytes: disks.bytes }], mac: `00:50:56:03:00:${(mac++).toString(16)}` });
-      await upload(v, disks.sparse, `${name}/${name}.vmdk`, ds);
+      await s.addVm({ name, host, ds: host === 'DC0_H0' ? 'LocalDS_0' : 'LocalDS_1', mac: `00:50:56:03:00:${(mac++).toString(16)}` }, { path: disks.sparse, bytes: disks.bytes });
     }
-    const netXml = path.join(dir, 'net.xml');
-    writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpl0"/></network>`);
-    await lv.virsh(['net-define', netXml]).catch(() => undefined);
-    await lv.virsh(['net-start', NET]).catch(() => undefined);
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    env = {
-      ...testEnv(redis.url, PREFIX), FERRY_HOST: '127.0.0.1', FERRY_LEASE_SECONDS: '5',
-      GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
-      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
-    };
-    const daemon = await startDaemonProc(env, cfg);
-    workers.w1 = await startWorkerProc(env, 'w1', CAPS, ['--concurrency', '2']);
-    workers.w2 = await startWorkerProc(env, 'w2', CAPS, ['--concurrency', '2']);
-    procs.push(daemon, workers.w1, workers.w2);
-    B = daemon.url;
-    rc = new IORedis(redis.url);
   });
-  after(async () => {
-    rc?.disconnect();
-    await Promise.all(procs.map((p) => p.kill()));
-    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
-    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
-    await v?.stop();
-    await redis.stop();
-    if (lv) await releaseLibvirt();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  after(async () => { await s?.stop(); });
 
   it('plan_update on /ws and the plan SSE stream (both path forms) show the plan from running to final, ending with what GET shows', async () => {
     const c = await req(B, 'POST', '/plans', plan('watch', ['a0', 'b0'], { limits: { per_plan: 2 } }));
@@ -108,8 +56,8 @@ describe('plans: live events and a worker killed mid-plan', function () {
     await sse.waitFor((f) => f.some((x) => x.event === 'plan'));
     expect(sse.status).to.equal(200);
     expect(sse.frames[0].data).to.include({ id: 'watch', status: 'pending' });
-    const s = await req(B, 'POST', '/plans/watch/start');
-    expect(s.status, s.text).to.equal(200);
+    const st = await req(B, 'POST', '/plans/watch/start');
+    expect(st.status, st.text).to.equal(200);
 
     // Each stream ends by itself once the plan is final.
     await within(Promise.all([sse.closed, sse2.closed]), 300_000, 'the plan streams to end');
@@ -154,15 +102,13 @@ describe('plans: live events and a worker killed mid-plan', function () {
   it('a worker SIGKILLed while it holds a VM job and its slots changes nothing but time', async () => {
     const c = await req(B, 'POST', '/plans', plan('kill', Object.keys(HOSTS), { limits: { per_plan: 4, per_esxi_host: 1 } }));
     expect(c.status, c.text).to.equal(201);
-    const s = await req(B, 'POST', '/plans/kill/start');
-    expect(s.status, s.text).to.equal(200);
-    const mgr = managerName(v.url);
-    const hostKeys = ['DC0_H0', 'DC0_C0_H0'].map((h) => slotKey(`esxi:${mgr}:${h}`));
+    const st = await req(B, 'POST', '/plans/kill/start');
+    expect(st.status, st.text).to.equal(200);
+    const hostSlots = ['DC0_H0', 'DC0_C0_H0'].map((h) => `esxi:${s.manager}:${h}`);
     const max: Record<string, number> = {};
     let samples = 0;
     const sample = async () => {
-      const now = Date.now();
-      for (const k of hostKeys) max[k] = Math.max(max[k] ?? 0, await rc.zcount(k, now, '+inf'));
+      for (const k of hostSlots) max[k] = Math.max(max[k] ?? 0, (await s.holders(k)).length);
       // And from the jobs' side: RUNNING jobs per ESXi host.
       const p = await get('kill');
       const running: Record<string, number> = {};
@@ -177,15 +123,14 @@ describe('plans: live events and a worker killed mid-plan', function () {
       await sample();
       for (const x of (await get('kill')).vms) {
         if (!x.job_id) continue;
-        const h = await rc.hgetall(`${PREFIX}:job:${x.job_id}`);
-        if (h.state !== 'RUNNING' || !workers[h.worker_id]) continue;
+        const h = await s.rc.hgetall(`${PREFIX}:job:${x.job_id}`);
+        if (h.state !== 'RUNNING' || !s.workers[h.worker_id]) continue;
         const host = HOSTS[x.vm_path.split('/').pop()];
-        const holders = await rc.zrangebyscore(slotKey(`esxi:${mgr}:${host}`), Date.now(), '+inf');
-        if (holders.includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id as string, host, vm: x.vm_path as string };
+        if ((await s.holders(`esxi:${s.manager}:${host}`)).includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id as string, host, vm: x.vm_path as string };
       }
       return null;
     }, 120_000, 'a plan job running with its slots');
-    await workers[victim.worker].kill();
+    await s.workers[victim.worker].kill();
     console.log(`      SIGKILLed ${victim.worker} holding job ${victim.job} (${victim.vm}, ESXi host ${victim.host})`);
 
     let p: any;
@@ -203,15 +148,15 @@ describe('plans: live events and a worker killed mid-plan', function () {
     const job = (await req(B, 'GET', `/jobs/${victim.job}`)).body;
     expect(job.status).to.be.oneOf(['failed', 'completed']);
     // (the record's state history, as stored: the reasons of its transitions)
-    const hist = (await rc.hget(`${PREFIX}:job:${victim.job}`, 'history')) || '';
+    const hist = (await s.rc.hget(`${PREFIX}:job:${victim.job}`, 'history')) || '';
     console.log(`      the killed job: ${job.status}; ${JSON.stringify(job.error)}`);
     expect(hist, 'the history names the lost lease').to.match(new RegExp(`worker ${victim.worker} lost its lease|lease expired`));
     // No slot lease of the plan stays live: the dead worker's go with their lease (a requeued job that ran again
     // under the same id released them itself), within the slot lease (3 x FERRY_LEASE_SECONDS).
-    const keys = [...hostKeys, slotKey('plan:kill'), slotKey(`datastore:${mgr}:LocalDS_0`), slotKey(`datastore:${mgr}:LocalDS_1`), slotKey(`target:${lv.uri}`)];
-    const left = async () => { const now = Date.now(); const out: Record<string, string[]> = {}; for (const k of keys) { const h = await rc.zrangebyscore(k, now, '+inf'); if (h.length) out[k] = h; } return out; };
+    const names = [...hostSlots, 'plan:kill', `datastore:${s.manager}:LocalDS_0`, `datastore:${s.manager}:LocalDS_1`, `target:${s.lv.uri}`];
+    const left = async () => { const out: Record<string, string[]> = {}; for (const k of names) { const h = await s.holders(k); if (h.length) out[k] = h; } return out; };
     console.log(`      slot holders live when the plan ended: ${JSON.stringify(await left())}`);
     await until(async () => !Object.keys(await left()).length, 20_000, 'every slot lease of the plan to be gone');
-    expect(await rc.zrangebyscore(slotKey(`esxi:${mgr}:${victim.host}`), Date.now(), '+inf')).to.not.include(victim.job);
+    expect(await s.holders(`esxi:${s.manager}:${victim.host}`)).to.not.include(victim.job);
   });
 });

@@ -4,69 +4,48 @@
 // the jobs' states), the rollback that follows a failure (a source Ferry powered off is powered back on), a
 // window that closes, and a cancel mid-plan leaving nothing on the target.
 import { expect } from 'chai';
-import IORedis from 'ioredis';
-import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { req, until } from '../helpers/http';
-import type { Vcsim } from '../helpers/vcsim';
-import type { TestLibvirt } from '../helpers/libvirt';
-import { managerName } from '../../shared/vsphere/client';
 import { vmDetail } from '../../shared/vsphere/inventory';
-import { powerOn } from '../vsphere/fixture';
-import { startPlanStack, type PlanStack } from './stack';
+import { makeDisks, powerOn } from '../vsphere/fixture';
+import { PlanStack, startPlanStack } from './fixture';
 
-const NET = 'ferry-plans-run';
 const FINAL = ['completed', 'failed', 'cancelled'];
 
 describe('plans: paced execution against vcsim and libvirtd', function () {
   this.timeout(600_000);
   let s: PlanStack;
-  let v: Vcsim;
-  let lv: TestLibvirt;
   let B: string;
-  let rc: IORedis;
-  let m: PlanStack['m'];
-  const vm = (n: string) => `/DC0/vm/${n}`;
   const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b2: 'DC0_C0_H0' };
-  const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => ({
-    id, name: id, vms: vms.map(vm), destination: { type: 'kvm', virt_uri: lv.uri },
-    network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
-  });
-  const get = async (id: string) => (await req(B, 'GET', `/plans/${id}`)).body;
+  const vm = (n: string) => s.vm(n);
+  const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => s.plan(id, vms, extra);
+  const get = (id: string) => s.get(id);
   const done = (id: string, ms = 480_000) => until(async () => { const p = await get(id); return FINAL.includes(p.status) && p; }, ms, `plan ${id} to end`);
-  const domains = () => s.domains();
-  const volumes = () => s.volumes();
 
   before(async function () {
     this.timeout(300_000);
-    s = await startPlanStack({
-      prefix: 'plansrun', net: { name: NET, bridge: 'virbrpr0' },
-      vms: [
-        ...Object.entries(HOSTS).map(([name, host], i) => ({ name, host, mac: `00:50:56:02:00:${(0x10 + i).toString(16)}` })),
-        { name: 'u0', network: 'DC0_DVPG0', mac: '00:50:56:02:00:99' },
-      ],
-      daemonYaml: 'daemon:\n  job_timeout: 1h\nwebhooks:\n  allow_loopback: true\n',
-      workers: [{ id: 'w1', concurrency: 2 }, { id: 'w2', concurrency: 2 }],
-    });
-    ({ v, lv, m, url: B } = s);
-    await powerOn(m, vm('b2'));
-    rc = new IORedis(s.redisUrl);
+    s = await startPlanStack({ prefix: 'plansrun', workers: { w1: 2, w2: 2 }, config: 'webhooks:\n  allow_loopback: true\n' });
+    B = s.url;
+    const disks = makeDisks(s.dir, 2);
+    let mac = 0x10;
+    for (const [name, host] of Object.entries(HOSTS)) {
+      await s.addVm({ name, host, ds: host === 'DC0_H0' ? 'LocalDS_0' : 'LocalDS_1', mac: `00:50:56:02:00:${(mac++).toString(16)}` }, { path: disks.sparse, bytes: disks.bytes });
+    }
+    await s.addVm({ name: 'u0', host: 'DC0_H0', ds: 'LocalDS_0', network: 'DC0_DVPG0', mac: '00:50:56:02:00:99' }, { path: disks.sparse, bytes: disks.bytes });
+    await powerOn(s.m, vm('b2'));
   });
-  after(async () => {
-    rc?.disconnect();
-    await s?.stop();
-  });
+  after(async () => { await s?.stop(); });
 
   it('runs every VM as a shape B job (webhook events queued), never more than 1 per ESXi host and per datastore (sampled), a blocked VM never; failures are rolled back', async () => {
     const hook = await req(B, 'POST', '/webhooks', { url: 'http://127.0.0.1:9/plans', events: ['plan.started', 'plan.vm_failed', 'plan.vm_rolled_back', 'plan.completed'] });
     expect(hook.status, hook.text).to.be.oneOf([200, 201]);
     const c = await req(B, 'POST', '/plans', plan('wave', [...Object.keys(HOSTS), 'u0'], { limits: { per_plan: 4, per_esxi_host: 1, per_datastore: 1 } }));
     expect(c.status, c.text).to.equal(201);
-    const s = await req(B, 'POST', '/plans/wave/start');
-    expect(s.status, s.text).to.equal(200);
-    expect(s.body.vms.find((x: any) => x.vm_path === vm('u0'))).to.include({ status: 'blocked' });
+    const st = await req(B, 'POST', '/plans/wave/start');
+    expect(st.status, st.text).to.equal(200);
+    expect(st.body.vms.find((x: any) => x.vm_path === vm('u0'))).to.include({ status: 'blocked' });
 
-    const mgr = managerName(v.url);
     const max: Record<string, number> = {};
     const reasons = new Set<string>();
     let samples = 0;
@@ -77,13 +56,12 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
       // The truth from both sides: live slot leases in Redis, and jobs RUNNING per host.
       const running: Record<string, number> = {};
       for (const x of p.vms) if (x.job_status === 'running') running[HOSTS[x.vm_path.split('/').pop()]] = (running[HOSTS[x.vm_path.split('/').pop()]] ?? 0) + 1;
-      const now = Date.now();
       for (const [k, n] of Object.entries({
         ...running,
-        'slots:DC0_H0': await rc.zcount(`plansrun:manager:${slotKey(`esxi:${mgr}:DC0_H0`)}:slots`, now, '+inf'),
-        'slots:DC0_C0_H0': await rc.zcount(`plansrun:manager:${slotKey(`esxi:${mgr}:DC0_C0_H0`)}:slots`, now, '+inf'),
-        'slots:LocalDS_0': await rc.zcount(`plansrun:manager:${slotKey(`datastore:${mgr}:LocalDS_0`)}:slots`, now, '+inf'),
-        'slots:LocalDS_1': await rc.zcount(`plansrun:manager:${slotKey(`datastore:${mgr}:LocalDS_1`)}:slots`, now, '+inf'),
+        'slots:DC0_H0': (await s.holders(`esxi:${s.manager}:DC0_H0`)).length,
+        'slots:DC0_C0_H0': (await s.holders(`esxi:${s.manager}:DC0_C0_H0`)).length,
+        'slots:LocalDS_0': (await s.holders(`datastore:${s.manager}:LocalDS_0`)).length,
+        'slots:LocalDS_1': (await s.holders(`datastore:${s.manager}:LocalDS_1`)).length,
       })) max[k] = Math.max(max[k] ?? 0, n);
       samples++;
       if (FINAL.includes(p.status)) break;
@@ -105,9 +83,9 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     // b2 was running; its export powered it off; the rollback powered it back on.
     console.log(`      a VM's job failed with: ${byVm.a0.error}`);
     expect(byVm.b2.rollback.detail).to.match(/powered back on/);
-    expect((await vmDetail(m, vm('b2'))).power_state).to.equal('poweredOn');
-    for (const n of Object.keys(HOSTS)) expect(await domains()).to.not.include(n);
-    expect((await volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
+    expect((await vmDetail(s.m, vm('b2'))).power_state).to.equal('poweredOn');
+    for (const n of Object.keys(HOSTS)) expect(await s.domains()).to.not.include(n);
+    expect((await s.volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
 
     // The plan's events went into the webhook machinery (no notifier runs here: the deliveries wait, pending).
     const events = (await req(B, 'GET', '/webhooks/0/deliveries')).body.deliveries.map((d: any) => d.event);
@@ -150,17 +128,17 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
       if (x.job_id) expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.be.oneOf(['cancelled', 'failed']);
     }
     expect(p.vms.filter((x: any) => x.status === 'cancelled').length).to.be.greaterThan(0);
-    for (const n of ['a0', 'a1', 'b0']) expect(await domains()).to.not.include(n);
-    expect((await volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
+    for (const n of ['a0', 'a1', 'b0']) expect(await s.domains()).to.not.include(n);
+    expect((await s.volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
   });
 
   it('rollback of one VM (admin route): the domain, its volumes and the leftovers of its name go, nothing else; twice is the same', async () => {
     // What an import that got as far as defining the domain leaves: a0.qcow2 (its disk), a0-disk1.qcow2 (a second
     // disk never attached), beside a volume that is not Ferry's.
-    for (const vol of ['a0.qcow2', 'a0-disk1.qcow2', 'keep-me.qcow2']) await lv.virsh(['vol-create-as', lv.pool, vol, '1M', '--format', 'qcow2']);
+    for (const vol of ['a0.qcow2', 'a0-disk1.qcow2', 'keep-me.qcow2']) await s.lv.virsh(['vol-create-as', s.lv.pool, vol, '1M', '--format', 'qcow2']);
     const xml = path.join(s.dir, 'a0.xml');
-    writeFileSync(xml, `<domain type="qemu"><name>a0</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${lv.poolDir}/a0.qcow2"/><target dev="vda" bus="virtio"/></disk></devices></domain>`);
-    await lv.virsh(['define', xml]);
+    writeFileSync(xml, `<domain type="qemu"><name>a0</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${s.lv.poolDir}/a0.qcow2"/><target dev="vda" bus="virtio"/></disk></devices></domain>`);
+    await s.lv.virsh(['define', xml]);
     const before = (await get('wave')).vms.find((x: any) => x.vm_path === vm('a0'));
     expect(before.status).to.equal('rolled_back');
     for (let i = 0; i < 2; i++) {
@@ -171,16 +149,12 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
       if (i === 0) expect(a0.rollback.detail).to.match(/domain a0 with its NVRAM and volumes removed/).and.match(/leftover volume a0-disk1\.qcow2 removed/);
       else expect(a0.rollback.detail).to.match(/nothing of Ferry's was on the target/);
     }
-    expect(await domains()).to.not.include('a0');
-    const vols = await volumes();
+    expect(await s.domains()).to.not.include('a0');
+    const vols = await s.volumes();
     expect(vols).to.include('keep-me.qcow2');
     expect(vols.filter((x) => x.startsWith('a0'))).to.deep.equal([]);
-    await lv.virsh(['vol-delete', '--pool', lv.pool, 'keep-me.qcow2']);
+    await s.lv.virsh(['vol-delete', '--pool', s.lv.pool, 'keep-me.qcow2']);
     expect((await req(B, 'POST', '/plans/wave/vms/u0/rollback')).status, 'a VM that never ran').to.equal(409);
   });
 });
 
-function slotKey(name: string) {
-  // queue/slots.ts keys a name by its SHA-256 (first 20 hex digits).
-  return require('node:crypto').createHash('sha256').update(name).digest('hex').slice(0, 20);
-}
