@@ -49,14 +49,9 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
-<<<<<<< HEAD
       // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
       findings: findings.map((f) => withOverride(f, v.overrides[f.rule])),
-      placement: { esxi_host: x.esxi_host, datastores, virt_uri: uri, pool: p.storage_map[datastores[0]] ?? '', domain: x.name, target_existed: target.domains.has(x.name), source_was_on: x.power_state === 'poweredOn' },
-=======
-      findings: findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f)),
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain, target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn' },
->>>>>>> planopt
     };
   });
 }

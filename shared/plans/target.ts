@@ -42,7 +42,6 @@ async function firmware(v: Virsh) {
   return { uefi: ok, secureBoot: ok && values.some((p) => /secboot|\.ms\./i.test(p)) };
 }
 
-<<<<<<< HEAD
 export interface TargetInventory {
   virt_uri: string; default: boolean; reachable: boolean; error: string | null;
   networks: string[]; pools: { name: string; active: boolean; available: number }[];
@@ -59,13 +58,13 @@ export async function targetInventory(uri: string, isDefault: boolean): Promise<
     if (e instanceof LibvirtError) return { virt_uri: uri, default: isDefault, reachable: false, error: e.message, networks: [], pools: [] };
     throw e;
   }
-=======
+}
+
 /** What the host's kernel could give a new guest now: free, buffers and cached memory (KiB in virsh's answer). */
 async function freeMemory(v: Virsh) {
   const kib = (k: string, out: string) => Number(new RegExp(`^\\s*${k}\\s*:\\s*(\\d+)`, 'm').exec(out)?.[1] ?? 0);
   const out = await v.run(['nodememstats']);
   return (kib('free', out) + kib('buffers', out) + kib('cached', out)) * 1024;
->>>>>>> planopt
 }
 
 export async function targetFacts(uri: string): Promise<TargetFacts> {
