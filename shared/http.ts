@@ -311,9 +311,9 @@ function answerError(ctx: Koa.Context, err: any, opts: AppOptions): string {
   if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
   ctx.status = status;
   ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
-  const allow = (err?.details as any)?.allow;
+  const allow = err?.details?.allow;
   if (status === 405 && allow) ctx.set('Allow', allow);
-  const retryAfter = (err?.details as any)?.retryAfter;
+  const retryAfter = err?.details?.retryAfter;
   if (retryAfter) ctx.set('Retry-After', String(retryAfter));
   return message;
 }
@@ -344,8 +344,8 @@ function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
 function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
   return [
     async (ctx, next) => {
-      if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
-      else if (ctx.request.is('json') && ctx.request.length !== 0) (ctx.request as any).body = await readJsonBody(ctx.req);
+      if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) ctx.request.body = await readYaml(ctx.req);
+      else if (ctx.request.is('json') && ctx.request.length !== 0) ctx.request.body = await readJsonBody(ctx.req);
       return next();
     },
     bodyParser({

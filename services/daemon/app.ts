@@ -22,7 +22,7 @@ import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
-import { connectQueue, QueueLayer } from '../../queue/connect';
+import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
 import { RateLimiter } from '../../shared/limits';
 import { PlanStore } from '../../queue/plans';
@@ -105,7 +105,9 @@ async function addDashboard(api: Api, cfg: DaemonConfig, s: Stores, mountStatic:
 
 /** The HTTP server with the WebSocket hub and the plan events attached, listening. */
 async function listenWith(app: Koa, hub: WsHub, planHub: PlanHub, port: number, host: string) {
-  const server = http.createServer(app.callback());
+  // Koa's handler answers its own errors (createApp's first step), so its promise is not awaited here.
+  const handle = app.callback();
+  const server = http.createServer((req, res) => { void handle(req, res); });
   server.keepAliveTimeout = 65_000;
   await hub.start(server);
   await planHub.start();

@@ -104,7 +104,7 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
       const x: Viewer = { ws, caller };
       if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); onWriter?.(req, caller, name, w.force); }
       s.viewers.add(x);
-      ws.on('close', () => leave(name, s!, x));
+      ws.on('close', () => leave(name, s, x));
       if (ws.readyState !== WebSocket.OPEN) return leave(name, s, x); // gone while the session was starting
       if (s.ready) status(s, x, name);
       ws.on('message', inputOf(s, x));

@@ -22,7 +22,7 @@ export function daemonMetrics(q: QueueLayer, wsClients: () => number) {
     const s = await q.redis.hgetall(q.store.k.webhookStats);
     return ['delivered', 'retrying', 'failed'].map((status) => ({ labels: { status }, value: Number(s[status] || 0) }));
   });
-  registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: wsClients() }]);
+  registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', () => Promise.resolve([{ value: wsClients() }]));
   return { metrics, httpMetrics };
 }
 

@@ -51,7 +51,7 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
     handler: async (_ctx, { query }) => {
       const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset });
       const hs = await store.many(ids, ['state', 'created_at']);
-      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i]!.state, created_at: hs[i]!.created_at, is_terminal: isTerminal(hs[i]!.state) }).filter(Boolean) };
+      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i].state, created_at: hs[i].created_at, is_terminal: isTerminal(hs[i].state) }).filter(Boolean) };
     },
   });
   api.add({

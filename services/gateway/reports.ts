@@ -45,7 +45,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
     method: 'post', role: 'worker', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)', tags: ['worker reports'], params: jobParams, body: workerFailSchema,
     responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
-      const h = await life.held(params.job_id, body.worker_id, body.lease_token);
+      await life.held(params.job_id, body.worker_id, body.lease_token);
       const r = await life.fail(params.job_id, body.worker_id, body.lease_token, body.error, body.retryable);
       if (!r.ok) throw conflict(`job ${params.job_id} is ${r.state ?? 'gone'}: the failure was not recorded (the job moved on since the lease was checked)`);
       return { job_id: params.job_id, state: r.state, retry_in_ms: r.retry_in_ms };

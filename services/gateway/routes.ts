@@ -25,7 +25,8 @@ function addSystemRoutes(api: Api, deps: ApiDeps) {
           new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
         ]);
         return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: counts.ASSIGNED + counts.RUNNING };
-      } catch (e) {
+      } catch {
+        // Redis did not answer (or not within 2 s): unhealthy, said in the answer; the probe asks again.
         ctx.status = 503;
         return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };
       }

@@ -246,7 +246,7 @@ class Download {
         this.current = j.name;
         this.report();
       })();
-      awaitedLater(write);
+      void awaitedLater(write);
       inflight = write;
     };
     try {
