@@ -232,6 +232,9 @@ export interface AppOptions {
   listenHost?: string;
   /** Requests per caller, shared across replicas (shared/limits.ts); none when absent. */
   limiter?: RateLimiter;
+  /** Middleware run after authentication and before the body readers and the router (the daemon's static files:
+   *  they read no body, and a file found there answers before any route is matched). */
+  afterAuth?: Koa.Middleware[];
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -273,19 +276,12 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
   if (!v.allowed) throw new ApiError(429, `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
 }
 
-/** A koa app with error handling, body parsing and metrics in front of `api`. */
-export function createApp(api: Api, opts: AppOptions): Koa {
-  const app = new Koa();
-  app.proxy = true;
-  // Errors after the response started (a streamed file): a client that closed the connection is not an error
-  // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
-  app.on('error', (err: any) => {
-    if (['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(err?.code) || err?.status === 404 || err?.expose) return;
-    opts.log.error('response failed', { error: String(err?.message || err) });
-  });
+/** The outermost middleware: the browser rule and CORS, then every error answered in the API's envelope (a storage
+ *  outage as 503), each request measured and, when it changed state or was refused, audited. */
+function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
   const origins = config.corsOrigins;
   const browsers = browserRule(opts.listenHost);
-  app.use(async (ctx, next) => {
+  return async (ctx, next) => {
     const started = process.hrtime.bigint();
     const startedMs = Date.now();
     let reason: string | undefined;
@@ -296,17 +292,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);
     } catch (err: any) {
-      const storage = !(err instanceof ApiError) && isStorageError(err);
-      const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
-      reason = message;
-      if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
-      ctx.status = status;
-      ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
-      const allow = (err?.details as any)?.allow;
-      if (status === 405 && allow) ctx.set('Allow', allow);
-      const retryAfter = (err?.details as any)?.retryAfter;
-      if (retryAfter) ctx.set('Retry-After', String(retryAfter));
+      reason = answerError(ctx, err, opts);
     } finally {
       const route = (ctx as any)._matchedRoute as string | undefined;
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
@@ -314,9 +300,27 @@ export function createApp(api: Api, opts: AppOptions): Koa {
       // there (the log line is written first).
       await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: String(e?.message || e) }));
     }
-  });
-  // Authentication before anything reads the body (createApp's second middleware; the daemon inserts its own after it).
-  app.use(async (ctx, next) => {
+  };
+}
+
+/** Writes an error as the API's envelope with its status (and Allow, Retry-After); returns the message. */
+function answerError(ctx: Koa.Context, err: any, opts: AppOptions): string {
+  const storage = !(err instanceof ApiError) && isStorageError(err);
+  const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
+  const message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
+  if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
+  ctx.status = status;
+  ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
+  const allow = err?.details?.allow;
+  if (status === 405 && allow) ctx.set('Allow', allow);
+  const retryAfter = err?.details?.retryAfter;
+  if (retryAfter) ctx.set('Retry-After', String(retryAfter));
+  return message;
+}
+
+/** The route's role checked before anything reads the body; then the rate limit and the caller's spawn caps. */
+function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
+  return async (ctx, next) => {
     const need = api.needOf(ctx.method, ctx.path);
     if (need) {
       const v = authorize(opts.auth, ctx.req.headers, need);
@@ -330,34 +334,57 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     return runAs(who, next);
-  });
-  // The one body reader: YAML for the routes that take it, JSON for the rest, both within the budgets of
-  // shared/body-budget.ts (size 413, values, depth, aliases 400, each naming `body`); bodyParser only gives the
-  // other types their empty {}.
-  app.use(async (ctx, next) => {
-    if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) (ctx.request as any).body = await readYaml(ctx.req);
-    else if (ctx.request.is('json') && ctx.request.length !== 0) (ctx.request as any).body = await readJsonBody(ctx.req);
-    return next();
-  });
-  app.use(bodyParser({
-    enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],
-    extendTypes: { json: opts.bodyTypes?.json || [], text: opts.bodyTypes?.text || [] } as any,
-    jsonLimit: `${MAX_BODY_BYTES}b`,
-    textLimit: `${MAX_BODY_BYTES}b`,
-    strict: false,
-    onerror: (err: any) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
-  }));
-  // Whatever was parsed is measured once more as a tree (shared nodes counted once), before validation walks it.
-  app.use(async (ctx, next) => {
-    checkTree((ctx.request as any).body);
-    return next();
-  });
-  app.use(api.router.routes());
-  // A known path with another method: 405 with Allow (an unknown method too, rather than the router's 501).
+  };
+}
+
+/** The one body reader: YAML for the routes that take it, JSON for the rest, both within the budgets of
+ *  shared/body-budget.ts (size 413, values, depth, aliases 400, each naming `body`); bodyParser only gives the
+ *  other types their empty {}. Whatever was parsed is measured once more as a tree (shared nodes counted once),
+ *  before validation walks it. */
+function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
+  return [
+    async (ctx, next) => {
+      if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) ctx.request.body = await readYaml(ctx.req);
+      else if (ctx.request.is('json') && ctx.request.length !== 0) ctx.request.body = await readJsonBody(ctx.req);
+      return next();
+    },
+    bodyParser({
+      enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],
+      extendTypes: { json: opts.bodyTypes?.json || [], text: opts.bodyTypes?.text || [] } as any,
+      jsonLimit: `${MAX_BODY_BYTES}b`,
+      textLimit: `${MAX_BODY_BYTES}b`,
+      strict: false,
+      onerror: (err: any) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
+    }),
+    async (ctx, next) => {
+      checkTree((ctx.request as any).body);
+      return next();
+    },
+  ];
+}
+
+/** After the routes: a known path with another method is a 405 with Allow (an unknown method too, rather than
+ *  the router's 501). */
+function refuseOtherMethods(api: Api): Koa.Middleware {
   const allowed = api.router.allowedMethods();
-  app.use(async (ctx, next) => {
+  return async (ctx, next) => {
     await allowed(ctx as any, next);
     if (ctx.status === 405 || ctx.status === 501) throw methodNotAllowed(ctx.method, ctx.path, String(ctx.response.get('Allow') || '').split(/,\s*/).filter(Boolean));
+  };
+}
+
+/** A koa app with error handling, body parsing and metrics in front of `api`, in this order. */
+export function createApp(api: Api, opts: AppOptions): Koa {
+  const app = new Koa();
+  app.proxy = true;
+  // Errors after the response started (a streamed file): a client that closed the connection is not an error
+  // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
+  app.on('error', (err: any) => {
+    if (['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(err?.code) || err?.status === 404 || err?.expose) return;
+    opts.log.error('response failed', { error: String(err?.message || err) });
   });
+  for (const m of [answerAndRecord(api, opts), authenticate(api, opts), ...(opts.afterAuth ?? []), ...readBody(api, opts)]) app.use(m);
+  app.use(api.router.routes());
+  app.use(refuseOtherMethods(api));
   return app;
 }

@@ -143,6 +143,27 @@ async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promis
   return res;
 }
 
+/** Each batch entry's settings. Precedence: batch entry > configuration file; each entry gets its own report file.
+ *  Every entry is checked before any starts, so a structural mistake is exit 2 with nothing run. */
+function batchSettings(migrations: Record<string, any>[], common: Record<string, any>, baseDir: string) {
+  const settings = migrations.map((entry, i) => {
+    const s: Record<string, any> = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
+    if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
+    if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
+    if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
+    return s;
+  });
+  // Two entries writing one file would overwrite each other's output (and, side by side, corrupt it).
+  const seen = new Map<string, number>();
+  settings.forEach((s, i) => {
+    const target = path.resolve(baseDir, String(s.output_dir), String(s.to_output));
+    const j = seen.get(target);
+    if (j !== undefined) throw new ConfigError(`migrations[${i}].to_output: ${target} is also the output of migrations[${j}]`, [{ path: `migrations[${i}].to_output`, message: `same output file as migrations[${j}]` }]);
+    seen.set(target, i);
+  });
+  return settings;
+}
+
 export async function main(argv: string[], stdout = process.stdout, stderr = process.stderr): Promise<number> {
   const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
   const configPath = arg('--config');
@@ -172,23 +193,7 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
     }
     const batchPath = path.resolve(baseDir, batch_manifest);
     const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')));
-    // Precedence: batch entry > configuration file; each entry gets its own report file. Every entry is
-    // checked before any starts, so a structural mistake is exit 2 with nothing run.
-    const settings = batch.migrations.map((entry, i) => {
-      const s: Record<string, any> = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
-      if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
-      if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
-      if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
-      return s;
-    });
-    // Two entries writing one file would overwrite each other's output (and, side by side, corrupt it).
-    const seen = new Map<string, number>();
-    settings.forEach((s, i) => {
-      const target = path.resolve(baseDir, String(s.output_dir), String(s.to_output));
-      const j = seen.get(target);
-      if (j !== undefined) throw new ConfigError(`migrations[${i}].to_output: ${target} is also the output of migrations[${j}]`, [{ path: `migrations[${i}].to_output`, message: `same output file as migrations[${j}]` }]);
-      seen.set(target, i);
-    });
+    const settings = batchSettings(batch.migrations, common, baseDir);
     let failedOnce = false;
     const t0 = Date.now();
     const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {

@@ -104,32 +104,43 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
       const x: Viewer = { ws, caller };
       if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); onWriter?.(req, caller, name, w.force); }
       s.viewers.add(x);
-      ws.on('close', () => leave(name, s!, x));
+      ws.on('close', () => leave(name, s, x));
       if (ws.readyState !== WebSocket.OPEN) return leave(name, s, x); // gone while the session was starting
       if (s.ready) status(s, x, name);
-      let told = false;
-      ws.on('message', (raw) => {
-        let m: any;
-        try { m = JSON.parse(String(raw)); } catch { return; }
-        if (m?.type !== 'input' || typeof m.data !== 'string') return;
-        if (s!.writer === x) return s!.con.write(Buffer.from(m.data, 'utf8'));
-        // Dropped, said once: a reader's keys never reach the guest.
-        if (!told) { told = true; send(ws, { type: 'error', error: `read-only: ${may(caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`}; input ignored` }); }
-      });
+      ws.on('message', inputOf(s, x));
     } catch (e) {
       refuse(ws, 4000, (e as Error).message);
     }
   }
-  // Each connection may start a `virsh console` process: a slot per connection (per caller and in all), held until
-  // the socket closes, whatever ends it.
-  const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: ConsoleCaller) => {
+  const handle = upgradeWith((req, socket, head, caller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller)));
+  return { '/virt/console': handle, '/api/v1/virt/console': handle };
+}
+
+type Upgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: ConsoleCaller) => void;
+
+/** Each connection may start a `virsh console` process: a slot per connection (per caller and in all), held until
+ *  the socket closes, whatever ends it; none free: the upgrade is refused (503 or 429 with Retry-After). */
+function upgradeWith(upgrade: Upgrade): Upgrade {
+  return (req, socket, head, caller) => {
     let release: () => void;
     try { release = spawnSlots.console.take(); } catch (e) {
       const err = e as ApiError;
       return refuseUpgrade(socket, err.status || 503, err.message, (err.details as any)?.retryAfter);
     }
     socket.once('close', release);
-    wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller));
+    upgrade(req, socket, head, caller);
   };
-  return { '/virt/console': handle, '/api/v1/virt/console': handle };
+}
+
+/** A viewer's messages: the writer's input goes to the guest; a reader's is dropped, and told so once, so a
+ *  reader's keys never reach the guest. */
+function inputOf(s: Session, x: Viewer) {
+  let told = false;
+  return (raw: unknown) => {
+    let m: any;
+    try { m = JSON.parse(String(raw)); } catch { return; } // not JSON: not input, nothing to answer
+    if (m?.type !== 'input' || typeof m.data !== 'string') return;
+    if (s.writer === x) return s.con.write(Buffer.from(m.data, 'utf8'));
+    if (!told) { told = true; send(x.ws, { type: 'error', error: `read-only: ${may(x.caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`}; input ignored` }); }
+  };
 }

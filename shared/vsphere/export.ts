@@ -5,11 +5,9 @@
 // operation, the export stage of a migration job, and `ferry-convert command: manager_export`.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { config } from '../config';
 import { sha256File } from '../qemu';
 import { confineImage, ImageRefused } from '../image-confine';
-import { validateManifest } from '../schemas/manifest';
-import { managerFor, ManagerCredentials } from './client';
+import { Manager, managerFor, ManagerCredentials } from './client';
 import { VsphereError } from './errors';
 import { powerOff, removeCdroms, shutdownGuest, waitPoweredOff } from './actions';
 import { fingerprint, watchSource } from './source-watch';
@@ -20,8 +18,11 @@ import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vm
 import type { PowerOption } from './options';
 import { createLogger, ignoreError } from '../log';
 import { resolveReal } from '../roots';
+import { buildManifest, MANIFEST_FILE, PlannedDisk, writeManifest } from './export-manifest';
 
 const log = createLogger('vsphere');
+
+export { osHint, MANIFEST_FILE } from './export-manifest';
 
 export interface ExportRequest {
   creds: ManagerCredentials;
@@ -51,7 +52,6 @@ export interface ExportProgress extends DownloadStats {
 }
 
 export const STATE_FILE = '.ferry-export.json';
-export const MANIFEST_FILE = 'manifest.json';
 
 interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }> }
 
@@ -105,8 +105,6 @@ function localPath(outputDir: string, ds: string, p: string): string {
   return path.join(outputDir, ...segs);
 }
 
-interface PlannedDisk { disk: VmDetail['disks'][number]; top: RemoteFile; files: RemoteFile[]; chainLength: number }
-
 /** Every file each disk needs: the chain from the VM's configuration (top first), extended by parent hints in
  *  the descriptors, and each descriptor's extents. */
 async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: string, signal: AbortSignal, warnings: string[]): Promise<PlannedDisk[]> {
@@ -149,11 +147,6 @@ async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: st
   return out;
 }
 
-export function osHint(guestId: string): string {
-  if (/^win/i.test(guestId)) return 'windows';
-  if (/linux|ubuntu|debian|rhel|centos|sles|fedora|oracle|photon|coreos|mandr|suse|asianux|turbo|amazon|rocky|alma/i.test(guestId)) return 'linux';
-  return 'unknown';
-}
 
 export interface ExportResult {
   manifest_path: string;
@@ -192,17 +185,9 @@ export async function removeExportOutput(outputDir: string, ledger: ExportLedger
 
 const partialExists = async (local: string) => !!(await fs.lstat(local + PART).catch(() => null) || await fs.lstat(`${local}${PART}.json`).catch(() => null));
 
-export async function exportVm(r: ExportRequest): Promise<ExportResult> {
-  const t0 = Date.now();
-  const m = managerFor(r.creds);
-  const actions: string[] = [];
-  const warnings: string[] = [];
-  const act = async (msg: string) => { actions.push(msg); await r.onAction?.(msg); };
-  const emit = (p: Partial<ExportProgress> & { phase: ExportProgress['phase'] }) => r.onProgress?.({
-    bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0, eta_seconds: null, ...p,
-  });
-  emit({ phase: 'preparing' });
-
+/** The VM as the export needs it: powered off as options.power_off says (or refused while running), CD-ROMs
+ *  removed when asked, with at least one disk. */
+async function prepareVm(m: Manager, r: ExportRequest, act: (msg: string) => Promise<void>): Promise<VmDetail> {
   let d = await vmDetail(m, r.vmPath);
   if (d.power_state !== 'poweredOff') {
     const how = r.powerOff ?? 'none';
@@ -225,22 +210,24 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
     if (removed.length) await act(`removed CD-ROM device(s) ${removed.join(', ')} from ${r.vmPath} (options.remove_cdrom)`);
   }
   if (!d.disks.length) throw new VsphereError('state', `${r.vmPath} has no virtual disks to export`);
+  return d;
+}
 
-  await fs.mkdir(r.outputDir, { recursive: true });
-  const ledger = r.ledger ?? stateLedger(r.outputDir, r.exportId);
-  const disks = await plan(m, d, r.outputDir, r.signal, warnings);
-  const all = [...new Set(disks.flatMap((x) => x.files))];
+type Sums = Map<string, { size: number; sha256: string }>;
+
+/** Which planned files this export may write, and which are complete already. Only what the ledger says this
+ *  export created is continued or replaced: a file, a partial download or a state file it did not create
+ *  belongs to someone else and is neither resumed nor removed. New files enter the ledger before any is written. */
+async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
   for (const f of all) await confined(r.outputDir, f.local);
-
-  // Only what the ledger says this export created is continued or replaced: a file, a partial download or a
-  // state file it did not create belongs to someone else and is neither resumed nor removed.
+  const ledger = r.ledger ?? stateLedger(r.outputDir, r.exportId);
   const owned = await ledger.owned();
   const prev = await readState(r.outputDir);
   if (prev && !owned.has(path.join(r.outputDir, STATE_FILE))) {
     throw new VsphereError('state', `${r.outputDir} holds another export (${STATE_FILE}); remove it or choose another output_path`);
   }
   const state: ExportState & { planned: string[] } = { export_id: r.exportId, vm_path: r.vmPath, files: {}, planned: all.map((f) => f.local) };
-  const have = new Map<string, { size: number; sha256: string }>();
+  const have: Sums = new Map();
   const fresh: string[] = [];
   for (const f of all) {
     const mine = owned.has(f.local);
@@ -259,85 +246,100 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   }
   await ledger.add([...fresh, ...ownFiles(r.outputDir).filter((p) => !owned.has(p))]);
   await writeState(r.outputDir, state);
-  const todo = all.filter((f) => !have.has(f.local));
-  const reused = all.filter((f) => have.has(f.local)).reduce((a, f) => a + f.size, 0);
+  return { state, have, reused: all.filter((f) => have.has(f.local)).reduce((a, f) => a + f.size, 0) };
+}
 
-  // Progress: bytes over all files, a rate smoothed with an exponential moving average, and the ETA from it.
+type Emit = (p: Partial<ExportProgress> & { phase: ExportProgress['phase'] }) => void;
+
+/** Progress over all files (the complete ones included): a rate smoothed with an exponential moving average, and
+ *  the ETA from it. */
+function exportProgress(emit: Emit, all: RemoteFile[], have: Sums, reused: number) {
   let rate = 0;
   let lastT = Date.now();
   let lastB = 0;
   const totalBytes = all.reduce((a, f) => a + f.size, 0);
+  const complete = all.filter((f) => have.has(f.local)).map((f) => ({ name: path.basename(f.local), bytes_downloaded: f.size, total_bytes: f.size, done: true }));
+  return (s: DownloadStats) => {
+    const now = Date.now();
+    const b = s.bytes_downloaded + reused;
+    if (now - lastT >= 250) {
+      const inst = ((b - lastB) * 1000) / (now - lastT);
+      rate = rate ? rate * 0.7 + inst * 0.3 : inst;
+      lastT = now; lastB = b;
+    }
+    emit({
+      ...s, phase: 'exporting', bytes_downloaded: b, total_bytes: totalBytes, files_downloaded: s.files_downloaded + have.size, total_files: all.length,
+      files: [...complete, ...s.files],
+      percent_complete: totalBytes ? Math.min(100, (b / totalBytes) * 100) : 100,
+      rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 ? Math.round((totalBytes - b) / rate) : null,
+    });
+  };
+}
+
+/** Downloads what is missing, each finished file recorded in the state file; the checksums of every file. */
+async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteFile[], claim: Awaited<ReturnType<typeof claimFiles>>, onProgress: (s: DownloadStats) => void) {
+  const { state } = claim;
   let stateWrite = Promise.resolve();
   // From here the source must stay as it is now (source-watch.ts): a change fails the VM with the reason.
   const watch = watchSource(m, r.vmPath, fingerprint(d), r.signal, log);
   const dl = await downloadFiles(m, todo, {
-    streams: r.parallel, signal: watch.signal,
+    streams: r.parallel, signal: watch.signal, onProgress,
     onFile: (f) => {
       state.files[f.local] = { size: f.size, sha256: f.sha256 };
       stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('the export state is written again after the next file and at the end; a missed write only costs a longer resume'));
       return stateWrite;
     },
-    onProgress: (s) => {
-      const now = Date.now();
-      const b = s.bytes_downloaded + reused;
-      if (now - lastT >= 250) {
-        const inst = ((b - lastB) * 1000) / (now - lastT);
-        rate = rate ? rate * 0.7 + inst * 0.3 : inst;
-        lastT = now; lastB = b;
-      }
-      const done = s.files_downloaded + have.size;
-      emit({
-        ...s, phase: 'exporting', bytes_downloaded: b, total_bytes: totalBytes, files_downloaded: done, total_files: all.length,
-        files: [...all.filter((f) => have.has(f.local)).map((f) => ({ name: path.basename(f.local), bytes_downloaded: f.size, total_bytes: f.size, done: true })), ...s.files],
-        percent_complete: totalBytes ? Math.min(100, (b / totalBytes) * 100) : 100,
-        rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 ? Math.round((totalBytes - b) / rate) : null,
-      });
-    },
   }).catch((e) => { watch.stop(); throw watch.changed ? watch.signal.reason : e; });
   await watch.final();
   await stateWrite;
-  const sums = new Map<string, { size: number; sha256: string }>(have);
+  const sums: Sums = new Map(claim.have);
   for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256 });
+  return { dl, sums };
+}
 
-  // Each disk as downloaded, read by Ferry before anything converts it: its extents and parent chain must lie in
-  // this export's own folder (docs/security.md, the image rule); a descriptor naming anything else fails here.
-  const own = { input: [await fs.realpath(r.outputDir)], output: [] };
+/** Each disk as downloaded, read by Ferry before anything converts it: its extents and parent chain must lie in
+ *  this export's own folder (docs/security.md, the image rule); a descriptor naming anything else fails here. */
+async function checkDisks(outputDir: string, disks: PlannedDisk[]) {
+  const own = { input: [await fs.realpath(outputDir)], output: [] };
   for (const x of disks) {
     await confineImage(x.top.local, undefined, own).catch((e) => { throw e instanceof ImageRefused ? new VsphereError('state', `disk ${x.disk.label}: ${e.message}`) : e; });
   }
+}
+
+export async function exportVm(r: ExportRequest): Promise<ExportResult> {
+  const t0 = Date.now();
+  const m = managerFor(r.creds);
+  const actions: string[] = [];
+  const warnings: string[] = [];
+  const act = async (msg: string) => { actions.push(msg); await r.onAction?.(msg); };
+  const emit: Emit = (p) => r.onProgress?.({
+    bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0, eta_seconds: null, ...p,
+  });
+  emit({ phase: 'preparing' });
+  const d = await prepareVm(m, r, act);
+  await fs.mkdir(r.outputDir, { recursive: true });
+  const disks = await plan(m, d, r.outputDir, r.signal, warnings);
+  const all = [...new Set(disks.flatMap((x) => x.files))];
+  const claim = await claimFiles(r, all);
+  const todo = all.filter((f) => !claim.have.has(f.local));
+  const { dl, sums } = await download(m, r, d, todo, claim, exportProgress(emit, all, claim.have, claim.reused));
+  await checkDisks(r.outputDir, disks);
+
+  const totalBytes = all.reduce((a, f) => a + f.size, 0);
   emit({ phase: 'writing_manifest', bytes_downloaded: totalBytes, total_bytes: totalBytes, files_downloaded: all.length, total_files: all.length, percent_complete: 100 });
   if (d.snapshots.length) warnings.push(`${r.vmPath} has snapshots: each disk is exported as its chain of delta files (current state); the conversion flattens the chain`);
-  const fw = d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown';
-  const now = new Date().toISOString();
-  const manifest: Record<string, any> = {
-    manifest_version: '1.0',
-    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now, export_method: 'datastore-http' },
-    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: fw, os_hint: osHint(d.guest_id), ...(d.guest_os ? { os_version: d.guest_os } : {}) },
-    disks: disks.map((x, i) => ({
-      id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
-      checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
-      // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
-      source_path: x.disk.file_path, chain_length: x.chainLength,
-      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
-    })),
-    nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),
-    notes: [
-      `exported ${all.length} file(s), ${totalBytes} bytes, from ${r.vmPath} on ${m.name} with ${r.parallel} stream(s)`,
-      ...actions,
-      ...(dl.resumes ? [`${dl.resumes} dropped connection(s) resumed with HTTP Range`] : []),
-      ...(reused ? [`${reused} bytes were complete from an earlier attempt`] : []),
-    ],
-    warnings: warnings.map((message) => ({ stage: 'export', message, timestamp: now })),
-    metadata: { sdk_version: `ferry ${config.version}`, job_id: r.exportId, created_at: now },
-  };
-  validateManifest(manifest); // Ferry's own schema: what a migrate job will check again
-  const mp = path.join(r.outputDir, MANIFEST_FILE);
-  await fs.writeFile(`${mp}.tmp`, JSON.stringify(manifest, null, 2));
-  await fs.rename(`${mp}.tmp`, mp);
+  const notes = [
+    `exported ${all.length} file(s), ${totalBytes} bytes, from ${r.vmPath} on ${m.name} with ${r.parallel} stream(s)`,
+    ...actions,
+    ...(dl.resumes ? [`${dl.resumes} dropped connection(s) resumed with HTTP Range`] : []),
+    ...(claim.reused ? [`${claim.reused} bytes were complete from an earlier attempt`] : []),
+  ];
+  const manifest = buildManifest({ d, disks, sums, notes, warnings, exportId: r.exportId });
+  const mp = await writeManifest(r.outputDir, manifest);
   return {
     manifest_path: mp, manifest, vm_path: r.vmPath,
     files: all.map((f) => ({ path: f.local, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
     total_bytes: totalBytes, streams: r.parallel, resumes: dl.resumes, bytes_refetched: dl.bytes_refetched, bytes_rehashed: dl.bytes_rehashed,
-    bytes_reused: reused, actions, warnings, seconds: (Date.now() - t0) / 1000,
+    bytes_reused: claim.reused, actions, warnings, seconds: (Date.now() - t0) / 1000,
   };
 }

@@ -1,0 +1,66 @@
+// The daemon's job reads: GET /jobs, GET and POST /jobs/query, GET /jobs/:id and /jobs/:id/progress. Records
+// come from queue/daemon-views.ts, one schema for every operation (docs/daemon.md).
+import Joi from 'joi';
+import type { Api } from '../../shared/http';
+import { notFound } from '../../shared/errors';
+import { jobId as jobIdSchema } from '../../shared/schemas/common';
+import { jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema } from '../../shared/schemas/daemon';
+import { statesForDaemonStatus } from '../../shared/states';
+import type { JobStore } from '../../queue/store';
+import { jobViews, progressView } from '../../queue/daemon-views';
+import { err } from './route-kit';
+
+const idParams = Joi.object({ id: jobIdSchema.required() });
+const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
+
+/** The queue states of one daemon status or a list of them (undefined: every state). */
+export const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
+
+/** Query routes come before /jobs/:id, which would otherwise claim /jobs/query. */
+export function addJobRoutes(api: Api, store: JobStore) {
+  async function page(states: string[] | undefined, limit: number, offset: number) {
+    const { total, ids } = await store.list({ states, limit, offset });
+    return { jobs: await jobViews(store, ids), total, limit, offset };
+  }
+  api.add({
+    method: 'post', role: 'read', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema, bodyRequired: false,
+    responses: { ...listResponse, 400: err('invalid query') },
+    handler: async (_ctx, { body }) => {
+      if (body.job_ids) {
+        const jobs = await jobViews(store, body.job_ids);
+        const want = body.status ? new Set([body.status].flat()) : null;
+        const sel = want ? jobs.filter((j) => want.has(j.status)) : jobs;
+        return { jobs: sel.slice(body.offset, body.offset + body.limit), total: sel.length, limit: body.limit, offset: body.offset, not_found: body.job_ids.filter((id: string) => !jobs.some((j) => j.id === id)) };
+      }
+      return page(statesOf(body.status), body.limit, body.offset);
+    },
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/jobs/query', summary: 'Jobs with a status (?status=running or a comma list)', tags: ['jobs'], query: jobListQuery,
+    responses: { ...listResponse, 400: err('invalid query') },
+    handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/jobs', summary: 'Jobs, newest first, paged (limit, offset, optional status)', tags: ['jobs'], query: jobListQuery,
+    responses: listResponse,
+    handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/jobs/:id', summary: 'One job', tags: ['jobs'], params: idParams,
+    responses: { 200: { description: 'the job', schema: jobRecordSchema }, 404: err('unknown job') },
+    handler: async (_ctx, { params }) => {
+      const [v] = await jobViews(store, [params.id]);
+      if (!v) throw notFound(`job ${params.id} not found`);
+      return v;
+    },
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/jobs/:id/progress', summary: 'Progress with a smoothed rate and an ETA', tags: ['jobs'], params: idParams,
+    responses: { 200: { description: 'progress', schema: progressSchema }, 404: err('unknown job') },
+    handler: async (_ctx, { params }) => {
+      const h = await store.raw(params.id);
+      if (!h) throw notFound(`job ${params.id} not found`);
+      return progressView(store, params.id, h);
+    },
+  });
+}

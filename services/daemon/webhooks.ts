@@ -1,0 +1,61 @@
+// The daemon's webhook routes, addressed by position: GET and POST /webhooks, POST /webhooks/test,
+// GET /webhooks/:index/deliveries, DELETE /webhooks/:index. Store and deliveries: queue/webhooks.ts.
+import Joi from 'joi';
+import type { Api } from '../../shared/http';
+import { fieldError, notFound } from '../../shared/errors';
+import { webhookCreateSchema, webhookSchema, webhookTestSchema } from '../../shared/schemas/daemon';
+import type { DaemonConfig } from '../../shared/daemon-config';
+import { checkTarget } from '../../shared/targets';
+import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
+import { err, now } from './route-kit';
+
+const indexParams = Joi.object({ index: Joi.number().integer().min(0).required() });
+const added = Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) });
+
+export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: DaemonConfig }) {
+  const { webhooks, cfg } = d;
+  const hookAt = async (index: number) => {
+    const all = await webhooks.list();
+    if (!all[index]) throw notFound(`no webhook at index ${index}`);
+    return all[index];
+  };
+  api.add({
+    method: 'get', role: 'read', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown)', tags: ['webhooks'],
+    responses: { 200: { description: 'webhooks', schema: Joi.object({ webhooks: Joi.array().items(webhookSchema), total: Joi.number().integer(), timestamp: Joi.string().isoDate() }) } },
+    handler: async () => { const all = await webhooks.list(); return { webhooks: all.map(publicView), total: all.length, timestamp: now() }; },
+  });
+  api.add({
+    method: 'post', role: 'submit', path: '/webhooks', summary: 'Add a webhook (private and loopback targets refused unless configured)', tags: ['webhooks'], body: webhookCreateSchema,
+    responses: { 201: { description: 'added', schema: added }, 400: err('invalid webhook or refused target') },
+    handler: async (ctx, { body }) => {
+      const refused = await checkTarget(body.url, cfg.webhooks);
+      if (refused) throw fieldError(400, 'url', refused, `url refused: ${refused}`);
+      const { webhook, index } = await webhooks.add(body);
+      ctx.status = 201;
+      return { message: `webhook ${webhook.id} added at index ${index}`, webhook: createdView(webhook, index) };
+    },
+  });
+  api.add({
+    method: 'post', role: 'submit', path: '/webhooks/test', summary: "Send a webhook.test delivery to every enabled webhook, to one index, or (the seed's {url, event: test}) to the webhooks with that url", tags: ['webhooks'], body: webhookTestSchema, bodyRequired: false,
+    responses: { 200: { description: 'queued deliveries', schema: Joi.object({ message: Joi.string(), delivery_ids: Joi.array().items(Joi.string()) }) }, 404: err('no webhook at index, or none with that url') },
+    handler: async (_ctx, { body }) => {
+      let only = body.index !== undefined ? [await hookAt(body.index)] : (await webhooks.list()).filter((w) => w.enabled);
+      if (body.url !== undefined) {
+        only = (await webhooks.list()).filter((w) => w.url === body.url);
+        if (!only.length) throw fieldError(404, 'url', 'no webhook with this url', `url: no webhook is configured with url ${body.url} (add it with POST /webhooks first)`);
+      }
+      const ids = await webhooks.enqueue('webhook.test', { message: 'test delivery from the Ferry daemon' }, `t${Date.now()}`, { backoffMs: cfg.webhooks.backoff_ms, only });
+      return { message: `queued ${ids.length} test deliveries`, delivery_ids: ids };
+    },
+  });
+  api.add({
+    method: 'get', role: 'read', path: '/webhooks/:index/deliveries', summary: 'Delivery log of one webhook, newest first', tags: ['webhooks'], params: indexParams,
+    responses: { 200: { description: 'deliveries', schema: Joi.object().unknown(true) }, 404: err('no webhook at index') },
+    handler: async (_ctx, { params }) => { const w = await hookAt(params.index); return { webhook_id: w.id, deliveries: await webhooks.deliveries(w.id) }; },
+  });
+  api.add({
+    method: 'delete', role: 'submit', path: '/webhooks/:index', summary: 'Delete the webhook at a zero-based index', tags: ['webhooks'], params: indexParams,
+    responses: { 200: { description: 'deleted', schema: Joi.object({ message: Joi.string() }) }, 404: err('no webhook at index') },
+    handler: async (_ctx, { params }) => { const w = await webhooks.removeAt(params.index); return { message: `webhook ${w.id} at index ${params.index} deleted` }; },
+  });
+}

@@ -1,0 +1,44 @@
+// A worker's own figures (jobs by outcome, run time, bytes converted, running jobs, identity) and the small HTTP
+// server that serves them with /health on --metrics-port.
+import http from 'node:http';
+import client from 'prom-client';
+import { config } from '../../shared/config';
+import { jobApiEnvelope } from '../../shared/errors';
+import { guardPlain, listenHost, processAuth } from '../../shared/auth';
+import type { Logger } from '../../shared/log';
+import { createRegistry } from '../../shared/metrics';
+
+export interface WorkerIdentity { workerId: string; capabilities: string[]; executionMode: string }
+
+/** `active` is read at scrape time. */
+export function workerMetrics(o: WorkerIdentity, active: () => number) {
+  const metrics = createRegistry('worker');
+  const jobsTotal = new client.Counter({ name: 'ferry_worker_jobs_total', help: 'Jobs this worker finished, by operation and outcome', labelNames: ['operation', 'outcome'], registers: [metrics] });
+  const jobSeconds = new client.Histogram({ name: 'ferry_worker_job_seconds', help: 'Run time of jobs on this worker', labelNames: ['operation'], buckets: [1, 5, 15, 60, 300, 600, 1800, 3600], registers: [metrics] });
+  const bytesTotal = new client.Counter({ name: 'ferry_worker_bytes_converted_total', help: 'Bytes of source image converted on this worker', registers: [metrics] });
+  new client.Gauge({ name: 'ferry_worker_active_jobs', help: 'Jobs running on this worker', registers: [metrics], collect() { this.set(active()); } });
+  new client.Gauge({ name: 'ferry_worker_info', help: 'Worker identity and capabilities', labelNames: ['worker_id', 'capabilities', 'execution_mode'], registers: [metrics], collect() { this.set({ worker_id: o.workerId, capabilities: o.capabilities.join(','), execution_mode: o.executionMode }, 1); } });
+  return { metrics, jobsTotal, jobSeconds, bytesTotal };
+}
+export type WorkerMetrics = ReturnType<typeof workerMetrics>;
+
+/** /metrics (a read key when keys are configured) and /health (public: liveness probes) on `port`. */
+export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, log: Logger) {
+  const auth = processAuth();
+  const host = listenHost(auth, config.host, 'FERRY_HOST');
+  const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
+    if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
+    if (req.url === '/metrics') { const text = await metrics.metrics(); res.setHeader('Content-Type', metrics.contentType); res.end(text); return; }
+    if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: active() })); return; }
+    res.statusCode = 404; res.end();
+  };
+  const server = http.createServer((req, res) => {
+    answer(req, res).catch((e: Error) => {
+      log.warn('metrics scrape failed; this scrape gets a 500, the next one is computed afresh', { error: e.message });
+      if (!res.headersSent) res.statusCode = 500;
+      res.end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(port, host, r));
+  return server;
+}

@@ -1,0 +1,53 @@
+// The artifact manifest of an export (manifest seed, validated by shared/schemas/manifest.ts): what the VM is
+// (CPU, memory, firmware, OS hint, NICs) and each disk with every file of its chain and their checksums.
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { config } from '../config';
+import { validateManifest } from '../schemas/manifest';
+import type { VmDetail } from './inventory';
+import type { RemoteFile } from './download';
+
+export const MANIFEST_FILE = 'manifest.json';
+
+export interface PlannedDisk { disk: VmDetail['disks'][number]; top: RemoteFile; files: RemoteFile[]; chainLength: number }
+
+export function osHint(guestId: string): string {
+  if (/^win/i.test(guestId)) return 'windows';
+  if (/linux|ubuntu|debian|rhel|centos|sles|fedora|oracle|photon|coreos|mandr|suse|asianux|turbo|amazon|rocky|alma/i.test(guestId)) return 'linux';
+  return 'unknown';
+}
+
+export interface ManifestInput {
+  d: VmDetail; disks: PlannedDisk[]; sums: Map<string, { sha256: string }>; notes: string[]; warnings: string[]; exportId: string;
+}
+
+export function buildManifest({ d, disks, sums, notes, warnings, exportId }: ManifestInput): Record<string, any> {
+  const fw = d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown';
+  const now = new Date().toISOString();
+  return {
+    manifest_version: '1.0',
+    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now, export_method: 'datastore-http' },
+    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: fw, os_hint: osHint(d.guest_id), ...(d.guest_os ? { os_version: d.guest_os } : {}) },
+    disks: disks.map((x, i) => ({
+      id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
+      checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
+      // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
+      source_path: x.disk.file_path, chain_length: x.chainLength,
+      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
+    })),
+    nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),
+    notes,
+    warnings: warnings.map((message) => ({ stage: 'export', message, timestamp: now })),
+    metadata: { sdk_version: `ferry ${config.version}`, job_id: exportId, created_at: now },
+  };
+}
+
+/** Validated against Ferry's own schema (what a migrate job will check again), then written under a temporary
+ *  name and renamed, so a reader never sees half of it. Returns its path. */
+export async function writeManifest(outputDir: string, manifest: Record<string, any>): Promise<string> {
+  validateManifest(manifest);
+  const mp = path.join(outputDir, MANIFEST_FILE);
+  await fs.writeFile(`${mp}.tmp`, JSON.stringify(manifest, null, 2));
+  await fs.rename(`${mp}.tmp`, mp);
+  return mp;
+}
