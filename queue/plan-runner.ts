@@ -182,6 +182,7 @@ export class PlanRunner {
   private async submitVm(p: Plan, v: PlanVm, until: number | null) {
     const opts = { ...p.options, ...(v.options ?? {}) };
     delete opts.rollback;
+    delete opts.guest_preflight;
     const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination: p.destination, options: { ...opts, network_mapping: p.network_map } };
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
     b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };

@@ -8,6 +8,8 @@ import { VsphereError } from '../vsphere/errors';
 import { vmFacts, type VmFacts } from './facts';
 import { checkVm, planMacClashes, type Finding } from './rules';
 import { targetFacts } from './target';
+import { guestPreflight, guestPreflightDefault } from './guest-preflight';
+import { createLogger } from '../log';
 import type { Override, Plan } from '../../queue/plans';
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
@@ -25,6 +27,10 @@ export const vmOption = (p: Plan, vmPath: string, key: string) => {
   return own !== undefined ? own : p.options[key];
 };
 
+const log = createLogger('plans');
+const withOverrides = (v: Plan['vms'][number], findings: Finding[]) =>
+  findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f));
+
 export async function preflight(p: Plan): Promise<VmResult[]> {
   const uri = p.destination.virt_uri || configuredUri();
   const m = planManager(p);
@@ -39,7 +45,7 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
   const found = [...facts.values()].filter((x): x is VmFacts => 'disks' in x);
   const clashes = planMacClashes(found);
   const poolUse = new Map<string, number>();
-  return p.vms.map((v) => {
+  const results: VmResult[] = p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
     if (!('disks' in x)) return { vm_path: v.vm_path, findings: [x] };
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? 'none');
@@ -47,10 +53,17 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
-      findings: findings.map((f) => (v.overrides[f.rule] && f.severity === 'blocker' && !NOT_OVERRIDABLE.has(f.rule) ? { ...f, overridden: v.overrides[f.rule] } : f)),
+      findings: withOverrides(v, findings),
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: uri, pool: p.storage_map[datastores[0]] ?? '', domain: x.name, target_existed: target.domains.has(x.name), source_was_on: x.power_state === 'poweredOn' },
     };
   });
+  // The guests of the VMs nothing else stops, read in place (guest-preflight.ts), unless the plan or VM says no.
+  const read = results.filter((r) => !blocks(r) && (vmOption(p, r.vm_path, 'guest_preflight') ?? guestPreflightDefault()) !== false).map((r) => facts.get(r.vm_path) as VmFacts);
+  if (read.length) {
+    const guest = await guestPreflight(m, read, log);
+    for (const r of results) r.findings.push(...withOverrides(p.vms.find((v) => v.vm_path === r.vm_path)!, guest.get(r.vm_path) ?? []));
+  }
+  return results;
 }
 
 export const blocks = (r: Pick<VmResult, 'findings'>) => r.findings.some((f) => f.severity === 'blocker' && !f.overridden);

@@ -11,13 +11,14 @@ const planId = Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/)
 
 export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
 export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
-export const SEVERITIES = ['blocker', 'warning'] as const;
+export const SEVERITIES = ['blocker', 'warning', 'info'] as const;
 
 // The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
 // plan decides itself, plus the plan's rollback policy.
 const jobOptions = (migrationJobSchema.extract('options') as Joi.ObjectSchema).keys({ network_mapping: Joi.forbidden() });
 const planOptions = jobOptions.keys({
   rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
+  guest_preflight: Joi.boolean().description('read the guest on its datastore before the copy (guest_* findings; default FERRY_GUEST_PREFLIGHT, on)'),
 });
 
 const limit = Joi.number().integer().min(1).max(1000);
@@ -70,6 +71,7 @@ export const planUpdateSchema = Joi.object(planFields).min(1).label('PlanUpdate'
 export const findingSchema = Joi.object({
   rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
   overridden: Joi.object({ by: Joi.string(), at: Joi.string().isoDate(), reason: Joi.string().allow('') }).description('a blocker an operator accepted'),
+  guest: Joi.object().unknown(true).description('guest_inspected only: OS, boot loader, file systems, free bytes, files_changed and packages_removed by the repair, network files it rewrites'),
 }).label('PlanFinding');
 
 export const overrideSchema = Joi.object({
