@@ -19,7 +19,7 @@ export function bar(fraction: number, width = 30): string {
   return `[${'#'.repeat(full)}${'.'.repeat(width - full)}] ${(f * 100).toFixed(0).padStart(3)}%`;
 }
 
-export interface Finding { rule: string; severity: 'blocker' | 'warning'; message: string; fix?: string; overridden?: unknown }
+export interface Finding { rule: string; severity: 'blocker' | 'warning' | 'info'; message: string; fix?: string; overridden?: unknown }
 
 /** Findings of every VM, blockers first, as rows of a table. */
 export function findingRows(vms: { vm_path: string; findings?: Finding[] }[]): string[][] {

@@ -90,7 +90,7 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
     },
   });
   api.add({
-    method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning, message, fix}, before any copy', tags: ['plans'], role: 'submit', params: planIdParams,
+    method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning|info, message, fix}, before any copy: vSphere properties, the target, and the guest read in place on its datastore (docs/plans.md)', tags: ['plans'], role: 'submit', params: planIdParams,
     responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
     handler: async (_ctx, { params }) => {
       const p = await select(await plans.must(params.id));

@@ -34,10 +34,11 @@ export interface GuestBoot {
 export interface FirmwareChoice { firmware: Firmware; reason: string }
 
 /** Each partition's type: the GPT type GUID, or the MBR id in decimal (0xef = 239: an ESP). */
-async function partitionTypes(g: GuestSession): Promise<[string, string | undefined][]> {
+async function partitionTypes(g: GuestSession, disks: string[]): Promise<[string, string | undefined][]> {
   const out: [string, string | undefined][] = [];
   for (const p of g.lines(await g.cmd('list-partitions'))) {
     const dev = (await g.cmd('part-to-dev', p)).trim();
+    if (!disks.includes(dev)) continue;
     const n = (await g.cmd('part-to-partnum', p)).trim();
     const table = (await g.tryCmd('part-get-parttype', dev))?.trim();
     out.push([p, table === 'gpt' ? (await g.tryCmd('part-get-gpt-type', dev, n))?.trim().toUpperCase() : (await g.tryCmd('part-get-mbr-id', dev, n))?.trim()]);
@@ -45,11 +46,12 @@ async function partitionTypes(g: GuestSession): Promise<[string, string | undefi
   return out;
 }
 
-/** How the mounted guest boots (read-only: nothing is written). */
-export async function detectBoot(g: GuestSession, mountpoints: Record<string, string>): Promise<GuestBoot> {
-  const disks = g.lines(await g.cmd('list-devices'));
+/** How the mounted guest boots (read-only: nothing is written); `devices`: the guest's disks when the appliance
+ *  holds other guests' too. */
+export async function detectBoot(g: GuestSession, mountpoints: Record<string, string>, devices?: string[]): Promise<GuestBoot> {
+  const disks = devices ?? g.lines(await g.cmd('list-devices'));
   const boot: GuestBoot = { efi_loaders: {}, bios_loader: false, partition_table: disks[0] ? (await g.tryCmd('part-get-parttype', disks[0]))?.trim() : undefined };
-  const types = await partitionTypes(g);
+  const types = await partitionTypes(g, disks);
   const biosRoom = boot.partition_table !== 'gpt' || types.some(([, t]) => t === BIOS_BOOT_GUID);
   for (const d of ['/boot/grub/i386-pc', '/boot/grub2/i386-pc']) if (biosRoom && (await g.isDir(d))) boot.bios_loader = true;
   boot.esp = types.find(([, t]) => t === ESP_GUID || t === '239')?.[0];

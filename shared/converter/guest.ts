@@ -17,15 +17,22 @@ export interface GuestInfo {
   package_format?: string;
   /** How the guest boots (firmware.ts): the ESP and its EFI loaders, GRUB for BIOS. Linux guests only. */
   boot?: GuestBoot;
+  /** The appliance's disks that are this guest's (an appliance shared by several guests, the plans' preflight);
+   *  unset: every disk of the appliance. */
+  devices?: string[];
 }
+
+/** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
+ *  (a partition, an LV) lies on them. */
+export interface GuestScope { root: string; devices: string[]; owns: (dev: string) => Promise<boolean> }
 
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
 /** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
 export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
 
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
-export async function inspectAndMount(g: GuestSession, readonly: boolean): Promise<GuestInfo> {
-  const roots = g.lines(await g.cmd('inspect-os'));
+export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope): Promise<GuestInfo> {
+  const roots = scope ? [scope.root] : g.lines(await g.cmd('inspect-os'));
   if (!roots.length) throw new Error('guest inspection found no operating system');
   const root = roots[0];
   const get = async (c: string) => (await g.tryCmd(c, root))?.trim() || undefined;
@@ -38,7 +45,8 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
   const min = await get('inspect-get-minor-version');
   if (maj) info.version = `${maj}.${min || 0}`;
   for (const l of g.lines(await g.cmd('inspect-get-mountpoints', root))) { const [mp, dev] = l.split(': '); info.mountpoints[mp] = dev; }
-  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); info.filesystems[dev] = type; }
+  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); if (!scope || await scope.owns(dev)) info.filesystems[dev] = type; }
+  if (scope) info.devices = scope.devices;
   info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
   // Shortest mount point first, so / is mounted before /boot.
   for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
@@ -54,14 +62,14 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean): Promi
     for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
     for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
     for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
-    info.boot = await detectBoot(g, info.mountpoints);
+    info.boot = await detectBoot(g, info.mountpoints, scope?.devices);
   }
   return info;
 }
 
 /** Identifiers of every filesystem and swap device, for the fstab rewrite. */
 export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<FstabContext> {
-  const disks = g.lines(await g.cmd('list-devices'));
+  const disks = info.devices ?? g.lines(await g.cmd('list-devices'));
   const ids: Record<string, DeviceIds> = {};
   for (const dev of Object.keys(info.filesystems)) {
     const b = await g.blkid(dev);
@@ -69,6 +77,10 @@ export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<F
   }
   return { disks, ids, rootDevice: info.mountpoints['/'] };
 }
+
+/** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
+ *  which files the repair would change. */
+export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
 
 export interface FixOptions extends FixStage {
   fstab_mode: FstabMode | string; dry_run: boolean; configuration?: Record<string, any>;

@@ -8,6 +8,8 @@ import { vmFacts, type VmFacts } from './facts';
 import { checkVm, planMacClashes, type Finding } from './rules';
 import { nameCollisions, targetName } from './names';
 import { Placer } from './placement';
+import { guestPreflight, guestPreflightDefault } from './guest-preflight';
+import { createLogger } from '../log';
 import type { Override, Plan } from '../../queue/plans';
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
@@ -25,6 +27,10 @@ export const vmOption = (p: Plan, vmPath: string, key: string) => {
   return own !== undefined ? own : p.options[key];
 };
 
+const log = createLogger('plans');
+// An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
+const withOverrides = (v: Plan['vms'][number], findings: Finding[]) => findings.map((f) => withOverride(f, v.overrides[f.rule]));
+
 export async function preflight(p: Plan): Promise<VmResult[]> {
   const m = planManager(p);
   const placer = await Placer.of(p);
@@ -39,7 +45,7 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
   const clashes = planMacClashes(found);
   const names = new Map(found.map((x) => [x.vm_path, targetName(vmOption(p, x.vm_path, 'target_name'), x)]));
   const collisions = nameCollisions(names);
-  return p.vms.map((v) => {
+  const results: VmResult[] = p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
     if (!('disks' in x)) return { vm_path: v.vm_path, findings: [withOverride(x, undefined)] };
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? 'none');
@@ -49,11 +55,17 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
-      // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
-      findings: findings.map((f) => withOverride(f, v.overrides[f.rule])),
+      findings: withOverrides(v, findings),
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain, target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn' },
     };
   });
+  // The guests of the VMs nothing else stops, read in place (guest-preflight.ts), unless the plan or VM says no.
+  const read = results.filter((r) => !blocks(r) && (vmOption(p, r.vm_path, 'guest_preflight') ?? guestPreflightDefault()) !== false).map((r) => facts.get(r.vm_path) as VmFacts);
+  if (read.length) {
+    const guest = await guestPreflight(m, read, log);
+    for (const r of results) r.findings.push(...withOverrides(p.vms.find((v) => v.vm_path === r.vm_path)!, guest.get(r.vm_path) ?? []));
+  }
+  return results;
 }
 
 /** A finding says whether an override may lift it, and carries the override that did. */

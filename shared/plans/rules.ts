@@ -6,7 +6,11 @@ import { osHint } from '../vsphere/export';
 import type { VmFacts } from './facts';
 import type { TargetFacts } from './target';
 
-export interface Finding { rule: string; severity: 'blocker' | 'warning'; message: string; fix: string }
+export interface Finding {
+  rule: string; severity: 'blocker' | 'warning' | 'info'; message: string; fix: string;
+  /** guest_inspected only: what the guest-level preflight read, for programs (guest-rules.ts) */
+  guest?: Record<string, unknown>;
+}
 export interface RuleContext {
   network_map: Record<string, string>; storage_map: Record<string, string>; power_off: string;
   /** bytes the plan's earlier VMs will take in each pool, so that together they are checked against free space */
@@ -16,7 +20,7 @@ export interface RuleContext {
 }
 
 const B = 'blocker', W = 'warning';
-const f = (rule: string, severity: 'blocker' | 'warning', message: string, fix: string): Finding => ({ rule, severity, message, fix });
+const f = (rule: string, severity: Finding['severity'], message: string, fix: string): Finding => ({ rule, severity, message, fix });
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
 
 function deviceRules(x: VmFacts): Finding[] {

@@ -12,7 +12,7 @@ const planId = Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/)
 
 export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
 export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
-export const SEVERITIES = ['blocker', 'warning'] as const;
+export const SEVERITIES = ['blocker', 'warning', 'info'] as const;
 
 // The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
 // plan decides itself, plus the plan's rollback policy.
@@ -30,11 +30,12 @@ const targetName = Joi.object({
 }).label('PlanTargetName').description('the target domain name: prefix + template + suffix, lowercased when asked; characters libvirt refuses become "-"');
 
 // Options that only the plan understands (the runner takes them out before a VM's job is built).
-export const PLAN_ONLY_OPTIONS = ['rollback', 'remove_source', 'target_name'] as const;
+export const PLAN_ONLY_OPTIONS = ['rollback', 'remove_source', 'target_name', 'guest_preflight'] as const;
 const planOptions = jobOptions.keys({
   rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
   remove_source: Joi.boolean().default(false).description('after the VM\'s job completed (its boot check passed): delete the source VM on vSphere; default false (keep)'),
   target_name: targetName,
+  guest_preflight: Joi.boolean().description('read the guest on its datastore before the copy (guest_* findings; default FERRY_GUEST_PREFLIGHT, on)'),
 });
 
 const limit = Joi.number().integer().min(1).max(1000);
@@ -97,6 +98,7 @@ export const findingSchema = Joi.object({
   rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
   overridable: Joi.boolean().description('whether POST /plans/{id}/overrides accepts this rule'),
   overridden: Joi.object({ by: Joi.string(), at: Joi.string().isoDate(), reason: Joi.string().allow('') }).description('a blocker an operator accepted'),
+  guest: Joi.object().unknown(true).description('guest_inspected only: OS, boot loader, file systems, free bytes, files_changed and packages_removed by the repair, network files it rewrites'),
 }).label('PlanFinding');
 
 export const overrideSchema = Joi.object({

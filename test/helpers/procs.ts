@@ -46,6 +46,9 @@ export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, stri
   FERRY_RETRY_BACKOFF_MS: '200',
   FERRY_SHUTDOWN_GRACE_SECONDS: '5',
   FERRY_RECONCILE_SECONDS: '2',
+  // The plan tests' VMs have blank disks; the guest-level preflight (an appliance per validation) is tested in
+  // test/plans/guest-preflight.test.ts, which turns it on.
+  FERRY_GUEST_PREFLIGHT: '0',
 });
 
 export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {

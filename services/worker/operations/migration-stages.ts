@@ -13,6 +13,7 @@ import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
+import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import { migrate } from './migrate';
 import type { OpContext } from './types';
 import { dropped } from '../../../shared/log';
@@ -39,7 +40,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     ...input.exported.manifest,
     pipeline: {
       inspect: { enabled: true }, convert: { enabled: true }, validate: { enabled: true },
-      fix: { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true },
+      fix: MIGRATION_REPAIR,
     },
     output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
   });
