@@ -33,7 +33,7 @@ export interface RouteDef {
   /** Who may call it (shared/auth.ts), declared by every route: there is no default (docs/security.md). */
   role: Need;
   responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
-  handler: (ctx: Koa.Context, input: Input) => Promise<unknown> | unknown;
+  handler: (ctx: Koa.Context, input: Input) => unknown; // the body, or a promise of it
 }
 
 const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
@@ -192,7 +192,7 @@ export class Api {
       }
       op.responses = Object.fromEntries(Object.entries(r.responses).map(([code, resp]) => [code, {
         description: resp.description,
-        ...(resp.schema ? { content: { [resp.type || 'application/json']: { schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema as Joi.Schema) : resp.schema } } } : {}),
+        ...(resp.schema ? { content: { [resp.type || 'application/json']: { schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema) : resp.schema } } } : {}),
       }]));
       (paths[p] ||= {})[r.method] = op;
     }
@@ -298,14 +298,14 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     } catch (err: any) {
       const storage = !(err instanceof ApiError) && isStorageError(err);
       const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-      let message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
+      const message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
       reason = message;
       if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
       ctx.status = status;
       ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
-      const allow = (err?.details as any)?.allow;
+      const allow = err?.details?.allow;
       if (status === 405 && allow) ctx.set('Allow', allow);
-      const retryAfter = (err?.details as any)?.retryAfter;
+      const retryAfter = err?.details?.retryAfter;
       if (retryAfter) ctx.set('Retry-After', String(retryAfter));
     } finally {
       const route = (ctx as any)._matchedRoute as string | undefined;

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { request } from 'undici';
 import type { Manager } from './client';
 import { networkError, VsphereError } from './errors';
-import { ignoreError, awaitedLater } from '../log';
+import { expectedError, ignoreError, awaitedLater } from '../log';
 
 export interface RemoteFile {
   datastore: string;
@@ -132,9 +132,10 @@ function sliceFrom(bufs: Buffer[], from: number): Buffer[] {
 }
 
 const sleep = (ms: number, signal: AbortSignal) => new Promise<void>((resolve, reject) => {
-  if (signal.aborted) { reject(signal.reason); return; }
+  // abort() reasons are Errors here (an AbortError, or the failure that stopped the other streams)
+  if (signal.aborted) { reject(signal.reason as Error); return; }
   const t = setTimeout(() => { signal.removeEventListener('abort', ab); resolve(); }, ms);
-  const ab = () => { clearTimeout(t); reject(signal.reason); };
+  const ab = () => { clearTimeout(t); reject(signal.reason as Error); };
   signal.addEventListener('abort', ab, { once: true });
 });
 
@@ -218,7 +219,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     await fs.rename(tmp, j.f.local + STATE);
     j.stateDirty = false;
   }
-  const saver = setInterval(() => { for (const j of jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(ignoreError('resume state is saved again next second and at the end; a missed save only costs a longer resume')); }, 1000);
+  const saver = setInterval(() => { for (const j of jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(ignoreError('could not save the download\'s resume state; it is saved again next second and at the end (a missed save only costs a longer resume)')); }, 1000);
 
   /** Feeds the hash in file order: the frontier range directly, later ranges buffered until it reaches them. */
   function feed(j: FileJob, idx: number, b: Buffer) {
@@ -247,7 +248,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
   // Work list: ranges in file order; a stream takes the next range within the hash window of its file.
   const queue: { j: FileJob; i: number }[] = [];
   for (const j of jobs) for (let i = 0; i < j.chunks; i++) if (!j.done[i]) queue.push({ j, i });
-  let failure: unknown;
+  let failure: Error | undefined;
   const waiters: (() => void)[] = [];
   const wakeAll = () => { for (const w of waiters.splice(0)) w(); };
 
@@ -313,8 +314,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
             current = j.name;
             report();
           })();
-          awaitedLater(write);
-          inflight = write;
+          inflight = awaitedLater(write);
         };
         try {
           for await (const raw of res.body) {
@@ -364,7 +364,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     for (const j of jobs) await finishFile(j);
     o.signal.addEventListener('abort', wakeAll, { once: true });
     const runners = Array.from({ length: streams }, () => stream().catch((e) => {
-      if (!failure && !outer.aborted) { failure = e; ac.abort(e); }
+      if (!failure && !outer.aborted) { failure = e instanceof Error ? e : new Error(String(e)); ac.abort(failure); }
       wakeAll();
     }));
     await Promise.all(runners);
@@ -376,8 +376,8 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     clearInterval(saver);
     for (const j of jobs) {
       if (j.fh) {
-        if (!j.finished) await saveState(j).catch(ignoreError('resume state of an unfinished file: without it the next attempt downloads the file again'));
-        await j.fh.close().catch(ignoreError('closing after a failed download: the download error is the one reported'));
+        if (!j.finished) await saveState(j).catch(ignoreError('could not save the resume state of an unfinished file; the next attempt downloads that file again'));
+        await j.fh.close().catch(expectedError('closing after a failed download: the download error is the one reported'));
       }
     }
   }
