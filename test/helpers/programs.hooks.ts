@@ -12,7 +12,8 @@ const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-programs-'));
 export const PROGRAM_LOG = process.env.FERRY_PROGRAM_LOG ||= path.join(dir, 'programs.log');
 process.env.NODE_OPTIONS = [process.env.NODE_OPTIONS, `--require ${JSON.stringify(RECORDER)}`].filter(Boolean).join(' ');
 process.env.BASH_ENV ||= path.join(__dirname, 'record-programs.bash');
-// This process records too: the recorder patches child_process in place.
+// This process records too: the recorder patches child_process in place (a CommonJS preload, loaded as such).
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- a path computed at run time, loaded for its side effect
 require(RECORDER);
 
 export function recordedPrograms(): string[] {

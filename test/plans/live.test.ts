@@ -129,7 +129,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
     expect(planFrames.some((p) => p.vms.some((x: any) => x.status === 'running' && x.job_id))).to.equal(true);
 
     // The WebSocket saw the same plan go from running to the final status, its last view matching the GET.
-    const ups: any[] = await until(async () => {
+    const ups: any[] = await until(() => {
       const u = ws.msgs.filter((x) => x.type === 'plan_update' && x.data.id === 'watch');
       return u.length > 0 && u[u.length - 1].data.status === end.status && u;
     }, 10_000, 'the final plan_update');
@@ -181,7 +181,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
         if (h.state !== 'RUNNING' || !workers[h.worker_id]) continue;
         const host = HOSTS[x.vm_path.split('/').pop()];
         const holders = await rc.zrangebyscore(slotKey(`esxi:${mgr}:${host}`), Date.now(), '+inf');
-        if (holders.includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id as string, host, vm: x.vm_path as string };
+        if (holders.includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id, host, vm: x.vm_path as string };
       }
       return null;
     }, 120_000, 'a plan job running with its slots');
