@@ -60,12 +60,13 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const metrics = createRegistry('daemon');
   const httpMetrics = new HttpMetrics(metrics);
   registerJobMetrics(metrics, store, registry);
-  let hub: WsHub | undefined;
   registerComputed(metrics, 'svc_webhook_deliveries_total', 'Webhook delivery attempts by outcome (delivered, retrying, failed), all notifiers', 'counter', async () => {
     const s = await redis.hgetall(store.k.webhookStats);
     return ['delivered', 'retrying', 'failed'].map((status) => ({ labels: { status }, value: Number(s[status] || 0) }));
   });
-  registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', async () => [{ value: hub?.size || 0 }]);
+  // eslint-disable-next-line prefer-const -- assigned once below, when the app it serves exists; the closures here read it later
+  let hub: WsHub | undefined;
+  registerComputed(metrics, 'svc_websocket_clients', 'Open WebSocket connections on this daemon', 'gauge', () => Promise.resolve([{ value: hub?.size || 0 }]));
 
   const counts = async () => {
     return countByDaemonStatus(await store.stateCounts());
@@ -190,6 +191,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const dashboardHub = await registerDashboard({ api, life, bus, jobTimeoutSeconds: cfg.jobTimeoutSeconds, mountStatic });
   opts.extend?.({ api, app, life, mountStatic });
 
+  // eslint-disable-next-line @typescript-eslint/no-misused-promises -- Koa's callback answers its own errors (500 through the app's error handler)
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await hub.start(server);
@@ -199,12 +201,12 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   let metricsServer: http.Server | undefined;
   if (cfg.metrics.enabled && cfg.metrics.port !== undefined) {
-    metricsServer = http.createServer(async (req, res) => {
+    metricsServer = http.createServer((req, res) => void (async () => {
       if (!guardPlain(cfg.keys, req, res, 'read', daemonEnvelope)) return;
       if ((req.url || '').split('?')[0] !== '/metrics') { res.writeHead(404, { 'content-type': 'application/json' }); res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || ''))); return; }
       res.writeHead(200, { 'content-type': metrics.contentType });
       res.end(await metrics.metrics());
-    });
+    })().catch((e: Error) => { log.warn('a metrics request failed; answered 500, the next scrape tries again', { error: e.message }); if (!res.headersSent) res.statusCode = 500; res.end(); }));
     await new Promise<void>((resolve) => metricsServer!.listen(cfg.metrics.port, host, resolve));
     log.info('metrics listening', { port: (metricsServer.address() as any).port });
   }
@@ -213,13 +215,13 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   return {
     port, server, api, app, life, mountStatic,
     async close() {
-      hub!.close();
+      hub.close();
       planRunner.stop();
       planHub.stop();
       dashboardHub.stop();
       await new Promise((r) => server.close(r));
       server.closeAllConnections?.();
-      if (metricsServer) await new Promise((r) => metricsServer!.close(r));
+      if (metricsServer) await new Promise((r) => metricsServer.close(r));
       await schedules.close();
       await webhooks.close();
       await router.close();

@@ -104,15 +104,15 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
       const x: Viewer = { ws, caller };
       if (w.write) { const no = takeWriter(s, x, w.force); if (no) return refuse(ws, 4409, no); onWriter?.(req, caller, name, w.force); }
       s.viewers.add(x);
-      ws.on('close', () => leave(name, s!, x));
+      ws.on('close', () => leave(name, s, x));
       if (ws.readyState !== WebSocket.OPEN) return leave(name, s, x); // gone while the session was starting
       if (s.ready) status(s, x, name);
       let told = false;
       ws.on('message', (raw) => {
         let m: any;
-        try { m = JSON.parse(String(raw)); } catch { return; }
+        try { m = JSON.parse((raw as Buffer).toString()); } catch { return; /* not JSON: ignored like any message that is not input */ }
         if (m?.type !== 'input' || typeof m.data !== 'string') return;
-        if (s!.writer === x) return s!.con.write(Buffer.from(m.data, 'utf8'));
+        if (s.writer === x) return s.con.write(Buffer.from(m.data, 'utf8'));
         // Dropped, said once: a reader's keys never reach the guest.
         if (!told) { told = true; send(ws, { type: 'error', error: `read-only: ${may(caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`}; input ignored` }); }
       });

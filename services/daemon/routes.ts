@@ -113,7 +113,7 @@ export function buildDaemonApi(d: RouteDeps) {
         return { job_ids, accepted: job_ids.length, rejected: errors.length, errors, timestamp: ts() };
       }
       const b = await submitOne(body, '', ctx.state.apiKey ?? null, warnings);
-      if (b.shape === 'B') return { job_id: b.spec.job_id, message: `migration job ${b.spec.job_id} for ${b.meta.vm_path} queued` };
+      if (b.shape === 'B') return { job_id: b.spec.job_id, message: `migration job ${b.spec.job_id} for ${String(b.meta.vm_path)} queued` };
       return { job_ids: [b.spec.job_id], accepted: 1, rejected: 0, errors: [], timestamp: ts() };
     },
   });

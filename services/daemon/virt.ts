@@ -6,7 +6,6 @@ import Joi from 'joi';
 import type Koa from 'koa';
 import { Api } from '../../shared/http';
 import type { Need } from '../../shared/auth';
-import { ApiError } from '../../shared/errors';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';

@@ -84,7 +84,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     handler: async (_ctx, { query }) => {
       const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset });
       const hs = await store.many(ids, ['state', 'created_at']);
-      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i]!.state, created_at: hs[i]!.created_at, is_terminal: isTerminal(hs[i]!.state) }).filter(Boolean) };
+      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i].state, created_at: hs[i].created_at, is_terminal: isTerminal(hs[i].state) }).filter(Boolean) };
     },
   });
   api.add({
@@ -149,7 +149,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
     method: 'post', role: 'worker', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)', tags: ['worker reports'], params: jobParams, body: workerFailSchema,
     responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
-      const h = await life.held(params.job_id, body.worker_id, body.lease_token);
+      await life.held(params.job_id, body.worker_id, body.lease_token);
       const r = await life.fail(params.job_id, body.worker_id, body.lease_token, body.error, body.retryable);
       if (!r.ok) throw conflict(`job ${params.job_id} is ${r.state ?? 'gone'}: the failure was not recorded (the job moved on since the lease was checked)`);
       return { job_id: params.job_id, state: r.state, retry_in_ms: r.retry_in_ms };
@@ -229,7 +229,7 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
       const lease = await life.claim(body, undefined, { deadline: true }); // timeout_seconds enforced by reapTimedOut
       ctx.type = 'application/json';
       if (!lease) return 'null';
-      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(ignoreError('the first heartbeat extends the lock again; a lock that lapses first sends the job back to the queue', { job_id: lease.job_id }));
+      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(ignoreError('could not extend the lock of a job claimed over HTTP; the first heartbeat extends it again, and a lock that lapses first sends the job back to the queue', { job_id: lease.job_id }));
       ctx.set('X-Lease-Token', lease.token);
       return { ...lease.record.spec, lease_token: lease.token };
     },
@@ -245,8 +245,8 @@ export function buildApi(deps: { life: Lifecycle; hub: EventHub; metrics: client
           new Promise<never>((_, rej) => setTimeout(() => rej(new Error('redis timeout')), 2000)),
         ]);
         return { status: 'healthy', version: 'v1', timestamp: new Date().toISOString(), workers: active.length, active_jobs: counts.ASSIGNED + counts.RUNNING };
-      } catch (e) {
-        ctx.status = 503;
+      } catch {
+        ctx.status = 503; // the answer says Redis is unreachable: the probe's case, nothing else to log
         return { status: 'unhealthy', version: 'v1', timestamp: new Date().toISOString(), reason: 'redis is unreachable; retry in a few seconds' };
       }
     },

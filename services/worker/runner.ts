@@ -49,14 +49,15 @@ export async function startWorker(o: WorkerOptions) {
   const register = () => registry.register({ ...me, system_info: { hostname: os.hostname(), os: `${os.type()} ${os.release()}`, kernel: os.release(), architecture: os.arch(), memory_mb: Math.round(os.totalmem() / 1048576), disk_space_mb: 0, pid: process.pid } }, 'native');
   await register();
 
-  const heartbeat = setInterval(async () => {
+  // Each tick's body catches its own failures (logged at warn), so nothing rejects unhandled.
+  const heartbeat = setInterval(() => void (async () => {
     try { if (!(await registry.heartbeat(o.workerId))) await register(); } catch (e) {
       log.warn('heartbeat failed; the next beat tries again, and a worker silent for FERRY_WORKER_STALE_SECONDS loses its HTTP-claimed jobs', { error: (e as Error).message });
     }
-  }, config.heartbeatSeconds * 1000);
-  const renew = setInterval(async () => {
-    for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id }));
-  }, Math.max(500, (config.leaseSeconds * 1000) / 3));
+  })(), config.heartbeatSeconds * 1000);
+  const renew = setInterval(() => void (async () => {
+    for (const r of running.values()) await router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'could not renew a running job\'s lock; renewed again within a third of its time, and a lock that lapses hands the job back', { job_id: r.lease.job_id }));
+  })(), Math.max(500, (config.leaseSeconds * 1000) / 3));
 
   await bus.on('cancel', (id) => {
     const r = running.get(String(id));
@@ -140,7 +141,7 @@ export async function startWorker(o: WorkerOptions) {
       }
     } finally {
       clearTimeout(timer);
-      await admitted?.release().catch(dropped(log, 'a slot not released expires with its own time limit', { job_id: lease.job_id }));
+      await admitted?.release().catch(dropped(log, 'could not release a concurrency slot; it expires with its own time limit', { job_id: lease.job_id }));
       running.delete(lease.job_id);
       jobsTotal.inc({ operation: spec.operation, outcome });
       jobSeconds.observe({ operation: spec.operation }, (Date.now() - t0) / 1000);
@@ -153,12 +154,12 @@ export async function startWorker(o: WorkerOptions) {
       try {
         lease = await life.claim(me, await myQueues());
       } catch (e) {
-        log.debug('claim failed', { error: (e as Error).message });
+        log.warn('could not claim a job; this slot polls again after its interval', { error: (e as Error).message });
       }
       if (lease) {
         // Reporting the outcome can fail if Redis is gone longer than the client's retry budget; the lease then
         // expires and the job is requeued, so the worker carries on rather than exiting.
-        await execute(lease).catch((e) => log.warn('could not report a job outcome; its lease will expire and it will be requeued', { job_id: lease!.job_id, error: (e as Error).message }));
+        await execute(lease).catch((e) => log.warn('could not report a job outcome; its lease will expire and it will be requeued', { job_id: lease.job_id, error: (e as Error).message }));
         continue;
       }
       if (stopping) break;
@@ -175,13 +176,13 @@ export async function startWorker(o: WorkerOptions) {
   if (o.metricsPort !== undefined && o.metricsPort >= 0) {
     const auth = processAuth();
     const host = listenHost(auth, config.host, 'FERRY_HOST');
-    metricsServer = http.createServer(async (req, res) => {
+    metricsServer = http.createServer((req, res) => void (async () => {
       // /health stays public (liveness probes); /metrics needs a read key when keys are configured.
       if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
       if (req.url === '/metrics') { res.setHeader('Content-Type', metrics.contentType); res.end(await metrics.metrics()); return; }
       if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: running.size })); return; }
       res.statusCode = 404; res.end();
-    });
+    })().catch((e: Error) => { log.warn('a metrics request failed; answered 500, the next scrape tries again', { error: e.message }); if (!res.headersSent) res.statusCode = 500; res.end(); }));
     await new Promise<void>((r) => metricsServer!.listen(o.metricsPort, host, r));
   }
   log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsServer ? (metricsServer.address() as any).port : null });

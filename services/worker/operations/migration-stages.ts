@@ -10,12 +10,12 @@ import { OperationError } from '../../../shared/errors';
 import { importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { jobPattern } from '../../../shared/linear-regex';
-import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
+import { validateManifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { migrate } from './migrate';
 import type { OpContext } from './types';
-import { dropped } from '../../../shared/log';
+import { expected } from '../../../shared/log';
 
 export interface AfterExportInput {
   /** the export stage's result: manifest_path, manifest, files with sha256 */
@@ -45,7 +45,8 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
 
   const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
-  const name = String(exported.source?.vm_name || path.basename(dir));
+  const vmName: unknown = exported.source?.vm_name;
+  const name = typeof vmName === 'string' && vmName ? vmName : path.basename(dir);
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({
@@ -68,7 +69,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
   );
   if (boot.status !== 'passed') {
-    await v.run(['destroy', imported.domain]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
+    await v.run(['destroy', imported.domain]).catch(expected(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
     throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
   }
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);
