@@ -59,7 +59,7 @@ export const channelName = (k: Keys, c: Channel) => CHANNELS[c].name(k);
 
 /** Publishes one message; resolves to the number of subscribers that received it. */
 export function publish<C extends Channel>(redis: RedisClient, k: Keys, channel: C, msg: BusMessages[C]): Promise<number> {
-  return redis.publish(channelName(k, channel), CHANNELS[channel].json ? JSON.stringify(msg) : String(msg));
+  return redis.publish(channelName(k, channel), CHANNELS[channel].json ? JSON.stringify(msg) : (msg as string)); // a non-JSON channel's message is its string
 }
 
 type Handler<C extends Channel> = (msg: BusMessages[C], raw: string) => void;
@@ -73,7 +73,7 @@ export class Bus {
     this.k = makeKeys(prefix);
     this.sub = createRedis({ url });
     // Errors show on reconnect; ioredis resubscribes by itself.
-    this.sub.on('error', (e) => log.debug('bus subscription error; ioredis reconnects and resubscribes', { error: e.message }));
+    this.sub.on('error', (e) => log.warn('the bus subscription lost Redis; ioredis reconnects and resubscribes, and messages published meanwhile are missed', { error: e.message }));
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;
@@ -88,7 +88,7 @@ export class Bus {
       }
       for (const h of hs.set) {
         if (asleep?.has(h)) continue;
-        try { h(msg as never, raw); } catch (e) { log.warn('a bus listener failed; the others still get the message', { channel, error: (e as Error).message }); }
+        try { h(msg, raw); } catch (e) { log.warn('a bus listener failed; the others still get the message', { channel, error: (e as Error).message }); }
       }
     });
   }
@@ -106,11 +106,13 @@ export class Bus {
     }
     hs.set.add(h);
     if (opts.wants) hs.idle.set(h, opts.wants);
-    return () => { hs!.set.delete(h); hs!.idle.delete(h); };
+    return () => { hs.set.delete(h); hs.idle.delete(h); };
   }
 
-  async close() {
+  /** A promise, like every other closer the services await on shutdown; disconnecting is immediate. */
+  close(): Promise<void> {
     this.handlers.clear();
     this.sub.disconnect();
+    return Promise.resolve();
   }
 }

@@ -64,7 +64,7 @@ export function startOfPhase(phase: string): DaemonJob['progress'] {
 
 export async function jobViews(store: JobStore, ids: string[]): Promise<DaemonJob[]> {
   const hs = await store.many(ids, VIEW_FIELDS);
-  return ids.map((id, i) => (hs[i] ? jobView(id, hs[i]!) : null)).filter((x): x is DaemonJob => !!x);
+  return ids.map((id, i) => (hs[i] ? jobView(id, hs[i]) : null)).filter((x): x is DaemonJob => !!x);
 }
 
 export const RATE_WINDOW_SECONDS = 30;

@@ -9,7 +9,7 @@ import { OPERATIONS } from '../shared/operations';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 import { HELD, isHeld, isTerminal, JobState } from '../shared/states';
 import { jobWaitSeconds } from '../shared/metrics';
-import { createLogger, dropped } from '../shared/log';
+import { createLogger, expected } from '../shared/log';
 import { checkSubmittedPaths } from '../shared/roots';
 import { Caller, mayRunPrivileged } from '../shared/auth';
 import { checkSubmittedImages } from '../shared/image-confine';
@@ -235,7 +235,7 @@ export class Lifecycle {
       event: { ev: this.event(id, { phase: 'completed', percentage: 100, message: 'job completed', details: {} }), before: true },
     });
     // Even when the lease is gone the calls are harmless (BullMQ refuses a stale token) and drop our own references.
-    await this.router.finish(queue!, id, lease);
+    await this.router.finish(queue, id, lease);
     return r.ok;
   }
 
@@ -295,7 +295,7 @@ export class Lifecycle {
         const lease = h.lease;
         await this.leaseLost(id, why);
         const after = await this.store.raw(id);
-        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(dropped(log, 'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the reconcile sweep', { job_id: id }));
+        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(expected(log, 'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the reconcile sweep', { job_id: id }));
       }
     }
   }
@@ -305,7 +305,7 @@ export class Lifecycle {
    * a worker process ends its own on timeout: a failed attempt, retried while retry_count (and idempotent) allow.
    * The worker learns it when its next report is refused (409). Returns the ids it ended.
    */
-  async reapTimedOut(now = Date.now(), still: () => Promise<boolean> = async () => true): Promise<string[]> {
+  async reapTimedOut(now = Date.now(), still: () => Promise<boolean> = () => Promise.resolve(true)): Promise<string[]> {
     const r = this.store.redis;
     const ids = (await Promise.all(HELD.map((s) => r.zrange(this.store.k.jobsInState(s), 0, -1)))).flat();
     const hs = await this.store.many(ids, ['state', 'deadline', 'lease', 'worker_id']);
@@ -344,7 +344,7 @@ export class Lifecycle {
    * QUEUED and adding the job to the queue would otherwise leave it waiting forever. One process at a time does
    * this (the gateway that leads the periodic work, services/gateway/sweeps.ts); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
    */
-  async reconcileQueued(minAgeMs: number, still: () => Promise<boolean> = async () => true): Promise<string[]> {
+  async reconcileQueued(minAgeMs: number, still: () => Promise<boolean> = () => Promise.resolve(true)): Promise<string[]> {
     const r = this.store.redis;
     const restored: string[] = [];
     const ids = await r.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);

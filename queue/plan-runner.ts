@@ -13,7 +13,7 @@ import { rollbackVm } from '../shared/plans/rollback';
 import { buildSpec } from '../shared/daemon-jobs';
 import { isTerminal } from '../shared/states';
 import { conflict } from '../shared/errors';
-import type { Logger } from '../shared/log';
+import { dropped, type Logger } from '../shared/log';
 import { planSlots } from './plan-slots';
 import { vmGuardHolder } from './vm-guard';
 import { destroyVm } from '../shared/vsphere/actions';
@@ -135,7 +135,7 @@ export class PlanRunner {
       // Claimed but never submitted (the daemon stopped in between): after a minute it is pending again.
       if (!h) { if (Date.now() - Date.parse(v.claimed_at ?? '') > 60_000) await this.settle(p, v, 'pending', null); continue; }
       const w = windowNow(p);
-      if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(() => undefined); await this.settle(p, v, 'pending', null); continue; }
+      if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log, 'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual', { plan_id: p.id, job_id: v.job_id })); await this.settle(p, v, 'pending', null); continue; }
       if (!isTerminal(h.state)) continue;
       const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
       let status = outcome;
@@ -230,7 +230,7 @@ export class PlanRunner {
 
   /** A plan event to the webhooks that want it; a failure to queue is logged, the plan goes on. */
   private async event(p: Plan, event: string, data: Record<string, unknown>) {
-    await this.d.hooks.enqueue(event, data, `${p.id}.${data.vm_path ?? ''}.${Date.now()}`, { backoffMs: this.d.webhookBackoffMs ?? 1000 })
+    await this.d.hooks.enqueue(event, data, `${p.id}.${typeof data.vm_path === 'string' ? data.vm_path : ''}.${Date.now()}`, { backoffMs: this.d.webhookBackoffMs ?? 1000 })
       .catch((e) => this.d.log.warn('could not queue a plan webhook', { plan_id: p.id, event, error: (e as Error).message }));
   }
 }

@@ -49,7 +49,7 @@ export function applySelection(p: Plan, selected: Map<string, number[]>) {
 
 const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
 
-const iso = (d: unknown) => (d instanceof Date ? d.toISOString() : d === undefined || d === null ? null : String(d));
+const iso = (d: unknown) => (d instanceof Date ? d.toISOString() : d === undefined || d === null ? null : typeof d === 'string' ? d : JSON.stringify(d));
 
 export class PlanStore {
   private pk: ReturnType<typeof planKeys>;
@@ -60,7 +60,7 @@ export class PlanStore {
   private changed(id: string, p: Plan | null) {
     const jobIds = p ? p.vms.filter((v) => v.status === 'running' && v.job_id).map((v) => v.job_id!) : [];
     void publish(this.redis, this.k, 'plans', { plan_id: id, status: p?.status ?? null, job_ids: jobIds })
-      .catch(dropped(log, 'a plan change not announced on the bus; listeners see it with the next change', { plan_id: id }));
+      .catch(dropped(log, 'could not announce a plan change on the bus; listeners see it with the next change', { plan_id: id }));
   }
 
   async create(body: any, by: string): Promise<Plan> {

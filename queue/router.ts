@@ -4,7 +4,7 @@ import { Job, Queue, Worker } from 'bullmq';
 import { parseQueueName, queuesTakenBefore } from '../shared/capabilities';
 import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
-import { createLogger, dropped } from '../shared/log';
+import { createLogger, dropped, expected } from '../shared/log';
 import { BullLayout } from './bullmq-layout';
 import { publish } from './bus';
 import { queueErrors } from '../shared/metrics';
@@ -55,7 +55,7 @@ export class QueueRouter {
   queue(name: string): Queue {
     let q = this.queues.get(name);
     if (!q) {
-      q = new Queue(name, { connection: this.redis as any, prefix: this.k.bullPrefix });
+      q = new Queue(name, { connection: this.redis, prefix: this.k.bullPrefix });
       q.on('error', onBullError('queue', name, 'the command that failed reports it to its caller; BullMQ reconnects'));
       this.queues.set(name, q);
     }
@@ -69,7 +69,7 @@ export class QueueRouter {
     if (!w) {
       const lock = (this.opts.lockSeconds ?? config.leaseSeconds) * 1000;
       w = new Worker(name, null as any, {
-        connection: this.redis as any,
+        connection: this.redis,
         prefix: this.k.bullPrefix,
         autorun: false,
         lockDuration: lock,
@@ -113,7 +113,7 @@ export class QueueRouter {
     });
     // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
     // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
-    publish(this.redis, this.k, 'enqueued', queue).catch(dropped(log, 'a lost wake-up hint costs idle workers at most their poll interval', { queue }));
+    publish(this.redis, this.k, 'enqueued', queue).catch(dropped(log, 'could not publish the wake-up hint for a queued job; idle workers find it at their next poll', { queue }));
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {
@@ -130,7 +130,7 @@ export class QueueRouter {
   /** Tries each queue in order (most specific first) and takes the first job without blocking. */
   async next(queues: string[], token: string): Promise<Claimed | null> {
     for (const q of queues) {
-      const job = (await this.worker(q).getNextJob(token, { block: false })) as Job | undefined;
+      const job = (await this.worker(q).getNextJob(token, { block: false }));
       if (job) {
         if (this.taken.size >= 10_000) this.taken.delete(this.taken.keys().next().value!); // lost leases never finish here
         this.taken.set(`${q}\n${job.id}`, job);
@@ -159,7 +159,7 @@ export class QueueRouter {
 
   async finish(queue: string, jobId: string, token: string) {
     const j = await this.heldJob(queue, jobId, token);
-    if (j) await j.moveToCompleted('done', token, false).catch(dropped(log, 'the token no longer holds the BullMQ lock (lease lost, or the job already moved): nothing left to end', { queue, job_id: jobId }));
+    if (j) await j.moveToCompleted('done', token, false).catch(expected(log, 'the token no longer holds the BullMQ lock (lease lost, or the job already moved): nothing left to end', { queue, job_id: jobId }));
   }
 
   /** Back to the queue after `delayMs` (a retry) or at once (a hand-back). */
@@ -175,7 +175,8 @@ export class QueueRouter {
   async position(queue: string, jobId: string): Promise<number | null> {
     // The rank and the list of queues in one write (a submission's last two reads).
     const [[rankErr, rank], [knownErr, members]] = (await this.bull.rank(this.redis.pipeline(), queue, bullId(jobId)).smembers(this.k.queues).exec())!;
-    if (rankErr || knownErr) throw rankErr || knownErr;
+    if (rankErr) throw rankErr;
+    if (knownErr) throw knownErr;
     if (rank === null) return null;
     const known = queueList(members as string[]);
     const supersets = queuesTakenBefore(queue, known);
@@ -189,7 +190,7 @@ export class QueueRouter {
   }
 
   async close() {
-    const gone = dropped(log, 'closing: a connection that is already gone has nothing left to close');
+    const gone = expected(log, 'closing: a connection that is already gone has nothing left to close');
     await Promise.all([...this.workers.values()].map((w) => w.close(true).catch(gone)));
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(gone)));
   }

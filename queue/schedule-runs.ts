@@ -19,7 +19,7 @@ export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeout
 export function checkTemplate(deps: Pick<RunDeps, 'jobTimeoutSeconds' | 'parallelDownloads'>, template: unknown, caller: Caller | null, field: string) {
   if (!template) return;
   let built;
-  try { built = buildSpec(template, { where: field, jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads }); } catch { return; }
+  try { built = buildSpec(template, { where: field, jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads }); } catch { return; /* named above: each run reports why it does not build */ }
   checkCaller(built.spec, caller, field);
 }
 
@@ -46,7 +46,7 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
   const r = schedules.redis;
   const k = schedules.k;
   const s = await schedules.get(scheduleId);
-  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(ignoreError('a job scheduler of a deleted schedule: the next iteration tries again', { schedule_id: scheduleId })); return null; }
+  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(ignoreError('could not remove the job scheduler of a deleted schedule; its next iteration tries again', { schedule_id: scheduleId })); return null; }
   if (!s.enabled && !how.manual) return null;
   const jobId = how.manual ? `sched-${s.id}-m${Date.now()}${Math.floor(Math.random() * 1000)}` : `sched-${s.id}-${how.iteration}`;
   const now = new Date().toISOString();

@@ -6,7 +6,7 @@ import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
-import { ignoreError } from '../shared/log';
+import { expectedError, ignoreError } from '../shared/log';
 import type { Caller, KeyRole } from '../shared/auth';
 import { onBullError } from './router';
 
@@ -44,7 +44,7 @@ export function checkCron(expr: string, tz: string, field = 'schedule') {
 
 export function nextRun(s: Schedule): string | null {
   if (!s.enabled) return null;
-  try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch { return null; }
+  try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch { return null; /* no next run: a cron without a future time (validated at creation) */ }
 }
 
 /** Templates are stored in Redis, so they may not carry passwords (GOVC_PASSWORD serves scheduled jobs). */
@@ -57,7 +57,7 @@ export function refusePasswords(t: any, field: string) {
 export class ScheduleStore {
   readonly queue: Queue;
   constructor(readonly redis: RedisClient, readonly k: Keys) {
-    this.queue = new Queue(SCHEDULE_QUEUE, { connection: redis as any, prefix: k.bullPrefix });
+    this.queue = new Queue(SCHEDULE_QUEUE, { connection: redis, prefix: k.bullPrefix });
     this.queue.on('error', onBullError('schedules', this.queue.name, 'the command that failed reports it to its caller; BullMQ reconnects'));
   }
 
@@ -108,13 +108,13 @@ export class ScheduleStore {
   async remove(id: string) {
     const n = await this.redis.hdel(this.k.schedules, id);
     if (!n) throw new ApiError(404, `schedule ${id} not found`);
-    await this.queue.removeJobScheduler(id).catch(ignoreError('the schedule is gone from Redis: a job scheduler left behind runs once and is then removed by runSchedule', { schedule_id: id }));
+    await this.queue.removeJobScheduler(id).catch(ignoreError('could not remove the job scheduler of a deleted schedule; it runs once more, finds no schedule and is removed then (runSchedule)', { schedule_id: id }));
     await this.redis.del(this.k.scheduleStats(id));
   }
 
   /** Makes the BullMQ job scheduler match the schedule: present with its pattern when enabled, absent otherwise. */
   async sync(s: Schedule) {
-    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError('a disabled schedule whose job scheduler remains runs nothing (runSchedule skips it) and is synced again at the next start', { schedule_id: s.id })); return; }
+    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError('could not remove the job scheduler of a disabled schedule; it runs nothing (runSchedule skips it) and is synced again at the next start', { schedule_id: s.id })); return; }
     await this.queue.upsertJobScheduler(s.id, { pattern: s.schedule, tz: s.timezone }, {
       name: 'run', data: { schedule_id: s.id }, opts: { removeOnComplete: 200, removeOnFail: 200 },
     });
@@ -128,5 +128,5 @@ export class ScheduleStore {
     for (const s of all) await this.sync(s);
   }
 
-  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
+  async close() { await this.queue.close().catch(expectedError('closing: a connection already gone has nothing left to close')); }
 }

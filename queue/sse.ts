@@ -63,7 +63,8 @@ export class EventHub {
       if (!set) return;
       for (const c of set) {
         const send = () => this.finish(msg.job_id, c, msg.state);
-        c.buffering ? c.buffer.push(send) : send();
+        if (c.buffering) c.buffer.push(send);
+        else send();
       }
     }, { wants });
     this.timer = setInterval(() => {

@@ -221,7 +221,10 @@ export class JobStore {
   async many(ids: string[], fields?: string[]): Promise<(Record<string, string> | null)[]> {
     if (!ids.length) return [];
     const p = this.redis.pipeline();
-    for (const id of ids) fields ? p.hmget(this.k.job(id), ...fields) : p.hgetall(this.k.job(id));
+    for (const id of ids) {
+      if (fields) p.hmget(this.k.job(id), ...fields);
+      else p.hgetall(this.k.job(id));
+    }
     const res = (await p.exec()) || [];
     return res.map(([, v]) => {
       if (!v) return null;
@@ -273,7 +276,7 @@ export class JobStore {
 
   /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
    *  a pipeline per batch); returns how many. */
-  async purgeFinished(retentionMs: number, still: () => Promise<boolean> = async () => true, batch = 500): Promise<number> {
+  async purgeFinished(retentionMs: number, still: () => Promise<boolean> = () => Promise.resolve(true), batch = 500): Promise<number> {
     const k = this.k;
     const terminal = TERMINAL.map((s) => k.jobsInState(s));
     let total = 0;
@@ -282,7 +285,8 @@ export class JobStore {
       const ids = await this.redis.zrangebyscore(k.jobsFinished, '-inf', Date.now() - retentionMs, 'LIMIT', 0, batch);
       if (!ids.length) return total;
       const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };
-      for (const id of ids) p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
+      // In a pipeline the call only queues the command (typed as FerryCommands' promise); exec() below answers it.
+      for (const id of ids) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
       for (const [err, n] of (await p.exec()) || []) {
         if (err) throw err;
         total += Number(n);

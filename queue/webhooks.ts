@@ -6,7 +6,7 @@ import { ApiError, fieldError } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import { canEncrypt, encryptSecret } from '../shared/secretbox';
 import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
-import { ignoreError } from '../shared/log';
+import { expectedError, ignoreError } from '../shared/log';
 import { onBullError } from './router';
 import { publish } from './bus';
 
@@ -52,7 +52,7 @@ return 1`;
 export class WebhookStore {
   readonly queue: Queue;
   constructor(readonly redis: RedisClient, readonly k: Keys) {
-    this.queue = new Queue(WEBHOOK_QUEUE, { connection: redis as any, prefix: k.bullPrefix });
+    this.queue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: k.bullPrefix });
     this.queue.on('error', onBullError('webhooks', this.queue.name, 'the command that failed reports it to its caller; BullMQ reconnects'));
   }
 
@@ -128,11 +128,11 @@ export class WebhookStore {
         jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },
         removeOnComplete: { age: 3600, count: 10000 }, removeOnFail: { age: 3600, count: 10000 },
       });
-      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(ignoreError('the pending row of the delivery log: the delivery itself is queued and writes its outcome', { delivery_id }));
+      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(ignoreError('could not write the pending row of the delivery log; the delivery itself is queued and writes its outcome', { delivery_id }));
       ids.push(delivery_id);
     }
     return ids;
   }
 
-  async close() { await this.queue.close().catch(ignoreError('closing: a connection already gone has nothing left to close')); }
+  async close() { await this.queue.close().catch(expectedError('closing: a connection already gone has nothing left to close')); }
 }

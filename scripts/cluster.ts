@@ -67,7 +67,7 @@ async function main() {
   for (const svc of SERVICES) {
     const proc = spawn(process.execPath, [...entry(svc.script), ...(svc.args || [])], { cwd: ROOT, env: { ...env, ...svc.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     const prefix = `[${svc.name}] `;
-    for (const s of [proc.stdout!, proc.stderr!]) {
+    for (const s of [proc.stdout, proc.stderr]) {
       let buf = '';
       s.setEncoding('utf8').on('data', (d: string) => {
         buf += d;
@@ -95,13 +95,14 @@ async function main() {
     await stop(children.filter((c) => c.svc.stopFirst));
     await stop(children.filter((c) => !c.svc.stopFirst));
     if (redis) {
-      await new Promise<void>((r) => { redis!.once('exit', () => r()); redis!.kill('SIGTERM'); });
+      await new Promise<void>((r) => { redis.once('exit', () => r()); redis.kill('SIGTERM'); });
       console.log('[cluster] redis-server stopped');
     }
     process.exit(0);
   };
-  process.on('SIGINT', stopAll);
-  process.on('SIGTERM', stopAll);
+  // stopAll only waits for exits: it has nothing that rejects
+  process.on('SIGINT', () => void stopAll());
+  process.on('SIGTERM', () => void stopAll());
 }
 
-if (require.main === module) main();
+if (require.main === module) main().catch((e: Error) => { console.error(`[cluster] could not start: ${e.stack || e.message}`); process.exit(1); });

@@ -33,7 +33,7 @@ export interface RouteDef {
   /** Who may call it (shared/auth.ts), declared by every route: there is no default (docs/security.md). */
   role: Need;
   responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
-  handler: (ctx: Koa.Context, input: Input) => Promise<unknown> | unknown;
+  handler: (ctx: Koa.Context, input: Input) => unknown; // the body, or a promise of it
 }
 
 const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
@@ -192,7 +192,7 @@ export class Api {
       }
       op.responses = Object.fromEntries(Object.entries(r.responses).map(([code, resp]) => [code, {
         description: resp.description,
-        ...(resp.schema ? { content: { [resp.type || 'application/json']: { schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema as Joi.Schema) : resp.schema } } } : {}),
+        ...(resp.schema ? { content: { [resp.type || 'application/json']: { schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema) : resp.schema } } } : {}),
       }]));
       (paths[p] ||= {})[r.method] = op;
     }
@@ -350,7 +350,7 @@ function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
     },
     bodyParser({
       enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],
-      extendTypes: { json: opts.bodyTypes?.json || [], text: opts.bodyTypes?.text || [] } as any,
+      extendTypes: { json: opts.bodyTypes?.json || [], text: opts.bodyTypes?.text || [] },
       jsonLimit: `${MAX_BODY_BYTES}b`,
       textLimit: `${MAX_BODY_BYTES}b`,
       strict: false,

@@ -33,7 +33,7 @@ export class Slots {
    *  its slot). Outside a request nothing is counted. */
   take(): () => void {
     const c = caller.getStore();
-    if (!c) return () => undefined;
+    if (!c) return () => { /* outside a request nothing was taken */ };
     let mine = c.held.get(this);
     if (!mine) {
       mine = { n: 0, release: this.count(c.who) }; // throws when over a cap

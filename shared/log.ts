@@ -22,18 +22,31 @@ export function createLogger(service: string) {
 }
 export type Logger = ReturnType<typeof createLogger>;
 
-/** A `.catch` handler for an error the caller may drop: `why` says why that is safe, and the error is still
- *  logged (at debug level) so it can be found when it should not have happened. */
-export function dropped(log: Logger, why: string, fields?: Record<string, unknown>) {
-  return (e: unknown): undefined => { log.debug(`ignored: ${why}`, { ...fields, error: e instanceof Error ? e.message : String(e) }); return undefined; };
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+/** A `.catch` handler for a failure the caller carries on after: logged at warn, `next` says what failed and what
+ *  happens next (the error's message is added), so an outage or a bug is seen, not dropped. */
+export function dropped(log: Logger, next: string, fields?: Record<string, unknown>) {
+  return (e: unknown): undefined => { log.warn(next, { ...fields, error: message(e) }); return undefined; };
+}
+
+/** A `.catch` handler for a named case that is the normal path, not a fault (a connection already closed on
+ *  shutdown, a domain already off, a directory that exists): `why` names the case and why it is expected. It is
+ *  logged at debug, so it can still be found when it should not have happened. */
+export function expected(log: Logger, why: string, fields?: Record<string, unknown>) {
+  return (e: unknown): undefined => { log.debug(`expected: ${why}`, { ...fields, error: message(e) }); return undefined; };
 }
 
 let fallback: Logger | undefined;
-/** `dropped` for code without a logger of its own (shared/ libraries): logged under the process's script name. */
-export function ignoreError(why: string, fields?: Record<string, unknown>) {
+/** The logger of code without one of its own (shared/ libraries): named after the process's script. */
+function processLogger(): Logger {
   fallback ??= createLogger(String(process.argv[1] || 'ferry').split('/').slice(-2).join('/').replace(/\.[jt]s$/, ''));
-  return dropped(fallback, why, fields);
+  return fallback;
 }
+/** `dropped` for code without a logger of its own. */
+export const ignoreError = (next: string, fields?: Record<string, unknown>) => dropped(processLogger(), next, fields);
+/** `expected` for code without a logger of its own. */
+export const expectedError = (why: string, fields?: Record<string, unknown>) => expected(processLogger(), why, fields);
 
 /** `p`, its rejection marked as handled now: the caller awaits it later and deals with its error there. Without
  *  this, a rejection before that await would count as unhandled and end the process. */

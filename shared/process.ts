@@ -16,6 +16,7 @@ export function onShutdown(cleanup: () => Promise<unknown>, boundMs = 10_000) {
       process.exit(1);
     }
   };
-  process.on('SIGINT', stop);
-  process.on('SIGTERM', stop);
+  // stop catches its own failures (logged, exit 1)
+  process.on('SIGINT', () => void stop());
+  process.on('SIGTERM', () => void stop());
 }

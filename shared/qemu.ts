@@ -3,7 +3,7 @@ import { spawn, execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { open, readFile, stat } from 'node:fs/promises';
 import { OperationError } from './errors';
-import { ignoreError } from './log';
+import { expectedError, ignoreError } from './log';
 import { spawnSlots } from './limits';
 
 export const QEMU_IMG = process.env.QEMU_IMG || 'qemu-img';
@@ -22,7 +22,8 @@ export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; t
   return new Promise((resolve, reject) => {
     execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, signal: opts.signal, timeout: opts.timeoutMs }, (err, stdout, stderr) => {
       if (err && (err as any).code === 'ENOENT') return reject(new OperationError(`${cmd} is not installed`, false));
-      if (err && (err as any).name === 'AbortError') return reject(err);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- err is execFile's AbortError (an Error; its typings intersect to something the rule cannot see as one)
+      if (err?.name === 'AbortError') return reject(err);
       resolve({ stdout: String(stdout), stderr: String(stderr), code: err ? Number((err as any).code ?? 1) : 0 });
     });
   });
@@ -51,7 +52,7 @@ async function bytesReadBy(pid: number): Promise<number | undefined> {
 /** What a file takes on its device (sparse holes excluded); undefined if it cannot be read. */
 async function allocatedBytes(file: string): Promise<number | undefined> {
   // Missing (the output before qemu-img creates it) or unreadable: only this progress estimate goes without.
-  const st = await stat(file).catch(ignoreError('no allocation figure for the progress estimate', { file }));
+  const st = await stat(file).catch(expectedError('the output does not exist yet (qemu-img creates it): no allocation figure for this progress estimate', { file }));
   return st && (st.blocks * 512 || st.size || undefined);
 }
 
@@ -86,9 +87,12 @@ export function convert(args: ConvertArgs, onProgress: (pct: number) => void, si
       if (exited) return;
       const pct = n && of ? Math.min(99, Math.floor((n / of) * 10000) / 100) : 0;
       if (pct > last) { last = pct; onProgress(pct); }
-      pollTimer = setTimeout(poll, intervalMs);
+      schedule();
     };
-    pollTimer = setTimeout(poll, intervalMs);
+    const schedule = () => {
+      pollTimer = setTimeout(() => void poll().catch(ignoreError('could not read the conversion\'s progress; it goes on without further progress figures')), intervalMs);
+    };
+    schedule();
     const onAbort = () => {
       child.kill('SIGTERM');
       killTimer = setTimeout(() => child.kill('SIGKILL'), 2000);
@@ -96,7 +100,7 @@ export function convert(args: ConvertArgs, onProgress: (pct: number) => void, si
     if (signal?.aborted) onAbort();
     signal?.addEventListener('abort', onAbort, { once: true });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 65536) stderr += s; });
-    child.on('error', (e: any) => reject(e.code === 'ENOENT' ? new OperationError('qemu-img is not installed', false) : e));
+    child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT' ? new OperationError('qemu-img is not installed', false) : e));
     child.on('close', (code, sig) => {
       exited = true;
       clearTimeout(pollTimer);

@@ -25,9 +25,9 @@ export function refuseAddress(ip: string, policy: TargetPolicy): string | null {
   const addr = ipaddr.process(ip);
   const range = addr.range();
   if (range === 'unicast') return null;
-  if (range === 'loopback') return policy.allow_loopback ? null : `loopback address ${addr} refused (webhooks.allow_loopback is false)`;
-  if (PRIVATE.has(range)) return policy.allow_private ? null : `private address ${addr} (${range}) refused (webhooks.allow_private is false)`;
-  return `address ${addr} (${range}) is never a webhook target`;
+  if (range === 'loopback') return policy.allow_loopback ? null : `loopback address ${addr.toString()} refused (webhooks.allow_loopback is false)`;
+  if (PRIVATE.has(range)) return policy.allow_private ? null : `private address ${addr.toString()} (${range}) refused (webhooks.allow_private is false)`;
+  return `address ${addr.toString()} (${range}) is never a webhook target`;
 }
 
 function hostOf(url: string): string {
@@ -58,7 +58,7 @@ export function guardedLookup(policy: TargetPolicy): net.LookupFunction {
   return (hostname, options, callback) => {
     dns.lookup(hostname, { ...options, all: true }, (err, addrs) => {
       if (err) return callback(err, '', 0);
-      const list = addrs as dns.LookupAddress[];
+      const list = addrs;
       for (const a of list) {
         const r = refuseAddress(a.address, policy);
         if (r) {
@@ -66,7 +66,7 @@ export function guardedLookup(policy: TargetPolicy): net.LookupFunction {
           return callback(e, '', 0);
         }
       }
-      if ((options as dns.LookupOptions).all) (callback as any)(null, list);
+      if ((options).all) (callback as any)(null, list);
       else callback(null, list[0].address, list[0].family);
     });
   };
@@ -76,7 +76,7 @@ export function guardedLookup(policy: TargetPolicy): net.LookupFunction {
  *  IP literal, so `post` checks literals itself before connecting. */
 export function guardedAgents(policy: TargetPolicy) {
   const lookup = guardedLookup(policy);
-  return { http: new http.Agent({ keepAlive: false, lookup } as http.AgentOptions), https: new https.Agent({ keepAlive: false, lookup } as https.AgentOptions) };
+  return { http: new http.Agent({ keepAlive: false, lookup }), https: new https.Agent({ keepAlive: false, lookup }) };
 }
 
 export interface PostResult { status: number }

@@ -17,13 +17,13 @@ async function main() {
     await q.waitUntilReady();
     const server = http.createServer((req, res) => {
       let body = '';
-      req.setEncoding('utf8').on('data', (s: string) => { body += s; }).on('end', async () => {
+      req.setEncoding('utf8').on('data', (s: string) => { body += s; }).on('end', () => void (async () => { // answers its own failure (500 below)
         try {
           const spec = JSON.parse(body);
           await q.add('job', spec, { jobId: `j_${spec.job_id}`, priority: 51, removeOnComplete: true, removeOnFail: true, attempts: 1 });
           res.writeHead(201, { 'Content-Type': 'application/json' }).end(JSON.stringify({ job_id: spec.job_id }));
         } catch (e) { res.writeHead(500).end(String(e)); }
-      });
+      })());
     });
     server.keepAliveTimeout = 60_000;
     server.listen(0, '127.0.0.1', () => process.stdout.write(`${(server.address() as { port: number }).port}\n`));

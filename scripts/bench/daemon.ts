@@ -47,7 +47,7 @@ async function main() {
     const ws = new WebSocket(`${base.replace('http', 'ws')}/ws`);
     const seen = new Set<string>();
     ws.on('message', (d) => {
-      const m = JSON.parse(String(d));
+      const m = JSON.parse((d as Buffer).toString()); // ws hands a text frame over as one Buffer
       if (m.type !== 'job_update') return;
       const t0 = sent.get(m.data.id);
       if (t0 !== undefined && !seen.has(m.data.id)) { seen.add(m.data.id); lat.push(performance.now() - t0); }

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { startDaemonProc, startGatewayProc, type Proc } from '../../test/helpers/procs';
+import { startDaemonProc, startGatewayProc } from '../../test/helpers/procs';
 import { BenchRedis, pct, pool } from './common';
 import { Fleet } from './fleet-sim';
 import { cpuNow, cpuRate, dashboardLoad, expect, resets, ms, p50p99, redisCost, timeSeq, usedMemory, type ProcRef } from './fleet-probe';
@@ -42,12 +42,12 @@ async function startServices(redisUrl: string) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-fleet-'));
   const cfg = path.join(dir, 'daemon.yaml');
   writeFileSync(cfg, 'metrics:\n  enabled: true\n');
-  const env = { REDIS_URL: redisUrl, FERRY_PREFIX: PREFIX, FERRY_HOST: '127.0.0.1', FERRY_HEARTBEAT_SECONDS: o.heartbeat! };
+  const env = { REDIS_URL: redisUrl, FERRY_PREFIX: PREFIX, FERRY_HOST: '127.0.0.1', FERRY_HEARTBEAT_SECONDS: o.heartbeat };
   const gw = await startGatewayProc(env);
   const daemon = await startDaemonProc(env, cfg);
   const bare = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'bare-koa-server.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
   const port = await new Promise<string>((resolve, reject) => {
-    bare.stdout!.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
+    bare.stdout.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
     bare.once('exit', (c) => reject(new Error(`bare-koa-server exited ${c}`)));
   });
   return { gw, daemon, bare, bareUrl: `http://127.0.0.1:${port}` };
@@ -73,7 +73,7 @@ async function main() {
   const { jobSpecSchema } = await import('../../shared/schemas/job');
   const { parseDurationMs } = await import('../../shared/config');
   const { makeFinishedJob } = await import('./common');
-  const soakMs = parseDurationMs(o.soak!);
+  const soakMs = parseDurationMs(o.soak);
   if (soakMs === null) throw new Error(`--soak: not a duration: ${o.soak}`);
   const rc = createRedis();
   const store = new JobStore(rc, PREFIX);

@@ -93,7 +93,7 @@ async function virtV2v(g: DebianGuest, dir: string): Promise<Run> {
   const r = await measured('virt-v2v', ['-i', 'disk', g.vmdk, '-o', 'local', '-os', os_, '-of', 'qcow2', '-on', `v2v-${g.variant}`], env);
   await fs.writeFile(path.join(dir, 'virt-v2v.log'), r.log);
   const output = path.join(os_, `v2v-${g.variant}-sda`);
-  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, () => undefined);
+  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, noOutput);
   const ok = r.code === 0 && outBytes !== undefined;
   return { tool: 'virt-v2v', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: ok ? output : undefined, outBytes,
     note: ok ? undefined : `exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}` };
@@ -115,12 +115,14 @@ async function ferry(g: DebianGuest, dir: string): Promise<Run> {
   const r = await measured(process.execPath, [FERRY, '--config', file], process.env);
   await fs.writeFile(path.join(dir, 'ferry.log'), r.log);
   const output = path.join(out, `ferry-${g.variant}.qcow2`);
-  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, () => undefined);
+  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, noOutput);
   const ok = r.code === 0 && outBytes !== undefined;
   const notes = [...(missing.length ? [`no command-line key ${missing.join(', ')}`] : []), ...(ok ? [] : [`exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}`])];
   return { tool: 'ferry', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: outBytes !== undefined ? output : undefined, outBytes, note: notes.join('; ') || undefined };
 }
 
+/** The converter wrote no output file: the run counts as failed (ok is false below). */
+const noOutput = (): undefined => undefined;
 const mmss = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
 
 async function main() {

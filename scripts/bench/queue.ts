@@ -20,7 +20,6 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
-import { freePort, waitForPort } from '../../test/helpers/redis';
 import { BenchRedis, LISTPACK_VALUE, agent, commandStats, cpuSeconds, pct, pool, request } from './common';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../../test/helpers/procs';
 
@@ -57,7 +56,7 @@ function openStream(url: string, onChunk: (s: string, t: number) => void): Promi
       res.on('data', (s: string) => onChunk(s, now()));
       resolve({ done, close: () => r.destroy() });
     });
-    r.on('error', (e: any) => (e.code === 'ECONNRESET' ? undefined : reject(e)));
+    r.on('error', (e: NodeJS.ErrnoException) => { if (e.code !== 'ECONNRESET') reject(e); /* a reset is how close() ends the stream */ });
   });
 }
 
@@ -156,7 +155,7 @@ async function bareThroughput(redisUrl: string, n: number) {
   let done = 0;
   let resolveAll!: () => void;
   const all = new Promise<void>((r) => (resolveAll = r));
-  const w = new Worker(name, async () => ({ ok: true }), { connection: conn, prefix: `${PREFIX}-bare`, concurrency: CONC });
+  const w = new Worker(name, () => Promise.resolve({ ok: true }), { connection: conn, prefix: `${PREFIX}-bare`, concurrency: CONC });
   w.on('completed', () => { if (++done === n) resolveAll(); });
   await w.waitUntilReady();
   await q.waitUntilReady();
@@ -167,7 +166,7 @@ async function bareThroughput(redisUrl: string, n: number) {
   await Promise.race([all, sleep(120_000).then(() => { throw new Error(`bare BullMQ: only ${done} of ${n} completed`); })]);
   const secs = (now() - t0) / 1000;
   await w.close();
-  await q.obliterate({ force: true }).catch(() => undefined);
+  await q.obliterate({ force: true }).catch((e: Error) => console.warn(`[bench] could not obliterate ${name}; its keys stay in the bench's Redis: ${e.message}`));
   await q.close();
   return n / secs;
 }
@@ -182,7 +181,7 @@ async function bareHttpThroughput(redisUrl: string, n: number) {
   const start = (args: string[]) => {
     const p = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     const first = new Promise<string>((resolve, reject) => {
-      p.stdout!.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
+      p.stdout.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
       p.once('exit', (c) => reject(new Error(`bare-http-bullmq ${args[0]} exited ${c}`)));
     });
     return { p, first };
@@ -225,12 +224,12 @@ async function bareHttpThroughput(redisUrl: string, n: number) {
 
 /** Redis memory per queued job for bare BullMQ (Queue.add, no worker), for comparison. */
 async function bareMemory(redis: IORedis, redisUrl: string, n: number) {
-  const q = new Queue('barememory', { connection: { url: redisUrl, maxRetriesPerRequest: null } as any, prefix: `${PREFIX}-bare` });
+  const q = new Queue('barememory', { connection: { url: redisUrl, maxRetriesPerRequest: null }, prefix: `${PREFIX}-bare` });
   await q.add('job', { job_id: 'warm' }, { jobId: 'j_warm', priority: 51, removeOnComplete: true });
   const before = await usedMemory(redis);
   await pool(n, INFLIGHT, async (i) => { await q.add('job', { job_id: `m${i}` }, { jobId: `j_m${i}`, priority: 51, removeOnComplete: true, removeOnFail: true, attempts: 1 }); });
   const per = ((await usedMemory(redis)) - before) / n;
-  await q.obliterate({ force: true }).catch(() => undefined);
+  await q.obliterate({ force: true }).catch((e: Error) => console.warn(`[bench] could not obliterate barememory; its keys stay in the bench's Redis: ${e.message}`));
   await q.close();
   return per;
 }
@@ -275,7 +274,7 @@ async function gatewayTarget(base: string, port: number): Promise<FanoutTarget> 
 async function bareTarget(): Promise<FanoutTarget & { stop(): void }> {
   const proc = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'bare-fanout-server.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
   const port = await new Promise<number>((resolve, reject) => {
-    proc.stdout!.setEncoding('utf8').once('data', (s: string) => resolve(Number(s.trim())));
+    proc.stdout.setEncoding('utf8').once('data', (s: string) => resolve(Number(s.trim())));
     proc.once('exit', (c) => reject(new Error(`bare fan-out server exited ${c}`)));
   });
   const base = `http://127.0.0.1:${port}`;
@@ -297,7 +296,7 @@ async function fanout(t: FanoutTarget, clients: number) {
   let completes = 0;
   const streams: { done: Promise<void>; close(): void }[] = [];
   for (let c = 0; c < clients; c += 100) {
-    streams.push(...(await Promise.all(Array.from({ length: Math.min(100, clients - c) }, (_, k) => {
+    streams.push(...(await Promise.all(Array.from({ length: Math.min(100, clients - c) }, () => {
       const mine = new Set<number>();
       seen.push(mine);
       let carry = '';

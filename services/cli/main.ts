@@ -65,7 +65,7 @@ export function planBody(v: Values): Record<string, any> {
 
 const vmsList: Command = async (c, _a, v, io) => {
   const q = new URLSearchParams(v.server ? { server: v.server } : {});
-  const r = await c.call('GET', `/vms/list${q.size ? `?${q}` : ''}`);
+  const r = await c.call('GET', `/vms/list${q.size ? `?${q.toString()}` : ''}`);
   const name = v.name ? new RegExp(`^${v.name.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`, 'i') : undefined;
   const power = v.power ? `powered${v.power[0].toUpperCase()}${v.power.slice(1).toLowerCase()}` : undefined;
   const vms = (r.vms as any[]).filter((x) => (!name || name.test(x.name)) && (!power || x.power_state === power));
@@ -77,7 +77,7 @@ const vmsList: Command = async (c, _a, v, io) => {
 const vmsInfo: Command = async (c, a, v, io) => {
   const [path] = need(a, 1, 'vms info VM_PATH');
   const q = new URLSearchParams({ path, ...(v.server ? { server: v.server } : {}) });
-  const d = await c.call('GET', `/vms/info?${q}`);
+  const d = await c.call('GET', `/vms/info?${q.toString()}`);
   if (v.json) { json(io, d); return EXIT.ok; }
   print(io, `${d.path}  ${d.power_state}  ${d.hardware?.num_cpu} vCPU  ${d.hardware?.memory_mb} MiB  firmware ${d.firmware ?? 'bios'}  uuid ${d.uuid}`);
   print(io, table(['DISK', 'CAPACITY', 'FILE'], (d.disks || []).map((x: any) => [x.label, bytes((x.capacity_kb || 0) * 1024), x.file_path])));

@@ -26,7 +26,7 @@ export async function exportForConvert(s: Record<string, any>, baseDir: string, 
       onProgress: (p) => { if (p.phase === 'exporting') progress(Math.floor(p.percent_complete), `export: ${p.files_downloaded}/${p.total_files} files, ${(p.bytes_downloaded / 1048576).toFixed(1)} of ${(p.total_bytes / 1048576).toFixed(1)} MiB`); },
     });
   } catch (e) {
-    if (e instanceof VsphereError) throw new Error(e.message);
+    if (e instanceof VsphereError) throw new Error(e.message, { cause: e });
     throw e;
   }
 }
@@ -34,5 +34,5 @@ export async function exportForConvert(s: Record<string, any>, baseDir: string, 
 /** The local pipeline's manifest (from the config's settings) with the export's disks and VM facts. */
 export function withExport(m: Manifest, exported: ExportResult): Manifest {
   const e = exported.manifest as any;
-  return { ...m, source: e.source, vm: e.vm, nics: e.nics, notes: e.notes, warnings: [...(m.warnings || []), ...(e.warnings || [])], disks: e.disks, metadata: e.metadata } as Manifest;
+  return { ...m, source: e.source, vm: e.vm, nics: e.nics, notes: e.notes, warnings: [...(m.warnings || []), ...(e.warnings || [])], disks: e.disks, metadata: e.metadata };
 }

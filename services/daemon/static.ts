@@ -43,7 +43,7 @@ export function staticMiddleware(mounts: StaticMount[]): Koa.Middleware {
 }
 
 export function swaggerMount(prefix: string, specUrl: string): StaticMount {
-  // eslint-disable-next-line @typescript-eslint/no-var-requires
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- swagger-ui-dist ships no type declarations; one call
   const dir: string = require('swagger-ui-dist').getAbsoluteFSPath();
   const init = `window.onload = function () {\n  window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specUrl)}, dom_id: '#swagger-ui', deepLinking: true,\n    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset], plugins: [SwaggerUIBundle.plugins.DownloadUrl], layout: 'StandaloneLayout' });\n};\n`;
   return { prefix, dir, overrides: { 'swagger-initializer.js': { type: 'text/javascript; charset=utf-8', body: init } } };

@@ -86,13 +86,13 @@ export class WsHub {
       this.d.authorize(req).then((v) => {
         if (v.status) { this.d.audit?.(req, { path, status: v.status, reason: v.message }); return refuseUpgrade(socket, v.status, v.message); }
         if (other) return runAs(v.who || `addr:${req.socket.remoteAddress}`, () => other(req, socket, head, v.caller ?? null));
-        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind!));
+        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, kind));
       }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on('events', (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
     await this.d.bus.on('schedules', (m) => this.broadcast('events', msg('schedule_event', m)));
-    this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick that could not read Redis: the next tick sends fresh figures')), this.d.statusIntervalMs));
+    this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick could not read Redis; the next tick sends fresh figures')), this.d.statusIntervalMs));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();
   }
@@ -111,7 +111,7 @@ export class WsHub {
       } else {
         this.send(c, msg('metrics', await this.d.metrics()));
       }
-    })().catch(ignoreError('the first page for a new client: live updates follow, and the client may reconnect for a fresh one'));
+    })().catch(ignoreError('could not send a new client its first page; live updates follow, and the client may reconnect for a fresh one'));
   }
 
   private send(c: Client, text: string, jobId?: string) {

@@ -30,7 +30,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   const metrics = createRegistry('gateway');
   const httpMetrics = new HttpMetrics(metrics);
   registerJobMetrics(metrics, store, registry);
-  registerComputed(metrics, 'svc_sse_clients', 'Open SSE streams on this gateway', 'gauge', async () => [{ value: hub.size }]);
+  registerComputed(metrics, 'svc_sse_clients', 'Open SSE streams on this gateway', 'gauge', () => Promise.resolve([{ value: hub.size }]));
 
   let doc: object | undefined;
   const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
@@ -43,6 +43,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the stale-worker sweep tries again', { error: (e as Error).message }));
   await store.indexFinished().catch((e) => log.warn('could not index finished jobs for retention; the retention sweep only sees jobs finished from now on', { error: (e as Error).message }));
   const leader = gatewaySweeps(new Leader(redis, store.k, 'gateway', log), { router, registry, life, store, log }).start();
+  // eslint-disable-next-line @typescript-eslint/no-misused-promises -- Koa's callback answers its own errors (500 through the app's error handler)
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) => server.listen(opts.port ?? config.gatewayPort, host, resolve));

@@ -68,8 +68,8 @@ export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
     body: migrationJobSchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
     responses: { 201: { description: 'registered and queued', schema: submitResponse }, 400: { description: 'invalid MigrationJob', schema: errorSchema }, 409: { description: 'this MigrationJob was already submitted', schema: errorSchema } },
     handler: async (ctx, { body }) => {
-      const spec = validate(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job') as JobSpec;
-      const { metadata, spec: s } = body as any;
+      const spec = validate<JobSpec>(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job');
+      const { metadata, spec: s } = body;
       const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources }, caller: ctx.state.apiKey ?? null });
       ctx.status = 201;
       ctx.set('Location', `/jobs/${r.job_id}`);

@@ -3,7 +3,7 @@
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger, dropped } from '../../shared/log';
+import { createLogger, expected } from '../../shared/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../shared/daemon-config';
@@ -51,14 +51,14 @@ async function main() {
   });
 
   const worker = new Worker(WEBHOOK_QUEUE, makeDeliverer(hooks, cfg.webhooks), {
-    connection: createRedis() as any, prefix: store.k.bullPrefix, concurrency: cfg.webhooks.concurrency,
+    connection: createRedis(), prefix: store.k.bullPrefix, concurrency: cfg.webhooks.concurrency,
   });
   worker.on('error', (e) => log.warn('delivery worker error', { error: e.message }));
   worker.on('failed', (j, e) => log.info('delivery attempt failed', { delivery_id: j?.data?.delivery_id, attempt: j?.attemptsMade, error: e.message }));
   log.info('notifier running', { concurrency: cfg.webhooks.concurrency });
 
   onShutdown(async () => {
-    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
+    await worker.close().catch(expected(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await hooks.close();
     await bus.close();
     redis.disconnect();

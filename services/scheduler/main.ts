@@ -2,7 +2,7 @@
 // scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
-import { createLogger, dropped } from '../../shared/log';
+import { createLogger, dropped, expected } from '../../shared/log';
 import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../shared/daemon-config';
 import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
@@ -20,7 +20,7 @@ async function main() {
   await schedules.reconcile();
 
   const bus = new Bus();
-  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
+  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'could not record a scheduled job\'s outcome; the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
   // One scheduler at a time counts the outcomes the bus message above missed (queue/leader.ts).
   const leader = new Leader(redis, store.k, 'scheduler', log).every('schedule-outcomes', 5000, () => sweepOutcomes(deps)).start();
 
@@ -28,14 +28,14 @@ async function main() {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
     const iteration = /(\d{10,})$/.exec(String(job.id))?.[1] || String(job.timestamp);
     return runSchedule(deps, job.data.schedule_id, { manual: false, iteration });
-  }, { connection: createRedis() as any, prefix: store.k.bullPrefix, concurrency: 4 });
+  }, { connection: createRedis(), prefix: store.k.bullPrefix, concurrency: 4 });
   worker.on('error', (e) => log.warn('scheduler worker error', { error: e.message }));
   worker.on('failed', (j, e) => log.warn('schedule run failed', { schedule_id: j?.data?.schedule_id, error: e.message }));
   log.info('scheduler running', { schedules: (await schedules.all()).length });
 
   onShutdown(async () => {
     await leader.stop();
-    await worker.close().catch(dropped(log, 'shutting down: a worker connection already gone has nothing left to close'));
+    await worker.close().catch(expected(log, 'shutting down: a worker connection already gone has nothing left to close'));
     await schedules.close();
     await router.close();
     await bus.close();

@@ -26,6 +26,7 @@ export const FAILURE_SIGNS: { re: RegExp; reason: string }[] = [
 
 /** The console with terminal escapes and non-printable bytes removed, as the judge and the report see it. */
 export function printableConsole(raw: string): string {
+  // eslint-disable-next-line no-control-regex -- matching terminal escapes and control bytes is this function's job
   return raw.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/\x1b[()][A-Za-z0-9]/g, '').replace(/\r\n?/g, '\n').replace(/[^\x09\x0a\x20-\x7e]/g, '');
 }
 

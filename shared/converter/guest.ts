@@ -5,7 +5,7 @@ import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';
 import { fixLinux } from './linux-fix';
-import { HV_TOOL_PACKAGES, INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
+import { INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
 import { detectBoot, type Firmware, type GuestBoot } from './firmware';
 import { ignoreError } from '../log';
 
@@ -52,7 +52,7 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
     // A mount point the appliance cannot mount (a swap or foreign filesystem listed there) is left out; the
     // repairs read what they need and report what they could not find.
-    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('guest mount point not mountable in the appliance', { mountpoint: mp }));
+    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('could not mount a guest mount point in the appliance; inspection and repair go on without what it holds', { mountpoint: mp }));
   }
   if (os === 'linux') {
     if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
@@ -83,7 +83,7 @@ export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<F
 export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
 
 export interface FixOptions extends FixStage {
-  fstab_mode: FstabMode | string; dry_run: boolean; configuration?: Record<string, any>;
+  fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, any>;
   /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
   nic_names?: boolean;
   /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
@@ -128,7 +128,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
         ctx.ids[d] = { ...ctx.ids[d], uuid: neu };
         act({ action: 'xfs_regenerate_uuid', status: 'done', detail: `${d}: ${old} -> ${neu}`, device: d, old_uuid: old, new_uuid: neu });
       }
-      for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp], mp).catch(ignoreError('remount after the xfs UUID change: a mount point that was not mounted before stays unmounted', { mountpoint: mp }));
+      for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp], mp).catch(ignoreError('could not remount after the xfs UUID change: a mount point that was not mounted before stays unmounted', { mountpoint: mp }));
       r.modified = true;
     }
   }

@@ -49,7 +49,7 @@ export class GuestSession {
       const child = spawn(GUESTFISH, args, { env, stdio: ['ignore', 'pipe', errFd] });
       let out = '';
       child.stdout!.setEncoding('utf8').on('data', (d: string) => { out += d; });
-      child.on('error', (e: any) => reject(e.code === 'ENOENT' ? new OperationError('guestfish is not installed (Debian package libguestfs-tools)', false) : e));
+      child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT' ? new OperationError('guestfish is not installed (Debian package libguestfs-tools)', false) : e));
       child.on('close', (code) => {
         const m = /GUESTFISH_PID=(\d+)/.exec(out);
         if (code === 0 && m) return resolve(Number(m[1]));

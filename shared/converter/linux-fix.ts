@@ -16,7 +16,7 @@ import { configuredInterfaces, LINK_DIR, namesInterface, persistentNetNames, pla
 import { GRUB_TOOLS, HV_TOOL_PACKAGES, HV_TOOL_UNITS, INITRAMFS_TOOLS, installedHvPackages, PURGE, VIRTIO_BOOT_MODULES, withEnv } from './linux-tools';
 import { applyConfiguration } from './configuration';
 import { fallbackLeftovers, installFallbackLoader } from './firmware';
-import { ignoreError } from '../log';
+import { expectedError } from '../log';
 
 export interface LinuxFix {
   g: GuestSession; info: GuestInfo; o: FixOptions; ctx: FstabContext; mode: FstabMode; r: FixResult;
@@ -179,7 +179,7 @@ async function initramfsListing(g: GuestSession, img: string): Promise<string | 
   try {
     const local = path.join(dir, 'initrd');
     await g.cmd('download', img, local);
-    const r = await run('lsinitramfs', [local]).catch(ignoreError('no lsinitramfs on this host, or it failed: the guest\'s own lister is tried next'));
+    const r = await run('lsinitramfs', [local]).catch(expectedError('no lsinitramfs on this host, or it failed: the guest\'s own lister is tried next'));
     if (r && r.code === 0 && /\.ko/.test(r.stdout)) return r.stdout;
   } finally { rmSync(dir, { recursive: true, force: true }); }
   for (const [bin, cmd] of [['/usr/bin/lsinitramfs', 'lsinitramfs'], ['/usr/sbin/lsinitramfs', 'lsinitramfs'], ['/usr/bin/lsinitrd', 'lsinitrd']]) {
@@ -281,11 +281,11 @@ async function verifyLinux(x: LinuxFix): Promise<void> {
   }
   for (const a of x.r.actions.filter((y) => y.action === 'uefi_fallback' && y.status === 'done')) {
     const fallback = (a.files as string[])[0];
-    check(fallback, await fallbackLeftovers(g, fallback, String(a.from)), `is ${a.from}: a fresh NVRAM boots it`);
+    check(fallback, await fallbackLeftovers(g, fallback, String(a.from)), `is ${String(a.from)}: a fresh NVRAM boots it`);
   }
   for (const a of x.r.actions.filter((y) => y.action === 'nic_names' && y.status === 'done')) {
     const t = await read(String(a.file));
-    if (a.name) { check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`); continue; }
+    if (typeof a.name === 'string' && a.name) { check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`); continue; }
     const renamed = Object.entries(a.renamed as Record<string, string>);
     check(String(a.file), t === undefined ? ['is missing'] : renamed.flatMap(([from, to]) => [...(namesInterface(t, from) ? [`still names ${from}`] : []), ...(namesInterface(t, to) ? [] : [`does not name ${to}`])]),
       renamed.length ? `names ${renamed.map(([, to]) => to).join(', ')}, not ${renamed.map(([from]) => from).join(', ')}` : 'is in place');

@@ -126,13 +126,13 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
     await closeLog(log);
     o.signal?.removeEventListener('abort', onAbort);
   }
-  return { ...r!, seconds: (Date.now() - t0) / 1000, accelerator, firmware, console_tail: printableConsole(serial).slice(-2000) };
+  return { ...r, seconds: (Date.now() - t0) / 1000, accelerator, firmware, console_tail: printableConsole(serial).slice(-2000) };
 }
 
 /** UEFI: OVMF's code read-only and a private copy of the NVRAM (the template, or the VM's own), removed by
  *  `cleanup`; BIOS: nothing (qemu's SeaBIOS). */
 function firmwareArgs(o: TestBootOptions): { args: string[]; cleanup: () => void } {
-  if (o.firmware !== 'uefi') return { args: [], cleanup: () => undefined };
+  if (o.firmware !== 'uefi') return { args: [], cleanup: () => { /* BIOS: no NVRAM copy to remove */ } };
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-nvram-'));
   const vars = path.join(dir, 'VARS.fd');
   copyFileSync(o.nvram || OVMF_VARS, vars);
@@ -189,12 +189,15 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
       if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
-    child.on('error', (e: any) => { clearTimeout(timer); fw.cleanup(); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
-    child.on('close', async (code, sig) => {
+    child.on('error', (e: NodeJS.ErrnoException) => { clearTimeout(timer); fw.cleanup(); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
+    child.on('close', (code, sig) => {
       clearTimeout(timer);
       fw.cleanup();
-      await closeLog(log);
       o.signal?.removeEventListener('abort', onAbort);
+      // The console log is closed before the outcome is given, so a caller reads it whole.
+      closeLog(log).then(() => settle(code, sig), reject);
+    });
+    const settle = (code: number | null, sig: NodeJS.Signals | null) => {
       const r = outcome || {
         status: 'failed' as const,
         detail: code === 0
@@ -203,6 +206,6 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
       };
       const printable = printableConsole(serial);
       resolve({ ...r, seconds: (Date.now() - t0) / 1000, accelerator: accel, firmware, console_tail: printable.slice(-2000) });
-    });
+    };
   });
 }

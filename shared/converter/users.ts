@@ -52,7 +52,7 @@ export function readUserSpecs(users: unknown, warn: Warn): [string, UserSpec][] 
     if (badGroup !== undefined && bad('groups', `"${badGroup}" is not a valid group name`)) continue;
     const badKey = (u.ssh_authorized_keys as string[] | undefined)?.find((k) => /\n/.test(k) || !/^(ssh-|ecdsa-|sk-)\S+ \S+/.test(k.trim()));
     if (badKey !== undefined && bad('ssh_authorized_keys', 'every entry must be one public key line ("ssh-ed25519 AAAA... comment")')) continue;
-    out.push([name, u as UserSpec]);
+    out.push([name, u]);
   }
   return out;
 }

@@ -85,7 +85,7 @@ export async function driverSet(tree: string, version: string, arch: string): Pr
     const v = await findCi(path.join(tree, e.name), version, 'dir');
     const a = v && await findCi(path.join(tree, e.name, v), arch, 'dir');
     if (!a) continue;
-    const dir = path.join(tree, e.name, v!, a);
+    const dir = path.join(tree, e.name, v, a);
     const files = (await entries(dir)).filter((f) => f.isFile()).map((f) => f.name).sort();
     if (files.length) out.push({ driver: e.name, dir, files });
   }

@@ -7,7 +7,7 @@ import { withXmlFile } from './domains';
 import { domainType } from './import';
 import { openConsole } from './console';
 import { Virsh } from './virsh';
-import { ignoreError } from '../log';
+import { expectedError } from '../log';
 
 export interface BootSpec { disks: { path: string; format: string }[]; name?: string; memoryMiB?: number; vcpus?: number; firmware?: 'bios' | 'uefi'; signal?: AbortSignal }
 export interface BootEnd { ended: 'stopped' | 'caller'; domain: string; domain_type: string }
@@ -33,7 +33,7 @@ export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string,
     const ended = yield* watchFromStart(v, name, s.signal);
     return { ended, domain: name, domain_type: type };
   } finally {
-    await v.run(['destroy', name]).catch(ignoreError('the domain is already gone when it stopped by itself', { domain: name }));
+    await v.run(['destroy', name]).catch(expectedError('the domain is already gone when it stopped by itself', { domain: name }));
   }
 }
 

@@ -27,7 +27,7 @@ export function openConsole(v: Virsh, name: string, force = true): ConsoleSessio
   const ev = new EventEmitter() as ConsoleSession;
   let banner = true;
   let head = '';
-  proc.stdout!.setEncoding('latin1').on('data', (s: string) => {
+  proc.stdout.setEncoding('latin1').on('data', (s: string) => {
     if (banner) {
       head += s;
       const m = CONSOLE_BANNER.exec(head);
@@ -40,13 +40,13 @@ export function openConsole(v: Virsh, name: string, force = true): ConsoleSessio
     ev.emit('data', s);
   });
   let err = '';
-  proc.stderr!.setEncoding('utf8').on('data', (s: string) => { if (err.length < 4096) err += s; });
+  proc.stderr.setEncoding('utf8').on('data', (s: string) => { if (err.length < 4096) err += s; });
   // virsh's own errors come through the terminal too (before any banner).
   proc.on('close', (code) => ev.emit('close', code, (err + (banner ? head : '')).replace(/\r/g, '').trim()));
   proc.on('error', (e) => ev.emit('close', -1, e.message));
   Object.assign(ev, {
     proc,
-    write: (d: string | Buffer) => { if (proc.stdin!.writable) proc.stdin!.write(d); },
+    write: (d: string | Buffer) => { if (proc.stdin.writable) proc.stdin.write(d); },
     close: () => { if (proc.exitCode === null && !proc.signalCode) proc.kill('SIGTERM'); },
   });
   return ev;

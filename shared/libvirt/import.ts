@@ -8,7 +8,7 @@ import { inspectImage, qemuFormat } from '../image-format';
 import { outputExtension } from '../schemas/common';
 import { kvmUsable } from '../guestfs-env';
 import { ApiError, fieldError } from '../errors';
-import { awaitedLater, ignoreError } from '../log';
+import { awaitedLater, expectedError } from '../log';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
 import { nicBus } from './nic-layout';
 import { defineDomain, domainExists, domainInfo } from './domains';
@@ -130,9 +130,9 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
     return { dirPool, vols, type, nics };
   } catch (e) {
     abort.abort();
-    const copies = await early.catch(ignoreError('the pool folder was never known, so no copy was started'));
+    const copies = await early.catch(expectedError('the pool folder was never known, so no copy was started'));
     for (const c of copies || []) {
-      await c.done.catch(ignoreError('the copy was stopped because the import failed, whose error is the one reported'));
+      await c.done.catch(expectedError('the copy was stopped because the import failed, whose error is the one reported'));
       await fs.rm(c.part, { force: true });
     }
     throw e;

@@ -100,7 +100,7 @@ function percents(v: Virsh, first: { at: number; stats: RawStats } | undefined, 
 
 /** Two samples unless every domain asked for has a recent previous one. */
 async function twoSamples(v: Virsh, names: string[] | 'running') {
-  let first = await sample(v, names);
+  const first = await sample(v, names);
   const fresh = [...first.stats.keys()].every((name) => {
     const p = lastSample.get(`${v.uri}\n${name}`);
     return p && first.at - p.at <= SAMPLE_MAX_AGE_MS && first.at - p.at >= 100;

@@ -144,7 +144,7 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
     const files = [];
     for (const d of info.disks.filter((x) => x.device === 'disk' && x.source)) {
       const raw = path.join(part, `${d.target}.${d.format || 'raw'}`);
-      await downloadVolume(v, '', d.source!, raw).catch(async (e) => {
+      await downloadVolume(v, '', d.source, raw).catch((e: unknown) => {
         if (e instanceof LibvirtError && e.status === 404) throw new ApiError(409, `disk ${d.source} of ${s.template} is not a volume of any storage pool: it cannot be exported`);
         throw e;
       });

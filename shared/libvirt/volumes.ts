@@ -10,7 +10,7 @@ import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
 import { buildXml, parseXml, sizeBytes, text } from './xml';
 import { withXmlFile } from './domains';
-import { ignoreError } from '../log';
+import { expectedError, ignoreError } from '../log';
 
 export const WIPE_ALGORITHMS = ['zero', 'nnsa', 'dod', 'bsi', 'gutmann', 'schneier', 'pfitzner7', 'pfitzner33', 'random'] as const;
 export const VOLUME_FORMATS = ['raw', 'qcow2', 'vmdk', 'vdi', 'vpc', 'vhdx', 'qed'] as const;
@@ -153,8 +153,8 @@ export async function ensureDirPool(v: Virsh, pool: string, dir: string) {
   try { await v.run(['pool-uuid', checkName(pool, 'pool')]); } catch (e) {
     if (!(e instanceof LibvirtError && e.status === 404)) throw e;
     await withXmlFile(buildXml({ pool: { '@_type': 'dir', name: pool, target: { path: dir } } }), (f) => v.run(['pool-define', f]));
-    await v.run(['pool-build', pool]).catch(ignoreError('pool-build fails when the directory exists already; pool-start below says if the pool is unusable', { pool }));
-    await v.run(['pool-autostart', pool]).catch(ignoreError('autostart is a convenience: the pool is started here whenever it is needed', { pool }));
+    await v.run(['pool-build', pool]).catch(expectedError('pool-build fails when the directory exists already; pool-start below says if the pool is unusable', { pool }));
+    await v.run(['pool-autostart', pool]).catch(ignoreError('could not mark the pool autostart; Ferry starts it whenever it needs it, so only a libvirtd restart without Ferry leaves it stopped', { pool }));
   }
   const active = (await v.run(['pool-list', '--name'])).split('\n').map((s) => s.trim()).includes(pool);
   if (!active) await v.run(['pool-start', pool]);

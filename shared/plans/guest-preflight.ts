@@ -39,7 +39,7 @@ async function deviceIds(g: GuestSession, disks: string[]) {
 const plainId = (u: string) => u.replace(/-/g, '').toLowerCase();
 
 /** Whether a device (partition, LV, btrfs subvolume) lies on `disks`: LVs through their VG's PVs. */
-async function ownsFn(g: GuestSession, disks: string[], pvs: Set<string>) {
+function ownsFn(g: GuestSession, disks: string[], pvs: Set<string>) {
   return async (dev: string): Promise<boolean> => {
     const sub = /^btrfsvol:(\/dev\/[^/]+)/.exec(dev)?.[1];
     const d = sub ?? dev;
@@ -112,7 +112,7 @@ async function round(m: Manager, vms: Vm[], signal: AbortSignal): Promise<{ done
     for (const { vm, disks } of scoped) {
       if (clash(vm)) { again.push(vm); continue; }
       const pvs = new Set(ids.get(vm)!.filter((x) => x.type === 'LVM2_member' && x.uuid).map((x) => plainId(x.uuid!)));
-      const owns = vms.length === 1 ? async () => true : await ownsFn(g, disks, pvs);
+      const owns = vms.length === 1 ? () => Promise.resolve(true) : ownsFn(g, disks, pvs);
       const luks = ids.get(vm)!.filter((x) => x.type === 'crypto_LUKS').map((x) => x.dev);
       let root: string | undefined;
       for (const r of roots) if (!root && await owns(r)) root = r;

@@ -29,7 +29,7 @@ async function macs(v: Virsh, domains: string[]) {
   const out = new Map<string, string>();
   for (const d of domains) {
     const x = parseXml(await v.run(['dumpxml', '--inactive', d])).domain;
-    for (const i of list(x?.devices?.interface)) { const mac = (i as any).mac?.['@_address']; if (mac) out.set(String(mac).toLowerCase(), d); }
+    for (const i of list(x?.devices?.interface)) { const mac = (i).mac?.['@_address']; if (mac) out.set(String(mac).toLowerCase(), d); }
   }
   return out;
 }

@@ -6,9 +6,10 @@ import { retrieve } from './properties';
 import { el, moref, MoRef, text, xsiType } from './xml';
 
 const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve, reject) => {
-  if (signal?.aborted) { reject(signal.reason); return; }
+  // abort() reasons are Errors here (an AbortError unless the caller passes its own)
+  if (signal?.aborted) { reject(signal.reason as Error); return; }
   const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, ms);
-  const onAbort = () => { clearTimeout(t); reject(signal!.reason); };
+  const onAbort = () => { clearTimeout(t); reject(signal!.reason as Error); };
   signal?.addEventListener('abort', onAbort, { once: true });
 });
 

@@ -96,7 +96,7 @@ export class Manager {
       });
     } catch (e) { throw networkError(e, this.name); }
     const textBody = await res.body.text().catch((e) => { throw networkError(e, this.name); });
-    const setCookie = arr(res.headers['set-cookie'] as string | string[] | undefined);
+    const setCookie = arr(res.headers['set-cookie']);
     let xml: any;
     try { xml = parseXml(textBody); } catch { xml = undefined; }
     if (!xml?.Envelope) throw new VsphereError('http', `vSphere manager ${this.name} answered HTTP ${res.statusCode} without a SOAP envelope (is ${this.url.pathname} its SDK endpoint?)`);
@@ -176,7 +176,7 @@ export class Manager {
   async logout() {
     if (!this.cookie) return;
     const sc = await this.serviceContent();
-    await this.rawCall('Logout', sc.sessionManager, '').catch(ignoreError('a session that cannot be logged out expires on the manager by itself'));
+    await this.rawCall('Logout', sc.sessionManager, '').catch(ignoreError('could not log out of a vSphere session; it expires on the manager by itself'));
     this.cookie = undefined;
     this.sessionCache.clear();
   }
@@ -201,6 +201,6 @@ export function managerFor(given: ManagerCredentials): Manager {
 
 /** Logs every cached session out (process shutdown). */
 export async function logoutAll() {
-  await Promise.all([...managers.values()].map((m) => m.logout().catch(ignoreError('shutting down: a session that cannot be logged out expires on the manager by itself'))));
+  await Promise.all([...managers.values()].map((m) => m.logout().catch(ignoreError('shutting down: could not log out of a vSphere session; it expires on the manager by itself'))));
   managers.clear();
 }

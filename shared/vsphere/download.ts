@@ -86,9 +86,9 @@ export async function remoteHead(m: Manager, f: { datastore: string; path: strin
 }
 
 const sleep = (ms: number, signal: AbortSignal) => new Promise<void>((resolve, reject) => {
-  if (signal.aborted) { reject(signal.reason); return; }
+  if (signal.aborted) { reject(signal.reason as Error); return; }
   const t = setTimeout(() => { signal.removeEventListener('abort', ab); resolve(); }, ms);
-  const ab = () => { clearTimeout(t); reject(signal.reason); };
+  const ab = () => { clearTimeout(t); reject(signal.reason as Error); };
   signal.addEventListener('abort', ab, { once: true });
 });
 
@@ -114,7 +114,7 @@ class Download {
   /** Work list: ranges in file order; a stream takes the next range within the hash window of its file. */
   private queue: { j: FileJob; i: number }[] = [];
   private waiters: (() => void)[] = [];
-  failure: unknown;
+  failure: Error | undefined;
   private current = '';
   private total = 0;
 
@@ -315,7 +315,7 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
       d.wakeAll();
     }));
     await Promise.all(runners);
-    if (outer.aborted) throw outer.reason;
+    if (outer.aborted) throw outer.reason as Error;
     if (d.failure) throw d.failure;
     return d.result;
   } finally {

@@ -74,7 +74,7 @@ function stateLedger(outputDir: string, exportId: string): ExportLedger {
       const listed = [...Object.keys(st.files || {}), ...((st as any).planned || [])].filter((p) => typeof p === 'string' && insideDir(outputDir, p));
       return new Set([...listed, ...ownFiles(outputDir)]);
     },
-    add: async () => undefined, // the state file written next records them
+    add: () => Promise.resolve(), // the state file written next records them
   };
 }
 
@@ -171,7 +171,7 @@ export async function removeExportOutput(outputDir: string, ledger: ExportLedger
   const dirs = new Set<string>();
   for (const local of await ledger.owned()) {
     if (!insideDir(outputDir, local)) continue;
-    const ok = await confined(outputDir, local).then(() => true, ignoreError('a file whose folder now leads out of the output folder stays', { local }));
+    const ok = await confined(outputDir, local).then(() => true, ignoreError('a downloaded file whose folder now leads out of the output folder is left in place, not removed', { local }));
     if (!ok) continue;
     await fs.rm(local, { force: true });
     await removePartial(local);
@@ -286,7 +286,7 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
     streams: r.parallel, signal: watch.signal, onProgress,
     onFile: (f) => {
       state.files[f.local] = { size: f.size, sha256: f.sha256 };
-      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('the export state is written again after the next file and at the end; a missed write only costs a longer resume'));
+      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('could not write the export state; it is written again after the next file and at the end (a missed write only costs a longer resume)'));
       return stateWrite;
     },
   }).catch((e) => { watch.stop(); throw watch.changed ? watch.signal.reason : e; });

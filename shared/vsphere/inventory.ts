@@ -83,7 +83,7 @@ export interface VmSnapshot { name: string; description: string; created: string
 
 export interface VmDetail {
   name: string; path: string; uuid: string; instance_uuid: string; power_state: string; tools_status: string;
-  guest_id: string; guest_os: string; ip_address: string; firmware: 'bios' | 'efi' | string;
+  guest_id: string; guest_os: string; ip_address: string; firmware: string; /* 'bios', 'efi', or what a newer vSphere names */
   hardware: { num_cpu: number; memory_mb: number; num_virtual_disks: number; version: string };
   disks: VmDisk[]; nics: VmNic[]; cdroms: VmCdrom[]; snapshots: VmSnapshot[]; current_snapshot: string | null;
   datacenter: string; moref: MoRef;

@@ -34,7 +34,7 @@ describe('compat: clients that just work', function () {
       rq.on('end', () => { received.push({ path: rq.url!, body: JSON.parse(b || 'null') }); rs.writeHead(200); rs.end('ok'); });
     });
     await new Promise<void>((r) => rx.listen(0, '127.0.0.1', r));
-    procs.push({ stop: async () => { rx.close(); } } as any);
+    procs.push({ stop: () => { rx.close(); return Promise.resolve(); } } as any);
     R = `http://127.0.0.1:${(rx.address() as any).port}`;
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'webhooks:\n  backoff_ms: 100\nwebsocket:\n  status_interval_seconds: 5\n');
@@ -82,10 +82,10 @@ describe('compat: clients that just work', function () {
     const t = await req(D, 'POST', '/webhooks/test', { url: `${R}/seed-test`, event: 'test' });
     expect(t.status, t.text).to.equal(200);
     expect(t.body.message).to.be.a('string');
-    await until(async () => received.some((x) => x.path === '/seed-test' && x.body.event === 'webhook.test'), 15000, 'the test delivery');
+    await until(() => received.some((x) => x.path === '/seed-test' && x.body.event === 'webhook.test'), 15000, 'the test delivery');
     const byIndex = await req(D, 'POST', '/webhooks/test', { index: add.body.webhook.index });
     expect(byIndex.status).to.equal(200);
-    await until(async () => received.filter((x) => x.path === '/seed-test').length === 2, 15000, 'the second test delivery');
+    await until(() => received.filter((x) => x.path === '/seed-test').length === 2, 15000, 'the second test delivery');
     const unknown = await req(D, 'POST', '/webhooks/test', { url: `${R}/never-added`, event: 'test' });
     expect(unknown.status).to.equal(404);
     expect(unknown.body.error).to.include('url');
@@ -101,7 +101,7 @@ describe('compat: clients that just work', function () {
     for (const k of ['total_runs', 'successful_runs', 'failed_runs']) expect(st[k], k).to.be.a('number');
     expect((await req(D, 'POST', '/webhooks', { url: `${R}/with-headers`, events: ['job.completed'], headers: { 'X-Tenant': 'blue' } })).status).to.equal(201);
     const hooks = (await req(D, 'GET', '/webhooks')).body;
-    expect(Date.parse(hooks.timestamp)).to.be.a('number').and.not.NaN;
+    expect(Number.isNaN(Date.parse(hooks.timestamp)), 'a parseable timestamp').to.equal(false);
     expect(hooks.total).to.equal(hooks.webhooks.length);
     for (const w of hooks.webhooks) expect(w).to.not.have.property('headers');
     expect(hooks.webhooks.find((w: any) => w.url.endsWith('/with-headers')).header_names).to.deep.equal(['X-Tenant']);
@@ -123,7 +123,7 @@ describe('compat: clients that just work', function () {
     await until(async () => (await req(D, 'GET', '/webhooks')).body.webhooks.some((w: any) => w.url.endsWith('/alias')), 5000, 'listed');
     await new Promise((r) => setTimeout(r, 1100)); // the notifier re-reads the webhook list at most once a second
     expect((await req(G, 'POST', '/jobs?queue=true', { job_id: 'alias-job', operation: 'noop' })).status).to.equal(201);
-    await until(async () => received.some((x) => x.path === '/alias' && x.body.event === 'job.completed' && x.body.data.job_id === 'alias-job'), 20000, 'the job.completed delivery');
+    await until(() => received.some((x) => x.path === '/alias' && x.body.event === 'job.completed' && x.body.data.job_id === 'alias-job'), 20000, 'the job.completed delivery');
   });
 
   it('a wrong method on a known path is 405 with Allow, on both APIs', async () => {
@@ -167,7 +167,7 @@ describe('compat: clients that just work', function () {
       es.addEventListener('complete', (e) => { completeId = e.lastEventId; });
       // EventSource reconnects after the stream ends (retry: 2000) with Last-Event-ID = the complete's id; the
       // 204 it gets makes it stop for good (readyState CLOSED).
-      await until(async () => es.readyState === EventSource.CLOSED, 15000, `${base}: the EventSource to stop`);
+      await until(() => es.readyState === EventSource.CLOSED, 15000, `${base}: the EventSource to stop`);
       expect(completeId, base).to.match(/^\d+-\d+$/);
       expect(seen.length, base).to.equal(4);
       expect(seen.every((id) => id < completeId || id.length < completeId.length), base).to.equal(true);
@@ -183,10 +183,10 @@ describe('compat: clients that just work', function () {
   it('WebSocket job_update: one message per real change, in order, none lost (a fast job shows running), none doubled', async () => {
     const ws = new WebSocket(`${D.replace('http', 'ws')}/ws`);
     const updates: any[] = [];
-    ws.on('message', (d) => { const m = JSON.parse(String(d)); if (m.type === 'job_update' && String(m.data.id).startsWith('ws-fast')) updates.push(m.data); });
+    ws.on('message', (d: Buffer) => { const m = JSON.parse(d.toString()); if (m.type === 'job_update' && String(m.data.id).startsWith('ws-fast')) updates.push(m.data); });
     await new Promise((r) => ws.once('open', r));
     for (let i = 0; i < 3; i++) expect((await req(G, 'POST', '/jobs?queue=true', { job_id: `ws-fast-${i}`, operation: 'noop', parameters: { steps: 2 } })).status).to.equal(201);
-    await until(async () => ['ws-fast-0', 'ws-fast-1', 'ws-fast-2'].every((id) => updates.some((u) => u.id === id && u.status === 'completed')), 20000, 'the jobs to complete on the WebSocket');
+    await until(() => ['ws-fast-0', 'ws-fast-1', 'ws-fast-2'].every((id) => updates.some((u) => u.id === id && u.status === 'completed')), 20000, 'the jobs to complete on the WebSocket');
     await new Promise((r) => setTimeout(r, 300)); // nothing more may follow
     ws.close();
     for (let i = 0; i < 3; i++) {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import IORedis from 'ioredis';
 import type { BrowserContext, Page } from 'playwright-core';
 import { ARTIFACTS, launchChromium } from '../helpers/browser';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
+import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
@@ -232,7 +232,7 @@ describe('browser dashboard (headless Chromium)', function () {
   it('stays quick with 10,000 jobs: the first page renders in a few seconds and every payload is bounded', async function () {
     this.timeout(60000);
     await rc.config('SET', 'appendfsync', 'no');
-    const store = new JobStore(rc as any, 'ferry');
+    const store = new JobStore(rc, 'ferry');
     const queue = queueName({ capabilities: [] });
     const t0 = Date.now();
     const N = 10000;

@@ -50,7 +50,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
   it('has every service, with health checks, Redis append-only with noeviction', () => {
     const s = resolved.services;
     expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'prometheus', 'grafana']);
-    for (const [name, svc] of Object.entries<any>(s)) expect(svc.healthcheck?.test, `${name} health check`).to.exist;
+    for (const [name, svc] of Object.entries<any>(s)) expect(svc.healthcheck?.test, `${name} health check`).to.not.be.oneOf([null, undefined]);
     const redisCmd = s.redis.command.join(' ');
     expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/).and.to.match(/--hash-max-listpack-value 1024/);
     expect(s.gateway.ports.map((p: any) => p.target)).to.include(8000);
@@ -59,8 +59,8 @@ describe('deploy: compose.yaml and Dockerfile', function () {
 
   it('workers can be scaled (no container_name, no published port) and only guest workers are privileged', () => {
     const w = resolved.services.worker;
-    expect(w.container_name).to.be.undefined;
-    expect(w.ports).to.be.undefined;
+    expect(w.container_name).to.equal(undefined);
+    expect(w.ports).to.equal(undefined);
     expect(w.privileged).to.not.equal(true);
     expect(w.environment.FERRY_WORKER_CAPABILITIES).to.equal('img_tool');
     const g = resolved.services['worker-guest'];

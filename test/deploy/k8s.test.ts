@@ -49,7 +49,7 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       expect(c.securityContext?.privileged === true, `${d.metadata.name} privileged`).to.equal(needsPrivilege);
       if (!needsPrivilege) expect(d.spec.template.spec.securityContext?.runAsNonRoot, `${d.metadata.name} non-root`).to.equal(true);
       // No secret values inline: secrets only through secretKeyRef.
-      for (const e of c.env || []) if (/SECRET|PASSWORD|API_KEYS/.test(e.name)) expect(e.valueFrom?.secretKeyRef, e.name).to.exist;
+      for (const e of c.env || []) if (/SECRET|PASSWORD|API_KEYS/.test(e.name)) expect(e.valueFrom?.secretKeyRef, e.name).to.not.be.oneOf([null, undefined]);
       // The compiled entry point (npm run build, as the image has it), built from a source that exists.
       expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
       expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
@@ -61,7 +61,7 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
   it('scales the worker on queue depth: a KEDA ScaledObject and an HPA alternative', () => {
     const so = find('ScaledObject', 'ferry-worker');
     expect(so.spec.scaleTargetRef.name).to.equal('ferry-worker');
-    expect(find('Deployment', so.spec.scaleTargetRef.name)).to.exist;
+    expect(find('Deployment', so.spec.scaleTargetRef.name)).to.not.be.oneOf([null, undefined]);
     expect(so.spec.triggers[0].type).to.equal('prometheus');
     expect(so.spec.triggers[0].metadata.query).to.include('svc_queue_depth');
     const hpa = find('HorizontalPodAutoscaler', 'ferry-worker');

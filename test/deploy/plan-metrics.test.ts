@@ -128,7 +128,7 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
       const rows = await s.rc.xrange(`planmet:job:${j}:events`, '-', '+');
       return Math.max(0, ...rows.map(([, f]) => Number(JSON.parse(f[1]).details?.bytes_downloaded ?? 0)));
     }));
-    expect(exported.every((b) => b > 0), `bytes exported per job: ${exported}`).to.equal(true);
+    expect(exported.every((b) => b > 0), `bytes exported per job: ${exported.join(', ')}`).to.equal(true);
     expect(await value(`max(mtv_migration_data_transferred_bytes{plan="${PLAN}"})`)).to.equal(exported[0] + exported[1]);
     // Nothing is running any more: no stage series.
     expect((await query(`mtv_plan_vm_stage_seconds{plan="${PLAN}"}`)).data!.result).to.deep.equal([]);

@@ -137,7 +137,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
       expect(out).to.match(/SUCCESS: .* is valid prometheus config file syntax/);
     }
     const tests = readdirSync(path.join(PROM_DIR, 'tests')).filter((f) => f.endsWith('.yml')).map((f) => path.join(PROM_DIR, 'tests', f));
-    expect(tests).to.not.be.empty;
+    expect(tests).to.have.length.above(0);
     const out = execFileSync('promtool', ['test', 'rules', ...tests], { encoding: 'utf8' });
     expect(out).to.include('SUCCESS');
   });

@@ -58,7 +58,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     }
     for (const n of nodes) await waitForPort(n.port);
     execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { stdio: 'pipe' });
-    await until(async () => nodes.every((n) => /cluster_state:ok/.test(cli(n.port, 'cluster', 'info'))), 30000, 'cluster state ok on every node');
+    await until(() => nodes.every((n) => /cluster_state:ok/.test(cli(n.port, 'cluster', 'info'))), 30000, 'cluster state ok on every node');
     clusterUrl = `redis-cluster://${nodes.slice(0, 3).map((n) => `127.0.0.1:${n.port}`).join(',')}`;
     const env = { ...testEnv(clusterUrl, '{ferry}') };
     gw = await startGatewayProc(env);
@@ -70,7 +70,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     for (const c of cleanup) await c();
     await Promise.all(procs.map((p) => p.kill()));
     await gw?.kill();
-    await Promise.all(nodes.map((n) => n.proc.exitCode === null && n.proc.signalCode === null ? new Promise((r) => { n.proc.once('exit', r); n.proc.kill('SIGKILL'); }) : undefined));
+    await Promise.all(nodes.map((n) => n.proc.exitCode === null && n.proc.signalCode === null ? new Promise((r) => { n.proc.once('exit', r); n.proc.kill('SIGKILL'); }) : Promise.resolve()));
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -83,7 +83,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     // All of Ferry's keys live in the {ferry} slot.
     const slot = Number(cli(nodes[0].port, 'cluster', 'keyslot', '{ferry}').trim());
     const owner = nodes.find((n) => Number(cli(n.port, 'cluster', 'countkeysinslot', String(slot)).trim()) > 0 && /role:master/.test(cli(n.port, 'info', 'replication')));
-    expect(owner, 'a primary holds the {ferry} slot').to.exist;
+    expect(owner, 'a primary holds the {ferry} slot').to.not.be.oneOf([null, undefined]);
     expect(Number(cli(owner!.port, 'dbsize').trim())).to.be.greaterThan(5);
   });
 
@@ -125,7 +125,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
       await b.on('webhooks', (m) => { heard.push(String(m)); }); // a channel nobody else in this test publishes on
       if ((b as any).sub.subscriber?.getInstance()?.options.port === owner.port) bus = b;
     }
-    expect(bus, 'a Bus subscribed through the {ferry} primary').to.exist;
+    expect(bus, 'a Bus subscribed through the {ferry} primary').to.not.be.oneOf([null, undefined]);
     for (const b of buses) if (b !== bus) await b.close();
     // (the closed Buses' connections go away asynchronously: count once the figure holds still)
     let subsBefore = -1;
@@ -150,14 +150,14 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     // Submissions through the failover window, each retried on 503.
     let i = 0;
     while (Date.now() - killedAt < 6000) { await submit(`f-during-${i++}`, { steps: 1 }); await sleep(300); }
-    await until(async () => {
+    await until(() => {
       const o = slotOwner(owner.replicas[0], slot);
       return o?.port === owner.replicas[0] && nodes.every((n) => n === victim || /cluster_state:ok/.test(cli(n.port, 'cluster', 'info')));
     }, 15000, 'the replica promoted and the cluster ok');
     clearInterval(watch);
 
     // Every subscription (gateway, worker, this test's Bus) is back, and messages arrive again.
-    await until(async () => nodes.filter((n) => n !== victim).reduce((a, n) => a + subscribers(n.port), 0) === subsBefore, 15000, `${subsBefore} subscriptions back`);
+    await until(() => nodes.filter((n) => n !== victim).reduce((a, n) => a + subscribers(n.port), 0) === subsBefore, 15000, `${subsBefore} subscriptions back`);
     const pub = new Cluster([{ host: '127.0.0.1', port: owner.replicas[0] }]);
     cleanup.push(() => pub.disconnect());
     await until(async () => { await pub.publish(channelName(keys('{ferry}'), 'webhooks'), 'added'); return heard.includes('added'); }, 10000, 'the Bus hearing a message after the failover');

@@ -68,7 +68,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     const rPort = await freePort();
     replica = dataNode('replica', rPort, ['--replicaof', '127.0.0.1', String(pPort)]);
     await waitForPort(rPort);
-    await until(async () => info(rPort).master_link_status === 'up', 10000, 'replica in sync with the primary');
+    await until(() => info(rPort).master_link_status === 'up', 10000, 'replica in sync with the primary');
     for (let i = 0; i < 3; i++) {
       const port = await freePort();
       const d = path.join(dir, `sentinel-${i}`);
@@ -86,7 +86,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     }
     for (const s of sentinels) await waitForPort(s);
     // Each sentinel must know the replica and the two other sentinels (hello messages, every 2 s) before a failover can happen.
-    await until(async () => sentinels.every((s) => { const v = sentinelView(s); return v['num-slaves'] === '1' && v['num-other-sentinels'] === '2'; }), 20000, 'sentinels seeing the replica and each other');
+    await until(() => sentinels.every((s) => { const v = sentinelView(s); return v['num-slaves'] === '1' && v['num-other-sentinels'] === '2'; }), 20000, 'sentinels seeing the replica and each other');
 
     const url = `redis-sentinel://${sentinels.map((s) => `127.0.0.1:${s}`).join(',')}/${MASTER}`;
     const env = testEnv(url);
@@ -100,7 +100,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));
     await Promise.all(daemons.map(({ proc }) => proc.exitCode === null && proc.signalCode === null
-      ? new Promise((r) => { proc.once('exit', r); process.kill(proc.pid!, 'SIGKILL'); }) : undefined));
+      ? new Promise((r) => { proc.once('exit', r); process.kill(proc.pid!, 'SIGKILL'); }) : Promise.resolve()));
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -113,7 +113,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     // The services found the primary through the sentinels, and the replica holds the same jobs.
     expect(masterPort(sentinels[0])).to.equal(primary.port);
     expect(Number(cli(primary.port, 'dbsize').trim())).to.be.greaterThan(5);
-    await until(async () => cli(replica.port, 'hget', 'ferry:job:s-conv', 'state').trim() === 'COMPLETED', 5000, 'the replica holding the finished job');
+    await until(() => cli(replica.port, 'hget', 'ferry:job:s-conv', 'state').trim() === 'COMPLETED', 5000, 'the replica holding the finished job');
   });
 
   it('fails over when the primary is SIGKILLed: jobs accepted after the switch all complete, none from before is lost unless replication lagged', async function () {
@@ -159,13 +159,13 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
       if (Date.now() - killedAt > 20000) throw new Error(`no promotion 20 s after the kill: ${JSON.stringify(sentinelView(sentinels[0]))}`);
       await sleep(200);
     }
-    await until(async () => sentinels.every((s) => masterPort(s) === replica.port) && info(replica.port).role === 'master', 10000, 'every sentinel naming the promoted replica');
+    await until(() => sentinels.every((s) => masterPort(s) === replica.port) && info(replica.port).role === 'master', 10000, 'every sentinel naming the promoted replica');
     // What the replica had received when it was promoted: second_repl_offset is the old history's end + 1.
     const received = Number(info(replica.port).second_repl_offset) - 1;
     const lostBytes = Math.max(0, offsetAtKill - received);
 
     // Both processes' subscriptions are re-made on the new primary.
-    await until(async () => subscribers(replica.port) >= subsBefore, 15000, `${subsBefore} subscriptions on the new primary`);
+    await until(() => subscribers(replica.port) >= subsBefore, 15000, `${subsBefore} subscriptions on the new primary`);
     // Once promoted, the gateway takes submissions at the first attempt.
     for (let j = 0; j < 4; j++) {
       const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: `f-after-${j}`, operation: 'noop', parameters: { steps: 2 } });
@@ -204,28 +204,28 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     const t0 = Date.now();
     const old = dataNode('old-primary', primary.port, ['--replicaof', '127.0.0.1', String(replica.port)]);
     await waitForPort(old.port);
-    await until(async () => { const r = info(old.port); return r.role === 'slave' && Number(r.master_port) === replica.port && r.master_link_status === 'up'; }, 30000, 'the old primary rejoining as a replica');
+    await until(() => { const r = info(old.port); return r.role === 'slave' && Number(r.master_port) === replica.port && r.master_link_status === 'up'; }, 30000, 'the old primary rejoining as a replica');
     const rejoinedAfter = Date.now() - t0;
     expect(cli(old.port, 'exists', 'ferry:job:f-after-0').trim(), 'the rejoined node holds the new primary\'s data').to.equal('1');
-    await until(async () => sentinels.every((s) => replicaFlags(s) === 'slave'), 15000, 'sentinels seeing a healthy replica');
+    await until(() => sentinels.every((s) => replicaFlags(s) === 'slave'), 15000, 'sentinels seeing a healthy replica');
 
     // A job running when the link breaks, so that its completion is among the writes the replica misses.
     const r0 = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'p-running', operation: 'noop', parameters: { steps: 2, sleep_ms: 1500 } });
     expect(r0.status).to.equal(201);
     await until(async () => (await req(gw.url, 'GET', '/jobs/p-running')).body?.state === 'RUNNING', 10000, 'p-running running');
-    await until(async () => cli(old.port, 'hget', 'ferry:job:p-running', 'state').trim() === 'RUNNING', 5000, 'the replica seeing p-running RUNNING');
+    await until(() => cli(old.port, 'hget', 'ferry:job:p-running', 'state').trim() === 'RUNNING', 5000, 'the replica seeing p-running RUNNING');
 
     // Cut the replica off (a partition, as far as replication goes): a wrong masterauth makes its reconnect fail.
     cli(old.port, 'config', 'set', 'masterauth', 'not-the-password');
     cli(replica.port, 'client', 'kill', 'type', 'replica');
-    await until(async () => info(old.port).master_link_status === 'down' && info(replica.port).connected_slaves === '0', 5000, 'replication link down');
+    await until(() => info(old.port).master_link_status === 'down' && info(replica.port).connected_slaves === '0', 5000, 'replication link down');
     await until(async () => (await req(gw.url, 'GET', '/jobs/p-running')).body?.state === 'COMPLETED', 10000, 'p-running completed on the primary');
     const r1 = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'p-lost', operation: 'noop', parameters: { steps: 1 } });
     expect(r1.status, JSON.stringify(r1.body)).to.equal(201); // acknowledged ...
     const offsetAtKill = Number(info(replica.port).master_repl_offset);
     process.kill(daemons.find((d) => d.port === replica.port && d.proc.exitCode === null)!.proc.pid!, 'SIGKILL');
     const killedAt = Date.now();
-    await until(async () => sentinels.every((s) => masterPort(s) === old.port) && info(old.port).role === 'master', 20000, 'sentinels promoting the cut-off replica');
+    await until(() => sentinels.every((s) => masterPort(s) === old.port) && info(old.port).role === 'master', 20000, 'sentinels promoting the cut-off replica');
     const promotedAfter = Date.now() - killedAt;
     cli(old.port, 'config', 'set', 'masterauth', '');
     const received = Number(info(old.port).second_repl_offset) - 1;

@@ -12,13 +12,13 @@ export async function req(base: string, method: string, path: string, body?: unk
   return { status: res.status, body: json, text, headers: res.headers };
 }
 
-export async function until<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 20000, what = 'condition'): Promise<T> {
+export async function until<T>(fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, timeoutMs = 20000, what = 'condition'): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < end) {
     try {
       const v = await fn();
-      if (v) return v as T;
+      if (v) return v;
     } catch (e) { last = e; }
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -36,7 +36,7 @@ export function postOversized(base: string, path: string, type: string, how: 'de
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d) => { text += d; });
-      res.on('end', () => { rq.destroy(); try { resolve({ status: res.statusCode || 0, body: JSON.parse(text) }); } catch (e) { reject(e); } });
+      res.on('end', () => { rq.destroy(); try { resolve({ status: res.statusCode || 0, body: JSON.parse(text) }); } catch (e) { reject(e instanceof Error ? e : new Error(String(e))); } });
     });
     rq.on('timeout', () => rq.destroy(new Error(`no answer within 30 s to POST ${path}`)));
     rq.on('error', reject);

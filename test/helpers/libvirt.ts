@@ -46,14 +46,14 @@ async function start(): Promise<{ lv: TestLibvirt; proc: ChildProcess }> {
   const proc = spawn('unshare', ['-m', '-n', '-p', '-f', '--mount-proc', '--propagation', 'private', '--kill-child=SIGTERM',
     path.join(__dirname, 'libvirtd-ns.sh'), dir], { stdio: ['ignore', 'ignore', 'pipe'] });
   const logs: string[] = [];
-  proc.stderr!.on('data', (b: Buffer) => { logs.push(b.toString()); if (logs.length > 200) logs.shift(); });
+  proc.stderr.on('data', (b: Buffer) => { logs.push(b.toString()); if (logs.length > 200) logs.shift(); });
   const uri = `qemu+unix:///system?socket=${dir}/sock/libvirt-sock`;
   const virsh = (args: string[]) => virshAt(uri, args);
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`libvirtd exited (${proc.exitCode}): ${logs.join('')}`);
     try { await virsh(['version']); break; } catch (e) {
-      if (Date.now() > deadline) { proc.kill('SIGKILL'); throw new Error(`libvirtd did not answer at ${uri}: ${(e as Error).message}\n${logs.join('')}`); }
+      if (Date.now() > deadline) { proc.kill('SIGKILL'); throw new Error(`libvirtd did not answer at ${uri}: ${(e as Error).message}\n${logs.join('')}`, { cause: e }); }
       await new Promise((r) => setTimeout(r, 200));
     }
   }

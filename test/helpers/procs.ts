@@ -19,8 +19,8 @@ export function startProcess(script: string, args: string[], env: Record<string,
   const proc = spawn(process.execPath, [...nodeArgs, ...loader, path.resolve(ROOT, script), ...args], { cwd, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   const keep = (b: Buffer) => { logs.push(b.toString()); if (logs.length > 500) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); };
-  proc.stdout!.on('data', keep);
-  proc.stderr!.on('data', keep);
+  proc.stdout.on('data', keep);
+  proc.stderr.on('data', keep);
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   return {
     proc, logs,
@@ -66,9 +66,9 @@ export async function startDaemonProc(env: Record<string, string>, config: strin
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
-export async function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
-  const p = startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env });
-  return p;
+export function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
+  // a promise like the other start helpers (callers await them alike); a worker has no port to wait for
+  return Promise.resolve(startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env }));
 }
 
 /** A worker with its own /metrics port. A free port can be taken by another process before the worker binds it,
@@ -98,8 +98,8 @@ function runBin(bin: string, args: string[], env: Record<string, string>): Promi
     const child = spawn(path.join(ROOT, bin), args, { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout!.setEncoding('utf8').on('data', (s) => { stdout += s; });
-    child.stderr!.setEncoding('utf8').on('data', (s) => { stderr += s; });
+    child.stdout.setEncoding('utf8').on('data', (s) => { stdout += s; });
+    child.stderr.setEncoding('utf8').on('data', (s) => { stderr += s; });
     child.on('error', reject);
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });

@@ -34,7 +34,7 @@ export function openSse(url: string, lastEventId?: string) {
       res.on('end', () => resolve());
       res.on('close', () => resolve());
     });
-    req.on('error', (e: any) => (e.code === 'ECONNRESET' ? resolve() : reject(e)));
+    req.on('error', (e: NodeJS.ErrnoException) => (e.code === 'ECONNRESET' ? resolve() : reject(e)));
   });
   return {
     frames, comments, closed,

@@ -42,12 +42,12 @@ export async function startVcsim(opts: { port?: number; username?: string; passw
     const caFile = path.join(dir, 'vcsim.pem');
     const proc = spawn(bin, ['-l', `127.0.0.1:${port}`, '-cert-out', caFile, '-username', username, '-password', password, ...(opts.args || [])], { stdio: ['ignore', 'pipe', 'pipe'] });
     const logs: string[] = [];
-    proc.stderr!.on('data', (b: Buffer) => { logs.push(b.toString()); if (logs.length > 300) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); });
+    proc.stderr.on('data', (b: Buffer) => { logs.push(b.toString()); if (logs.length > 300) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); });
     const exited = new Promise<void>((r) => proc.once('exit', () => r()));
     let out = '';
     const ready = await new Promise<any>((resolve) => {
       const t = setTimeout(() => resolve(null), 30000);
-      proc.stdout!.on('data', (b: Buffer) => {
+      proc.stdout.on('data', (b: Buffer) => {
         out += b.toString();
         const nl = out.indexOf('\n');
         if (nl >= 0) { clearTimeout(t); try { resolve(JSON.parse(out.slice(0, nl))); } catch { resolve(null); } }

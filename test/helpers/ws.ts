@@ -5,7 +5,7 @@ import WebSocket from 'ws';
 export function openWs(url: string, headers: Record<string, string> = {}) {
   const msgs: any[] = [];
   const ws = new WebSocket(url, { headers });
-  ws.on('message', (d) => msgs.push({ at: Date.now(), ...JSON.parse(String(d)) }));
+  ws.on('message', (d: Buffer) => msgs.push({ at: Date.now(), ...JSON.parse(d.toString()) }));
   const opened = new Promise<void>((resolve, reject) => { ws.once('open', () => resolve()); ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))); ws.once('error', reject); });
   return { ws, msgs, opened };
 }

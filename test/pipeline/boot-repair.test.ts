@@ -62,9 +62,9 @@ describe('boot judge (the console decides, at once)', () => {
     expect(judgeConsole('Loading Linux 6.1.0 ...\nBegin: Mounting root file system ... ', marker).status).to.equal('running');
   });
   it('an emulated boot that panicked only in the timer check (a busy host) runs once more and says so; other failures do not', async () => {
-    const panic: TestBootResult = { status: 'failed', detail: 'kernel panic: the serial console showed "Kernel panic - not syncing: IO-APIC + timer doesn\'t work!"', seconds: 1, accelerator: 'tcg', firmware: 'bios', console_tail: '..MP-BIOS bug: 8254 timer not connected to IO-APIC' } as TestBootResult;
-    const passed: TestBootResult = { status: 'passed', detail: 'the serial console showed "login: "', seconds: 9, accelerator: 'tcg', firmware: 'bios', console_tail: 'login: ' } as TestBootResult;
-    const boots = (...r: TestBootResult[]) => { let n = 0; return { run: async () => r[Math.min(n++, r.length - 1)], count: () => n }; };
+    const panic: TestBootResult = { status: 'failed', detail: 'kernel panic: the serial console showed "Kernel panic - not syncing: IO-APIC + timer doesn\'t work!"', seconds: 1, accelerator: 'tcg', firmware: 'bios', console_tail: '..MP-BIOS bug: 8254 timer not connected to IO-APIC' };
+    const passed: TestBootResult = { status: 'passed', detail: 'the serial console showed "login: "', seconds: 9, accelerator: 'tcg', firmware: 'bios', console_tail: 'login: ' };
+    const boots = (...r: TestBootResult[]) => { let n = 0; return { run: () => Promise.resolve(r[Math.min(n++, r.length - 1)]), count: () => n }; };
     const a = boots(panic, passed);
     const r = await againAfterTimerPanic(a.run);
     expect(a.count()).to.equal(2);

@@ -10,7 +10,6 @@ import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { makeImage, makeBootableImage } from '../helpers/images';
 import { startSshd, TestSshd } from '../helpers/sshd';
-import { freePort, waitForPort } from '../helpers/redis';
 import { CommandRun as Run, ferryConvert } from '../helpers/procs';
 import { buildGuests } from '../fixtures/guests';
 

@@ -37,18 +37,18 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     let err = '';
     child.stdout.on('data', (b: Buffer) => { out += b.toString(); });
     child.stderr.on('data', (b: Buffer) => { err += b.toString(); });
-    server = Number(await until(async () => {
+    server = Number(await until(() => {
       if (child.exitCode !== null) throw new Error(`the owner exited ${child.exitCode}: ${err}`);
       return /SERVER (\d+)/.exec(out)?.[1];
     }, 400_000, 'the appliance to launch'));
     expect(alive(server), 'the server runs while its owner does').to.equal(true);
     const appliance = children(server);
-    expect(appliance, 'the server has its appliance (qemu) as a child').to.not.be.empty;
+    expect(appliance.length, 'the server has its appliance (qemu) as a child').to.be.greaterThan(0);
 
     child.kill('SIGKILL');
-    await until(async () => !alive(server), 30_000, 'the guestfish server to go with its owner');
-    await until(async () => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
+    await until(() => !alive(server), 30_000, 'the guestfish server to go with its owner');
+    await until(() => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
     // The watchdog that did it is gone too.
-    await until(async () => { try { execFileSync('pgrep', ['-f', `ferry-guestfish-watchdog ${server}$`]); return false; } catch { return true; } }, 10_000, 'the watchdog to exit');
+    await until(() => { try { execFileSync('pgrep', ['-f', `ferry-guestfish-watchdog ${server}$`]); return false; } catch { return true; } }, 10_000, 'the watchdog to exit');
   });
 });

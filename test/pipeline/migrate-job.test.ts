@@ -46,7 +46,7 @@ describe('migrate operation as a job', function () {
 
   it('routes by the enabled stages: fix or guest inspection adds mount_operations', () => {
     const base = { job_id: 'x', execution_policy: { priority: 50 } } as any;
-    expect(migrateCapabilities({ manifest: manifest({ out: '/o' }) as any })).to.deep.equal(['img_tool']);
+    expect(migrateCapabilities({ manifest: manifest({ out: '/o' }) })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true } } } })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true, collect_guest_info: true } } } })).to.deep.equal(['img_tool', 'mount_operations']);
     expect(queueName(requirementsOf({ ...base, operation: 'migrate', parameters: { manifest: manifest({ out: '/o', fix: true }) } }))).to.equal('jobs.img_tool+mount_operations');

@@ -120,7 +120,7 @@ export async function startPlanStack(o: PlanStackOptions): Promise<PlanStack> {
 
 async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop: () => Promise<void>): Promise<PlanStack> {
   const dir = mkdtempSync(path.join(os.tmpdir(), `ferry-${o.prefix}-`));
-  undo.push(async () => rmSync(dir, { recursive: true, force: true }));
+  undo.push(() => Promise.resolve(rmSync(dir, { recursive: true, force: true })));
   const redis = new TestRedis();
   undo.push(() => redis.stop());
   await redis.start();
@@ -163,7 +163,7 @@ async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop
   for (let i = 0; i < (o.daemons ?? 1); i++) daemons.push(await startDaemonProc(env, cfg));
   for (const [id, n] of Object.entries(o.workers)) workers[id] = await startWorkerProc(env, id, PLAN_CAPS, ['--concurrency', String(n)]);
   const rc = new IORedis(redis.url);
-  undo.push(async () => rc.disconnect());
+  undo.push(() => Promise.resolve(rc.disconnect()));
   const slots = new Slots(rc, keys(o.prefix));
   const vm = (n: string) => `/${DC}/vm/${n}`;
   return {

@@ -28,7 +28,7 @@ const shmLeft = () => (readdirSync('/dev/shm').filter((n) => n.startsWith('ferry
 /** Bytes in every file under `dir` (0 when it does not exist). */
 function bytesUnder(dir: string): number {
   let n = 0;
-  let names: string[] = [];
+  let names: string[];
   try { names = readdirSync(dir); } catch { return 0; }
   for (const x of names) { const p = path.join(dir, x); const st = statSync(p, { throwIfNoEntry: false }); if (st?.isDirectory()) n += bytesUnder(p); else n += st?.size ?? 0; }
   return n;

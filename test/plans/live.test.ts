@@ -77,7 +77,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
     expect(planFrames.some((p) => p.vms.some((x: any) => x.status === 'running' && x.job_id))).to.equal(true);
 
     // The WebSocket saw the same plan go from running to the final status, its last view matching the GET.
-    const ups: any[] = await until(async () => {
+    const ups: any[] = await until(() => {
       const u = ws.msgs.filter((x) => x.type === 'plan_update' && x.data.id === 'watch');
       return u.length > 0 && u[u.length - 1].data.status === end.status && u;
     }, 10_000, 'the final plan_update');
@@ -126,7 +126,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
         const h = await s.rc.hgetall(`${PREFIX}:job:${x.job_id}`);
         if (h.state !== 'RUNNING' || !s.workers[h.worker_id]) continue;
         const host = HOSTS[x.vm_path.split('/').pop()];
-        if ((await s.holders(`esxi:${s.manager}:${host}`)).includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id as string, host, vm: x.vm_path as string };
+        if ((await s.holders(`esxi:${s.manager}:${host}`)).includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id, host, vm: x.vm_path as string };
       }
       return null;
     }, 120_000, 'a plan job running with its slots');

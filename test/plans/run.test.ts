@@ -99,7 +99,7 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     expect(c.status, c.text).to.equal(201);
     await req(B, 'POST', '/plans/night/start');
     const first = await until(async () => { const p = await get('night'); return p.vms.find((x: any) => x.job_id); }, 20_000, 'a first job');
-    await until(async () => Date.now() > Date.parse(end) + 2500, 10_000, 'the window to close');
+    await until(() => Date.now() > Date.parse(end) + 2500, 10_000, 'the window to close');
     const p = await until(async () => { const x = await get('night'); return x.vms.every((y: any) => y.status !== 'running') && x; }, 300_000, 'the started VM to end');
     const others = p.vms.filter((x: any) => x.vm_path !== first.vm_path);
     for (const o of others) {

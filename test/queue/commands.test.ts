@@ -104,7 +104,7 @@ describe('Lua commands (queue/commands/)', function () {
       await life.fail(b.job_id, 'w', lb.token, 'drill', true);
       await life.cancel(b.job_id);
       expect(await store.purgeFinished(0)).to.equal(2);
-      await until(async () => calls.filter((c) => c.file === 'removeJob-8.lua').length === 2, 5000, 'the sweep seen by MONITOR');
+      await until(() => calls.filter((c) => c.file === 'removeJob-8.lua').length === 2, 5000, 'the sweep seen by MONITOR');
       mon.disconnect();
 
       expect([...new Set(calls.map((c) => c.file))].sort()).to.deep.equal(['addEvent-2.lua', 'createJob-14.lua', 'removeJob-8.lua', 'transitionJob-13.lua']);
@@ -129,7 +129,7 @@ describe('Lua commands (queue/commands/)', function () {
       await life.start(s.job_id, 'w2', l.token, l.record.attempts);
       await life.progress(s.job_id, l.token, { phase: 'work', percentage: 50, message: 'half', details: { a: '1' } });
       await life.complete(s.job_id, 'w2', l.token, {}, l.queue);
-      await until(async () => seen.jobs.some((m) => m.job_id === s.job_id && m.state === 'COMPLETED') && seen.events.filter((m) => m.job_id === s.job_id).length === 3, 5000, 'the messages');
+      await until(() => seen.jobs.some((m) => m.job_id === s.job_id && m.state === 'COMPLETED') && seen.events.filter((m) => m.job_id === s.job_id).length === 3, 5000, 'the messages');
       const jobs = seen.jobs.filter((m) => m.job_id === s.job_id);
       expect(jobs.map((m) => m.state)).to.deep.equal(['QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED']);
       for (const [channel, msgs] of [['jobs', jobs], ['events', seen.events.filter((m) => m.job_id === s.job_id)]] as const) {

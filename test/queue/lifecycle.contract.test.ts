@@ -376,7 +376,7 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
           if (at === 'RUNNING') await life.start(s.job_id, `cw-${at}`, l!.token);
           await expectState(s.job_id, at);
           expect((await life.cancel(s.job_id)).message).to.equal(`job ${s.job_id} was cancelled (was ${at})`);
-          await until(async () => told.includes(s.job_id), 5000, 'the cancel message');
+          await until(() => told.includes(s.job_id), 5000, 'the cancel message');
           await expectState(s.job_id, 'CANCELLED');
           expect((await store.raw(s.job_id))!.lease).to.equal(undefined);
           expect(await bullState('jobs.any', s.job_id)).to.equal('unknown');

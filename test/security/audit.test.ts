@@ -76,7 +76,7 @@ describe('security: the audit log', function () {
     const rec = recs[0];
     expect(rec).to.include({ service: 'gateway', key_name: 'ci', role: 'submit', method: 'POST', route: '/jobs', path: '/jobs', status: 201, outcome: 'ok' });
     expect(Date.parse(rec.time)).to.be.within(t0 - 1000, Date.now());
-    const line = await until(async () => auditLines(gw).find((l) => l.audit?.id === rec.id), 5000, 'the log line');
+    const line = await until(() => auditLines(gw).find((l) => l.audit?.id === rec.id), 5000, 'the log line');
     expect(line.audit).to.deep.equal(rec);
   });
 
@@ -88,7 +88,7 @@ describe('security: the audit log', function () {
     expect(rec).to.include({ service: 'daemon', key_name: 'ci', role: 'submit', method: 'POST', status: 200, outcome: 'ok' });
     expect(rec.targets.job_ids).to.deep.equal([id]);
     expect(rec.targets.vm_path).to.equal('/DC0/vm/web1');
-    await until(async () => auditLines(dm).some((l) => l.audit?.path === '/jobs/submit'), 5000, 'the log line');
+    await until(() => auditLines(dm).some((l) => l.audit?.path === '/jobs/submit'), 5000, 'the log line');
     expect(await everything()).to.not.include(SECRET);
     expect(dm.logs.join('')).to.not.include(SECRET);
   });
@@ -177,7 +177,7 @@ describe('security: the audit log', function () {
     const r = await req(gw.url, 'POST', '/jobs', { job_id: 'aud-away', operation: 'noop' }, as('while-redis-is-away-0123'));
     expect(r.status).to.equal(403);
     expect(Date.now() - t0).to.be.below(5000);
-    await until(async () => auditLines(gw).some((l) => l.audit?.status === 403 && l.audit?.targets?.job_id === undefined && Date.parse(l.audit.time) >= t0), 5000, 'the log line');
+    await until(() => auditLines(gw).some((l) => l.audit?.status === 403 && l.audit?.targets?.job_id === undefined && Date.parse(l.audit.time) >= t0), 5000, 'the log line');
     await redis.start();
     await until(async () => (await stored()).some((x) => x.status === 403 && Date.parse(x.time) >= t0 && x.path === '/jobs'), 30000, 'the record in Redis');
   });

@@ -140,7 +140,7 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
       expect(await openWs(`${url}?api_key=${K.admin}`).opened.then(() => 'open', (e) => e.message)).to.equal('HTTP 401');
       const ok = openWs(url, key('read'));
       await ok.opened;
-      await until(async () => ok.msgs.length > 0, 10000, 'a first message');
+      await until(() => ok.msgs.length > 0, 10000, 'a first message');
       ok.ws.close();
       const t = await req(dm.url, 'POST', '/ws/ticket', undefined, key('read'));
       expect(t.body.expires_in).to.be.at.most(60);
@@ -242,7 +242,7 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
       const ok = startProcess('services/gateway/main.ts', [], noHost);
       procs.push(ok);
       await waitForPort(lp, 30000);
-      await until(async () => ok.logs.join('').includes('"host":"127.0.0.1"'), 10000, 'listening on loopback');
+      await until(() => ok.logs.join('').includes('"host":"127.0.0.1"'), 10000, 'listening on loopback');
       expect((await req(`http://127.0.0.1:${lp}`, 'GET', '/jobs')).status).to.equal(200);
       await ok.stop();
     });

@@ -55,7 +55,7 @@ describe('security: browsers kept out unless invited (auth off)', function () {
     for (const headers of [{ Origin: `http://127.0.0.1:${dm.port}` }, {} as Record<string, string>]) {
       const ok = openWs(ws(dm, '/ws'), headers);
       await ok.opened;
-      await until(async () => ok.msgs.find((m) => m.type === 'jobs'), 10000, 'the job list');
+      await until(() => ok.msgs.find((m) => m.type === 'jobs'), 10000, 'the job list');
       ok.ws.close();
     }
   });

@@ -16,13 +16,13 @@ interface Con { ws: WebSocket; text: () => string; msgs: any[]; closed: Promise<
 function connect(url: string, headers: Record<string, string> = {}): Con {
   const ws = new WebSocket(url, { headers });
   const msgs: any[] = [];
-  ws.on('message', (d) => msgs.push(JSON.parse(String(d))));
+  ws.on('message', (d: Buffer) => msgs.push(JSON.parse(d.toString())));
   const closed = new Promise<{ code: number; reason: string }>((r) => ws.once('close', (code, reason) => r({ code, reason: String(reason) })));
   const opened = new Promise<void>((resolve, reject) => { ws.once('open', () => resolve()); ws.once('unexpected-response', (_q, res) => reject(new Error(`HTTP ${res.statusCode}`))); ws.once('error', reject); });
   return { ws, msgs, closed, opened, text: () => msgs.filter((m) => m.type === 'data').map((m) => m.data).join('') };
 }
 const type = (c: Con, line: string) => c.ws.send(JSON.stringify({ type: 'input', data: `${line}\r` }));
-const statusOf = (c: Con) => until(async () => c.msgs.find((m) => m.type === 'status'), 30000, 'console status');
+const statusOf = (c: Con) => until(() => c.msgs.find((m) => m.type === 'status'), 30000, 'console status');
 
 describe('security: the host and the VM console are admin\'s', function () {
   this.timeout(300_000);
@@ -65,14 +65,14 @@ describe('security: the host and the VM console are admin\'s', function () {
     const admin = con('', as('admin'));
     expect((await statusOf(admin)).mode).to.equal('write');
     await virsh(['resume', 'roles-con']);
-    await until(async () => admin.text().includes(GUEST_MARKER), 150000, 'the guest marker');
-    await until(async () => admin.text().split(GUEST_MARKER)[1]?.includes('/ # '), 30000, 'the shell prompt');
+    await until(() => admin.text().includes(GUEST_MARKER), 150000, 'the guest marker');
+    await until(() => admin.text().split(GUEST_MARKER)[1]?.includes('/ # '), 30000, 'the shell prompt');
     const reader = con('', as('read'));
     expect((await statusOf(reader)).mode).to.equal('read');
     type(reader, 'echo PWNED$((6*7))');
-    await until(async () => reader.msgs.find((m) => m.type === 'error' && /read-only/.test(m.error)), 10000, 'the read-only notice');
+    await until(() => reader.msgs.find((m) => m.type === 'error' && /read-only/.test(m.error)), 10000, 'the read-only notice');
     type(admin, 'echo OK$((5*5))');
-    await until(async () => admin.text().includes('OK25') && reader.text().includes('OK25'), 30000, 'the admin\'s command run, seen by both');
+    await until(() => admin.text().includes('OK25') && reader.text().includes('OK25'), 30000, 'the admin\'s command run, seen by both');
     expect(admin.text() + reader.text(), 'the reader\'s command').to.not.include('PWNED');
     // Asking to write, with a key or with the read key's ticket: refused.
     expect((await con('&mode=write', as('read')).closed).code).to.equal(4403);
@@ -100,7 +100,7 @@ describe('security: the host and the VM console are admin\'s', function () {
     expect((await first.closed).code).to.equal(4409);
     expect(first.msgs.some((m) => m.type === 'closed' && /taken over/.test(m.error))).to.equal(true);
     type(taker, 'echo NEW$((3*3))');
-    await until(async () => taker.text().includes('NEW9'), 30000, 'the new writer\'s command');
+    await until(() => taker.text().includes('NEW9'), 30000, 'the new writer\'s command');
   });
 
   it('a console held outside Ferry is reported, not taken, unless an admin forces it (virsh console --force)', async () => {
@@ -117,19 +117,19 @@ describe('security: the host and the VM console are admin\'s', function () {
       // Typed until its echo comes back (keys sent while virsh still attaches its stream are lost).
       const retype = setInterval(() => h.write('echo HELD$((2*4))\r'), 2000);
       h.write('echo HELD$((2*4))\r');
-      const held = await Promise.race([until(async () => out.includes('HELD8'), 20000, 'HELD8').then(() => true, () => false), ended.then(() => false)]);
+      const held = await Promise.race([until(() => out.includes('HELD8'), 20000, 'HELD8').then(() => true, () => false), ended.then(() => false)]);
       clearInterval(retype);
       if (!held) { h.close(); return null; }
       return { h, ended };
     }, 90000, 'an outside virsh holding the console');
     const reader = con('', as('read'));
-    const end = await until(async () => reader.msgs.find((m) => m.type === 'closed'), 30000, 'the refused session');
+    const end = await until(() => reader.msgs.find((m) => m.type === 'closed'), 30000, 'the refused session');
     expect(`${end.error} ${reader.text()}`, 'virsh\'s reason').to.match(/active console session/i);
     expect(outside.h.proc.exitCode, 'the outside virsh still holds it').to.equal(null);
     const admin = con('&force=1', as('admin'));
     expect((await statusOf(admin)).mode).to.equal('write');
     await outside.ended; // thrown out by --force
     type(admin, 'echo MINE$((4*4))');
-    await until(async () => admin.text().includes('MINE16'), 30000, 'the admin\'s command after forcing');
+    await until(() => admin.text().includes('MINE16'), 30000, 'the admin\'s command after forcing');
   });
 });

@@ -117,7 +117,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     await downloading('atk-b');
     plant(folder, 'atk-b', [vic.outside, vic.other]);
     await cancel('atk-b');
-    await until(async () => !existsSync(path.join(folder, 'LocalDS_0')), 15000, 'the job\'s own partial files removed');
+    await until(() => !existsSync(path.join(folder, 'LocalDS_0')), 15000, 'the job\'s own partial files removed');
     intact(vic, 'b');
     // What the job recorded as its own, in its record (Redis), lies inside its folder only.
     const owned = JSON.parse((await rc.hget('secexp:job:atk-b', 'export_files')) || '[]') as string[];

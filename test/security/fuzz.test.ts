@@ -75,9 +75,9 @@ function send(base: string, r: Sent): Promise<Got> {
     // being sent: the answer counts, the reset that follows does not.
     // The answer can also lose the race with the reset (the client sees its write fail first): then the service
     // must still be alive and answering, which a /health request right after shows; nothing else is claimed.
-    rq.on('error', (e: any) => {
+    rq.on('error', (e: NodeJS.ErrnoException) => {
       if (answered) return resolve(answered);
-      if (!['ECONNRESET', 'EPIPE'].includes(e.code) || !r.body?.length) return reject(e);
+      if (!['ECONNRESET', 'EPIPE'].includes(e.code ?? '') || !r.body?.length) return reject(e);
       http.get({ host: u.hostname, port: u.port, path: '/health', timeout: 15000 }, (h) => {
         h.resume();
         if (h.statusCode === 200) resolve({ status: 0, text: '', type: '', reset: true });

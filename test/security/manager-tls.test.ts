@@ -53,7 +53,7 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
   let plainUrl = '';
   const servers: http.Server[] = [];
   const as = (key: string) => ({ 'x-api-key': key });
-  const q = (o: Record<string, string>) => `?${new URLSearchParams(o)}`;
+  const q = (o: Record<string, string>) => `?${new URLSearchParams(o).toString()}`;
   const seenPassword = (pw: string) => [...evil.bodies, ...plain.bodies].some((b) => b.includes(pw));
 
   before(async () => {

@@ -132,7 +132,7 @@ describe('security: storage roots', function () {
 
   it('a retry may replace only its own earlier output, recognised by its identity, never a file put there by someone else', async () => {
     const own = new Set<string>();
-    const claims = { record: async (st: any) => { own.add(outputId(st)); }, owns: async (st: any) => own.has(outputId(st)) };
+    const claims = { record: (st: any) => { own.add(outputId(st)); return Promise.resolve(); }, owns: (st: any) => Promise.resolve(own.has(outputId(st))) };
     const out = path.join(OUT, 'retry.qcow2');
     const tmp1 = path.join(OUT, '.retry.qcow2.partial');
     writeFileSync(tmp1, 'attempt 1');

@@ -77,7 +77,7 @@ describe('security: secrets are redacted in every response and message', functio
     const got = await req(gw.url, 'POST', '/queue/dequeue', { worker_id: 'sec-w', capabilities: ['img_tool', 'lvm_tools'] });
     expect(got.body.parameters.manifest.configuration.users.root.password_hash).to.equal(HASH);
     await req(gw.url, 'POST', '/jobs/sec-1/fail', { worker_id: 'sec-w', lease_token: got.body.lease_token, error: 'drill', retryable: false });
-    await until(async () => ws.msgs.some((m) => m.type === 'job_update' && m.data.id === 'sec-1' && m.data.status === 'failed'), 15000, 'the job_update');
+    await until(() => ws.msgs.some((m) => m.type === 'job_update' && m.data.id === 'sec-1' && m.data.status === 'failed'), 15000, 'the job_update');
     seen.push(JSON.stringify(ws.msgs));
     ws.ws.close();
     seen.push(gw.logs.join(''), dm.logs.join(''));

@@ -30,7 +30,7 @@ describe('gateway API (port 8000 protocol)', function () {
       expect(r.body.message).to.be.a('string');
       const j = await req(base, 'GET', '/jobs/plain-1');
       expect(j.body.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED']);
-      for (const h of j.body.state_history) expect(h.reason).to.be.a('string').and.not.empty;
+      for (const h of j.body.state_history) expect(h.reason).to.be.a('string').with.length.above(0);
     });
 
     it('queues with ?queue=true: 201, QUEUED, and a real queue position', async () => {
@@ -116,7 +116,7 @@ describe('gateway API (port 8000 protocol)', function () {
         const r = await req(base, 'POST', '/jobs', body);
         expect(r.status).to.equal(400);
         expect(r.body.error).to.include({ code: 400, path: '/jobs' });
-        expect(Date.parse(r.body.error.timestamp)).to.be.a('number').and.not.NaN;
+        expect(Number.isNaN(Date.parse(r.body.error.timestamp)), 'a parseable timestamp').to.equal(false);
         expect(r.body.error.fields.map((f: any) => f.field)).to.include.members(fields);
         for (const f of fields) expect(r.body.error.message).to.include(`"${f.replace(/\.(\d+)/g, '[$1]')}"`);
       });
@@ -232,7 +232,7 @@ describe('gateway API (port 8000 protocol)', function () {
       expect(r.status).to.equal(201);
       expect(r.body).to.include({ worker_id: 'http-w1' });
       expect(r.body.capabilities).to.deep.equal(['img_tool', 'nbd_access']);
-      expect(Date.parse(r.body.registered_at)).to.not.be.NaN;
+      expect(Number.isNaN(Date.parse(r.body.registered_at)), 'a parseable registered_at').to.equal(false);
       const l = await req(base, 'GET', '/workers');
       expect(l.body.total).to.equal(1);
       expect(l.body.active).to.equal(1);
@@ -241,7 +241,7 @@ describe('gateway API (port 8000 protocol)', function () {
       const hb = await req(base, 'POST', '/workers/http-w1/heartbeat');
       expect(hb.status).to.equal(200);
       expect(hb.body).to.include({ worker_id: 'http-w1' });
-      expect(Date.parse(hb.body.timestamp)).to.not.be.NaN;
+      expect(Number.isNaN(Date.parse(hb.body.timestamp)), 'a parseable timestamp').to.equal(false);
     });
     it('400 for a bad registration, 404 for unknown workers', async () => {
       const b = await req(base, 'POST', '/workers/register', { worker_id: 'x', capabilities: 'img_tool' });

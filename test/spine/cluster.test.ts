@@ -40,7 +40,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
     proc.stderr!.setEncoding('utf8').on('data', (s: string) => { out += s; });
     exit = new Promise((r) => proc.once('exit', (code) => r(code)));
   });
-  after(async () => {
+  after(() => {
     if (proc.exitCode === null && !proc.signalCode) { proc.kill('SIGKILL'); }
     rmSync(dir, { recursive: true, force: true });
   });

@@ -142,7 +142,7 @@ describe('worker processes', function () {
     const pdir = path.join(dir, 'progress-out');
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'progress-1', operation: 'convert', image: { path: src, format: 'raw' }, parameters: { output_format: 'qcow2', compress: true, output_dir: pdir } });
     // The qemu-img the worker runs, found by the job's partial file: its argv has no -p.
-    const pid = await until(async () => {
+    const pid = await until(() => {
       try { return execFileSync('pgrep', ['-f', 'progress-1.partial']).toString().trim().split('\n')[0]; } catch { return undefined; }
     }, 30000, 'qemu-img to start');
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
@@ -179,7 +179,7 @@ describe('worker processes', function () {
     const r = await req(gw.url, 'DELETE', '/jobs/to-cancel');
     expect(r.status).to.equal(200);
     expect(r.body.state).to.equal('CANCELLED');
-    await until(async () => {
+    await until(() => {
       let ps = '';
       try { ps = execFileSync('pgrep', ['-f', 'to-cancel.partial']).toString(); } catch { /* pgrep exits 1 when none */ }
       return ps.trim() === '' && readdirSync(cdir).length === 0;

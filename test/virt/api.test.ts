@@ -223,7 +223,7 @@ describe('virtualization-host API (/virt) on a real libvirtd', function () {
       expect(r.status).to.equal(503);
       expect(r.body.error).to.include(uri);
       expect((await req(d.url, 'GET', '/health')).status).to.equal(200);
-      await until(async () => d.logs.join('').includes(`no libvirtd answers at ${uri}`), 10000, 'the one-line warning');
+      await until(() => d.logs.join('').includes(`no libvirtd answers at ${uri}`), 10000, 'the one-line warning');
     } finally { await d.stop(); }
   });
 });

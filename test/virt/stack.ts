@@ -50,7 +50,7 @@ export async function bootAndWatch(v: Virsh, name: string, markers: string | (st
     await new Promise<void>((resolve, reject) => { con.once('ready', resolve); con.once('close', (_c: number, e: string) => reject(new Error(`console closed: ${e}`))); });
     await v.run(['resume', name]);
     const seen = () => want.every((m) => (typeof m === 'string' ? text.includes(m) : m.test(text)));
-    await until(async () => seen(), timeoutMs, `${want.join(', ')} on ${name}'s console`)
+    await until(() => seen(), timeoutMs, `${want.join(', ')} on ${name}'s console`)
       .catch((e) => { throw new Error(`${e.message} (console so far: ${JSON.stringify(text.slice(-600))})`); });
     return text;
   } finally { con.close(); }

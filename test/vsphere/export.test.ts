@@ -288,7 +288,7 @@ describe('vSphere export jobs (vcsim)', function () {
     const c = await req(daemon.url, 'POST', '/jobs/cancel', { job_ids: [id] });
     expect(c.body.cancelled).to.deep.equal([id]);
     // No stream left: nothing more flows through the proxy, and no partial file stays.
-    await until(async () => walk(out).length === 0, 15000, 'partial files removed');
+    await until(() => walk(out).length === 0, 15000, 'partial files removed');
     const before = proxy.bytesDown;
     await until(async () => {
       const a = proxy.bytesDown;

@@ -96,7 +96,7 @@ export async function runExport(ctx: OpContext, p: ExportParameters, named: stri
           details.files = JSON.stringify(s.files.map((f) => ({ ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100 })));
         }
         const msg = s.phase === 'exporting' ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}` : s.phase;
-        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(dropped(ctx.log, 'a progress event that could not be published is superseded by the next one', { job_id: ctx.spec.job_id }));
+        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(dropped(ctx.log, 'could not publish a progress event; the next one superseded by the next one', { job_id: ctx.spec.job_id }));
       },
     });
   } catch (e) {

@@ -39,7 +39,7 @@ export const migrate: Operation = async (ctx) => {
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;
-      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(dropped(ctx.log, 'a progress event that could not be published is superseded by the next one', { job_id: ctx.spec.job_id }));
+      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(dropped(ctx.log, 'could not publish a progress event; the next one supersedes it', { job_id: ctx.spec.job_id }));
     },
     log: (_l, m) => ctx.log.info(m, { job_id: ctx.spec.job_id }),
   });

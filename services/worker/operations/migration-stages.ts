@@ -10,7 +10,7 @@ import { OperationError } from '../../../shared/errors';
 import { importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { jobPattern } from '../../../shared/linear-regex';
-import { validateManifest, type Manifest } from '../../../shared/schemas/manifest';
+import { validateManifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
@@ -48,7 +48,8 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
 
   const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
-  const name = input.domain_name || String(exported.source?.vm_name || path.basename(dir));
+  const vmName: unknown = exported.source?.vm_name;
+  const name = input.domain_name || (typeof vmName === 'string' && vmName ? vmName : path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({

@@ -7,7 +7,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../errors';
-import { ignoreError, awaitedLater } from '../../log';
+import { expectedError, awaitedLater } from '../../log';
 import { run as runTool, QEMU_IMG } from '../../qemu';
 import { GuestDisk, GuestSession } from '../guestfs';
 import { fixGuest, inspectAndMount } from '../guest';
@@ -60,7 +60,7 @@ export async function overlaysForRepairOnly(run: Run) {
 export async function stopRepairBesideConvert(run: Run, why: string) {
   if (!run.early) return;
   run.stopEarly.abort();
-  await run.early.catch(ignoreError(why));
+  await run.early.catch(expectedError(`the repair beside the conversion was stopped: ${why}`));
 }
 
 export async function fix(run: Run, fixReport: StageReport): Promise<Record<string, unknown>> {

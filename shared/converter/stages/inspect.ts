@@ -24,9 +24,9 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
     if (detected['virtual-size'] !== d.bytes) warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
     if (detected['backing-filename']) {
       entry.backing_chain = detected['full-backing-filename'] || detected['backing-filename'];
-      warnings.push(`inspect: disk ${d.id} has a backing file ${entry.backing_chain}; the output is flattened`);
+      warnings.push(`inspect: disk ${d.id} has a backing file ${String(entry.backing_chain)}; the output is flattened`);
     }
-    const snaps = detected.snapshots as unknown[] | undefined;
+    const snaps = detected.snapshots;
     if (snaps?.length) { entry.snapshots = snaps.length; warnings.push(`inspect: disk ${d.id} has ${snaps.length} internal snapshot(s); only the active layer is converted`); }
     if (d.checksum && !verifyDuringConvert) {
       const sha = await sha256File(d.local_path, undefined, opts.signal);

@@ -3,7 +3,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { placeOutput } from '../../roots';
-import { ignoreError } from '../../log';
+import { expectedError } from '../../log';
 import type { GuestSession } from '../guestfs';
 import { STAGES, Run, Work } from './run';
 
@@ -39,7 +39,7 @@ export async function writeReport(run: Run, report: ReturnType<typeof buildRepor
   const { m, dir, opts } = run;
   if (!m.options.report.enabled || run.dry || !dir) return;
   const rp = path.resolve(dir, m.options.report.path);
-  await fs.mkdir(path.dirname(rp), { recursive: true }).catch(ignoreError('the report write below fails with the cause, which goes into the report errors'));
+  await fs.mkdir(path.dirname(rp), { recursive: true }).catch(expectedError('the report write below fails with the cause, which goes into the report errors'));
   const tmp = path.join(path.dirname(rp), `.${path.basename(rp)}.partial`);
   await fs.writeFile(tmp, JSON.stringify(report, null, 2) + '\n')
     .then(() => placeOutput(tmp, rp, { field: 'report', overwrite: opts.overwrite !== false, claims: opts.claims }))
