@@ -14,7 +14,12 @@ const preload = `--require ${JSON.stringify(RECORDER)}`;
 // mocha's parallel workers load this file again with NODE_OPTIONS inherited: add the preload once.
 if (!process.env.NODE_OPTIONS?.includes(preload)) process.env.NODE_OPTIONS = [process.env.NODE_OPTIONS, preload].filter(Boolean).join(' ');
 process.env.BASH_ENV ||= path.join(__dirname, 'record-programs.bash');
-// This process records too: the recorder patches child_process in place.
+// Debian's bash reads the user's ~/.bashrc when its stdin is a socket (node's stdio pipes are) and SHLVL is below
+// 2, as if run by sshd: a suite started with SHLVL=0 (npx from a non-shell parent) then records whatever that
+// .bashrc runs (pyenv's init on a developer's machine). The record is of what Ferry runs, so not the user's shell.
+if (Number(process.env.SHLVL || 0) < 1) process.env.SHLVL = '1';
+// This process records too: the recorder patches child_process in place (a CommonJS preload, loaded as such).
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- a path computed at run time, loaded for its side effect
 require(RECORDER);
 
 export function recordedPrograms(): string[] {
