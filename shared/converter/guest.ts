@@ -1,27 +1,14 @@
 // Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
 // package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
-import type { FixStage } from '../schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';
-import { fixLinux } from './linux-fix';
-import { HV_TOOL_PACKAGES, INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
-import { detectBoot, type Firmware, type GuestBoot } from './firmware';
+import { fixLinux } from './linux';
+import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
+import { detectBoot } from './firmware';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
 import { ignoreError } from '../log';
 
-export interface GuestInfo {
-  os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
-  root_device: string; mountpoints: Record<string, string>; filesystems: Record<string, string>;
-  lvm: boolean; kernels: string[]; hypervisor_tools: string[]; initramfs_tool?: string; grub_config?: string;
-  /** deb, rpm, apk, pacman... (inspect-get-package-format), for removing packages with the guest's own tool. */
-  package_format?: string;
-  /** How the guest boots (firmware.ts): the ESP and its EFI loaders, GRUB for BIOS. Linux guests only. */
-  boot?: GuestBoot;
-}
-
-export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
-/** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
-export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
 
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
 export async function inspectAndMount(g: GuestSession, readonly: boolean): Promise<GuestInfo> {
@@ -68,16 +55,6 @@ export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<F
     ids[dev] = { uuid: b.UUID || undefined, partuuid: b.PART_ENTRY_UUID || undefined, label: b.LABEL || undefined };
   }
   return { disks, ids, rootDevice: info.mountpoints['/'] };
-}
-
-export interface FixOptions extends FixStage {
-  fstab_mode: FstabMode | string; dry_run: boolean; configuration?: Record<string, any>;
-  /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
-  nic_names?: boolean;
-  /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
-  nic_macs?: string[];
-  /** The firmware the KVM domain gets (firmware.ts chooseFirmware): with `uefi` the fallback loader is installed. */
-  firmware?: Firmware;
 }
 
 /** Every repair the fix stage asked for, on the mounted guest. Nothing is written when dry_run is set. */
