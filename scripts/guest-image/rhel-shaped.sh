@@ -8,7 +8,9 @@
 # - LVM's devices file: use_devicesfile=1, /etc/lvm/devices/system.devices made by vgimportdevices on the SATA
 #   disk (so LVM ignores a PV that shows up on another disk: on virtio /home's LV is never activated);
 # - NetworkManager with a keyfile for the VMware NIC (ens192, static 10.0.2.15/24); ifupdown configures only lo.
-# All of it is done by the guest itself on a first boot from AHCI (the debootstrap initramfs, generic, boots it).
+# All of it is done by the guest itself on a first boot from AHCI (the debootstrap initramfs, generic, boots it);
+# about 50 packages and a dracut run under TCG: the boot is bounded by FERRY_FIRSTBOOT_TIMEOUT, default 3600 s
+# (at load 50 on 2 cores, 1800 s was not enough).
 # Usage: rhel-shaped.sh <plain disk.vmdk> <rootfs.tar it was built from> <output dir>. Writes disk.vmdk, firstboot.log.
 set -euo pipefail
 plain=$1 rootfs=$2 out=$3
@@ -117,17 +119,21 @@ cat > "$cfg/ferry-firstboot" <<'EOF'
 #!/bin/sh
 log=/var/log/ferry-firstboot.log
 export DEBIAN_FRONTEND=noninteractive
+# apt's dracut hook builds each image once the packages are in; LVM's configuration comes first so that build is
+# the final one (a dracut run takes minutes under TCG on a busy host). An image older than the devices file, or
+# none, is built here.
 images() {
   for k in $(ls /lib/modules); do
-    dracut -f "/boot/initrd.img-$k" "$k" || return 1
+    [ "/boot/initrd.img-$k" -nt /etc/lvm/devices/system.devices ] && lsinitrd "/boot/initrd.img-$k" | grep -q 'usr/lib/dracut' \
+      || dracut -f "/boot/initrd.img-$k" "$k" || return 1
     lsinitrd "/boot/initrd.img-$k" > /root/initrd-$k.list || return 1
     echo "ferry-initrd $k virtio=$(grep -c 'virtio' /root/initrd-$k.list) ahci=$(grep -c '/ahci.ko' /root/initrd-$k.list) xfs=$(grep -c '/xfs.ko' /root/initrd-$k.list) lvm=$(grep -c 'sbin/lvm$' /root/initrd-$k.list)"
   done
 }
-if { apt-get -y --no-install-recommends install /var/cache/ferry-debs/*.deb && rm -rf /var/cache/ferry-debs \
-     && sed -i -e 's/^\([[:space:]]*\)# use_devicesfile = 0/\1use_devicesfile = 1/' /etc/lvm/lvm.conf \
+if { sed -i -e 's/^\([[:space:]]*\)# use_devicesfile = 0/\1use_devicesfile = 1/' /etc/lvm/lvm.conf \
      && grep -q '^[[:space:]]*use_devicesfile = 1' /etc/lvm/lvm.conf \
      && vgimportdevices rhel && cat /etc/lvm/devices/system.devices \
+     && apt-get -y --no-install-recommends install /var/cache/ferry-debs/*.deb && rm -rf /var/cache/ferry-debs \
      && grub-install --target=i386-pc /dev/sda && update-grub && images && ls /boot; } > $log 2>&1; then
   rm -f /etc/ferry-firstboot
   systemctl disable ferry-firstboot.service >> $log 2>&1
@@ -167,7 +173,7 @@ step "first boot on AHCI (packages, the devices file, GRUB, host-only dracut ima
 # debootstrap's initramfs (initramfs-tools, every storage and file system driver, LVM) boots the new layout once.
 tar -xf "$rootfs" -C "$cfg" --wildcards './boot/vmlinuz-*' './boot/initrd.img-*'
 accel=tcg; [ "${FERRY_GUESTFS_KVM:-}" = 1 ] && accel=kvm
-timeout --kill-after=10 "${FERRY_FIRSTBOOT_TIMEOUT:-1800}" qemu-system-x86_64 \
+timeout --kill-after=10 "${FERRY_FIRSTBOOT_TIMEOUT:-3600}" qemu-system-x86_64 \
   -machine "pc,accel=$accel" -m 1024 -smp 1 -nodefaults -display none -monitor none \
   -serial "file:$out/firstboot.log" -no-reboot \
   -kernel "$(ls "$cfg"/boot/vmlinuz-* | tail -n 1)" -initrd "$(ls "$cfg"/boot/initrd.img-* | tail -n 1)" \
