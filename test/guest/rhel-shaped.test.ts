@@ -11,7 +11,7 @@
 // image holds them, the keyfile names the new interface, fstab names no /dev/sd*, and the source is unchanged.
 // Serial logs of a failed check stay in test/artifacts/guest-rhel-shaped-*.log.
 import { expect } from 'chai';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -20,23 +20,10 @@ import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { testBoot, TestBootResult } from '../../shared/converter/testboot';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
-const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const BOOT_TIMEOUT = 900;
-
-/** Runs `check` on a boot's result; on failure its serial log is kept in test/artifacts/. */
-function keepOnFailure(name: string, consoleLog: string, check: () => void) {
-  try { check(); } catch (e: any) {
-    if (existsSync(consoleLog)) {
-      mkdirSync(ARTIFACTS, { recursive: true });
-      const kept = path.join(ARTIFACTS, `guest-rhel-shaped-${name}.log`);
-      copyFileSync(consoleLog, kept);
-      e.message += `\n(serial log kept in ${kept})`;
-    }
-    throw e;
-  }
-}
 
 /** The source: on SATA as on VMware (vmxnet3 in slot 192), or on virtio-blk with a virtio NIC as KVM gives it. */
 function bootSource(g: DebianGuest, dir: string, bus: 'sata' | 'virtio'): Promise<[TestBootResult, string]> {
@@ -65,19 +52,19 @@ describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devi
     }));
     const [sata, virtio, cli] = await Promise.all([bootSource(g, dir, 'sata'), bootSource(g, dir, 'virtio'), ferryConvert(['--config', cfg])]);
 
-    keepOnFailure('source-sata', sata[1], () => {
+    keepOnFailure('guest-rhel-shaped-source-sata', sata[1], () => {
       expect(sata[0], 'the source on SATA').to.include({ status: 'passed' });
       expect(g.ready.exec(sata[0].matched!)![1]).to.equal(g.vmwareNic);
       expect(readFileSync(sata[1], 'latin1')).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
     });
-    keepOnFailure('source-virtio', virtio[1], () => {
+    keepOnFailure('guest-rhel-shaped-source-virtio', virtio[1], () => {
       expect(virtio[0], 'the source on virtio-blk').to.include({ status: 'failed' });
       expect(virtio[0].detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
       expect(readFileSync(virtio[1], 'latin1')).not.to.contain(g.marker);
     });
 
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
-    keepOnFailure('output', report.test_boot?.console_log ?? '', () => {
+    keepOnFailure('guest-rhel-shaped-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
       expect(g.ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
     });
