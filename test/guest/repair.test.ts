@@ -57,8 +57,8 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
     rmSync(dir, { recursive: true, force: true });
   });
 
-  /** The BIOS variants of Debian's own layout (UEFI: test/guest/uefi.test.ts; RHEL-shaped: rhel-shaped.test.ts). */
-  type BiosVariant = Exclude<DebianVariant, 'uefi' | 'rhel-shaped'>;
+  /** The BIOS variants (the UEFI one is test/guest/uefi.test.ts). */
+  type BiosVariant = Exclude<DebianVariant, 'uefi'>;
   const ENTRIES: Record<BiosVariant, ('cli' | 'job')[]> = { plain: ['cli', 'job'], lvm: ['job'] };
   /** One variant end to end: the conversions, the boots judged, the read-back. Throws on the first failed check. */
   async function convertAndCheck(variant: BiosVariant) {
