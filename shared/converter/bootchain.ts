@@ -95,3 +95,33 @@ export function rewriteResume(text: string, ctx: FstabContext): { text: string; 
 export function resumeLeftovers(text: string): string[] {
   return [...text.matchAll(/^\s*RESUME=["']?(\/dev\/[^\s"']+)/gm)].map((m) => m[1]).filter(unstable);
 }
+
+/** dracut's configuration (/etc/dracut.conf.d/*.conf): device names in `add_device` (the resume or another early
+ *  device, e.g. `add_device+=" /dev/sda2 "`) and root=/resume= in `kernel_cmdline` become UUID= forms. */
+export function rewriteDracutDevices(text: string, ctx: FstabContext): { text: string; changes: Change[]; unresolved: string[] } {
+  const changes: Change[] = [];
+  const unresolved: string[] = [];
+  const out = text.replace(/^(\s*add_device\+?=\s*["']?)([^"'\n]*)/gm, (all, key: string, list: string) => key + list.replace(/\/dev\/\S+/g, (spec) => {
+    if (!unstable(spec)) return spec;
+    const to = stable(spec, ctx);
+    if (!to) { unresolved.push(spec); return spec; }
+    changes.push({ from: spec, to });
+    return to;
+  }));
+  const k = rewriteKernelArgs(out, 'stabilize-all', ctx);
+  return { text: k.text, changes: [...changes, ...k.changes], unresolved };
+}
+
+/** dracut configuration device names that are still unstable (add_device, kernel_cmdline's root=/resume=). */
+export function dracutDeviceLeftovers(text: string): string[] {
+  const adds = [...text.matchAll(/^\s*add_device\+?=\s*["']?([^"'\n]*)/gm)].flatMap((m) => m[1].match(/\/dev\/\S+/g) || []).filter(unstable);
+  return [...adds, ...kernelArgLeftovers(text)];
+}
+
+/** Multipath aliases (/etc/multipath/bindings: `mpatha <wwid>`) that fstab mounts by (`/dev/mapper/mpatha`,
+ *  `/dev/mapper/mpatha1`, `-part1`, `p1`). */
+export function multipathAliasesUsed(bindings: string, fstab: string): string[] {
+  const aliases = bindings.split('\n').map((l) => /^\s*([^#\s]\S*)\s+\S+/.exec(l)?.[1]).filter((a): a is string => !!a);
+  const specs = fstab.split('\n').map((l) => /^\s*(\/dev\/mapper\/\S+)/.exec(l)?.[1]).filter((s): s is string => !!s);
+  return aliases.filter((a) => specs.some((s) => new RegExp(`^/dev/mapper/${a.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?:-part\\d+|p?\\d+)?$`).test(s)));
+}

@@ -2,7 +2,7 @@
 // inner fields free-form; docs/pipeline.md documents the ones Ferry reads. A field it cannot use is a warning
 // naming its path, never a silent skip.
 import type { GuestSession } from './guestfs';
-import type { FixAction, FixOptions } from './guest';
+import type { FixAction, FixOptions } from './types';
 import { applyUsers } from './users';
 import { applyNetwork } from './network';
 

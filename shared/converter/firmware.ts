@@ -3,7 +3,7 @@
 // the disk allows both. A UEFI guest gets the fallback loader \EFI\BOOT\BOOTX64.EFI: its boot entry lives in the
 // source VM's NVRAM, which stays behind on VMware, and a fresh NVRAM boots only the fallback path.
 import type { GuestSession } from './guestfs';
-import type { FixAction } from './guest';
+import type { FixAction } from './types';
 
 export type Firmware = 'bios' | 'uefi';
 /** OVMF without Secure Boot (the secure-boot builds need SMM, which TCG guests here do not get), and the template

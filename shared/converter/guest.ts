@@ -1,34 +1,17 @@
 // Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
 // package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
-import type { FixStage } from '../schemas/manifest';
 import { GuestSession } from './guestfs';
 import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
 import { injectVirtioDrivers } from './windows';
-import { fixLinux } from './linux-fix';
-import { INITRAMFS_TOOLS, installedHvPackages } from './linux-tools';
-import { detectBoot, type Firmware, type GuestBoot } from './firmware';
+import { fixLinux } from './linux';
+import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
+import { detectBoot } from './firmware';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
 import { ignoreError } from '../log';
-
-export interface GuestInfo {
-  os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
-  root_device: string; mountpoints: Record<string, string>; filesystems: Record<string, string>;
-  lvm: boolean; kernels: string[]; hypervisor_tools: string[]; initramfs_tool?: string; grub_config?: string;
-  /** deb, rpm, apk, pacman... (inspect-get-package-format), for removing packages with the guest's own tool. */
-  package_format?: string;
-  /** How the guest boots (firmware.ts): the ESP and its EFI loaders, GRUB for BIOS. Linux guests only. */
-  boot?: GuestBoot;
-  /** The appliance's disks that are this guest's (an appliance shared by several guests, the plans' preflight);
-   *  unset: every disk of the appliance. */
-  devices?: string[];
-}
 
 /** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
  *  (a partition, an LV) lies on them. */
 export interface GuestScope { root: string; devices: string[]; owns: (dev: string) => Promise<boolean> }
-
-export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
-/** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
-export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
 
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
 export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope): Promise<GuestInfo> {
@@ -81,16 +64,6 @@ export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<F
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
  *  which files the repair would change. */
 export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
-
-export interface FixOptions extends FixStage {
-  fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, any>;
-  /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
-  nic_names?: boolean;
-  /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
-  nic_macs?: string[];
-  /** The firmware the KVM domain gets (firmware.ts chooseFirmware): with `uefi` the fallback loader is installed. */
-  firmware?: Firmware;
-}
 
 /** Every repair the fix stage asked for, on the mounted guest. Nothing is written when dry_run is set. */
 export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, log: (m: string) => void): Promise<FixResult> {

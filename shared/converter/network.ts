@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { isIP } from 'node:net';
 import { dump } from 'js-yaml';
 import type { GuestSession } from './guestfs';
-import type { FixAction } from './guest';
+import type { FixAction } from './types';
 
 export const RENDERERS = ['netplan', 'networkmanager', 'ifcfg', 'ifupdown', 'networkd'] as const;
 export type Renderer = typeof RENDERERS[number];

@@ -6,7 +6,7 @@
 // udev in the initramfs and in the running system) that gives the NIC that name by MAC address (a VM keeps its
 // MAC on KVM: the old MAC-to-name rules or the manifest's NICs), or by the virtio driver when the guest
 // configures exactly one NIC and no MAC is known, so the name holds on a host whose PCI layout differs too.
-// Pure functions; linux-fix.ts does the I/O.
+// Pure functions; linux/nics.ts does the I/O.
 
 import { nicBus } from '../libvirt/nic-layout';
 

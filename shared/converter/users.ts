@@ -4,7 +4,7 @@
 // The pure part (planUsers) is tested without an appliance; applyUsers does the guest I/O.
 import { spawn } from 'node:child_process';
 import type { GuestSession } from './guestfs';
-import type { FixAction } from './guest';
+import type { FixAction } from './types';
 
 /** One account as docs/pipeline.md documents it (configuration.users.<name>). */
 export interface UserSpec {

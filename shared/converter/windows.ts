@@ -12,7 +12,7 @@
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { FixAction } from './guest';
+import type { FixAction } from './types';
 import { GuestSession } from './guestfs';
 import { HIVEXREGEDIT, HiveReader, RegKey, hasHivexregedit, hivexregedit, regFile, regValue, describeValue, extendDevicePath } from './registry';
 import { ARCH_DIRS, WindowsFacts, driverSet, driverVersions, locateVirtioWin, pickVersionDir, underSystemRoot, virtioWinCandidates, windowsVersionDir } from './virtio-win';

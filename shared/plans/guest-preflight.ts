@@ -9,7 +9,8 @@
 // need be). The whole preflight is bounded in time (FERRY_GUEST_PREFLIGHT_SECONDS).
 import { pipelineSchema } from '../schemas/manifest';
 import { GuestSession } from '../converter/guestfs';
-import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type FixAction, type FixOptions, type GuestInfo, type GuestScope } from '../converter/guest';
+import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type GuestScope } from '../converter/guest';
+import type { FixAction, FixOptions, GuestInfo } from '../converter/types';
 import { chooseFirmware } from '../converter/firmware';
 import type { Manager } from '../vsphere/client';
 import { datacenterOf } from '../vsphere/inventory';

@@ -1,7 +1,7 @@
 // The guest-level preflight rules (docs/plans.md lists them): pure functions of what the appliance read from the
 // VM's disk in place (guest-preflight.ts) and of the repair's dry run, so a finding says before the copy what
 // would stop the repair after it.
-import type { FixResult, GuestInfo } from '../converter/guest';
+import type { FixResult, GuestInfo } from '../converter/types';
 import type { Finding } from './rules';
 
 export interface GuestRead {

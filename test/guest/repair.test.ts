@@ -11,7 +11,7 @@
 // The outputs are then read back in one read-only appliance per variant. Serial logs of a failed boot are kept in
 // test/artifacts/. Cached fixture: about 4 min for plain and under 3 for LVM under TCG (fresh-clone run, load ~2).
 import { expect } from 'chai';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -19,29 +19,15 @@ import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert, startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 
-const ROOT = path.resolve(__dirname, '..', '..');
-const ARTIFACTS = path.join(ROOT, 'test', 'artifacts');
 const BOOT_TIMEOUT = 420;
-
-/** Keeps the whole serial log of a boot in test/artifacts/ when `check` throws. */
-function keepOnFailure(name: string, consoleLog: string | undefined, check: () => void) {
-  try { check(); } catch (e: any) {
-    if (consoleLog && existsSync(consoleLog)) {
-      mkdirSync(ARTIFACTS, { recursive: true });
-      const kept = path.join(ARTIFACTS, `guest-repair-${name}.log`);
-      copyFileSync(consoleLog, kept);
-      e.message += `\n(serial log kept in ${kept})`;
-    }
-    throw e;
-  }
-}
 
 /** The boot judged in the report: passed on the marker, naming the interface the guest configured, with its address. */
 function expectBooted(name: string, g: DebianGuest, report: any) {
-  keepOnFailure(name, report?.test_boot?.console_log, () => {
+  keepOnFailure(`guest-repair-${name}`, report?.test_boot?.console_log, () => {
     expect(report.test_boot, 'test boot').to.include({ status: 'passed' });
     const m = g.ready.exec(report.test_boot.matched);
     expect(m, `marker ${report.test_boot.matched}`).to.not.equal(null);

@@ -8,7 +8,7 @@
 //   is the guest's grubx64.efi; the source VMDK is unchanged.
 // The three run side by side. Serial logs of a failed check stay in test/artifacts/guest-uefi-*.log.
 import { expect } from 'chai';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -17,23 +17,10 @@ import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { testBoot, TestBootResult } from '../../shared/converter/testboot';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
-const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const BOOT_TIMEOUT = 900;
-
-/** Runs `check` on a boot's result; on failure its serial log is kept in test/artifacts/. */
-function keepOnFailure(name: string, consoleLog: string, check: () => void) {
-  try { check(); } catch (e: any) {
-    if (existsSync(consoleLog)) {
-      mkdirSync(ARTIFACTS, { recursive: true });
-      const kept = path.join(ARTIFACTS, `guest-uefi-${name}.log`);
-      copyFileSync(consoleLog, kept);
-      e.message += `\n(serial log kept in ${kept})`;
-    }
-    throw e;
-  }
-}
 
 /** The source as on VMware: SATA, vmxnet3 in slot 192, OVMF with `nvram` (its own) or a fresh one. */
 function bootSource(g: DebianGuest, dir: string, own: boolean): Promise<[TestBootResult, string]> {
@@ -61,18 +48,18 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
     }));
     const [own, fresh, cli] = await Promise.all([bootSource(g, dir, true), bootSource(g, dir, false), ferryConvert(['--config', cfg])]);
 
-    keepOnFailure('source-own-nvram', own[1], () => {
+    keepOnFailure('guest-uefi-source-own-nvram', own[1], () => {
       expect(own[0], 'the source with its own NVRAM').to.include({ status: 'passed', firmware: 'uefi' });
       expect(g.ready.exec(own[0].matched!)![1]).to.equal(g.vmwareNic);
     });
-    keepOnFailure('source-fresh-nvram', fresh[1], () => {
+    keepOnFailure('guest-uefi-source-fresh-nvram', fresh[1], () => {
       expect(fresh[0], 'the source with a fresh NVRAM').to.include({ status: 'failed', firmware: 'uefi' });
       expect(fresh[0].detail).to.match(/^the UEFI firmware found no boot loader to start/);
       expect(readFileSync(fresh[1], 'latin1')).not.to.contain(g.marker);
     });
 
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
-    keepOnFailure('output', report.test_boot?.console_log ?? '', () => {
+    keepOnFailure('guest-uefi-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed', firmware: 'uefi' });
       expect(g.ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
     });

@@ -6,7 +6,7 @@ import { outputExtension } from '../../schemas/common';
 import type { OutputClaims } from '../../roots';
 import type { GuestSession } from '../guestfs';
 import type { TestBootOptions, TestBootResult } from '../testboot';
-import type { FixResult, GuestInfo } from '../guest';
+import type { FixResult, GuestInfo } from '../types';
 import type { FirmwareChoice } from '../firmware';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';

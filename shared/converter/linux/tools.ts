@@ -1,6 +1,6 @@
 // What the Linux repairs know about guest tools: hypervisor tools' packages and units, each initramfs
 // generator and where its module list lives, GRUB's generator, and how to ask the package database.
-import type { GuestSession } from './guestfs';
+import type { GuestSession } from '../guestfs';
 
 // Source hypervisors' guest tools, under their Debian, RHEL/SUSE and Alpine names.
 export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities', 'xe-guest-utilities-latest',
@@ -21,20 +21,32 @@ export const VIRTIO_BOOT_MODULES = ['virtio_pci', 'virtio_blk'];
 const VIRTIO_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'virtio_net'];
 
 export interface InitramfsTool {
-  tool: string; paths: string[]; args: (kver: string) => string[];
+  /** `img`: the kernel's image as the guest has it, rebuilt in place (the file the boot loader loads). */
+  tool: string; paths: string[]; args: (kver: string, img?: string) => string[];
   /** Environment for that run only (`env K=V tool ...` in the appliance), never written to the guest. */
   env?: string[];
   conf?: { path: string; modules: string[]; text: (add: string[]) => string };
 }
 export const INITRAMFS_TOOLS: InitramfsTool[] = [
-  { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k) => ['dracut', '-f', '--kver', k],
+  // The image named: Debian's dracut writes initrd.img-<k>, RHEL's initramfs-<k>.img; a host-only guest stays
+  // host-only (dracut.conf.d's own settings) and gets the drivers from add_drivers.
+  { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k, img) => (img ? ['dracut', '-f', img, k] : ['dracut', '-f', '--kver', k]),
     conf: { path: '/etc/dracut.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nadd_drivers+=" ${add.join(' ')} "\n` } },
   // COMPRESSLEVEL from the environment counts only when the guest's initramfs.conf sets none (mkinitramfs reads
   // the file after): zstd's own default level 3 instead of initramfs-tools' -9, which under TCG took 13-40 s of
   // the run for ~9% less size (9.5 MB against 10.4 MB on the Debian 12 guest). Only this build; nothing persisted.
   { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['update-initramfs', '-u', '-k', k], env: ['COMPRESSLEVEL=3'],
     conf: { path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n` } },
-  { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'] },
+  // mkinitcpio 36+ reads /etc/mkinitcpio.conf.d/*.conf after mkinitcpio.conf.
+  { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'],
+    conf: { path: '/etc/mkinitcpio.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nMODULES+=(${add.join(' ')})\n` } },
+];
+/** Initramfs generators Ferry does not drive: found without a known one, the repair fails naming it. */
+export const UNSUPPORTED_INITRAMFS_TOOLS = [
+  { tool: 'mkinitrd (SUSE or RHEL 5)', paths: ['/sbin/mkinitrd', '/usr/sbin/mkinitrd'] },
+  { tool: 'booster', paths: ['/usr/bin/booster'] },
+  { tool: 'genkernel', paths: ['/usr/bin/genkernel'] },
+  { tool: 'mkinitfs (Alpine)', paths: ['/sbin/mkinitfs'] },
 ];
 /** The guest command line for `command`: `env K=V ... prog args` when an environment is given. */
 export const withEnv = (cmd: string[], env?: string[]): string => [...(env?.length ? ['env', ...env] : []), ...cmd].join(' ');

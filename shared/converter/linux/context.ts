@@ -1,0 +1,56 @@
+// What every Linux repair step shares: the fix in progress (LinuxFix), where the guest keeps what the steps
+// read, and the small helpers for reading and editing guest files. The steps are the other files of linux/;
+// index.ts runs them in order.
+import type { GuestSession } from '../guestfs';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from '../types';
+import type { FstabContext, FstabMode } from '../fstab';
+
+export interface LinuxFix {
+  g: GuestSession; info: GuestInfo; o: FixOptions; ctx: FstabContext; mode: FstabMode; r: FixResult;
+  act: (a: FixAction) => void; write: (p: string, t: string) => Promise<void>; backup: (p: string) => Promise<string | undefined>;
+  /** Packages the guest's package tool was run to remove (verified to be gone at the end). */
+  purged?: string[];
+  /** Whether the guest has /usr/bin/env (asked once). */
+  hasEnv?: boolean;
+}
+export const CRYPTTAB = '/etc/crypttab';
+export const RESUME_FILES = ['/etc/initramfs-tools/conf.d/resume', '/etc/initramfs-tools/initramfs.conf'];
+export const WANTS = ['/etc/systemd/system/multi-user.target.wants', '/etc/systemd/system/default.target.wants'];
+export const NET_DIRS = ['/etc/network/interfaces.d', '/etc/netplan', '/etc/systemd/network', '/etc/NetworkManager/system-connections', '/etc/sysconfig/network-scripts'];
+export const PERSISTENT_NET_RULES = '/etc/udev/rules.d/70-persistent-net.rules';
+export const INITRD_NAMES = (k: string) => [`/boot/initrd.img-${k}`, `/boot/initramfs-${k}.img`, `/boot/initrd-${k}`, `/boot/initramfs-linux.img`];
+
+/** Every file under `dir` (one level) that is a regular file, or none when the directory is absent. */
+export async function filesIn(g: GuestSession, dir: string, suffix = ''): Promise<string[]> {
+  if (!(await g.isDir(dir))) return [];
+  const out: string[] = [];
+  for (const n of g.lines(await g.tryCmd('ls', dir))) if (n.endsWith(suffix) && (await g.isFile(`${dir}/${n}`))) out.push(`${dir}/${n}`);
+  return out;
+}
+
+/** Boot Loader Spec entries and /etc/kernel/cmdline (RHEL 8+, Fedora): their `options` carry root= too. */
+export async function blsFiles(g: GuestSession): Promise<string[]> {
+  return [...(await filesIn(g, '/boot/loader/entries', '.conf')), ...((await g.isFile('/etc/kernel/cmdline')) ? ['/etc/kernel/cmdline'] : [])];
+}
+
+/** Rewrites one file with `fn` (backup first); true when it changed. */
+export async function edit(x: LinuxFix, file: string, action: string, fn: (t: string) => { text: string; changes: { from: string; to: string }[]; unresolved?: string[] }): Promise<boolean> {
+  if (!(await x.g.isFile(file))) return false;
+  const before = await x.g.read(file);
+  const res = fn(before);
+  for (const u of res.unresolved || []) x.act({ action, status: 'warning', detail: `${file}: cannot tell which device ${u} is; left unchanged` });
+  if (!res.changes.length) return false;
+  const bak = await x.backup(file);
+  await x.write(file, res.text);
+  x.act({ action, status: x.o.dry_run ? 'would_do' : 'done', detail: `${file}: ${res.changes.map((c) => `${c.from} -> ${c.to}`).join(', ')}`, file, backup: bak });
+  return true;
+}
+
+/** The run-only environment for a guest tool, when the guest has `env` to set it with (a minimal guest may not:
+ *  the tool then runs with its defaults). */
+export async function runEnv(x: LinuxFix, env?: string[]): Promise<string[] | undefined> {
+  if (!env?.length) return undefined;
+  x.hasEnv ??= await x.g.isFile('/usr/bin/env');
+  return x.hasEnv ? env : undefined;
+}
+

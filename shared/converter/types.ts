@@ -1,0 +1,32 @@
+// The types the converter's steps share: what inspection found (GuestInfo), what the fix stage was asked
+// (FixOptions) and what each repair did (FixAction, FixResult). They live apart from the steps and from the
+// orchestrator (guest.ts) so every step imports them without importing the others: no import cycle.
+import type { FixStage } from '../schemas/manifest';
+import type { Firmware, GuestBoot } from './firmware';
+
+export interface GuestInfo {
+  os: string; distro?: string; version?: string; product_name?: string; hostname?: string;
+  root_device: string; mountpoints: Record<string, string>; filesystems: Record<string, string>;
+  lvm: boolean; kernels: string[]; hypervisor_tools: string[]; initramfs_tool?: string; grub_config?: string;
+  /** deb, rpm, apk, pacman... (inspect-get-package-format), for removing packages with the guest's own tool. */
+  package_format?: string;
+  /** How the guest boots (firmware.ts): the ESP and its EFI loaders, GRUB for BIOS. Linux guests only. */
+  boot?: GuestBoot;
+  /** The appliance's disks that are this guest's (an appliance shared by several guests, the plans' preflight);
+   *  unset: every disk of the appliance. */
+  devices?: string[];
+}
+
+export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
+/** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
+export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
+
+export interface FixOptions extends FixStage {
+  fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, any>;
+  /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
+  nic_names?: boolean;
+  /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */
+  nic_macs?: string[];
+  /** The firmware the KVM domain gets (firmware.ts chooseFirmware): with `uefi` the fallback loader is installed. */
+  firmware?: Firmware;
+}
