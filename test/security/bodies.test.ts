@@ -26,11 +26,13 @@ export function laughs(levels: number): string {
 
 /** Sends `body` and, at the same time, /health requests one after another; returns the answer, the slowest /health
  *  and the longest event-loop pause of the service meanwhile. The test machine is shared: another process can
- *  hold the CPU for a while, so the attack is tried up to five times and the calmest try counts. A handler that
+ *  hold the CPU for a while, so the attack is tried up to ten times and the calmest try counts. A handler that
  *  really blocks does so every time. */
 async function underAttack(base: string, p: string, body: string, type: string, headers: Record<string, string>) {
   let best = await once(base, p, body, type, headers);
-  for (let i = 0; i < 4 && (best.lag >= 50 || best.slowest >= 200); i++) {
+  // Ten tries, a second apart: in the parallel suite another file's emulated guest can hold both cores for a while.
+  for (let i = 0; i < 9 && (best.lag >= 50 || best.slowest >= 200); i++) {
+    await new Promise((r) => setTimeout(r, 1000));
     const r = await once(base, p, body, type, headers);
     if (r.lag < best.lag) best = r;
   }
