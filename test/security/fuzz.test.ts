@@ -279,9 +279,11 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
       const route = posts[ti][r % posts[ti].length];
       const auth: Record<string, string> = t.auth ? { 'x-api-key': KEY } : {};
       const sent: Sent = { method: 'POST', path: route.path, headers: { 'content-type': body.type, ...auth }, body: Buffer.from(body.b) };
-      // The machine is shared: the calmest of three tries counts; a handler that blocks does so every time.
+      // The machine is shared (and the suite runs two files at once): the calmest of up to ten tries, a second
+      // apart, counts; a handler that blocks does so every time.
       let lag = Infinity;
-      for (let i = 0; i < 3 && lag >= 50; i++) {
+      for (let i = 0; i < 10 && lag >= 50; i++) {
+        if (i) await new Promise((r) => setTimeout(r, 1000));
         await loopLagMaxMs(t.base, auth);
         check(sent, await send(t.base, sent));
         lag = Math.min(lag, await loopLagMaxMs(t.base, auth));
