@@ -1,5 +1,6 @@
 // The daemon API's (port 8080) resources as joi schemas: one source for validation and /openapi.yaml.
 import Joi from 'joi';
+import { virtName } from '../libvirt/names';
 import { DAEMON_STATUSES } from '../states';
 import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
@@ -62,7 +63,7 @@ export const migrationJobSchema = Joi.object({
     remove_cdrom: Joi.boolean().default(false),
     parallel_downloads: Joi.number().integer().min(1).max(64),
     conversion_method: Joi.string().max(64),
-    network_mapping: Joi.object().pattern(Joi.string().max(256), Joi.string().max(256)).description('source network -> target bridge'),
+    network_mapping: Joi.object().pattern(Joi.string().max(256), virtName).description('source network -> target network (a libvirt name Ferry accepts: no spaces)'),
     virt_test: virtTestSchema.keys({ memory_mib: Joi.forbidden(), vcpus: Joi.forbidden() }).description('extension: the imported domain\'s first start is watched on its serial console; the job completes only when `expect` (a regular expression; default: Linux boot milestones) shows within timeout_seconds'),
   }).default({}),
   priority,

@@ -3,6 +3,7 @@
 import Joi from 'joi';
 import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
+import { virtName } from '../libvirt/names';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -73,8 +74,8 @@ const planFields = {
     virt_uris: Joi.array().items(virtUriSchema).min(1).max(64).unique().description('several target hosts, each one of FERRY_LIBVIRT_URIS; VMs are spread over them by placement'),
     placement: Joi.string().valid(...PLACEMENTS).default('round_robin').description('round_robin: in turn, in the order of virt_uris; most_free_memory: the host with the most free memory (libvirt\'s nodememstats) after the plan\'s VMs already placed there'),
   }).oxor('virt_uri', 'virt_uris'),
-  network_map: Joi.object().pattern(mapName, mapName).description('source network or port group -> target network'),
-  storage_map: Joi.object().pattern(mapName, mapName).description('source datastore -> target storage pool'),
+  network_map: Joi.object().pattern(mapName, virtName).description('source network or port group -> target network (a name libvirt and Ferry accept: no spaces)'),
+  storage_map: Joi.object().pattern(mapName, virtName).description('source datastore -> target storage pool (a name libvirt and Ferry accept: no spaces)'),
   options: planOptions,
   limits: planLimitsSchema,
   start_at: Joi.date().iso().description('no VM starts before this time'),
@@ -107,12 +108,17 @@ export const overrideSchema = Joi.object({
 
 export const planVmCancelSchema = Joi.object({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
 
+const placementSchema = Joi.object({
+  esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string(),
+  domain: Joi.string().description('the target domain name (options.target_name)'),
+}).unknown(true).description('where the VM runs on the target: its host (by the plan\'s placement rule), pool and domain name').label('PlanPlacement');
+
 export const planVmSchema = Joi.object({
   vm_path: Joi.string(), status: Joi.string().valid(...PLAN_VM_STATUSES), job_id: Joi.string().allow(null),
   findings: Joi.array().items(findingSchema), waiting_reason: Joi.string().allow(null), error: Joi.string().allow(null),
   stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
   rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'), eta_seconds: Joi.number().integer().allow(null),
-  placement: Joi.object({ esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string(), domain: Joi.string().description('the target domain name (options.target_name)') }).unknown(true),
+  placement: placementSchema,
   selected_by: Joi.array().items(Joi.number().integer()).description('the selectors (their index) that chose this VM; absent for a listed VM'),
   source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
@@ -128,7 +134,7 @@ export const planSchema = Joi.object({
 
 export const validateResponseSchema = Joi.object({
   plan_id: Joi.string(), blockers: Joi.number().integer(), warnings: Joi.number().integer(),
-  vms: Joi.array().items(Joi.object({ vm_path: Joi.string(), findings: Joi.array().items(findingSchema) })),
+  vms: Joi.array().items(Joi.object({ vm_path: Joi.string(), findings: Joi.array().items(findingSchema), placement: placementSchema })),
 }).label('PlanValidation');
 
 export const planIdParams = Joi.object({ id: planId.required() });

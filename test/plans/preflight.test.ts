@@ -121,6 +121,10 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     const badPath = await req(B, 'POST', '/plans', { ...base(), vms: ['ok1'] }, alice);
     expect(badPath.status).to.equal(400);
     expect(badPath.body.error).to.match(/vms\[0\]/);
+    // A target name libvirt would take but Ferry's import could not use (a space) is refused at once, not at import.
+    const spaced = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], network_map: { 'VM Network': 'VM Network' } }, alice);
+    expect(spaced.status, spaced.text).to.equal(400);
+    expect(spaced.body.fields.map((f: any) => f.field)).to.include('network_map.VM Network');
     const twice = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1'), vm('ok1')] }, alice);
     expect(twice.status).to.equal(400);
     expect(twice.body.error).to.match(/listed twice/);
