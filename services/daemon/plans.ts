@@ -100,7 +100,7 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
         q.validated_at = new Date().toISOString();
       });
       const count = (s: string) => results.reduce((n, r) => n + r.findings.filter((f) => f.severity === s && !(f as any).overridden).length, 0);
-      return { plan_id: p.id, blockers: count('blocker'), warnings: count('warning'), vms: results.map((r) => ({ vm_path: r.vm_path, findings: r.findings })) };
+      return { plan_id: p.id, blockers: count('blocker'), warnings: count('warning'), vms: results.map((r) => ({ vm_path: r.vm_path, findings: r.findings, ...(r.placement ? { placement: r.placement } : {}) })) };
     },
   });
   add('/plans/:id/overrides', 'Accept a blocker for one VM (recorded with who and why); rules that make the job impossible cannot be overridden', 'submit', { body: overrideSchema }, async (ctx, { params, body }) => {

@@ -81,6 +81,10 @@ export interface PlanStackOptions {
   leaseSeconds?: number;
   /** More of the daemon's YAML config, after `daemon: {job_timeout: 1h}`. */
   config?: string;
+  /** The target network's name (default `ferry-<prefix>`); "VM Network", the source's, makes the wizard pre-fill the map. */
+  net?: string;
+  /** More environment for the daemon and the workers (API keys, a second libvirt URI). */
+  env?: Record<string, string>;
 }
 
 export interface PlanStack {
@@ -131,7 +135,7 @@ async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop
   const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
   const virsh = (args: string[]) => lv.virsh(args);
   const list = async (args: string[]) => (await virsh(args)).split('\n').map((l) => l.trim().split(/\s+/)[0]).filter(Boolean);
-  const net = `ferry-${o.prefix}`;
+  const net = o.net ?? `ferry-${o.prefix}`;
   if (!(await list(['net-list', '--all', '--name'])).includes(net)) {
     writeFileSync(path.join(dir, 'net.xml'), `<network><name>${net}</name><bridge name="vb-${o.prefix.slice(0, 12)}"/></network>`);
     await virsh(['net-define', path.join(dir, 'net.xml')]);
@@ -155,7 +159,7 @@ async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop
     GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
     FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
     // The manager's own limit (default 4) above every plan limit the tests set: the plan's limits are what binds.
-    FERRY_EXPORTS_PER_MANAGER: '16',
+    FERRY_EXPORTS_PER_MANAGER: '16', ...o.env,
   };
   const daemons: (Proc & { url: string; port: number })[] = [];
   const workers: Record<string, Proc> = {};

@@ -3,8 +3,8 @@
 // /vms/resources, target names from the chosen hosts, pre-filled where the names match), options and a window —
 // then validated (findings per VM, blockers first, each with its fix and an override where the rule allows one)
 // and started. Every action is the plans API with the caller's key: a read key sees the page, its buttons are
-// disabled and the API would answer 403 anyway. Several hosts make one plan per host (a plan has one
-// destination), the VMs dealt out in turn.
+// disabled and the API would answer 403 anyway. Several hosts make one plan whose destination lists them all
+// (destination.virt_uris), the VMs placed on them by the plan's placement rule (round robin or most free memory).
 import { api } from './api.js';
 import { h, bytes, say } from './dom.js';
 import { listVms, VmPicker } from './inventory.js';
@@ -20,8 +20,8 @@ export class Wizard {
     this.targets = new Set();
     this.netMap = {};
     this.dsMap = {};
-    this.plans = [];
-    this.results = new Map();
+    this.planId = null;
+    this.result = null;
   }
 
   async load(params) {
@@ -70,7 +70,7 @@ export class Wizard {
       t.reachable ? h('small', {}, `${t.networks.length} networks, ${t.pools.length} pools`) : h('small', { class: 'err' }, t.error)))));
   }
 
-  /** Names every chosen host has (a plan per host shares the maps). */
+  /** Names every chosen host has (the plan's maps hold on each of its hosts). */
   common(kind) {
     const chosen = this.all.filter((t) => this.targets.has(t.virt_uri));
     if (!chosen.length) return [];
@@ -105,14 +105,17 @@ export class Wizard {
       h('label', {}, 'Source power-off', h('select', { name: 'power_off' }, ['shutdown', 'force', 'none'].map((x) => h('option', { value: x }, x)))),
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'remove_cdrom' }), ' remove CD-ROM drives first'),
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'rollback', checked: true }), ' roll back a VM whose migration fails'),
+      h('label', {}, 'Boot check: console text that shows the guest up (a regular expression; empty: Linux boot milestones)', h('input', { name: 'boot_expect', placeholder: 'e.g. login:' })),
+      h('label', {}, 'Boot check timeout (seconds)', h('input', { name: 'boot_timeout', type: 'number', min: '5', max: '3600', value: '300' })),
+      h('label', {}, 'Placement over several hosts', h('select', { name: 'placement' }, [['round_robin', 'round robin'], ['most_free_memory', 'most free memory']].map(([v, t]) => h('option', { value: v }, t)))),
       h('label', {}, 'VMs in flight at once', h('input', { name: 'per_plan', type: 'number', min: '1', max: '1000', value: '4' })),
       h('fieldset', {}, h('legend', {}, 'Window (optional): VMs start only inside it'),
         h('label', {}, 'from', h('input', { name: 'window_start', type: 'datetime-local' })), h('label', {}, 'until', h('input', { name: 'window_end', type: 'datetime-local' }))));
     return this.form;
   }
 
-  /** One plan body per chosen host, the selected VMs dealt out in turn. */
-  bodies() {
+  /** The plan's body: the selected VMs onto the chosen host(s). */
+  body() {
     const f = new FormData(this.form);
     const pick = (m) => Object.fromEntries(Object.entries(m).filter(([, v]) => v));
     const hosts = [...this.targets];
@@ -120,50 +123,48 @@ export class Wizard {
     if (!hosts.length) throw new Error('choose a destination host');
     const paths = this.vms.map((v) => v.path).filter((p) => this.selected.has(p));
     const windows = f.get('window_start') && f.get('window_end') ? [{ start: new Date(f.get('window_start')).toISOString(), end: new Date(f.get('window_end')).toISOString() }] : undefined;
-    return hosts.map((uri, i) => ({
-      name: hosts.length > 1 ? `${f.get('name')} → ${shortUri(uri)}` : f.get('name'),
-      ...(this.server ? { source: { manager_url: this.server } } : {}),
-      vms: paths.filter((_, j) => j % hosts.length === i), destination: { type: 'kvm', virt_uri: uri },
+    return {
+      name: f.get('name'), ...(this.server ? { source: { manager_url: this.server } } : {}), vms: paths,
+      destination: hosts.length === 1 ? { type: 'kvm', virt_uri: hosts[0] } : { type: 'kvm', virt_uris: hosts, placement: f.get('placement') },
       network_map: pick(this.netMap), storage_map: pick(this.dsMap),
-      options: { power_off: f.get('power_off'), remove_cdrom: f.get('remove_cdrom') === 'on', rollback: f.get('rollback') === 'on' },
+      options: {
+        power_off: f.get('power_off'), remove_cdrom: f.get('remove_cdrom') === 'on', rollback: f.get('rollback') === 'on',
+        virt_test: { ...(f.get('boot_expect') ? { expect: f.get('boot_expect') } : {}), timeout_seconds: Number(f.get('boot_timeout')) },
+      },
       limits: { per_plan: Number(f.get('per_plan')) }, ...(windows ? { windows } : {}),
-    })).filter((b) => b.vms.length);
+    };
   }
 
-  /** Creates the plan(s), or changes them while they have not started (overrides stay), then runs preflight. */
+  /** Creates the plan, or changes it while it has not started (overrides stay), then runs preflight. */
   async validate() {
-    const bodies = this.bodies();
-    const same = this.plans.length === bodies.length && this.plans.every((p, i) => p.virt_uri === bodies[i].destination.virt_uri);
-    if (!same) {
-      for (const p of this.plans) await api('DELETE', `/plans/${encodeURIComponent(p.id)}`);
-      this.plans = [];
-      for (const b of bodies) this.plans.push({ id: (await api('POST', '/plans', b)).id, virt_uri: b.destination.virt_uri });
-    } else {
-      for (const [i, p] of this.plans.entries()) await api('PUT', `/plans/${encodeURIComponent(p.id)}`, bodies[i]);
-    }
-    for (const p of this.plans) this.results.set(p.id, await api('POST', `/plans/${encodeURIComponent(p.id)}/validate`));
+    const body = this.body();
+    if (this.planId) await api('PUT', `/plans/${encodeURIComponent(this.planId)}`, body);
+    else this.planId = (await api('POST', '/plans', body)).id;
+    this.multiHost = !!body.destination.virt_uris;
+    this.result = await api('POST', `/plans/${encodeURIComponent(this.planId)}/validate`);
     this.renderFindings();
   }
 
   renderFindings() {
-    const rows = [...this.results].flatMap(([id, r]) => r.vms.map((v) => ({ id, ...v, open: v.findings.filter((f) => f.severity === 'blocker' && !f.overridden).length })));
+    const rows = this.result.vms.map((v) => ({ ...v, open: v.findings.filter((f) => f.severity === 'blocker' && !f.overridden).length }));
     rows.sort((a, b) => b.open - a.open || b.findings.length - a.findings.length || a.vm_path.localeCompare(b.vm_path));
     const blocked = rows.filter((r) => r.open).length;
     say(this.msg, blocked ? `${blocked} of ${rows.length} VMs have blockers: they will not run until fixed or overridden; the others will.` : `${rows.length} VMs are ready to start.`, !blocked);
     this.findingsBox.replaceChildren(h('table', { class: 'findings' },
       h('thead', {}, h('tr', {}, ['VM', 'Findings'].map((t) => h('th', {}, t)))),
       h('tbody', {}, rows.map((r) => h('tr', { dataset: { vm: r.vm_path }, class: r.open ? 'blocked' : '' },
-        h('td', {}, r.vm_path.split('/').pop(), h('small', {}, r.open ? `${r.open} blocker${r.open > 1 ? 's' : ''}` : 'ready'), this.plans.length > 1 ? h('small', {}, shortUri(this.plans.find((p) => p.id === r.id).virt_uri)) : ''),
-        h('td', {}, r.findings.length ? h('ul', { class: 'finding-list' }, [...r.findings].sort((a, b) => (a.severity === b.severity ? 0 : a.severity === 'blocker' ? -1 : 1)).map((f) => this.finding(r.id, r.vm_path, f))) : h('span', { class: 'ok' }, 'no findings')))))));
-    this.startBtn.disabled = !this.canSubmit || !this.plans.length;
+        h('td', {}, r.vm_path.split('/').pop(), h('small', {}, r.open ? `${r.open} blocker${r.open > 1 ? 's' : ''}` : 'ready'), this.multiHost && r.placement?.virt_uri ? h('small', { class: 'host' }, `→ ${shortUri(r.placement.virt_uri)}`) : ''),
+        h('td', {}, r.findings.length ? h('ul', { class: 'finding-list' }, [...r.findings].sort((a, b) => (a.severity === b.severity ? 0 : a.severity === 'blocker' ? -1 : 1)).map((f) => this.finding(r.vm_path, f))) : h('span', { class: 'ok' }, 'no findings')))))));
+    this.startBtn.disabled = !this.canSubmit || !this.planId;
   }
 
-  finding(id, vm, f) {
+  finding(vm, f) {
+    const id = this.planId;
     const reason = h('input', { class: 'reason', placeholder: 'why it is acceptable', 'aria-label': `reason for ${f.rule}` });
     const act = f.overridden ? h('small', { class: 'ok' }, `accepted by ${f.overridden.by}${f.overridden.reason ? `: ${f.overridden.reason}` : ''}`)
       : f.overridable ? h('span', { class: 'override' }, reason, h('button', { class: 'override-btn', disabled: !this.canSubmit, onclick: () => void this.guard(async () => {
         await api('POST', `/plans/${encodeURIComponent(id)}/overrides`, { vm_path: vm, rule: f.rule, reason: reason.value });
-        this.results.set(id, await api('POST', `/plans/${encodeURIComponent(id)}/validate`));
+        this.result = await api('POST', `/plans/${encodeURIComponent(id)}/validate`);
         this.renderFindings();
       }) }, 'Override'))
         : h('small', {}, 'cannot be overridden');
@@ -172,8 +173,8 @@ export class Wizard {
   }
 
   async start() {
-    for (const p of this.plans) await api('POST', `/plans/${encodeURIComponent(p.id)}/start`);
+    await api('POST', `/plans/${encodeURIComponent(this.planId)}/start`);
     handoff.paths = new Set();
-    location.hash = this.plans.length === 1 ? `#/plan/${encodeURIComponent(this.plans[0].id)}` : '#/plans';
+    location.hash = `#/plan/${encodeURIComponent(this.planId)}`;
   }
 }
