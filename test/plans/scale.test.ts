@@ -82,6 +82,7 @@ describe('plans: 20 VMs complete within per-host and per-datastore limits', func
     expect([...reasons].some((r) => /limits\.per_(esxi_host|datastore)/.test(r)), [...reasons].join(' | ')).to.equal(true);
 
     // The target: each VM's domain runs, on its own volume, with its source NIC's MAC on the mapped network.
+    const runs: number[] = [];
     const domains = await s.domains();
     const volumes = await s.volumes();
     for (const x of p.vms) {
@@ -99,10 +100,13 @@ describe('plans: 20 VMs complete within per-host and per-datastore limits', func
       // The repair really ran on the guest: the conversion's report (on disk beside the export) names the guest
       // it inspected and has the fstab's /dev/sda1 rewritten to a stable name.
       const report = JSON.parse(readFileSync(result.conversion.report_path, 'utf8'));
+      runs.push((Date.parse(job.completed_at) - Date.parse(job.started_at)) / 1000);
       const actions = report.stages.fix.result.actions as { action: string; status: string; detail: string }[];
       expect(actions.find((a) => a.action === 'fstab'), `${name} fstab`).to.include({ status: 'done' });
       expect(report.stages.fix.result.guest).to.include({ os: 'linux', distro: 'debian', root_device: '/dev/sda1' });
     }
+    const sorted = runs.sort((a, b) => a - b);
+    console.log(`      each VM's job ran ${sorted[Math.floor(N / 2)].toFixed(0)} s (median), ${sorted[N - 1].toFixed(0)} s at most, from its start to its end`);
     // Every slot lease is given back with its job (a worker releases them as its job ends).
     await until(async () => (await Promise.all(slotNames.map((k) => s.holders(k)))).every((h) => !h.length), 30_000, 'every slot lease released');
   });
