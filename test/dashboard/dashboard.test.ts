@@ -16,6 +16,7 @@ import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import { JobStore } from '../../queue/store';
 import { queueName } from '../../shared/capabilities';
+import { tolerate } from '../helpers/teardown';
 
 const API_KEY = 'dashboard-test-key-0123456789';
 
@@ -49,7 +50,7 @@ describe('browser dashboard (headless Chromium)', function () {
     page.on('pageerror', (e) => { throw new Error(`page error: ${e.message}`); });
   });
   after(async () => {
-    await ctx?.close().catch(() => undefined);
+    await ctx?.close().catch(tolerate('chromium close'));
     await Promise.all(procs.map((p) => p.stop()));
     rc?.disconnect();
     await redis.stop();

@@ -12,6 +12,7 @@ import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import { tolerate } from '../helpers/teardown';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const PROM_DIR = path.join(ROOT, 'deploy', 'prometheus');
@@ -123,7 +124,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
   });
 
   after(async () => {
-    await ((globalThis as any).__ferrySse as Response | undefined)?.body?.cancel().catch(() => undefined);
+    await ((globalThis as any).__ferrySse as Response | undefined)?.body?.cancel().catch(tolerate('closing the SSE stream'));
     if (prom && prom.exitCode === null) { const gone = new Promise((r) => prom!.once('exit', r)); prom.kill('SIGTERM'); await gone; }
     await Promise.all(procs.map((p) => p.stop()));
     await gw?.stop();

@@ -18,6 +18,7 @@ import { req, until } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, DS, upload } from '../vsphere/fixture';
+import { tolerate } from '../helpers/teardown';
 
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const NETWORK = 'ferry-migration';
@@ -61,7 +62,7 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
     procs.push(gw, daemon, await startWorkerProc(env, 'migrator', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access']));
   });
   after(async () => {
-    await lv?.virsh(['destroy', 'debian12']).catch(() => undefined); // only when the test left it running
+    await lv?.virsh(['destroy', 'debian12']).catch(tolerate('destroy debian12')); // only when the test left it running
     await Promise.all(procs.map((p) => p.kill()));
     await v?.stop();
     await redis.stop();

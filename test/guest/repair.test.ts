@@ -152,7 +152,7 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
   const runs = new Map<BiosVariant, Promise<void>>();
   /** Starts every variant on first use (the hooks have run by then) and gives this variant's run. */
   const run = (variant: BiosVariant) => {
-    if (!runs.size) for (const v of VARIANTS) { const r = convertAndCheck(v); r.catch(() => undefined); runs.set(v, r); }
+    if (!runs.size) for (const v of VARIANTS) { const r = convertAndCheck(v); r.catch(() => undefined); runs.set(v, r); } // each is awaited by its test; this catch only keeps an early rejection from being unhandled meanwhile
     return runs.get(variant)!;
   };
   for (const variant of VARIANTS) {

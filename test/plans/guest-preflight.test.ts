@@ -20,6 +20,7 @@ import { req } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
+import { tolerate } from '../helpers/teardown';
 
 const MiB = 1 << 20;
 const NET = 'ferry-gpre';
@@ -92,8 +93,8 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   });
   after(async () => {
     await daemon?.stop();
-    await lv?.virsh(['net-destroy', NET]).catch(() => undefined); // only when before() got that far
-    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
+    await lv?.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`)); // only when before() got that far
+    await lv?.virsh(['net-undefine', NET]).catch(tolerate(`net-undefine ${NET}`));
     await v?.stop();
     await redis.stop();
     if (lv) await releaseLibvirt();

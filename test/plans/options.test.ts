@@ -21,6 +21,7 @@ import { VsphereError } from '../../shared/vsphere/errors';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, snapshot } from './fixture';
+import { tolerate } from '../helpers/teardown';
 
 const NET = 'ferry-plans-opt';
 const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
@@ -95,8 +96,8 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
         if ((await l.virsh(['domstate', d])).trim() !== 'shut off') await l.virsh(['destroy', d]);
         await l.virsh(['undefine', d, '--nvram', '--remove-all-storage']);
       }
-      await l.virsh(['net-destroy', NET]).catch(() => undefined);
-      await l.virsh(['net-undefine', NET]).catch(() => undefined);
+      await l.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`));
+      await l.virsh(['net-undefine', NET]).catch(tolerate(`net-undefine ${NET}`));
     }
     await stopLv2?.();
     if (lv) await releaseLibvirt();

@@ -15,6 +15,7 @@ import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { managerFor } from '../../shared/vsphere/client';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, snapshot } from './fixture';
+import { tolerate } from '../helpers/teardown';
 
 const NET = 'ferry-plans';
 const POOL2 = 'ferry-plans-2';
@@ -60,12 +61,12 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     // The target: a second pool, the mapped network, and a domain already named "taken" using MAC ...:09.
     const p2 = path.join(lv.dir, 'pool2');
     mkdirSync(p2, { recursive: true });
-    await lv.virsh(['pool-define-as', POOL2, 'dir', '--target', p2]).catch(() => undefined);
-    await lv.virsh(['pool-start', POOL2]).catch(() => undefined);
+    await lv.virsh(['pool-define-as', POOL2, 'dir', '--target', p2]).catch(tolerate(`pool-define-as ${POOL2}`));
+    await lv.virsh(['pool-start', POOL2]).catch(tolerate(`pool-start ${POOL2}`));
     const netXml = path.join(dir, 'net.xml');
     writeFileSync(netXml, `<network><name>${NET}</name><bridge name="virbrpl0"/></network>`);
-    await lv.virsh(['net-define', netXml]).catch(() => undefined);
-    await lv.virsh(['net-start', NET]).catch(() => undefined);
+    await lv.virsh(['net-define', netXml]).catch(tolerate(`net-define ${NET}`));
+    await lv.virsh(['net-start', NET]).catch(tolerate(`net-start ${NET}`));
     const domXml = path.join(dir, 'taken.xml');
     writeFileSync(domXml, `<domain type="qemu"><name>taken</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><interface type="network"><mac address="00:50:56:01:00:09"/><source network="${NET}"/></interface></devices></domain>`);
     await lv.virsh(['define', domXml]);
@@ -83,11 +84,11 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   after(async () => {
     rc?.disconnect();
     await daemon?.stop();
-    await lv?.virsh(['undefine', 'taken']).catch(() => undefined);
-    await lv?.virsh(['net-destroy', NET]).catch(() => undefined);
-    await lv?.virsh(['net-undefine', NET]).catch(() => undefined);
-    await lv?.virsh(['pool-destroy', POOL2]).catch(() => undefined);
-    await lv?.virsh(['pool-undefine', POOL2]).catch(() => undefined);
+    await lv?.virsh(['undefine', 'taken']).catch(tolerate('undefine taken'));
+    await lv?.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`));
+    await lv?.virsh(['net-undefine', NET]).catch(tolerate(`net-undefine ${NET}`));
+    await lv?.virsh(['pool-destroy', POOL2]).catch(tolerate(`pool-destroy ${POOL2}`));
+    await lv?.virsh(['pool-undefine', POOL2]).catch(tolerate(`pool-undefine ${POOL2}`));
     await v?.stop();
     await redis.stop();
     if (lv) await releaseLibvirt();

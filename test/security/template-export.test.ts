@@ -8,6 +8,7 @@ import path from 'node:path';
 import { guestXml } from '../helpers/libvirt';
 import { req } from '../helpers/http';
 import { startVirtStack, VirtStack } from '../virt/stack';
+import { tolerate } from '../helpers/teardown';
 
 const K = { submit: 'tplx-submit-key-0123456789', admin: 'tplx-admin-key-0123456789' };
 const VNC_PASSWORD = 'Vq7#kP2z'; // VNC allows 8 characters
@@ -30,7 +31,7 @@ describe('security: template exports without console passwords unless an admin a
     expect(await s.lv.virsh(['dumpxml', '--inactive', '--security-info', 'tplx'])).to.include(VNC_PASSWORD);
   });
   after(async () => {
-    await s?.lv.virsh(['undefine', 'tplx', '--remove-all-storage']).catch(() => undefined);
+    await s?.lv.virsh(['undefine', 'tplx', '--remove-all-storage']).catch(tolerate('undefine tplx --remove-all-storage'));
     await s?.stop();
   });
 

@@ -47,7 +47,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
 
   it('starts its private Redis and every service; both workers register with the gateway', async () => {
     const base = `http://127.0.0.1:${ports.gateway}`;
-    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); return r?.status === 200 && r.body.workers === 2 && r.body; }, 180_000, `gateway with 2 workers (after the build); output so far:\n${out}`);
+    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); /* not listening yet: polled again */ return r?.status === 200 && r.body.workers === 2 && r.body; }, 180_000, `gateway with 2 workers (after the build); output so far:\n${out}`);
     expect(h.status).to.equal('healthy');
     expect(out).to.contain(`[cluster] started a private redis-server on redis://127.0.0.1:${ports.redis} (append-only, data in ${path.join(dir, 'data', 'redis')})`);
     expect(out).to.contain(`[cluster] gateway on http://localhost:${ports.gateway}, daemon on http://localhost:${ports.daemon}`);

@@ -16,6 +16,7 @@ import { GuestSession } from '../../shared/converter/guestfs';
 import { Virsh } from '../../shared/libvirt';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
+import { tolerate } from '../helpers/teardown';
 
 const SOURCE = 'deb-src';
 const TEMPLATE = 'deb-tpl';
@@ -54,7 +55,7 @@ describe('templates on the real Debian guest: seal (virt-sysprep), deploy with c
     pubKey = readFileSync(path.join(work, 'id.pub'), 'utf8').trim();
   });
   after(async () => {
-    await s?.lv.virsh(['destroy', DEPLOYED]).catch(() => undefined); // booted by the test: its libvirtd ends anyway
+    await s?.lv.virsh(['destroy', DEPLOYED]).catch(tolerate(`destroy ${DEPLOYED}`)); // booted by the test: its libvirtd ends anyway
     await s?.stop();
     rmSync(work, { recursive: true, force: true });
   });
