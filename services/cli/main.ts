@@ -41,11 +41,19 @@ function pairs(list: string[] | undefined, flag: string): Record<string, string>
   }));
 }
 
-/** --option key=value: true/false and numbers as such, the rest as strings. */
+/** --option key=value: true/false and numbers as such, the rest as strings; a dotted key (virt_test.expect=...)
+ *  sets a nested option. */
 function options(list: string[] | undefined): Record<string, unknown> | undefined {
   const raw = pairs(list, 'option');
   if (!raw) return undefined;
-  return Object.fromEntries(Object.entries(raw).map(([k, s]) => [k, s === 'true' ? true : s === 'false' ? false : /^-?\d+(\.\d+)?$/.test(s) ? Number(s) : s]));
+  const out: Record<string, any> = {};
+  for (const [k, s] of Object.entries(raw)) {
+    const keys = k.split('.');
+    let at = out;
+    for (const key of keys.slice(0, -1)) at = at[key] = typeof at[key] === 'object' ? at[key] : {};
+    at[keys[keys.length - 1]] = s === 'true' ? true : s === 'false' ? false : /^-?\d+(\.\d+)?$/.test(s) ? Number(s) : s;
+  }
+  return out;
 }
 
 /** The plan body: the YAML (or JSON) file, then the flags over it. */
@@ -55,7 +63,11 @@ export function planBody(v: Values): Record<string, any> {
   if (v.name) body.name = v.name;
   if (v.vm) body.vms = v.vm;
   const uris = v['virt-uri'];
-  if (uris) body.destination = { ...(body.destination || { type: 'kvm' }), ...(uris.length === 1 ? { virt_uri: uris[0] } : { virt_uri: uris[0], virt_uris: uris }) };
+  if (uris) {
+    // One host is virt_uri, several are virt_uris (the plan takes one or the other, never both).
+    const { virt_uri: _one, virt_uris: _many, ...rest } = body.destination || { type: 'kvm' };
+    body.destination = { ...rest, ...(uris.length === 1 ? { virt_uri: uris[0] } : { virt_uris: uris }) };
+  }
   const nets = pairs(v['network-map'], 'network-map'), stores = pairs(v['storage-map'], 'storage-map'), opts = options(v.option);
   if (nets) body.network_map = { ...body.network_map, ...nets };
   if (stores) body.storage_map = { ...body.storage_map, ...stores };

@@ -87,7 +87,7 @@ async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, luks: string[
   for (const x of initrds) largestInitrd = Math.max(largestInitrd, Number((await g.tryCmd('filesize', x))?.trim() || 0));
   const fix = pipelineSchema.extract('fix').validate(MIGRATION_REPAIR).value as FixOptions;
   const firmware = chooseFirmware(/efi/i.test(vm.facts.firmware) ? 'uefi' : 'bios', info.boot).firmware;
-  const repair = await fixGuest(g, info, { ...fix, dry_run: true, nic_macs: vm.facts.nics.map((n) => n.mac), firmware }, () => undefined);
+  const repair = await fixGuest(g, info, { ...fix, dry_run: true, nic_macs: vm.facts.nics.map((n) => n.mac), firmware }, () => undefined); // the dry run's log lines: its findings are the result
   const notes = [...new Set(vm.disks.flatMap((d) => d.notes))];
   return { info, luks, free, largestInitrd, repair, ...planned(repair.actions, info, initrds), notes };
 }

@@ -265,7 +265,7 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
       back.dry = await fixGuest(s, info, {
         enabled: true, backup: true, print_fstab: false, update_grub: true, regen_initramfs: true, fstab_mode: 'stabilize-all', remove_source_hv_tools: false,
         inject_virtio_drivers: true, windows_version: '2022', virtio_win: tree, dry_run: true,
-      }, () => undefined);
+      }, () => undefined); // the repair's log lines are not what this test checks
       // Missing tree: a warning naming every place looked at (the default must not exist on this host).
       if (!existsSync(VIRTIO_WIN_DEFAULT)) {
         back.missing = [];

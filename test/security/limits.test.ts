@@ -22,7 +22,7 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-sec-limits-'));
   const procs: Proc[] = [];
   const held: net.Socket[] = [];
-  const silent = net.createServer((s) => { held.push(s); s.on('error', () => undefined); });
+  const silent = net.createServer((s) => { held.push(s); s.on('error', () => undefined); }); // a held socket the server under test resets: expected
   let d1: Proc & { url: string };
   let d2: Proc & { url: string };
 

@@ -51,7 +51,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
     expect(h.status).to.equal('healthy');
     expect(out).to.contain(`[cluster] started a private redis-server on redis://127.0.0.1:${ports.redis} (append-only, data in ${path.join(dir, 'data', 'redis')})`);
     expect(out).to.contain(`[cluster] gateway on http://localhost:${ports.gateway}, daemon on http://localhost:${ports.daemon}`);
-    await until(async () => (await req(`http://127.0.0.1:${ports.daemon}`, 'GET', '/health').catch(() => undefined))?.status === 200, 30_000, 'daemon /health 200');
+    await until(async () => (await req(`http://127.0.0.1:${ports.daemon}`, 'GET', '/health').catch(() => undefined))?.status === 200, 30_000, 'daemon /health 200'); // not listening yet: polled again
     const workers = (await req(base, 'GET', '/workers')).body;
     expect(JSON.stringify(workers)).to.contain('local-worker-1').and.to.contain('local-worker-2');
   });

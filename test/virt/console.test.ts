@@ -61,7 +61,7 @@ describe('VM console page (headless Chromium, xterm.js, a real guest)', function
       const ws = new WebSocket(url);
       ws.once('unexpected-response', (_r, res) => resolve(res.statusCode || 0));
       ws.once('open', () => resolve(101));
-      ws.once('error', () => undefined);
+      ws.once('error', () => undefined); // a refused upgrade also emits error; unexpected-response above settles the promise
     });
     expect(code).to.equal(401);
   });
