@@ -61,6 +61,8 @@ async function plan(s: PlanStack, id: string, names: string[], perHost: number):
 }
 
 async function main() {
+  // The commit measured is the one the run starts on (the services are started from it).
+  const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
   const disk = await ensureTinyGuest();
   const s = await startPlanStack({ prefix: 'benchplan', workers: { b1: 2, b2: 2 } });
   try {
@@ -76,7 +78,6 @@ async function main() {
       const l1 = load();
       rows.push({ what: `plan of ${N}, limits.per_esxi_host ${l}`, seconds: await plan(s, `bench-${l}`, names, l), load: `${l1} -> ${load()}` });
     }
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
     console.log(`\nbench:plan, ${N} tiny VMs on one ESXi host, commit ${commit}, ${os.cpus().length} CPUs\n`);
     console.log('| run | wall s | vs serial sum | load avg (1 min) |\n|---|---|---|---|');
     for (const r of rows) console.log(`| ${r.what} | ${r.seconds.toFixed(0)} | ${(r.seconds / sum).toFixed(2)}x | ${r.load} |`);
