@@ -197,6 +197,21 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     expect(after.text).to.not.match(/being exported/);
   });
 
+  it('guards the source: the VM powered on in vSphere (not through Ferry) mid-export fails the VM with the reason', async () => {
+    const p1 = await createPlanVm(m, { name: 'slow-on', disks: [{ ds: 'LocalDS_0', file: 'slow-on/slow-on.vmdk', bytes: 6 * 2 ** 30 }], mac: '00:50:56:03:00:98' });
+    mkdirSync(path.join(v.datastores.LocalDS_0, 'slow-on'), { recursive: true });
+    execFileSync('qemu-img', ['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', path.join(v.datastores.LocalDS_0, 'slow-on', 'slow-on.vmdk'), '6G']);
+    await create(base('guard-on', { vms: [p1], options: { power_off: 'force', parallel_downloads: 1 } }));
+    expect((await req(B, 'POST', '/plans/guard-on/start')).status).to.equal(200);
+    const running = await until(async () => { const x = (await get('guard-on')).vms[0]; return x.bytes_done > 0 && x; }, 120_000, 'the export to copy bytes');
+    await powerOn(m, p1); // as an operator in the vSphere client would: Ferry's own guard is not asked
+    const x = (await done('guard-on', 300_000)).vms[0];
+    console.log(`      powered on at ${running.bytes_done} of ${running.total_bytes} bytes copied; the VM failed with: ${x.error}`);
+    expect(x.status).to.be.oneOf(['failed', 'rolled_back']);
+    expect(x.error).to.match(/the source \/DC0\/vm\/slow-on changed while its disks were copied: it was powered on \(poweredOff -> poweredOn\)/);
+    expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
+  });
+
   it('two guests, one onto each host: names from the rule, remove_source deletes only its source after the boot check, keep leaves the other', async function () {
     this.timeout(1_200_000);
     const disk = await ensureTinyGuest();

@@ -2,13 +2,15 @@
 // tests' libvirtd. The VMs' disks hold random data (small, made by qemu-img from random blocks), so each job
 // exports for real and then fails at the guest inspection: enough to see the limits (sampled in Redis and from
 // the jobs' states), the rollback that follows a failure (a source Ferry powered off is powered back on), a
-// window that closes, and a cancel mid-plan leaving nothing on the target.
+// window that closes, and a cancel mid-plan leaving nothing on the target. One VM is the tiny real guest, which
+// gets all the way to the target's boot check and fails it there: its rollback removes a real domain and volume.
 import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { req, until } from '../helpers/http';
 import { vmDetail } from '../../shared/vsphere/inventory';
 import { makeDisks, powerOn } from '../vsphere/fixture';
+import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from './fixture';
 
 const FINAL = ['completed', 'failed', 'cancelled'];
@@ -155,6 +157,29 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     expect(vols.filter((x) => x.startsWith('a0'))).to.deep.equal([]);
     await s.lv.virsh(['vol-delete', '--pool', s.lv.pool, 'keep-me.qcow2']);
     expect((await req(B, 'POST', '/plans/wave/vms/u0/rollback')).status, 'a VM that never ran').to.equal(409);
+  });
+
+  it('a VM whose boot check fails after its source was powered off is rolled back: its domain and volume gone, the source powered on', async () => {
+    // The tiny real guest goes all the way to the target, but the boot check waits for text its console never shows.
+    const disk = await ensureTinyGuest();
+    await s.addVm({ name: 'bc0', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:02:00:b0' }, { path: disk, bytes: TINY_GUEST_BYTES });
+    await powerOn(s.m, vm('bc0'));
+    const c = await req(B, 'POST', '/plans', plan('bootfail', ['bc0'], { options: { power_off: 'force', virt_test: { expect: 'FERRY-NEVER-SHOWN', timeout_seconds: 15 } } }));
+    expect(c.status, c.text).to.equal(201);
+    expect((await req(B, 'POST', '/plans/bootfail/start')).status).to.equal(200);
+    // The domain and its volume were made on the target (the job got as far as the boot check) ...
+    await until(async () => (await s.domains()).includes('bc0'), 480_000, 'the domain bc0 defined on the target');
+    const p = await done('bootfail');
+    const x = p.vms[0];
+    console.log(`      the VM failed with: ${x.error.slice(0, 200)}; rollback: ${x.rollback?.detail}`);
+    expect(x.status, x.error).to.equal('rolled_back');
+    expect(x.error).to.match(/did not boot \(failed\)/);
+    expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
+    // ... and the rollback took them away and powered the source back on.
+    expect(x.rollback.detail).to.match(/domain bc0 with its NVRAM and volumes removed/).and.match(/powered back on/);
+    expect(await s.domains()).to.not.include('bc0');
+    expect((await s.volumes()).filter((v) => v.startsWith('bc0'))).to.deep.equal([]);
+    expect((await vmDetail(s.m, vm('bc0'))).power_state).to.equal('poweredOn');
   });
 });
 
