@@ -4,6 +4,7 @@
 // statuses), `rule` and `severity` (the preflight rule set), `stage` (the job phases). Never a VM path.
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
+import { isTerminal } from '../shared/states';
 import { parseField, type JobStore } from './store';
 import type { Plan, PlanStore } from './plans';
 
@@ -17,7 +18,6 @@ const num = (v: unknown) => (v === undefined || v === null || v === '' || !Numbe
 /** Bytes a job moved: the most its events reported (bytes_downloaded, the export's count: later phases report
  *  none, so a job's last event alone would show 0 for a VM that failed after its copy), or its total once it
  *  completed. Read from the job's last 500 events; a finished job's figure never changes, so it is remembered. */
-const FINISHED = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
 async function jobBytes(store: JobStore, id: string, h: Record<string, string> | null, done: Map<string, number>): Promise<number> {
   if (!h) return 0;
   const known = done.get(id);
@@ -29,7 +29,7 @@ async function jobBytes(store: JobStore, id: string, h: Record<string, string> |
     const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
     for (const [, f] of rows) bytes = Math.max(bytes, num(parseField<any>(f[1], null, { job_id: id, field: 'events' })?.details?.bytes_downloaded) ?? 0);
   }
-  if (FINISHED.has(h.state)) { if (done.size > 50_000) done.clear(); done.set(id, bytes); }
+  if (isTerminal(h.state)) { if (done.size > 50_000) done.clear(); done.set(id, bytes); }
   return bytes;
 }
 
@@ -89,48 +89,60 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
   });
   registerComputed(registry, 'mtv_migration_duration_seconds', "A VM's migration time (its last job, RUNNING to its end), by plan and the VM's final status", 'histogram', async () => {
     const { plans: ps, jobs } = await snapshot();
-    const out: Sample[] = [];
-    for (const p of ps) {
-      const by = new Map<string, number[]>();
-      for (const v of p.vms) {
-        const h = v.job_id ? jobs.get(v.job_id) : null;
-        const s = num(h?.started_at), e = num(h?.finished_at);
-        if (!['completed', 'failed', 'rolled_back', 'cancelled'].includes(v.status) || s === undefined || e === undefined) continue;
-        by.set(v.status, [...(by.get(v.status) ?? []), Math.max(0, (e - s) / 1000)]);
-      }
-      for (const [status, xs] of by) {
-        const labels = { plan: p.id, status };
-        for (const le of [...PLAN_DURATION_BUCKETS, '+Inf' as const]) out.push({ metricName: 'mtv_migration_duration_seconds_bucket', labels: { ...labels, le }, value: xs.filter((x) => le === '+Inf' || x <= le).length });
-        out.push({ metricName: 'mtv_migration_duration_seconds_sum', labels, value: xs.reduce((a, b) => a + b, 0) });
-        out.push({ metricName: 'mtv_migration_duration_seconds_count', labels, value: xs.length });
-      }
-    }
-    return out;
+    return ps.flatMap((p) => durationSamples(p, jobs));
   });
-  registerComputed(registry, 'mtv_plan_findings', 'Preflight findings by plan, rule, severity and whether an override accepted them', 'gauge', async () => {
-    const out = new Map<string, Sample>();
-    for (const p of (await snapshot()).plans) for (const v of p.vms) for (const f of v.findings) {
-      const labels = { plan: p.id, rule: f.rule, severity: f.severity, overridden: String(!!(f as any).overridden) };
-      const key = JSON.stringify(labels);
-      const s = out.get(key) ?? { labels, value: 0 };
-      s.value++;
-      out.set(key, s);
-    }
-    return [...out.values()];
-  });
+  registerComputed(registry, 'mtv_plan_findings', 'Preflight findings by plan, rule, severity and whether an override accepted them', 'gauge', async () =>
+    findingSamples((await snapshot()).plans));
   registerComputed(registry, 'mtv_plan_vm_stage_seconds', "How long the running VM that has been longest in its current stage has been there, by plan and stage (the job's phase; queued while it waits for a worker or a slot)", 'gauge', async () => {
     const { plans: ps, jobs } = await snapshot();
-    const max = new Map<string, Sample>();
-    const now = Date.now();
-    for (const p of ps) for (const v of p.vms) {
-      const h = v.status === 'running' && v.job_id ? jobs.get(v.job_id) : null;
-      if (!h || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(h.state)) continue;
-      const s = await stageSince(store, v.job_id!, h);
-      if (!s) continue;
-      const key = `${p.id}\0${s.stage}`;
-      const value = Math.max(0, (now - s.since) / 1000);
-      if ((max.get(key)?.value ?? -1) < value) max.set(key, { labels: { plan: p.id, stage: s.stage }, value });
-    }
-    return [...max.values()];
+    return stageSamples(store, ps, jobs);
   });
+}
+
+/** The duration histogram's samples for one plan: its VMs that ended, by their final status. */
+function durationSamples(p: Plan, jobs: Snapshot['jobs']): Sample[] {
+  const out: Sample[] = [];
+  const by = new Map<string, number[]>();
+  for (const v of p.vms) {
+    const h = v.job_id ? jobs.get(v.job_id) : null;
+    const s = num(h?.started_at), e = num(h?.finished_at);
+    if (!['completed', 'failed', 'rolled_back', 'cancelled'].includes(v.status) || s === undefined || e === undefined) continue;
+    by.set(v.status, [...(by.get(v.status) ?? []), Math.max(0, (e - s) / 1000)]);
+  }
+  for (const [status, xs] of by) {
+    const labels = { plan: p.id, status };
+    for (const le of [...PLAN_DURATION_BUCKETS, '+Inf' as const]) out.push({ metricName: 'mtv_migration_duration_seconds_bucket', labels: { ...labels, le }, value: xs.filter((x) => le === '+Inf' || x <= le).length });
+    out.push({ metricName: 'mtv_migration_duration_seconds_sum', labels, value: xs.reduce((a, b) => a + b, 0) });
+    out.push({ metricName: 'mtv_migration_duration_seconds_count', labels, value: xs.length });
+  }
+  return out;
+}
+
+/** Findings counted by plan, rule, severity and override. */
+function findingSamples(ps: Plan[]): Sample[] {
+  const out = new Map<string, Sample>();
+  for (const p of ps) for (const v of p.vms) for (const f of v.findings) {
+    const labels = { plan: p.id, rule: f.rule, severity: f.severity, overridden: String(!!(f as any).overridden) };
+    const key = JSON.stringify(labels);
+    const s = out.get(key) ?? { labels, value: 0 };
+    s.value++;
+    out.set(key, s);
+  }
+  return [...out.values()];
+}
+
+/** Per plan and stage, the longest any running VM has been in that stage (seconds). */
+async function stageSamples(store: JobStore, ps: Plan[], jobs: Snapshot['jobs']): Promise<Sample[]> {
+  const max = new Map<string, Sample>();
+  const now = Date.now();
+  for (const p of ps) for (const v of p.vms) {
+    const h = v.status === 'running' && v.job_id ? jobs.get(v.job_id) : null;
+    if (!h || isTerminal(h.state)) continue;
+    const s = await stageSince(store, v.job_id!, h);
+    if (!s) continue;
+    const key = `${p.id}\0${s.stage}`;
+    const value = Math.max(0, (now - s.since) / 1000);
+    if ((max.get(key)?.value ?? -1) < value) max.set(key, { labels: { plan: p.id, stage: s.stage }, value });
+  }
+  return [...max.values()];
 }

@@ -27,18 +27,33 @@ function vmOf(p: Plan, vm: string) {
   return v;
 }
 
-export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub }) {
-  const { plans, runner } = d;
+type PlanDeps = { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub };
+type Role = 'read' | 'submit' | 'admin';
+type Handler = (ctx: Koa.Context, i: any) => Promise<unknown>;
+
+/** What every plan route uses: the plan view, selectors resolved while not started, and `add` for a route whose
+ *  answer is the plan (its error answers named once). */
+function planRouteKit(api: Api, d: PlanDeps) {
   const view = async (p: Plan) => planView(d.jobs, p);
-  /** A plan not started has its selectors resolved again (validate, start); after start its VM list is fixed. */
   const select = async (p: Plan): Promise<Plan> => {
     if (!p.selectors?.length || p.status !== 'pending') return p;
     const chosen = await selectVms(planManager(p), p.selectors);
-    return plans.mutate(p.id, (q) => applySelection(q, chosen));
+    return d.plans.mutate(p.id, (q) => applySelection(q, chosen));
   };
-  const add = (path: string, summary: string, role: 'read' | 'submit' | 'admin', extra: Record<string, any>, handler: (ctx: Koa.Context, i: any) => Promise<unknown>) =>
+  const add = (path: string, summary: string, role: Role, extra: Record<string, any>, handler: Handler) =>
     api.add({ method: extra.method ?? 'post', path, summary, tags: ['plans'], role, params: extra.params ?? planIdParams, body: extra.body, bodyRequired: extra.bodyRequired, query: extra.query, responses: { 200: one, 400: err('invalid input (names the field)'), 404: err('unknown plan or VM'), 409: err('the plan is in the wrong state for this'), ...(extra.responses ?? {}) }, handler });
+  return { view, select, add };
+}
 
+export function addPlanRoutes(api: Api, d: PlanDeps) {
+  const kit = planRouteKit(api, d);
+  addPlanResourceRoutes(api, d, kit);
+  addPlanActionRoutes(api, d, kit);
+}
+
+/** The plan as a resource: create, list, get, its event stream, change, delete, archive. */
+function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<typeof planRouteKit>) {
+  const { plans } = d;
   api.add({
     method: 'post', path: '/plans', summary: 'Create a migration plan (VMs, destination, network_map, storage_map, options, limits, windows)', tags: ['plans'], role: 'submit', body: planCreateSchema,
     responses: { 201: one, 400: err('invalid plan (names the field)'), 409: err('a plan with this id exists') },
@@ -89,6 +104,16 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
       return { message: `plan ${p.id} deleted` };
     },
   });
+  add('/plans/:id/archive', 'Archive a plan that is not running (listed with ?archived=true)', 'submit', {}, async (_ctx, { params }) =>
+    view(await plans.mutate(params.id, (p) => {
+      if (p.status === 'running') throw conflict(`plan ${p.id} is running: cancel it or let it finish first`);
+      p.archived = true;
+    })));
+}
+
+/** What a plan does: preflight, overrides, start, cancel, retry, and one VM's rollback. */
+function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: ReturnType<typeof planRouteKit>) {
+  const { plans, runner } = d;
   api.add({
     method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning|info, message, fix}, before any copy: vSphere properties, the target, and the guest read in place on its datastore (docs/plans.md)', tags: ['plans'], role: 'submit', params: planIdParams,
     responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
@@ -126,11 +151,6 @@ export function addPlanRoutes(api: Api, d: { plans: PlanStore; runner: PlanRunne
     if (p.status === 'pending') throw conflict(`plan ${p.id} has not started`);
     return view(await runner.retry(p.id, await preflight(p)));
   });
-  add('/plans/:id/archive', 'Archive a plan that is not running (listed with ?archived=true)', 'submit', {}, async (_ctx, { params }) =>
-    view(await plans.mutate(params.id, (p) => {
-      if (p.status === 'running') throw conflict(`plan ${p.id} is running: cancel it or let it finish first`);
-      p.archived = true;
-    })));
   add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: remove the domain, volumes and NVRAM Ferry created on the target, power the source on (idempotent)', 'admin', { params: vmParams },
     async (_ctx, { params }) => {
       const p = await plans.must(params.id);

@@ -98,8 +98,11 @@ export async function injectVirtioDrivers(g: GuestSession, root: string, o: Wind
   } finally { await src.cleanup?.(); }
 }
 
-async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: (s: string, status: FixAction['status'], detail: string, extra?: Record<string, unknown>) => void, would: 'would_do' | 'done'): Promise<boolean> {
-  // 2. What the guest is.
+type Step = (s: string, status: FixAction['status'], detail: string, extra?: Record<string, unknown>) => void;
+
+/** 2. What the guest is: its systemroot, hives and control set, version facts, DevicePath and whether the SYSTEM
+ *  hive has a DriverDatabase; null without a systemroot. */
+async function readWindowsGuest(g: GuestSession, root: string) {
   const get = async (c: string) => one(await g.tryCmd(c, root)) || undefined;
   const systemroot = await get('inspect-get-windows-systemroot');
   const controlSet = await get('inspect-get-windows-current-control-set');
@@ -110,7 +113,7 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
     major: num(await get('inspect-get-major-version')), minor: num(await get('inspect-get-minor-version')),
     variant: await get('inspect-get-product-variant'), productName: await get('inspect-get-product-name'), arch: await get('inspect-get-arch'),
   };
-  if (!systemroot) { step('source', 'warning', 'inspection found no Windows systemroot; drivers not injected'); return false; }
+  if (!systemroot) return null;
   const reader = new HiveReader(g);
   let devicePath: string | undefined;
   if (softwareHive) {
@@ -127,16 +130,20 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
     try { driverDatabase = !!(await reader.node(await reader.open(systemHive), ['DriverDatabase'])); } finally { await reader.close(); }
   }
 
-  // 3. Which version/arch directory.
+  return { systemroot, controlSet, systemHive, softwareHive, facts, devicePath, driverDatabase };
+}
+
+/** 3. Which version/arch directory of the driver tree, and its drivers; null (with the step saying why) when none fits. */
+async function pickDriverSet(o: WindowsFixOptions, facts: WindowsFacts, src: { root: string; from: string }, step: Step) {
   const ver = windowsVersionDir(o.windows_version, facts);
-  if ('error' in ver) { step('version', 'warning', `${ver.error}; drivers not injected`); return false; }
+  if ('error' in ver) { step('version', 'warning', `${ver.error}; drivers not injected`); return null; }
   const arch = facts.arch && ARCH_DIRS[facts.arch];
-  if (!arch) { step('version', 'warning', `guest architecture ${facts.arch || 'unknown'} has no virtio-win directory; drivers not injected`); return false; }
+  if (!arch) { step('version', 'warning', `guest architecture ${facts.arch || 'unknown'} has no virtio-win directory; drivers not injected`); return null; }
   const available = await driverVersions(src.root, 'viostor', arch);
   const picked = pickVersionDir(available, ver.dir);
   if (!picked) {
     step('version', 'warning', `${src.root} has no viostor driver for ${ver.dir}/${arch} or an older version of that line (it has: ${available.join(', ') || 'none'}); drivers not injected`);
-    return false;
+    return null;
   }
   const set = await driverSet(src.root, picked.dir, arch);
   const versionDetail = `${picked.dir}/${arch} from ${src.root} (${src.from}); ${ver.reason}`;
@@ -144,6 +151,16 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
   else step('version', 'done', versionDetail, { version_dir: picked.dir, arch, source: src.root });
   const missing = ['viostor', 'vioscsi'].filter((d) => !set.some((s) => s.driver.toLowerCase() === d));
   if (missing.length) step('version', 'warning', `${missing.join(', ')} not available for ${picked.dir}/${arch}`);
+
+  return set;
+}
+
+async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: Step, would: 'would_do' | 'done'): Promise<boolean> {
+  const guest = await readWindowsGuest(g, root);
+  if (!guest) { step('source', 'warning', 'inspection found no Windows systemroot; drivers not injected'); return false; }
+  const { systemroot, controlSet, systemHive, softwareHive, facts, devicePath, driverDatabase } = guest;
+  const set = await pickDriverSet(o, facts, src, step);
+  if (!set) return false;
 
   if (!o.dry_run && !(await hasHivexregedit())) {
     step('registry', 'warning', `${HIVEXREGEDIT} is not installed on this host (Debian package libwin-hivex-perl); nothing injected, since drivers without their registry entries would not load`);
