@@ -85,8 +85,16 @@ export function timeoutVerdict(text: string, expect: RegExp, strict: boolean, se
   const lines = printableConsole(text).split('\n').map((l) => l.trim()).filter(Boolean);
   const seen = lines.length ? `; its last line: "${lines[lines.length - 1].slice(0, 200)}"` : '; it showed nothing at all';
   const userspace = [...lines].reverse().find((l) => USERSPACE_SIGNS.some((re) => re.test(l)));
-  const head = `the serial console did not show ${expect} within ${seconds} s (${firmware} firmware; the VM was still running)`;
+  const head = `the serial console did not show ${expect} within ${seconds} s (${firmware} firmware; the VM was still running)${hungTask(lines)}`;
   if (strict) return { status: 'failed', detail: `${head}${seen}` };
   if (!userspace) return { status: 'failed', detail: `${head}: no boot milestone at all${seen}` };
   return { status: 'inconclusive', detail: `${head}; the guest runs userspace: the console showed "${userspace.slice(0, 200)}"${seen}` };
+}
+
+/** The kernel's hung-task report, when the console has one: a task stuck in uninterruptible sleep (waiting on I/O
+ *  that never completed, for example the first read of a disk) is what a boot that stalls silently shows. */
+function hungTask(lines: string[]): string {
+  let last: RegExpExecArray | null = null;
+  for (const l of lines) last = /INFO: task (\S+?):\d+ blocked for more than (\d+) seconds/.exec(l) ?? last;
+  return last ? `; the guest kernel reported task ${last[1]} blocked for more than ${last[2]} s, waiting on I/O that did not complete` : '';
 }
