@@ -239,9 +239,11 @@ describe('worker processes', function () {
     const port = w.metricsPort;
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'metered-1', operation: 'noop', requirements: { capabilities: ['metered_cap'] } });
     expect((await waitState('metered-1')).state).to.equal('COMPLETED');
-    const m = await req(`http://127.0.0.1:${port}`, 'GET', '/metrics');
+    // The worker counts a job once its attempt is settled, a moment after it reported the completion the gateway
+    // shows: the count is awaited, not assumed.
+    const counted = /ferry_worker_jobs_total\{operation="noop",outcome="completed",service="worker"\} 1/;
+    const m = await until(async () => { const x = await req(`http://127.0.0.1:${port}`, 'GET', '/metrics'); return counted.test(x.text) && x; }, 10_000, 'the completed job in the worker\'s /metrics');
     expect(m.status).to.equal(200);
     expect(m.text).to.include('ferry_worker_info{worker_id="metered",capabilities="metered_cap",execution_mode="PROCESS",service="worker"} 1');
-    expect(m.text).to.match(/ferry_worker_jobs_total\{operation="noop",outcome="completed",service="worker"\} 1/);
   });
 });
