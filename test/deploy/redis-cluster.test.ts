@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, waitForPort } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import IORedis, { Cluster } from 'ioredis';
@@ -62,8 +62,9 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
     clusterUrl = `redis-cluster://${nodes.slice(0, 3).map((n) => `127.0.0.1:${n.port}`).join(',')}`;
     const env = { ...testEnv(clusterUrl, '{ferry}') };
     gw = await startGatewayProc(env);
-    procs.push(await startWorkerProc(env, 'cluster-worker', ['img_tool'], ['--concurrency', '2']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body?.active === 1, 30000, 'worker registered');
+    const worker = await startWorkerProc(env, 'cluster-worker', ['img_tool'], ['--concurrency', '2']);
+    procs.push(worker);
+    await awaitWorkers(gw.url, [worker]);
   });
 
   after(async () => {

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
 import { freePort, waitForPort } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -94,7 +94,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     procs.push(gw);
     worker = await startWorkerProc(env, 'sentinel-worker', ['img_tool'], ['--concurrency', '2']);
     procs.push(worker);
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body?.active === 1, 30000, 'worker registered');
+    await awaitWorkers(gw.url, [worker]);
   });
 
   after(async () => {

@@ -12,6 +12,8 @@ export async function req(base: string, method: string, path: string, body?: unk
   return { status: res.status, body: json, text, headers: res.headers };
 }
 
+/** Polls `fn` until it returns a truthy value; an error it throws is remembered and polled past, unless the
+ *  error has `fatal: true` (the awaited thing can no longer happen), which ends the wait at once. */
 export async function until<T>(fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, timeoutMs = 20000, what = 'condition'): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: unknown;
@@ -19,7 +21,10 @@ export async function until<T>(fn: () => T | undefined | null | false | Promise<
     try {
       const v = await fn();
       if (v) return v;
-    } catch (e) { last = e; }
+    } catch (e) {
+      if ((e as { fatal?: boolean } | undefined)?.fatal) throw e;
+      last = e;
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);

@@ -71,6 +71,18 @@ export function startWorkerProc(env: Record<string, string>, id: string, caps: s
   return Promise.resolve(startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env }));
 }
 
+/** Waits until `base`'s GET /workers (the gateway's or the daemon's; `headers`: a key when auth is on) counts
+ *  every one of `workers` active. A worker starting on a loaded machine can take a minute (tsx compiles it on
+ *  load); one that exits fails the wait at once, and any failure carries the workers' own output. */
+export async function awaitWorkers(base: string, workers: Proc[], headers: Record<string, string> = {}, timeoutMs = 120000): Promise<void> {
+  const output = () => workers.map((w) => `--- worker (exit ${w.proc.exitCode ?? w.proc.signalCode ?? 'none'}):\n${w.logs.join('')}`).join('\n');
+  await until(async () => {
+    const dead = workers.find((w) => w.proc.exitCode !== null || w.proc.signalCode);
+    if (dead) throw Object.assign(new Error('a worker exited before registering'), { fatal: true });
+    return (await req(base, 'GET', '/workers', undefined, headers)).body?.active === workers.length;
+  }, timeoutMs, `${workers.length} worker(s) registered`).catch((e: Error) => { throw new Error(`${e.message}\n${output()}`); });
+}
+
 /** A worker with its own /metrics port. A free port can be taken by another process before the worker binds it,
  *  so a worker that does not open its port is replaced on a new port (three tries). */
 export async function startWorkerWithMetrics(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc & { metricsPort: number }> {
@@ -118,7 +130,7 @@ export async function startStack(workerId: string, caps: string[], extra: Record
   const env = { ...testEnv(redis.url), ...extra };
   const gw = await startGatewayProc(env);
   const worker = await startWorkerProc(env, workerId, caps);
-  await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+  await awaitWorkers(gw.url, [worker]);
   return { gw, async stop() { await worker.kill(); await gw.stop(); await redis.stop(); } };
 }
 

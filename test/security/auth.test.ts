@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { exitCode, Proc, startDaemonProc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
+import { awaitWorkers, exitCode, Proc, startDaemonProc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { openWs } from '../helpers/ws';
 import { makeImage } from '../helpers/images';
@@ -58,7 +58,7 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
       startWorkerWithMetrics(env, 'sec-native', ['img_tool']),
     ]);
     procs.push(gw, dm, worker);
-    await until(async () => (await req(gw.url, 'GET', '/workers', undefined, key('read'))).body.active === 1, 30000, 'worker registered');
+    await awaitWorkers(gw.url, [worker], key('read'));
   });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));

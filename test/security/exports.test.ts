@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
@@ -86,8 +86,9 @@ describe('security: exports confined and cleaned up by what the job owns', funct
       FERRY_OUTPUT_ROOTS: `${OUT}:${DATA}`, FERRY_INPUT_ROOTS: `${OUT}:${DATA}`, FERRY_DATA_DIR: DATA,
     };
     gw = await startGatewayProc(env);
-    procs.push(gw, await startWorkerProc(env, 'exp-w', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'], ['--concurrency', '2']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+    const worker = await startWorkerProc(env, 'exp-w', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'], ['--concurrency', '2']);
+    procs.push(gw, worker);
+    await awaitWorkers(gw.url, [worker]);
   });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));

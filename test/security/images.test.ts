@@ -11,7 +11,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import os from 'node:os';
 import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import { differencingVhd, differencingVhdx, qcow2Backed, qcow2WithDataFile, vmdkDescriptor } from '../helpers/hostile-images';
@@ -61,8 +61,9 @@ describe('security: image files confined with everything they reference', functi
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 2h\n');
     [gw, dm] = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
-    procs.push(gw, dm, await startWorkerProc(env, 'img-w', ['img_tool']));
-    await until(async () => (await req(gw.url, 'GET', '/workers', undefined, as(SUBMIT))).body?.active === 1, 30000, 'worker registered');
+    const worker = await startWorkerProc(env, 'img-w', ['img_tool']);
+    procs.push(gw, dm, worker);
+    await awaitWorkers(gw.url, [worker], as(SUBMIT));
   });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { checkOutputFree, outputId, placeOutput, refusal } from '../../shared/roots';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -43,8 +43,9 @@ describe('security: storage roots', function () {
     await redis.start();
     const env = { ...testEnv(redis.url, 'roots'), FERRY_INPUT_ROOTS: IN, FERRY_OUTPUT_ROOTS: OUT, FERRY_RETRY_BACKOFF_MS: '100' };
     gw = await startGatewayProc(env);
-    procs.push(gw, await startWorkerProc(env, 'roots-w', ['img_tool']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 1, 30000, 'worker registered');
+    const worker = await startWorkerProc(env, 'roots-w', ['img_tool']);
+    procs.push(gw, worker);
+    await awaitWorkers(gw.url, [worker]);
   });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { EventSource } from 'eventsource';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startGatewayProc, startWorkerProc, startWorkerWithMetrics, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 
@@ -34,9 +34,9 @@ describe('worker processes', function () {
     gw = await startGatewayProc(env);
     vmdk = makeImage(dir, 'disk-a', 'vmdk', 24);
     vhdx = makeImage(dir, 'disk-b', 'vhdx', 16);
-    procs.push(await startWorkerProc(env, 'plain', ['img_tool']));
-    procs.push(await startWorkerProc(env, 'nbd', ['img_tool', 'nbd_access']));
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.active === 2, 30000, 'two workers registered');
+    const workers = [await startWorkerProc(env, 'plain', ['img_tool']), await startWorkerProc(env, 'nbd', ['img_tool', 'nbd_access'])];
+    procs.push(...workers);
+    await awaitWorkers(gw.url, workers);
   });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { makeBootableImage } from '../helpers/images';
 import { domState } from '../helpers/libvirt';
-import { startGatewayProc, startWorkerProc, Proc } from '../helpers/procs';
+import { awaitWorkers, startGatewayProc, startWorkerProc, Proc } from '../helpers/procs';
 import { startSshd, TestSshd } from '../helpers/sshd';
 import { importDisk, Virsh } from '../../shared/libvirt';
 import IORedis from 'ioredis';
@@ -29,6 +29,7 @@ describe('convert and import into libvirt', function () {
     B = s.daemon.url;
     v = new Virsh(s.lv.uri);
     worker = await startWorkerProc(s.env, 'virt-worker', ['img_tool', 'libvirt_access']);
+    await awaitWorkers(B, [worker]);
   });
   after(async () => { await worker?.stop(); await s?.stop(); });
 
@@ -40,7 +41,9 @@ describe('convert and import into libvirt', function () {
     expect(r.body).to.include({ status: 'success' });
     const id = r.body.data.job_id;
     expect(id).to.be.a('string');
-    const job = await until(async () => { const j = await req(B, 'GET', `/jobs/${id}`); return ['completed', 'failed'].includes(j.body?.status) && j.body; }, 60000, 'the convert job');
+    let seen = '';
+    const job = await until(async () => { const j = await req(B, 'GET', `/jobs/${id}`); seen = j.text; return ['completed', 'failed'].includes(j.body?.status) && j.body; }, 120000, 'the convert job')
+      .catch((e: Error) => { throw new Error(`${e.message}; last seen ${seen}\n${worker.logs.join('')}`); });
     expect(job.status, JSON.stringify(job)).to.equal('completed');
     expect(JSON.parse(execFileSync('qemu-img', ['info', '--output=json', converted]).toString()).format).to.equal('qcow2');
     execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'qcow2', src, converted]);
@@ -97,7 +100,9 @@ describe('convert and import into libvirt', function () {
       const r = await req(gw.url, 'POST', '/jobs?queue=true', { operation: 'import_kvm', parameters: { disks: [{ path: converted }], name: 'imported-job', memory: 64 } });
       expect(r.status, r.text).to.be.oneOf([200, 201, 202]);
       id = r.body.job_id;
-      const job = await until(async () => { const j = await req(gw.url, 'GET', `/jobs/${id}`); return ['COMPLETED', 'FAILED'].includes(j.body?.state) && j.body; }, 60000, 'the import job');
+      let seen = '';
+      const job = await until(async () => { const j = await req(gw.url, 'GET', `/jobs/${id}`); seen = j.text; return ['COMPLETED', 'FAILED'].includes(j.body?.state) && j.body; }, 120000, 'the import job')
+        .catch((e: Error) => { throw new Error(`${e.message}; last seen ${seen}\n${worker.logs.join('')}`); });
       expect(job.state, JSON.stringify(job)).to.equal('COMPLETED');
     } finally { await gw.stop(); }
     const redis = new IORedis(s.redis.url);
