@@ -12,8 +12,9 @@ import { judgeAdded, printableConsole, timeoutVerdict } from './boot-judge';
 import { OVMF_CODE, OVMF_VARS, type Firmware } from './firmware';
 
 export interface TestBootOptions {
-  /** Disks in boot order; the first is the boot disk. */
-  disks: { path: string; format: string }[];
+  /** Disks in boot order; the first is the boot disk. `bus` puts one disk on another controller than `bus` below
+   *  (qemu runner only): `pvscsi` is VMware's paravirtual SCSI, where VMware guests often keep data disks. */
+  disks: { path: string; format: string; bus?: 'pvscsi' }[];
   name?: string; memoryMiB?: number; vcpus?: number;
   /** Serial-console text that proves the guest came up. When given, no match by the timeout is `failed`. */
   expect?: RegExp;
@@ -164,8 +165,10 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     '-netdev', 'user,id=n0,restrict=on',
     '-device', `pcie-root-port,id=rp0,chassis=1${o.nicSlot === undefined ? '' : `,slot=${o.nicSlot}`}`, '-device', `${nic},bus=rp0`,
     ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
+    ...(o.disks.some((d) => d.bus === 'pvscsi') ? ['-device', 'pvscsi,id=scsi0'] : []),
     ...o.disks.flatMap((d, i) => {
       const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;
+      if (d.bus === 'pvscsi') return ['-drive', `${file},if=none,id=d${i}`, '-device', `scsi-hd,drive=d${i},bus=scsi0.0,scsi-id=${i}`];
       return o.bus === 'sata'
         ? ['-drive', `${file},if=none,id=d${i}`, '-device', `ide-hd,drive=d${i},bus=ahci0.${i}${i === 0 ? ',bootindex=0' : ''}`]
         : ['-drive', `${file},if=virtio,index=${i}`];
