@@ -15,7 +15,7 @@ import path from 'node:path';
 import type { BrowserContext, Page } from 'playwright-core';
 import { ARTIFACTS, launchChromium } from '../helpers/browser';
 import { req, until } from '../helpers/http';
-import { startOwnLibvirt, type TestLibvirt } from '../helpers/libvirt';
+import { startOwnLibvirt, virshNames as names, type TestLibvirt } from '../helpers/libvirt';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { snapshot, startPlanStack, type PlanStack } from '../plans/fixture';
 
@@ -38,7 +38,6 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
   const shot = async (p: Page, name: string) => p.screenshot({ path: path.join(ARTIFACTS, `wizard-${name}.png`), fullPage: true });
   const api = (method: string, p: string, key = ADMIN, body?: unknown) => req(s.url, method, p, body, { 'X-API-Key': key });
   const hostOf = (uri: string) => (uri === s.lv.uri ? s.lv : lv2);
-  const names = async (l: TestLibvirt, args: string[]) => (await l.virsh(args)).split('\n').map((x) => x.trim().split(/\s+/)[0]).filter(Boolean);
 
   before(async function () {
     this.timeout(600_000);

@@ -176,6 +176,13 @@ export async function defineGuest(lv: TestLibvirt, name: string, opts: { withDis
   await lv.virsh(['define', file]);
 }
 
+/** The names a virsh listing gives: `--name` output, or a table's first column (vol-list) without its header. */
+export async function virshNames(lv: TestLibvirt, args: string[]): Promise<string[]> {
+  const rows = (await lv.virsh(args)).split('\n').map((l) => l.trim()).filter(Boolean);
+  const table = rows.length > 1 && /^-+$/.test(rows[1]);
+  return (table ? rows.slice(2) : rows).map((l) => l.split(/\s+/)[0]);
+}
+
 /** `virsh domstate` of a domain, or 'absent'. */
 export async function domState(lv: TestLibvirt, name: string): Promise<string> {
   try { return (await lv.virsh(['domstate', name])).trim(); } catch { return 'absent'; }

@@ -17,7 +17,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
+import { releaseLibvirt, TestLibvirt, useLibvirt, virshNames } from '../helpers/libvirt';
 
 export interface PlanVmSpec {
   name: string;
@@ -134,7 +134,7 @@ async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop
   undo.push(() => v.stop());
   const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
   const virsh = (args: string[]) => lv.virsh(args);
-  const list = async (args: string[]) => (await virsh(args)).split('\n').map((l) => l.trim().split(/\s+/)[0]).filter(Boolean);
+  const list = (args: string[]) => virshNames(lv, args);
   const net = o.net ?? `ferry-${o.prefix}`;
   if (!(await list(['net-list', '--all', '--name'])).includes(net)) {
     writeFileSync(path.join(dir, 'net.xml'), `<network><name>${net}</name><bridge name="vb-${o.prefix.slice(0, 12)}"/></network>`);

@@ -14,7 +14,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { releaseLibvirt, startOwnLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
+import { releaseLibvirt, startOwnLibvirt, TestLibvirt, useLibvirt, virshNames } from '../helpers/libvirt';
 import { managerFor } from '../../shared/vsphere/client';
 import { vmDetail } from '../../shared/vsphere/inventory';
 import { VsphereError } from '../../shared/vsphere/errors';
@@ -91,7 +91,7 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     await v?.stop();
     await redis.stop();
     for (const l of [lv, lv2].filter(Boolean)) {
-      const left = (await l.virsh(['list', '--all', '--name'])).split('\n').map((x) => x.trim());
+      const left = await virshNames(l, ['list', '--all', '--name']);
       for (const d of ['kvm-deb-keep', 'kvm-deb-remove'].filter((x) => left.includes(x))) {
         if ((await l.virsh(['domstate', d])).trim() !== 'shut off') await l.virsh(['destroy', d]);
         await l.virsh(['undefine', d, '--nvram', '--remove-all-storage']);
@@ -228,7 +228,7 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     const p = await done('deb', 1_100_000);
     const x = byName(p);
     expect([x['Deb-Keep'].status, x['Deb-Remove'].status], `${x['Deb-Keep'].error} | ${x['Deb-Remove'].error}`).to.deep.equal(['completed', 'completed']);
-    const names = async (l: TestLibvirt) => (await l.virsh(['list', '--all', '--name'])).split('\n').map((s) => s.trim()).filter(Boolean);
+    const names = (l: TestLibvirt) => virshNames(l, ['list', '--all', '--name']);
     expect(await names(lv)).to.include('kvm-deb-keep').and.not.include('kvm-deb-remove');
     expect(await names(lv2)).to.include('kvm-deb-remove').and.not.include('kvm-deb-keep');
     expect(x['Deb-Remove'].source.action).to.equal('removed');
