@@ -11,6 +11,7 @@
 # (the system disk), data.vmdk (the data disk), firstboot.log.
 set -euo pipefail
 plain=$1 rootfs=$2 out=$3
+here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 raw="$out/disk.raw" dataraw="$out/data.raw"
 export LIBGUESTFS_BACKEND_SETTINGS=${LIBGUESTFS_BACKEND_SETTINGS:-force_tcg}
@@ -53,25 +54,6 @@ network:
         - to: default
           via: 10.0.2.2
 EOF
-# The marker of this variant also requires every file system in fstab mounted, and names them.
-cat > "$cfg/ferry-guest-ready" <<'EOF'
-#!/bin/sh
-addr=10.0.2.15
-i=0
-while [ $i -lt 180 ]; do
-  rw=$(awk '$2 == "/" && $4 ~ /^rw(,|$)/ { print "rw" }' /proc/mounts | tail -n 1)
-  iface=$(ip -o -4 addr show up | awk -v a="$addr/" 'index($4, a) == 1 { print $2; exit }')
-  missing=$(awk '$1 !~ /^#/ && $2 ~ /^\// && $3 != "swap" { print $2 }' /etc/fstab | while read -r m; do mountpoint -q "$m" || printf '%s ' "$m"; done)
-  if [ "$rw" = rw ] && [ -n "$iface" ] && [ -z "$missing" ] && ip -o link show dev "$iface" | grep -q 'state UP\|LOWER_UP'; then
-    mounts=$(awk '$1 !~ /^#/ && $2 ~ /^\// && $3 != "swap" { print $2 }' /etc/fstab | paste -sd, -)
-    echo "FERRY-GUEST-READY iface=$iface addr=$addr mounts=$mounts" > /dev/ttyS0
-    exit 0
-  fi
-  i=$((i + 1)); sleep 1
-done
-echo "FERRY-GUEST-NOT-READY root=${rw:-ro} missing mounts: ${missing:-none} links: $(ip -o -4 addr show | awk '{ print $2 "=" $4 }' | tr '\n' ' ')" > /dev/ttyS0
-exit 1
-EOF
 cat > "$cfg/ferry-firstboot" <<'EOF'
 #!/bin/sh
 log=/var/log/ferry-firstboot.log
@@ -99,7 +81,7 @@ guestfish -- add "$raw" format:raw : add "$dataraw" format:raw : run \
   : upload "$cfg/fstab" /etc/fstab : upload "$cfg/interfaces" /etc/network/interfaces \
   : mkdir-p /etc/netplan : upload "$cfg/netplan.yaml" /etc/netplan/01-vmware.yaml : chmod 0600 /etc/netplan/01-vmware.yaml \
   : write /etc/hostname "ferry-guest-netplan" : command "sed -i -e s/ferry-guest-plain/ferry-guest-netplan/ /etc/hosts" \
-  : upload "$cfg/ferry-guest-ready" /usr/local/sbin/ferry-guest-ready : chmod 0755 /usr/local/sbin/ferry-guest-ready \
+  : upload "$here/guest-ready-mounts.sh" /usr/local/sbin/ferry-guest-ready : chmod 0755 /usr/local/sbin/ferry-guest-ready \
   : copy-in "$cfg/ferry-debs" /var/cache \
   : upload "$cfg/ferry-firstboot" /usr/local/sbin/ferry-firstboot : chmod 0755 /usr/local/sbin/ferry-firstboot \
   : touch /etc/ferry-firstboot : command "systemctl enable ferry-firstboot.service" \
