@@ -102,11 +102,28 @@ export class Bus {
     if (!hs) {
       hs = { json: CHANNELS[channel].json, set: new Set(), idle: new Map() };
       this.handlers.set(name, hs);
+      await this.connected();
       await this.sub.subscribe(name);
     }
     hs.set.add(h);
     if (opts.wants) hs.idle.set(h, opts.wants);
     return () => { hs.set.delete(h); hs.idle.delete(h); };
+  }
+
+  /** Resolves once the subscription connection is ready. A SUBSCRIBE sent while ioredis still runs its
+   *  connection handshake (CLIENT SETINFO, the INFO ready check) puts the connection in subscriber mode before
+   *  the handshake's own commands, which Redis then refuses ("Connection in subscriber mode, only subscriber
+   *  commands may be used": ioredis issue #2037, 5.8.2 and later); a worker failed to start that way under a
+   *  loaded test run. After a reconnect ioredis resubscribes by itself once ready. */
+  private async connected(): Promise<void> {
+    if (this.sub.status === 'ready') return;
+    // Not events.once: it rejects on the first 'error', and a Redis that is still starting is waited for.
+    await new Promise<void>((resolve, reject) => {
+      const ready = () => { this.sub.off('end', ended); resolve(); };
+      const ended = () => { this.sub.off('ready', ready); reject(new Error('the bus was closed before Redis was ready')); };
+      this.sub.once('ready', ready);
+      this.sub.once('end', ended);
+    });
   }
 
   /** A promise, like every other closer the services await on shutdown; disconnecting is immediate. */

@@ -1,0 +1,36 @@
+// The bus subscribes only once its connection is ready: a SUBSCRIBE sent during ioredis's connection handshake
+// (ioredis issue #2037) made Redis refuse the handshake's own commands, and a worker failed to start with
+// "Connection in subscriber mode, only subscriber commands may be used" in a loaded test run. Here fresh buses
+// subscribe at once, as a starting service does, and each must hear a message, with no error on its connection.
+import { expect } from 'chai';
+import { TestRedis } from '../helpers/redis';
+import { until } from '../helpers/http';
+import { Bus, publish } from '../../queue/bus';
+import { createRedis, keys } from '../../shared/redis';
+
+describe('the bus subscribing while its connection starts', function () {
+  this.timeout(60_000);
+  const server = new TestRedis();
+  before(() => server.start());
+  after(() => server.stop());
+
+  it('30 buses subscribe as soon as their connections open; each hears a message and logs no connection error', async () => {
+    const errors: string[] = [];
+    const buses = Array.from({ length: 30 }, () => new Bus(server.url));
+    try {
+      for (const b of buses) (b as unknown as { sub: NodeJS.EventEmitter }).sub.on('error', (e: Error) => errors.push(e.message));
+      // Subscribed the moment the connection is up, while ioredis still runs its handshake on it.
+      const heard = buses.map((b) => new Promise<string>((resolve, reject) => {
+        (b as unknown as { sub: NodeJS.EventEmitter }).sub.once('connect', () => { b.on('enqueued', (_m, raw) => resolve(raw)).catch(reject); });
+      }));
+      const pub = createRedis({ url: server.url });
+      try {
+        // Redis counts the subscribers a message reached: every bus has subscribed when it is 30.
+        await until(async () => (await publish(pub, keys(), 'enqueued', 'q1')) === buses.length, 20_000, 'every bus subscribed')
+          .catch((e: Error) => { throw new Error(`${e.message}; connection errors: ${errors.join(' | ') || 'none'}`); });
+      } finally { pub.disconnect(); }
+      expect(await Promise.all(heard)).to.deep.equal(buses.map(() => 'q1'));
+      expect(errors).to.deep.equal([]);
+    } finally { await Promise.all(buses.map((b) => b.close())); }
+  });
+});
