@@ -60,10 +60,13 @@ describe('security: caller patterns (virt_test.expect) run in linear time', func
   });
 
   it('the worker judging (a|aa)+$ over a 128 KiB console of long runs of "a" never blocks its event loop over 50 ms (measured)', async () => {
+    // Measured as the CPU time this process spent between two 10 ms ticks: a pattern that blocks the loop burns
+    // CPU for the whole stall, while a stall from the OS giving the core to others (a loaded suite: the full run
+    // failed on 50 ms of wall time beside 20 migrations) burns none. The wall-clock stall is printed beside it.
     const h = monitorEventLoopDelay({ resolution: 5 });
-    const ticks: number[] = [];
-    let last = Date.now();
-    const timer = setInterval(() => { const now = Date.now(); ticks.push(now - last); last = now; }, 10);
+    const cpuTicks: number[] = [];
+    let cpu = process.cpuUsage();
+    const timer = setInterval(() => { const d = process.cpuUsage(cpu); cpu = process.cpuUsage(); cpuTicks.push((d.user + d.system) / 1000); }, 10);
     h.enable();
     const t0 = Date.now();
     // The worker's own path: the pattern as migration-stages compiles it, the console judged chunk by chunk.
@@ -73,8 +76,8 @@ describe('security: caller patterns (virt_test.expect) run in linear time', func
     });
     h.disable();
     clearInterval(timer);
-    const worst = Math.max(...ticks, h.max / 1e6);
-    console.log(`      16 chunks judged in ${Date.now() - t0} ms; worst event-loop stall ${worst.toFixed(1)} ms`);
+    const worst = Math.max(...cpuTicks);
+    console.log(`      16 chunks judged in ${Date.now() - t0} ms; worst CPU between two ticks ${worst.toFixed(1)} ms (wall-clock stall ${(h.max / 1e6).toFixed(1)} ms)`);
     expect(r.status).to.equal('failed'); // never matched: the console ended (the generator) first
     // Each chunk is judged with at most JUDGE_OVERLAP before it (boot-judge.ts judgeAdded), not the whole console.
     expect(worst).to.be.below(50);
