@@ -130,8 +130,10 @@ export async function startStack(workerId: string, caps: string[], extra: Record
   const env = { ...testEnv(redis.url), ...extra };
   const gw = await startGatewayProc(env);
   const worker = await startWorkerProc(env, workerId, caps);
-  await awaitWorkers(gw.url, [worker]);
-  return { gw, async stop() { await worker.kill(); await gw.stop(); await redis.stop(); } };
+  const stop = async () => { await worker.kill(); await gw.stop(); await redis.stop(); };
+  // A worker that never registers fails the start; what was started goes with it (no caller gets a stop to call).
+  await awaitWorkers(gw.url, [worker]).catch(async (e: Error) => { await stop(); throw e; });
+  return { gw, stop };
 }
 
 /** Resolves with the exit code of a process expected to stop by itself (a refused start). */
