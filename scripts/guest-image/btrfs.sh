@@ -9,6 +9,8 @@
 set -euo pipefail
 plain=$1 rootfs=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=layer-lib.sh
+. "$here/layer-lib.sh"
 mkdir -p "$out"
 raw="$out/disk.raw"
 export LIBGUESTFS_BACKEND_SETTINGS=${LIBGUESTFS_BACKEND_SETTINGS:-force_tcg}
@@ -17,37 +19,15 @@ step() { echo "btrfs.sh $(date -u +%T) $*" >&2; }
 cfg=$(mktemp -d "$out/cfg.XXXXXX")
 trap 'rm -rf "$cfg"' EXIT
 
-# No network in the guest at build time: this host's apt resolves btrfs-progs against the guest's dpkg status.
 step "fetching btrfs-progs and what the guest lacks for it (apt-get --download-only against the guest's dpkg status)"
-tar -xOf "$rootfs" ./var/lib/dpkg/status > "$cfg/status"
-mkdir -p "$cfg/ferry-debs/partial"
-apt-get install -q -y --no-install-recommends --download-only -o Debug::NoLocking=1 \
-  -o Dir::State::status="$cfg/status" -o Dir::Cache::archives="$cfg/ferry-debs" btrfs-progs >&2
-rmdir "$cfg/ferry-debs/partial"
-ls "$cfg/ferry-debs"/btrfs-progs_*.deb > /dev/null
+fetch_for_guest "$rootfs" "$cfg/ferry-debs" btrfs-progs
 
 cat > "$cfg/fstab" <<'EOF'
 # /etc/fstab: static file system information (device names, as the VMware template had).
 /dev/sda1  /      btrfs  subvol=@      0  0
 /dev/sda1  /home  btrfs  subvol=@home  0  0
 EOF
-cat > "$cfg/ferry-firstboot" <<'EOF'
-#!/bin/sh
-log=/var/log/ferry-firstboot.log
-export DEBIAN_FRONTEND=noninteractive
-# apt orders the local packages by their dependencies; btrfs-progs brings the initramfs hook.
-if { apt-get install -y --no-install-recommends /var/cache/ferry-debs/*.deb && rm -rf /var/cache/ferry-debs \
-     && grub-install --target=i386-pc /dev/sda && update-grub && update-initramfs -u -k all; } > $log 2>&1; then
-  rm -f /etc/ferry-firstboot
-  systemctl disable ferry-firstboot.service >> $log 2>&1
-  sync
-  { cat $log; echo "FERRY-FIRSTBOOT-DONE"; } > /dev/ttyS0
-else
-  rc=$?
-  { cat $log; echo "FERRY-FIRSTBOOT-FAILED exit $rc"; } > /dev/ttyS0
-fi
-systemctl poweroff
-EOF
+write_firstboot "$cfg/ferry-firstboot" "grub-install --target=i386-pc /dev/sda && update-grub && update-initramfs -u -k all"
 
 step "copying the plain variant into btrfs subvolumes @ and @home (libguestfs appliance)"
 qemu-img create -q -f raw "$raw" 3G

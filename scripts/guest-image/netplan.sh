@@ -12,6 +12,8 @@
 set -euo pipefail
 plain=$1 rootfs=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=layer-lib.sh
+. "$here/layer-lib.sh"
 mkdir -p "$out"
 raw="$out/disk.raw" dataraw="$out/data.raw"
 export LIBGUESTFS_BACKEND_SETTINGS=${LIBGUESTFS_BACKEND_SETTINGS:-force_tcg}
@@ -20,15 +22,8 @@ step() { echo "netplan.sh $(date -u +%T) $*" >&2; }
 cfg=$(mktemp -d "$out/cfg.XXXXXX")
 trap 'rm -rf "$cfg"' EXIT
 
-# The guest has no network at build time: apt on this host (the same bookworm mirror) resolves netplan.io against
-# the guest's own package database and downloads exactly what the guest lacks; the guest installs them with apt.
 step "fetching netplan.io and what the guest lacks for it (apt-get --download-only against the guest's dpkg status)"
-tar -xOf "$rootfs" ./var/lib/dpkg/status > "$cfg/status"
-mkdir -p "$cfg/ferry-debs/partial"
-apt-get install -q -y --no-install-recommends --download-only -o Debug::NoLocking=1 \
-  -o Dir::State::status="$cfg/status" -o Dir::Cache::archives="$cfg/ferry-debs" netplan.io >&2
-rmdir "$cfg/ferry-debs/partial"
-ls "$cfg/ferry-debs"/netplan.io_*.deb > /dev/null
+fetch_for_guest "$rootfs" "$cfg/ferry-debs" netplan.io
 
 cat > "$cfg/fstab" <<'EOF'
 # /etc/fstab: static file system information (device names, as the VMware template had).
@@ -54,23 +49,7 @@ network:
         - to: default
           via: 10.0.2.2
 EOF
-cat > "$cfg/ferry-firstboot" <<'EOF'
-#!/bin/sh
-log=/var/log/ferry-firstboot.log
-export DEBIAN_FRONTEND=noninteractive
-# apt orders the local packages by their pre-dependencies (python3 on python3-minimal), which dpkg -i does not.
-if { apt-get install -y --no-install-recommends /var/cache/ferry-debs/*.deb && rm -rf /var/cache/ferry-debs \
-     && netplan generate && systemctl enable systemd-networkd.service && netplan get ethernets; } > $log 2>&1; then
-  rm -f /etc/ferry-firstboot
-  systemctl disable ferry-firstboot.service >> $log 2>&1
-  sync
-  { cat $log; echo "FERRY-FIRSTBOOT-DONE"; } > /dev/ttyS0
-else
-  rc=$?
-  { cat $log; echo "FERRY-FIRSTBOOT-FAILED exit $rc"; } > /dev/ttyS0
-fi
-systemctl poweroff
-EOF
+write_firstboot "$cfg/ferry-firstboot" "netplan generate && systemctl enable systemd-networkd.service && netplan get ethernets"
 
 step "copying the plain variant, adding the data disk, netplan's configuration and the packages (libguestfs appliance)"
 qemu-img convert -f vmdk -O raw "$plain" "$raw"
