@@ -63,23 +63,25 @@ export function publish<C extends Channel>(redis: RedisClient, k: Keys, channel:
 }
 
 type Handler<C extends Channel> = (msg: BusMessages[C], raw: string) => void;
+/** A handler as kept per Redis channel: it is only ever given its own channel's messages (parsed when JSON). */
+type StoredHandler = (msg: unknown, raw: string) => void;
 
 export class Bus {
   private sub: RedisClient;
-  private handlers = new Map<string, { json: boolean; set: Set<Handler<any>>; idle: Map<Handler<any>, () => boolean> }>();
+  private handlers = new Map<string, { json: boolean; set: Set<StoredHandler>; idle: Map<StoredHandler, () => boolean> }>();
   readonly k: Keys;
 
   constructor(url?: string, prefix?: string) {
     this.k = makeKeys(prefix);
     this.sub = createRedis({ url });
     // Errors show on reconnect; ioredis resubscribes by itself.
-    this.sub.on('error', (e) => log.warn('the bus subscription lost Redis; ioredis reconnects and resubscribes, and messages published meanwhile are missed', { error: e.message }));
+    this.sub.on('error', (e: Error) => log.warn('the bus subscription lost Redis; ioredis reconnects and resubscribes, and messages published meanwhile are missed', { error: e.message }));
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;
       // Nobody wants this message right now (a gateway with no SSE client): not even parsed. Most channels have
       // no such listener, and then nothing is asked or allocated per message.
-      let asleep: Set<Handler<any>> | undefined;
+      let asleep: Set<StoredHandler> | undefined;
       for (const [h, wants] of hs.idle) if (!wants()) (asleep ??= new Set()).add(h);
       if (asleep?.size === hs.set.size) return;
       let msg: unknown = raw;
@@ -98,6 +100,7 @@ export class Bus {
    *  the message is dropped before it is parsed). */
   async on<C extends Channel>(channel: C, h: Handler<C>, opts: { wants?: () => boolean } = {}): Promise<() => void> {
     const name = channelName(this.k, channel);
+    const stored = h as StoredHandler; // the map holds every channel's handlers; this one gets only `channel`'s
     let hs = this.handlers.get(name);
     if (!hs) {
       hs = { json: CHANNELS[channel].json, set: new Set(), idle: new Map() };
@@ -105,9 +108,9 @@ export class Bus {
       await this.connected();
       await this.sub.subscribe(name);
     }
-    hs.set.add(h);
-    if (opts.wants) hs.idle.set(h, opts.wants);
-    return () => { hs.set.delete(h); hs.idle.delete(h); };
+    hs.set.add(stored);
+    if (opts.wants) hs.idle.set(stored, opts.wants);
+    return () => { hs.set.delete(stored); hs.idle.delete(stored); };
   }
 
   /** Resolves once the subscription connection is ready. A SUBSCRIBE sent while ioredis still runs its

@@ -12,7 +12,7 @@ export interface QueueLayer { redis: RedisClient; store: JobStore; router: Queue
 /** `redisErrors`: the level Redis connection errors are logged at (a worker, which retries quietly, uses debug). */
 export function connectQueue(log: Logger, routerOpts: ConstructorParameters<typeof QueueRouter>[1], redisErrors: 'warn' | 'debug' = 'warn'): QueueLayer {
   const redis = createRedis();
-  redis.on('error', (e) => log[redisErrors]('redis error', { error: e.message }));
+  redis.on('error', (e: Error) => log[redisErrors]('redis error', { error: e.message }));
   const store = new JobStore(redis);
   const router = new QueueRouter(redis, routerOpts);
   const registry = new Registry(redis);

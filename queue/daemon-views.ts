@@ -3,6 +3,11 @@
 // pipelined read.
 import { parseField, type JobStore } from './store';
 import { daemonStatus, isTerminal } from '../shared/states';
+import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
+
+/** What a view reads of a record's spec and meta (JSON written by Lifecycle.submit from a validated spec). */
+type StoredSpec = Partial<Omit<JobSpec, 'parameters'>> & { parameters?: { name?: string; vm_path?: string; output_path?: string } };
+interface StoredMeta { name?: string; kind?: string; schedule_id?: string }
 
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
@@ -11,10 +16,10 @@ const num = (v: unknown) => (v === undefined || v === null || v === '' || !Numbe
 export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason'];
 
 export function jobView(id: string, h: Record<string, string>) {
-  const spec = parseField<any>(h.spec, {}, { job_id: id, field: 'spec' });
-  const meta = parseField<any>(h.meta, {}, { job_id: id, field: 'meta' });
-  const ev = parseField<any>(h.latest_event, null, { job_id: id, field: 'latest_event' });
-  const d = ev?.details || {};
+  const spec = parseField<StoredSpec>(h.spec, {}, { job_id: id, field: 'spec' });
+  const meta = parseField<StoredMeta>(h.meta, {}, { job_id: id, field: 'meta' });
+  const ev = parseField<ProgressEvent | null>(h.latest_event, null, { job_id: id, field: 'latest_event' });
+  const d: Partial<Record<string, string>> = ev?.details || {};
   const p = spec.parameters || {};
   const kind = meta.kind || 'operation';
   const status = daemonStatus(h.state);
@@ -73,11 +78,11 @@ export const RATE_WINDOW_SECONDS = 30;
  *  from it; null (never Infinity or NaN) when fewer than two samples or no advance. */
 export async function progressView(store: JobStore, id: string, h: Record<string, string>) {
   const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-  const evs = rows.map(([, f]) => parseField<any>(f[1], null, { job_id: id, field: 'events' })).filter(Boolean).reverse() as { timestamp: string; percentage: number; phase: string; details: Record<string, string> }[];
+  const evs = rows.map(([, f]) => parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })).filter((e): e is ProgressEvent => !!e).reverse();
   const last = evs[evs.length - 1];
   const lastT = last ? Date.parse(last.timestamp) : 0;
   const win = evs.filter((e) => Date.parse(e.timestamp) >= lastT - RATE_WINDOW_SECONDS * 1000 && e.phase === last?.phase);
-  const bytesOf = (e: any) => num(e.details?.bytes_downloaded) ?? num(e.details?.bytes_processed) ?? num(e.details?.current_bytes);
+  const bytesOf = (e: ProgressEvent) => num(e.details?.bytes_downloaded) ?? num(e.details?.bytes_processed) ?? num(e.details?.current_bytes);
   const status = daemonStatus(h.state);
   const pct = status === 'completed' ? 100 : last ? Number(last.percentage) : 0;
   const total = last ? num(last.details?.total_bytes) ?? null : null;

@@ -104,7 +104,7 @@ export function registerRedisHealth(registry: client.Registry, r: RedisClient) {
   });
   registerComputed(registry, 'svc_redis_info', 'Redis INFO figures: used_memory bytes, connected_clients, ops per second', 'gauge', async () => {
     if (r.status !== 'ready') return [];
-    const text = await (r as any).info() as string;
+    const text = await r.info();
     const get = (f: string) => Number(new RegExp(`^${f}:(\\S+)`, 'm').exec(text)?.[1]);
     return ['used_memory', 'maxmemory', 'connected_clients', 'instantaneous_ops_per_sec', 'aof_last_write_status_ok']
       .map((field) => ({ labels: { field }, value: field === 'aof_last_write_status_ok' ? Number(/^aof_last_write_status:ok/m.test(text)) : get(field) }))

@@ -6,6 +6,7 @@ import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
 import { isTerminal } from '../shared/states';
 import { parseField, type JobStore } from './store';
+import type { ProgressEvent } from '../shared/schemas/job';
 import type { Plan, PlanStore } from './plans';
 
 export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'];
@@ -22,12 +23,12 @@ async function jobBytes(store: JobStore, id: string, h: Record<string, string> |
   if (!h) return 0;
   const known = done.get(id);
   if (known !== undefined) return known;
-  const last = parseField<any>(h.latest_event, null, { job_id: id, field: 'latest_event' })?.details ?? {};
+  const last: Partial<Record<string, string>> = parseField<ProgressEvent | null>(h.latest_event, null, { job_id: id, field: 'latest_event' })?.details ?? {};
   let bytes = num(last.bytes_downloaded) ?? 0;
   if (h.state === 'COMPLETED' && num(last.total_bytes) !== undefined) bytes = Math.max(bytes, num(last.total_bytes)!);
   else {
     const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-    for (const [, f] of rows) bytes = Math.max(bytes, num(parseField<any>(f[1], null, { job_id: id, field: 'events' })?.details?.bytes_downloaded) ?? 0);
+    for (const [, f] of rows) bytes = Math.max(bytes, num(parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })?.details?.bytes_downloaded) ?? 0);
   }
   if (isTerminal(h.state)) { if (done.size > 50_000) done.clear(); done.set(id, bytes); }
   return bytes;
@@ -37,7 +38,7 @@ async function jobBytes(store: JobStore, id: string, h: Record<string, string> |
  *  else the job's start (RUNNING) or creation (QUEUED). */
 async function stageSince(store: JobStore, id: string, h: Record<string, string>): Promise<{ stage: string; since: number } | null> {
   const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-  const evs = rows.map(([, f]) => parseField<any>(f[1], null, { job_id: id, field: 'events' })).filter(Boolean) as { timestamp: string; phase: string }[];
+  const evs = rows.map(([, f]) => parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })).filter((e): e is ProgressEvent => !!e);
   if (h.state === 'QUEUED' || h.state === 'ASSIGNED' || !evs.length) {
     const since = h.state === 'RUNNING' ? num(h.started_at) : Date.parse(h.created_at);
     return since ? { stage: h.state === 'RUNNING' ? 'starting' : 'queued', since } : null;
@@ -122,7 +123,7 @@ function durationSamples(p: Plan, jobs: Snapshot['jobs']): Sample[] {
 function findingSamples(ps: Plan[]): Sample[] {
   const out = new Map<string, Sample>();
   for (const p of ps) for (const v of p.vms) for (const f of v.findings) {
-    const labels = { plan: p.id, rule: f.rule, severity: f.severity, overridden: String(!!(f as any).overridden) };
+    const labels = { plan: p.id, rule: f.rule, severity: f.severity, overridden: String(!!f.overridden) };
     const key = JSON.stringify(labels);
     const s = out.get(key) ?? { labels, value: 0 };
     s.value++;

@@ -41,7 +41,7 @@ function applyResults(p: Plan, results: VmResult[], which: (v: PlanVm) => boolea
     v.findings = r.findings;
     if (r.placement) v.placement = r.placement;
     v.status = blocks(r) ? 'blocked' : 'pending';
-    v.error = blocks(r) ? `blocked by preflight: ${r.findings.filter((f) => f.severity === 'blocker' && !(f as any).overridden).map((f) => f.rule).join(', ')}` : null;
+    v.error = blocks(r) ? `blocked by preflight: ${r.findings.filter((f) => f.severity === 'blocker' && !f.overridden).map((f) => f.rule).join(', ')}` : null;
   }
 }
 

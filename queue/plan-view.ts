@@ -11,7 +11,7 @@ export async function planView(store: JobStore, p: Plan) {
   const counts: Record<string, number> = {};
   const vms = p.vms.map((v) => {
     const j = v.job_id ? jobs.get(v.job_id) : undefined;
-    const pr = j?.progress as Record<string, any> | undefined;
+    const pr = j?.progress;
     const bytes = v.status === 'completed' ? pr?.total_bytes ?? pr?.bytes_downloaded ?? 0 : pr?.bytes_downloaded ?? 0;
     const tb = pr?.total_bytes ?? 0;
     done += bytes; total += tb;
@@ -20,7 +20,7 @@ export async function planView(store: JobStore, p: Plan) {
     const { options: _o, ...rest } = v;
     return {
       ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
-      waiting_reason: v.status === 'running' && j?.status === 'pending' ? (j as any).waiting_reason ?? 'queued for a worker' : v.waiting_reason,
+      waiting_reason: v.status === 'running' && j?.status === 'pending' ? j.waiting_reason ?? 'queued for a worker' : v.waiting_reason,
       bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null, ...vmRate(v.status === 'running' ? pr?.rate_bytes_per_second : undefined, bytes, tb),
     };
   });
@@ -29,7 +29,7 @@ export async function planView(store: JobStore, p: Plan) {
 }
 
 /** One running VM's rate (its job's, the daemon's one rule for it) and the ETA of its bytes at that rate. */
-function vmRate(rate: number | undefined, done: number, total: number) {
+function vmRate(rate: number | null | undefined, done: number, total: number) {
   const r = rate && rate > 0 ? Math.round(rate) : null;
   return { rate_bytes_per_second: r, eta_seconds: r && total > done ? Math.round((total - done) / r) : null };
 }

@@ -5,14 +5,21 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, conflict, notFound } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import type { Finding } from '../shared/plans/rules';
+import type { TargetNameRule } from '../shared/plans/names';
 import { publish } from './bus';
 import { createLogger, dropped } from '../shared/log';
 
 const log = createLogger('queue');
 
 export interface Override { by: string; at: string; reason: string }
+/** A plan's options, or a VM's overrides of them (planOptions in shared/schemas/plans.ts): the shape B job's
+ *  options, which the runner passes on to the job, and the plan's own (PLAN_ONLY_OPTIONS). */
+export interface PlanOptions {
+  rollback?: boolean; remove_source?: boolean; target_name?: TargetNameRule; guest_preflight?: boolean; power_off?: string;
+  [option: string]: unknown;
+}
 export interface PlanVm {
-  vm_path: string; options?: Record<string, unknown>; status: string; job_id: string | null; jobs: string[];
+  vm_path: string; options?: PlanOptions; status: string; job_id: string | null; jobs: string[];
   findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
   error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
@@ -26,14 +33,22 @@ export interface PlanSelector { folder?: string; name?: string; power_state?: st
 export interface Plan {
   id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
   destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
-  options: Record<string, any>; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
+  options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
   created_by: string; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
 }
 
+/** A new plan as POST /plans gives it, validated by planCreateSchema (its defaults filled in). */
+export interface PlanCreate {
+  id?: string; name: string; description?: string; source?: Plan['source']; destination: Plan['destination'];
+  vms?: (string | { vm_path: string; options?: PlanOptions })[]; selectors?: PlanSelector[];
+  network_map: Record<string, string>; storage_map: Record<string, string>; options?: PlanOptions; limits: Record<string, number>;
+  start_at?: Date | string; windows?: { start: Date | string; end: Date | string }[];
+}
+
 export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans` });
 
-export function newVm(entry: string | { vm_path: string; options?: Record<string, unknown> }): PlanVm {
+export function newVm(entry: string | { vm_path: string; options?: PlanOptions }): PlanVm {
   const e = typeof entry === 'string' ? { vm_path: entry } : entry;
   return { vm_path: e.vm_path, ...(e.options ? { options: e.options } : {}), status: 'pending', job_id: null, jobs: [], findings: [], overrides: {}, error: null, waiting_reason: null, stage: null };
 }
@@ -63,15 +78,15 @@ export class PlanStore {
       .catch(dropped(log, 'could not announce a plan change on the bus; listeners see it with the next change', { plan_id: id }));
   }
 
-  async create(body: any, by: string): Promise<Plan> {
+  async create(body: PlanCreate, by: string): Promise<Plan> {
     const id = body.id || randomUUID();
     const now = new Date().toISOString();
-    const dupes = (body.vms ?? []).map((v: any) => (typeof v === 'string' ? v : v.vm_path)).filter((p: string, i: number, a: string[]) => a.indexOf(p) !== i);
+    const dupes = (body.vms ?? []).map((v) => (typeof v === 'string' ? v : v.vm_path)).filter((p, i, a) => a.indexOf(p) !== i);
     if (dupes.length) throw new ApiError(400, `vms: ${dupes[0]} is listed twice`, { fields: [{ field: 'vms', message: `${dupes[0]} is listed twice` }] });
     const plan: Plan = {
       id, name: body.name, description: body.description ?? '', source: body.source ?? {}, destination: body.destination,
       network_map: body.network_map, storage_map: body.storage_map, options: body.options ?? {}, limits: body.limits,
-      start_at: iso(body.start_at), windows: (body.windows ?? []).map((w: any) => ({ start: iso(w.start)!, end: iso(w.end)! })),
+      start_at: iso(body.start_at), windows: (body.windows ?? []).map((w) => ({ start: iso(w.start)!, end: iso(w.end)! })),
       status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by,
       validated_at: null, events_sent: [], vms: (body.vms ?? []).map(newVm), ...(body.selectors ? { selectors: body.selectors } : {}),
     };
@@ -84,7 +99,7 @@ export class PlanStore {
 
   async get(id: string): Promise<Plan | null> {
     const raw = await this.redis.get(this.pk.plan(id));
-    return raw ? JSON.parse(raw) : null;
+    return raw ? JSON.parse(raw) as Plan : null; // written by create and mutate
   }
 
   async must(id: string): Promise<Plan> {

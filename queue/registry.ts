@@ -60,8 +60,8 @@ export class Registry {
   private toInfo(h: Record<string, string>, jobs: string[]): WorkerInfo {
     return {
       worker_id: h.worker_id,
-      capabilities: JSON.parse(h.capabilities || '[]'),
-      system_info: JSON.parse(h.system_info || '{}'),
+      capabilities: JSON.parse(h.capabilities || '[]') as string[], // written by register() from the validated request
+      system_info: JSON.parse(h.system_info || '{}') as Record<string, unknown>,
       execution_mode: h.execution_mode,
       registered_at: h.registered_at,
       last_heartbeat: h.last_heartbeat,
@@ -115,7 +115,7 @@ export class Registry {
 
   async remove(id: string): Promise<boolean> {
     // The per-worker job set of the layout before held jobs were derived goes with its worker.
-    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id), this.k.workerJobs(id)).zrem(this.k.workers, id).exec()) as any;
+    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id), this.k.workerJobs(id)).zrem(this.k.workers, id).exec()) as [[Error | null, number], [Error | null, number]]; // DEL and ZREM answer counts
     return n > 0 || z > 0;
   }
 

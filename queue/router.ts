@@ -68,7 +68,7 @@ export class QueueRouter {
     let w = this.workers.get(name);
     if (!w) {
       const lock = (this.opts.lockSeconds ?? config.leaseSeconds) * 1000;
-      w = new Worker(name, null as any, {
+      w = new Worker(name, null, {
         connection: this.redis,
         prefix: this.k.bullPrefix,
         autorun: false,

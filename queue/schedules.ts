@@ -47,9 +47,12 @@ export function nextRun(s: Schedule): string | null {
   try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch { return null; /* no next run: a cron without a future time (validated at creation) */ }
 }
 
+/** `o[key]` when `o` is an object, else undefined (a template is checked before it is validated). */
+const prop = (o: unknown, key: string): unknown => (typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[key] : undefined);
+
 /** Templates are stored in Redis, so they may not carry passwords (GOVC_PASSWORD serves scheduled jobs). */
-export function refusePasswords(t: any, field: string) {
-  if (t && (t.password !== undefined || t.source?.password !== undefined)) {
+export function refusePasswords(t: unknown, field: string) {
+  if (prop(t, 'password') !== undefined || prop(prop(t, 'source'), 'password') !== undefined) {
     throw badRequest(`${field} may not carry a password: schedules are stored in Redis; scheduled jobs use GOVC_PASSWORD`);
   }
 }
@@ -63,7 +66,7 @@ export class ScheduleStore {
 
   async get(id: string): Promise<Schedule | null> {
     const raw = await this.redis.hget(this.k.schedules, id);
-    return raw ? JSON.parse(raw) : null;
+    return raw ? JSON.parse(raw) as Schedule : null; // written by create/update
   }
 
   async all(): Promise<Schedule[]> {
@@ -83,7 +86,7 @@ export class ScheduleStore {
     return { ...s, ...(await this.stats(s.id)), next_run: nextRun(s) };
   }
 
-  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean; job_template?: any; owner: ScheduleOwner }) {
+  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean; job_template?: Record<string, unknown>; owner: ScheduleOwner }) {
     const now = new Date().toISOString();
     const s: Schedule = {
       id: input.id || `sch-${randomUUID().slice(0, 8)}`, name: input.name, description: input.description || '', schedule: input.schedule.trim(),

@@ -73,7 +73,7 @@ let loaded: ReturnType<typeof commandFiles> | undefined;
 /** Defines the commands on a connection once (ioredis then sends EVALSHA, falling back to EVAL). */
 export function withCommands(redis: RedisClient): RedisClient & FerryCommands {
   const r = redis as RedisClient & FerryCommands;
-  if (!(r as any).ferryTransitionJob) {
+  if (!('ferryTransitionJob' in redis)) { // defineCommand() puts each command on the connection
     loaded ??= commandFiles();
     for (const c of loaded) redis.defineCommand(c.name, { numberOfKeys: c.numberOfKeys, lua: c.lua });
   }

@@ -6,7 +6,7 @@ import type Joi from 'joi';
 import type { RouteDef } from '../shared/http';
 import type { Need } from '../shared/auth';
 import type { ServerResponse } from 'node:http';
-import type { Bus } from './bus';
+import type { Bus, JobEventMessage } from './bus';
 import type { JobStore } from './store';
 import { isTerminal } from '../shared/states';
 import { fieldError, notFound } from '../shared/errors';
@@ -17,7 +17,7 @@ import { openEventStream, writeFrame } from './sse-stream';
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
 
 /** The raw JSON of the event inside a bus message ({"job_id":..,"id":..,"event":<json>}), without re-encoding it. */
-function rawEvent(raw: string, msg: any): string {
+function rawEvent(raw: string, msg: JobEventMessage): string {
   const i = raw.indexOf('"event":');
   return i >= 0 ? raw.slice(i + 8, -1) : JSON.stringify(msg.event);
 }

@@ -35,8 +35,8 @@ export function publicView(w: Webhook, index: number) {
 /** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
 export function createdView(w: Webhook, index: number) {
   const headers = Object.fromEntries([
-    ...Object.entries(w.headers).map(([k, v]) => [k, isSensitiveKey(k) ? REDACTED : v]),
-    ...Object.keys(w.sealed_headers || {}).map((k) => [k, REDACTED]),
+    ...Object.entries(w.headers).map(([k, v]): [string, string] => [k, isSensitiveKey(k) ? REDACTED : v]),
+    ...Object.keys(w.sealed_headers || {}).map((k): [string, string] => [k, REDACTED]),
   ]);
   return { ...publicView(w, index), headers };
 }
@@ -57,7 +57,7 @@ export class WebhookStore {
   }
 
   async list(): Promise<Webhook[]> {
-    return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s));
+    return (await this.redis.lrange(this.k.webhooks, 0, -1)).map((s) => JSON.parse(s) as Webhook); // written by add()
   }
 
   async add(input: Omit<Webhook, 'id' | 'created_at' | 'secret_box'> & { secret?: string }) {
@@ -113,7 +113,7 @@ export class WebhookStore {
     const ids = await this.redis.zrevrange(this.k.webhookDeliveryOrder(webhookId), 0, limit - 1);
     if (!ids.length) return [];
     const vals = await this.redis.hmget(this.k.webhookDeliveries(webhookId), ...ids);
-    return vals.filter((v): v is string => !!v).map((v) => JSON.parse(v));
+    return vals.filter((v): v is string => !!v).map((v) => JSON.parse(v) as Delivery); // written by record()
   }
 
   /** Queues one delivery per webhook subscribed to `event`; the BullMQ job id dedups replicas that saw the same change. */

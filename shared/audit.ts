@@ -10,6 +10,7 @@ import type Koa from 'koa';
 import Joi from 'joi';
 import { Auth, identify, presentedKey } from './auth';
 import { config } from './config';
+import { errorText } from './errors';
 import type { Logger } from './log';
 import type { RedisClient } from './redis';
 import { redact } from './sensitive';
@@ -57,7 +58,7 @@ function pick(into: Record<string, string | string[]>, from: unknown) {
 export function targetsOf(ctx: Koa.Context): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   pick(out, ctx.params);
-  pick(out, (ctx.request as any).body);
+  pick(out, ctx.request.body);
   if (ctx.status < 300) pick(out, ctx.body);
   return redact(out);
 }
@@ -118,7 +119,7 @@ export class AuditLog {
     const first = await Promise.race([written.then(() => 'ok' as const), late]).finally(() => clearTimeout(timer));
     if (first === 'late') {
       this.log.warn('audit record not yet stored in Redis; answering without waiting (its log line stands)', { audit_id: rec.id });
-      written.catch((e) => this.log.warn('audit record not stored in Redis; its log line stands', { audit_id: rec.id, error: String(e?.message || e) }));
+      written.catch((e) => this.log.warn('audit record not stored in Redis; its log line stands', { audit_id: rec.id, error: errorText(e) }));
     }
   }
 

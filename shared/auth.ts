@@ -205,5 +205,5 @@ export async function issueTicket(redis: TicketStore, prefix: string, key: ApiKe
 export async function redeemTicket(redis: TicketStore, prefix: string, ticket: string): Promise<{ name?: string; role?: KeyRole } | null> {
   if (!/^[A-Za-z0-9_-]{16,64}$/.test(ticket)) return null;
   const v = await redis.getdel(keys(prefix).wsTicket(digest(ticket).toString('hex')));
-  return v ? JSON.parse(v) : null;
+  return v ? JSON.parse(v) as { name?: string; role?: KeyRole } : null; // written by issueTicket above
 }

@@ -75,7 +75,7 @@ export function checkTree(body: unknown): void {
     const top = stack[stack.length - 1];
     const [node, expanded] = top;
     if (memo.has(node)) { stack.pop(); continue; }
-    const children = Object.values(node);
+    const children: unknown[] = Object.values(node);
     if (!expanded) {
       if (open.has(node)) throw over('refers to itself (a YAML alias inside its own anchor)');
       open.add(node);
@@ -120,7 +120,7 @@ export async function readBodyText(req: IncomingMessage): Promise<string> {
       chunks.push(c as Buffer);
     }
   } catch (e) {
-    if ((e as any)?.status) throw e;
+    if (typeof e === 'object' && e !== null && 'status' in e && e.status) throw e; // our own 413 from the loop
     throw fieldError(400, 'body', `could not be read as ${encoding}: ${(e as Error).message}`);
   }
   return Buffer.concat(chunks).toString('utf8');
@@ -135,7 +135,7 @@ export async function readJsonBody(req: IncomingMessage): Promise<unknown> {
   try {
     // The reviver (slower) only when the text could hold the key, written plainly or escaped.
     if (!/__proto__|\\u00/i.test(text)) return JSON.parse(text);
-    return JSON.parse(text, (k, v) => { if (k === '__proto__') throw new SyntaxError('the key __proto__ is not accepted'); return v; });
+    return JSON.parse(text, (k: string, v: unknown) => { if (k === '__proto__') throw new SyntaxError('the key __proto__ is not accepted'); return v; });
   } catch (e) {
     throw over(`malformed request body: ${(e as Error).message}`);
   }

@@ -22,7 +22,7 @@ export function formatDuration(seconds: number): string {
   return `${h ? h + 'h' : ''}${h || m ? m + 'm' : ''}${s % 60}s`;
 }
 
-const duration = Joi.string().custom((v, h) => {
+const duration = Joi.string().custom((v: string, h) => {
   const n = parseDuration(v);
   if (n === null || n <= 0) return h.message({ custom: `{{#label}} must be a duration such as 48h, 90m or 30s, got "${v}"` });
   if (n > 7 * 24 * 3600) return h.message({ custom: '{{#label}} must be at most 168h (7 days)' });
@@ -79,7 +79,7 @@ export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env):
     try { raw = yaml.load(text) ?? {}; } catch (e) { throw new ConfigError(`config file ${file} is not valid YAML: ${(e as Error).message}`); }
     if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`config file ${file} must hold a mapping`);
   }
-  const { error, value } = schema.validate(raw, { abortEarly: false, errors: { wrap: { label: '' } } });
+  const { error, value } = schema.validate(raw, { abortEarly: false, errors: { wrap: { label: '' } } }) as { error?: Joi.ValidationError; value: unknown };
   if (error) throw new ConfigError(`invalid config${file ? ` in ${file}` : ''}: ${error.details.map((d) => `${d.path.join('.')}: ${d.message}`).join('; ')}`);
   const cfg = value as DaemonConfig;
   if (env.JOB_TIMEOUT) {

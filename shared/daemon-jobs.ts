@@ -9,7 +9,32 @@ import { jobSpecSchema, JobSpec } from './schemas/job';
 import { managerDefaults } from './vsphere/job-credentials';
 import { configuredInsecure, getsDefaultCredentials, managerAllowed } from './vsphere/credentials';
 
+/** Options every daemon job definition may carry (exportJobSchema, migrationJobSchema), defaults filled in. */
+interface JobOptions {
+  parallel_downloads?: number; remove_cdrom: boolean; power_off: string; shutdown_timeout_seconds: number;
+  show_individual_progress?: boolean; conversion_method?: string; network_mapping?: Record<string, string>; virt_test?: Record<string, unknown>;
+}
+/** Shape A as validated (exportJobSchema). */
+interface ExportJob {
+  name?: string; vm_path: string; output_path: string; options: JobOptions; manager_url?: string; username?: string;
+  password?: string; insecure?: boolean; priority?: number;
+}
+/** Shape B as validated (migrationJobSchema). */
+interface MigrationJob {
+  name?: string; vm_path: string; priority?: number; options: JobOptions;
+  source: { type: string; manager_url?: string; username?: string; password?: string; datacenter?: string; insecure?: boolean };
+  destination: { type: string; virt_uri?: string };
+}
+/** An operation template as validated (operationTemplateSchema). */
+interface OperationTemplate {
+  operation: string; image?: Record<string, unknown>; parameters: Record<string, unknown>;
+  execution_policy?: Record<string, unknown>; requirements?: Record<string, unknown>;
+}
+
 export interface Built { spec: JobSpec; meta: Record<string, unknown>; password?: string; passwordField?: string; shape: 'A' | 'B' | 'operation' }
+
+/** `o[key]` when `o` is an object, else undefined. */
+const prop = (o: unknown, key: string): unknown => (typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[key] : undefined);
 
 const clean = <T extends Record<string, unknown>>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 
@@ -20,7 +45,7 @@ function defaultsFor(given: string | undefined, env: ReturnType<typeof managerDe
   return { username: own ? env.username : undefined, insecure: configuredInsecure(given) };
 }
 
-export function shapeOf(def: any): 'A' | 'B' | 'operation' {
+export function shapeOf(def: unknown): 'A' | 'B' | 'operation' {
   if (def && typeof def === 'object' && 'operation' in def) return 'operation';
   return def && typeof def === 'object' && ('source' in def || 'destination' in def) ? 'B' : 'A';
 }
@@ -35,7 +60,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
   let password: string | undefined;
   let passwordField: string | undefined;
   if (shape === 'A') {
-    const d = validate<any>(exportJobSchema, def, 'body', opts.where, opts.warnings);
+    const d = validate<ExportJob>(exportJobSchema, def, 'body', opts.where, opts.warnings);
     password = d.password;
     passwordField = [opts.where, 'password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -52,7 +77,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'export', name, vm_path: d.vm_path, output_path: d.output_path };
   } else if (shape === 'B') {
-    const d = validate<any>(migrationJobSchema, def, 'body', opts.where, opts.warnings);
+    const d = validate<MigrationJob>(migrationJobSchema, def, 'body', opts.where, opts.warnings);
     password = d.source.password;
     passwordField = [opts.where, 'source.password'].filter(Boolean).join('.');
     const name = d.name || d.vm_path.split('/').pop();
@@ -70,12 +95,13 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };
   } else {
-    const d = validate<any>(operationTemplateSchema, def, 'body', opts.where, opts.warnings);
+    const d = validate<OperationTemplate>(operationTemplateSchema, def, 'body', opts.where, opts.warnings);
     raw = clean({ job_id, operation: d.operation, image: d.image, parameters: d.parameters, requirements: d.requirements, execution_policy: { timeout_seconds: opts.jobTimeoutSeconds, ...(d.execution_policy || {}) } });
     meta = { kind: 'operation', name: d.operation };
   }
   // A job may only name a manager this deployment allows (GOVC_URL, FERRY_VSPHERE_MANAGERS): 400 at submission.
-  const given = shape === 'A' ? (def as any)?.manager_url : shape === 'B' ? (def as any)?.source?.manager_url : undefined;
+  // Read from the definition as given (not yet validated where the check below must still refuse it).
+  const given = shape === 'A' ? prop(def, 'manager_url') : shape === 'B' ? prop(prop(def, 'source'), 'manager_url') : undefined;
   if (typeof given === 'string' && !managerAllowed(given)) {
     const field = [opts.where, shape === 'A' ? 'manager_url' : 'source.manager_url'].filter(Boolean).join('.');
     throw fieldError(400, field, 'not an allowed vSphere manager', `${field}: ${given.replace(/\/\/[^@/]*@/, '//')} is not a vSphere manager this daemon may contact (GOVC_URL or FERRY_VSPHERE_MANAGERS)`);

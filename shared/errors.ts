@@ -19,12 +19,23 @@ export class OperationError extends Error {
   }
 }
 
+/** What a thrown value says: its `message` when it has a non-empty one, else the value itself as a string. */
+export function errorText(e: unknown): string {
+  const m = typeof e === 'object' && e !== null && 'message' in e ? e.message : undefined;
+  return String(m || e);
+}
+
+/** `{ fields }` when an ApiError's details carry a `fields` list (fieldError, validation failures), else `{}`. */
+function fieldsOf(details: unknown): { fields?: unknown } {
+  return typeof details === 'object' && details !== null && 'fields' in details && details.fields ? { fields: details.fields } : {};
+}
+
 /** The error envelope of the daemon API (port 8080): its HTTP answers, metrics port and WebSocket refusals. */
-export function daemonEnvelope(status: number, message: string, _path?: string, details?: any) {
-  return { error: message, status, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) };
+export function daemonEnvelope(status: number, message: string, _path?: string, details?: unknown) {
+  return { error: message, status, timestamp: new Date().toISOString(), ...fieldsOf(details) };
 }
 
 /** The error envelope of the job API (port 8000) and of the workers' own ports. */
-export function jobApiEnvelope(status: number, message: string, path: string, details?: any) {
-  return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...(details?.fields ? { fields: details.fields } : {}) } };
+export function jobApiEnvelope(status: number, message: string, path: string, details?: unknown) {
+  return { error: { code: status, message, path, timestamp: new Date().toISOString(), ...fieldsOf(details) } };
 }

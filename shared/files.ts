@@ -4,8 +4,9 @@ import { promises as fs, Stats } from 'node:fs';
 /** fs.stat, or undefined when nothing is there (ENOENT, ENOTDIR); any other error (EACCES, EIO) is thrown,
  *  never taken for "missing". */
 export async function statIfExists(p: string): Promise<Stats | undefined> {
-  try { return await fs.stat(p); } catch (e: any) {
-    if (e?.code === 'ENOENT' || e?.code === 'ENOTDIR') return undefined;
+  try { return await fs.stat(p); } catch (e) {
+    const code = (e as NodeJS.ErrnoException | undefined)?.code; // fs rejects with an ErrnoException
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
     throw e;
   }
 }

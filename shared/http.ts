@@ -5,10 +5,10 @@ import Router from '@koa/router';
 import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
 import type { IncomingMessage } from 'node:http';
-import { ApiError, badRequest, fieldError } from './errors';
+import { ApiError, badRequest, errorText, fieldError } from './errors';
 import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } from './body-budget';
-import { toJsonSchema } from './openapi';
-import { Auth, authorize, Need } from './auth';
+import { toJsonSchema, type JsonSchema } from './openapi';
+import { ApiKey, Auth, authorize, Need } from './auth';
 import { config } from './config';
 import { browserRefusal, browserRule } from './browser';
 import { RateLimiter, runAs } from './limits';
@@ -17,45 +17,53 @@ import type { Logger } from './log';
 import type { AuditLog } from './audit';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
-/** `warnings` collects what the request held that was ignored (the daemon API's unknown fields); a handler
+/** What a handler gets: each part as its route's joi schema gave it (validate() below), so typed as that schema
+ *  is (`Joi.object<T>()`; joi's own default leaves it open); without a schema, what the router parsed.
+ *  `warnings` collects what the request held that was ignored (the daemon API's unknown fields); a handler
  *  that validates further (a batch's jobs) adds to it. */
-export interface Input { params: any; query: any; body: any; warnings?: string[] }
-export interface RouteDef {
+export interface Input<P = Record<string, string>, Q = Record<string, unknown>, B = unknown> { params: P; query: Q; body: B; warnings?: string[] }
+export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown>, B = unknown> {
   method: Method;
   path: string;
   summary: string;
   tags?: string[];
-  params?: Joi.ObjectSchema;
-  query?: Joi.ObjectSchema;
-  body?: Joi.Schema;
+  params?: Joi.ObjectSchema<P>;
+  query?: Joi.ObjectSchema<Q>;
+  body?: Joi.Schema<B>;
   bodyRequired?: boolean;
   requestTypes?: string[];
   /** Who may call it (shared/auth.ts), declared by every route: there is no default (docs/security.md). */
   role: Need;
-  responses: Record<number, { description: string; schema?: Joi.Schema | Record<string, any>; type?: string }>;
-  handler: (ctx: Koa.Context, input: Input) => unknown; // the body, or a promise of it
+  /** `schema`: a joi schema, or a JSON Schema written out (shown as it is). */
+  responses: Record<number, { description: string; schema?: Joi.Schema | JsonSchema; type?: string }>;
+  handler: (ctx: Koa.Context, input: Input<P, Q, B>) => unknown; // the body, or a promise of it
 }
 
+/** A route as the API lists it, whatever its input types. */
+export type DeclaredRoute = Omit<RouteDef, 'params' | 'query' | 'body' | 'handler'> & { params?: Joi.ObjectSchema<unknown>; query?: Joi.ObjectSchema<unknown>; body?: Joi.Schema<unknown> };
+
+/** A joi result: checked, not typed yet (the caller of validate() names its type). */
+type Checked = { error?: Joi.ValidationError; value: unknown };
 const VALIDATION = { abortEarly: false, convert: true, errors: { wrap: { label: '"' } } } as const;
 
 /** Removes the value at `path` (a joi error path) from `obj`. */
-function dropPath(obj: any, path: (string | number)[]) {
+function dropPath(obj: unknown, path: (string | number)[]) {
   let o = obj;
-  for (const k of path.slice(0, -1)) { if (o === null || typeof o !== 'object') return; o = o[k]; }
-  if (o !== null && typeof o === 'object') delete o[path[path.length - 1]];
+  for (const k of path.slice(0, -1)) { if (o === null || typeof o !== 'object') return; o = (o as Record<string | number, unknown>)[k]; }
+  if (o !== null && typeof o === 'object') delete (o as Record<string | number, unknown>)[path[path.length - 1]];
 }
 
 /** Validates one part of a request; a 400 names every offending field (by its path, prefixed with `prefix` when
  *  the value sits inside a larger body, such as jobs[2]), in `fields` and in the message. With `warnings`, fields
  *  the schema does not know are dropped and listed there instead of refused (the daemon API's rule). */
-export function validate<T = any>(schema: Joi.Schema, value: unknown, where: string, prefix = '', warnings?: string[]): T {
+export function validate<T = unknown>(schema: Joi.Schema, value: unknown, where: string, prefix = '', warnings?: string[]): T {
   const name = (d: Joi.ValidationErrorItem) => [prefix, d.path.join('.')].filter(Boolean).join('.') || where;
-  let { error, value: v } = schema.validate(value, VALIDATION);
+  let { error, value: v } = schema.validate(value, VALIDATION) as Checked;
   // Dropping a field can let a schema look deeper (an alternative now matches) and find more: a few rounds.
   const copy = error && warnings ? structuredClone(value) : value;
   for (let round = 0; round < 4 && error && warnings && error.details.every((d) => d.type === 'object.unknown'); round++) {
     for (const d of error.details) { dropPath(copy, d.path); warnings.push(`${name(d)}: unknown field, ignored`); }
-    ({ error, value: v } = schema.validate(copy, VALIDATION));
+    ({ error, value: v } = schema.validate(copy, VALIDATION) as Checked);
   }
   if (error) {
     const unknownIgnored = warnings ? error.details.filter((d) => d.type !== 'object.unknown') : error.details;
@@ -88,7 +96,8 @@ async function readYaml(req: IncomingMessage): Promise<unknown> {
 }
 
 export class Api {
-  readonly routes: RouteDef[] = [];
+  /** The routes as declared, for the OpenAPI document (their handlers are each wrapped in add()). */
+  readonly routes: DeclaredRoute[] = [];
   readonly router = new Router();
   private needs = new Map<string, Need>();
   private prefixes: string[];
@@ -130,7 +139,7 @@ export class Api {
     return !!r && this.yamlRoutes.has(r);
   }
 
-  add(def: RouteDef) {
+  add<P = Record<string, string>, Q = Record<string, unknown>, B = unknown>(def: RouteDef<P, Q, B>) {
     // A route without a role would be reachable by whatever a default said: refused at registration instead.
     if (!def.role) throw new Error(`route ${def.method.toUpperCase()} ${def.path} declares no role (RouteDef.role)`);
     if (def.body && !def.requestTypes) def.requestTypes = this.requestTypes;
@@ -150,35 +159,36 @@ export class Api {
         const shadowed = !literal && this.literals.get(ctx.path.replace(/\/+$/, ''));
         if (shadowed) throw methodNotAllowed(ctx.method, ctx.path, [...shadowed]);
         const warnings = this.unknownFields === 'warn' ? [] as string[] : undefined;
-        const input: Input = {
-          params: def.params ? validate(def.params, ctx.params, 'path parameters') : ctx.params,
-          query: def.query ? validate(def.query, ctx.query, 'query', '', warnings) : ctx.query,
+        // Without a schema a part is what the router parsed: P and Q are then their defaults (strings, the query).
+        const input: Input<P, Q, B | undefined> = {
+          params: def.params ? validate<P>(def.params, ctx.params, 'path parameters') : ctx.params as P,
+          query: def.query ? validate<Q>(def.query, ctx.query, 'query', '', warnings) : ctx.query as Q,
           body: undefined,
           warnings,
         };
         if (def.body) {
-          const raw = (ctx.request as any).body;
+          const raw = ctx.request.body;
           const empty = raw === undefined || (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Object.keys(raw).length === 0 && !ctx.request.length);
           if (empty && def.bodyRequired !== false) throw badRequest('request body is required (JSON)');
-          input.body = validate(def.body, empty ? {} : raw, 'body', '', warnings);
+          input.body = validate<B>(def.body, empty ? {} : raw, 'body', '', warnings);
         }
-        const out = await def.handler(ctx, input);
+        const out = await def.handler(ctx, input as Input<P, Q, B>); // body is set whenever the route has a body schema (else B is unknown)
         if (out !== undefined) ctx.body = warnings?.length && out && typeof out === 'object' && !Array.isArray(out) && !Buffer.isBuffer(out) ? { ...out, warnings } : out;
       });
     }
     return this;
   }
 
-  openapi(info: { title: string; version: string; description?: string }, servers: string[] = []): Record<string, any> {
-    const paths: Record<string, any> = {};
+  openapi(info: { title: string; version: string; description?: string }, servers: string[] = []): Record<string, unknown> {
+    const paths: Record<string, Record<string, unknown>> = {};
     for (const r of this.routes) {
       const p = r.path.replace(/:([A-Za-z_]+)/g, '{$1}');
-      const op: Record<string, any> = { summary: r.summary, tags: r.tags, operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ? c.toUpperCase() : ''))}` };
-      const parameters: any[] = [];
+      const op: Record<string, unknown> = { summary: r.summary, tags: r.tags, operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_: string, c: string | undefined) => (c ? c.toUpperCase() : ''))}` };
+      const parameters: Record<string, unknown>[] = [];
       for (const [where, schema] of [['path', r.params], ['query', r.query]] as const) {
         if (!schema) continue;
         const js = toJsonSchema(schema);
-        for (const [name, s] of Object.entries<any>(js.properties || {})) {
+        for (const [name, s] of Object.entries(js.properties || {})) {
           parameters.push({ name, in: where, required: where === 'path' || (js.required || []).includes(name), schema: s, description: s.description });
         }
       }
@@ -208,11 +218,17 @@ export function methodNotAllowed(method: string, path: string, allow: string[]) 
   return new ApiError(405, `method ${method} is not allowed on ${path.slice(0, 256)} (allowed: ${list.join(', ')})`, { allow: list.join(', ') });
 }
 
+/** A thrown value as read here: usually an Error (name, message), a Koa/HTTP error (status, expose, code) or an
+ *  ApiError (`details`: methodNotAllowed's `allow`, rateLimit's `retryAfter`); anything can be thrown, so the
+ *  rest stays unknown and each use checks or stringifies it. */
+type Thrown = { name?: string; message?: string; status?: unknown; code?: unknown; expose?: unknown; stack?: unknown; details?: { allow?: string; retryAfter?: number } } | null | undefined;
+
 /** Redis refused or is unreachable (a failover, a restart): the caller may retry, so 503 rather than 500. */
-export function isStorageError(err: any): boolean {
-  const name = String(err?.name || '');
+export function isStorageError(err: unknown): boolean {
+  const e = err as Thrown;
+  const name = String(e?.name || '');
   return ['ReplyError', 'MaxRetriesPerRequestError', 'ClusterAllFailedError', 'AbortError'].includes(name)
-    || /Connection is closed|ECONNREFUSED|ECONNRESET|Cluster redirections|CLUSTERDOWN|LOADING|MOVED|TRYAGAIN/.test(String(err?.message || ''));
+    || /Connection is closed|ECONNREFUSED|ECONNRESET|Cluster redirections|CLUSTERDOWN|LOADING|MOVED|TRYAGAIN/.test(String(e?.message || ''));
 }
 
 /** What a 503 says when Redis is away: never Redis's own error text (it may name hosts or internals). */
@@ -291,29 +307,30 @@ function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
       if (cors(ctx, origins)) return;
       await next();
       if (ctx.status === 404 && ctx.body === undefined) throw new ApiError(404, `no route for ${ctx.method} ${ctx.path}`);
-    } catch (err: any) {
+    } catch (err) {
       reason = answerError(ctx, err, opts);
     } finally {
-      const route = (ctx as any)._matchedRoute as string | undefined;
+      const route = ctx._matchedRoute as string | undefined; // set by @koa/router on a matched route
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
       // Awaited, so the record is in Redis when the caller has its answer; a Redis failure costs only the copy
       // there (the log line is written first).
-      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: String(e?.message || e) }));
+      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
     }
   };
 }
 
 /** Writes an error as the API's envelope with its status (and Allow, Retry-After); returns the message. */
-function answerError(ctx: Koa.Context, err: any, opts: AppOptions): string {
+function answerError(ctx: Koa.Context, err: unknown, opts: AppOptions): string {
+  const e = err as Thrown;
   const storage = !(err instanceof ApiError) && isStorageError(err);
-  const status = err instanceof ApiError ? err.status : storage ? 503 : Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? err.status : 500;
-  const message = err instanceof ApiError || status < 500 ? String(err.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
-  if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: err?.stack || String(err) });
+  const status = err instanceof ApiError ? err.status : storage ? 503 : typeof e?.status === 'number' && Number.isInteger(e.status) && e.status >= 400 && e.status < 500 ? e.status : 500;
+  const message = err instanceof ApiError || status < 500 ? String(e?.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
+  if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: e?.stack || String(err) });
   ctx.status = status;
   ctx.body = opts.envelope(status, message, ctx.path, err instanceof ApiError ? err.details : undefined);
-  const allow = err?.details?.allow;
+  const allow = e?.details?.allow;
   if (status === 405 && allow) ctx.set('Allow', allow);
-  const retryAfter = err?.details?.retryAfter;
+  const retryAfter = e?.details?.retryAfter;
   if (retryAfter) ctx.set('Retry-After', String(retryAfter));
   return message;
 }
@@ -330,10 +347,11 @@ function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
       }
       ctx.state.apiKey = v.key;
     }
-    const who = ctx.state.apiKey ? `key:${ctx.state.apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
+    const apiKey = ctx.state.apiKey as ApiKey | null | undefined; // Koa's state is untyped; set just above
+    const who = apiKey ? `key:${apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
     if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
-    return runAs(who, next);
+    await runAs(who, next);
   };
 }
 
@@ -346,7 +364,7 @@ function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
     async (ctx, next) => {
       if (YAML_TYPES.test(ctx.get('content-type')) && api.takesYaml(ctx.method, ctx.path)) ctx.request.body = await readYaml(ctx.req);
       else if (ctx.request.is('json') && ctx.request.length !== 0) ctx.request.body = await readJsonBody(ctx.req);
-      return next();
+      await next();
     },
     bodyParser({
       enableTypes: ['json', ...(opts.bodyTypes?.text ? ['text'] : [])],
@@ -354,11 +372,11 @@ function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
       jsonLimit: `${MAX_BODY_BYTES}b`,
       textLimit: `${MAX_BODY_BYTES}b`,
       strict: false,
-      onerror: (err: any) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
+      onerror: (err: Error & { status?: number }) => { throw err?.status === 413 ? tooLarge() : bodyError(400, `malformed request body: ${err.message}`); },
     }),
     async (ctx, next) => {
-      checkTree((ctx.request as any).body);
-      return next();
+      checkTree(ctx.request.body);
+      await next();
     },
   ];
 }
@@ -368,7 +386,7 @@ function readBody(api: Api, opts: AppOptions): Koa.Middleware[] {
 function refuseOtherMethods(api: Api): Koa.Middleware {
   const allowed = api.router.allowedMethods();
   return async (ctx, next) => {
-    await allowed(ctx as any, next);
+    await allowed(ctx as Parameters<typeof allowed>[0], next); // the router's own context type; Koa's is the same object
     if (ctx.status === 405 || ctx.status === 501) throw methodNotAllowed(ctx.method, ctx.path, String(ctx.response.get('Allow') || '').split(/,\s*/).filter(Boolean));
   };
 }
@@ -379,9 +397,10 @@ export function createApp(api: Api, opts: AppOptions): Koa {
   app.proxy = true;
   // Errors after the response started (a streamed file): a client that closed the connection is not an error
   // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
-  app.on('error', (err: any) => {
-    if (['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(err?.code) || err?.status === 404 || err?.expose) return;
-    opts.log.error('response failed', { error: String(err?.message || err) });
+  app.on('error', (err: unknown) => {
+    const e = err as Thrown;
+    if ((typeof e?.code === 'string' && ['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(e.code)) || e?.status === 404 || e?.expose) return;
+    opts.log.error('response failed', { error: errorText(err) });
   });
   for (const m of [answerAndRecord(api, opts), authenticate(api, opts), ...(opts.afterAuth ?? []), ...readBody(api, opts)]) app.use(m);
   app.use(api.router.routes());

@@ -1,26 +1,46 @@
 // joi -> JSON Schema (OpenAPI 3.0 flavour), so the schemas that validate requests also describe them.
 import type Joi from 'joi';
 
-type D = Record<string, any>;
+/** What this converter reads of joi's describe() output (joi's own Description type leaves these `any`). */
+interface Described {
+  type?: string;
+  flags?: { description?: string; default?: unknown; presence?: string; unknown?: boolean; only?: boolean };
+  rules?: { name: string; args: { limit?: number; regex?: string } }[];
+  keys?: Record<string, Described>;
+  patterns?: { rule: Described }[];
+  dependencies?: { rel: string; peers: string[] }[];
+  items?: Described[];
+  matches?: Branch[];
+  whens?: Branch[];
+  allow?: unknown[];
+}
+/** A conditional's choices: a plain choice (`schema`), then/otherwise, or switch cases. */
+interface Branch { schema?: Described; then?: Described; otherwise?: Described; switch?: { then?: Described; otherwise?: Described }[] }
 
-export function toJsonSchema(schema: Joi.Schema | D): D {
-  const d: D = typeof (schema as any).describe === 'function' ? (schema as Joi.Schema).describe() : schema;
+/** A JSON Schema (OpenAPI 3.0 flavour) node. */
+export interface JsonSchema { description?: string; properties?: Record<string, JsonSchema>; required?: string[]; [keyword: string]: unknown }
+
+/** A default joi computes (Joi.ref, a function's result) is described as `{ special: ... }`: no literal value. */
+const isSpecial = (v: unknown) => typeof v === 'object' && v !== null && 'special' in v && !!v.special;
+
+export function toJsonSchema(schema: Joi.Schema | JsonSchema): JsonSchema {
+  const d = (typeof schema.describe === 'function' ? (schema as Joi.Schema).describe() : schema) as Described;
   return convert(d);
 }
 
-function convert(d: D): D {
-  const out: D = {};
+function convert(d: Described): JsonSchema {
+  const out: JsonSchema = {};
   const flags = d.flags || {};
   if (flags.description) out.description = flags.description;
-  if (flags.default !== undefined && typeof flags.default !== 'function' && !(flags.default && flags.default.special)) out.default = flags.default;
-  const rules: D[] = d.rules || [];
+  if (flags.default !== undefined && typeof flags.default !== 'function' && !isSpecial(flags.default)) out.default = flags.default;
+  const rules = d.rules || [];
   const rule = (name: string) => rules.find((r) => r.name === name);
   switch (d.type) {
     case 'object': {
       out.type = 'object';
-      const props: D = {};
+      const props: Record<string, JsonSchema> = {};
       const required: string[] = [];
-      for (const [k, v] of Object.entries<D>(d.keys || {})) {
+      for (const [k, v] of Object.entries(d.keys || {})) {
         props[k] = convert(v);
         if (v.flags?.presence === 'required') required.push(k);
       }
@@ -28,8 +48,8 @@ function convert(d: D): D {
       if (required.length) out.required = required;
       if (d.patterns?.length) out.additionalProperties = convert(d.patterns[0].rule);
       else out.additionalProperties = flags.unknown === true || !d.keys;
-      const xor = (d.dependencies || []).find((x: D) => x.rel === 'xor');
-      if (xor) out.oneOf = xor.peers.map((p: string) => ({ required: [p] }));
+      const xor = (d.dependencies || []).find((x) => x.rel === 'xor');
+      if (xor) out.oneOf = xor.peers.map((p) => ({ required: [p] }));
       break;
     }
     case 'string': {
@@ -64,14 +84,14 @@ function convert(d: D): D {
       break;
     }
   }
-  if (d.allow?.length && flags.only) out.enum = d.allow.filter((v: unknown) => v !== null);
+  if (d.allow?.length && flags.only) out.enum = d.allow.filter((v) => v !== null);
   if (d.allow?.includes(null)) out.nullable = true;
   return out;
 }
 
 /** The schemas a conditional can resolve to: plain choices, then/otherwise, and switch cases. */
-function branches(conds: D[]): D[] {
-  const out: D[] = [];
+function branches(conds: Branch[]): JsonSchema[] {
+  const out: JsonSchema[] = [];
   for (const c of conds) {
     for (const s of [c.schema, c.then, c.otherwise]) if (s) out.push(convert(s));
     for (const s of c.switch || []) for (const x of [s.then, s.otherwise]) if (x) out.push(convert(x));

@@ -19,24 +19,43 @@ export const virtTestSchema = Joi.object({
   vcpus: Joi.number().integer().min(1).max(64),
 }).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look');
 
+/** A job's parameters: the functions below get them validated by the operation's own `parameters` schema, and
+ *  each reads them as the shape that schema gives (the interfaces below). */
+type Parameters = Record<string, unknown>;
+
 export interface OperationDef {
   capabilities: string[];
   needsImage: boolean;
   parameters: Joi.ObjectSchema;
   description: string;
   /** When present, the capabilities depend on the validated parameters (migrate: on its enabled stages). */
-  capabilitiesFor?: (parameters: any) => string[];
+  capabilitiesFor?: (parameters: Parameters) => string[];
   /** Every file or directory the job names, checked against the storage roots (shared/roots.ts). */
-  paths?: (spec: { job_id: string; image?: { path: string }; parameters: any }) => JobPath[];
+  paths?: (spec: { job_id: string; image?: { path: string }; parameters: Parameters }) => JobPath[];
   /** The input images among them, whose headers and references are checked too (shared/image-confine.ts). */
-  images?: (spec: { image?: { path: string; format: string }; parameters: any }) => JobImage[];
+  images?: (spec: { image?: { path: string; format: string }; parameters: Parameters }) => JobImage[];
 }
 
+/** What migrateCapabilities reads of a manifest's pipeline. */
+interface PipelineFlags { fix?: { enabled?: boolean }; inspect?: { enabled?: boolean; collect_guest_info?: boolean } }
+/** The parameters of migrate as the functions here read them. */
+interface MigrateParameters {
+  manifest?: {
+    disks?: { local_path: string; source_format: string }[]; output?: { directory?: string };
+    options?: { report?: { enabled?: boolean; path?: string } }; pipeline?: PipelineFlags;
+  };
+  output_dir?: string;
+}
+/** The parameters of import_kvm as the functions here read them. */
+interface ImportParameters { disks?: { path: string; format?: string }[] }
+/** The parameters of convert: the schema's xor sets exactly one of the two. */
+interface ConvertParameters { output_dir?: string; output_path?: string }
+
 /** The paths of a migrate job: each disk's source, the output directory and the report. */
-function migratePaths(spec: { parameters: any }): JobPath[] {
-  const p = spec.parameters || {};
-  const m = p.manifest || {};
-  const out: JobPath[] = (m.disks || []).map((d: any, i: number) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, kind: 'input' as const }));
+function migratePaths(spec: { parameters: Parameters }): JobPath[] {
+  const p = (spec.parameters || {}) as MigrateParameters;
+  const m: NonNullable<MigrateParameters['manifest']> = p.manifest || {};
+  const out: JobPath[] = (m.disks || []).map((d, i) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, kind: 'input' as const }));
   const dir = m.output?.directory || p.output_dir;
   if (dir) {
     out.push({ field: m.output?.directory ? 'parameters.manifest.output.directory' : 'parameters.output_dir', path: dir, kind: 'output_dir' });
@@ -78,7 +97,7 @@ const managerParameters = {
 
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
  *  collect_guest_info) also needs mount_operations. */
-export function migrateCapabilities(p: { manifest?: { pipeline?: Record<string, any> } }): string[] {
+export function migrateCapabilities(p: { manifest?: { pipeline?: PipelineFlags } }): string[] {
   const st = p?.manifest?.pipeline;
   const caps = new Set<string>(['img_tool']);
   if (!st) return [...caps];
@@ -99,9 +118,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
       pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
       virt_uri: virtUriSchema.description('target libvirt URI (default FERRY_LIBVIRT_URI); one of FERRY_LIBVIRT_URIS'),
     }),
-    paths: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
+    paths: (spec) => ((spec.parameters as ImportParameters).disks || []).map((d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
     // Copied into a pool, a reference would resolve against the pool's folder: imported disks reference nothing.
-    images: (spec) => (spec.parameters.disks || []).map((d: any, i: number) => ({ field: `parameters.disks[${i}].path`, path: d.path, format: d.format, selfContained: true })),
+    images: (spec) => ((spec.parameters as ImportParameters).disks || []).map((d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, format: d.format, selfContained: true })),
     description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
   },
   migrate: {
@@ -123,19 +142,22 @@ export const OPERATIONS: Record<string, OperationDef> = {
       overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
     paths: migratePaths,
-    images: (spec) => (spec.parameters.manifest?.disks || []).map((d: any, i: number) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, format: d.source_format })),
+    images: (spec) => ((spec.parameters as MigrateParameters).manifest?.disks || []).map((d, i) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, format: d.source_format })),
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
   },
   convert: {
     capabilities: ['img_tool'],
     needsImage: true,
     parameters: convertParameters,
-    paths: (spec) => [
-      { field: 'image.path', path: spec.image!.path, kind: 'input' },
-      spec.parameters.output_path
-        ? { field: 'parameters.output_path', path: spec.parameters.output_path, kind: 'output' }
-        : { field: 'parameters.output_dir', path: spec.parameters.output_dir, kind: 'output_dir' },
-    ],
+    paths: (spec) => {
+      const p = spec.parameters as ConvertParameters;
+      return [
+        { field: 'image.path', path: spec.image!.path, kind: 'input' },
+        p.output_path
+          ? { field: 'parameters.output_path', path: p.output_path, kind: 'output' }
+          : { field: 'parameters.output_dir', path: p.output_dir!, kind: 'output_dir' },
+      ];
+    },
     images: (spec) => [{ field: 'image.path', path: spec.image!.path, format: spec.image!.format }],
     description: 'qemu-img convert of image.path into parameters.output_format',
   },
@@ -158,7 +180,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       output_path: absolutePath.required(),
       show_individual_progress: Joi.boolean().default(false),
     }),
-    paths: (spec) => [{ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' }],
+    paths: (spec) => [{ field: 'output_path', path: (spec.parameters as { output_path: string }).output_path, kind: 'output_dir' }],
     description: 'export a VM from a remote virtualization manager into output_path (daemon API shape A)',
   },
   migrate_vm: {

@@ -21,10 +21,10 @@ export interface ImageInfo {
 export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string; code: number }> {
   return new Promise((resolve, reject) => {
     execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, signal: opts.signal, timeout: opts.timeoutMs }, (err, stdout, stderr) => {
-      if (err && (err as any).code === 'ENOENT') return reject(new OperationError(`${cmd} is not installed`, false));
+      if (err && err.code === 'ENOENT') return reject(new OperationError(`${cmd} is not installed`, false));
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- err is execFile's AbortError (an Error; its typings intersect to something the rule cannot see as one)
       if (err?.name === 'AbortError') return reject(err);
-      resolve({ stdout: String(stdout), stderr: String(stderr), code: err ? Number((err as any).code ?? 1) : 0 });
+      resolve({ stdout: String(stdout), stderr: String(stderr), code: err ? Number(err.code ?? 1) : 0 });
     });
   });
 }
@@ -35,7 +35,7 @@ export async function imageInfo(path: string, format: string, backingChain = fal
   const args = ['info', '--output=json', '-f', format, ...(backingChain ? ['--backing-chain'] : []), path];
   const r = await spawnSlots.probe.run(() => run(QEMU_IMG, args)); // capped per caller when a request asks
   if (r.code !== 0) throw new OperationError(`qemu-img info ${path}: ${r.stderr.trim() || 'failed'}`, false);
-  const parsed = JSON.parse(r.stdout);
+  const parsed = JSON.parse(r.stdout) as ImageInfo | ImageInfo[]; // qemu-img's own JSON: a list with --backing-chain
   return Array.isArray(parsed) ? parsed[0] : parsed;
 }
 
@@ -114,9 +114,9 @@ export function convert(args: ConvertArgs, onProgress: (pct: number) => void, si
   });
 }
 
-export async function check(path: string, format: string): Promise<{ ok: boolean; output: string; report?: any }> {
+export async function check(path: string, format: string): Promise<{ ok: boolean; output: string; report?: unknown }> {
   const r = await run(QEMU_IMG, ['check', '--output=json', '-f', format, path]);
-  let report: any;
+  let report: unknown;
   try { report = JSON.parse(r.stdout); } catch { /* raw and vdi may print no JSON */ }
   // exit 0 clean; 1 check not completed; 2 corruptions; 3 leaks only; 63 format does not support checks
   return { ok: r.code === 0 || r.code === 3 || r.code === 63, output: (r.stdout + r.stderr).trim(), report };

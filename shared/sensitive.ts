@@ -17,7 +17,7 @@ export function isSensitiveKey(key: string): boolean {
 export function redact<T>(value: T, depth = 0): T {
   if (depth > 16 || value === null || typeof value !== 'object') return value;
   if (value instanceof Error) return { name: value.name, message: value.message } as unknown as T;
-  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1)) as unknown as T;
+  if (Array.isArray(value)) return (value as unknown[]).map((v) => redact(v, depth + 1)) as T;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
     out[k] = isSensitiveKey(k) && v !== undefined && v !== null && v !== '' ? REDACTED : redact(v, depth + 1);
@@ -33,7 +33,7 @@ const SEALED = 'sealed:';
  *  Without FERRY_SECRET_KEY the value is returned as it is. */
 export function seal<T>(value: T, depth = 0): T {
   if (!canEncrypt() || depth > 16 || value === null || typeof value !== 'object') return value;
-  if (Array.isArray(value)) return value.map((v) => seal(v, depth + 1)) as unknown as T;
+  if (Array.isArray(value)) return (value as unknown[]).map((v) => seal(v, depth + 1)) as T;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
     out[k] = isSensitiveKey(k) && typeof v === 'string' && v !== '' ? SEALED + encryptSecret(v) : seal(v, depth + 1);
@@ -47,7 +47,7 @@ export function seal<T>(value: T, depth = 0): T {
  *  when this process cannot open one. */
 export function unseal<T>(value: T, depth = 0): T {
   if (depth > 16 || value === null || typeof value !== 'object') return value;
-  if (Array.isArray(value)) return value.map((v) => unseal(v, depth + 1)) as unknown as T;
+  if (Array.isArray(value)) return (value as unknown[]).map((v) => unseal(v, depth + 1)) as T;
   return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, isSensitiveKey(k) && typeof v === 'string' ? open(v) : unseal(v, depth + 1)])) as T;
 }
 

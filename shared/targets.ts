@@ -66,7 +66,7 @@ export function guardedLookup(policy: TargetPolicy): net.LookupFunction {
           return callback(e, '', 0);
         }
       }
-      if ((options).all) (callback as any)(null, list);
+      if ((options).all) callback(null, list);
       else callback(null, list[0].address, list[0].family);
     });
   };

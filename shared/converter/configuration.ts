@@ -8,13 +8,16 @@ import { applyNetwork } from './network';
 
 const UNIT = /^[A-Za-z0-9@._-]+\.(service|timer|socket)$/;
 
+/** `v[key]` of a free-form block when it is an object (a string or number has no fields). */
+const field = (v: unknown, key: string): unknown => (v && typeof v === 'object' ? (v as Record<string, unknown>)[key] : undefined);
+
 /** Applies every part present; true when the guest was modified. `write` honours dry_run. */
 export async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a: FixAction) => void, write: (p: string, t: string) => Promise<void>): Promise<boolean> {
   const c = o.configuration;
   if (!c) return false;
   let modified = false;
   const st = o.dry_run ? 'would_do' : 'done';
-  const name = c.hostname?.name ?? c.hostname?.hostname;
+  const name = field(c.hostname, 'name') ?? field(c.hostname, 'hostname');
   if (typeof name === 'string' && /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/.test(name)) {
     await write('/etc/hostname', `${name}\n`);
     const hosts = (await g.isFile('/etc/hosts')) ? await g.read('/etc/hosts') : '127.0.0.1\tlocalhost\n';
@@ -26,8 +29,8 @@ export async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a
     act({ action: 'configuration.hostname', status: st, detail: `hostname ${name}` });
   } else if (c.hostname) act({ action: 'configuration.hostname', status: 'warning', detail: 'configuration.hostname.name: must be a host name' });
 
-  const enable = c.services?.enable ?? [];
-  const disable = c.services?.disable ?? [];
+  const enable = field(c.services, 'enable') ?? [];
+  const disable = field(c.services, 'disable') ?? [];
   for (const [list, key] of [[enable, 'enable'], [disable, 'disable']] as const) {
     if (!Array.isArray(list)) { act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: must be an array of unit names` }); continue; }
     for (const unit of list as unknown[]) {

@@ -27,29 +27,38 @@ function cidr(s: unknown): boolean {
   return !rest.length && v > 0 && /^\d{1,3}$/.test(len ?? '') && Number(len) <= (v === 4 ? 32 : 128);
 }
 
+/** An array of strings each passing `ok`. */
+const listOf = (v: unknown, ok: (s: unknown) => boolean): v is string[] => Array.isArray(v) && v.every(ok);
+
 /** configuration.network.interfaces, checked: a bad interface is a warning naming its path and is skipped. */
-export function readInterfaces(net: any, warn: Warn): Iface[] {
-  const list = net?.interfaces;
+export function readInterfaces(net: unknown, warn: Warn): Iface[] {
+  const list = net && typeof net === 'object' ? (net as Record<string, unknown>).interfaces : undefined;
   if (!Array.isArray(list) || !list.length) { warn('configuration.network.interfaces', 'must be a non-empty array of interfaces'); return []; }
   const out: Iface[] = [];
-  list.forEach((raw: any, i: number) => {
+  list.forEach((item: unknown, i: number) => {
     const p = `configuration.network.interfaces[${i}]`;
     const bad = (f: string, m: string) => { warn(`${p}.${f}`, m); return true; };
-    if (!raw || typeof raw !== 'object') { warn(p, 'must be an object'); return; }
+    if (!item || typeof item !== 'object') { warn(p, 'must be an object'); return; }
+    const raw = item as Record<string, unknown>;
     const mac = typeof raw.mac === 'string' ? raw.mac.toLowerCase().replace(/-/g, ':') : raw.mac;
     if (raw.name === undefined && mac === undefined && bad('name', 'give name or mac (or both)')) return;
     if (raw.name !== undefined && !(typeof raw.name === 'string' && IFNAME.test(raw.name)) && bad('name', 'is not an interface name (at most 15 of A-Z a-z 0-9 _ . -)')) return;
     if (mac !== undefined && !(typeof mac === 'string' && MAC.test(mac)) && bad('mac', 'must look like 00:50:56:aa:bb:cc')) return;
     const addresses = raw.addresses ?? [];
-    if (!Array.isArray(addresses) || !addresses.every(cidr)) { bad('addresses', 'must be an array of addresses with a prefix length ("10.0.0.5/24")'); return; }
+    if (!listOf(addresses, cidr)) { bad('addresses', 'must be an array of addresses with a prefix length ("10.0.0.5/24")'); return; }
     if (raw.dhcp4 !== undefined && typeof raw.dhcp4 !== 'boolean' && bad('dhcp4', 'must be a boolean')) return;
-    const dhcp4 = raw.dhcp4 ?? !addresses.length;
+    const dhcp4 = typeof raw.dhcp4 === 'boolean' ? raw.dhcp4 : !addresses.length;
     if (!dhcp4 && !addresses.length && bad('addresses', 'a static interface (dhcp4: false) needs at least one address')) return;
-    for (const [f, v] of [['gateway4', 4], ['gateway6', 6]] as const) if (raw[f] !== undefined && isIP(raw[f]) !== v && bad(f, `must be an IPv${v} address`)) return;
+    const { gateway4, gateway6 } = raw;
+    for (const [f, g, v] of [['gateway4', gateway4, 4], ['gateway6', gateway6, 6]] as const) if (g !== undefined && (typeof g !== 'string' || isIP(g) !== v) && bad(f, `must be an IPv${v} address`)) return;
     const dns = raw.dns ?? [];
-    if (!Array.isArray(dns) || !dns.every((d: unknown) => typeof d === 'string' && isIP(d))) { bad('dns', 'must be an array of IP addresses'); return; }
-    if (raw.mtu !== undefined && !(Number.isInteger(raw.mtu) && raw.mtu >= 576 && raw.mtu <= 65535) && bad('mtu', 'must be an integer from 576 to 65535')) return;
-    out.push({ name: raw.name, mac, dhcp4, addresses, gateway4: raw.gateway4, gateway6: raw.gateway6, dns, mtu: raw.mtu });
+    if (!listOf(dns, (d) => typeof d === 'string' && isIP(d) !== 0)) { bad('dns', 'must be an array of IP addresses'); return; }
+    const mtu = raw.mtu;
+    if (mtu !== undefined && !(typeof mtu === 'number' && Number.isInteger(mtu) && mtu >= 576 && mtu <= 65535) && bad('mtu', 'must be an integer from 576 to 65535')) return;
+    out.push({
+      name: typeof raw.name === 'string' ? raw.name : undefined, mac: typeof mac === 'string' ? mac : undefined, dhcp4, addresses,
+      gateway4: typeof gateway4 === 'string' ? gateway4 : undefined, gateway6: typeof gateway6 === 'string' ? gateway6 : undefined, dns, mtu: typeof mtu === 'number' ? mtu : undefined,
+    });
   });
   return out;
 }
@@ -62,9 +71,9 @@ export function render(r: Renderer, ifaces: Iface[]): { path: string; text: stri
   const head = '# Written by Ferry from the manifest\'s configuration.network.\n';
   switch (r) {
     case 'netplan': {
-      const ethernets: Record<string, any> = {};
+      const ethernets: Record<string, unknown> = {};
       ifaces.forEach((f, i) => {
-        const e: Record<string, any> = {};
+        const e: Record<string, unknown> = {};
         if (f.mac) e.match = { macaddress: f.mac };
         else e.match = { name: f.name };
         if (f.mac && f.name) e['set-name'] = f.name;
@@ -169,13 +178,16 @@ export async function detectRenderer(g: GuestSession): Promise<Renderer | undefi
 const PERSISTENT_NET_RULES = '/etc/udev/rules.d/70-persistent-net.rules';
 
 /** Applies configuration.network to the mounted guest. */
-export async function applyNetwork(g: GuestSession, net: any, o: { dry_run: boolean; backup: boolean }, act: (a: FixAction) => void): Promise<boolean> {
+const isRenderer = (v: unknown): v is Renderer => (RENDERERS as readonly unknown[]).includes(v);
+
+export async function applyNetwork(g: GuestSession, given: unknown, o: { dry_run: boolean; backup: boolean }, act: (a: FixAction) => void): Promise<boolean> {
   const warn: Warn = (path, message) => act({ action: 'configuration.network', status: 'warning', detail: `${path}: ${message}` });
-  if (!net || typeof net !== 'object' || Array.isArray(net)) { warn('configuration.network', 'must be an object'); return false; }
-  if (net.renderer !== undefined && net.renderer !== 'auto' && !RENDERERS.includes(net.renderer)) { warn('configuration.network.renderer', `must be auto or one of ${RENDERERS.join(', ')}`); return false; }
+  if (!given || typeof given !== 'object' || Array.isArray(given)) { warn('configuration.network', 'must be an object'); return false; }
+  const net = given as Record<string, unknown>;
+  if (net.renderer !== undefined && net.renderer !== 'auto' && !isRenderer(net.renderer)) { warn('configuration.network.renderer', `must be auto or one of ${RENDERERS.join(', ')}`); return false; }
   const ifaces = readInterfaces(net, warn);
   if (!ifaces.length) return false;
-  const renderer: Renderer | undefined = net.renderer && net.renderer !== 'auto' ? net.renderer : await detectRenderer(g);
+  const renderer = isRenderer(net.renderer) ? net.renderer : await detectRenderer(g);
   if (!renderer) { warn('configuration.network', 'no network configuration system found in the guest (netplan, NetworkManager, ifcfg, ifupdown, systemd-networkd); set configuration.network.renderer'); return false; }
   const usable = renderer === 'ifupdown' ? ifaces.filter((f, i) => f.name || (warn(`configuration.network.interfaces[${i}].name`, 'ifupdown matches interfaces by name only; give name'), false)) : ifaces;
   if (!usable.length) return false;

@@ -9,12 +9,12 @@ import { convert } from './stages/convert';
 import { fix, overlaysForRepairOnly, startRepairBesideConvert, stopRepairBesideConvert } from './stages/fix';
 import { validate } from './stages/validate';
 import { placeOutputs, testBootOutputs } from './stages/place';
-import { buildReport, cleanup, writeReport } from './stages/report';
+import { buildReport, cleanup, PipelineReport, writeReport } from './stages/report';
 
 export { outputNames, stagesOf, STAGES } from './stages/run';
 export type { PipelineOptions, StageName } from './stages/run';
 
-export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Promise<Record<string, any>> {
+export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Promise<PipelineReport> {
   const run = new Run(m, opts);
   try {
     await planOutputs(run);

@@ -101,11 +101,11 @@ export async function hivexregedit(hive: string, prefix: string, reg: string): P
   await new Promise<void>((resolve, reject) => {
     execFile(HIVEXREGEDIT, ['--merge', '--prefix', prefix, hive, reg], (e, _out, err) => {
       if (!e) return resolve();
-      reject(new Error((e as any).code === 'ENOENT' ? `${HIVEXREGEDIT} is not installed (Debian package libwin-hivex-perl)` : `hivexregedit --merge failed: ${String(err).trim() || e.message}`));
+      reject(new Error(e.code === 'ENOENT' ? `${HIVEXREGEDIT} is not installed (Debian package libwin-hivex-perl)` : `hivexregedit --merge failed: ${String(err).trim() || e.message}`));
     });
   });
 }
 
 export async function hasHivexregedit(): Promise<boolean> {
-  return new Promise((resolve) => execFile(HIVEXREGEDIT, ['--help'], (e) => resolve(!e || (e as any).code !== 'ENOENT')));
+  return new Promise((resolve) => execFile(HIVEXREGEDIT, ['--help'], (e) => resolve(!e || e.code !== 'ENOENT')));
 }

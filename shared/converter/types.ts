@@ -22,7 +22,7 @@ export interface FixAction { action: string; status: 'done' | 'would_do' | 'skip
 export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
 
 export interface FixOptions extends FixStage {
-  fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, any>;
+  fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, unknown>;
   /** Rename the NICs the guest's network configuration uses to their names on KVM (nic-names.ts; default on). */
   nic_names?: boolean;
   /** The VM's NIC MAC addresses (manifest `nics`, in order), for matching NICs by MAC. */

@@ -14,7 +14,7 @@ export const batchConcurrency = () => Math.max(1, Number(process.env.FERRY_VIRT_
 
 export async function runBatch(operation: string, domains: string[], each: (domain: string) => Promise<unknown>, limit = batchConcurrency()): Promise<BatchResult> {
   const t0 = Date.now();
-  const results: BatchResult['results'] = new Array(domains.length);
+  const results = new Array<BatchResult['results'][number]>(domains.length);
   let next = 0;
   const lane = async () => {
     for (let i = next++; i < domains.length; i = next++) {

@@ -3,7 +3,7 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { checkName, randomMac } from './names';
-import { buildXml, list, parseXml, text, XmlNode } from './xml';
+import { buildXml, list, Many, parseXml, text, XmlAttrs, XmlValue } from './xml';
 import { LibvirtError, Virsh } from './virsh';
 
 /** virDomainState codes as virsh names them. */
@@ -47,8 +47,27 @@ export async function domainExists(v: Virsh, name: string): Promise<boolean> {
   }
 }
 
-export async function domainXml(v: Virsh, name: string, inactive = false): Promise<XmlNode> {
-  return parseXml(await v.run(['dumpxml', ...(inactive ? ['--inactive'] : []), checkName(name, 'name')]));
+/** An `<interface>` of a domain definition; libvirt always writes its type. */
+interface DomainNicXml extends XmlAttrs { '@_type': string; mac?: XmlAttrs; source?: XmlAttrs; model?: XmlAttrs; target?: XmlAttrs }
+interface DomainDiskXml extends XmlAttrs { target?: XmlAttrs; source?: XmlAttrs; driver?: XmlAttrs }
+interface DomainDevicesXml {
+  interface?: Many<DomainNicXml>; disk?: Many<DomainDiskXml>; serial?: Many<XmlValue>; console?: Many<XmlValue>;
+  [other: string]: unknown;
+}
+
+/** A domain definition (`virsh dumpxml`): the elements Ferry reads or changes are named, every other one is kept
+ *  as parsed so that the document can be built back whole. */
+export interface DomainXml {
+  name?: XmlValue; uuid?: XmlValue; metadata?: XmlValue; memory?: XmlValue; currentMemory?: XmlValue; vcpu?: string | XmlAttrs;
+  devices?: DomainDevicesXml;
+  [other: string]: unknown;
+}
+export interface DomainDoc { domain: DomainXml }
+
+interface SnapshotDoc { domainsnapshot: { description?: XmlValue; state?: XmlValue; creationTime?: XmlValue } }
+
+export async function domainXml(v: Virsh, name: string, inactive = false): Promise<DomainDoc> {
+  return parseXml<DomainDoc>(await v.run(['dumpxml', ...(inactive ? ['--inactive'] : []), checkName(name, 'name')]));
 }
 
 /** Writes XML to a private temporary file for virsh (it reads files on the client side, also for remote URIs). */
@@ -63,7 +82,7 @@ export async function withXmlFile<T>(xml: string, fn: (file: string) => Promise<
   }
 }
 
-export async function defineDomain(v: Virsh, doc: XmlNode): Promise<void> {
+export async function defineDomain(v: Virsh, doc: DomainDoc): Promise<void> {
   await withXmlFile(buildXml(doc), (f) => v.run(['define', f]));
 }
 
@@ -77,10 +96,10 @@ export async function domainInfo(v: Virsh, name: string) {
   const uuid = text(x.uuid);
   return {
     name, uuid,
-    interfaces: list(x.devices?.interface).map((i: any) => ({
+    interfaces: list(x.devices?.interface).map((i) => ({
       type: i['@_type'], mac: i.mac?.['@_address'], source: i.source?.['@_network'] || i.source?.['@_bridge'], model: i.model?.['@_type'], target: i.target?.['@_dev'],
     })),
-    disks: list(x.devices?.disk).map((d: any) => ({
+    disks: list(x.devices?.disk).map((d) => ({
       device: d['@_device'], target: d.target?.['@_dev'], bus: d.target?.['@_bus'], source: d.source?.['@_file'] || d.source?.['@_dev'] || d.source?.['@_volume'], format: d.driver?.['@_type'],
     })),
     serials: list(x.devices?.serial).length + list(x.devices?.console).length,
@@ -94,7 +113,7 @@ export async function createSnapshot(v: Virsh, domain: string, snapshot: string,
   checkName(domain, 'domain_name');
   const doc = { domainsnapshot: { name: checkName(snapshot, 'snapshot_name'), ...(o.description ? { description: o.description } : {}) } };
   await withXmlFile(buildXml(doc), (f) => v.run(['snapshot-create', domain, '--xmlfile', f, ...(o.atomic ? ['--atomic'] : []), ...(o.diskOnly ? ['--disk-only'] : [])]));
-  const info = parseXml(await v.run(['snapshot-dumpxml', domain, snapshot])).domainsnapshot;
+  const info = parseXml<SnapshotDoc>(await v.run(['snapshot-dumpxml', domain, snapshot])).domainsnapshot;
   return { domain, name: snapshot, description: text(info.description) ?? null, state: text(info.state), creation_time: new Date(Number(text(info.creationTime)) * 1000).toISOString() };
 }
 

@@ -14,7 +14,7 @@ import { nicBus } from './nic-layout';
 import { defineDomain, domainExists, domainInfo } from './domains';
 import { networkExists } from './networks';
 import { copyIntoPool, ensureDirPool, isLocalUri, poolTarget, putFile, volumeExists, volumeInfo } from './volumes';
-import { parseXml, list } from './xml';
+import { parseXml, list, Many, XmlAttrs } from './xml';
 import { configuredUri, Virsh } from './virsh';
 
 /** The pool imports go to unless a request names one: FERRY_LIBVIRT_POOL (default "ferry"), a dir pool at
@@ -41,6 +41,9 @@ export interface ImportSpec {
 
 export interface ImportResult { domain: string; uuid: string; pool: string; volumes: { name: string; path: string | null; format: string | null; capacity: number | null }[]; firmware: 'bios' | 'uefi'; domain_type: string; interfaces: unknown[] }
 
+/** `virsh capabilities`, as far as the domain type is read from it: each guest arch with its domain types. */
+interface CapabilitiesDoc { capabilities: { guest?: Many<{ arch?: XmlAttrs & { domain?: Many<XmlAttrs> } }> } }
+
 /** FERRY_LIBVIRT_DOMAIN_TYPE when set; else `kvm` when the host offers it for x86_64 guests (`virsh
  *  capabilities`) and KVM is known to work (FERRY_GUESTFS_KVM=1, as for libguestfs: /dev/kvm can exist and still
  *  not run guests), else `qemu` (TCG). */
@@ -48,9 +51,9 @@ export async function domainType(v: Virsh): Promise<string> {
   const forced = process.env.FERRY_LIBVIRT_DOMAIN_TYPE;
   if (forced === 'kvm' || forced === 'qemu') return forced;
   if (!kvmUsable()) return 'qemu';
-  const caps = parseXml(await v.run(['capabilities'])).capabilities;
-  const guest = list(caps.guest).find((g: any) => g.arch?.['@_name'] === 'x86_64');
-  return list(guest?.arch?.domain).some((d: any) => d['@_type'] === 'kvm') ? 'kvm' : 'qemu';
+  const caps = parseXml<CapabilitiesDoc>(await v.run(['capabilities'])).capabilities;
+  const guest = list(caps.guest).find((g) => g.arch?.['@_name'] === 'x86_64');
+  return list(guest?.arch?.domain).some((d) => d['@_type'] === 'kvm') ? 'kvm' : 'qemu';
 }
 
 /** A source NIC's MAC as libvirt writes it (VMware's manifests may use '-'); refused when it is not one. */

@@ -2,7 +2,7 @@
 import net from 'node:net';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
-import { buildXml, list, parseXml, text } from './xml';
+import { buildXml, list, Many, parseXml, text, XmlAttrs, XmlValue } from './xml';
 import { withXmlFile } from './domains';
 
 const names = async (v: Virsh, flags: string[]) => new Set((await v.run(['net-list', '--name', ...flags])).split('\n').map((s) => s.trim()).filter(Boolean));
@@ -13,12 +13,17 @@ async function flagsOf(v: Virsh) {
   return { all, active, persistent, autostart };
 }
 
+type NetworkIpXml = XmlAttrs & { dhcp?: { range?: Many<XmlAttrs> } };
+
+/** A network definition (`virsh net-dumpxml`), as far as Ferry reads it. */
+interface NetworkDoc { network: { name?: XmlValue; uuid?: XmlValue; bridge?: XmlAttrs; forward?: XmlAttrs; ip?: Many<NetworkIpXml> } }
+
 function describe(xml: string, f: Awaited<ReturnType<typeof flagsOf>>) {
-  const n = parseXml(xml).network;
+  const n = parseXml<NetworkDoc>(xml).network;
   const name = text(n.name)!;
-  const ips = list(n.ip).map((ip: any) => ({
+  const ips = list(n.ip).map((ip) => ({
     address: ip['@_address'], netmask: ip['@_netmask'] ?? null, prefix: ip['@_prefix'] !== undefined ? Number(ip['@_prefix']) : null, family: ip['@_family'] || 'ipv4',
-    dhcp: ip.dhcp ? list(ip.dhcp.range).map((r: any) => ({ start: r['@_start'], end: r['@_end'] })) : [],
+    dhcp: ip.dhcp ? list(ip.dhcp.range).map((r) => ({ start: r['@_start'], end: r['@_end'] })) : [],
   }));
   return {
     name, uuid: text(n.uuid), active: f.active.has(name), persistent: f.persistent.has(name), autostart: f.autostart.has(name),
@@ -50,7 +55,7 @@ const bad = (field: string, message: string) => new LibvirtError(400, `${field}:
  *  ip_start..ip_end (both inside the subnet). */
 export function networkDoc(s: NetworkSpec) {
   checkName(s.name, 'name');
-  const doc: any = { network: { name: s.name } };
+  const doc: { network: { name: string; forward?: XmlAttrs; bridge?: XmlAttrs; ip?: NetworkIpXml } } = { network: { name: s.name } };
   if (s.forward && s.forward !== 'none') doc.network.forward = { '@_mode': s.forward };
   if (s.bridge) doc.network.bridge = { '@_name': s.bridge, '@_stp': 'on', '@_delay': '0' };
   if (s.subnet) {
@@ -65,7 +70,7 @@ export function networkDoc(s: NetworkSpec) {
       if (n <= base + 1 || n >= base + size - 1) throw bad(field, `must be a host address of ${s.subnet} other than the gateway ${numIp(base + 1)}`);
       return n;
     };
-    const ip: any = { '@_address': numIp(base + 1), '@_prefix': String(prefix) };
+    const ip: NetworkIpXml = { '@_address': numIp(base + 1), '@_prefix': String(prefix) };
     if (s.ip_start || s.ip_end) {
       if (!s.ip_start || !s.ip_end) throw bad(s.ip_start ? 'ip_end' : 'ip_start', 'DHCP needs both ip_start and ip_end');
       if (inside(s.ip_start, 'ip_start') > inside(s.ip_end, 'ip_end')) throw bad('ip_end', 'must not come before ip_start');

@@ -11,11 +11,14 @@ import { defineDomain, domainInfo, domainXml, listDomains } from './domains';
 import { networkExists } from './networks';
 import { downloadVolume } from './volumes';
 import { confinePath } from './paths';
-import { buildXml, list, parseXml, text } from './xml';
+import { buildXml, list, Many, parseXml, text, XmlAttrs, XmlValue } from './xml';
 import { LibvirtError, runTool, Virsh } from './virsh';
 
 export const TEMPLATE_NS = 'https://ferry.dev/xmlns/libvirt/template/1';
 const KEY = 'ferry';
+
+/** Ferry's marker element as `virsh metadata` prints it. */
+interface MarkDoc { template?: XmlAttrs & { description?: XmlValue; meta?: Many<XmlAttrs> } }
 
 export interface TemplateMark { description: string | null; created_at: string | null; source: string | null; metadata: Record<string, string> }
 
@@ -26,11 +29,11 @@ export async function readMark(v: Virsh, name: string): Promise<TemplateMark | n
     if (/metadata not found|not present/i.test((e as Error).message)) return null;
     throw e;
   }
-  const t = parseXml(xml).template;
+  const t = parseXml<MarkDoc>(xml).template;
   if (!t) return null;
   return {
     description: text(t.description) ?? null, created_at: t['@_created_at'] ?? null, source: t['@_source'] ?? null,
-    metadata: Object.fromEntries(list(t.meta).map((m: any) => [m['@_key'], text(m) ?? ''])),
+    metadata: Object.fromEntries(list(t.meta).map((m): [string, string] => [String(m['@_key']), text(m) ?? ''])),
   };
 }
 
@@ -101,14 +104,15 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
   if (s.vcpus) d.vcpu = typeof d.vcpu === 'object' ? { ...d.vcpu, '#text': String(s.vcpus) } : String(s.vcpus);
   if (s.network) {
     const asNetwork = await networkExists(v, s.network);
-    const nics = list(d.devices.interface);
+    const devices = d.devices!; // every domain definition has <devices>
+    const nics = list(devices.interface);
     const nic = { '@_type': asNetwork ? 'network' : 'bridge', source: asNetwork ? { '@_network': s.network } : { '@_bridge': s.network }, mac: nics[0]?.mac, model: { '@_type': 'virtio' } };
-    d.devices.interface = [nic, ...nics.slice(1)];
+    devices.interface = [nic, ...nics.slice(1)];
   }
   await defineDomain(v, doc);
   if (s.autostart) await v.run(['autostart', s.name]);
   // ssh_user only says whose keys ssh_keys are (the schema defaults it): alone it customizes nothing.
-  const customized = Object.keys(s.customize || {}).filter((k) => k !== 'ssh_user' && (s.customize as any)[k] !== undefined);
+  const customized = Object.entries(s.customize || {}).filter(([k, val]) => k !== 'ssh_user' && val !== undefined).map(([k]) => k);
   if (customized.length) {
     const c = s.customize!;
     const tmp = c.root_password_hash ? await fs.mkdtemp('/tmp/ferry-customize-') : undefined;
@@ -142,7 +146,7 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
   try {
     await fs.writeFile(path.join(part, 'domain.xml'), xml, { mode: 0o600 });
     const files = [];
-    for (const d of info.disks.filter((x) => x.device === 'disk' && x.source)) {
+    for (const d of info.disks.filter((x): x is typeof x & { source: string } => x.device === 'disk' && !!x.source)) {
       const raw = path.join(part, `${d.target}.${d.format || 'raw'}`);
       await downloadVolume(v, '', d.source, raw).catch((e: unknown) => {
         if (e instanceof LibvirtError && e.status === 404) throw new ApiError(409, `disk ${d.source} of ${s.template} is not a volume of any storage pool: it cannot be exported`);

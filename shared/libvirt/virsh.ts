@@ -92,8 +92,8 @@ export function runTool(cmd: string, args: string[], uri: string, opts: RunOptio
   return spawnSlots.libvirt.run(() => new Promise((resolve, reject) => {
     const child = execFile(cmd, args, { maxBuffer: 256 * 1024 * 1024, timeout: opts.timeoutMs ?? 600_000, env: opts.env ?? process.env }, (err, stdout, stderr) => {
       if (!err) return resolve(stdout);
-      if ((err as any).code === 'ENOENT') return reject(new LibvirtError(500, `${cmd} is not installed`, `${cmd}: not found`));
-      if ((err as any).killed) return reject(new LibvirtError(500, `${cmd} ${args.find((a) => !a.startsWith('-') && a !== uri) || ''} timed out`, 'timeout'));
+      if (err.code === 'ENOENT') return reject(new LibvirtError(500, `${cmd} is not installed`, `${cmd}: not found`));
+      if (err.killed) return reject(new LibvirtError(500, `${cmd} ${args.find((a) => !a.startsWith('-') && a !== uri) || ''} timed out`, 'timeout'));
       reject(mapLibvirtError(String(stderr || err.message), uri));
     });
     if (opts.input !== undefined) child.stdin!.end(opts.input); else child.stdin?.end();

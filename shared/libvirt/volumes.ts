@@ -4,11 +4,11 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { convert, imageInfo, noProgress, run } from '../qemu';
-import { ApiError, fieldError } from '../errors';
+import { ApiError, errorText, fieldError } from '../errors';
 import { confineRequestImage } from '../image-confine';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
-import { buildXml, parseXml, sizeBytes, text } from './xml';
+import { buildXml, parseXml, sizeBytes, text, XmlAttrs, XmlValue } from './xml';
 import { withXmlFile } from './domains';
 import { expectedError, ignoreError } from '../log';
 
@@ -20,9 +20,19 @@ export function isLocalUri(uri: string): boolean {
   try { return !new URL(uri).hostname; } catch { return false; }
 }
 
+/** A volume definition (`virsh vol-dumpxml`), as far as Ferry reads it. */
+interface VolumeDoc {
+  volume: XmlAttrs & {
+    name?: XmlValue; key?: XmlValue; target?: { path?: XmlValue; format?: XmlAttrs };
+    capacity?: XmlValue; allocation?: XmlValue; physical?: XmlValue;
+  };
+}
+/** A pool definition (`virsh pool-dumpxml`); libvirt always writes the pool's type. */
+export interface PoolDoc { pool: XmlAttrs & { '@_type': string; target?: { path?: XmlValue }; available?: XmlValue } }
+
 export async function volumeInfo(v: Virsh, pool: string, volume: string) {
   checkName(pool, 'pool'); checkName(volume, 'volume');
-  const x = parseXml(await v.run(['vol-dumpxml', '--pool', pool, volume])).volume;
+  const x = parseXml<VolumeDoc>(await v.run(['vol-dumpxml', '--pool', pool, volume])).volume;
   return {
     pool, name: text(x.name)!, key: text(x.key) ?? null, path: text(x.target?.path) ?? null, type: x['@_type'] || 'file',
     format: x.target?.format?.['@_type'] ?? null,
@@ -35,7 +45,7 @@ export async function volumeExists(v: Virsh, pool: string, volume: string): Prom
 }
 
 export async function poolTarget(v: Virsh, pool: string): Promise<{ type: string; path: string | null }> {
-  const p = parseXml(await v.run(['pool-dumpxml', checkName(pool, 'pool')])).pool;
+  const p = parseXml<PoolDoc>(await v.run(['pool-dumpxml', checkName(pool, 'pool')])).pool;
   return { type: p['@_type'], path: text(p.target?.path) ?? null };
 }
 
@@ -94,7 +104,7 @@ export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; 
   const confined = await confineRequestImage({ field: 'source_path', path: s.source_path });
   const format = s.format || confined.format;
   if (confined.references.length && format === confined.format) throw fieldError(400, 'source_path', `${s.source_path} references ${confined.references[0]}; upload it into another format (format) or convert it first`);
-  const src = await imageInfo(s.source_path, confined.format).catch((e) => { throw new ApiError(400, `source_path: ${e.message}`); });
+  const src = await imageInfo(s.source_path, confined.format).catch((e: unknown) => { throw new ApiError(400, `source_path: ${errorText(e)}`); });
   let tmp: string | undefined;
   let file = s.source_path;
   try {

@@ -3,8 +3,8 @@
 // tolerance, encryption, its ESXi host and sizes. Two property calls per VM (vmDetail names the networks).
 import type { Manager } from '../vsphere/client';
 import { retrieve } from '../vsphere/properties';
-import { vmDetail } from '../vsphere/inventory';
-import { arr, bool, moref, num, text, xsiType } from '../vsphere/xml';
+import { DeviceBackingXml, virtualDevices, vmDetail } from '../vsphere/inventory';
+import { bool, moref, num, text, xsiType } from '../vsphere/xml';
 
 export interface FactDisk { label: string; datastore: string; file: string; capacity_bytes: number; backing: string; mode: string; sharing: string }
 export interface VmFacts {
@@ -24,10 +24,10 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
   const d = await vmDetail(m, vmPath);
   const [me] = await retrieve(m, [d.moref], [{ type: 'VirtualMachine', paths: EXTRA }]);
   const p = me?.props ?? {};
-  const devs = arr(p['config.hardware.device']?.VirtualDevice);
+  const devs = virtualDevices(p['config.hardware.device']);
   const disks: FactDisk[] = [];
-  for (const dev of devs.filter((x: any) => xsiType(x) === 'VirtualDisk')) {
-    const b = dev.backing ?? {};
+  for (const dev of devs.filter((x) => xsiType(x) === 'VirtualDisk')) {
+    const b: DeviceBackingXml = dev.backing ?? {};
     const file = text(b.fileName) ?? '';
     const kb = num(dev.capacityInKB) ?? 0;
     disks.push({
@@ -46,7 +46,7 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
     vm_path: vmPath, name: d.name, power_state: d.power_state, guest_id: d.guest_id, firmware: d.firmware,
     secure_boot: bool(p['config.bootOptions.efiSecureBootEnabled']) ?? false, esxi_host: hostName, disks,
     nics: d.nics.map((n) => ({ label: n.label, network: n.network, mac: n.mac.toLowerCase() })),
-    devices: devs.map((x: any) => xsiType(x) ?? ''),
+    devices: devs.map((x) => xsiType(x) ?? ''),
     cpu_hot_add: bool(p['config.cpuHotAddEnabled']) ?? false, memory_hot_add: bool(p['config.memoryHotAddEnabled']) ?? false,
     fault_tolerance: p['config.ftInfo'] !== undefined && p['config.ftInfo'] !== '', encrypted: p['config.keyId'] !== undefined && p['config.keyId'] !== '',
     snapshots: countTree(d.snapshots),
@@ -54,4 +54,5 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
   };
 }
 
-const countTree = (l: { children: any[] }[]): number => l.reduce((n, s) => n + 1 + countTree(s.children), 0);
+interface Tree { children: Tree[] }
+const countTree = (l: Tree[]): number => l.reduce((n, s) => n + 1 + countTree(s.children), 0);

@@ -10,7 +10,7 @@ import { nameCollisions, targetName } from './names';
 import { Placer } from './placement';
 import { guestPreflight, guestPreflightDefault } from './guest-preflight';
 import { createLogger } from '../log';
-import type { Override, Plan } from '../../queue/plans';
+import type { Override, Plan, PlanOptions } from '../../queue/plans';
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
 export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
@@ -22,7 +22,7 @@ export interface VmResult {
 
 export const planManager = (p: Pick<Plan, 'source'>) => managerFor(resolveCredentials({ manager_url: p.source.manager_url, insecure: p.source.insecure }));
 export const planManagerName = (p: Pick<Plan, 'source'>) => managerName(resolveCredentials({ manager_url: p.source.manager_url }).url);
-export const vmOption = (p: Plan, vmPath: string, key: string) => {
+export const vmOption = <K extends string>(p: Plan, vmPath: string, key: K): PlanOptions[K] => {
   const own = p.vms.find((v) => v.vm_path === vmPath)?.options?.[key];
   return own !== undefined ? own : p.options[key];
 };

@@ -1,8 +1,9 @@
 // What preflight needs to know about the target host, in a few virsh calls: its pools with their free bytes,
 // its domains' names and MACs, its networks, and whether it offers UEFI (an OVMF loader in domcapabilities).
 import { LibvirtError, Virsh } from '../libvirt/virsh';
-import { listDomains } from '../libvirt/domains';
-import { list, parseXml, sizeBytes } from '../libvirt/xml';
+import { DomainDoc, listDomains } from '../libvirt/domains';
+import type { PoolDoc } from '../libvirt/volumes';
+import { list, Many, parseXml, sizeBytes, XmlAttrs, XmlValue } from '../libvirt/xml';
 
 export interface TargetFacts {
   uri: string; reachable: boolean; error?: string;
@@ -18,7 +19,7 @@ async function pools(v: Virsh) {
   const out = new Map<string, { available: number; active: boolean }>();
   const active = new Set(lines(await v.run(['pool-list', '--name'])));
   for (const name of lines(await v.run(['pool-list', '--all', '--name']))) {
-    const p = parseXml(await v.run(['pool-dumpxml', name])).pool;
+    const p = parseXml<PoolDoc>(await v.run(['pool-dumpxml', name])).pool;
     out.set(name, { available: sizeBytes(p.available) ?? 0, active: active.has(name) });
   }
   return out;
@@ -28,15 +29,18 @@ async function pools(v: Virsh) {
 async function macs(v: Virsh, domains: string[]) {
   const out = new Map<string, string>();
   for (const d of domains) {
-    const x = parseXml(await v.run(['dumpxml', '--inactive', d])).domain;
+    const x = parseXml<DomainDoc>(await v.run(['dumpxml', '--inactive', d])).domain;
     for (const i of list(x?.devices?.interface)) { const mac = (i).mac?.['@_address']; if (mac) out.set(String(mac).toLowerCase(), d); }
   }
   return out;
 }
 
+/** `virsh domcapabilities`, as far as the firmware loaders are read from it. */
+interface DomainCapsDoc { domainCapabilities?: { os?: { loader?: XmlAttrs & { value?: Many<XmlValue> } } } }
+
 async function firmware(v: Virsh) {
   const caps = await v.run(['domcapabilities', '--arch', 'x86_64', '--machine', 'q35']).catch(() => v.run(['domcapabilities']));
-  const loader = parseXml(caps).domainCapabilities?.os?.loader;
+  const loader = parseXml<DomainCapsDoc>(caps).domainCapabilities?.os?.loader;
   const values = list(loader?.value).map(String);
   const ok = loader?.['@_supported'] === 'yes' && values.some((p) => /ovmf|edk2/i.test(p));
   return { uefi: ok, secureBoot: ok && values.some((p) => /secboot|\.ms\./i.test(p)) };

@@ -71,7 +71,24 @@ export const batchSchema = Joi.object({
     .or('vmdk', 'remote').unknown(false)).required(),
 }).label('BatchFile');
 
-export type ConverterConfig = Record<string, any> & { command: 'local' | 'fetch-and-fix' | 'manager_export' };
+/** A batch entry as validated (batchSchema): the keys of perMigration. */
+export interface MigrationEntry {
+  vmdk?: string; to_output?: string; out_format?: string; compress?: boolean; compression_level?: number; fstab_mode?: string;
+  regen_initramfs?: boolean; update_grub?: boolean; xfs_regenerate_uuid?: boolean; remove_source_hv_tools?: boolean;
+  inject_virtio_drivers?: boolean; virtio_win?: string; windows_version?: string | number; virt_test?: boolean; vm_name?: string;
+  memory?: number; vcpus?: number; virt_test_expect?: string; virt_test_timeout?: number; keep_original?: boolean; remote?: string;
+  output_dir?: string; host?: string; port?: number; user?: string; identity?: string; timeout?: number; network_retry?: number;
+}
+
+/** The configuration file as validated (converterConfigSchema, its defaults filled in). */
+export interface ConverterConfig extends MigrationEntry {
+  command: 'local' | 'fetch-and-fix' | 'manager_export';
+  log_level: 'DEBUG' | 'INFO' | 'WARNING' | 'ERROR'; log_file?: string; conversion_dir?: string; parallel_streams?: number;
+  timeout: number; network_retry: number;
+  manager_host?: string; manager_user?: string; manager_password?: string; manager_insecure?: boolean; vm_path?: string;
+  power_off?: 'none' | 'shutdown' | 'force'; remove_cdrom?: boolean;
+  batch_manifest?: string; batch_parallel: number; batch_continue_on_error: boolean; dry_run: boolean;
+}
 
 export class ConfigError extends Error {
   constructor(message: string, public problems: { path: string; message: string }[] = []) { super(message); this.name = 'ConfigError'; }
@@ -92,7 +109,7 @@ export function substituteEnv(doc: unknown, env: NodeJS.ProcessEnv = process.env
 }
 
 function check<T>(schema: Joi.Schema, doc: unknown, what: string): T {
-  const { value, error } = schema.validate(doc, { abortEarly: false });
+  const { value, error } = schema.validate(doc, { abortEarly: false }) as { value: unknown; error?: Joi.ValidationError };
   if (error) {
     const problems = error.details.map((d) => ({ path: d.path.map((p) => (typeof p === 'number' ? `[${p}]` : p)).join('.').replace(/\.\[/g, '['), message: d.message }));
     throw new ConfigError(`invalid ${what}: ${problems.map((p) => p.message).join('; ')}`, problems);
@@ -105,6 +122,6 @@ export function validateConfig(doc: unknown, env: NodeJS.ProcessEnv = process.en
   return check<ConverterConfig>(converterConfigSchema, substituteEnv(doc, env), 'configuration file');
 }
 
-export function validateBatch(doc: unknown, env: NodeJS.ProcessEnv = process.env): { migrations: Record<string, any>[] } {
+export function validateBatch(doc: unknown, env: NodeJS.ProcessEnv = process.env): { migrations: MigrationEntry[] } {
   return check(batchSchema, substituteEnv(doc, env), 'batch file');
 }

@@ -7,7 +7,7 @@ import { OPERATIONS, operationNames } from '../operations';
 import { absolutePath, DISK_FORMATS, isoTimestamp, jobId, streamId, workerId } from './common';
 const KNOWN_CAPABILITIES_TEXT = KNOWN_CAPABILITIES.join(', ');
 const capability = Joi.string().pattern(CAPABILITY_PATTERN)
-  .custom((v, h) => (allowedCapabilities().includes(v) ? v : h.error('capability.unknown', { known: allowedCapabilities().join(', ') })))
+  .custom((v: string, h) => (allowedCapabilities().includes(v) ? v : h.error('capability.unknown', { known: allowedCapabilities().join(', ') })))
   .messages({
     'string.pattern.base': '{{#label}} must be a capability name such as img_tool or nbd_access',
     'capability.unknown': '{{#label}} is not a known capability ({{#known}}; others can be allowed with FERRY_EXTRA_CAPABILITIES)',
@@ -56,7 +56,8 @@ export interface JobSpec {
   job_id: string;
   operation: string;
   image?: { path: string; format: string };
-  parameters: Record<string, any>;
+  /** Validated by the operation's own schema (OPERATIONS[operation].parameters); each reader names its shape. */
+  parameters: Record<string, unknown>;
   execution_policy: { timeout_seconds: number; retry_count: number; priority: number; idempotent: boolean };
   audit_info?: { requested_by?: string; ticket_id?: string; tags?: string[] };
   requirements?: { capabilities: string[]; execution_mode?: string };

@@ -119,7 +119,7 @@ export interface Manifest {
     convert?: { enabled: boolean; compress: boolean; compress_level?: number };
     validate?: { enabled: boolean; check_image_integrity: boolean };
   };
-  configuration?: { users?: Record<string, any>; services?: Record<string, any>; hostname?: Record<string, any>; network?: Record<string, any> };
+  configuration?: { users?: Record<string, unknown>; services?: Record<string, unknown>; hostname?: Record<string, unknown>; network?: Record<string, unknown> };
   output: { directory?: string; format: 'qcow2' | 'raw' | 'vdi'; filename?: string };
   options: { dry_run: boolean; verbose: number; report: { enabled: boolean; path: string } };
   [k: string]: unknown;
@@ -141,7 +141,7 @@ export class ManifestError extends Error {
 
 /** Validates and fills defaults; throws ManifestError listing every problem with its JSON path. */
 export function validateManifest(doc: unknown): Manifest {
-  const { value, error } = manifestSchema.validate(doc, { abortEarly: false, convert: false });
+  const { value, error } = manifestSchema.validate(doc, { abortEarly: false, convert: false }) as { value: unknown; error?: Joi.ValidationError };
   if (error) {
     throw new ManifestError(error.details.map((d) => {
       // array.unique reports the duplicate item's path; point at its id.

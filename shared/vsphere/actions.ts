@@ -3,7 +3,7 @@ import type { Manager } from './client';
 import { VsphereError } from './errors';
 import { findVm, vmDetail, VmDetail } from './inventory';
 import { retrieve } from './properties';
-import { el, moref, MoRef, text, xsiType } from './xml';
+import { child, el, moref, MoRef, text, XmlValue, xsiType } from './xml';
 
 const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve, reject) => {
   // abort() reasons are Errors here (an AbortError unless the caller passes its own)
@@ -14,16 +14,16 @@ const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve, 
 });
 
 /** Waits for a task to finish; a failed task throws its localized message and fault type. */
-export async function waitForTask(m: Manager, task: MoRef, what: string, signal?: AbortSignal, timeoutMs = 30 * 60_000): Promise<any> {
+export async function waitForTask(m: Manager, task: MoRef, what: string, signal?: AbortSignal, timeoutMs = 30 * 60_000): Promise<XmlValue | undefined> {
   const until = Date.now() + timeoutMs;
   for (let delay = 100; ; delay = Math.min(1000, delay * 2)) {
     const [o] = await retrieve(m, [task], [{ type: 'Task', paths: ['info.state', 'info.error', 'info.result'] }]);
     const state = text(o?.props['info.state']);
     if (state === 'success') return o.props['info.result'];
     if (state === 'error') {
-      const err = o.props['info.error'] ?? {};
-      const fault = xsiType(err.fault) ?? 'unknown';
-      throw new VsphereError('task', `${what} failed on vSphere manager ${m.name}: ${text(err.localizedMessage) || fault} (${fault})`, fault);
+      const err = o.props['info.error'];
+      const fault = xsiType(child(err, 'fault')) ?? 'unknown';
+      throw new VsphereError('task', `${what} failed on vSphere manager ${m.name}: ${text(child(err, 'localizedMessage')) || fault} (${fault})`, fault);
     }
     if (Date.now() > until) throw new VsphereError('task', `${what} did not finish within ${Math.round(timeoutMs / 1000)} s on vSphere manager ${m.name}`);
     await sleep(delay, signal);

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import tls from 'node:tls';
 import { Agent, request } from 'undici';
 import { networkError, VsphereError } from './errors';
-import { arr, el, envelope, moref, MoRef, parseXml, text, xsiType } from './xml';
+import { arr, child, el, envelope, moref, MoRef, parseXml, text, XmlNode, XmlValue, xsiType } from './xml';
 import { ignoreError } from '../log';
 
 export interface ManagerCredentials {
@@ -86,7 +86,7 @@ export class Manager {
     return this.cookie!;
   }
 
-  private async post(body: string, withCookie: boolean): Promise<{ status: number; xml: any; setCookie: string[] }> {
+  private async post(body: string, withCookie: boolean): Promise<{ status: number; xml: XmlNode; setCookie: string[] }> {
     let res;
     try {
       res = await request(this.url, {
@@ -97,27 +97,27 @@ export class Manager {
     } catch (e) { throw networkError(e, this.name); }
     const textBody = await res.body.text().catch((e) => { throw networkError(e, this.name); });
     const setCookie = arr(res.headers['set-cookie']);
-    let xml: any;
+    let xml: XmlNode | undefined;
     try { xml = parseXml(textBody); } catch { xml = undefined; }
     if (!xml?.Envelope) throw new VsphereError('http', `vSphere manager ${this.name} answered HTTP ${res.statusCode} without a SOAP envelope (is ${this.url.pathname} its SDK endpoint?)`);
     return { status: res.statusCode, xml, setCookie };
   }
 
   /** One SOAP call, without session handling; faults become VsphereErrors. */
-  private async rawCall(method: string, thisRef: MoRef, inner: string, withCookie = true): Promise<{ ret: any; setCookie: string[] }> {
+  private async rawCall(method: string, thisRef: MoRef, inner: string, withCookie = true): Promise<{ ret: XmlValue | undefined; setCookie: string[] }> {
     const { xml, setCookie } = await this.post(envelope(method, thisRef, inner), withCookie);
-    const body = xml.Envelope.Body ?? {};
-    if (body.Fault) {
-      const f = body.Fault;
-      const detail = f.detail && typeof f.detail === 'object' ? f.detail : {};
+    const body = child(xml.Envelope, 'Body') ?? {};
+    const f = child(body, 'Fault');
+    if (f) {
+      const d = child(f, 'detail');
+      const detail = d && typeof d === 'object' ? d : {};
       const first = Object.keys(detail).find((k) => !k.startsWith('@_'));
-      const fault = (first && (xsiType(detail[first]) || first.replace(/Fault$/, ''))) || 'unknown';
-      const msg = text(f.faultstring) || fault;
+      const fault = (first && (xsiType(child(detail, first)) || first.replace(/Fault$/, ''))) || 'unknown';
+      const msg = text(child(f, 'faultstring')) || fault;
       const kind = fault === 'NotAuthenticated' || fault === 'InvalidLogin' || fault === 'NoPermission' && /login/i.test(msg) ? 'auth' : fault === 'ManagedObjectNotFound' ? 'not_found' : 'fault';
       throw new VsphereError(kind, `vSphere manager ${this.name}: ${method} failed: ${msg} (${fault})`, fault);
     }
-    const resp = body[`${method}Response`];
-    return { ret: resp?.returnval, setCookie };
+    return { ret: child(child(body, `${method}Response`), 'returnval'), setCookie };
   }
 
   private async ensureLogin(): Promise<void> {
@@ -150,17 +150,18 @@ export class Manager {
   async serviceContent(): Promise<ServiceContent> {
     if (this.content) return this.content;
     const { ret } = await this.rawCall('RetrieveServiceContent', SI, '', false);
-    const r = (k: string) => moref(ret?.[k])!;
+    const r = (k: string) => moref(child(ret, k))!;
+    const about = child(ret, 'about');
     this.content = {
       rootFolder: r('rootFolder'), propertyCollector: r('propertyCollector'), viewManager: r('viewManager'),
-      sessionManager: r('sessionManager'), searchIndex: r('searchIndex'), fileManager: moref(ret?.fileManager),
-      about: Object.fromEntries(Object.entries(ret?.about || {}).map(([k, v]) => [k, String(text(v) ?? '')])),
+      sessionManager: r('sessionManager'), searchIndex: r('searchIndex'), fileManager: moref(child(ret, 'fileManager')),
+      about: Object.fromEntries(Object.entries<XmlValue | undefined>(about || {}).map(([k, v]) => [k, String(text(v) ?? '')])),
     };
     return this.content;
   }
 
   /** A SOAP call in the session: logs in when needed, and once more when the session has expired. */
-  async call(method: string, thisRef: MoRef, inner = ''): Promise<any> {
+  async call(method: string, thisRef: MoRef, inner = ''): Promise<XmlValue | undefined> {
     await this.ensureLogin();
     const cookieUsed = this.cookie;
     try {

@@ -47,7 +47,7 @@ async function resume(j: FileJob) {
   const { f, chunk, chunks } = j;
   let st: { size?: number; source?: string; runs?: [number, number][] };
   try {
-    st = JSON.parse(await fs.readFile(f.local + STATE, 'utf8'));
+    st = JSON.parse(await fs.readFile(f.local + STATE, 'utf8')) as typeof st; // checked field by field below
     await fs.stat(f.local + PART);
   } catch {
     return; // no usable partial file: start from zero

@@ -310,8 +310,9 @@ export async function downloadFiles(m: Manager, files: RemoteFile[], opts: Downl
     // Files with nothing left to fetch (all ranges done earlier) are finished at once.
     for (const j of d.jobs) await d.finishFile(j);
     ac.signal.addEventListener('abort', d.wakeAll, { once: true });
-    const runners = Array.from({ length: s.streams }, () => d.stream().catch((e) => {
-      if (!d.failure && !outer.aborted) { d.failure = e; ac.abort(e); }
+    const runners = Array.from({ length: s.streams }, () => d.stream().catch((e: unknown) => {
+      // stream() fails with Errors only (VsphereErrors, fs and network errors)
+      if (!d.failure && !outer.aborted) { d.failure = e as Error; ac.abort(e); }
       d.wakeAll();
     }));
     await Promise.all(runners);

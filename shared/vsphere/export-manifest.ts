@@ -21,7 +21,7 @@ export interface ManifestInput {
   d: VmDetail; disks: PlannedDisk[]; sums: Map<string, { sha256: string }>; notes: string[]; warnings: string[]; exportId: string;
 }
 
-export function buildManifest({ d, disks, sums, notes, warnings, exportId }: ManifestInput): Record<string, any> {
+export function buildManifest({ d, disks, sums, notes, warnings, exportId }: ManifestInput) {
   const fw = d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown';
   const now = new Date().toISOString();
   return {
@@ -44,7 +44,7 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
 
 /** Validated against Ferry's own schema (what a migrate job will check again), then written under a temporary
  *  name and renamed, so a reader never sees half of it. Returns its path. */
-export async function writeManifest(outputDir: string, manifest: Record<string, any>): Promise<string> {
+export async function writeManifest(outputDir: string, manifest: Record<string, unknown>): Promise<string> {
   validateManifest(manifest);
   const mp = path.join(outputDir, MANIFEST_FILE);
   await fs.writeFile(`${mp}.tmp`, JSON.stringify(manifest, null, 2));

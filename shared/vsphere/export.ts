@@ -53,7 +53,8 @@ export interface ExportProgress extends DownloadStats {
 
 export const STATE_FILE = '.ferry-export.json';
 
-interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }> }
+/** `planned`: the files the export meant to write (a state file of an older Ferry has none). */
+interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }>; planned?: string[] }
 
 /** The files an export created (absolute paths): the only ones it resumes, replaces or removes. */
 export interface ExportLedger {
@@ -71,7 +72,7 @@ function stateLedger(outputDir: string, exportId: string): ExportLedger {
     owned: async () => {
       const st = await readState(outputDir);
       if (!st || st.export_id !== exportId) return new Set();
-      const listed = [...Object.keys(st.files || {}), ...((st as any).planned || [])].filter((p) => typeof p === 'string' && insideDir(outputDir, p));
+      const listed = [...Object.keys(st.files || {}), ...(st.planned || [])].filter((p) => typeof p === 'string' && insideDir(outputDir, p));
       return new Set([...listed, ...ownFiles(outputDir)]);
     },
     add: () => Promise.resolve(), // the state file written next records them
@@ -89,7 +90,8 @@ async function confined(outputDir: string, p: string): Promise<void> {
 }
 
 async function readState(dir: string): Promise<ExportState | null> {
-  try { return JSON.parse(await fs.readFile(path.join(dir, STATE_FILE), 'utf8')); } catch { return null; }
+  // The state file is Ferry's own (written by writeState); owned() still checks each path it lists.
+  try { return JSON.parse(await fs.readFile(path.join(dir, STATE_FILE), 'utf8')) as ExportState; } catch { return null; }
 }
 async function writeState(dir: string, st: ExportState) {
   const tmp = path.join(dir, `${STATE_FILE}.tmp`);

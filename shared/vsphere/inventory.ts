@@ -4,7 +4,7 @@
 import type { Manager } from './client';
 import { VsphereError } from './errors';
 import { retrieve, retrieveInventory } from './properties';
-import { arr, el, moref, MoRef, num, text, xsiType } from './xml';
+import { arr, child, el, moref, MoRef, num, text, XmlValue, xsiType } from './xml';
 
 export interface VmSummary {
   name: string; path: string; power_state: string; num_cpu: number; memory_mb: number; storage: number;
@@ -14,7 +14,7 @@ export interface VmSummary {
 const LIST_PATHS = ['name', 'parent', 'runtime.powerState', 'summary.config.numCpu', 'summary.config.memorySizeMB', 'summary.config.guestFullName', 'summary.config.template', 'summary.guest.ipAddress', 'summary.storage.committed', 'datastore', 'network'];
 
 /** The morefs of an ArrayOfManagedObjectReference property. */
-const refs = (v: any): MoRef[] => arr(v?.ManagedObjectReference).map(moref).filter((r): r is MoRef => !!r);
+const refs = (v: XmlValue | undefined): MoRef[] => arr(child(v, 'ManagedObjectReference')).map(moref).filter((r): r is MoRef => !!r);
 
 /** Every VM with its path and the names of its datastores and networks, in one RetrievePropertiesEx (VMs,
  *  folders, datacenters, datastores and networks through one view): the dashboard filters on them. */
@@ -93,16 +93,33 @@ const DETAIL_PATHS = ['name', 'config.uuid', 'config.instanceUuid', 'runtime.pow
   'config.guestId', 'config.guestFullName', 'config.firmware', 'config.version', 'config.hardware.numCPU', 'config.hardware.memoryMB',
   'config.hardware.device', 'snapshot'];
 
-function backingChain(b: any): string[] {
+/** The parts of a vim25 VirtualDevice (and its subtypes) and of its backing that Ferry reads; leaves are the
+ *  parser's strings. */
+export interface DeviceBackingXml {
+  '@_type'?: string; fileName?: XmlValue; parent?: DeviceBackingXml; diskMode?: XmlValue; sharing?: XmlValue;
+  deviceName?: XmlValue; opaqueNetworkId?: XmlValue; port?: { portgroupKey?: XmlValue };
+}
+export interface VirtualDeviceXml {
+  '@_type'?: string; key?: XmlValue; deviceInfo?: { label?: XmlValue }; backing?: DeviceBackingXml; macAddress?: XmlValue;
+  capacityInKB?: XmlValue; capacityInBytes?: XmlValue; controllerKey?: XmlValue; unitNumber?: XmlValue;
+}
+
+/** The devices of a `config.hardware.device` property (an ArrayOfVirtualDevice). The cast declares the shape of
+ *  the parsed tree; an element that is missing (or text where an element was expected) reads as undefined. */
+export function virtualDevices(v: XmlValue | undefined): VirtualDeviceXml[] {
+  return arr((v as { VirtualDevice?: VirtualDeviceXml | VirtualDeviceXml[] } | undefined)?.VirtualDevice);
+}
+
+function backingChain(b: DeviceBackingXml | undefined): string[] {
   const out: string[] = [];
   for (let cur = b, n = 0; cur && n < 256; cur = cur.parent, n++) if (text(cur.fileName)) out.push(text(cur.fileName)!);
   return out;
 }
 
-function snapshots(list: any): VmSnapshot[] {
-  return arr(list).map((s: any) => ({
-    name: text(s.name) ?? '', description: text(s.description) ?? '', created: text(s.createTime) ?? '', id: text(s.id) ?? '',
-    children: snapshots(s.childSnapshotList),
+function snapshots(list: XmlValue | undefined): VmSnapshot[] {
+  return arr(list).map((s) => ({
+    name: text(child(s, 'name')) ?? '', description: text(child(s, 'description')) ?? '', created: text(child(s, 'createTime')) ?? '', id: text(child(s, 'id')) ?? '',
+    children: snapshots(child(s, 'childSnapshotList')),
   }));
 }
 
@@ -119,7 +136,7 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
   if (!me) throw new VsphereError('not_found', `no VM at ${vmPath} on vSphere manager ${m.name}`);
   const portgroups = new Map(objs.filter((o) => o.obj.type === 'DistributedVirtualPortgroup').map((o) => [text(o.props.key) ?? o.obj.value, text(o.props.name) ?? '']));
   const p = me.props;
-  const devices = arr(p['config.hardware.device']?.VirtualDevice);
+  const devices = virtualDevices(p['config.hardware.device']);
   const disks: VmDisk[] = [];
   const nics: VmNic[] = [];
   const cdroms: VmCdrom[] = [];
@@ -134,7 +151,7 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
     } else if (type === 'VirtualCdrom') {
       cdroms.push({ key, label, backing: xsiType(d.backing) ?? '' });
     } else if (d.macAddress !== undefined) {
-      const b = d.backing ?? {};
+      const b: DeviceBackingXml = d.backing ?? {};
       const pgKey = text(b.port?.portgroupKey);
       nics.push({ key, label, mac: text(d.macAddress) ?? '', adapter: type.replace(/^Virtual/, '').toLowerCase(), network: text(b.deviceName) ?? (pgKey ? portgroups.get(pgKey) ?? pgKey : text(b.opaqueNetworkId) ?? '') });
     }
@@ -146,7 +163,7 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
     guest_id: text(p['config.guestId']) ?? '', guest_os: text(p['config.guestFullName']) ?? '', ip_address: text(p['guest.ipAddress']) ?? '',
     firmware: text(p['config.firmware']) ?? 'bios',
     hardware: { num_cpu: num(p['config.hardware.numCPU']) ?? 0, memory_mb: num(p['config.hardware.memoryMB']) ?? 0, num_virtual_disks: disks.length, version: text(p['config.version']) ?? '' },
-    disks, nics, cdroms, snapshots: snapshots(snap?.rootSnapshotList), current_snapshot: moref(snap?.currentSnapshot)?.value ?? null,
+    disks, nics, cdroms, snapshots: snapshots(child(snap, 'rootSnapshotList')), current_snapshot: moref(child(snap, 'currentSnapshot'))?.value ?? null,
     datacenter: datacenterOf(vmPath), moref: vm,
   };
 }

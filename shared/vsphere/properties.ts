@@ -2,9 +2,10 @@
 // manager pages), and a ContainerView over the whole inventory kept for the session, so listing every VM is
 // one round trip rather than one call per VM.
 import type { Manager } from './client';
-import { arr, el, esc, moref, MoRef, ref, text } from './xml';
+import { arr, child, el, esc, moref, MoRef, ref, text, XmlValue } from './xml';
 
-export interface ObjectContent { obj: MoRef; props: Record<string, any>; missing: string[] }
+/** One object's answer; `props` by property path, each value as the parser gave it (text, element, array). */
+export interface ObjectContent { obj: MoRef; props: Record<string, XmlValue | undefined>; missing: string[] }
 
 export interface PropSpec { type: string; paths: string[] }
 
@@ -12,13 +13,13 @@ function propSetXml(specs: PropSpec[]) {
   return specs.map((s) => `<propSet><type>${esc(s.type)}</type>${s.paths.map((p) => el('pathSet', p)).join('')}</propSet>`).join('');
 }
 
-function contents(ret: any): { objects: ObjectContent[]; token?: string } {
-  const objects = arr(ret?.objects).map((o: any) => ({
-    obj: moref(o.obj)!,
-    props: Object.fromEntries(arr(o.propSet).map((p: any) => [text(p.name)!, p.val])),
-    missing: arr(o.missingSet).map((m: any) => text(m.path)!),
+function contents(ret: XmlValue | undefined): { objects: ObjectContent[]; token?: string } {
+  const objects = arr(child(ret, 'objects')).map((o) => ({
+    obj: moref(child(o, 'obj'))!,
+    props: Object.fromEntries(arr(child(o, 'propSet')).map((p) => [text(child(p, 'name'))!, child(p, 'val')])),
+    missing: arr(child(o, 'missingSet')).map((m) => text(child(m, 'path'))!),
   }));
-  return { objects, token: text(ret?.token) };
+  return { objects, token: text(child(ret, 'token')) };
 }
 
 async function retrieveAll(m: Manager, specSet: string): Promise<ObjectContent[]> {

@@ -9,7 +9,22 @@ const parser = new XMLParser({
   trimValues: true, processEntities: true, htmlEntities: false,
 });
 
-export function parseXml(text: string): any { return parser.parse(text); }
+/** One parsed element. Every leaf is a string (parseTagValue and parseAttributeValue off): a text-only element
+ *  comes as its text, one with attributes or children as an object of "@_name" attributes, "#text" and child
+ *  elements by tag name, and a repeated element as an array. */
+export type XmlValue = string | XmlNode | XmlValue[];
+export interface XmlNode { '#text'?: string; [attr: `@_${string}`]: string | undefined; [name: string]: XmlValue | undefined }
+
+/** An element carrying an xsi:type (a VirtualDevice, its backing, a fault). */
+export interface XsiTyped { '@_type'?: string }
+
+/** A parsed document (the parser's own result is `any`; what it builds is always XmlNode's shape). */
+export function parseXml(text: string): XmlNode { return parser.parse(text) as XmlNode; }
+
+/** A child element (or attribute) of a parsed element; undefined when v is text, missing or has no such child. */
+export function child(v: XmlValue | undefined, name: string): XmlValue | undefined {
+  return v && typeof v === 'object' && !Array.isArray(v) ? v[name] : undefined;
+}
 
 export function esc(s: string | number | boolean): string {
   return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&apos;');
@@ -25,24 +40,24 @@ export function envelope(method: string, thisRef: MoRef, inner = ''): string {
 }
 
 /** Always an array: the parser gives a lone repeated element as an object. */
-export function arr<T = any>(v: T | T[] | undefined | null): T[] {
+export function arr<T>(v: T | T[] | undefined | null): T[] {
   return v === undefined || v === null || v === '' ? [] : Array.isArray(v) ? v : [v];
 }
 
 /** The text of an element that may carry attributes. */
-export function text(v: any): string | undefined {
+export function text(v: XmlValue | undefined): string | undefined {
   if (v === undefined || v === null) return undefined;
-  if (typeof v === 'object') return v['#text'] !== undefined ? String(v['#text']) : undefined;
-  return String(v);
+  if (typeof v === 'string') return v;
+  return Array.isArray(v) ? undefined : v['#text'];
 }
 
-export function moref(v: any): MoRef | undefined {
-  if (!v || typeof v !== 'object' || v['@_type'] === undefined) return undefined;
-  return { type: String(v['@_type']), value: String(v['#text']) };
+export function moref(v: XmlValue | undefined): MoRef | undefined {
+  if (!v || typeof v !== 'object' || Array.isArray(v) || v['@_type'] === undefined) return undefined;
+  return { type: v['@_type'], value: String(v['#text']) };
 }
 
 /** The xsi:type of a polymorphic element (VirtualDisk, VirtualCdrom, ...). */
-export const xsiType = (v: any): string | undefined => (v && typeof v === 'object' ? v['@_type'] : undefined);
+export const xsiType = (v: XmlValue | XsiTyped | undefined): string | undefined => (v && typeof v === 'object' && !Array.isArray(v) ? v['@_type'] : undefined);
 
-export const num = (v: any): number | undefined => { const t = text(v); return t === undefined || t === '' ? undefined : Number(t); };
-export const bool = (v: any): boolean | undefined => { const t = text(v); return t === undefined ? undefined : t === 'true'; };
+export const num = (v: XmlValue | undefined): number | undefined => { const t = text(v); return t === undefined || t === '' ? undefined : Number(t); };
+export const bool = (v: XmlValue | undefined): boolean | undefined => { const t = text(v); return t === undefined ? undefined : t === 'true'; };

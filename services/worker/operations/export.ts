@@ -14,11 +14,12 @@ import { config } from '../../../shared/config';
 import type { Admit, OpContext, Operation } from './types';
 import { dropped } from '../../../shared/log';
 
-export interface ExportParameters {
+// A type literal, not an interface, so a job's `parameters` (Record<string, unknown>) can be read as it.
+export type ExportParameters = {
   vm_path: string; output_path?: string; manager_url?: string; username?: string; insecure?: boolean; credentials?: string;
   parallel_downloads: number; remove_cdrom?: boolean; show_individual_progress?: boolean; power_off?: 'none' | 'shutdown' | 'force';
   shutdown_timeout_seconds?: number;
-}
+};
 
 export const exportsPerManager = () => Math.max(1, Number(process.env.FERRY_EXPORTS_PER_MANAGER || 4));
 export const slotLeaseMs = () => Math.max(3, config.leaseSeconds * 3) * 1000;

@@ -4,6 +4,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { placeOutput } from '../../roots';
 import { expectedError } from '../../log';
+import { errorText } from '../../errors';
 import type { GuestSession } from '../guestfs';
 import { STAGES, Run, Work } from './run';
 
@@ -35,7 +36,10 @@ export function buildReport(run: Run) {
 }
 
 /** report.json under options.report.path (not for a dry run); a write that fails is one more error in it. */
-export async function writeReport(run: Run, report: ReturnType<typeof buildReport> & { report_path?: string }) {
+/** What runPipeline answers: report.json's content, with where it was written. */
+export type PipelineReport = ReturnType<typeof buildReport> & { report_path?: string };
+
+export async function writeReport(run: Run, report: PipelineReport) {
   const { m, dir, opts } = run;
   if (!m.options.report.enabled || run.dry || !dir) return;
   const rp = path.resolve(dir, m.options.report.path);
@@ -43,6 +47,6 @@ export async function writeReport(run: Run, report: ReturnType<typeof buildRepor
   const tmp = path.join(path.dirname(rp), `.${path.basename(rp)}.partial`);
   await fs.writeFile(tmp, JSON.stringify(report, null, 2) + '\n')
     .then(() => placeOutput(tmp, rp, { field: 'report', overwrite: opts.overwrite !== false, claims: opts.claims }))
-    .catch(async (e) => { await fs.rm(tmp, { force: true }); report.errors.push(`report: cannot write ${rp}: ${e.message}`); });
+    .catch(async (e: unknown) => { await fs.rm(tmp, { force: true }); report.errors.push(`report: cannot write ${rp}: ${errorText(e)}`); });
   report.report_path = rp;
 }
