@@ -15,7 +15,7 @@ export class DaemonClient {
     this.key = opts.key || env.FERRY_API_KEY || undefined;
   }
 
-  async call<T = any>(method: string, path: string, body?: unknown, type = 'application/json'): Promise<T> {
+  async call<T = unknown>(method: string, path: string, body?: unknown, type = 'application/json'): Promise<T> {
     const headers: Record<string, string> = { accept: 'application/json' };
     if (this.key) headers['x-api-key'] = this.key;
     let payload: string | undefined;
@@ -25,10 +25,13 @@ export class DaemonClient {
       throw new DaemonError(0, `cannot reach the daemon at ${this.base} (FERRY_URL): ${(e as Error & { cause?: Error }).cause?.message || (e as Error).message}`);
     }
     const text = await res.text();
-    let parsed: any;
+    let parsed: unknown;
     try { parsed = text ? JSON.parse(text) : undefined; } catch { parsed = text; /* not JSON: shown as text below */ }
     if (!res.ok) {
-      const msg = typeof parsed === 'object' && parsed ? (parsed.error?.message ?? parsed.error ?? text) : text;
+      // Either envelope: the job API's { error: { message } } or the daemon's { error: "..." }.
+      const error = typeof parsed === 'object' && parsed ? (parsed as { error?: unknown }).error : undefined;
+      const nested = typeof error === 'object' && error ? (error as { message?: unknown }).message : undefined;
+      const msg = typeof parsed === 'object' && parsed ? (nested ?? error ?? text) : text;
       throw new DaemonError(res.status, `${method} ${path}: ${res.status} ${typeof msg === 'string' ? msg : JSON.stringify(msg)}`, parsed);
     }
     return parsed as T;

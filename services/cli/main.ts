@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import yaml from 'js-yaml';
 import { DaemonClient, DaemonError } from './client';
-import { blockers, findingRows, planProgress, table, bytes } from './render';
+import { blockers, findingRows, planProgress, table, bytes, type Finding, type PlanView } from './render';
+import type { VmSummary } from '../../shared/vsphere/inventory';
 
 export const EXIT = { ok: 0, error: 1, blockers: 2, notMigrated: 3 } as const;
 const OPTIONS = {
@@ -31,6 +32,23 @@ const json = (io: Io, v: unknown) => print(io, JSON.stringify(v, null, 2));
 const need = (args: string[], n: number, usage: string) => { if (args.length < n) throw new UsageError(`usage: ferry ${usage}`); return args; };
 class UsageError extends Error {}
 
+/** What the CLI reads of GET /vms/info (shared/vsphere/inventory.ts's VmDetail), read defensively as the code
+ *  always did: a NIC's MAC as mac_address or mac, a snapshot as a name or an object with one. */
+interface VmInfo {
+  path?: string; power_state?: string; hardware?: { num_cpu?: number; memory_mb?: number }; firmware?: string; uuid?: string;
+  disks?: { label?: string; capacity_kb?: number; file_path?: string }[];
+  nics?: { label?: string; mac_address?: string; mac?: string; network?: string }[];
+  snapshots?: (string | { name: string })[];
+}
+/** A plan-validate answer: each VM's findings. */
+interface Validation { vms?: { vm_path: string; findings?: Finding[] }[] }
+/** The answer of a plan action (cancel, retry, rollback): its message, else the CLI says what it asked. */
+interface ActionAnswer { message?: string }
+/** A plan body as the file and the flags build it; the daemon validates it (shared/schemas/plans.ts). */
+type PlanBody = Record<string, unknown> & {
+  destination?: Record<string, unknown>; network_map?: Record<string, string>; storage_map?: Record<string, string>; options?: Record<string, unknown>;
+};
+
 /** SRC=DST pairs of a map flag; the source may itself hold '=' only before the last one. */
 function pairs(list: string[] | undefined, flag: string): Record<string, string> | undefined {
   if (!list) return undefined;
@@ -46,19 +64,24 @@ function pairs(list: string[] | undefined, flag: string): Record<string, string>
 function options(list: string[] | undefined): Record<string, unknown> | undefined {
   const raw = pairs(list, 'option');
   if (!raw) return undefined;
-  const out: Record<string, any> = {};
+  const out: Record<string, unknown> = {};
   for (const [k, s] of Object.entries(raw)) {
     const keys = k.split('.');
     let at = out;
-    for (const key of keys.slice(0, -1)) at = at[key] = typeof at[key] === 'object' ? at[key] : {};
+    for (const key of keys.slice(0, -1)) {
+      // Only objects this loop made sit under a key, so an object found there is a Record.
+      const next = typeof at[key] === 'object' ? at[key] as Record<string, unknown> : {};
+      at = at[key] = next;
+    }
     at[keys[keys.length - 1]] = s === 'true' ? true : s === 'false' ? false : /^-?\d+(\.\d+)?$/.test(s) ? Number(s) : s;
   }
   return out;
 }
 
 /** The plan body: the YAML (or JSON) file, then the flags over it. */
-export function planBody(v: Values): Record<string, any> {
-  const body: Record<string, any> = v.file ? (yaml.load(readFileSync(v.file, 'utf8'), { schema: yaml.JSON_SCHEMA }) as any) ?? {} : {};
+export function planBody(v: Values): PlanBody {
+  // The file's shape is the daemon's to check; only "a mapping" is checked here.
+  const body = (v.file ? yaml.load(readFileSync(v.file, 'utf8'), { schema: yaml.JSON_SCHEMA }) ?? {} : {}) as PlanBody;
   if (typeof body !== 'object' || Array.isArray(body)) throw new UsageError(`${v.file}: a plan is a mapping (name, vms, destination, network_map, storage_map, options)`);
   if (v.name) body.name = v.name;
   if (v.vm) body.vms = v.vm;
@@ -77,10 +100,10 @@ export function planBody(v: Values): Record<string, any> {
 
 const vmsList: Command = async (c, _a, v, io) => {
   const q = new URLSearchParams(v.server ? { server: v.server } : {});
-  const r = await c.call('GET', `/vms/list${q.size ? `?${q.toString()}` : ''}`);
+  const r = await c.call<{ vms: VmSummary[] }>('GET', `/vms/list${q.size ? `?${q.toString()}` : ''}`);
   const name = v.name ? new RegExp(`^${v.name.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`, 'i') : undefined;
   const power = v.power ? `powered${v.power[0].toUpperCase()}${v.power.slice(1).toLowerCase()}` : undefined;
-  const vms = (r.vms as any[]).filter((x) => (!name || name.test(x.name)) && (!power || x.power_state === power));
+  const vms = r.vms.filter((x) => (!name || name.test(x.name)) && (!power || x.power_state === power));
   if (v.json) { json(io, { ...r, vms, total: vms.length }); return EXIT.ok; }
   print(io, table(['PATH', 'POWER', 'CPU', 'MEMORY', 'STORAGE', 'GUEST OS'], vms.map((x) => [x.path, x.power_state, x.num_cpu, `${x.memory_mb} MiB`, bytes(x.storage), x.guest_os])));
   return EXIT.ok;
@@ -89,24 +112,24 @@ const vmsList: Command = async (c, _a, v, io) => {
 const vmsInfo: Command = async (c, a, v, io) => {
   const [path] = need(a, 1, 'vms info VM_PATH');
   const q = new URLSearchParams({ path, ...(v.server ? { server: v.server } : {}) });
-  const d = await c.call('GET', `/vms/info?${q.toString()}`);
+  const d = await c.call<VmInfo>('GET', `/vms/info?${q.toString()}`);
   if (v.json) { json(io, d); return EXIT.ok; }
   print(io, `${d.path}  ${d.power_state}  ${d.hardware?.num_cpu} vCPU  ${d.hardware?.memory_mb} MiB  firmware ${d.firmware ?? 'bios'}  uuid ${d.uuid}`);
-  print(io, table(['DISK', 'CAPACITY', 'FILE'], (d.disks || []).map((x: any) => [x.label, bytes((x.capacity_kb || 0) * 1024), x.file_path])));
-  if (d.nics?.length) print(io, table(['NIC', 'MAC', 'NETWORK'], d.nics.map((x: any) => [x.label, x.mac_address ?? x.mac, x.network])));
-  if (d.snapshots?.length) print(io, `snapshots: ${d.snapshots.map((s: any) => s.name ?? s).join(', ')}`);
+  print(io, table(['DISK', 'CAPACITY', 'FILE'], (d.disks || []).map((x) => [x.label, bytes((x.capacity_kb || 0) * 1024), x.file_path])));
+  if (d.nics?.length) print(io, table(['NIC', 'MAC', 'NETWORK'], d.nics.map((x) => [x.label, x.mac_address ?? x.mac, x.network])));
+  if (d.snapshots?.length) print(io, `snapshots: ${d.snapshots.map((s) => (typeof s === 'string' ? s : s.name)).join(', ')}`);
   return EXIT.ok;
 };
 
 const planCreate: Command = async (c, _a, v, io) => {
-  const plan = await c.call('POST', '/plans', planBody(v));
+  const plan = await c.call<PlanView>('POST', '/plans', planBody(v));
   if (v.json) json(io, plan); else print(io, `plan ${plan.id} created (${(plan.vms || []).length} VMs): ferry plan validate ${plan.id}`);
   return EXIT.ok;
 };
 
 const planList: Command = async (c, _a, v, io) => {
-  const r = await c.call('GET', '/plans');
-  const plans: any[] = r.plans ?? r;
+  const r = await c.call<{ plans?: PlanView[] } | PlanView[]>('GET', '/plans');
+  const plans = ('plans' in r ? r.plans : undefined) ?? (r as PlanView[]);
   if (v.json) { json(io, r); return EXIT.ok; }
   print(io, table(['ID', 'NAME', 'STATUS', 'VMS', 'CREATED'], plans.map((p) => [p.id, p.name, p.status, (p.vms || []).length || p.vm_count, p.created_at])));
   return EXIT.ok;
@@ -114,14 +137,14 @@ const planList: Command = async (c, _a, v, io) => {
 
 const planStatus: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan status ID');
-  const plan = await c.call('GET', `/plans/${enc(id)}`);
+  const plan = await c.call<PlanView>('GET', `/plans/${enc(id)}`);
   if (v.json) json(io, plan); else print(io, planProgress(plan));
   return EXIT.ok;
 };
 
 const planValidate: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan validate ID');
-  const r = await c.call('POST', `/plans/${enc(id)}/validate`);
+  const r = await c.call<Validation>('POST', `/plans/${enc(id)}/validate`);
   const n = blockers(r.vms || []);
   if (v.json) json(io, r);
   else {
@@ -138,12 +161,12 @@ const VM_MIGRATED = ['completed'];
 
 const planStart: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan start ID [--wait]');
-  let plan = await c.call('POST', `/plans/${enc(id)}/start`);
+  let plan = await c.call<PlanView>('POST', `/plans/${enc(id)}/start`);
   if (!v.wait) { if (v.json) json(io, plan); else print(io, `plan ${id} started: ferry plan status ${id}`); return EXIT.ok; }
   const every = Math.max(0.2, Number(v.interval ?? 2)) * 1000;
   let shown = 0, last = '';
   for (;;) {
-    plan = await c.call('GET', `/plans/${enc(id)}`);
+    plan = await c.call<PlanView>('GET', `/plans/${enc(id)}`);
     if (!v.json) {
       const view = planProgress(plan);
       // A terminal redraws in place; a pipe or a log gets a new view only when something changed.
@@ -151,30 +174,30 @@ const planStart: Command = async (c, a, v, io) => {
       else if (view !== last) print(io, view);
       last = view;
     }
-    if (PLAN_DONE.includes(plan.status)) break;
+    if (PLAN_DONE.includes(plan.status ?? '')) break;
     await new Promise((r) => setTimeout(r, every));
   }
   if (v.json) json(io, plan);
-  return (plan.vms || []).every((x: any) => VM_MIGRATED.includes(x.status)) ? EXIT.ok : EXIT.notMigrated;
+  return (plan.vms || []).every((x) => VM_MIGRATED.includes(x.status ?? '')) ? EXIT.ok : EXIT.notMigrated;
 };
 
 const planCancel: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan cancel ID [--vm VM_PATH]');
-  const r = await c.call('POST', `/plans/${enc(id)}/cancel`, v.vm ? { vm_path: v.vm[0] } : undefined);
+  const r = await c.call<ActionAnswer>('POST', `/plans/${enc(id)}/cancel`, v.vm ? { vm_path: v.vm[0] } : undefined);
   if (v.json) json(io, r); else print(io, r.message ?? `plan ${id}: cancel asked`);
   return EXIT.ok;
 };
 
 const planRetry: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan retry ID');
-  const r = await c.call('POST', `/plans/${enc(id)}/retry`);
+  const r = await c.call<ActionAnswer>('POST', `/plans/${enc(id)}/retry`);
   if (v.json) json(io, r); else print(io, r.message ?? `plan ${id}: failed VMs queued again`);
   return EXIT.ok;
 };
 
 const planRollback: Command = async (c, a, v, io) => {
   const [id, vm] = need(a, 2, 'plan rollback ID VM_PATH');
-  const r = await c.call('POST', `/plans/${enc(id)}/vms/${enc(vm)}/rollback`);
+  const r = await c.call<ActionAnswer>('POST', `/plans/${enc(id)}/vms/${enc(vm)}/rollback`);
   if (v.json) json(io, r); else print(io, r.message ?? `${vm}: rolled back`);
   return EXIT.ok;
 };

@@ -31,10 +31,22 @@ export function findingRows(vms: { vm_path: string; findings?: Finding[] }[]): s
 
 export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce((n, v) => n + (v.findings || []).filter((f) => f.severity === 'blocker' && !f.overridden).length, 0);
 
+/** What the CLI reads of one VM of a plan as the daemon shows it (queue/plan-view.ts); the daemon's answer is
+ *  read as it comes, so every field may be missing. */
+export interface PlanVmView {
+  vm_path?: string; status?: string; total_bytes?: number | null; bytes_done?: number | null;
+  waiting_reason?: string | null; error?: string | null; stage?: string | null;
+}
+/** What the CLI reads of a plan record (GET /plans/:id, POST /plans and its actions). */
+export interface PlanView {
+  id?: string; name?: string; status?: string; vms?: PlanVmView[]; vm_count?: number; created_at?: string;
+  rate_bytes_per_second?: number | null; eta_seconds?: number | null;
+}
+
 /** One line per VM of a plan record and a total bar: what `plan start --wait` and `plan status` show. */
-export function planProgress(plan: any): string {
-  const vms: any[] = plan.vms || [];
-  const done = vms.filter((v) => ['completed', 'failed', 'cancelled', 'rolled_back', 'blocked'].includes(v.status)).length;
+export function planProgress(plan: PlanView): string {
+  const vms = plan.vms || [];
+  const done = vms.filter((v) => ['completed', 'failed', 'cancelled', 'rolled_back', 'blocked'].includes(v.status ?? '')).length;
   const lines = vms.map((v) => {
     const pct = v.total_bytes ? `${Math.floor((100 * (v.bytes_done || 0)) / v.total_bytes).toString().padStart(3)}%` : '    ';
     const detail = v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || '';

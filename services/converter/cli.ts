@@ -9,9 +9,11 @@ import path from 'node:path';
 import yaml from 'js-yaml';
 import { inspectImage } from '../../shared/image-format';
 import { imageInfo } from '../../shared/qemu';
-import { ConfigError, ConverterConfig, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
+import { ConfigError, ConverterConfig, MigrationEntry, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { runPipeline, StageName } from '../../shared/converter/pipeline';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import { errorText } from '../../shared/errors';
 import { fetchRemote } from './fetch';
 import { exportForConvert, withExport } from './manager-export';
 
@@ -19,6 +21,11 @@ export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
 const FORMAT_BY_EXT: Record<string, string> = { '.vmdk': 'vmdk', '.qcow2': 'qcow2', '.raw': 'raw', '.img': 'raw', '.vhd': 'vhd', '.vhdx': 'vhdx', '.vdi': 'vdi' };
 const VERBOSE: Record<string, number> = { DEBUG: 3, INFO: 1, WARNING: 1, ERROR: 0 };
+
+/** One migration's settings: the configuration's keys less the batch's own, a batch entry's over them, and (in a
+ *  batch) the entry's own report file. Keys a mode requires (vmdk, output_dir, host...) are checked by the
+ *  configuration schema or batchSettings before a run, hence the non-null assertions where they are read. */
+export type Settings = Omit<ConverterConfig, 'batch_manifest' | 'batch_parallel' | 'batch_continue_on_error'> & { report_path?: string };
 
 interface Out { line(s: string): void; progress(label: string, pct: number, msg: string): void; done(): void }
 
@@ -46,8 +53,8 @@ function output(stream: NodeJS.WriteStream, logFile?: string): Out {
 }
 
 /** One migration's settings (config keys, then the batch entry's overrides) as a manifest. */
-export async function manifestFromSettings(s: Record<string, any>, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
-  const src = path.resolve(baseDir, s.vmdk);
+export async function manifestFromSettings(s: Settings, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
+  const src = path.resolve(baseDir, s.vmdk!);
   // The format from the header, read by Ferry: qemu-img is told it, never left to probe (docs/security.md).
   const bad = (e: Error) => { throw new ConfigError(`vmdk: ${e.message}`, [{ path: 'vmdk', message: e.message }]); };
   const header = await inspectImage(src).catch(bad);
@@ -72,7 +79,7 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
       },
       validate: { enabled: true, check_image_integrity: true },
     },
-    output: { directory: path.resolve(baseDir, s.output_dir), format: s.out_format || 'qcow2', filename: s.to_output },
+    output: { directory: path.resolve(baseDir, s.output_dir!), format: s.out_format || 'qcow2', filename: s.to_output },
     options: { dry_run: !!s.dry_run, verbose: VERBOSE[s.log_level || 'INFO'], report: { enabled: true, path: s.report_path || 'report.json' } },
     warnings: warnings.map((message) => ({ stage: 'config', message })),
   };
@@ -89,15 +96,15 @@ export async function manifestFromSettings(s: Record<string, any>, baseDir: stri
   return m;
 }
 
-async function runOne(label: string, s: Record<string, any>, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: any; error?: string }> {
+async function runOne(label: string, s: Settings, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: PipelineReport; error?: string }> {
   let fetched: string | undefined;
   try {
     const warn: string[] = [];
     if (s.command === 'fetch-and-fix') {
-      const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir, '.ferry-fetch'));
+      const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir!, '.ferry-fetch'));
       out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
-      const r = await fetchRemote({ host: s.host, port: s.port, user: s.user, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote, destDir: dir,
-        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote)}`, timeoutSeconds: s.timeout, retries: s.network_retry },
+      const r = await fetchRemote({ host: s.host!, port: s.port, user: s.user!, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote!, destDir: dir,
+        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote!)}`, timeoutSeconds: s.timeout, retries: s.network_retry },
         (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
       fetched = r.path;
       out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
@@ -108,7 +115,8 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
       exported = await exportForConvert(s, baseDir, (pct, msg) => out.progress(label, pct, msg), (msg) => out.line(`${label}: ${msg}`));
       out.done();
       out.line(`${label}: exported ${exported.files.length} file(s), ${exported.total_bytes} bytes (manifest ${exported.manifest_path})`);
-      const first = (exported.manifest as any).disks[0];
+      // The export's manifest is the manifest seed (shared/vsphere/export-manifest.ts's buildManifest).
+      const first = (exported.manifest as Manifest).disks[0];
       s = { ...s, vmdk: first.local_path, to_output: s.to_output ?? `${s.vm_name}.${s.out_format || 'qcow2'}` };
     }
     let m = await manifestFromSettings(s, baseDir, warn);
@@ -135,7 +143,7 @@ async function runOne(label: string, s: Record<string, any>, baseDir: string, ou
 
 /** Runs `items` with at most `n` at a time; stops starting new ones when `stop()` says so. */
 async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promise<R>, stop: () => boolean): Promise<(R | undefined)[]> {
-  const res: (R | undefined)[] = new Array(items.length).fill(undefined);
+  const res = new Array<R | undefined>(items.length).fill(undefined);
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(n, items.length) }, async () => {
     while (next < items.length && !stop()) { const i = next++; res[i] = await fn(items[i], i); }
@@ -145,9 +153,9 @@ async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promis
 
 /** Each batch entry's settings. Precedence: batch entry > configuration file; each entry gets its own report file.
  *  Every entry is checked before any starts, so a structural mistake is exit 2 with nothing run. */
-function batchSettings(migrations: Record<string, any>[], common: Record<string, any>, baseDir: string) {
+function batchSettings(migrations: MigrationEntry[], common: Settings, baseDir: string) {
   const settings = migrations.map((entry, i) => {
-    const s: Record<string, any> = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
+    const s: Settings = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
     if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
     if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
     if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
@@ -174,7 +182,7 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
   }
   try {
     if (manifestPath) {
-      const doc = JSON.parse(readFileSync(manifestPath, 'utf8'));
+      const doc: unknown = JSON.parse(readFileSync(manifestPath, 'utf8')); // checked by validateManifest
       const m = validateManifest(doc);
       const out = output(stderr);
       const report = await runPipeline(m, { outputDir: arg('--output-dir'), onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg) });
@@ -192,7 +200,7 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
       return r.ok ? EXIT.ok : EXIT.failed;
     }
     const batchPath = path.resolve(baseDir, batch_manifest);
-    const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')));
+    const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')) as unknown);
     const settings = batchSettings(batch.migrations, common, baseDir);
     let failedOnce = false;
     const t0 = Date.now();
@@ -221,7 +229,7 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
     stdout.write(JSON.stringify({ total: summary.total, succeeded: summary.succeeded, failed: summary.failed, not_run: summary.not_run }) + '\n');
     return summary.succeeded === summary.total ? EXIT.ok : EXIT.failed;
   } catch (e) {
-    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError || (e as any)?.name === 'YAMLException' || (e as any)?.code === 'ENOENT') {
+    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError || (e as { name?: unknown } | null)?.name === 'YAMLException' || (e as { code?: unknown } | null)?.code === 'ENOENT') {
       stderr.write(`ferry-convert: ${(e as Error).message}\n`);
       return EXIT.usage;
     }
@@ -231,5 +239,5 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
 }
 
 if (require.main === module) {
-  main(process.argv.slice(2)).then((code) => process.exit(code), (e) => { process.stderr.write(`ferry-convert: ${e?.message || e}\n`); process.exit(1); });
+  main(process.argv.slice(2)).then((code) => process.exit(code), (e) => { process.stderr.write(`ferry-convert: ${errorText(e)}\n`); process.exit(1); });
 }

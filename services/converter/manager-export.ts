@@ -9,13 +9,14 @@ import { resolveCredentials } from '../../shared/vsphere/credentials';
 import { VsphereError } from '../../shared/vsphere/errors';
 import { exportVm, ExportResult } from '../../shared/vsphere/export';
 import { pathByName } from '../../shared/vsphere/inventory';
+import type { Settings } from './cli';
 
-export async function exportForConvert(s: Record<string, any>, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
+export async function exportForConvert(s: Settings, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
   if (!s.output_dir) throw new ConfigError('output_dir is required in mode manager_export', [{ path: 'output_dir', message: 'is required' }]);
   // manager_user / manager_password fall back to GOVC_USERNAME / GOVC_PASSWORD (with ${ENV} in the file too).
   const creds = resolveCredentials({ manager_url: s.manager_host, username: s.manager_user, password: s.manager_password, insecure: s.manager_insecure }, process.env, true);
   const m = managerFor(creds);
-  const vmPath = s.vm_path ?? await pathByName(m, s.vm_name);
+  const vmPath = s.vm_path ?? await pathByName(m, s.vm_name!); // the schema requires vm_name in this mode
   const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir, '.ferry-export', String(s.vm_name)));
   log(`exporting ${vmPath} from ${m.name} into ${dir} with ${s.parallel_streams ?? 4} stream(s)`);
   try {
@@ -33,6 +34,6 @@ export async function exportForConvert(s: Record<string, any>, baseDir: string, 
 
 /** The local pipeline's manifest (from the config's settings) with the export's disks and VM facts. */
 export function withExport(m: Manifest, exported: ExportResult): Manifest {
-  const e = exported.manifest as any;
+  const e = exported.manifest as Manifest; // the manifest seed, built by shared/vsphere/export-manifest.ts
   return { ...m, source: e.source, vm: e.vm, nics: e.nics, notes: e.notes, warnings: [...(m.warnings || []), ...(e.warnings || [])], disks: e.disks, metadata: e.metadata };
 }

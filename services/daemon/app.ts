@@ -3,6 +3,7 @@
 // mountStatic/api let other parts (the dashboard) add routes or a static directory. startDaemon is the list of
 // start-up steps, each a named function below or in its own file.
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type Koa from 'koa';
 import { Api, createApp } from '../../shared/http';
@@ -155,7 +156,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
 
   const server = await listenWith(app, hub, plans.hub, opts.port ?? config.daemonPort, host);
   const metricsServer = await serveMetricsPort(cfg, metrics, host, log);
-  const port = (server.address() as any).port;
+  const port = (server.address() as AddressInfo).port; // a TCP listener: an address, never a pipe's path
   log.info('daemon listening', { port, host, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
   return { port, server, api, app, life: q.life, mountStatic: statics.mountStatic, close: closer(s, { hub, plans, dashboard, server, metricsServer }) };
 }

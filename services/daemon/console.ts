@@ -125,7 +125,7 @@ function upgradeWith(upgrade: Upgrade): Upgrade {
     let release: () => void;
     try { release = spawnSlots.console.take(); } catch (e) {
       const err = e as ApiError;
-      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as any)?.retryAfter);
+      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as { retryAfter?: number } | undefined)?.retryAfter); // a 429's details (shared/limits.ts)
     }
     socket.once('close', release);
     upgrade(req, socket, head, caller);
@@ -137,9 +137,10 @@ function upgradeWith(upgrade: Upgrade): Upgrade {
 function inputOf(s: Session, x: Viewer) {
   let told = false;
   return (raw: unknown) => {
-    let m: any;
+    let m: unknown;
     try { m = JSON.parse(String(raw)); } catch { return; } // not JSON: not input, nothing to answer
-    if (m?.type !== 'input' || typeof m.data !== 'string') return;
+    // The browser's message: only {type: 'input', data: string} is input.
+    if (typeof m !== 'object' || m === null || !('type' in m) || m.type !== 'input' || !('data' in m) || typeof m.data !== 'string') return;
     if (s.writer === x) return s.con.write(Buffer.from(m.data, 'utf8'));
     if (!told) { told = true; send(x.ws, { type: 'error', error: `read-only: ${may(x.caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`}; input ignored` }); }
   };

@@ -1,6 +1,7 @@
 // The daemon's figures: its Prometheus registry (HTTP, jobs, webhook deliveries, WebSocket clients), the /status
 // answer, the /ws/metrics frame, and /metrics on a port of its own when metrics.port is set.
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { config } from '../../shared/config';
 import { guardPlain } from '../../shared/auth';
 import { daemonEnvelope } from '../../shared/errors';
@@ -71,6 +72,6 @@ export async function serveMetricsPort(cfg: DaemonConfig, metrics: Registry, hos
     });
   });
   await new Promise<void>((resolve) => server.listen(cfg.metrics.port, host, resolve));
-  log.info('metrics listening', { port: (server.address() as any).port });
+  log.info('metrics listening', { port: (server.address() as AddressInfo).port }); // a TCP listener, not a pipe
   return server;
 }

@@ -17,12 +17,13 @@ import { config } from '../../shared/config';
 import { EventHub } from '../../queue/sse';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews } from '../../queue/daemon-views';
-import { grants, ROLES, type ApiKey } from '../../shared/auth';
+import { grants, ROLES } from '../../shared/auth';
+import { callerOf } from './route-kit';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
-const idParams = Joi.object({ id: jobIdSchema.required() });
+const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 
 /** Adds the dashboard's routes and mounts its files; returns the SSE hub so the daemon can stop it. */
 export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus; jobTimeoutSeconds: number; mountStatic(prefix: string, dir: string): void }) {
@@ -37,7 +38,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     responses: { 201: { description: 'queued', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('invalid job (names the field)') },
     handler: async (ctx, { body, warnings }) => {
       const built = buildSpec(body, { where: '', jobTimeoutSeconds: d.jobTimeoutSeconds, parallelDownloads: 1, warnings });
-      const r = await life.submit(built.spec, { enqueue: true, meta: built.meta, caller: ctx.state.apiKey ?? null });
+      const r = await life.submit(built.spec, { enqueue: true, meta: built.meta, caller: callerOf(ctx) ?? null });
       ctx.status = 201;
       return { job_id: r.job_id, state: r.state, message: `${built.spec.operation} job ${r.job_id} queued` };
     },
@@ -68,7 +69,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     method: 'get', role: 'read', path: '/whoami', summary: 'The calling API key: its name, role and the roles it reaches (auth off: null key, every role)', tags: ['jobs'],
     responses: { 200: { description: 'the caller', schema: Joi.object({ auth: Joi.boolean(), name: Joi.string().allow(null), role: Joi.string().allow(null), roles: Joi.array().items(Joi.string()) }) } },
     handler: (ctx) => {
-      const key = ctx.state.apiKey as ApiKey | null | undefined;
+      const key = callerOf(ctx);
       return { auth: !!key, name: key?.name ?? null, role: key?.role ?? null, roles: ROLES.filter((r) => !key || grants(key, r)) };
     },
   });

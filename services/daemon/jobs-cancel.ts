@@ -58,6 +58,6 @@ export function addCancelRoute(api: Api, life: Lifecycle) {
       200: { description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): every such job, {message, count, failed, errors}', schema: cancelled },
       400: err('neither job_ids nor status'),
     },
-    handler: (_ctx, { body }) => (body.job_ids ? cancelEach(life, body.job_ids as string[], body.status) : cancelAll(life, body.status)),
+    handler: (_ctx, { body }) => (body.job_ids ? cancelEach(life, body.job_ids, body.status) : cancelAll(life, body.status)),
   });
 }

@@ -9,7 +9,7 @@ import type { DaemonConfig } from '../../shared/daemon-config';
 import { checkInsecure, checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
 import { buildSpec } from '../../shared/daemon-jobs';
 import type { Lifecycle } from '../../queue/lifecycle';
-import { err, now } from './route-kit';
+import { callerOf, err, now } from './route-kit';
 
 const submitted = Joi.alternatives().try(
   Joi.object({ job_ids: Joi.array().items(Joi.string()), accepted: Joi.number().integer(), rejected: Joi.number().integer(), errors: Joi.array().items(Joi.object({ index: Joi.number().integer(), error: Joi.string() })), timestamp: Joi.string().isoDate() }),
@@ -39,14 +39,14 @@ export function addSubmitRoute(api: Api, d: { life: Lifecycle; cfg: DaemonConfig
         const job_ids: string[] = [];
         const errors: { index: number; error: string }[] = [];
         for (let i = 0; i < body.jobs.length; i++) {
-          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`, ctx.state.apiKey ?? null, warnings)).spec.job_id); } catch (e) {
+          try { job_ids.push((await submitOne(body.jobs[i], `jobs[${i}]`, callerOf(ctx) ?? null, warnings)).spec.job_id); } catch (e) {
             if (!(e instanceof ApiError) || e.status >= 500) throw e;
             errors.push({ index: i, error: e.message });
           }
         }
         return { job_ids, accepted: job_ids.length, rejected: errors.length, errors, timestamp: now() };
       }
-      const b = await submitOne(body, '', ctx.state.apiKey ?? null, warnings);
+      const b = await submitOne(body, '', callerOf(ctx) ?? null, warnings);
       if (b.shape === 'B') return { job_id: b.spec.job_id, message: `migration job ${b.spec.job_id} for ${String(b.meta.vm_path)} queued` };
       return { job_ids: [b.spec.job_id], accepted: 1, rejected: 0, errors: [], timestamp: now() };
     },

@@ -10,7 +10,7 @@ import type { JobStore } from '../../queue/store';
 import { jobViews, progressView } from '../../queue/daemon-views';
 import { err } from './route-kit';
 
-const idParams = Joi.object({ id: jobIdSchema.required() });
+const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
 
 /** The queue states of one daemon status or a list of them (undefined: every state). */

@@ -4,6 +4,7 @@
 import { startDaemon } from './app';
 import { ConfigError, configPath, loadConfig } from '../../shared/daemon-config';
 import { onShutdown } from '../../shared/process';
+import { errorText } from '../../shared/errors';
 
 function addrOption(argv: string[]): string | undefined {
   const i = argv.findIndex((a) => a === '-addr' || a === '--addr');
@@ -22,7 +23,7 @@ try {
   const addr = addrOption(process.argv.slice(2)) ?? cfg.daemon.addr;
   const listen = addr ? { ...parseAddr(addr), hostSetting: addrOption(process.argv.slice(2)) ? '-addr' : 'daemon.addr' } : {};
   startDaemon(cfg, listen).then((d) => onShutdown(() => d.close())).catch((e) => {
-    process.stderr.write(`daemon failed to start: ${e.message}\n`);
+    process.stderr.write(`daemon failed to start: ${errorText(e)}\n`);
     process.exit(1);
   });
 } catch (e) {

@@ -10,6 +10,7 @@ import type { DaemonConfig } from '../../shared/daemon-config';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import type { QueueLayer } from '../../queue/connect';
 import type { Registry } from './daemon-metrics';
+import { callerOf } from './route-kit';
 
 const DESCRIPTION = 'Export and migration jobs, schedules, webhooks, WebSocket updates (/ws, /api/v1/ws/metrics). Every path also answers under /api/v1. See docs/daemon.md.';
 
@@ -25,7 +26,7 @@ export function addOwnRoutes(api: Api, d: { cfg: DaemonConfig; q: QueueLayer; me
   api.add({
     method: 'post', role: 'read', path: '/ws/ticket', summary: 'A single-use ticket (valid 30 s) for opening /ws or /ws/metrics as ?ticket=...: browsers cannot send a key header on a WebSocket, and keys never go in URLs', tags: ['status'],
     responses: { 200: { description: 'the ticket', schema: Joi.object({ ticket: Joi.string(), expires_in: Joi.number().integer() }) } },
-    handler: (ctx) => issueTicket(d.q.redis, d.q.store.k.prefix, ctx.state.apiKey ?? null),
+    handler: (ctx) => issueTicket(d.q.redis, d.q.store.k.prefix, callerOf(ctx) ?? null),
   });
   if (d.cfg.metrics.enabled && d.cfg.metrics.port === undefined) {
     api.add({

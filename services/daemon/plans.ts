@@ -2,7 +2,7 @@
 // preflight (shared/plans/) and the runner (queue/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
 import Joi from 'joi';
 import type Koa from 'koa';
-import type { Api } from '../../shared/http';
+import type { Api, Input, Method, RouteDef } from '../../shared/http';
 import { ApiError, conflict, fieldError, notFound } from '../../shared/errors';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import {
@@ -15,11 +15,13 @@ import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
 import type { PlanHub } from '../../queue/plan-events';
+import { callerOf } from './route-kit';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const one = { description: 'the plan', schema: planSchema };
-const who = (ctx: Koa.Context) => ctx.state.apiKey?.name ?? 'anonymous';
-const vmParams = planIdParams.keys({ vm: Joi.string().max(1100).required().description('the VM path, URL-encoded (%2F for /), or its name') });
+const who = (ctx: Koa.Context) => callerOf(ctx)?.name ?? 'anonymous';
+// planIdParams with the VM: its id schema extracted, so the type can name both keys (keys() keeps planIdParams').
+const vmParams = Joi.object<{ id: string; vm: string }>({ id: planIdParams.extract('id'), vm: Joi.string().max(1100).required().description('the VM path, URL-encoded (%2F for /), or its name') });
 
 function vmOf(p: Plan, vm: string) {
   const v = p.vms.find((x) => x.vm_path === vm) ?? p.vms.find((x) => x.vm_path.split('/').pop() === vm);
@@ -29,7 +31,10 @@ function vmOf(p: Plan, vm: string) {
 
 type PlanDeps = { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub };
 type Role = 'read' | 'submit' | 'admin';
-type Handler = (ctx: Koa.Context, i: any) => Promise<unknown>;
+type PlanId = { id: string };
+/** What a route of the kit may set beside its path; params default to planIdParams. */
+interface PlanRouteExtra<P, B> { method?: Method; params?: Joi.ObjectSchema<P>; body?: Joi.ObjectSchema<B>; bodyRequired?: boolean; responses?: RouteDef['responses'] }
+type Handler<P, B> = (ctx: Koa.Context, i: Input<P, Record<string, unknown>, B>) => Promise<unknown>;
 
 /** What every plan route uses: the plan view, selectors resolved while not started, and `add` for a route whose
  *  answer is the plan (its error answers named once). */
@@ -40,8 +45,9 @@ function planRouteKit(api: Api, d: PlanDeps) {
     const chosen = await selectVms(planManager(p), p.selectors);
     return d.plans.mutate(p.id, (q) => applySelection(q, chosen));
   };
-  const add = (path: string, summary: string, role: Role, extra: Record<string, any>, handler: Handler) =>
-    api.add({ method: extra.method ?? 'post', path, summary, tags: ['plans'], role, params: extra.params ?? planIdParams, body: extra.body, bodyRequired: extra.bodyRequired, query: extra.query, responses: { 200: one, 400: err('invalid input (names the field)'), 404: err('unknown plan or VM'), 409: err('the plan is in the wrong state for this'), ...(extra.responses ?? {}) }, handler });
+  // Without params of its own a route takes planIdParams, so P is then its default, PlanId (hence the cast).
+  const add = <P = PlanId, B = unknown>(path: string, summary: string, role: Role, extra: PlanRouteExtra<P, B>, handler: Handler<P, B>) =>
+    api.add<P, Record<string, unknown>, B>({ method: extra.method ?? 'post', path, summary, tags: ['plans'], role, params: (extra.params ?? planIdParams) as Joi.ObjectSchema<P>, body: extra.body, bodyRequired: extra.bodyRequired, responses: { 200: one, 400: err('invalid input (names the field)'), 404: err('unknown plan or VM'), 409: err('the plan is in the wrong state for this'), ...(extra.responses ?? {}) }, handler });
   return { view, select, add };
 }
 
@@ -85,9 +91,9 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
       const { vms, start_at, windows, ...rest } = body;
       Object.assign(p, rest);
       if (start_at !== undefined) p.start_at = new Date(start_at).toISOString();
-      if (windows) p.windows = windows.map((w: any) => ({ start: new Date(w.start).toISOString(), end: new Date(w.end).toISOString() }));
+      if (windows) p.windows = windows.map((w) => ({ start: new Date(w.start).toISOString(), end: new Date(w.end).toISOString() }));
       if (vms) {
-        const listed = vms.map((e: any) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
+        const listed = vms.map((e) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
         p.vms = [...listed, ...p.vms.filter((x) => x.selected_by && !listed.some((l: { vm_path: string }) => l.vm_path === x.vm_path))];
       }
       if (!p.vms.length && !p.selectors?.length) throw fieldError(400, 'vms', 'a plan needs vms or selectors');
@@ -124,7 +130,7 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
         for (const r of results) { const v = q.vms.find((x) => x.vm_path === r.vm_path); if (v && !v.job_id) { v.findings = r.findings; if (r.placement) v.placement = r.placement; } }
         q.validated_at = new Date().toISOString();
       });
-      const count = (s: string) => results.reduce((n, r) => n + r.findings.filter((f) => f.severity === s && !(f as any).overridden).length, 0);
+      const count = (s: string) => results.reduce((n, r) => n + r.findings.filter((f) => f.severity === s && !f.overridden).length, 0);
       return { plan_id: p.id, blockers: count('blocker'), warnings: count('warning'), vms: results.map((r) => ({ vm_path: r.vm_path, findings: r.findings, ...(r.placement ? { placement: r.placement } : {}) })) };
     },
   });

@@ -5,7 +5,7 @@ import { scheduleUpdateSchema } from '../../shared/schemas/daemon';
 import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
 import { checkTemplate, runSchedule, RunDeps } from '../../queue/schedule-runs';
 import { scheduleOr404, scheduleParams, scheduleResponse } from './schedules';
-import { err } from './route-kit';
+import { callerOf, err } from './route-kit';
 
 export function addScheduleChangeRoutes(api: Api, d: { schedules: ScheduleStore; runDeps: RunDeps }) {
   const { schedules } = d;
@@ -16,7 +16,7 @@ export function addScheduleChangeRoutes(api: Api, d: { schedules: ScheduleStore;
       refusePasswords(body.job_template, 'job_template');
       const { cron, ...rest } = body;
       // A new template becomes its changer's: the schedule's runs then have the changer's rights, never more.
-      const caller = ctx.state.apiKey ?? null;
+      const caller = callerOf(ctx) ?? null;
       checkTemplate(d.runDeps, body.job_template, caller, 'job_template');
       const owner = body.job_template ? ownerOf(caller) : undefined;
       const s = await schedules.update(params.id, { ...rest, schedule: rest.schedule ?? cron, owner });

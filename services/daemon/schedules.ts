@@ -5,12 +5,12 @@ import Joi from 'joi';
 import type Koa from 'koa';
 import type { Api } from '../../shared/http';
 import { notFound } from '../../shared/errors';
-import { scheduleCreateSchema, scheduleSchema } from '../../shared/schemas/daemon';
+import { scheduleCreateSchema, scheduleSchema, type ScheduleCreate } from '../../shared/schemas/daemon';
 import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
 import { checkTemplate, RunDeps } from '../../queue/schedule-runs';
-import { err, now } from './route-kit';
+import { callerOf, err, now } from './route-kit';
 
-export const scheduleParams = Joi.object({ id: Joi.string().max(64).required() });
+export const scheduleParams = Joi.object<{ id: string }>({ id: Joi.string().max(64).required() });
 export const scheduleResponse = { description: 'the schedule', schema: Joi.object({ message: Joi.string(), schedule: scheduleSchema }) };
 const stats = Joi.object({
   total_schedules: Joi.number().integer(), enabled_schedules: Joi.number().integer(), disabled_schedules: Joi.number().integer(),
@@ -29,13 +29,14 @@ export async function scheduleOr404(schedules: ScheduleStore, id: string) {
 export function addScheduleRoutes(api: Api, d: { schedules: ScheduleStore; runDeps: RunDeps }) {
   const { schedules } = d;
   const views = async () => Promise.all((await schedules.all()).map((s) => schedules.view(s)));
-  async function create(ctx: Koa.Context, body: any) {
+  async function create(ctx: Koa.Context, body: ScheduleCreate) {
     const template = body.job_template ?? body.job_definition;
     const field = body.job_template ? 'job_template' : 'job_definition';
     refusePasswords(template, field);
-    const caller = ctx.state.apiKey ?? null;
+    const caller = callerOf(ctx) ?? null;
     checkTemplate(d.runDeps, template, caller, field);
-    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: body.schedule ?? body.cron ?? body.cron_expr, timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller) });
+    // scheduleCreateSchema's xor(): exactly one of schedule, cron and cron_expr is given.
+    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: (body.schedule ?? body.cron ?? body.cron_expr)!, timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller) });
     ctx.status = 201;
     return { message: `schedule ${s.id} created`, schedule: await schedules.view(s) };
   }

@@ -16,7 +16,7 @@ export interface StaticMount { prefix: string; dir: string; overrides?: Record<s
 /** Serves GET/HEAD under each mount's prefix; `prefix` (without a trailing slash) redirects to `prefix/`. */
 export function staticMiddleware(mounts: StaticMount[]): Koa.Middleware {
   return async (ctx, next) => {
-    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
+    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') { await next(); return; }
     for (const m of mounts) {
       if (ctx.path === m.prefix) { ctx.redirect(m.prefix + '/' + (ctx.querystring ? '?' + ctx.querystring : '')); return; }
       if (!ctx.path.startsWith(m.prefix + '/')) continue;
@@ -29,22 +29,23 @@ export function staticMiddleware(mounts: StaticMount[]): Koa.Middleware {
       const o = m.overrides?.[rel];
       if (o) { ctx.type = o.type; ctx.body = o.body; return; }
       const file = path.resolve(m.dir, rel);
-      if (!file.startsWith(path.resolve(m.dir) + path.sep)) return next();
+      if (!file.startsWith(path.resolve(m.dir) + path.sep)) { await next(); return; }
       const st = await fs.stat(file).catch(() => null);
-      if (!st || !st.isFile()) return next();
+      if (!st || !st.isFile()) { await next(); return; }
       ctx.type = TYPES[path.extname(file)] || 'application/octet-stream';
       ctx.length = st.size;
       ctx.set('Cache-Control', 'no-cache');
       ctx.body = ctx.method === 'HEAD' ? null : (await import('node:fs')).createReadStream(file);
       return;
     }
-    return next();
+    await next();
   };
 }
 
 export function swaggerMount(prefix: string, specUrl: string): StaticMount {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- swagger-ui-dist ships no type declarations; one call
-  const dir: string = require('swagger-ui-dist').getAbsoluteFSPath();
+  const swaggerUi = require('swagger-ui-dist') as { getAbsoluteFSPath: () => string }; // its documented API
+  const dir = swaggerUi.getAbsoluteFSPath();
   const init = `window.onload = function () {\n  window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specUrl)}, dom_id: '#swagger-ui', deepLinking: true,\n    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset], plugins: [SwaggerUIBundle.plugins.DownloadUrl], layout: 'StandaloneLayout' });\n};\n`;
   return { prefix, dir, overrides: { 'swagger-initializer.js': { type: 'text/javascript; charset=utf-8', body: init } } };
 }

@@ -8,7 +8,7 @@ import type { AddVirt, VirtDeps } from './virt';
 
 function addBatchRoutes(add: AddVirt, v: L.Virsh) {
   // Batch actions: the seed's batch result object as data.
-  const batch = (op: string, schema: Joi.ObjectSchema, mk: (body: any) => (d: string) => Promise<unknown>) =>
+  const batch = <B extends S.BatchDomains>(op: string, schema: Joi.ObjectSchema<B>, mk: (body: B) => (d: string) => Promise<unknown>) =>
     add('post', 'admin', `/virt/batch/${op}`, `Batch ${op} (result per domain; at most FERRY_VIRT_BATCH_CONCURRENCY at once)`, { body: schema }, async ({ body }) => {
       const r = await L.runBatch(op, body.domains, mk(body));
       return [`batch ${op}: ${r.successful} of ${r.total} succeeded`, r];

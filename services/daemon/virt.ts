@@ -21,8 +21,10 @@ const errs = { 400: { description: 'invalid input (names the field)', schema: da
 
 export interface VirtDeps { api: Api; virsh: L.Virsh; submitConvert: (def: unknown) => Promise<{ job_id: string }> }
 
-type H = (input: { query: any; body: any }, ctx: Koa.Context) => Promise<[string, unknown]>;
-export type AddVirt = (method: 'get' | 'post', role: Need, path: string, summary: string, schemas: { query?: Joi.ObjectSchema; body?: Joi.ObjectSchema; created?: boolean; data?: Joi.Schema }, h: H) => void;
+/** A route's handler: its query and body as their schemas give them (typed by Joi.object<T>); the default
+ *  types are what a route without that schema gets. */
+type H<Q, B> = (input: { query: Q; body: B }, ctx: Koa.Context) => Promise<[string, unknown]>;
+export type AddVirt = <Q = Record<string, unknown>, B = unknown>(method: 'get' | 'post', role: Need, path: string, summary: string, schemas: { query?: Joi.ObjectSchema<Q>; body?: Joi.ObjectSchema<B>; created?: boolean; data?: Joi.Schema }, h: H<Q, B>) => void;
 
 /** One route with the success envelope and the virt error responses. Each route names its role: GETs read the
  *  host (`read`); whatever changes it is `admin`, because libvirtd runs as root and these routes reach the host's

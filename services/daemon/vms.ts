@@ -12,15 +12,16 @@ import type { ApiKey } from '../../shared/auth';
 import type { JobStore } from '../../queue/store';
 import { refuseGuarded } from '../../queue/vm-guard';
 import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
-import { listVms, pathByName, vmDetail } from '../../shared/vsphere/inventory';
+import { listVms, pathByName, vmDetail, type VmDetail } from '../../shared/vsphere/inventory';
 import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
-import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse } from '../../shared/schemas/vms';
+import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../shared/schemas/vms';
+import { callerOf } from './route-kit';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const message = Joi.object({ message: Joi.string() });
 
-function manager(q: { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }, caller: ApiKey | null | undefined) {
+function manager(q: ManagerInput, caller: ApiKey | null | undefined) {
   const field = q.server !== undefined ? 'server' : 'manager_url';
   checkInsecure(caller, q.server ?? q.manager_url, q.insecure, 'insecure');
   try {
@@ -40,8 +41,10 @@ async function vsphere<T>(f: () => Promise<T>): Promise<T> {
   }
 }
 
-const strip = ({ moref: _m, ...rest }: any) => rest;
-const detail = (d: any) => ({ ...strip(d), disks: d.disks.map(({ key: _k, controller_key: _c, unit_number: _u, ...x }: any) => x), nics: d.nics.map(({ key: _k, ...x }: any) => x), cdroms: d.cdroms.map(({ key: _k, ...x }: any) => x) });
+// The answer leaves out vSphere's internal references (the moref, device keys).
+const detail = ({ moref: _m, ...d }: VmDetail) => ({
+  ...d, disks: d.disks.map(({ key: _k, controller_key: _c, unit_number: _u, ...x }) => x), nics: d.nics.map(({ key: _k, ...x }) => x), cdroms: d.cdroms.map(({ key: _k, ...x }) => x),
+});
 
 export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
   const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
@@ -49,7 +52,7 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'VMs', schema: vmListResponse }, ...errors },
     handler: async (ctx, { query }) => {
-      const m = manager(query, ctx.state.apiKey);
+      const m = manager(query, callerOf(ctx));
       const vms = await vsphere(() => listVms(m));
       return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name };
     },
@@ -63,7 +66,7 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'get', role: 'read', path: '/vms/resources', summary: "A manager's datastores (capacity, free space) and networks (port groups too): the left side of a plan's storage_map and network_map", tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'datastores and networks', schema: vmResourcesResponse }, ...errors },
     handler: async (ctx, { query }) => {
-      const m = manager(query, ctx.state.apiKey);
+      const m = manager(query, callerOf(ctx));
       return { manager: m.name, ...await vsphere(() => listResources(m)) };
     },
   });
@@ -71,8 +74,8 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'get', role: 'read', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
     responses: { 200: { description: 'the VM', schema: vmDetailResponse }, ...errors, 409: err('several VMs have that name') },
     handler: async (ctx, { query }) => {
-      const m = manager(query, ctx.state.apiKey);
-      return detail(await vsphere(async () => vmDetail(m, query.path ?? await pathByName(m, query.name))));
+      const m = manager(query, callerOf(ctx));
+      return detail(await vsphere(async () => vmDetail(m, query.path !== undefined ? query.path : await pathByName(m, query.name))));
     },
   });
   // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
@@ -82,7 +85,7 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,
     responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running), or a job is exporting it (names the job)') },
     handler: async (ctx, { body }) => {
-      const m = manager(body, ctx.state.apiKey);
+      const m = manager(body, callerOf(ctx));
       await refuseGuarded(store.redis, store.k, m.name, body.vm_path, `${path.slice(1)} of ${body.vm_path}`);
       return { message: await vsphere(() => run(m, body.vm_path)) };
     },

@@ -9,7 +9,7 @@ import { checkTarget } from '../../shared/targets';
 import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
 import { err, now } from './route-kit';
 
-const indexParams = Joi.object({ index: Joi.number().integer().min(0).required() });
+const indexParams = Joi.object<{ index: number }>({ index: Joi.number().integer().min(0).required() });
 const added = Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) });
 
 export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: DaemonConfig }) {

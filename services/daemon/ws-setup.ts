@@ -6,6 +6,7 @@ import type { AuditLog } from '../../shared/audit';
 import { browserRule } from '../../shared/browser';
 import type { DaemonConfig } from '../../shared/daemon-config';
 import type { Logger } from '../../shared/log';
+import { errorText } from '../../shared/errors';
 import type { Virsh } from '../../shared/libvirt/virsh';
 import type { Bus } from '../../queue/bus';
 import type { QueueLayer } from '../../queue/connect';
@@ -38,7 +39,7 @@ export function createWsHub(s: WsSetup): WsHub {
   const { cfg, q } = s;
   // WebSocket upgrades pass no koa middleware: their refusals, and console writers, go to the audit log here.
   const auditUpgrade = (req: http.IncomingMessage, u: Parameters<AuditLog['upgrade']>[2]) =>
-    void s.audit.upgrade(req, cfg.keys, u).catch((e) => s.log.warn('audit record of a WebSocket upgrade not stored in Redis; its log line stands', { error: String(e?.message || e) }));
+    void s.audit.upgrade(req, cfg.keys, u).catch((e) => s.log.warn('audit record of a WebSocket upgrade not stored in Redis; its log line stands', { error: errorText(e) }));
   return new WsHub({
     bus: s.bus, store: q.store,
     statusIntervalMs: cfg.websocket.status_interval_seconds * 1000,

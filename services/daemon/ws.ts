@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
+import type { ProgressEvent } from '../../shared/schemas/job';
 import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
 import { daemonStatus, isTerminal } from '../../shared/states';
 import { daemonEnvelope } from '../../shared/errors';
@@ -57,7 +58,7 @@ export class WsHub {
   private wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
   private clients = new Set<Client>();
   /** Changes in arrival order: a state change or a progress event. */
-  private changed: { id: string; state?: string; event?: any; at?: string }[] = [];
+  private changed: { id: string; state?: string; event?: ProgressEvent; at?: string }[] = [];
   /** Per job: the state last seen on the bus and the last message sent (to drop identical repeats). */
   private seen = new Map<string, { state?: string; sent?: string }>();
   private flushing = false;
@@ -124,7 +125,7 @@ export class WsHub {
     for (const c of this.clients) if (c.kind === kind) this.send(c, text);
   }
 
-  private mark(change: { id: string; state?: string; event?: any; at?: string }) {
+  private mark(change: { id: string; state?: string; event?: ProgressEvent; at?: string }) {
     this.changed.push(change);
     if (!this.flushing) { this.flushing = true; setImmediate(() => void this.flush()); }
   }
@@ -133,7 +134,7 @@ export class WsHub {
    *  event; everything else from the record. A change into a state that is not final carries no progress of its
    *  own (the record may already be further on): it shows the state's phase at 0, and the events that follow
    *  carry the rest. A final state shows the record's, which can no longer change. */
-  private asOf(v: DaemonJob, c: { state?: string; event?: any; at?: string }, state: string | undefined): DaemonJob {
+  private asOf(v: DaemonJob, c: { state?: string; event?: ProgressEvent; at?: string }, state: string | undefined): DaemonJob {
     const out: DaemonJob = { ...v, progress: { ...v.progress } };
     if (state && state !== v.state) {
       Object.assign(out, { state, status: daemonStatus(state), completed_at: null, error: null });

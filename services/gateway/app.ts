@@ -1,5 +1,6 @@
 // Wires the gateway: Redis, the job lifecycle, the event hub and the HTTP API. main.ts only runs it.
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { createApp } from '../../shared/http';
 import { jobApiEnvelope } from '../../shared/errors';
 import { createLogger } from '../../shared/log';
@@ -47,7 +48,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) => server.listen(opts.port ?? config.gatewayPort, host, resolve));
-  const port = (server.address() as any).port;
+  const port = (server.address() as AddressInfo).port; // a TCP server: an address, not a pipe's name
   log.info('gateway listening', { port, host, auth: auth.enabled, redis: config.redisUrl.replace(/\/\/[^@]*@/, '//***@') });
 
   return {

@@ -9,7 +9,8 @@ import { jobStatusSchema, jobSummarySchema, submitResponse } from '../../shared/
 import { isTerminal } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
-import { err, jobParams } from './route-kit';
+import type { StoredEvent } from '../../queue/store';
+import { apiKeyOf, err, jobParams } from './route-kit';
 
 /** GET /jobs/{id}: the record (secrets redacted) with its place in the queue and why it waits. */
 async function jobStatus(life: Lifecycle, id: string) {
@@ -38,7 +39,7 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
     handler: async (ctx, { query, body }) => {
       const spec = body as JobSpec;
       spec.job_id ||= randomUUID();
-      const r = await life.submit(spec, { enqueue: query.queue, caller: ctx.state.apiKey ?? null });
+      const r = await life.submit(spec, { enqueue: query.queue, caller: apiKeyOf(ctx) ?? null });
       ctx.status = 201;
       const message = !query.queue ? `job ${r.job_id} validated; not queued (submit with ?queue=true or POST /jobs/${r.job_id}/queue)`
         : r.state === 'QUEUED' ? `job ${r.job_id} queued` : `job ${r.job_id} queued and already ${r.state}`;
@@ -71,7 +72,7 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,
-    responses: { 200: { description: 'events', schema: Joi.array().items(progressEventSchema.keys({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
+    responses: { 200: { description: 'events', schema: Joi.array().items(progressEventSchema.append<StoredEvent>({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
     handler: async (_ctx, { params, query }) => {
       if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
       return store.events(params.job_id, { since: query.since, afterId: query.after_id });

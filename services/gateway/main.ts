@@ -1,8 +1,9 @@
 // Gateway process: the worker job protocol on GATEWAY_PORT (default 8000).
 import { startGateway } from './app';
 import { onShutdown } from '../../shared/process';
+import { errorText } from '../../shared/errors';
 
 startGateway().then((g) => onShutdown(() => g.close())).catch((e) => {
-  process.stderr.write(`gateway failed to start: ${e.message}\n`);
+  process.stderr.write(`gateway failed to start: ${errorText(e)}\n`);
   process.exit(1);
 });

@@ -12,6 +12,7 @@ import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { configFstabMode } from '../../shared/schemas/fstab-modes';
 import { errorSchema, submitResponse } from '../../shared/schemas/responses';
 import type { Lifecycle } from '../../queue/lifecycle';
+import { apiKeyOf } from './route-kit';
 
 export const MIGRATIONJOB_GROUP = 'ferry.io';
 const dnsLabel = Joi.string().max(63).pattern(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/)
@@ -20,8 +21,22 @@ const quantity = Joi.alternatives(Joi.string().pattern(/^[0-9]+(\.[0-9]+)?(m|k|K
   .messages({ 'alternatives.match': '{{#label}} must be a Kubernetes quantity such as 500m, 2, 4Gi' });
 const resourceList = Joi.object({ memory: quantity, cpu: quantity });
 
+type Quantity = string | number;
+interface ResourceList { memory?: Quantity; cpu?: Quantity }
+/** A MigrationJob as migrationJobSchema gives it (metadata.namespace and spec.options defaulted). */
+export interface MigrationJob {
+  apiVersion: string; kind: 'MigrationJob';
+  metadata: { name: string; namespace: string; [field: string]: unknown };
+  spec: {
+    source: { type: string; path: string }; output: { format: string; path: string };
+    options: { fstabMode?: string; regenInitramfs?: boolean; updateGrub?: boolean; compress?: boolean };
+    resources?: { requests?: ResourceList; limits?: ResourceList };
+  };
+  status?: Record<string, unknown>;
+}
+
 /** The MigrationJob resource of the manifest seed; deploy/k8s/crd-migrationjob.yaml holds the same schema. */
-export const migrationJobSchema = Joi.object({
+export const migrationJobSchema = Joi.object<MigrationJob>({
   apiVersion: Joi.string().valid(`${MIGRATIONJOB_GROUP}/v1`).required(),
   kind: Joi.string().valid('MigrationJob').required(),
   metadata: Joi.object({
@@ -49,7 +64,7 @@ export const migrationJobSchema = Joi.object({
 }).unknown(false).label('MigrationJob');
 
 /** The convert JobSpec a MigrationJob stands for (before JobSpec defaults are applied). */
-export function migrationJobToSpec(mj: any): Record<string, unknown> {
+export function migrationJobToSpec(mj: MigrationJob): Record<string, unknown> {
   const { metadata, spec } = mj;
   const parameters: Record<string, unknown> = { output_format: spec.output.format, output_path: spec.output.path };
   if (spec.options?.compress !== undefined) parameters.compress = spec.options.compress;
@@ -70,7 +85,7 @@ export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
     handler: async (ctx, { body }) => {
       const spec = validate<JobSpec>(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job');
       const { metadata, spec: s } = body;
-      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources }, caller: ctx.state.apiKey ?? null });
+      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources }, caller: apiKeyOf(ctx) ?? null });
       ctx.status = 201;
       ctx.set('Location', `/jobs/${r.job_id}`);
       return { ...r, message: `MigrationJob ${metadata.namespace}/${metadata.name} queued as convert job ${r.job_id}` };

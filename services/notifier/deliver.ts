@@ -12,6 +12,9 @@ export function sign(secret: string, body: string) {
   return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
 }
 
+/** A delivery job's data, as WebhookStore (queue/webhooks.ts) adds it to WEBHOOK_QUEUE. */
+export interface DeliveryJob { webhook_id: string; delivery_id: string; event: string; body: object }
+
 export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
   const agents = guardedAgents(allow);
   // The webhook list changes rarely; read it at most once a second.
@@ -21,8 +24,8 @@ export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
     return cache.hooks.get(id);
   };
 
-  return async (job: Job) => {
-    const { webhook_id, delivery_id, event, body } = job.data as { webhook_id: string; delivery_id: string; event: string; body: object };
+  return async (job: Job<DeliveryJob>) => {
+    const { webhook_id, delivery_id, event, body } = job.data;
     const w = await hook(webhook_id);
     if (!w) return { skipped: 'webhook deleted' };
     const attempt = job.attemptsMade + 1;
@@ -53,7 +56,7 @@ export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
       const err = e as Error;
       const msg = err.name === 'TimeoutError' ? `timed out after ${w.timeout} s` : err.message;
       // A target refused at connect time (DNS now answers a refused address) will not get better by retrying.
-      if ((err as any).code === 'EFERRYREFUSED' || /refused: /.test(msg)) { await log('failed', status, msg, Date.now() - t0); throw new UnrecoverableError(msg); }
+      if ((err as Error & { code?: unknown }).code === 'EFERRYREFUSED' || /refused: /.test(msg)) { await log('failed', status, msg, Date.now() - t0); throw new UnrecoverableError(msg); }
       await log(attempt >= max ? 'failed' : 'retrying', status, msg, Date.now() - t0);
       throw new Error(msg, { cause: e });
     }

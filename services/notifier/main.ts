@@ -9,7 +9,8 @@ import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../shared/daemon-config';
 import { jobView, VIEW_FIELDS } from '../../queue/daemon-views';
 import { WebhookStore, WEBHOOK_QUEUE } from '../../queue/webhooks';
-import { makeDeliverer } from './deliver';
+import { makeDeliverer, type DeliveryJob } from './deliver';
+import { errorText } from '../../shared/errors';
 import { onShutdown } from '../../shared/process';
 
 const EVENT_OF: Record<string, string> = { RUNNING: 'job.started', COMPLETED: 'job.completed', FAILED: 'job.failed', CANCELLED: 'job.cancelled' };
@@ -18,7 +19,7 @@ async function main() {
   const log = createLogger('notifier');
   const cfg = loadConfig(configPath());
   const redis = createRedis();
-  redis.on('error', (e) => log.warn('redis error', { error: e.message }));
+  redis.on('error', (e: Error) => log.warn('redis error', { error: e.message }));
   const store = new JobStore(redis);
   const hooks = new WebhookStore(redis, store.k);
   const bus = new Bus();
@@ -50,7 +51,7 @@ async function main() {
     })().catch((e) => log.warn('could not queue a webhook delivery', { error: (e as Error).message }));
   });
 
-  const worker = new Worker(WEBHOOK_QUEUE, makeDeliverer(hooks, cfg.webhooks), {
+  const worker = new Worker<DeliveryJob>(WEBHOOK_QUEUE, makeDeliverer(hooks, cfg.webhooks), {
     connection: createRedis(), prefix: store.k.bullPrefix, concurrency: cfg.webhooks.concurrency,
   });
   worker.on('error', (e) => log.warn('delivery worker error', { error: e.message }));
@@ -65,4 +66,4 @@ async function main() {
   });
 }
 
-main().catch((e) => { process.stderr.write(`notifier failed to start: ${e.message}\n`); process.exit(1); });
+main().catch((e: unknown) => { process.stderr.write(`notifier failed to start: ${errorText(e)}\n`); process.exit(1); });

@@ -8,6 +8,7 @@ import { configPath, loadConfig } from '../../shared/daemon-config';
 import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
 import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
 import { onShutdown } from '../../shared/process';
+import { errorText } from '../../shared/errors';
 import { connectQueue } from '../../queue/connect';
 import { Leader } from '../../queue/leader';
 
@@ -24,7 +25,8 @@ async function main() {
   // One scheduler at a time counts the outcomes the bus message above missed (queue/leader.ts).
   const leader = new Leader(redis, store.k, 'scheduler', log).every('schedule-outcomes', 5000, () => sweepOutcomes(deps)).start();
 
-  const worker = new Worker(SCHEDULE_QUEUE, async (job) => {
+  // A run's data, as ScheduleStore (queue/schedules.ts) gives its job scheduler.
+  const worker = new Worker<{ schedule_id: string }>(SCHEDULE_QUEUE, async (job) => {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
     const iteration = /(\d{10,})$/.exec(String(job.id))?.[1] || String(job.timestamp);
     return runSchedule(deps, job.data.schedule_id, { manual: false, iteration });
@@ -43,4 +45,4 @@ async function main() {
   });
 }
 
-main().catch((e) => { process.stderr.write(`scheduler failed to start: ${e.message}\n`); process.exit(1); });
+main().catch((e: unknown) => { process.stderr.write(`scheduler failed to start: ${errorText(e)}\n`); process.exit(1); });

@@ -10,6 +10,7 @@ import { startWorker } from './runner';
 import { config } from '../../shared/config';
 import { onShutdown } from '../../shared/process';
 import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
+import { errorText } from '../../shared/errors';
 
 const { values } = parseArgs({
   options: {
@@ -36,4 +37,4 @@ startWorker({
   concurrency,
   metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
 }).then((w) => onShutdown(() => w.stop(), (config.shutdownGraceSeconds + 10) * 1000))
-  .catch((e) => die(`failed to start: ${e.message}`));
+  .catch((e: unknown) => die(`failed to start: ${errorText(e)}`));

@@ -2,6 +2,7 @@
 // runs them with a lease it keeps renewing, reports progress, and obeys cancel, timeout and shutdown. One attempt
 // of a job: execute.ts; the worker's metrics: worker-metrics.ts.
 import os from 'node:os';
+import type { AddressInfo } from 'node:net';
 import { config } from '../../shared/config';
 import { createLogger, dropped, Logger } from '../../shared/log';
 import { servedQueues } from '../../shared/capabilities';
@@ -107,7 +108,7 @@ export async function startWorker(o: WorkerOptions) {
   const myQueues = queuesOf(q, me);
   const slots = Array.from({ length: o.concurrency }, () => slot(d, me, myQueues, idle, () => stopping));
   const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0 ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, log) : undefined;
-  const metricsPort = metricsServer ? (metricsServer.address() as any).port as number : undefined;
+  const metricsPort = metricsServer ? (metricsServer.address() as AddressInfo).port : undefined;
   log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsPort ?? null });
 
   return {

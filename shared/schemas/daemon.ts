@@ -90,13 +90,15 @@ export const batchSchema = Joi.object({
   jobs: Joi.array().items(Joi.object().unknown(true).description('an export (shape A) or migration (shape B) job; each is validated on its own')).min(1).max(1000).required(),
 }).label('JobBatch');
 
-export const submitBodySchema = Joi.alternatives().conditional(hasKey('jobs'), { then: batchSchema, otherwise: jobDefinitionSchema })
+/** POST /jobs/submit's body: a batch's `jobs` (each validated on its own later) or one job definition. */
+export type SubmitBody = { jobs?: unknown[] } & Record<string, unknown>;
+export const submitBodySchema = Joi.alternatives().conditional<SubmitBody, SubmitBody>(hasKey('jobs'), { then: batchSchema, otherwise: jobDefinitionSchema })
   .description('shape A (export job), shape B (migration job) or a batch {jobs: [...]}; JSON or YAML');
 
 export const templateSchema = Joi.alternatives().conditional(hasKey('operation'), { then: operationTemplateSchema, otherwise: jobDefinitionSchema });
 
 const statusName = Joi.string().valid(...DAEMON_STATUSES);
-export const jobQuerySchema = Joi.object({
+export const jobQuerySchema = Joi.object<{ all: boolean; status?: string | string[]; job_ids?: string[]; limit: number; offset: number }>({
   all: Joi.boolean().default(false),
   status: Joi.alternatives().try(statusName, Joi.array().items(statusName).min(1)),
   job_ids: Joi.array().items(jobId).max(1000),
@@ -104,14 +106,16 @@ export const jobQuerySchema = Joi.object({
   offset: Joi.number().integer().min(0).default(0),
 }).label('JobQuery');
 
-export const jobListQuery = Joi.object({
+export const jobListQuery = Joi.object<{ status?: string; limit: number; offset: number }>({
   status: Joi.string().pattern(/^(pending|running|completed|failed|cancelled)(,(pending|running|completed|failed|cancelled))*$/)
     .messages({ 'string.pattern.base': `{{#label}} must be one or more (comma-separated) of ${DAEMON_STATUSES.join(', ')}` }),
   limit: Joi.number().integer().min(1).max(1000).default(100),
   offset: Joi.number().integer().min(0).default(0),
 });
 
-export const cancelSchema = Joi.object({
+/** or() below: job_ids, or status alone. */
+type CancelRequest = { job_ids: string[]; status?: 'pending' | 'running' } | { job_ids?: undefined; status: 'pending' | 'running' };
+export const cancelSchema = Joi.object<CancelRequest>({
   job_ids: Joi.array().items(jobId).min(1).max(1000),
   status: Joi.string().valid('pending', 'running').description('without job_ids: cancel every job with this status'),
 }).or('job_ids', 'status').label('CancelRequest');
@@ -119,7 +123,12 @@ export const cancelSchema = Joi.object({
 const cron = Joi.string().min(9).max(256).description('cron: minute hour day month weekday (an optional leading seconds field)');
 const timezone = Joi.string().max(64).description('IANA time zone, for example Europe/Paris (default UTC)');
 
-export const scheduleCreateSchema = Joi.object({
+/** A schedule's fields as a create or change request gives them (templates validated by templateSchema). */
+interface ScheduleFields {
+  name: string; description: string; schedule?: string; cron?: string; timezone?: string; enabled: boolean; job_template?: Record<string, unknown>;
+}
+export interface ScheduleCreate extends ScheduleFields { id?: string; cron_expr?: string; job_definition?: Record<string, unknown> }
+export const scheduleCreateSchema = Joi.object<ScheduleCreate>({
   id: Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/).messages({ 'string.pattern.base': '{{#label}} must be 1-64 letters, digits, "_" or "-"' }),
   name: name.required(),
   description: Joi.string().allow('').max(4096).default(''),
@@ -132,7 +141,7 @@ export const scheduleCreateSchema = Joi.object({
   .messages({ 'object.missing': '{{#label}} must contain one of schedule, cron or cron_expr', 'object.xor': '{{#label}} must contain only one of schedule, cron or cron_expr' })
   .label('ScheduleCreate');
 
-export const scheduleUpdateSchema = Joi.object({
+export const scheduleUpdateSchema = Joi.object<Partial<ScheduleFields>>({
   name, description: Joi.string().allow('').max(4096), schedule: cron, cron, timezone, enabled: Joi.boolean(), job_template: templateSchema,
 }).min(1).oxor('schedule', 'cron').label('ScheduleUpdate');
 
@@ -145,7 +154,10 @@ export const scheduleSchema = Joi.object({
   owner: Joi.object({ key: Joi.string().allow(null), role: Joi.string() }).description('the key name and role the runs act as: the creator, or whoever last changed job_template'),
 }).label('Schedule');
 
-export const webhookCreateSchema = Joi.object({
+export interface WebhookCreate {
+  url: string; events: string[]; enabled: boolean; timeout: number; retry_count: number; headers: Record<string, string>; secret?: string;
+}
+export const webhookCreateSchema = Joi.object<WebhookCreate>({
   url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).required(),
   events: Joi.array().items(webhookEvent).min(1).unique().default(['job.completed', 'job.failed']),
   enabled: Joi.boolean().default(true),
@@ -162,7 +174,7 @@ export const webhookSchema = Joi.object({
   created_at: Joi.string().isoDate(),
 }).label('Webhook');
 
-export const webhookTestSchema = Joi.object({
+export const webhookTestSchema = Joi.object<{ index?: number; url?: string; event: string }>({
   index: Joi.number().integer().min(0).description('only this webhook'),
   url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description("the seed's form: the configured webhook(s) with this url"),
   event: Joi.string().valid('test', 'webhook.test').default('test').description('the seed sends test; deliveries carry event webhook.test'),

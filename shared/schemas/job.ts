@@ -63,7 +63,7 @@ export interface JobSpec {
   requirements?: { capabilities: string[]; execution_mode?: string };
 }
 
-export const progressEventSchema = Joi.object({
+export const progressEventSchema = Joi.object<ProgressEvent>({
   job_id: Joi.string(),
   timestamp: isoTimestamp,
   phase: Joi.string().max(64).required(),
@@ -97,44 +97,59 @@ export const systemInfoSchema = Joi.object({
   disk_space_mb: Joi.number().integer().min(0),
 }).unknown(true);
 
-export const workerRegistrationSchema = Joi.object({
+/** A worker's registration (workerRegistrationSchema, defaults filled in); dequeue (dequeueSchema) says the same
+ *  without system_info. */
+export interface WorkerRegistration { worker_id: string; capabilities: string[]; system_info: Record<string, unknown>; execution_mode: string }
+export type DequeueRequest = Omit<WorkerRegistration, 'system_info'>;
+
+export const workerRegistrationSchema = Joi.object<WorkerRegistration>({
   worker_id: workerId.required(),
   capabilities: Joi.array().items(capability).max(32).required(),
   system_info: systemInfoSchema.default({}),
   execution_mode: Joi.string().valid(...EXECUTION_MODES).default('PROCESS'),
 }).label('WorkerRegistration');
 
-export const dequeueSchema = Joi.object({
+export const dequeueSchema = Joi.object<DequeueRequest>({
   worker_id: workerId.required(),
   capabilities: Joi.array().items(capability).max(32).required(),
   execution_mode: Joi.string().valid(...EXECUTION_MODES).default('PROCESS'),
 }).label('DequeueRequest');
 
-export const listJobsQuery = Joi.object({
+export interface ListJobsQuery { state?: string; limit: number; offset: number }
+export const listJobsQuery = Joi.object<ListJobsQuery>({
   state: Joi.string().valid(...STATES),
   limit: Joi.number().integer().min(1).max(1000).default(100),
   offset: Joi.number().integer().min(0).default(0),
 });
 
-export const eventsQuery = Joi.object({
+export interface EventsQuery { since?: string; after_id?: string }
+export const eventsQuery = Joi.object<EventsQuery>({
   since: isoTimestamp.description('only events with a later timestamp'),
   after_id: streamId.description('only events after this event id'),
 });
 
-export const submitQuery = Joi.object({
+export const submitQuery = Joi.object<{ queue: boolean }>({
   queue: Joi.boolean().truthy('1').falsy('0').default(false),
 });
 
 export const leaseToken = Joi.string().max(256).description('the lease token POST /queue/dequeue handed out with the job');
-export const workerReportSchema = Joi.object({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerReport');
-export const workerEventSchema = progressEventSchema.keys({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerProgressEvent');
-export const workerCompleteSchema = Joi.object({ worker_id: workerId.required(), lease_token: leaseToken.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
-export const workerFailSchema = Joi.object({
+/** Who reports on a job and the lease it holds: every worker report carries both. */
+export interface WorkerReport { worker_id: string; lease_token: string }
+/** A progress event as a worker reports it: job_id and timestamp may be left out (the gateway fills them in). */
+export type WorkerEvent = WorkerReport & Omit<ProgressEvent, 'job_id' | 'timestamp'> & { job_id?: string; timestamp?: string };
+export interface WorkerComplete extends WorkerReport { result: Record<string, unknown> }
+export interface WorkerFail extends WorkerReport { error: string; retryable: boolean }
+
+export const workerReportSchema = Joi.object<WorkerReport>({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerReport');
+// append (keys by another name) is the form that names the extended type.
+export const workerEventSchema = progressEventSchema.append<WorkerEvent>({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerProgressEvent');
+export const workerCompleteSchema = Joi.object<WorkerComplete>({ worker_id: workerId.required(), lease_token: leaseToken.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
+export const workerFailSchema = Joi.object<WorkerFail>({
   worker_id: workerId.required(),
   lease_token: leaseToken.required(),
   error: Joi.string().max(8192).required(),
   retryable: Joi.boolean().default(true),
 }).label('WorkerFail');
-export const heartbeatSchema = Joi.object({
+export const heartbeatSchema = Joi.object<{ lease_tokens: string[] }>({
   lease_tokens: Joi.array().items(leaseToken).max(64).default([]).description('renew the leases of these jobs (the worker\'s own)'),
 }).label('WorkerHeartbeat');

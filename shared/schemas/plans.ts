@@ -4,6 +4,7 @@ import Joi from 'joi';
 import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
 import { virtName } from '../libvirt/names';
+import type { PlanCreate } from '../../queue/plans';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -82,7 +83,8 @@ const planFields = {
   windows: Joi.array().items(window).max(100).description('VMs start only inside one of these; what runs at a window end finishes'),
 };
 
-export const planCreateSchema = Joi.object({
+// source defaults to {} here, so a validated body always has it.
+export const planCreateSchema = Joi.object<PlanCreate & Required<Pick<PlanCreate, 'source'>>>({
   ...planFields,
   id: planId,
   name: planFields.name.required(),
@@ -93,7 +95,7 @@ export const planCreateSchema = Joi.object({
   source: planFields.source.default({}),
 }).or('vms', 'selectors').label('PlanCreate');
 
-export const planUpdateSchema = Joi.object(planFields).min(1).label('PlanUpdate');
+export const planUpdateSchema = Joi.object<Partial<PlanCreate>>(planFields).min(1).label('PlanUpdate');
 
 export const findingSchema = Joi.object({
   rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
@@ -102,11 +104,11 @@ export const findingSchema = Joi.object({
   guest: Joi.object().unknown(true).description('guest_inspected only: OS, boot loader, file systems, free bytes, files_changed and packages_removed by the repair, network files it rewrites'),
 }).label('PlanFinding');
 
-export const overrideSchema = Joi.object({
+export const overrideSchema = Joi.object<{ vm_path: string; rule: string; reason: string }>({
   vm_path: vmPath.required(), rule: Joi.string().max(64).required(), reason: Joi.string().allow('').max(1024).default(''),
 }).label('PlanOverride');
 
-export const planVmCancelSchema = Joi.object({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
+export const planVmCancelSchema = Joi.object<{ vm_path?: string }>({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
 
 const placementSchema = Joi.object({
   esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string(),
@@ -137,5 +139,5 @@ export const validateResponseSchema = Joi.object({
   vms: Joi.array().items(Joi.object({ vm_path: Joi.string(), findings: Joi.array().items(findingSchema), placement: placementSchema })),
 }).label('PlanValidation');
 
-export const planIdParams = Joi.object({ id: planId.required() });
-export const planListQuery = Joi.object({ archived: Joi.boolean().default(false).description('list archived plans instead') });
+export const planIdParams = Joi.object<{ id: string }>({ id: planId.required() });
+export const planListQuery = Joi.object<{ archived: boolean }>({ archived: Joi.boolean().default(false).description('list archived plans instead') });

@@ -16,16 +16,20 @@ const creds = {
   insecure: Joi.boolean().description('accept an untrusted TLS certificate (default GOVC_INSECURE)'),
 };
 
-export const vmListQuery = Joi.object({ server: manager, manager_url: manager, ...creds }).oxor('server', 'manager_url').label('VmListQuery');
+/** A manager and its credentials as a request names them (each defaults to GOVC_*). */
+export interface ManagerInput { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }
+export const vmListQuery = Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...creds }).oxor('server', 'manager_url').label('VmListQuery');
 
-export const vmInfoQuery = Joi.object({
+/** xor() below: a path or a name. */
+type VmInfoQuery = ManagerInput & ({ path: string; name?: undefined } | { path?: undefined; name: string });
+export const vmInfoQuery = Joi.object<VmInfoQuery>({
   path: vmPath, name: Joi.string().max(256).description('a VM name, when only one VM has it'),
   server: manager, manager_url: manager, ...creds,
 }).xor('path', 'name').oxor('server', 'manager_url')
   .messages({ 'object.missing': '{{#label}} must contain path or name', 'object.xor': '{{#label}} must contain only one of path or name' })
   .label('VmInfoQuery');
 
-export const vmActionBody = Joi.object({ vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
+export const vmActionBody = Joi.object<Omit<ManagerInput, 'server'> & { vm_path: string }>({ vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
 
 export const vmListItem = Joi.object({
   name: Joi.string(), path: Joi.string(), power_state: Joi.string(), num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(),

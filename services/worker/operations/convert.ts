@@ -13,9 +13,12 @@ export function outputPathOf(jobId: string, p: { output_path?: string; output_di
   return p.output_path || path.join(p.output_dir!, `${jobId}.${outputExtension(p.output_format)}`);
 }
 
+/** A convert job's parameters, as its operation schema (shared/operations.ts) validated them. */
+type ConvertParameters = { output_format: string; compress: boolean; output_dir?: string; output_path?: string; overwrite: boolean };
+
 export const convert: Operation = async (ctx) => {
   const { spec } = ctx;
-  const p = spec.parameters as { output_format: string; compress: boolean; output_dir?: string; output_path?: string; overwrite: boolean };
+  const p = spec.parameters as ConvertParameters;
   const started = Date.now();
   // The storage roots again, on the real paths, right before anything is opened; the checked paths are used.
   const src = await checkRunPath({ field: 'image.path', path: spec.image!.path, kind: 'input' });
@@ -68,8 +71,8 @@ export const convert: Operation = async (ctx) => {
 };
 
 /** Removes what a cancelled or failed convert may have left (the partial file, or a finished output). */
-export async function cleanupConvert(spec: { job_id: string; parameters: any }, includeOutput: boolean) {
-  const out = outputPathOf(spec.job_id, spec.parameters);
+export async function cleanupConvert(spec: { job_id: string; parameters: Record<string, unknown> }, includeOutput: boolean) {
+  const out = outputPathOf(spec.job_id, spec.parameters as ConvertParameters);
   await fs.rm(path.join(path.dirname(out), `.${path.basename(out)}.${spec.job_id}.partial`), { force: true });
   if (includeOutput) await fs.rm(out, { force: true });
 }

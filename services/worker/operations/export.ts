@@ -2,6 +2,7 @@
 // (shared/vsphere/export.ts does the work). Before it starts, a job takes one of FERRY_EXPORTS_PER_MANAGER
 // slots of its manager (queue/slots.ts); without one it goes back to the queue, saying why.
 import { OperationError } from '../../../shared/errors';
+import type { JobSpec } from '../../../shared/schemas/job';
 import { Slots } from '../../../queue/slots';
 import { takeVmGuard } from '../../../queue/vm-guard';
 import { managerName } from '../../../shared/vsphere/client';
@@ -123,8 +124,9 @@ export const runExportOp: Operation = async (ctx) => {
 
 /** Output undone (a job cancelled as it completed): the export's files go. Partial files of a failed attempt
  *  stay for the retry. */
-export async function cleanupExport(spec: any, includeOutput: boolean, store: JobStore) {
-  if (!includeOutput || !spec.parameters?.output_path) return;
-  const out = await checkRunPath({ field: 'output_path', path: spec.parameters.output_path, kind: 'output_dir' });
+export async function cleanupExport(spec: JobSpec, includeOutput: boolean, store: JobStore) {
+  const p = spec.parameters as ExportParameters | undefined;
+  if (!includeOutput || !p?.output_path) return;
+  const out = await checkRunPath({ field: 'output_path', path: p.output_path, kind: 'output_dir' });
   await removeExportOutput(out, jobLedger(store, spec.job_id));
 }

@@ -6,12 +6,18 @@ import { checkRunPath } from '../../../shared/roots';
 import { checkRunImage } from '../../../shared/image-confine';
 import type { Operation } from './types';
 
+/** An import_kvm job's parameters, as its schema (shared/operations.ts) validated them (defaults filled in). */
+type ImportParameters = {
+  disks: { path: string; format?: string }[]; name: string; memory: number; cpus: number; networks: string[];
+  pool?: string; firmware: 'bios' | 'uefi'; virt_uri?: string;
+};
+
 export const importKvm: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as any;
+  const p = ctx.spec.parameters as ImportParameters;
   const v = new Virsh(jobUri(p.virt_uri, 'parameters.virt_uri'));
   // The disks are read here: checked against this worker's input roots right before.
   const disks = [];
-  for (const [i, d] of (p.disks as { path: string; format?: string }[]).entries()) {
+  for (const [i, d] of p.disks.entries()) {
     const field = `parameters.disks[${i}].path`;
     const real = await checkRunPath({ field, path: d.path, kind: 'input' });
     // The header's format goes to qemu-img and libvirt, so neither probes; a disk referencing others is refused.

@@ -1,6 +1,7 @@
 // What each operation named in shared/operations.ts runs on a worker.
 import type { Admit, Operation } from './types';
 import type { JobStore } from '../../../queue/store';
+import type { JobSpec } from '../../../shared/schemas/job';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
@@ -8,7 +9,7 @@ import { importKvm } from './import';
 import { admitExport, cleanupExport, runExportOp } from './export';
 import { admitMigration, migrateVm } from './migrate-vm';
 
-export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: any, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
+export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
   import_kvm: { run: importKvm },

@@ -25,7 +25,7 @@ export const exportDirOf = (jobId: string) => path.join(exportBase(), jobId);
 
 /** Makes `dir` (0700) or accepts it only when it is a real folder of this user; a looser mode is tightened. */
 async function privateDir(dir: string): Promise<void> {
-  await fs.mkdir(dir, { mode: 0o700 }).catch((e) => { if (e.code !== 'EEXIST') throw e; });
+  await fs.mkdir(dir, { mode: 0o700 }).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw e; });
   const st = await fs.lstat(dir);
   const uid = process.getuid?.();
   if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) {

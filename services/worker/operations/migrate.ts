@@ -49,9 +49,10 @@ export const migrate: Operation = async (ctx) => {
 };
 
 /** The pipeline removes its own partial files; on cancel after completion the outputs go too. */
-export async function cleanupMigrate(spec: { parameters: any }, includeOutput: boolean) {
-  const m = spec.parameters?.manifest as Manifest | undefined;
-  const dir = m?.output?.directory || spec.parameters?.output_dir;
+export async function cleanupMigrate(spec: { parameters: Record<string, unknown> }, includeOutput: boolean) {
+  const p = spec.parameters as { manifest?: Manifest; output_dir?: string } | undefined;
+  const m = p?.manifest;
+  const dir = m?.output?.directory || p?.output_dir;
   if (!m || !dir) return;
   for (const out of outputNames(m, dir).values()) {
     await fs.rm(path.join(path.dirname(out), `.${path.basename(out)}.partial`), { force: true });

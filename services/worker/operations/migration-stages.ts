@@ -15,6 +15,7 @@ import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import { migrate } from './migrate';
+import type { PipelineReport } from '../../../shared/converter/stages/report';
 import type { OpContext } from './types';
 import { dropped } from '../../../shared/log';
 
@@ -44,7 +45,8 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     },
     output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
   });
-  const report = await migrate({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }) as Record<string, any>;
+  // migrate's result is the pipeline's report (runPipeline).
+  const report = await migrate({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }) as PipelineReport;
   const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
 
   const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
