@@ -18,7 +18,7 @@ const server = http.createServer((req, res) => {
   if (req.method === 'POST' && req.url === '/fire') {
     let body = '';
     req.setEncoding('utf8').on('data', (s: string) => { body += s; }).on('end', () => {
-      const ev = JSON.parse(body);
+      const ev = JSON.parse(body) as { round?: number }; // the progress event queue.ts's bareTarget posts
       const frame = Buffer.from(`event: progress\nid: ${Date.now()}-${ev.round}\ndata: ${JSON.stringify(ev)}\n\n`);
       res.writeHead(201, { 'Content-Type': 'application/json' }).end('{}');
       for (const s of streams) s.write(frame);

@@ -34,7 +34,9 @@ export const pct = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 };
 
-export function request(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {
+/** One HTTP request; `body` is the parsed JSON answer (or the text when it is not JSON). T names the fields the
+ *  caller reads of an answer it expects (not checked: a bench talks to our own services); unknown otherwise. */
+export function request<T = unknown>(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T; text: string }> {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);
     const h = data ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)), ...headers } : headers;
@@ -45,7 +47,7 @@ export function request(base: string, method: string, path: string, body?: unkno
       res.on('end', () => {
         let j: unknown;
         try { j = JSON.parse(text); } catch { j = text; } // a body that is not JSON (a page, a script) stays text
-        resolve({ status: res.statusCode || 0, body: j, text });
+        resolve({ status: res.statusCode || 0, body: j as T, text });
       });
     });
     r.on('error', reject);

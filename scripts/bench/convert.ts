@@ -19,6 +19,8 @@ import path from 'node:path';
 import { convert as qemuConvert, sha256File } from '../../shared/qemu';
 import { validateManifest } from '../../shared/schemas/manifest';
 import { runPipeline } from '../../shared/converter/pipeline';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import { errorText } from '../../shared/errors';
 
 const MIB = Number(process.env.BENCH_MIB || 1024);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 9);
@@ -85,7 +87,7 @@ async function main() {
     const progressEvents: number[] = [];
     const identical: string[] = [];
     const compareTo = async (ref: string, file: string, what: string) => {
-      await qemuImg(['compare', '-f', 'qcow2', '-F', 'qcow2', ref, file]).then(() => identical.push(what), (e) => { throw new Error(`${what}: output differs from bare: ${e.message}`); });
+      await qemuImg(['compare', '-f', 'qcow2', '-F', 'qcow2', ref, file]).then(() => identical.push(what), (e: unknown) => { throw new Error(`${what}: output differs from bare: ${errorText(e)}`); });
     };
     const load0 = os.loadavg()[0];
     const t0 = Date.now();
@@ -94,11 +96,11 @@ async function main() {
       await fs.mkdir(out);
       const ref = path.join(dir, 'ref.qcow2'); // round 0's bare output, kept to compare every other output with
       const runOnce = async (checksum: boolean, validate: boolean, sub: string) => {
-        let x: Record<string, any> = {};
+        let x!: PipelineReport; // set by the timed run below, which throws if it does not
         let events = 0;
         const t = await time(async () => { x = await runPipeline(manifest(checksum, path.join(out, sub), validate), { onProgress: (s) => { if (s === 'convert') events++; } }); });
         if (!x.success) throw new Error(x.errors.join());
-        if (r === 0) await compareTo(ref, x.artifacts[0].path, `pipeline (${sub})`);
+        if (r === 0) await compareTo(ref, x.artifacts[0].path as string, `pipeline (${sub})`); // an artifact's path: the file written
         await fs.rm(path.join(out, sub), { recursive: true });
         return { t, x, events };
       };
@@ -110,8 +112,9 @@ async function main() {
       };
       const stageStep = async () => {
         const a = await runOnce(false, false, 'p');
-        res.run.push(a.t); res.stage.push(a.x.stages.convert.duration_seconds); progressEvents.push(a.events);
-        for (const [k, v] of Object.entries(a.x.summary.timings || {})) (parts[k] ||= []).push(v as number);
+        // duration_seconds: a stage that ran has it
+        res.run.push(a.t); res.stage.push(a.x.stages.convert.duration_seconds!); progressEvents.push(a.events);
+        for (const [k, v] of Object.entries(a.x.summary.timings || {})) (parts[k] ||= []).push(v);
       };
       const variant = (key: string, flags: string[], viaWrapper = false) => async () => {
         const f = path.join(out, 'v.qcow2');
@@ -130,11 +133,11 @@ async function main() {
         variant('wrapper', [], true),
         ...flagSets.map((f) => variant(f, f.split(/\s+/))),
         async () => { res.hash.push(await time(() => sha256File(vmdk))); },
-        async () => { const b = await runOnce(true, false, 'c'); res.runSum.push(b.t); res.stageSum.push(b.x.stages.convert.duration_seconds); },
+        async () => { const b = await runOnce(true, false, 'c'); res.runSum.push(b.t); res.stageSum.push(b.x.stages.convert.duration_seconds!); },
         async () => {
           const c = await runOnce(false, true, 'v');
           res.runValidate.push(c.t);
-          for (const [k, v] of Object.entries(c.x.summary.timings || {})) (partsV[k] ||= []).push(v as number);
+          for (const [k, v] of Object.entries(c.x.summary.timings || {})) (partsV[k] ||= []).push(v);
         },
       ];
       for (let i = 0; i < steps.length; i++) await steps[(i + r) % steps.length]();

@@ -2,6 +2,7 @@
 // (2) the webhook delivery rate one notifier sustains against a local receiver. Starts its own redis-server,
 // daemon and notifier processes.   npm run bench:daemon [-- --clients 500 --changes 40 --deliveries 2000]
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,6 +10,10 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { TestRedis, freePort, waitForPort } from '../../test/helpers/redis';
 import { startProcess, testEnv, Proc } from '../../test/helpers/procs';
+import type { JobSpec } from '../../shared/schemas/job';
+
+/** A message of the daemon's /ws (services/daemon/ws.ts); only job_update is read, whose data is a job (its id). */
+interface DaemonWsMessage { type: string; data: { id: string } }
 
 const { values } = parseArgs({ options: { clients: { type: 'string' }, changes: { type: 'string' }, deliveries: { type: 'string' } } });
 const CLIENTS = Number(values.clients || 500);
@@ -37,7 +42,7 @@ async function main() {
   const { jobSpecSchema } = await import('../../shared/schemas/job');
   const rc = createRedis();
   const life = new Lifecycle(new JobStore(rc), new QueueRouter(rc, { stalledCheck: false }), new Registry(rc));
-  const submit = (id: string) => life.submit(jobSpecSchema.validate({ job_id: id, operation: 'noop' }).value, { enqueue: false });
+  const submit = (id: string) => life.submit(jobSpecSchema.validate({ job_id: id, operation: 'noop' }).value as JobSpec, { enqueue: false }); // Joi's value is untyped
 
   // 1. WebSocket fan-out latency.
   const sent = new Map<string, number>();
@@ -47,7 +52,7 @@ async function main() {
     const ws = new WebSocket(`${base.replace('http', 'ws')}/ws`);
     const seen = new Set<string>();
     ws.on('message', (d) => {
-      const m = JSON.parse((d as Buffer).toString()); // ws hands a text frame over as one Buffer
+      const m = JSON.parse((d as Buffer).toString()) as DaemonWsMessage; // ws hands a text frame over as one Buffer
       if (m.type !== 'job_update') return;
       const t0 = sent.get(m.data.id);
       if (t0 !== undefined && !seen.has(m.data.id)) { seen.add(m.data.id); lat.push(performance.now() - t0); }
@@ -75,7 +80,7 @@ async function main() {
   const rx = http.createServer((q, s) => { q.resume(); q.on('end', () => { if (!first) first = performance.now(); got++; last = performance.now(); s.writeHead(200); s.end(); }); });
   rx.keepAliveTimeout = 10_000;
   await new Promise<void>((r) => rx.listen(0, '127.0.0.1', r));
-  const hook = await fetch(`${base}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: `http://127.0.0.1:${(rx.address() as any).port}/hook`, events: ['job.created'], retry_count: 0 }) });
+  const hook = await fetch(`${base}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: `http://127.0.0.1:${(rx.address() as AddressInfo).port}/hook`, events: ['job.created'], retry_count: 0 }) });
   if (hook.status !== 201) throw new Error(`webhook not created: ${await hook.text()}`);
   await new Promise((r) => setTimeout(r, 300));
   const t0 = performance.now();

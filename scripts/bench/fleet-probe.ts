@@ -25,11 +25,11 @@ export const resets = { count: 0 };
 
 /** A request that must answer `status`; anything else stops the bench (a figure of failed requests means
  *  nothing). A reset connection is retried once, and counted. */
-export async function expect(base: string, method: string, path: string, status: number, body?: unknown) {
-  const r = await request(base, method, path, body).catch((e: NodeJS.ErrnoException) => {
+export async function expect<T = unknown>(base: string, method: string, path: string, status: number, body?: unknown) {
+  const r = await request<T>(base, method, path, body).catch((e: NodeJS.ErrnoException) => {
     if (e.code !== 'ECONNRESET') throw e;
     resets.count++;
-    return request(base, method, path, body);
+    return request<T>(base, method, path, body);
   });
   if (r.status !== status) throw new Error(`${method} ${path}: ${r.status}, expected ${status}: ${r.text.slice(0, 300)}`);
   return r;

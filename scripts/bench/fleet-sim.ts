@@ -10,6 +10,9 @@ import { pool, request } from './common';
 
 export interface FleetOptions { workers: number; running: number; heartbeatSeconds: number; progressSeconds: number }
 interface SimWorker { id: string; token?: string; job?: string }
+/** The gateway's answers the fleet reads: POST /queue/dequeue (null when nothing is queued) and a heartbeat. */
+type Dequeued = { job_id: string; lease_token: string } | null;
+interface HeartbeatAnswer { renewed?: string[] }
 
 const sseAgent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 
@@ -52,7 +55,7 @@ export class Fleet {
       if (s.status !== 201) throw new Error(`submit ${id}: ${s.status} ${s.text}`);
     });
     for (const w of this.workers.slice(0, this.o.running)) {
-      const d = await request(this.gw, 'POST', '/queue/dequeue', { worker_id: w.id, capabilities: [] });
+      const d = await request<Dequeued>(this.gw, 'POST', '/queue/dequeue', { worker_id: w.id, capabilities: [] });
       if (d.status !== 200 || !d.body?.lease_token) throw new Error(`dequeue by ${w.id}: ${d.status} ${d.text}`);
       w.token = d.body.lease_token;
       w.job = d.body.job_id;
@@ -64,10 +67,11 @@ export class Fleet {
   /** One heartbeat as the worker sends it (a holder lists its lease token); resolves with its latency in ms. */
   async heartbeat(w: SimWorker): Promise<number> {
     const t = performance.now();
-    const r = await request(this.gw, 'POST', `/workers/${w.id}/heartbeat`, { lease_tokens: w.token ? [w.token] : [] });
+    const r = await request<HeartbeatAnswer>(this.gw, 'POST', `/workers/${w.id}/heartbeat`, { lease_tokens: w.token ? [w.token] : [] });
     const ms = performance.now() - t;
     if (r.status !== 200) this.fail('heartbeat', `${r.status} ${r.text}`);
-    else if (w.token && !r.body.renewed?.includes(w.job)) this.fail('lease renewal', `${w.id} did not renew ${w.job}: ${r.text}`);
+    // a worker with a token holds a job (setUp sets both)
+    else if (w.token && !r.body.renewed?.includes(w.job!)) this.fail('lease renewal', `${w.id} did not renew ${w.job}: ${r.text}`);
     return ms;
   }
 

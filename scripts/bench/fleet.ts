@@ -17,6 +17,9 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startDaemonProc, startGatewayProc } from '../../test/helpers/procs';
 import { BenchRedis, pct, pool } from './common';
+import type { RedisClient } from '../../shared/redis';
+import type { JobStore } from '../../queue/store';
+import type { JobSpec } from '../../shared/schemas/job';
 import { Fleet } from './fleet-sim';
 import { cpuNow, cpuRate, dashboardLoad, expect, resets, ms, p50p99, redisCost, timeSeq, usedMemory, type ProcRef } from './fleet-probe';
 import { runSoak } from './fleet-soak';
@@ -55,7 +58,7 @@ async function startServices(redisUrl: string) {
 
 /** Finished jobs `from`..`to`-1 through the real Lua scripts (JobStore), 128 at a time (the last is the template
  *  of the copies: fleet-seed.ts). */
-async function seed(store: any, makeFinishedJob: any, spec: (id: string) => string, from: number, to: number) {
+async function seed(store: JobStore, makeFinishedJob: typeof import('./common').makeFinishedJob, spec: (id: string) => string, from: number, to: number) {
   const t = Date.now();
   await pool(to - from, 128, (i) => makeFinishedJob(store, `fleet-done-${from + i}`, N('seed-events'), spec(`fleet-done-${from + i}`)));
   console.log(`  made ${to - from} finished jobs (${N('seed-events') + 2} events each) in ${((Date.now() - t) / 1000).toFixed(0)} s; load ${load()}`);
@@ -77,7 +80,7 @@ async function main() {
   if (soakMs === null) throw new Error(`--soak: not a duration: ${o.soak}`);
   const rc = createRedis();
   const store = new JobStore(rc, PREFIX);
-  const spec = (id: string) => JSON.stringify(jobSpecSchema.validate({ job_id: id, operation: 'noop', parameters: {} }).value);
+  const spec = (id: string) => JSON.stringify(jobSpecSchema.validate({ job_id: id, operation: 'noop', parameters: {} }).value as JobSpec); // Joi's value is untyped
   const s = await startServices(redis.url);
   const procs: ProcRef[] = [
     { name: 'redis', pid: () => redis.proc!.pid! }, { name: 'gateway', pid: () => s.gw.proc.pid! },
@@ -106,7 +109,7 @@ async function main() {
     const t = Date.now();
     const where = await cloneFinished(rc, `fleet-done-${N('baseline-jobs') - 1}`, 'fleet-done-', N('baseline-jobs'), N('jobs'));
     console.log(`  copied it ${N('jobs') - N('baseline-jobs')} times in ${((Date.now() - t) / 1000).toFixed(0)} s (its keys ${where.own.join(', ')}; its indexes ${where.idx.join(', ')}); load ${load()}`);
-    const listed = (await expect(s.gw.url, 'GET', '/jobs?limit=1&state=COMPLETED', 200)).body.total;
+    const listed = (await expect<{ total: number }>(s.gw.url, 'GET', '/jobs?limit=1&state=COMPLETED', 200)).body.total;
     if (listed !== N('jobs')) throw new Error(`the gateway lists ${listed} COMPLETED jobs, not ${N('jobs')}`);
     fleet.mode = 'all';
     await fleet.connectClients(N('sse'), N('ws'));
@@ -130,7 +133,7 @@ async function main() {
 
 /** With the fleet quiet: the bare baselines, and what a heartbeat (an idle worker's; a holder's, which lists
  *  its lease token) costs in latency and Redis commands; `routes` also profiles each route's Redis cost. */
-async function measureQuiet(rc: any, bareUrl: string, gw: string, fleet: Fleet, label: string, routes?: Route[]) {
+async function measureQuiet(rc: RedisClient, bareUrl: string, gw: string, fleet: Fleet, label: string, routes?: Route[]) {
   const n = N('samples');
   const worker = fleet.workers[fleet.workers.length - 1];
   const ping = await timeSeq(n, async () => { await rc.ping(); });
@@ -160,7 +163,7 @@ async function measureQuiet(rc: any, bareUrl: string, gw: string, fleet: Fleet, 
 
 interface Route { name: string; call: (i: number) => Promise<void> }
 
-async function measureLoaded(rc: any, s: Awaited<ReturnType<typeof startServices>>, fleet: Fleet, procs: ProcRef[]) {
+async function measureLoaded(rc: RedisClient, s: Awaited<ReturnType<typeof startServices>>, fleet: Fleet, procs: ProcRef[]) {
   await sleep(N('heartbeat') * 1000); // one full heartbeat round of the fleet with every client connected
   fleet.take();
   const c0 = cpuNow(procs);

@@ -103,7 +103,7 @@ async function ferry(g: DebianGuest, dir: string): Promise<Run> {
   const out = path.join(dir, 'ferry');
   await fs.mkdir(out);
   // Every guest repair ferry-convert has; remove_source_hv_tools only once the command line accepts it.
-  const keys = Object.keys((converterConfigSchema.describe() as any).keys || {});
+  const keys = Object.keys((converterConfigSchema.describe() as { keys?: Record<string, unknown> }).keys || {}); // an object schema's description lists its keys
   const cfg: Record<string, unknown> = {
     command: 'local', vmdk: g.vmdk, output_dir: out, to_output: `ferry-${g.variant}.qcow2`, out_format: 'qcow2',
     fstab_mode: 'stabilize-all', regen_initramfs: true, update_grub: true, virt_test: false,

@@ -14,6 +14,11 @@ import { execFileSync } from 'node:child_process';
 import { req, until } from '../../test/helpers/http';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from '../../test/plans/fixture';
+import type { Plan } from '../../queue/plans';
+
+/** The daemon's answers read here: POST /jobs/submit, and GET /jobs/{id} (queue/daemon-views.ts). */
+interface Submitted { job_id: string }
+interface JobAnswer { status: string; error?: unknown }
 
 const N = Number(process.env.BENCH_VMS || 4);
 const LIMITS = [1, 2, 4];
@@ -43,7 +48,7 @@ async function single(s: PlanStack, name: string): Promise<number> {
     options: { power_off: 'force', network_mapping: { 'VM Network': s.net }, virt_test: VIRT_TEST },
   });
   if (r.status !== 200) throw new Error(`submitting ${name}: ${r.status} ${r.text}`);
-  const j = await until(async () => { const x = (await req(s.url, 'GET', `/jobs/${r.body.job_id}`)).body; return FINAL.includes(x.status) && x; }, 3_600_000, `job of ${name}`);
+  const j = await until(async () => { const x = (await req(s.url, 'GET', `/jobs/${(r.body as Submitted).job_id}`)).body as JobAnswer; return FINAL.includes(x.status) && x; }, 3_600_000, `job of ${name}`);
   if (j.status !== 'completed') throw new Error(`the job of ${name} ended ${j.status}: ${JSON.stringify(j.error)}`);
   return (Date.now() - t0) / 1000;
 }
@@ -55,8 +60,8 @@ async function plan(s: PlanStack, id: string, names: string[], perHost: number):
   const t0 = Date.now();
   const st = await req(s.url, 'POST', `/plans/${id}/start`);
   if (st.status !== 200) throw new Error(`starting plan ${id}: ${st.status} ${st.text}`);
-  const p = await until(async () => { const x = await s.get(id); return FINAL.includes(x.status) && x; }, 3_600_000, `plan ${id}`);
-  if (p.status !== 'completed') throw new Error(`plan ${id} ended ${p.status}: ${JSON.stringify(p.vms.map((v: any) => [v.vm_path, v.status, v.error]))}`);
+  const p = await until(async () => { const x = (await s.get(id)) as Plan; return FINAL.includes(x.status) && x; }, 3_600_000, `plan ${id}`);
+  if (p.status !== 'completed') throw new Error(`plan ${id} ended ${p.status}: ${JSON.stringify(p.vms.map((v) => [v.vm_path, v.status, v.error]))}`);
   return (Date.now() - t0) / 1000;
 }
 

@@ -18,9 +18,10 @@ import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { Queue, Worker } from 'bullmq';
+import { Queue, Worker, type ConnectionOptions } from 'bullmq';
 import IORedis from 'ioredis';
 import { BenchRedis, LISTPACK_VALUE, agent, commandStats, cpuSeconds, pct, pool, request } from './common';
+import type { JobStateMessage } from '../../queue/bus';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../../test/helpers/procs';
 
 const { values: opt } = parseArgs({
@@ -118,7 +119,7 @@ async function httpThroughput(base: string, redisUrl: string, n: number, submitL
     await sub.subscribe(`${PREFIX}:bus:jobs`);
     sub.on('message', (_c, raw: string) => {
       if (!raw.includes('"COMPLETED"')) return; // most messages are other states: skip the parse
-      const m = JSON.parse(raw);
+      const m = JSON.parse(raw) as JobStateMessage; // published on the bus by the job store (queue/bus.ts)
       if (m.state === 'COMPLETED' && m.job_id.startsWith(tag + '-')) completed.add(m.job_id);
     });
   }
@@ -149,7 +150,8 @@ async function httpThroughput(base: string, redisUrl: string, n: number, submitL
 
 /** Bare BullMQ: Queue.add (INFLIGHT at a time) + one Worker with the same no-op and concurrency, same Redis. */
 async function bareThroughput(redisUrl: string, n: number) {
-  const conn = { url: redisUrl, maxRetriesPerRequest: null } as any;
+  // ioredis takes `url` at run time, but its typed options have no such field: cast at the library's boundary.
+  const conn = { url: redisUrl, maxRetriesPerRequest: null } as ConnectionOptions;
   const name = `bare${++runId}`;
   const q = new Queue(name, { connection: conn, prefix: `${PREFIX}-bare` });
   let done = 0;
@@ -242,8 +244,8 @@ async function usedMemory(redis: IORedis) {
 async function waitWorkers(base: string, n: number) {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
-    const r = await request(base, 'GET', '/workers');
-    if (r.body?.active >= n) return;
+    const r = await request<{ active: number } | null>(base, 'GET', '/workers');
+    if (Number(r.body?.active) >= n) return; // as `>=` itself would coerce it: a missing count is NaN, never enough
     await sleep(100);
   }
   throw new Error(`${n} workers did not register`);
@@ -259,7 +261,7 @@ async function gatewayTarget(base: string, port: number): Promise<FanoutTarget> 
   // The job needs a capability no native worker has, so only this pull worker can take it.
   const sub = await request(base, 'POST', '/jobs?queue=true', { ...spec(id), requirements: { capabilities: ['bench_fanout'] } });
   if (sub.status !== 201) throw new Error(`fan-out submit: ${sub.status} ${JSON.stringify(sub.body)}`);
-  const got = await request(base, 'POST', '/queue/dequeue', worker);
+  const got = await request<{ job_id: string; lease_token: string } | null>(base, 'POST', '/queue/dequeue', worker); // null: nothing for it
   if (got.body?.job_id !== id) throw new Error(`fan-out dequeue returned ${JSON.stringify(got.body)}`);
   const lease = { worker_id: worker.worker_id, lease_token: got.body.lease_token };
   await request(base, 'POST', `/jobs/${id}/start`, lease);
@@ -408,7 +410,7 @@ async function main() {
       }
       await waitWorkers(base, n);
       const deadline = Date.now() + 60_000; // the jobs queued above drain first: the warm-up
-      while (Date.now() < deadline && Number((await request(base, 'GET', '/queue')).body?.total_jobs) > 0) await sleep(100);
+      while (Date.now() < deadline && Number((await request<{ total_jobs: number } | null>(base, 'GET', '/queue')).body?.total_jobs) > 0) await sleep(100);
       await httpThroughput(base, redis.url, 200);
       const cpu0 = cpuSnapshot();
       const cmd0 = await commandStats(admin);
@@ -481,4 +483,4 @@ async function main() {
 
 function log(s: string) { process.stderr.write(`[bench] ${s}\n`); }
 
-main().then(() => process.exit(0), (e) => { process.stderr.write(`bench failed: ${e.stack || e}\n`); process.exit(1); });
+main().then(() => process.exit(0), (e: unknown) => { process.stderr.write(`bench failed: ${(e instanceof Error && e.stack) || String(e)}\n`); process.exit(1); });

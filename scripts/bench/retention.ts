@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { TestRedis } from '../../test/helpers/redis';
 import { startGatewayProc, testEnv } from '../../test/helpers/procs';
 import { makeFinishedJob } from './common';
+import type { JobSpec } from '../../shared/schemas/job';
 
 const { values } = parseArgs({ options: { jobs: { type: 'string' }, events: { type: 'string' }, retention: { type: 'string' } } });
 const JOBS = Number(values.jobs || 100_000);
@@ -29,15 +30,15 @@ async function main() {
   const used = async () => {
     // MEMORY PURGE exists only with jemalloc; without it the figure is read unpurged
     await rc.call('MEMORY', 'PURGE').catch((e: Error) => console.warn(`[bench] MEMORY PURGE failed, used_memory is read without it: ${e.message}`));
-    return Number(/^used_memory:(\d+)/m.exec(await (rc as any).info('memory'))![1]);
+    return Number(/^used_memory:(\d+)/m.exec(await rc.info('memory'))![1]);
   };
-  const keys = async () => Number(await (rc as any).dbsize());
+  const keys = async () => Number(await rc.dbsize());
 
   const bare = await used();
   const t0 = Date.now();
   const one = async (i: number) => {
     const id = `ret-${i}`;
-    const spec = jobSpecSchema.validate({ job_id: id, operation: 'noop', parameters: { steps: EVENTS } }).value;
+    const spec = jobSpecSchema.validate({ job_id: id, operation: 'noop', parameters: { steps: EVENTS } }).value as JobSpec; // Joi's value is untyped
     await makeFinishedJob(store, id, EVENTS, JSON.stringify(spec));
   };
   const INFLIGHT = 256;
