@@ -1,0 +1,94 @@
+// The cloud-init Debian 12 guest (test/fixtures/debian-guest.ts 'cloud-init': cloud-init renders its NoCloud seed's
+// static address for ens192 into netplan's 50-cloud-init.yaml at every boot), issue 20 items 1 and 5:
+// - the source boots on SATA and prints its marker on ens192;
+// - `ferry-convert` (every repair, virt_test with the same marker) makes an output that boots on virtio-blk with a
+//   virtio NIC and its static address on the renamed NIC, cloud-init running in that boot;
+// - read back: cloud-init is told to leave the network alone (Ferry's 99-ferry-network.cfg), the file it rendered
+//   names the KVM NIC (the original in /ferry-backup), and the source VMDK is byte-identical.
+// Then the control: the same output with Ferry's hold deleted (on an overlay) boots without the address on the
+// renamed NIC, since cloud-init renders the seed's ens192 again: the hold is what keeps the network.
+// Serial logs of a failed check stay in test/artifacts/guest-cloud-init-*.log.
+import { expect } from 'chai';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { run, sha256File } from '../../shared/qemu';
+import { GuestSession } from '../../shared/converter/guestfs';
+import { CLOUD_INIT_HOLD } from '../../shared/converter/linux/nics';
+import { kvmNicName } from '../../shared/converter/nic-names';
+import { testBoot } from '../../shared/converter/testboot';
+import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
+import { ferryConvert } from '../helpers/procs';
+
+const BOOT_TIMEOUT = 600;
+const RENDERED = '/etc/netplan/50-cloud-init.yaml';
+
+describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init rendered survives the move', function () {
+  this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-cloud-init-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('the source boots on SATA; ferry-convert\'s output boots on virtio with the address on the renamed NIC and cloud-init held', async () => {
+    const g = await ensureDebianGuest('cloud-init');
+    const before = await sha256File(g.vmdk);
+    const ready = new RegExp(`${g.ready.source} mounts=/`);
+    const out = path.join(dir, 'out');
+    mkdirSync(out);
+    const cfg = path.join(out, 'ferry.yaml');
+    writeFileSync(cfg, yaml.dump({
+      command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'cloud-init.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
+      remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
+    }));
+    const sourceLog = path.join(dir, 'source-sata.log');
+    const [source, cli] = await Promise.all([
+      testBoot({ name: 'ferry-cloud-init-source', disks: [{ path: g.vmdk, format: 'vmdk' }], bus: 'sata', nic: 'vmxnet3', nicSlot: g.vmwareNicSlot, mac: g.mac, expect: ready, timeoutSeconds: BOOT_TIMEOUT, consoleLog: sourceLog }),
+      ferryConvert(['--config', cfg]),
+    ]);
+
+    keepOnFailure('guest-cloud-init-source-sata', sourceLog, () => {
+      expect(source, 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready.exec(source.matched!)![1]).to.equal(g.vmwareNic);
+    });
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const outputLog = report.test_boot?.console_log ?? '';
+    keepOnFailure('guest-cloud-init-output', outputLog, () => {
+      expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
+      expect(ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(readFileSync(outputLog, 'latin1'), 'cloud-init ran in the output\'s boot').to.match(/Cloud-init v\. \S+ running 'init-local'/);
+    });
+    expect(cli.code, cli.stderr).to.equal(0);
+    const actions = report.stages.fix.result.actions as any[];
+    expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
+    expect(actions.filter((a) => a.action === 'cloud_init').map((a) => a.status)).to.deep.equal(['done']);
+
+    // Read back independently: cloud-init held, its rendered file naming the KVM NIC.
+    const s = await GuestSession.open([{ path: path.join(out, 'cloud-init.qcow2'), format: 'qcow2' }], { readonly: true });
+    try {
+      await s.cmd('mount-ro', '/dev/sda1', '/');
+      expect(await s.read(CLOUD_INIT_HOLD)).to.match(/^network: \{config: disabled\}$/m);
+      const rendered = yaml.load(await s.read(RENDERED)) as { network: { ethernets: Record<string, { addresses: string[] }> } };
+      expect(Object.keys(rendered.network.ethernets)).to.deep.equal([kvmNicName(0)]);
+      expect(rendered.network.ethernets[kvmNicName(0)].addresses).to.deep.equal(['10.0.2.15/24']);
+      expect(await s.read(`/ferry-backup${RENDERED}`)).to.contain('ens192');
+    } finally { await s.close(); }
+
+    // The control: without the hold, cloud-init renders ens192 again and the renamed NIC gets no address.
+    const overlay = path.join(dir, 'unheld.qcow2');
+    const made = await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', path.join(out, 'cloud-init.qcow2'), overlay]);
+    expect(made.code, made.stderr).to.equal(0);
+    const w = await GuestSession.open([{ path: overlay, format: 'qcow2' }]);
+    try {
+      await w.cmd('mount', '/dev/sda1', '/');
+      await w.cmd('rm', CLOUD_INIT_HOLD);
+    } finally { await w.close(); }
+    const unheldLog = path.join(dir, 'unheld.log');
+    const unheld = await testBoot({ name: 'ferry-cloud-init-unheld', disks: [{ path: overlay, format: 'qcow2' }], bus: 'virtio', nic: 'virtio',
+      expect: /FERRY-GUEST-(?:NOT-)?READY[^\r\n]*/, timeoutSeconds: BOOT_TIMEOUT, consoleLog: unheldLog });
+    keepOnFailure('guest-cloud-init-unheld', unheldLog, () => {
+      expect(unheld.matched, 'the guest\'s own verdict without the hold').to.match(/^FERRY-GUEST-NOT-READY /);
+    });
+    expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+  });
+});

@@ -1,0 +1,108 @@
+// The RHEL-shaped guest (test/fixtures/debian-guest.ts 'rhel-shaped', scripts/guest-image/rhel-shaped.sh): dracut
+// host-only (built on AHCI: no virtio), root and /home on XFS LVs in VG "rhel" with rd.lvm.lv= on the kernel line,
+// LVM's devices file naming the SATA disk, NetworkManager's keyfile for ens192 with a static address (issue 20
+// items 3-5). Side by side:
+// - the source boots on SATA (vmxnet3 in slot 192) and prints its marker on ens192 (/ read-write, / /boot and
+//   /home mounted, the address up);
+// - on virtio-blk the source does not boot: its dracut image has no virtio_blk and dracut gives up;
+// - `ferry-convert` (every repair, virt_test with the marker) makes an output that boots on virtio-blk with a virtio
+//   NIC and prints the marker on the renamed interface.
+// Then the output is read back: the devices file is gone, dracut's configuration carries the virtio drivers and the
+// image holds them, the keyfile names the new interface, fstab names no /dev/sd*, and the source is unchanged.
+// Serial logs of a failed check stay in test/artifacts/guest-rhel-shaped-*.log.
+import { expect } from 'chai';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { run, sha256File } from '../../shared/qemu';
+import { GuestSession } from '../../shared/converter/guestfs';
+import { kvmNicName } from '../../shared/converter/nic-names';
+import { testBoot, TestBootResult } from '../../shared/converter/testboot';
+import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
+import { ferryConvert } from '../helpers/procs';
+
+const BOOT_TIMEOUT = 900;
+
+/** The marker with every fstab mount: /home's LV is activated only by the booted system's LVM, which obeys the
+ *  devices file. */
+const ready = (g: DebianGuest) => new RegExp(`${g.ready.source} mounts=/,/boot,/home`);
+
+/** The source: on SATA as on VMware (vmxnet3 in slot 192), or on virtio-blk with a virtio NIC as KVM gives it. */
+function bootSource(g: DebianGuest, dir: string, bus: 'sata' | 'virtio'): Promise<[TestBootResult, string]> {
+  const consoleLog = path.join(dir, `source-${bus}.log`);
+  return testBoot({
+    name: `ferry-rhel-shaped-source-${bus}`, disks: [{ path: g.vmdk, format: 'vmdk' }], bus,
+    ...(bus === 'sata' ? { nic: 'vmxnet3' as const, nicSlot: g.vmwareNicSlot, mac: g.mac } : { nic: 'virtio' as const }),
+    expect: ready(g), timeoutSeconds: BOOT_TIMEOUT, consoleLog,
+  }).then((r) => [r, consoleLog]);
+}
+
+describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devices file, NetworkManager)', function () {
+  this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-rhel-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('the source boots on SATA only; Ferry\'s output boots on virtio-blk with a virtio NIC and its static address', async () => {
+    const g = await ensureDebianGuest('rhel-shaped');
+    const before = await sha256File(g.vmdk);
+    const out = path.join(dir, 'out');
+    mkdirSync(out);
+    const cfg = path.join(out, 'ferry.yaml');
+    writeFileSync(cfg, yaml.dump({
+      command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'rhel.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
+      remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready(g).source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
+    }));
+    const [sata, virtio, cli] = await Promise.all([bootSource(g, dir, 'sata'), bootSource(g, dir, 'virtio'), ferryConvert(['--config', cfg])]);
+
+    keepOnFailure('guest-rhel-shaped-source-sata', sata[1], () => {
+      expect(sata[0], 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready(g).exec(sata[0].matched!)![1]).to.equal(g.vmwareNic);
+      expect(readFileSync(sata[1], 'latin1')).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
+    });
+    keepOnFailure('guest-rhel-shaped-source-virtio', virtio[1], () => {
+      expect(virtio[0], 'the source on virtio-blk').to.include({ status: 'failed' });
+      expect(virtio[0].detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
+      expect(readFileSync(virtio[1], 'latin1')).not.to.contain(g.marker);
+    });
+
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    keepOnFailure('guest-rhel-shaped-output', report.test_boot?.console_log ?? '', () => {
+      expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
+      expect(ready(g).exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+    });
+    expect(cli.code, cli.stderr).to.equal(0);
+    const actions = report.stages.fix.result.actions as any[];
+    expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
+    expect(actions.filter((a) => a.action === 'disk_pins' && a.status === 'done').map((a) => a.file)).to.include('/etc/lvm/devices/system.devices');
+    expect(actions.filter((a) => a.action === 'regen_initramfs' && a.status === 'done').map((a) => a.detail)).to.include.members([
+      '/etc/dracut.conf.d/ferry-virtio.conf: added virtio_pci, virtio_blk, virtio_scsi, virtio_net',
+    ]);
+
+    // Read back independently, in one read-only appliance.
+    const s = await GuestSession.open([{ path: path.join(out, 'rhel.qcow2'), format: 'qcow2' }], { readonly: true });
+    const initrd = path.join(dir, 'initrd.img');
+    try {
+      await s.cmd('vg-activate-all', 'true');
+      await s.cmd('mount-ro', '/dev/rhel/root', '/');
+      await s.cmd('mount-ro', '/dev/sda1', '/boot');
+      expect(await s.exists('/etc/lvm/devices/system.devices'), 'the devices file').to.equal(false);
+      expect(await s.read('/ferry-backup/etc/lvm/devices/system.devices')).to.match(/DEVNAME=\/dev\/sda2/);
+      expect(await s.read('/etc/dracut.conf.d/ferry-virtio.conf')).to.match(/^add_drivers\+=" virtio_pci virtio_blk virtio_scsi virtio_net "$/m);
+      expect(await s.read('/etc/dracut.conf.d/10-hostonly.conf'), 'still host-only').to.match(/^hostonly="yes"$/m);
+      const keyfile = await s.read('/etc/NetworkManager/system-connections/ens192.nmconnection');
+      expect(keyfile).to.contain(`interface-name=${kvmNicName(0)}`);
+      expect(keyfile).to.contain('address1=10.0.2.15/24,10.0.2.2');
+      const fstab = await s.read('/etc/fstab');
+      expect(fstab).not.to.match(/^\/dev\/sd/m);
+      expect(fstab).to.match(/^\/dev\/mapper\/rhel-home\s+\/home\s+xfs/m);
+      const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
+      await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
+    } finally { await s.close(); }
+    const listing = await run('lsinitramfs', [initrd]);
+    expect(listing.code, listing.stderr).to.equal(0);
+    for (const m of ['virtio_blk', 'virtio_pci', 'virtio_net', 'xfs']) expect(listing.stdout, m).to.match(new RegExp(`/${m}\\.ko`));
+    expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+  });
+});
