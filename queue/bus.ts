@@ -65,10 +65,12 @@ export function publish<C extends Channel>(redis: RedisClient, k: Keys, channel:
 type Handler<C extends Channel> = (msg: BusMessages[C], raw: string) => void;
 /** A handler as kept per Redis channel: it is only ever given its own channel's messages (parsed when JSON). */
 type StoredHandler = (msg: unknown, raw: string) => void;
+/** One Redis channel's listeners, and its one SUBSCRIBE (settled once Redis confirmed it). */
+interface ChannelEntry { json: boolean; set: Set<StoredHandler>; idle: Map<StoredHandler, () => boolean>; subscribed: Promise<void> }
 
 export class Bus {
   private sub: RedisClient;
-  private handlers = new Map<string, { json: boolean; set: Set<StoredHandler>; idle: Map<StoredHandler, () => boolean> }>();
+  private handlers = new Map<string, ChannelEntry>();
   readonly k: Keys;
 
   constructor(url?: string, prefix?: string) {
@@ -97,20 +99,27 @@ export class Bus {
 
   /** Listens to a channel; resolves once subscribed, to a function that stops this listener. `wants`: whether
    *  the listener has a use for messages at the moment (asked per message; when no listener of a channel has,
-   *  the message is dropped before it is parsed). */
+   *  the message is dropped before it is parsed). The listener is in place before SUBSCRIBE is sent: ioredis
+   *  can hand over a message in the same read as SUBSCRIBE's reply, before the awaiting code resumes, and a
+   *  listener added after the await missed it (a loaded test run lost a bus's first message that way). Every
+   *  caller of a channel waits for its one subscription. */
   async on<C extends Channel>(channel: C, h: Handler<C>, opts: { wants?: () => boolean } = {}): Promise<() => void> {
     const name = channelName(this.k, channel);
     const stored = h as StoredHandler; // the map holds every channel's handlers; this one gets only `channel`'s
     let hs = this.handlers.get(name);
     if (!hs) {
-      hs = { json: CHANNELS[channel].json, set: new Set(), idle: new Map() };
-      this.handlers.set(name, hs);
-      await this.connected();
-      await this.sub.subscribe(name);
+      const entry: ChannelEntry = { json: CHANNELS[channel].json, set: new Set(), idle: new Map(), subscribed: Promise.resolve() };
+      entry.subscribed = this.connected().then(() => this.sub.subscribe(name)).then(() => undefined);
+      // A failed subscription is forgotten, so the next caller tries again; this caller gets the error below.
+      entry.subscribed.catch(() => { if (this.handlers.get(name) === entry) this.handlers.delete(name); });
+      this.handlers.set(name, hs = entry);
     }
-    hs.set.add(stored);
-    if (opts.wants) hs.idle.set(stored, opts.wants);
-    return () => { hs.set.delete(stored); hs.idle.delete(stored); };
+    const entry = hs;
+    entry.set.add(stored);
+    if (opts.wants) entry.idle.set(stored, opts.wants);
+    const off = () => { entry.set.delete(stored); entry.idle.delete(stored); };
+    try { await entry.subscribed; } catch (e) { off(); throw e; }
+    return off;
   }
 
   /** Resolves once the subscription connection is ready. A SUBSCRIBE sent while ioredis still runs its

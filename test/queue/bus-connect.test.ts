@@ -2,6 +2,8 @@
 // (ioredis issue #2037) made Redis refuse the handshake's own commands, and a worker failed to start with
 // "Connection in subscriber mode, only subscriber commands may be used" in a loaded test run. Here fresh buses
 // subscribe at once, as a starting service does, and each must hear a message, with no error on its connection.
+// And a listener hears every message Redis delivered to it, the first one too: in a loaded run a message that came
+// in the same read as SUBSCRIBE's reply reached the bus before its listener was added, and was lost.
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { until } from '../helpers/http';
@@ -32,5 +34,34 @@ describe('the bus subscribing while its connection starts', function () {
       expect(await Promise.all(heard)).to.deep.equal(buses.map(() => 'q1'));
       expect(errors).to.deep.equal([]);
     } finally { await Promise.all(buses.map((b) => b.close())); }
+  });
+
+  it('a listener hears the first message Redis delivers to it, even one that arrives with the SUBSCRIBE reply', async () => {
+    const pub = createRedis({ url: server.url });
+    try {
+      for (let round = 0; round < 5; round++) {
+        // A channel of its own per round: the last round's closed bus may still be counted by Redis for a moment.
+        const prefix = `ferry-round${round}`;
+        const bus = new Bus(server.url, prefix);
+        try {
+          const heard = new Set<string>();
+          // A flood of numbered messages from another connection while the bus subscribes: Redis queues the first
+          // ones it delivers in the same write as SUBSCRIBE's reply.
+          const receivers: Promise<number>[] = [];
+          let subscribed = false;
+          const listening = bus.on('enqueued', (_m, raw) => heard.add(raw)).then(() => { subscribed = true; });
+          for (let i = 0; !subscribed && i < 200_000; i++) {
+            receivers.push(publish(pub, keys(prefix), 'enqueued', `m${i}`));
+            if (i % 500 === 499) await Promise.race([listening, new Promise((r) => setImmediate(r))]);
+          }
+          await listening;
+          const counts = await Promise.all(receivers);
+          const first = counts.indexOf(1);
+          expect(first, 'a message reached the bus while it subscribed').to.be.at.least(0);
+          await until(() => heard.has(`m${counts.lastIndexOf(1)}`), 10_000, 'the last delivered message heard');
+          expect(heard.has(`m${first}`), `round ${round}: the first message Redis delivered (m${first}) was heard`).to.equal(true);
+        } finally { await bus.close(); }
+      }
+    } finally { pub.disconnect(); }
   });
 });
