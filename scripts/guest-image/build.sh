@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A Debian 12 guest disk shaped as it lives on VMware (see docs/testing.md, "The Debian guest fixture").
+# A Debian guest disk shaped as it lives on VMware (see docs/testing.md, "The Debian guest fixture"): Debian 12's
+# plain and lvm layouts, and the plain one on Debian 11 and 13 (the release is the root file system's, from rootfs.sh).
 # Usage: build.sh <plain|lvm> <rootfs.tar from rootfs.sh> <output dir>
 # Writes <output dir>/disk.vmdk (streamOptimized) and <output dir>/firstboot.log (the first boot's serial console).
 #
@@ -170,7 +171,9 @@ grep -q FERRY-FIRSTBOOT-DONE "$out/firstboot.log" \
   || { echo "build.sh: the first boot did not rebuild the initramfs; console: $out/firstboot.log" >&2; tail -n 40 "$out/firstboot.log" >&2; exit 1; }
 
 step "checking the initramfs and the boot configuration"
-guestfish --ro --format=raw -a "$raw" -i -- download /initrd.img "$cfg/initrd.img" : download /boot/grub/grub.cfg "$cfg/grub.cfg" \
+# The kernel's own image by name: Debian 13's kernel package may leave no /initrd.img link in /.
+kver=$(basename "$(ls "$cfg"/boot/vmlinuz-* | tail -n 1)"); kver=${kver#vmlinuz-}
+guestfish --ro --format=raw -a "$raw" -i -- download "/boot/initrd.img-$kver" "$cfg/initrd.img" : download /boot/grub/grub.cfg "$cfg/grub.cfg" \
   : download /etc/initramfs-tools/initramfs.conf "$cfg/initramfs.conf"
 lsinitramfs "$cfg/initrd.img" > "$cfg/initrd.list"
 for m in virtio_blk virtio_pci; do

@@ -1,0 +1,104 @@
+// Debian 11 (bullseye: kernel 5.10, systemd 247) and Debian 13 (trixie: kernel 6.12, systemd 257, compressed
+// modules) beside the Debian 12 guests (issue 20 item 1): the plain layout (test/fixtures/debian-guest.ts 'debian11',
+// 'debian13': one ext4 root named /dev/sda1 in fstab and on the kernel line, a MODULES=dep initramfs built on AHCI,
+// ifupdown's static address on ens192, open-vm-tools). For each release, side by side:
+// - the source boots on SATA (vmxnet3 in slot 192) and prints its marker on ens192;
+// - on virtio-blk with a virtio NIC the source does not boot: its initramfs gives up on the root device;
+// - `ferry-convert` (every repair, virt_test with the marker) makes an output that boots on virtio-blk with a virtio
+//   NIC and prints the marker on the renamed interface.
+// Then the output is read back: fstab and grub.cfg name no /dev/sd*, ifupdown names the new interface, the
+// initramfs holds virtio_blk and virtio_pci, open-vm-tools is gone, and the source is byte-identical.
+// Serial logs of a failed check stay in test/artifacts/guest-<release>-*.log.
+import { expect } from 'chai';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import yaml from 'js-yaml';
+import { run, sha256File } from '../../shared/qemu';
+import { GuestSession } from '../../shared/converter/guestfs';
+import { kvmNicName } from '../../shared/converter/nic-names';
+import { testBoot, TestBootResult } from '../../shared/converter/testboot';
+import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { keepOnFailure } from '../helpers/boot-logs';
+import { ferryConvert } from '../helpers/procs';
+
+const BOOT_TIMEOUT = 900;
+/** What Debian's initramfs prints when the root device never appears. */
+const INITRAMFS_GAVE_UP = /Gave up waiting for root file system device|ALERT! \S+ does not exist|Dropping to a shell/;
+
+/** The source: on SATA as on VMware (vmxnet3 in slot 192), or on virtio-blk with a virtio NIC as KVM gives it; the
+ *  virtio boot stops at the marker (a fixture that is wrong) or at the initramfs giving up, whichever comes first. */
+function bootSource(g: DebianGuest, dir: string, bus: 'sata' | 'virtio'): Promise<[TestBootResult, string]> {
+  const consoleLog = path.join(dir, `source-${bus}.log`);
+  return testBoot({
+    name: `ferry-${g.variant}-source-${bus}`, disks: [{ path: g.vmdk, format: 'vmdk' }], bus,
+    ...(bus === 'sata' ? { nic: 'vmxnet3' as const, nicSlot: g.vmwareNicSlot, mac: g.mac } : { nic: 'virtio' as const }),
+    expect: bus === 'sata' ? g.ready : new RegExp(`${g.ready.source}|${INITRAMFS_GAVE_UP.source}`),
+    timeoutSeconds: BOOT_TIMEOUT, consoleLog,
+  }).then((r) => [r, consoleLog]);
+}
+
+for (const variant of ['debian11', 'debian13'] as const) {
+  describe(`Ferry on the ${variant} guest: the output boots on virtio`, function () {
+    this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first (its own debootstrap and first boot)
+    const dir = mkdtempSync(path.join(os.tmpdir(), `ferry-guest-${variant}-`));
+    after(() => rmSync(dir, { recursive: true, force: true }));
+
+    it('the source boots on SATA only; ferry-convert\'s output boots on virtio-blk with its static address on the renamed NIC', async () => {
+      const g = await ensureDebianGuest(variant);
+      const before = await sha256File(g.vmdk);
+      const out = path.join(dir, 'out');
+      mkdirSync(out);
+      const cfg = path.join(out, 'ferry.yaml');
+      writeFileSync(cfg, yaml.dump({
+        command: 'local', vmdk: g.vmdk, output_dir: out, to_output: `${variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true,
+        regen_initramfs: true, remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT,
+        memory: 1024,
+      }));
+      const [sata, virtio, cli] = await Promise.all([bootSource(g, dir, 'sata'), bootSource(g, dir, 'virtio'), ferryConvert(['--config', cfg])]);
+
+      keepOnFailure(`guest-${variant}-source-sata`, sata[1], () => {
+        expect(sata[0], 'the source on SATA').to.include({ status: 'passed' });
+        expect(g.ready.exec(sata[0].matched!)![1]).to.equal(g.vmwareNic);
+        expect(readFileSync(sata[1], 'latin1')).to.contain(`root=${g.rootDevice}`);
+      });
+      keepOnFailure(`guest-${variant}-source-virtio`, virtio[1], () => {
+        const text = readFileSync(virtio[1], 'latin1');
+        expect(text, 'the source on virtio-blk').to.match(INITRAMFS_GAVE_UP);
+        expect(text).not.to.contain(g.marker);
+      });
+
+      const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+      keepOnFailure(`guest-${variant}-output`, report.test_boot?.console_log ?? '', () => {
+        expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
+        expect(g.ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      });
+      expect(cli.code, cli.stderr).to.equal(0);
+      const actions = report.stages.fix.result.actions as any[];
+      expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
+
+      // Read back independently, in one read-only appliance.
+      const s = await GuestSession.open([{ path: path.join(out, `${variant}.qcow2`), format: 'qcow2' }], { readonly: true });
+      const initrd = path.join(dir, 'initrd.img');
+      let builtin = '';
+      try {
+        await s.cmd('mount-ro', '/dev/sda1', '/');
+        expect(await s.read('/etc/fstab')).not.to.match(/^\/dev\/sd/m);
+        expect(await s.read('/boot/grub/grub.cfg')).to.match(/root=UUID=/).and.not.match(/root=\/dev\/sd/);
+        const interfaces = await s.read('/etc/network/interfaces');
+        expect(interfaces).to.contain(`iface ${kvmNicName(0)} inet static`).and.not.contain(g.vmwareNic);
+        expect(await s.exists('/usr/bin/vmtoolsd'), 'open-vm-tools removed').to.equal(false);
+        const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
+        await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
+        builtin = await s.read(`/lib/modules/${kernel}/modules.builtin`);
+      } finally { await s.close(); }
+      const listing = await run('lsinitramfs', [initrd]);
+      expect(listing.code, listing.stderr).to.equal(0);
+      // In the image, or built into the kernel (Debian 13's kernel has virtio_pci built in).
+      for (const m of ['virtio_blk', 'virtio_pci', 'virtio_net']) {
+        expect(`${listing.stdout}\n${builtin}`, m).to.match(new RegExp(`/${m}\\.ko(\\.[a-z]+)?$`, 'm'));
+      }
+      expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+    });
+  });
+}
