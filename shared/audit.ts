@@ -1,5 +1,6 @@
 // The audit log (docs/security.md "Audit log"): every request that changes state (any method but GET, HEAD,
-// OPTIONS) on the gateway and the daemon, and every refused one (401/403), as one record: time, service, key name
+// OPTIONS) on the gateway and the daemon, and every refused one (401/403), as one record (a worker's routine
+// reports only when refused, rejected or failed: RouteDef.audit): time, service, key name
 // and role, method, route pattern and concrete path, target ids, status and outcome. Never a body, a header or a
 // message a caller wrote: target ids only, redacted by shared/sensitive.ts like every log line. Kept in one Redis
 // sorted set scored by time, trimmed to the job retention (FERRY_JOB_RETENTION) and a count cap on every write
@@ -69,14 +70,16 @@ export class AuditLog {
     this.key = auditKey(prefix);
   }
 
-  /** Whether a request is audited: it may change state, or it was refused. */
-  static wanted(method: string, status: number): boolean {
+  /** Whether a request is audited: it may change state, or it was refused. A route that audits only refusals (a
+   *  worker's routine report, RouteDef.audit) is audited when refused, rejected or failed (status 400 and up). */
+  static wanted(method: string, status: number, refusalsOnly = false): boolean {
+    if (refusalsOnly) return status >= 400;
     return !READS.has(method) || status === 401 || status === 403;
   }
 
   /** Records a finished request (the caller's key as authentication found it, or as presented when refused). */
-  async request(ctx: Koa.Context, auth: Auth, started: number, route: string | undefined, reason?: string): Promise<void> {
-    if (!AuditLog.wanted(ctx.method, ctx.status)) return;
+  async request(ctx: Koa.Context, auth: Auth, started: number, route: string | undefined, reason?: string, refusalsOnly = false): Promise<void> {
+    if (!AuditLog.wanted(ctx.method, ctx.status, refusalsOnly)) return;
     let key = ctx.state.apiKey as { name: string; role: string } | null | undefined;
     if (key === undefined && auth.enabled) { const p = presentedKey(ctx.req.headers); key = p ? identify(auth, p) ?? null : null; }
     const refused = ctx.status === 401 || ctx.status === 403;

@@ -34,6 +34,11 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
   requestTypes?: string[];
   /** Who may call it (shared/auth.ts), declared by every route: there is no default (docs/security.md). */
   role: Need;
+  /** What the audit log keeps of it (docs/security.md "Audit log"): every state change by default; `refusals` for a
+   *  worker's routine report (heartbeat, progress event, lease renewal), kept only when refused, rejected or failed,
+   *  since a fleet's reports would push the operators' own records out of the capped log; the request metrics
+   *  (svc_api_requests_total) count the rest. */
+  audit?: 'refusals';
   /** `schema`: a joi schema, or a JSON Schema written out (shown as it is). */
   responses: Record<number, { description: string; schema?: Joi.Schema | JsonSchema; type?: string }>;
   handler: (ctx: Koa.Context, input: Input<P, Q, B>) => unknown; // the body, or a promise of it
@@ -104,6 +109,7 @@ export class Api {
   private unknownFields: 'reject' | 'warn';
   private requestTypes: string[];
   private yamlRoutes = new Set<string>();
+  private auditRefusalsOnly = new Set<string>();
   /** Methods of each parameter-free path, so that a path such as /jobs/submit is not taken for /jobs/:id by a
    *  method it does not have (a 405, not a 404 for a job called "submit"). */
   private literals = new Map<string, Set<string>>();
@@ -133,6 +139,12 @@ export class Api {
     return r ? this.needs.get(r) : undefined;
   }
 
+  /** Whether the audit log keeps only the refused, rejected or failed requests of this route (RouteDef.audit). */
+  auditsRefusalsOnly(method: string, path: string): boolean {
+    const r = this.routeOf(method, path);
+    return !!r && this.auditRefusalsOnly.has(r);
+  }
+
   /** Whether the route matching this request takes a YAML body (its requestTypes name one). */
   takesYaml(method: string, path: string): boolean {
     const r = this.routeOf(method, path);
@@ -149,6 +161,7 @@ export class Api {
     for (const prefix of this.prefixes) {
       this.needs.set(`${def.method.toUpperCase()} ${prefix + def.path}`, def.role);
       if (yamlBody) this.yamlRoutes.add(`${def.method.toUpperCase()} ${prefix + def.path}`);
+      if (def.audit === 'refusals') this.auditRefusalsOnly.add(`${def.method.toUpperCase()} ${prefix + def.path}`);
       if (literal) {
         const set = this.literals.get(prefix + def.path) || new Set<string>();
         set.add(def.method.toUpperCase());
@@ -196,6 +209,7 @@ export class Api {
       const need = r.role;
       op.security = need === 'public' ? [] : [{ apiKey: [] }, { bearer: [] }];
       op['x-ferry-role'] = need;
+      if (r.audit) op['x-ferry-audit'] = r.audit;
       if (r.body) {
         const schema = toJsonSchema(r.body);
         op.requestBody = { required: r.bodyRequired !== false, content: Object.fromEntries((r.requestTypes || ['application/json']).map((t) => [t, { schema }])) };
@@ -314,7 +328,8 @@ function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
       // Awaited, so the record is in Redis when the caller has its answer; a Redis failure costs only the copy
       // there (the log line is written first).
-      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
+      const refusalsOnly = api.auditsRefusalsOnly(ctx.method, ctx.path);
+      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason, refusalsOnly).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
     }
   };
 }

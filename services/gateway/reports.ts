@@ -19,7 +19,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
     },
   });
   api.add({
-    method: 'post', role: 'worker', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'], params: jobParams, body: workerEventSchema,
+    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'], params: jobParams, body: workerEventSchema,
     responses: { 201: { description: 'recorded', schema: Joi.object({ id: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
@@ -53,7 +53,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
   });
 
   api.add({
-    method: 'post', role: 'worker', path: '/jobs/:job_id/lease', summary: 'Worker renews the lease of a job it holds', tags: ['worker reports'], params: jobParams, body: workerReportSchema,
+    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/lease', summary: 'Worker renews the lease of a job it holds', tags: ['worker reports'], params: jobParams, body: workerReportSchema,
     responses: { 200: { description: 'renewed', schema: Joi.object({ job_id: Joi.string(), lease_seconds: Joi.number() }) }, 404: err('unknown job'), 409: err('not held under this lease') },
     handler: async (_ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);

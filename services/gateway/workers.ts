@@ -25,7 +25,7 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
     },
   });
   api.add({
-    method: 'post', role: 'worker', path: '/workers/:worker_id/heartbeat', summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema, bodyRequired: false,
+    method: 'post', role: 'worker', audit: 'refusals', path: '/workers/:worker_id/heartbeat', summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema, bodyRequired: false,
     responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string(), renewed: Joi.array().items(Joi.string()) }) }, 404: err('unknown worker') },
     handler: async (ctx, { params, body }) => {
       await checkWorkerId(registry, ctx, params.worker_id);

@@ -12,7 +12,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 
-const K = { ops: 'audit-admin-key-0123456789', ci: 'audit-submit-key-0123456789', viewer: 'audit-read-key-0123456789' };
+const K = { ops: 'audit-admin-key-0123456789', ci: 'audit-submit-key-0123456789', viewer: 'audit-read-key-0123456789', fleet: 'audit-worker-key-0123456789' };
 const SECRET = 'Hunter2-audit-pw-never-stored';
 
 describe('security: the audit log', function () {
@@ -53,7 +53,7 @@ describe('security: the audit log', function () {
     rc.on('error', () => undefined); // the last test stops Redis on purpose; this client reconnects by itself
     const env = {
       ...testEnv(redis.url, 'aud'), FERRY_SECRET_KEY: 'audit-test-secret-key', FERRY_VSPHERE_MANAGERS: 'vc.example.test', LOG_LEVEL: 'warn',
-      FERRY_API_KEYS: `ops:admin:${K.ops},ci:submit:${K.ci},viewer:read:${K.viewer}`,
+      FERRY_API_KEYS: `ops:admin:${K.ops},ci:submit:${K.ci},viewer:read:${K.viewer},fleet:worker:${K.fleet}`,
     };
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
@@ -157,6 +157,19 @@ describe('security: the audit log', function () {
     }
     const refused = (await stored()).filter((x) => x.route?.endsWith('/audit') && x.status === 403);
     expect(refused.map((x) => x.key_name).sort()).to.deep.equal(['ci', 'ci', 'viewer', 'viewer']);
+  });
+
+  it('a worker\'s heartbeats are counted in the request metrics, not recorded; its registration and a heartbeat it was refused are', async () => {
+    expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'aud-w1', capabilities: ['img_tool'] }, as(K.fleet))).status).to.equal(201);
+    for (let i = 0; i < 3; i++) expect((await req(gw.url, 'POST', '/workers/aud-w1/heartbeat', {}, as(K.fleet))).status).to.equal(200);
+    const refused = await req(gw.url, 'POST', '/workers/aud-nobody/heartbeat', {}, as(K.fleet));
+    expect(refused.status, refused.text).to.be.within(400, 499);
+    const mine = (await stored()).filter((x) => x.key_name === 'fleet');
+    expect(mine.map((x) => [x.route, x.status])).to.deep.equal([['/workers/register', 201], ['/workers/:worker_id/heartbeat', refused.status]]);
+    expect(mine[1].outcome).to.be.oneOf(['refused', 'rejected']);
+    const m = await req(gw.url, 'GET', '/metrics', undefined, as(K.ops));
+    const line = m.text.split('\n').find((l) => l.startsWith('svc_api_requests_total{') && l.includes('path="/workers/:worker_id/heartbeat"') && l.includes('status="200"'));
+    expect(line, m.text.split('\n').filter((l) => l.startsWith('svc_api_requests_total')).join('\n')).to.match(/ 3$/);
   });
 
   it('records older than the job retention are removed by the next write; younger ones stay', async () => {
