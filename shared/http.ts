@@ -14,7 +14,7 @@ import { browserRefusal, browserRule } from './browser';
 import { RateLimiter, runAs } from './limits';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
-import type { AuditLog } from './audit';
+import { AuditLog } from './audit';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
 /** What a handler gets: each part as its route's joi schema gave it (validate() below), so typed as that schema
@@ -328,7 +328,10 @@ function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
       opts.metrics?.observe(ctx.method, route || 'unmatched', ctx.status, Number(process.hrtime.bigint() - started) / 1e9);
       // Awaited, so the record is in Redis when the caller has its answer; a Redis failure costs only the copy
       // there (the log line is written first).
-      const refusalsOnly = api.auditsRefusalsOnly(ctx.method, ctx.path);
+      // The route's audit setting changes the answer only for a state change that succeeded or a read that failed:
+      // the reads that succeed (most requests) skip the route lookup.
+      const setting = AuditLog.wanted(ctx.method, ctx.status) ? ctx.status < 400 : ctx.status >= 400;
+      const refusalsOnly = setting && api.auditsRefusalsOnly(ctx.method, ctx.path);
       await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason, refusalsOnly).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
     }
   };
