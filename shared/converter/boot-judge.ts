@@ -13,7 +13,9 @@ export const FAILURE_SIGNS: { re: RegExp; reason: string }[] = [
   { re: /Kernel panic - not syncing/, reason: 'kernel panic' },
   { re: /You are in emergency mode|Welcome to emergency mode!|Cannot open access to console, the root account is locked/, reason: 'systemd emergency mode' },
   { re: /You are in rescue mode|Welcome to rescue mode!/, reason: 'systemd rescue mode' },
-  { re: /Timed out waiting for device .*(?:root|\/dev\/)/, reason: 'systemd timed out waiting for a device' },
+  // A storage device only: a serial port that udev announces late (dev-ttyS0.device on a starved host) costs a
+  // getty, not the boot, and the guest goes on to its milestones.
+  { re: /Timed out waiting for device [^\n]*(?:root|\/dev\/(?:disk\/|mapper\/|[shv]d[a-z]|xvd|nvme|dm-|md\d))/, reason: 'systemd timed out waiting for a device' },
   { re: /^grub rescue> ?/m, reason: 'the GRUB rescue prompt (GRUB could not find its files)' },
   { re: /^grub> ?/m, reason: 'the GRUB command prompt (no usable menu entry)' },
   { re: /error: (?:no such (?:device|partition)|unknown filesystem|file '[^']+' not found)[^\n]*\n(?:[^\n]*\n)*?Press any key to continue/, reason: 'GRUB could not load the kernel' },

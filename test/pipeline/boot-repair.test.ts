@@ -47,12 +47,19 @@ describe('boot judge (the console decides, at once)', () => {
       ['                             Minimal BASH-like line editing is supported.\ngrub> ', /GRUB command prompt/],
       ['mount: mounting /dev/vda1 on /root failed\n(initramfs) ', /initramfs shell prompt/],
       ['[  OK  ] Started foo\n[ TIME ] Timed out waiting for device /dev/sdb1.\n', /timed out waiting for a device/],
+      ['[ TIME ] Timed out waiting for device dev-disk-by\\x2duuid-c2f1.device - /dev/disk/by-uuid/c2f1.\n', /timed out waiting for a device/],
+      ['[ TIME ] Timed out waiting for device dev-mapper-rhel\\x2dhome.device - /dev/mapper/rhel-home.\n', /timed out waiting for a device/],
     ];
     for (const [text, reason] of cases) {
       const v = judgeConsole(text, marker);
       expect(v.status, text).to.equal('failed');
       expect((v as any).detail, text).to.match(reason);
     }
+  });
+  it('a serial port announced late (a starved host) is not a failed boot: the guest goes on to its marker', () => {
+    const late = '[ TIME ] Timed out waiting for device dev-ttyS0.device - /dev/ttyS0.\n';
+    expect(judgeConsole(late, marker)).to.deep.equal({ status: 'running' });
+    expect(judgeConsole(`${late}FERRY-GUEST-UP iface=enp1s0 addr=10.0.2.15/24\n`, marker)).to.include({ status: 'passed' });
   });
   it('the expected text passes; whichever of it and a failure the console shows first decides', () => {
     expect(judgeConsole('Booting\r\nFERRY-GUEST-UP iface=ens192 addr=10.0.2.15/24\r\n', marker)).to.include({ status: 'passed', matched: 'FERRY-GUEST-UP iface=ens192 addr=10.0.2.15/24' });
