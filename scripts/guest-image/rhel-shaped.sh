@@ -28,11 +28,13 @@ trap 'rm -rf "$cfg"' EXIT
 step "fetching dracut, network-manager, xfsprogs and what the guest lacks for them (apt-get --download-only against the guest's dpkg status)"
 for pkg in dracut network-manager xfsprogs; do fetch_for_guest "$rootfs" "$cfg/ferry-debs" "$pkg"; done
 
+# /home waits up to 5 min for its LV (systemd's default is 90 s): under TCG on a loaded machine the booted system's
+# LVM activated it later than that and the boot ended in emergency mode.
 cat > "$cfg/fstab" <<'EOF'
 # /etc/fstab: static file system information (device names, as the VMware template had).
 /dev/mapper/rhel-root  /      xfs   defaults  0  0
 /dev/sda1              /boot  ext4  defaults  0  2
-/dev/mapper/rhel-home  /home  xfs   defaults  0  0
+/dev/mapper/rhel-home  /home  xfs   defaults,x-systemd.device-timeout=5min  0  0
 /dev/mapper/rhel-swap  none   swap  defaults  0  0
 EOF
 cat > "$cfg/interfaces" <<'EOF'
