@@ -2,6 +2,8 @@
 // subvolumes @ as / and @home as /home, both named by device with subvol= in fstab, rootflags=subvol=@ from GRUB),
 // issue 20 items 1 and 4:
 // - the source boots on SATA and prints its marker on ens192 with / and /home mounted;
+//   (a property of the cached fixture: booted once per fixture build, its record re-checked after,
+//   test/fixtures/source-proof.ts)
 // - `ferry-convert` (every repair, virt_test with the same marker) makes an output that boots on virtio-blk with a
 //   virtio NIC, both subvolumes mounted;
 // - read back: fstab names the file system by UUID with each `subvol=` kept as it was, grub.cfg boots root=UUID
@@ -16,8 +18,8 @@ import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { testBoot } from '../../shared/converter/testboot';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
@@ -39,16 +41,13 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'btrfs.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    const sourceLog = path.join(dir, 'source-sata.log');
-    const [source, cli] = await Promise.all([
-      testBoot({ name: 'ferry-btrfs-source', disks: [{ path: g.vmdk, format: 'vmdk' }], bus: 'sata', nic: 'vmxnet3', nicSlot: g.vmwareNicSlot, mac: g.mac, expect: ready, timeoutSeconds: BOOT_TIMEOUT, consoleLog: sourceLog }),
-      ferryConvert(['--config', cfg]),
-    ]);
-
-    keepOnFailure('guest-btrfs-source-sata', sourceLog, () => {
-      expect(source, 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready.exec(source.matched!)![1]).to.equal(g.vmwareNic);
+    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    await provedSourceBoot(g, 'sata', asOnVmware(g, ready), (r) => {
+      expect(r, 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
     });
+    const cli = await ferryConvert(['--config', cfg]);
+
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
     keepOnFailure('guest-btrfs-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });

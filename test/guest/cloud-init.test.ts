@@ -1,6 +1,8 @@
 // The cloud-init Debian 12 guest (test/fixtures/debian-guest.ts 'cloud-init': cloud-init renders its NoCloud seed's
 // static address for ens192 into netplan's 50-cloud-init.yaml at every boot), issue 20 items 1 and 5:
 // - the source boots on SATA and prints its marker on ens192;
+//   (a property of the cached fixture: booted once per fixture build, its record re-checked after,
+//   test/fixtures/source-proof.ts)
 // - `ferry-convert` (every repair, virt_test with the same marker) makes an output that boots on virtio-blk with a
 //   virtio NIC and its static address on the renamed NIC, cloud-init running in that boot;
 // - read back: cloud-init is told to leave the network alone (Ferry's 99-ferry-network.cfg), the file it rendered
@@ -19,6 +21,7 @@ import { CLOUD_INIT_HOLD } from '../../shared/converter/linux/nics';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { testBoot } from '../../shared/converter/testboot';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
@@ -41,16 +44,13 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'cloud-init.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    const sourceLog = path.join(dir, 'source-sata.log');
-    const [source, cli] = await Promise.all([
-      testBoot({ name: 'ferry-cloud-init-source', disks: [{ path: g.vmdk, format: 'vmdk' }], bus: 'sata', nic: 'vmxnet3', nicSlot: g.vmwareNicSlot, mac: g.mac, expect: ready, timeoutSeconds: BOOT_TIMEOUT, consoleLog: sourceLog }),
-      ferryConvert(['--config', cfg]),
-    ]);
-
-    keepOnFailure('guest-cloud-init-source-sata', sourceLog, () => {
-      expect(source, 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready.exec(source.matched!)![1]).to.equal(g.vmwareNic);
+    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    await provedSourceBoot(g, 'sata', asOnVmware(g, ready), (r) => {
+      expect(r, 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
     });
+    const cli = await ferryConvert(['--config', cfg]);
+
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
     const outputLog = report.test_boot?.console_log ?? '';
     keepOnFailure('guest-cloud-init-output', outputLog, () => {

@@ -2,6 +2,8 @@
 // holding ens192's static address, and a data disk mounted as `/dev/sdb1 /data` without nofail), issue 20 items
 // 1, 4 and 5:
 // - the source boots on SATA, its data disk on pvscsi as on VMware, and prints its marker on ens192 with every fstab mount present;
+//   (a property of the cached fixture: booted once per fixture build, its record re-checked after,
+//   test/fixtures/source-proof.ts)
 // - a migrate job with both disks (every repair, virt_test with the same marker) makes two outputs that boot on
 //   virtio-blk with a virtio NIC: the NIC renamed in netplan's own file, /data found by its UUID on the second
 //   virtio disk;
@@ -17,8 +19,8 @@ import path from 'node:path';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { testBoot } from '../../shared/converter/testboot';
 import { ensureDebianGuest, GUEST_CACHE } from '../fixtures/debian-guest';
+import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -42,7 +44,6 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
     const data = g.dataVmdk!;
     const sums = await Promise.all([sha256File(g.vmdk), sha256File(data)]);
     const ready = new RegExp(`${g.ready.source} mounts=/,/data`);
-    const sourceLog = path.join(dir, 'source-sata.log');
     const out = path.join(dir, 'out');
     const manifest = {
       manifest_version: '1.0', source: { provider: 'test', vm_name: 'debian-netplan' },
@@ -52,20 +53,15 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
       output: { directory: out, format: 'qcow2', filename: 'netplan.qcow2' },
     };
     const gw = stack!.gw.url;
+    // The source's boot first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    await provedSourceBoot(g, 'sata', asOnVmware(g, ready, { disks: [{ path: g.vmdk, format: 'vmdk' }, { path: data, format: 'vmdk', bus: 'pvscsi' }] }), (r) => {
+      expect(r, 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
+    });
     const sub = await req(gw, 'POST', '/jobs?queue=true', { job_id: 'guest-netplan', operation: 'migrate', parameters: { manifest, virt_test: { expect: ready.source, timeout_seconds: BOOT_TIMEOUT, memory_mib: 1024 } } });
     expect(sub.status, sub.text).to.equal(201);
-    const [source, final] = await Promise.all([
-      testBoot({
-        name: 'ferry-netplan-source', disks: [{ path: g.vmdk, format: 'vmdk' }, { path: data, format: 'vmdk', bus: 'pvscsi' }], bus: 'sata', nic: 'vmxnet3', nicSlot: g.vmwareNicSlot, mac: g.mac,
-        expect: ready, timeoutSeconds: BOOT_TIMEOUT, consoleLog: sourceLog,
-      }),
-      until(async () => { const j = (await req(gw, 'GET', '/jobs/guest-netplan')).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, 'the migrate job'),
-    ]);
+    const final = await until(async () => { const j = (await req(gw, 'GET', '/jobs/guest-netplan')).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, 'the migrate job');
 
-    keepOnFailure('guest-netplan-source-sata', sourceLog, () => {
-      expect(source, 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready.exec(source.matched!)![1]).to.equal(g.vmwareNic);
-    });
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
     keepOnFailure('guest-netplan-output', report.test_boot?.console_log ?? '', () => {
       expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');

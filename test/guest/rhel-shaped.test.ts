@@ -5,6 +5,8 @@
 // - the source boots on SATA (vmxnet3 in slot 192) and prints its marker on ens192 (/ read-write, / /boot and
 //   /home mounted, the address up);
 // - on virtio-blk the source does not boot: its dracut image has no virtio_blk and dracut gives up;
+//   (both properties of the cached fixture: booted once per fixture build, their records re-checked after,
+//   test/fixtures/source-proof.ts)
 // - `ferry-convert` (every repair, virt_test with the marker) makes an output that boots on virtio-blk with a virtio
 //   NIC and prints the marker on the renamed interface.
 // Then the output is read back: the devices file is gone, dracut's configuration carries the virtio drivers and the
@@ -18,8 +20,8 @@ import yaml from 'js-yaml';
 import { run, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { testBoot, TestBootResult } from '../../shared/converter/testboot';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { asOnKvm, asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
@@ -28,16 +30,6 @@ const BOOT_TIMEOUT = 900;
 /** The marker with every fstab mount: /home's LV is activated only by the booted system's LVM, which obeys the
  *  devices file. */
 const ready = (g: DebianGuest) => new RegExp(`${g.ready.source} mounts=/,/boot,/home`);
-
-/** The source: on SATA as on VMware (vmxnet3 in slot 192), or on virtio-blk with a virtio NIC as KVM gives it. */
-function bootSource(g: DebianGuest, dir: string, bus: 'sata' | 'virtio'): Promise<[TestBootResult, string]> {
-  const consoleLog = path.join(dir, `source-${bus}.log`);
-  return testBoot({
-    name: `ferry-rhel-shaped-source-${bus}`, disks: [{ path: g.vmdk, format: 'vmdk' }], bus,
-    ...(bus === 'sata' ? { nic: 'vmxnet3' as const, nicSlot: g.vmwareNicSlot, mac: g.mac } : { nic: 'virtio' as const }),
-    expect: ready(g), timeoutSeconds: BOOT_TIMEOUT, consoleLog,
-  }).then((r) => [r, consoleLog]);
-}
 
 describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devices file, NetworkManager)', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
@@ -54,18 +46,18 @@ describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devi
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'rhel.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready(g).source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    const [sata, virtio, cli] = await Promise.all([bootSource(g, dir, 'sata'), bootSource(g, dir, 'virtio'), ferryConvert(['--config', cfg])]);
-
-    keepOnFailure('guest-rhel-shaped-source-sata', sata[1], () => {
-      expect(sata[0], 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready(g).exec(sata[0].matched!)![1]).to.equal(g.vmwareNic);
-      expect(readFileSync(sata[1], 'latin1')).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
+    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    await provedSourceBoot(g, 'sata', asOnVmware(g, ready(g)), (r, text) => {
+      expect(r, 'the source on SATA').to.include({ status: 'passed' });
+      expect(ready(g).exec(r.matched!)![1]).to.equal(g.vmwareNic);
+      expect(text).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
     });
-    keepOnFailure('guest-rhel-shaped-source-virtio', virtio[1], () => {
-      expect(virtio[0], 'the source on virtio-blk').to.include({ status: 'failed' });
-      expect(virtio[0].detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
-      expect(readFileSync(virtio[1], 'latin1')).not.to.contain(g.marker);
+    await provedSourceBoot(g, 'virtio', asOnKvm(g, ready(g)), (r, text) => {
+      expect(r, 'the source on virtio-blk').to.include({ status: 'failed' });
+      expect(r.detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
+      expect(text).not.to.contain(g.marker);
     });
+    const cli = await ferryConvert(['--config', cfg]);
 
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
     keepOnFailure('guest-rhel-shaped-output', report.test_boot?.console_log ?? '', () => {

@@ -6,7 +6,9 @@
 // - after `ferry-convert` (every repair, virt_test with the marker) the output boots on virtio-blk with a virtio
 //   NIC under OVMF with a fresh NVRAM; the report says UEFI and why; the fallback loader read back from the output
 //   is the guest's grubx64.efi; the source VMDK is unchanged.
-// The three run side by side. Serial logs of a failed check stay in test/artifacts/guest-uefi-*.log.
+// One after the other; the source's two boots are properties of the cached fixture, booted once per fixture build
+// and their records re-checked after (test/fixtures/source-proof.ts). Serial logs of a failed check stay in
+// test/artifacts/guest-uefi-*.log.
 import { expect } from 'chai';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -15,21 +17,12 @@ import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { testBoot, TestBootResult } from '../../shared/converter/testboot';
-import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
+import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
 
 const BOOT_TIMEOUT = 900;
-
-/** The source as on VMware: SATA, vmxnet3 in slot 192, OVMF with `nvram` (its own) or a fresh one. */
-function bootSource(g: DebianGuest, dir: string, own: boolean): Promise<[TestBootResult, string]> {
-  const consoleLog = path.join(dir, `source-${own ? 'own' : 'fresh'}-nvram.log`);
-  return testBoot({
-    name: `ferry-uefi-source-${own ? 'own' : 'fresh'}`, disks: [{ path: g.vmdk, format: 'vmdk' }], bus: 'sata', nic: 'vmxnet3', nicSlot: g.vmwareNicSlot, mac: g.mac,
-    firmware: 'uefi', ...(own ? { nvram: g.nvram } : {}), expect: g.ready, timeoutSeconds: BOOT_TIMEOUT, consoleLog,
-  }).then((r) => [r, consoleLog]);
-}
 
 describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
@@ -46,17 +39,17 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'uefi.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    const [own, fresh, cli] = await Promise.all([bootSource(g, dir, true), bootSource(g, dir, false), ferryConvert(['--config', cfg])]);
-
-    keepOnFailure('guest-uefi-source-own-nvram', own[1], () => {
-      expect(own[0], 'the source with its own NVRAM').to.include({ status: 'passed', firmware: 'uefi' });
-      expect(g.ready.exec(own[0].matched!)![1]).to.equal(g.vmwareNic);
+    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    await provedSourceBoot(g, 'own-nvram', asOnVmware(g, g.ready, { firmware: 'uefi', nvram: g.nvram }), (r) => {
+      expect(r, 'the source with its own NVRAM').to.include({ status: 'passed', firmware: 'uefi' });
+      expect(g.ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
     });
-    keepOnFailure('guest-uefi-source-fresh-nvram', fresh[1], () => {
-      expect(fresh[0], 'the source with a fresh NVRAM').to.include({ status: 'failed', firmware: 'uefi' });
-      expect(fresh[0].detail).to.match(/^the UEFI firmware found no boot loader to start/);
-      expect(readFileSync(fresh[1], 'latin1')).not.to.contain(g.marker);
+    await provedSourceBoot(g, 'fresh-nvram', asOnVmware(g, g.ready, { firmware: 'uefi' }), (r, text) => {
+      expect(r, 'the source with a fresh NVRAM').to.include({ status: 'failed', firmware: 'uefi' });
+      expect(r.detail).to.match(/^the UEFI firmware found no boot loader to start/);
+      expect(text).not.to.contain(g.marker);
     });
+    const cli = await ferryConvert(['--config', cfg]);
 
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
     keepOnFailure('guest-uefi-output', report.test_boot?.console_log ?? '', () => {
