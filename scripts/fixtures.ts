@@ -7,12 +7,10 @@
 // is named with its error and the others go on; the script still exits 0, so the suite runs and the files that need
 // the fixture fail with the builder's log (a set-up that stopped here would print no test result at all). With
 // FERRY_SETUP_GUESTFS=0 (no libguestfs installed) only the simulator is built.
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { promisify } from 'node:util';
 import { errorText } from '../shared/errors';
 import { DEBIAN_VARIANTS, ensureDebianGuest, DebianVariant } from '../test/fixtures/debian-guest';
 import { ensureTinyGuest } from '../test/fixtures/tiny-guest';
+import { vcsimBinary } from '../test/helpers/vcsim';
 
 /** In an order that keeps both lanes busy: the three releases' trees early (each needs its own debootstrap), the
  *  layers on the Debian 12 plain disk after it. Every build is under its own lock (debian-guest.ts once), so a
@@ -30,7 +28,7 @@ function builds(): Build[] {
   ];
   return [
     ...guests,
-    { name: 'vcsim', run: () => promisify(execFile)('bash', [path.join(__dirname, 'vcsim.sh')], { maxBuffer: 1 << 20 }) },
+    { name: 'vcsim', run: vcsimBinary },
   ];
 }
 

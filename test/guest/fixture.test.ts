@@ -6,13 +6,9 @@
 // (test/fixtures/source-proof.ts); a failed check keeps the serial log in test/artifacts/.
 import { expect } from 'chai';
 import { readFileSync, statSync } from 'node:fs';
-import { createHash } from 'node:crypto';
+import { sha256File } from '../../shared/qemu';
 import { ensureDebianGuest, DebianVariant } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
-
-function sha256(file: string): string {
-  return createHash('sha256').update(readFileSync(file)).digest('hex');
-}
 
 describe('the Debian 12 guest fixture (issue 12)', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first (debootstrap, first boots): ~15-20 min
@@ -24,7 +20,7 @@ describe('the Debian 12 guest fixture (issue 12)', function () {
       const hdr = readFileSync(g.vmdk).subarray(0, 4096).toString('latin1');
       expect(hdr.slice(0, 4)).to.equal('KDMV');
       expect(hdr).to.contain('createType="streamOptimized"');
-      const before = sha256(g.vmdk);
+      const before = await sha256File(g.vmdk);
 
       // One after the other: one emulated VM at a time.
       await provedSourceBoot(g, 'sata', asOnVmware(g, g.ready), (r, text) => {
@@ -42,7 +38,7 @@ describe('the Debian 12 guest fixture (issue 12)', function () {
         expect(text).to.contain(g.rootDevice);
         expect(text).to.not.contain(g.marker);
       });
-      expect(sha256(g.vmdk), 'the cached VMDK is unchanged by the boots').to.equal(before);
+      expect(await sha256File(g.vmdk), 'the cached VMDK is unchanged by the boots').to.equal(before);
     });
   }
 });
