@@ -71,8 +71,8 @@ export function registerJobMetrics(registry: client.Registry, store: JobStore, w
     return Object.entries(counts).flatMap(([queue, c]) => Object.entries(c).map(([state, value]) => ({ labels: { queue, state }, value })));
   });
   registerComputed(registry, 'svc_workers', 'Registered workers by liveness', 'gauge', async () => {
-    const ws = await workers.list();
-    return [{ labels: { state: 'active' }, value: ws.filter((w) => w.active).length }, { labels: { state: 'stale' }, value: ws.filter((w) => !w.active).length }];
+    const { total, active } = await workers.counts();
+    return [{ labels: { state: 'active' }, value: active }, { labels: { state: 'stale' }, value: total - active }];
   });
   registerComputed(registry, 'svc_workers_active_by_capability', 'Active workers per capability', 'gauge', async () => {
     const by: Record<string, number> = {};

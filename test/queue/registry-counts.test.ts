@@ -1,5 +1,6 @@
-// Registry.counts() (what /status and /health show) reads only the heartbeat index; it must agree with what
-// reading every worker record says (list()), stale and removed workers included.
+// Registry.counts() (what /status and /health show) and Registry.active() (what GET /queue and the waiting
+// reasons match queues against) read the heartbeat index, not every worker record; they must agree with what
+// reading every record says (list()), stale and removed workers included.
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { createRedis, RedisClient } from '../../shared/redis';
@@ -38,5 +39,22 @@ describe('queue: worker counts from the heartbeat index', function () {
     await registry.remove('c');
     expect(await registry.counts()).to.deep.equal({ total: 2, active: 2 });
     expect(await registry.counts()).to.deep.equal(await fromRecords());
+  });
+
+  const activeFromRecords = async () => (await registry.list()).filter((w) => w.active)
+    .map(({ worker_id, capabilities, execution_mode }) => ({ worker_id, capabilities, execution_mode }));
+  const byId = (a: { worker_id: string }, b: { worker_id: string }) => a.worker_id.localeCompare(b.worker_id);
+
+  it('lists the active workers with their capabilities and mode as list() does, without the stale or removed', async () => {
+    await registry.register({ worker_id: 'gpu', capabilities: ['nbdkit', 'img_tool'], system_info: { cpus: 2 }, execution_mode: 'PRIVILEGED' }, 'native');
+    expect((await registry.active()).sort(byId)).to.deep.equal((await activeFromRecords()).sort(byId));
+    const gpu = (await registry.active()).find((w) => w.worker_id === 'gpu');
+    expect(gpu).to.deep.equal({ worker_id: 'gpu', capabilities: ['img_tool', 'nbdkit'], execution_mode: 'PRIVILEGED' });
+    const old = Date.now() - (config.workerStaleSeconds + 5) * 1000;
+    await redis.multi().hset(registry.k.worker('gpu'), 'last_heartbeat', new Date(old).toISOString()).zadd(registry.k.workers, old, 'gpu').exec();
+    expect((await registry.active()).map((w) => w.worker_id)).to.not.include('gpu');
+    expect((await registry.active()).sort(byId)).to.deep.equal((await activeFromRecords()).sort(byId));
+    await registry.remove('a');
+    expect((await registry.active()).map((w) => w.worker_id).sort()).to.deep.equal(['b']);
   });
 });
