@@ -1,13 +1,15 @@
-// npm run bench:guest (issue 12): Debian's virt-v2v and Ferry on the same real guest disk (the Debian 12 fixture,
-// test/fixtures/debian-guest.ts, both variants), one after the other in one run. For each: wall time, peak memory
-// of the whole process tree (the libguestfs appliance's qemu included), output size, and whether the output boots
-// on virtio-blk with a virtio NIC (the product's virt_test runner, shared/converter/testboot.ts, under TCG,
-// awaiting the guest's marker or the initramfs giving up). Target: Ferry's output boots on every variant, and
-// Ferry's wall time <= 0.7x virt-v2v's.
+// npm run bench:guest (issues 12 and 20): Debian's virt-v2v and Ferry on the same real guest disk (the Debian guest
+// fixtures, test/fixtures/debian-guest.ts, every one-disk variant), one after the other in one run. For each: wall
+// time, peak memory of the whole process tree (the libguestfs appliance's qemu included), output size, and whether
+// the output boots on virtio-blk with a virtio NIC (the product's virt_test runner, shared/converter/testboot.ts,
+// under TCG, awaiting the guest's marker or the initramfs giving up). Target: Ferry's output boots on every variant,
+// and Ferry's wall time <= 0.7x virt-v2v's.
 //   virt-v2v -i disk <vmdk> -o local -os <dir> -of qcow2        (LIBGUESTFS_BACKEND_SETTINGS=force_tcg)
 //   ferry-convert --config <yaml>                                (mode local, every repair on, no virt_test)
-// The boots are not timed: they check the outputs. BENCH_VARIANTS=plain,lvm (default both), BENCH_DIR (default the
-// OS temp dir), BENCH_BOOT_TIMEOUT seconds (default 600).
+// The boots are not timed: they check the outputs, each with the firmware its guest needs (the UEFI variant under
+// OVMF with a fresh NVRAM, as a new KVM domain gets). BENCH_VARIANTS (default every variant but netplan, whose guest
+// does not boot without its second disk while `virt-v2v -i disk` takes one), BENCH_DIR (default the OS temp dir),
+// BENCH_BOOT_TIMEOUT seconds (default 600).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promises as fs, readFileSync, readdirSync } from 'node:fs';
@@ -15,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { converterConfigSchema } from '../../shared/schemas/converter-config';
 import { testBoot } from '../../shared/converter/testboot';
-import { ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
+import { DEBIAN_VARIANTS, ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const FERRY = path.join(ROOT, 'services', 'converter', 'ferry-convert.js');
@@ -74,7 +76,7 @@ function measured(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<
 
 async function bootsOnVirtio(g: DebianGuest, disk: string, format: string, logFile: string): Promise<{ boots: boolean; detail: string }> {
   const r = await testBoot({
-    name: `ferry-bench-${g.variant}`, disks: [{ path: disk, format }], bus: 'virtio', nic: 'virtio',
+    name: `ferry-bench-${g.variant}`, disks: [{ path: disk, format }], bus: 'virtio', nic: 'virtio', firmware: g.nvram ? 'uefi' : 'bios',
     expect: new RegExp(`${g.ready.source}|${NOT_READY.source}|${INITRAMFS_GAVE_UP.source}`), timeoutSeconds: BOOT_TIMEOUT, consoleLog: logFile,
   });
   const text = await fs.readFile(logFile, 'latin1');
@@ -126,9 +128,14 @@ const noOutput = (): undefined => undefined;
 const mmss = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
 
 async function main() {
-  const variants = (process.env.BENCH_VARIANTS || 'plain,lvm').split(',') as DebianVariant[];
+  const variants = (process.env.BENCH_VARIANTS?.split(',') || DEBIAN_VARIANTS.filter((v) => v !== 'netplan')) as DebianVariant[];
+  const unknown = variants.filter((v) => !(DEBIAN_VARIANTS as readonly string[]).includes(v));
+  if (unknown.length) {
+    console.error(`BENCH_VARIANTS: unknown variant ${unknown.join(', ')} (the variants: ${DEBIAN_VARIANTS.join(', ')})`);
+    process.exit(2);
+  }
   const base = await fs.mkdtemp(path.join(process.env.BENCH_DIR || os.tmpdir(), 'ferry-bench-guest-'));
-  console.log(`guest benchmark: Debian 12 fixture (${variants.join(', ')}), ${os.cpus().length} CPUs, load ${os.loadavg()[0].toFixed(1)}, work dir ${base}`);
+  console.log(`guest benchmark: Debian guest fixtures (${variants.join(', ')}), ${os.cpus().length} CPUs, load ${os.loadavg()[0].toFixed(1)}, work dir ${base}`);
   const runs: Run[] = [];
   for (const v of variants) {
     const g = await ensureDebianGuest(v);
