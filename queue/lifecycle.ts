@@ -17,7 +17,7 @@ import { seal, unseal } from '../shared/sensitive';
 import { checkInsecure } from '../shared/vsphere/job-credentials';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
-import { Registry } from './registry';
+import { ActiveWorker, Registry } from './registry';
 import { publish } from './bus';
 
 const log = createLogger('queue');
@@ -375,10 +375,13 @@ export class Lifecycle {
       if (own) return own;
     }
     const req = parseQueueName(queue);
-    if (!req) return null;
-    const active = await this.registry.active();
-    if (active.some((w) => canServe(w, req))) return null;
-    const need = req.capabilities.length ? req.capabilities.join(', ') : 'no capabilities';
-    return `no active worker has the capabilities this job needs (${need}${req.execution_mode ? `, execution mode ${req.execution_mode}` : ''})`;
+    return req ? unservedReason(req, await this.registry.active()) : null;
   }
+}
+
+/** Why jobs needing `req` wait when none of the `active` workers can take them, or null when one can. */
+export function unservedReason(req: Requirements, active: ActiveWorker[]): string | null {
+  if (active.some((w) => canServe(w, req))) return null;
+  const need = req.capabilities.length ? req.capabilities.join(', ') : 'no capabilities';
+  return `no active worker has the capabilities this job needs (${need}${req.execution_mode ? `, execution mode ${req.execution_mode}` : ''})`;
 }

@@ -2,7 +2,7 @@
 // queued jobs by priority, matching active workers, why a queue waits). Shared by the gateway's GET /workers
 // and GET /queue and the daemon's (dashboard) copies of them, so both answer the same.
 import { canServe, parseQueueName } from '../shared/capabilities';
-import type { Lifecycle } from './lifecycle';
+import { unservedReason, type Lifecycle } from './lifecycle';
 
 export async function workersOverview(life: Lifecycle) {
   const ws = await life.registry.list();
@@ -21,7 +21,7 @@ export async function queueOverview(life: Lifecycle) {
   let total = 0;
   for (const [p, n] of Object.entries(byPrio)) if (Number(n) > 0) { by_priority[p] = Number(n); total += Number(n); }
   const counts = await store.queueCounts(names);
-  const queues = await Promise.all(names.map(async (name) => {
+  const queues = names.map((name) => {
     const c = counts[name];
     const req = parseQueueName(name)!;
     const serving = active.filter((w) => canServe(w, req)).length;
@@ -29,9 +29,10 @@ export async function queueOverview(life: Lifecycle) {
     return {
       name, capabilities: req.capabilities, execution_mode: req.execution_mode || null,
       queued, assigned: Number(c.ASSIGNED || 0), running: Number(c.RUNNING || 0), active_workers: serving,
-      waiting_reason: queued && !serving ? await life.waitingReason(name)
+      // The active workers read above, not read again per queue.
+      waiting_reason: queued && !serving ? unservedReason(req, active)
         : own.get(name)?.length ? `${own.get(name)!.length} job(s) waiting: ${own.get(name)![0]}` : null,
     };
-  }));
+  });
   return { total_jobs: total, by_priority, queues };
 }
