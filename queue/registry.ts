@@ -16,6 +16,9 @@ export interface WorkerInfo {
   jobs: string[];
 }
 
+/** The oldest last heartbeat (epoch ms) of a worker still active: within the stale limit. */
+const activeSince = () => Date.now() - config.workerStaleSeconds * 1000;
+
 /** What an active worker offers a queue. */
 export type ActiveWorker = Pick<WorkerInfo, 'worker_id' | 'capabilities' | 'execution_mode'>;
 
@@ -68,7 +71,7 @@ export class Registry {
       execution_mode: h.execution_mode,
       registered_at: h.registered_at,
       last_heartbeat: h.last_heartbeat,
-      active: Date.now() - Date.parse(h.last_heartbeat) <= config.workerStaleSeconds * 1000,
+      active: Date.parse(h.last_heartbeat) >= activeSince(),
       kind: h.kind,
       jobs: jobs.sort(),
     };
@@ -92,7 +95,7 @@ export class Registry {
    *  every stale record, each worker's system_info and the held jobs (GET /queue at 1,000 workers: 1,615 commands
    *  through list(), scripts/bench/fleet.ts). */
   async active(): Promise<ActiveWorker[]> {
-    const ids = await this.redis.zrangebyscore(this.k.workers, Date.now() - config.workerStaleSeconds * 1000, '+inf');
+    const ids = await this.redis.zrangebyscore(this.k.workers, activeSince(), '+inf');
     if (!ids.length) return [];
     const p = this.redis.pipeline();
     for (const id of ids) p.hmget(this.k.worker(id), 'capabilities', 'execution_mode');
@@ -110,13 +113,13 @@ export class Registry {
    *  heartbeat index alone: two commands where reading every record (list()) costs one per worker and one per
    *  held job; /status and /health ask this on every call (1,000 workers: scripts/bench/fleet.ts). */
   async counts(): Promise<{ total: number; active: number }> {
-    const res = (await this.redis.multi().zcard(this.k.workers).zcount(this.k.workers, Date.now() - config.workerStaleSeconds * 1000, '+inf').exec()) || [];
+    const res = (await this.redis.multi().zcard(this.k.workers).zcount(this.k.workers, activeSince(), '+inf').exec()) || [];
     return { total: Number(res[0]?.[1] ?? 0), active: Number(res[1]?.[1] ?? 0) };
   }
 
   /** Ids of workers whose heartbeat is older than the stale limit. */
   async stale(): Promise<string[]> {
-    return this.redis.zrangebyscore(this.k.workers, 0, Date.now() - config.workerStaleSeconds * 1000);
+    return this.redis.zrangebyscore(this.k.workers, 0, activeSince());
   }
 
   /** Removes workers silent for longer than `olderThanMs` that hold no job; returns their ids. */

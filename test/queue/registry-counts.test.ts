@@ -22,16 +22,19 @@ describe('queue: worker counts from the heartbeat index', function () {
     await server.stop();
   });
 
+  /** The worker falls silent: its heartbeat is older than the stale limit (in its record and in the index, as a
+   *  heartbeat writes both). */
+  const fallSilent = async (id: string) => {
+    const old = Date.now() - (config.workerStaleSeconds + 5) * 1000;
+    await redis.multi().hset(registry.k.worker(id), 'last_heartbeat', new Date(old).toISOString()).zadd(registry.k.workers, old, id).exec();
+  };
   const fromRecords = async () => { const ws = await registry.list(); return { total: ws.length, active: ws.filter((w) => w.active).length }; };
 
   it('counts registered and active workers as list() does, a stale worker and a removed one included', async () => {
     expect(await registry.counts()).to.deep.equal({ total: 0, active: 0 });
     for (const id of ['a', 'b', 'c']) await registry.register({ worker_id: id, capabilities: [], system_info: {}, execution_mode: 'PROCESS' }, 'http');
     expect(await registry.counts()).to.deep.equal({ total: 3, active: 3 });
-    // Worker b falls silent: its heartbeat is older than the stale limit (in its record and in the index, as a
-    // heartbeat writes both).
-    const old = Date.now() - (config.workerStaleSeconds + 5) * 1000;
-    await redis.multi().hset(registry.k.worker('b'), 'last_heartbeat', new Date(old).toISOString()).zadd(registry.k.workers, old, 'b').exec();
+    await fallSilent('b');
     expect(await registry.counts()).to.deep.equal({ total: 3, active: 2 });
     expect(await registry.counts()).to.deep.equal(await fromRecords());
     await registry.heartbeat('b');
@@ -50,8 +53,7 @@ describe('queue: worker counts from the heartbeat index', function () {
     expect((await registry.active()).sort(byId)).to.deep.equal((await activeFromRecords()).sort(byId));
     const gpu = (await registry.active()).find((w) => w.worker_id === 'gpu');
     expect(gpu).to.deep.equal({ worker_id: 'gpu', capabilities: ['img_tool', 'nbdkit'], execution_mode: 'PRIVILEGED' });
-    const old = Date.now() - (config.workerStaleSeconds + 5) * 1000;
-    await redis.multi().hset(registry.k.worker('gpu'), 'last_heartbeat', new Date(old).toISOString()).zadd(registry.k.workers, old, 'gpu').exec();
+    await fallSilent('gpu');
     expect((await registry.active()).map((w) => w.worker_id)).to.not.include('gpu');
     expect((await registry.active()).sort(byId)).to.deep.equal((await activeFromRecords()).sort(byId));
     await registry.remove('a');
