@@ -13,8 +13,8 @@ import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixture
 import { PlanStack, startPlanStack } from './fixture';
 
 const HOSTS = ['DC0_H0', 'DC0_C0_H0', 'DC0_C0_H1', 'DC0_C0_H2'];
-// Was 20: under the whole suite's load (another file's appliances beside its six) that took 23 min of the suite's
-// 88 on 2026-11-28; eight reach every limit and wait on them just as well.
+// Was 20: under the whole suite's load (another file's appliances beside its six) that took 29 min (1,748 s) of
+// the suite's 88 on 2026-11-28; eight reach every limit and wait on them just as well.
 const N = 8;
 const LIMITS = { per_plan: N, per_esxi_host: 2, per_datastore: 3 };
 const FINAL = ['completed', 'failed', 'cancelled'];
