@@ -3,6 +3,7 @@ import { keys as makeKeys, RedisClient } from '../shared/redis';
 import { config } from '../shared/config';
 import { normalizeCaps } from '../shared/capabilities';
 import { HELD } from '../shared/states';
+import { withCommands } from './scripts';
 
 export interface WorkerInfo {
   worker_id: string;
@@ -18,6 +19,11 @@ export interface WorkerInfo {
 
 /** The oldest last heartbeat (epoch ms) of a worker still active: within the stale limit. */
 const activeSince = () => Date.now() - config.workerStaleSeconds * 1000;
+
+/** Keys per ferryReadFields call (queue/commands/readFields-n.lua): one call holds Redis about 2 ms at most. */
+const READ_BATCH = 1000;
+/** The record fields a listing shows (toInfo), in the order list() takes them apart. */
+const RECORD_FIELDS = ['worker_id', 'capabilities', 'system_info', 'execution_mode', 'registered_at', 'last_heartbeat', 'kind'] as const;
 
 /** What an active worker offers a queue. */
 export type ActiveWorker = Pick<WorkerInfo, 'worker_id' | 'capabilities' | 'execution_mode'>;
@@ -63,16 +69,17 @@ export class Registry {
     return h && h.worker_id ? this.toInfo(h, jobs) : null;
   }
 
-  private toInfo(h: Record<string, string>, jobs: string[]): WorkerInfo {
+  /** `since`: activeSince() of the caller, once per listing. */
+  private toInfo(h: Partial<Record<string, string | null>>, jobs: string[], since = activeSince()): WorkerInfo {
     return {
-      worker_id: h.worker_id,
+      worker_id: h.worker_id!,
       capabilities: JSON.parse(h.capabilities || '[]') as string[], // written by register() from the validated request
       system_info: JSON.parse(h.system_info || '{}') as Record<string, unknown>,
-      execution_mode: h.execution_mode,
-      registered_at: h.registered_at,
-      last_heartbeat: h.last_heartbeat,
-      active: Date.parse(h.last_heartbeat) >= activeSince(),
-      kind: h.kind,
+      execution_mode: h.execution_mode ?? '',
+      registered_at: h.registered_at ?? '',
+      last_heartbeat: h.last_heartbeat ?? '',
+      active: Date.parse(h.last_heartbeat ?? '') >= since,
+      kind: h.kind ?? '',
       jobs: jobs.sort(),
     };
   }
@@ -80,29 +87,40 @@ export class Registry {
   async list(): Promise<WorkerInfo[]> {
     const ids = await this.redis.zrevrange(this.k.workers, 0, -1);
     if (!ids.length) return [];
-    const p = this.redis.pipeline();
-    for (const id of ids) p.hgetall(this.k.worker(id));
-    const [res, held] = await Promise.all([p.exec(), this.held()]);
+    const [rows, held] = await Promise.all([this.readFields(ids.map((id) => this.k.worker(id)), RECORD_FIELDS), this.held()]);
+    const since = activeSince();
     const out: WorkerInfo[] = [];
-    for (const [, h] of (res || []) as [unknown, Record<string, string>][]) {
-      if (h && h.worker_id) out.push(this.toInfo(h, held.get(h.worker_id) ?? []));
+    for (const [worker_id, capabilities, system_info, execution_mode, registered_at, last_heartbeat, kind] of rows) {
+      // A record removed between the two reads (prune, deregister) is not a worker any more.
+      if (worker_id) out.push(this.toInfo({ worker_id, capabilities, system_info, execution_mode, registered_at, last_heartbeat, kind }, held.get(worker_id) ?? [], since));
     }
     return out;
   }
 
+  /** The same fields of many hashes, null where absent (one Lua call per READ_BATCH keys, answered as JSON;
+   *  pipelined commands cost the gateway 2-3 times as much at 1,000 workers: docs/performance.md). */
+  private async readFields(keys: string[], fields: readonly string[]): Promise<(string | null)[][]> {
+    const r = withCommands(this.redis);
+    const batches: Promise<string>[] = [];
+    for (let i = 0; i < keys.length; i += READ_BATCH) {
+      const part = keys.slice(i, i + READ_BATCH);
+      batches.push(r.ferryReadFields(part.length, ...part, ...fields));
+    }
+    const rows = (await Promise.all(batches)).flatMap((json) => JSON.parse(json) as (string | false)[][]);
+    return rows.map((row) => row.map((v) => (v === false ? null : v)));
+  }
+
   /** The active workers (heartbeat within the stale limit, by the heartbeat index) with what matching a queue
-   *  needs: capabilities and execution mode. One command per active worker, two fields each; `list()` also reads
+   *  needs: capabilities and execution mode. Two fields of each active worker's record; `list()` also reads
    *  every stale record, each worker's system_info and the held jobs (GET /queue at 1,000 workers: 1,615 commands
    *  through list(), scripts/bench/fleet.ts). */
   async active(): Promise<ActiveWorker[]> {
     const ids = await this.redis.zrangebyscore(this.k.workers, activeSince(), '+inf');
     if (!ids.length) return [];
-    const p = this.redis.pipeline();
-    for (const id of ids) p.hmget(this.k.worker(id), 'capabilities', 'execution_mode');
-    const res = ((await p.exec()) || []) as [Error | null, (string | null)[]][];
+    const res = await this.readFields(ids.map((id) => this.k.worker(id)), ['capabilities', 'execution_mode']);
     const out: ActiveWorker[] = [];
     ids.forEach((worker_id, i) => {
-      const [caps, mode] = res[i]?.[1] ?? [];
+      const [caps, mode] = res[i] ?? [];
       // A record removed between the two reads (prune, deregister) is not a worker any more.
       if (caps !== null && caps !== undefined) out.push({ worker_id, capabilities: JSON.parse(caps) as string[], execution_mode: mode ?? '' });
     });
@@ -150,11 +168,9 @@ export class Registry {
     const ids = (((await m.exec()) || []) as [unknown, string[]][]).flatMap(([, xs]) => xs);
     const by = new Map<string, string[]>();
     if (!ids.length) return by;
-    const p = this.redis.pipeline();
-    for (const id of ids) p.hget(this.k.job(id), 'worker_id');
-    const res = (await p.exec()) || [];
+    const res = await this.readFields(ids.map((id) => this.k.job(id)), ['worker_id']);
     ids.forEach((id, i) => {
-      const w = res[i]?.[1] as string | null;
+      const w = res[i]?.[0];
       if (!w) return;
       const l = by.get(w);
       if (l) l.push(id); else by.set(w, [id]);

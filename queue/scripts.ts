@@ -1,5 +1,6 @@
 // Loads the Lua commands in queue/commands/ once per connection, the way BullMQ loads its own: each file is one
-// command named for what it does and its key count (`transitionJob-13.lua`: 13 KEYS), `--- @include "x"` lines
+// command named for what it does and its key count (`transitionJob-13.lua`: 13 KEYS; `readFields-n.lua`: as many as
+// the caller passes, the count first), `--- @include "x"` lines
 // are replaced by includes/x.lua (each once), and `--- @include "rules"` by the rules generated from the one
 // TypeScript source (shared/states.ts, queue/metrics.ts), so no Lua file keeps a copy of them.
 import { readdirSync, readFileSync } from 'node:fs';
@@ -46,12 +47,13 @@ export function loadLua(file: string, seen = new Set<string>()): string {
   }).join('\n');
 }
 
-/** Every command file: its ioredis name (`ferry` + the file's base name), key count and resolved text. */
-export function commandFiles(): { name: string; file: string; numberOfKeys: number; lua: string }[] {
+/** Every command file: its ioredis name (`ferry` + the file's base name), key count (undefined for `-n`: the
+ *  caller passes it first) and resolved text. */
+export function commandFiles(): { name: string; file: string; numberOfKeys: number | undefined; lua: string }[] {
   return readdirSync(DIR).flatMap((file) => {
-    const m = /^([a-z][A-Za-z]*)-(\d+)\.lua$/.exec(file);
+    const m = /^([a-z][A-Za-z]*)-(\d+|n)\.lua$/.exec(file);
     if (!m) return [];
-    return [{ name: `ferry${m[1][0].toUpperCase()}${m[1].slice(1)}`, file, numberOfKeys: Number(m[2]), lua: loadLua(file) }];
+    return [{ name: `ferry${m[1][0].toUpperCase()}${m[1].slice(1)}`, file, numberOfKeys: m[2] === 'n' ? undefined : Number(m[2]), lua: loadLua(file) }];
   });
 }
 
@@ -66,6 +68,7 @@ export interface FerryCommands {
   ferryAddOutput(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryHoldLease(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryDropLease(...keysThenArgs: Arg[]): Reply<number>;
+  ferryReadFields(numberOfKeys: number, ...keysThenFields: Arg[]): Reply<string>;
 }
 
 let loaded: ReturnType<typeof commandFiles> | undefined;

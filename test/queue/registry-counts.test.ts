@@ -59,4 +59,22 @@ describe('queue: worker counts from the heartbeat index', function () {
     await registry.remove('a');
     expect((await registry.active()).map((w) => w.worker_id).sort()).to.deep.equal(['b']);
   });
+
+  it('list() reads every record past one Lua call\'s batch, each with the jobs it holds; a record gone from under the index is skipped', async () => {
+    const ids = Array.from({ length: 1001 }, (_, i) => `many-${String(i).padStart(4, '0')}`);
+    for (const id of ids) await registry.register({ worker_id: id, capabilities: ['img_tool'], system_info: { n: id }, execution_mode: 'PROCESS' }, 'http');
+    // A RUNNING job held by the last worker (the held jobs are derived from the job records' worker_id).
+    await redis.multi().zadd(registry.k.jobsInState('RUNNING'), 1, 'held-1').hset(registry.k.job('held-1'), 'worker_id', ids[1000]).exec();
+    await redis.del(registry.k.worker(ids[3])); // gone, its index entry not yet
+    const listed = await registry.list();
+    const many = listed.filter((w) => w.worker_id.startsWith('many-'));
+    expect(many.map((w) => w.worker_id).sort()).to.deep.equal(ids.filter((id) => id !== ids[3]));
+    const last = many.find((w) => w.worker_id === ids[1000])!;
+    expect(last).to.include({ execution_mode: 'PROCESS', kind: 'http', active: true });
+    expect(last.capabilities).to.deep.equal(['img_tool']);
+    expect(last.system_info).to.deep.equal({ n: ids[1000] });
+    expect(last.jobs).to.deep.equal(['held-1']);
+    expect(many.filter((w) => w.jobs.length).map((w) => w.worker_id)).to.deep.equal([ids[1000]]);
+    expect((await registry.active()).filter((w) => w.worker_id.startsWith('many-'))).to.have.length(1000);
+  });
 });
