@@ -262,9 +262,10 @@ export interface AppOptions {
   listenHost?: string;
   /** Requests per caller, shared across replicas (shared/limits.ts); none when absent. */
   limiter?: RateLimiter;
-  /** Middleware run after authentication and before the body readers and the router (the daemon's static files:
-   *  they read no body, and a file found there answers before any route is matched). */
-  afterAuth?: Koa.Middleware[];
+  /** Public files (the daemon's dashboard and Swagger UI): run after the browser rule and CORS, before
+   *  authentication and the rate limit. They need no role, read no body and hold no data, and a file found there
+   *  answers before any route is matched; not counting them keeps a page load off Redis (docs/security.md). */
+  publicFiles?: Koa.Middleware[];
 }
 
 const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
@@ -420,7 +421,7 @@ export function createApp(api: Api, opts: AppOptions): Koa {
     if ((typeof e?.code === 'string' && ['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(e.code)) || e?.status === 404 || e?.expose) return;
     opts.log.error('response failed', { error: errorText(err) });
   });
-  for (const m of [answerAndRecord(api, opts), authenticate(api, opts), ...(opts.afterAuth ?? []), ...readBody(api, opts)]) app.use(m);
+  for (const m of [answerAndRecord(api, opts), ...(opts.publicFiles ?? []), authenticate(api, opts), ...readBody(api, opts)]) app.use(m);
   app.use(api.router.routes());
   app.use(refuseOtherMethods(api));
   return app;

@@ -86,7 +86,7 @@ function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Vir
 }
 
 /** Static mounts (Swagger UI now, the dashboard's files later) under both path forms. They hold no data and stay
- *  public (the dashboard asks for the key): createApp runs them after authentication, before the body readers. */
+ *  public (the dashboard asks for the key): createApp runs them before authentication and the rate limit. */
 function staticMounts() {
   const mounts: StaticMount[] = [swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml')];
   const mountStatic = (prefix: string, dir: string) => {
@@ -149,7 +149,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });
   const statics = staticMounts();
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit, listenHost: host, limiter: new RateLimiter(q.redis, q.store.k.prefix), afterAuth: [statics.middleware] });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit, listenHost: host, limiter: new RateLimiter(q.redis, q.store.k.prefix), publicFiles: [statics.middleware] });
   const hub = s.live.hub = createWsHub({ cfg, q, bus: s.bus, audit, virsh, host, log, status: reports.status, metrics: reports.wsMetrics });
   const dashboard = await addDashboard(api, cfg, s, statics.mountStatic);
   opts.extend?.({ api, app, life: q.life, mountStatic: statics.mountStatic });

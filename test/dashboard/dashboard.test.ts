@@ -17,6 +17,7 @@ import { makeImage } from '../helpers/images';
 import { JobStore } from '../../queue/store';
 import { queueName } from '../../shared/capabilities';
 import { tolerate } from '../helpers/teardown';
+import { importClosure, pageAssets } from '../helpers/page-assets';
 
 const API_KEY = 'dashboard-test-key-0123456789';
 
@@ -77,6 +78,29 @@ describe('browser dashboard (headless Chromium)', function () {
     expect(con.status).to.equal(200);
     expect(con.text).to.include('vendor/xterm/lib/xterm.js').and.include('vm-console.js');
     expect((await req(daemon.url, 'GET', '/web/dashboard/vendor/xterm/lib/xterm.js')).status).to.equal(200);
+  });
+
+  it('each page preloads every module its script imports, directly or not; its files are not rate-counted and revalidate with 304', async () => {
+    const get = async (f: string) => {
+      const r = await req(daemon.url, 'GET', `/web/dashboard/${f}`);
+      expect(r.status, f).to.equal(200);
+      return r.text;
+    };
+    for (const html of ['index.html', 'vm-console.html']) {
+      const page = pageAssets(await get(html));
+      expect(page.modules, html).to.have.length(1);
+      expect([...page.preloads].sort(), `${html}: modulepreload links`).to.deep.equal((await importClosure(page.modules, get)).sort());
+    }
+    // Public files answer without a role and outside the rate limit; the API beside them is counted.
+    const file = await req(daemon.url, 'GET', '/web/dashboard/app.js');
+    expect(file.headers.get('x-ratelimit-limit'), 'a static file is not counted').to.equal(null);
+    expect((await req(daemon.url, 'GET', '/status')).headers.get('x-ratelimit-limit'), 'an API call is').to.match(/^\d+$/);
+    const etag = file.headers.get('etag');
+    expect(etag).to.match(/^W\/"/);
+    // As a browser revalidates on a reload (fetch() itself would add Cache-Control: no-cache, which asks for the file).
+    const again = await req(daemon.url, 'GET', '/web/dashboard/app.js', undefined, { 'If-None-Match': etag!, 'Cache-Control': 'max-age=0' });
+    expect(again.status, 'unchanged since the browser\'s copy').to.equal(304);
+    expect(again.text).to.equal('');
   });
 
   it('loads: jobs table, live /ws connection, counters', async () => {
