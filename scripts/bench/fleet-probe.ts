@@ -4,6 +4,7 @@
 import { performance } from 'node:perf_hooks';
 import type { RedisClient } from '../../shared/redis';
 import { commandDelta, commandStats, cpuSeconds, pct, request, rssBytes } from './common';
+import { moduleImports, pageAssets } from '../../test/helpers/page-assets';
 
 export interface Timed { name: string; samples: number[] }
 export const ms = (x: number) => (Number.isFinite(x) ? `${x.toFixed(x < 10 ? 2 : 1)} ms` : 'n/a');
@@ -46,14 +47,21 @@ export async function redisCost(redis: RedisClient, n: number, f: (i: number) =>
   return { samples, calls: d.calls, usec: d.usec, text: `${d.calls.toFixed(1)} Redis commands/request (${d.usec.toFixed(0)} us of Redis time): ${top}` };
 }
 
-/** The dashboard's first load as a browser makes it: the page; its stylesheet and script; the script's module
- *  imports; then the calls the jobs view makes on load (GET /status and the first page of jobs), in parallel
- *  where the browser does them in parallel. Static files and API calls from the daemon (no cache). */
+/** The dashboard's first load as a browser makes it, in the same rounds: the page; everything the page names
+ *  (stylesheet, script, module preloads) at once; any module import not fetched yet, one level at a time; then the
+ *  calls the jobs view makes on load (GET /status and the first page of jobs) at once. From the daemon, no cache.
+ *  The rounds come from the served files (test/helpers/page-assets.ts), so the bench follows the page's changes. */
 export async function dashboardLoad(daemon: string) {
   const root = '/web/dashboard/';
-  await expect(daemon, 'GET', root, 200);
-  await Promise.all([expect(daemon, 'GET', `${root}style.css`, 200), expect(daemon, 'GET', `${root}app.js`, 200)]);
-  await Promise.all(['api.js', 'dom.js', 'jobs.js', 'admin.js'].map((f) => expect(daemon, 'GET', root + f, 200)));
+  const get = async (f: string) => (await expect(daemon, 'GET', root + f, 200)).text;
+  const page = pageAssets(await get(''));
+  const texts = new Map<string, string>();
+  let round = [...page.styles, ...page.scripts, ...page.modules, ...page.preloads];
+  while (round.length) {
+    const got = await Promise.all(round.map(get));
+    round.forEach((f, i) => texts.set(f, got[i]));
+    round = [...new Set([...texts].filter(([f]) => f.endsWith('.js')).flatMap(([, t]) => moduleImports(t)))].filter((f) => !texts.has(f));
+  }
   await Promise.all([expect(daemon, 'GET', '/status', 200), expect(daemon, 'GET', '/jobs?limit=50&offset=0', 200)]);
 }
 
