@@ -46,10 +46,6 @@ const ignoreClientMessage = () => { /* nothing to answer */ };
  *  at 40 job updates a second to 250 clients, 10,000 copies a second for the collector). Sent as text frames. */
 const msg = (type: string, data: unknown) => Buffer.from(JSON.stringify({ type, timestamp: new Date().toISOString(), data }));
 const TEXT = { binary: false };
-/** How long one stretch of sending job updates may hold the event loop before requests waiting on it run (a burst
- *  of 20 progress events to 250 clients is 5,000 sends, tens of ms in one go: scripts/bench/fleet.ts). */
-const YIELD_AFTER_MS = 2;
-const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
 const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
 
 const REASONS: Record<number, string> = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 421: 'Misdirected Request', 429: 'Too Many Requests', 503: 'Service Unavailable' };
@@ -156,7 +152,6 @@ export class WsHub {
   }
 
   private async flush() {
-    let since = performance.now();
     try {
       while (this.changed.length) {
         const batch = this.changed.splice(0, 500);
@@ -174,8 +169,6 @@ export class WsHub {
             seen.sent = key;
             const text = msg('job_update', job);
             for (const cl of this.clients) if (cl.kind === 'events') this.send(cl, text, job.id);
-            // A burst of updates to hundreds of clients is thousands of sends: let waiting requests in between.
-            if (performance.now() - since > YIELD_AFTER_MS) { await yieldToIo(); since = performance.now(); }
           }
           // A finished job changes no more: forget it (bounded memory).
           if (c.state && isTerminal(c.state)) this.seen.delete(c.id); else this.seen.set(c.id, seen);
