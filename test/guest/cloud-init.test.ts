@@ -83,7 +83,7 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
     expect(made.code, made.stderr).to.equal(0);
     // The guest's marker gives its verdict after 180 s without the address; here after as long as the whole held
     // boot took to show READY (+30 s): the address came up within that on the same disk with the hold, and nothing
-    // but the hold differs, so waiting longer only costs time (about two minutes of the suite's longest guest file).
+    // but the hold differs, so waiting longer only costs time.
     const verdictAfter = Math.ceil(report.test_boot.seconds as number) + 30;
     const w = await GuestSession.open([{ path: overlay, format: 'qcow2' }]);
     try {
