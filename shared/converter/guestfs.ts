@@ -26,6 +26,19 @@ export class GuestfsError extends OperationError {
   }
 }
 
+/** Seconds an appliance launch may take: ~15-30 s here, one or two minutes on a busy host. libguestfs's own limit
+ *  (20 min) would hold a job that long on a hung boot. FERRY_GUESTFS_LAUNCH_SECONDS sets it. */
+export function launchSeconds(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env.FERRY_GUESTFS_LAUNCH_SECONDS);
+  return Number.isFinite(n) && n > 0 ? n : 300;
+}
+/** Launches per session before a hung one fails the caller. */
+export const LAUNCH_TRIES = 2;
+
+export class LaunchTimeout extends OperationError {
+  constructor(seconds: number) { super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); its server and appliance were killed`, true); }
+}
+
 export class GuestSession {
   private constructor(readonly pid: number, private env: NodeJS.ProcessEnv, private onAbort?: () => void, private signal?: AbortSignal) {}
   closed = false;
@@ -37,8 +50,24 @@ export class GuestSession {
    *  `command`/`sh` are keyed by the program's name), for the report's timings: where the appliance's time goes. */
   timings: Record<string, number> = {};
 
-  /** Starts the server with `disks` attached and launches the appliance (the expensive part, once). */
-  static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal } = {}): Promise<GuestSession> {
+  /**
+   * Starts the server with `disks` attached and launches the appliance (the expensive part, once). A launch that
+   * gives no answer within launchSeconds() is a hung emulated boot (one was seen under CI's load: 20 min without a
+   * word, then libguestfs's own limit): its server and appliance are killed and the launch is tried once more,
+   * said through `log`.
+   */
+  static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal; log?: (line: string) => void } = {}): Promise<GuestSession> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await GuestSession.launch(disks, opts);
+      } catch (e) {
+        if (!(e instanceof LaunchTimeout) || attempt >= LAUNCH_TRIES) throw e;
+        opts.log?.(`${e.message}: launching again (try ${attempt + 1} of ${LAUNCH_TRIES})`);
+      }
+    }
+  }
+
+  private static async launch(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal }): Promise<GuestSession> {
     const env = guestfsEnv();
     const args = ['--listen', ...(opts.readonly ? ['--ro'] : [])];
     for (const d of disks) args.push(`--format=${d.format}`, '-a', d.path);
@@ -59,17 +88,30 @@ export class GuestSession {
     const s = new GuestSession(pid, env, undefined, opts.signal);
     s.errFile = errFile;
     s.watchdog = watchOwner(pid);
-    s.onAbort = () => { s.watchdog?.kill('SIGKILL'); try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } s.closed = true; };
+    s.onAbort = () => {
+      s.watchdog?.kill('SIGKILL');
+      try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+      rmSync(errFile, { force: true });
+      s.closed = true;
+    };
     opts.signal?.addEventListener('abort', s.onAbort, { once: true });
+    const seconds = launchSeconds();
+    let hung = false;
+    // Killing the server ends the pending `run` (its client sees the socket close); libguestfs's recovery process
+    // then kills the appliance.
+    const deadline = setTimeout(() => { hung = true; s.onAbort!(); }, seconds * 1000);
     try {
       // Two vCPUs (multi-threaded TCG) where the host has two CPUs: the guest's generators run pipelines and
       // zstd -T0, and under load two vCPU threads get more of the host than one (update-initramfs in the
       // appliance on the Debian guest at load 11-19: 288 s wall with two, 305 s with one).
       if (os.cpus().length >= 2) await s.cmd('set-smp', '2');
       await s.cmd('run');
+      if (hung) throw new LaunchTimeout(seconds);
     } catch (e) {
       await s.close();
-      throw e;
+      throw hung ? new LaunchTimeout(seconds) : e;
+    } finally {
+      clearTimeout(deadline);
     }
     return s;
   }
@@ -104,11 +146,17 @@ export class GuestSession {
       child.on('error', reject);
       child.on('close', (code) => {
         if (this.signal?.aborted) return reject(this.signal.reason instanceof Error ? this.signal.reason : new Error('aborted'));
-        const serverErr = this.errorsSince(from);
+        const serverErr = this.errorsSince(from) || (this.alive() ? '' : 'the guestfish server is gone (killed or crashed) before answering');
         if (code === 0 && !serverErr) resolve(Buffer.concat(out));
         else reject(new GuestfsError(command, serverErr || err));
       });
     }).finally(count);
+  }
+
+  /** A client whose server died exits 0 without a word (errors of `-cmd` go to the server's stderr), so an answer
+   *  only counts while the server still runs. */
+  private alive(): boolean {
+    try { process.kill(this.pid, 0); return true; } catch { return false; }
   }
 
   private errSize(): number {

@@ -4,13 +4,18 @@
 // opened by a real child process that is then SIGKILLed.
 import { expect } from 'chai';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
+import { GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converter/guestfs';
 
 const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
 const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+/** Pids of the processes whose command line names `text` (pgrep exits 1 when none). */
+const naming = (text: string) => {
+  try { return execFileSync('pgrep', ['-f', text], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; }
+};
 const children = (pid: number) => {
   try { return execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; } // pgrep exits 1 when none
 };
@@ -50,5 +55,28 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     await until(() => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
     // The watchdog that did it is gone too.
     await until(() => { try { execFileSync('pgrep', ['-f', `ferry-guestfish-watchdog ${server}$`]); return false; } catch { return true; } }, 10_000, 'the watchdog to exit');
+  });
+
+  it('a launch that gives no answer in time: its server and appliance are killed, it is tried once more, then fails naming the limit', async () => {
+    const disk = path.join(dir, 'hung.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    // One second is far below a launch here (~20 s), so each try meets the deadline as a hung boot would.
+    const before = process.env.FERRY_GUESTFS_LAUNCH_SECONDS;
+    process.env.FERRY_GUESTFS_LAUNCH_SECONDS = '1';
+    const said: string[] = [];
+    const t = Date.now();
+    let failure: unknown;
+    try {
+      await GuestSession.open([{ path: disk, format: 'qcow2' }], { log: (l) => said.push(l) });
+    } catch (e) { failure = e; } finally {
+      if (before === undefined) delete process.env.FERRY_GUESTFS_LAUNCH_SECONDS; else process.env.FERRY_GUESTFS_LAUNCH_SECONDS = before;
+    }
+    expect(failure).to.be.instanceOf(LaunchTimeout);
+    expect((failure as Error).message).to.equal('the appliance gave no answer within 1 s of its launch (a hung emulated boot); its server and appliance were killed');
+    expect(said).to.deep.equal([`${(failure as Error).message}: launching again (try 2 of ${LAUNCH_TRIES})`]);
+    expect(Date.now() - t, 'two tries of one second each, not a whole launch').to.be.below(15_000);
+    // Nothing of either try is left: no server, no qemu on the disk, no stderr file of this process.
+    await until(() => naming(disk).length === 0, 30_000, 'every process naming the disk to go');
+    expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${process.pid}-`))).to.deep.equal([]);
   });
 });

@@ -97,6 +97,9 @@ export class Run {
 
   readonly log = (lvl: number, msg: string) => { if (this.m.options.verbose >= lvl) this.opts.log?.(lvl, msg); };
 
+  /** A warning for the report, said in the log as well (at level 0, so it is never lost to verbosity). */
+  readonly warn = (msg: string) => { this.warnings.push(msg); this.log(0, msg); };
+
   readonly progress = (s: StageName, frac: number, msg: string, details?: Record<string, string | number>) => {
     const [a, b] = WEIGHT[s];
     this.opts.onProgress?.(s, Math.min(100, Math.floor(a + (b - a) * Math.max(0, Math.min(1, frac)))), msg, details);
