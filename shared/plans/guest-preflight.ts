@@ -93,13 +93,15 @@ async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, luks: string[
 }
 
 /** One round: an appliance on every disk of `vms`; the findings of those it could judge, and the ones to retry. */
-async function round(m: Manager, vms: Vm[], signal: AbortSignal): Promise<{ done: Map<string, Finding[]>; again: Vm[]; alone: Vm[] }> {
+async function round(m: Manager, vms: Vm[], signal: AbortSignal, log: Pick<Logger, 'warn'>): Promise<{ done: Map<string, Finding[]>; again: Vm[]; alone: Vm[] }> {
   const sources: NbdSource[] = [];
   const done = new Map<string, Finding[]>();
   let g: GuestSession | undefined;
   try {
     for (const vm of vms) for (const d of vm.disks) sources.push(await serveDisk(m, d, signal));
-    g = await GuestSession.open(sources.map((s) => ({ path: s.uri, format: s.format })), { readonly: true, signal });
+    g = await GuestSession.open(sources.map((s) => ({ path: s.uri, format: s.format })), {
+      readonly: true, signal, log: (line) => log.warn(`guest preflight: ${line}`, { vms: vms.map((v) => v.facts.vm_path) }),
+    });
     const devices = g.lines(await g.cmd('list-devices'));
     const byIndex = new Map<number, string>();
     for (const d of devices) byIndex.set(Number((await g.cmd('device-index', d)).trim()), d);
@@ -159,7 +161,7 @@ export async function guestPreflight(m: Manager, facts: VmFacts[], log: Pick<Log
   while (todo.length) {
     const group = todo.shift()!;
     try {
-      const r = await round(m, group, signal);
+      const r = await round(m, group, signal, log);
       for (const [k, v] of r.done) out.set(k, v);
       // A round of one VM neither clashes nor resolves onto another's disk, and a clash is regrouped with the
       // UUIDs now known, so the rounds end.
