@@ -21,10 +21,9 @@ export async function timedHealth(base: string): Promise<number> {
 }
 
 /** Milliseconds the main thread of process `pid` (the one that runs JavaScript: GC helpers and libuv's pool are
- *  other threads) has spent on a CPU, and waiting in the run queue for one, from the kernel's schedstat. */
-export function mainThreadMs(pid: number): { cpu: number; wait: number } {
-  const [cpu, wait] = readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').trim().split(/\s+/).map(Number);
-  return { cpu: cpu / 1e6, wait: wait / 1e6 };
+ *  other threads) has spent on a CPU, from the kernel's schedstat (its first field, in nanoseconds). */
+export function mainThreadCpuMs(pid: number): number {
+  return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[0]) / 1e6;
 }
 
 /**
@@ -38,9 +37,9 @@ export function mainThreadMs(pid: number): { cpu: number; wait: number } {
  */
 export async function pauseDuring<T>(svc: { url: string; pid: number }, headers: Record<string, string>, action: () => Promise<T>): Promise<{ result: T; lag: number; cpu: number; pause: number }> {
   await loopLagMaxMs(svc.url, headers); // starts the window
-  const from = mainThreadMs(svc.pid).cpu;
+  const from = mainThreadCpuMs(svc.pid);
   const result = await action();
-  const cpu = mainThreadMs(svc.pid).cpu - from;
+  const cpu = mainThreadCpuMs(svc.pid) - from;
   const lag = await loopLagMaxMs(svc.url, headers);
   return { result, lag, cpu, pause: Math.min(lag, cpu) };
 }

@@ -12,13 +12,11 @@ import { GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converte
 
 const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
 const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
-/** Pids of the processes whose command line names `text` (pgrep exits 1 when none). */
-const naming = (text: string) => {
-  try { return execFileSync('pgrep', ['-f', text], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; }
+/** The pids pgrep finds with `args` (it exits 1 when none). */
+const pgrep = (...args: string[]) => {
+  try { return execFileSync('pgrep', args, { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; }
 };
-const children = (pid: number) => {
-  try { return execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number); } catch { return []; } // pgrep exits 1 when none
-};
+const children = (pid: number) => pgrep('-P', String(pid));
 
 describe('guestfish servers do not outlive the process that opened them', function () {
   this.timeout(600_000);
@@ -54,7 +52,7 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     await until(() => !alive(server), 30_000, 'the guestfish server to go with its owner');
     await until(() => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
     // The watchdog that did it is gone too.
-    await until(() => { try { execFileSync('pgrep', ['-f', `ferry-guestfish-watchdog ${server}$`]); return false; } catch { return true; } }, 10_000, 'the watchdog to exit');
+    await until(() => pgrep('-f', `ferry-guestfish-watchdog ${server}$`).length === 0, 10_000, 'the watchdog to exit');
   });
 
   it('a launch that gives no answer in time: its server and appliance are killed, it is tried once more, then fails naming the limit', async () => {
@@ -76,7 +74,7 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     expect(said).to.deep.equal([`${(failure as Error).message}: launching again (try 2 of ${LAUNCH_TRIES})`]);
     expect(Date.now() - t, 'two tries of one second each, not a whole launch').to.be.below(15_000);
     // Nothing of either try is left: no server, no qemu on the disk, no stderr file of this process.
-    await until(() => naming(disk).length === 0, 30_000, 'every process naming the disk to go');
+    await until(() => pgrep('-f', disk).length === 0, 30_000, 'every process naming the disk to go');
     expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${process.pid}-`))).to.deep.equal([]);
   });
 });
