@@ -27,6 +27,7 @@ import { operatorRoutes, type Route } from './fleet-routes';
 import type { ClientAnswer, ClientAsk } from './fleet-client';
 import { runSoak } from './fleet-soak';
 import { cloneFinished } from './fleet-seed';
+import { INSPECT_FLAG, Inspector } from './fleet-heap';
 
 const { values: o } = parseArgs({
   options: {
@@ -49,14 +50,17 @@ async function startServices(redisUrl: string) {
   const cfg = path.join(dir, 'daemon.yaml');
   writeFileSync(cfg, 'metrics:\n  enabled: true\n');
   const env = { REDIS_URL: redisUrl, FERRY_PREFIX: PREFIX, FERRY_HOST: '127.0.0.1', FERRY_HEARTBEAT_SECONDS: o.heartbeat };
+  // Their inspectors, for the soak's live memory (fleet-heap.ts); FERRY_NODE_ARGS is read by startProcess.
+  process.env.FERRY_NODE_ARGS = [process.env.FERRY_NODE_ARGS, INSPECT_FLAG].filter(Boolean).join(' ');
   const gw = await startGatewayProc(env);
   const daemon = await startDaemonProc(env, cfg);
+  const inspectors = [await Inspector.attach('gateway', gw), await Inspector.attach('daemon', daemon)];
   const bare = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'bare-koa-server.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
   const port = await new Promise<string>((resolve, reject) => {
     bare.stdout.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
     bare.once('exit', (c) => reject(new Error(`bare-koa-server exited ${c}`)));
   });
-  return { gw, daemon, bare, bareUrl: `http://127.0.0.1:${port}` };
+  return { gw, daemon, bare, bareUrl: `http://127.0.0.1:${port}`, inspectors };
 }
 
 /** Finished jobs `from`..`to`-1 through the real Lua scripts (JobStore), 128 at a time (the last is the template
@@ -92,6 +96,7 @@ async function main() {
   const stopAll = async () => {
     fleet.stop();
     rc.disconnect();
+    s.inspectors.forEach((i) => i.close());
     s.bare.kill('SIGTERM');
     await Promise.all([s.gw.stop(), s.daemon.stop()]);
     await redis.stop();
@@ -123,7 +128,7 @@ async function main() {
     const big = await measureQuiet(rc, s.bareUrl, s.gw.url, fleet, `${N('jobs')} retained jobs`, operatorRoutes(s.gw.url, s.daemon.url, 'fleet-new-quiet'));
     fleet.mode = 'all';
     report(small, big, loaded);
-    const grew = await runSoak({ rc, fleet, procs, gw: s.gw.url, daemon: s.daemon.url, soakMs, runningJobs: fleet.holders.map((w) => w.job!) });
+    const grew = await runSoak({ rc, fleet, procs, gw: s.gw.url, daemon: s.daemon.url, soakMs, runningJobs: fleet.holders.map((w) => w.job!), inspectors: s.inspectors });
     console.log(`\nconnections reset under load and retried once by the measuring requests: ${resets.count}`);
     console.log(`fleet ticks skipped because the worker's previous request was still unanswered: ${fleet.skipped}`);
     console.log(`fleet errors over the run: ${fleet.errors.size ? [...fleet.errors].map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
