@@ -82,12 +82,14 @@ export class GuestSession {
       child.on('close', (code) => {
         const m = /GUESTFISH_PID=(\d+)/.exec(out);
         if (code === 0 && m) return resolve(Number(m[1]));
-        reject(new OperationError(`guestfish --listen failed: ${readFileSync(errFile, 'utf8').trim() || out || `exit ${code}`}`, false));
+        const said = readFileSync(errFile, 'utf8').trim();
+        rmSync(errFile, { force: true });
+        reject(new OperationError(`guestfish --listen failed: ${said || out || `exit ${code}`}`, false));
       });
     }).finally(() => { closeSync(errFd); });
     const s = new GuestSession(pid, env, undefined, opts.signal);
     s.errFile = errFile;
-    s.watchdog = watchOwner(pid);
+    s.watchdog = watchOwner(pid, errFile);
     s.onAbort = () => {
       s.watchdog?.kill('SIGKILL');
       try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
@@ -266,10 +268,11 @@ export class GuestSession {
  * killed mid-job (SIGKILL, a crash, the OOM killer) would leave it and its appliance running for ever, holding the
  * job's disks open and an emulated CPU busy. A small shell in its own process group holds a pipe from this
  * process: the pipe closes however this process ends, the shell's `read` returns and it kills the server (and
- * libguestfs's recovery process then kills the appliance).
+ * libguestfs's recovery process then kills the appliance), then removes the server's stderr file, which the dead
+ * owner can no longer remove.
  */
-function watchOwner(serverPid: number): ChildProcess {
-  const dog = spawn('sh', ['-c', 'read -r _; kill -9 "$1" 2>/dev/null', 'ferry-guestfish-watchdog', String(serverPid)],
+function watchOwner(serverPid: number, errFile: string): ChildProcess {
+  const dog = spawn('sh', ['-c', 'read -r _; kill -9 "$1" 2>/dev/null; rm -f "$2"', 'ferry-guestfish-watchdog', String(serverPid), errFile],
     { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
   dog.on('error', (e) => process.emitWarning(`no watchdog for guestfish ${serverPid} (${e.message}): it outlives this process if it dies`));
   // Neither the watchdog nor its pipe keeps this process alive.

@@ -27,7 +27,7 @@ describe('guestfish servers do not outlive the process that opened them', functi
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('a worker SIGKILLed with a session open takes the server and its appliance with it', async () => {
+  it('a worker SIGKILLed with a session open takes the server, its appliance and its stderr file with it', async () => {
     const disk = path.join(dir, 'scratch.qcow2');
     execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
     const owner = path.join(dir, 'owner.ts');
@@ -52,7 +52,9 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     await until(() => !alive(server), 30_000, 'the guestfish server to go with its owner');
     await until(() => appliance.every((p) => !alive(p)), 30_000, 'the appliance to go with its server');
     // The watchdog that did it is gone too.
-    await until(() => pgrep('-f', `ferry-guestfish-watchdog ${server}$`).length === 0, 10_000, 'the watchdog to exit');
+    await until(() => pgrep('-f', `ferry-guestfish-watchdog ${server} `).length === 0, 10_000, 'the watchdog to exit');
+    // And the server's stderr file, which the killed owner could not remove.
+    expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${child.pid}-`))).to.deep.equal([]);
   });
 
   it('a launch that gives no answer in time: its server and appliance are killed, it is tried once more, then fails naming the limit', async () => {
