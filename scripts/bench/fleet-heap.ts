@@ -9,7 +9,7 @@ import type { Proc } from '../../test/helpers/procs';
 /** The node flag that opens a service's inspector on a free loopback port; Node prints its address on stderr. */
 export const INSPECT_FLAG = '--inspect=127.0.0.1:0';
 
-export interface LiveMemory { heapUsed: number; external: number; rss: number }
+export interface LiveMemory { heapUsed: number; external: number }
 
 export class Inspector {
   private next = 0;
@@ -39,13 +39,13 @@ export class Inspector {
     });
   }
 
-  /** A full collection, then what the process holds: the JS heap in use, memory outside it that JS objects own
-   *  (Buffers), and the RSS at that moment. */
+  /** A full collection, then what the process holds: the JS heap in use and memory outside it that JS objects
+   *  own (Buffers). */
   async liveMemory(): Promise<LiveMemory> {
     await this.call('HeapProfiler.collectGarbage');
     const r = await this.call<{ result: { value: string } }>('Runtime.evaluate', { expression: 'JSON.stringify(process.memoryUsage())', returnByValue: true });
     const m = JSON.parse(r.result.value) as LiveMemory;
-    return { heapUsed: m.heapUsed, external: m.external, rss: m.rss };
+    return { heapUsed: m.heapUsed, external: m.external };
   }
 
   close() { this.ws.close(); }

@@ -140,9 +140,12 @@ export class WsHub {
     this.changed.push(change);
     if (this.flushing) return;
     this.flushing = true;
-    const wait = this.lastFlush + FLUSH_GAP_MS - Date.now();
+    const wait = this.gapLeft();
     if (wait > 0) setTimeout(() => void this.flush(), wait); else setImmediate(() => void this.flush());
   }
+
+  /** Milliseconds until the next batch may start (FLUSH_GAP_MS after the last one started); 0 or less: now. */
+  private gapLeft() { return this.lastFlush + FLUSH_GAP_MS - Date.now(); }
 
   /** The job as it was at this change: its state from the change (or the last one seen), its progress from the
    *  event; everything else from the record. A change into a state that is not final carries no progress of its
@@ -172,7 +175,7 @@ export class WsHub {
         const views = new Map((await jobViews(this.d.store, ids)).map((v) => [v.id, v]));
         const corked = this.corkEventClients();
         try { this.fanOut(batch, views); } finally { for (const s of corked) s.uncork(); }
-        const wait = this.lastFlush + FLUSH_GAP_MS - Date.now();
+        const wait = this.gapLeft();
         if (this.changed.length && wait > 0) await new Promise((r) => setTimeout(r, wait));
       }
     } catch (e) {
