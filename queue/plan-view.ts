@@ -4,6 +4,9 @@ import type { Plan } from './plans';
 import type { JobStore } from './store';
 import { jobViews } from './daemon-views';
 
+/** A plan as GET /plans/:id answers it. */
+export type PlanView = Awaited<ReturnType<typeof planView>>;
+
 export async function planView(store: JobStore, p: Plan) {
   const ids = p.vms.map((v) => v.job_id).filter((x): x is string => !!x);
   const jobs = new Map((await jobViews(store, ids)).map((j) => [j.id, j]));

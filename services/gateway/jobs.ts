@@ -12,6 +12,9 @@ import type { EventHub } from '../../queue/sse';
 import type { StoredEvent } from '../../queue/store';
 import { apiKeyOf, err, jobParams } from './route-kit';
 
+/** GET /jobs/{id}'s answer. */
+export type JobStatus = Awaited<ReturnType<typeof jobStatus>>;
+
 /** GET /jobs/{id}: the record (secrets redacted) with its place in the queue and why it waits. */
 async function jobStatus(life: Lifecycle, id: string) {
   const { store, router } = life;

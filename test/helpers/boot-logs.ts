@@ -7,12 +7,12 @@ export const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 
 /** Runs `check`; when it throws, `consoleLog` is copied to test/artifacts/<name>.log and the error says where. */
 export function keepOnFailure(name: string, consoleLog: string | undefined, check: () => void) {
-  try { check(); } catch (e: any) {
+  try { check(); } catch (e) {
     if (consoleLog && existsSync(consoleLog)) {
       mkdirSync(ARTIFACTS, { recursive: true });
       const kept = path.join(ARTIFACTS, `${name}.log`);
       copyFileSync(consoleLog, kept);
-      e.message += `\n(serial log kept in ${kept})`;
+      (e as Error).message += `\n(serial log kept in ${kept})`; // check() throws chai's AssertionError
     }
     throw e;
   }

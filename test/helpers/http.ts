@@ -1,15 +1,28 @@
 // Small HTTP helpers over fetch for tests.
 import http from 'node:http';
-export async function req(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
+import type { daemonEnvelope } from '../../shared/errors';
+
+/** One invalid field of a 4xx answer (the `fields` list both envelopes carry on a validation failure). */
+export interface FieldError { field: string; message: string; index?: number }
+/** The job API's error envelope (port 8000 and the workers' ports): shared/errors.ts jobApiEnvelope. */
+export interface JobApiError { error: { code: number; message: string; path: string; timestamp: string; fields?: FieldError[] } }
+/** The daemon's error envelope (port 8080): shared/errors.ts daemonEnvelope. */
+export type DaemonError = Omit<ReturnType<typeof daemonEnvelope>, 'fields'> & { fields?: FieldError[] };
+
+/** An answer: `body` is the parsed JSON, typed as the caller says the endpoint answers (`req<JobStatus>`),
+ *  undefined when the text is not JSON; `unknown` until the caller names a type. */
+export interface Res<T> { status: number; body: T; text: string; headers: Headers }
+
+export async function req<T = unknown>(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Res<T>> {
   const res = await fetch(base + path, {
     method,
     headers: { ...(body !== undefined && typeof body !== 'string' ? { 'content-type': 'application/json' } : {}), ...headers },
     body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  let json: any;
-  try { json = JSON.parse(text); } catch { json = undefined; }
-  return { status: res.status, body: json, text, headers: res.headers };
+  let json: T | undefined;
+  try { json = JSON.parse(text) as T; } catch { json = undefined; } // not JSON (a page, a stream): body undefined
+  return { status: res.status, body: json as T, text, headers: res.headers };
 }
 
 /** Polls `fn` until it returns a truthy value; an error it throws is remembered and polled past, unless the
@@ -33,7 +46,7 @@ export async function until<T>(fn: () => T | undefined | null | false | Promise<
 /** POSTs a body over `limit` bytes and waits for the answer without sending the rest, so a service that refuses
  *  early (413) is heard, never raced by a reset: 'declared' sends only a Content-Length over the limit and a few
  *  bytes; 'streamed' (chunked, no length) sends limit + 64 KiB and stops there. */
-export function postOversized(base: string, path: string, type: string, how: 'declared' | 'streamed', limit = 2 * 1024 * 1024): Promise<{ status: number; body: any }> {
+export function postOversized<T = unknown>(base: string, path: string, type: string, how: 'declared' | 'streamed', limit = 2 * 1024 * 1024): Promise<{ status: number; body: T }> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { 'content-type': type, ...(how === 'declared' ? { 'content-length': String(limit + 1024) } : {}) };
@@ -41,7 +54,7 @@ export function postOversized(base: string, path: string, type: string, how: 'de
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d) => { text += d; });
-      res.on('end', () => { rq.destroy(); try { resolve({ status: res.statusCode || 0, body: JSON.parse(text) }); } catch (e) { reject(e instanceof Error ? e : new Error(String(e))); } });
+      res.on('end', () => { rq.destroy(); try { resolve({ status: res.statusCode || 0, body: JSON.parse(text) as T }); } catch (e) { reject(e instanceof Error ? e : new Error(String(e))); } });
     });
     rq.on('timeout', () => rq.destroy(new Error(`no answer within 30 s to POST ${path}`)));
     rq.on('error', reject);

@@ -54,7 +54,7 @@ export const testEnv = (redisUrl: string, prefix = 'ferry'): Record<string, stri
 export async function startGatewayProc(env: Record<string, string>): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/gateway/main.ts', [], { ...env, GATEWAY_PORT: String(port), FERRY_HOST: '127.0.0.1' });
-  await waitForPort(port, 60000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  await waitForPort(port, 60000).catch((e: Error) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
@@ -62,7 +62,7 @@ export async function startGatewayProc(env: Record<string, string>): Promise<Pro
 export async function startDaemonProc(env: Record<string, string>, config: string): Promise<Proc & { port: number; url: string }> {
   const port = await freePort();
   const p = startProcess('services/daemon/main.ts', ['-addr', `127.0.0.1:${port}`, '--config', config], env);
-  await waitForPort(port, 60000).catch((e) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
+  await waitForPort(port, 60000).catch((e: Error) => { throw new Error(`${e.message}\n${p.logs.join('')}`); });
   return Object.assign(p, { port, url: `http://127.0.0.1:${port}` });
 }
 
@@ -79,7 +79,7 @@ export async function awaitWorkers(base: string, workers: Proc[], headers: Recor
   await until(async () => {
     const dead = workers.find((w) => w.proc.exitCode !== null || w.proc.signalCode);
     if (dead) throw Object.assign(new Error('a worker exited before registering'), { fatal: true });
-    return (await req(base, 'GET', '/workers', undefined, headers)).body?.active === workers.length;
+    return (await req<{ active?: number } | undefined>(base, 'GET', '/workers', undefined, headers)).body?.active === workers.length;
   }, timeoutMs, `${workers.length} worker(s) registered`).catch((e: Error) => { throw new Error(`${e.message}\n${output()}`); });
 }
 

@@ -1,10 +1,17 @@
 // A plain SSE reader over node http, so tests control disconnects and Last-Event-ID exactly.
 import http from 'node:http';
 
-export interface Frame { event: string; id?: string; data: any }
+/** One SSE frame; `data` is the parsed JSON, typed as the stream's caller says its frames are. */
+export interface Frame<T = unknown> { event: string; id?: string; data: T }
 
-export function openSse(url: string, lastEventId?: string) {
-  const frames: Frame[] = [];
+/** What a frame's data says of its progress, for a timeout's message. */
+function seen(data: unknown): string {
+  const d = (data ?? {}) as { phase?: unknown; state?: unknown };
+  return String(d.phase || d.state);
+}
+
+export function openSse<T = Record<string, unknown>>(url: string, lastEventId?: string) {
+  const frames: Array<Frame<T>> = [];
   const comments: string[] = [];
   let req: http.ClientRequest;
   let status = 0;
@@ -20,13 +27,13 @@ export function openSse(url: string, lastEventId?: string) {
         while ((i = buf.indexOf('\n\n')) >= 0) {
           const block = buf.slice(0, i);
           buf = buf.slice(i + 2);
-          const f: Frame = { event: 'message', data: '' };
+          const f: Frame<T> = { event: 'message', data: '' as T };
           let hasData = false;
           for (const line of block.split('\n')) {
             if (line.startsWith(':')) comments.push(line);
             else if (line.startsWith('event: ')) f.event = line.slice(7);
             else if (line.startsWith('id: ')) f.id = line.slice(4);
-            else if (line.startsWith('data: ')) { f.data = JSON.parse(line.slice(6)); hasData = true; }
+            else if (line.startsWith('data: ')) { f.data = JSON.parse(line.slice(6)) as T; hasData = true; }
           }
           if (hasData) { frames.push(f); onFrame?.(); }
         }
@@ -41,9 +48,9 @@ export function openSse(url: string, lastEventId?: string) {
     get status() { return status; },
     close() { req.destroy(); },
     /** Resolves when `pred` holds for the frames so far. */
-    waitFor(pred: (f: Frame[]) => boolean, ms = 20000) {
+    waitFor(pred: (f: Array<Frame<T>>) => boolean, ms = 20000) {
       return new Promise<void>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`SSE: timed out; got ${frames.map((f) => f.event + ':' + (f.data?.phase || f.data?.state)).join(',')}`)), ms);
+        const t = setTimeout(() => reject(new Error(`SSE: timed out; got ${frames.map((f) => f.event + ':' + seen(f.data)).join(',')}`)), ms);
         const check = () => { if (pred(frames)) { clearTimeout(t); onFrame = undefined; resolve(); } };
         onFrame = check;
         check();

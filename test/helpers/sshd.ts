@@ -24,7 +24,7 @@ export async function startSshd(dir: string): Promise<TestSshd> {
   let log = '';
   const sshd: ChildProcess = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   sshd.stderr!.setEncoding('utf8').on('data', (s: string) => { log += s; });
-  await waitForPort(port, 15000).catch((e) => { throw new Error(`${e.message}: ${log}`); });
+  await waitForPort(port, 15000).catch((e: Error) => { throw new Error(`${e.message}: ${log}`); });
   return {
     port, key, log: () => log,
     async stop() {

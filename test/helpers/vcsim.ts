@@ -45,12 +45,12 @@ export async function startVcsim(opts: { port?: number; username?: string; passw
     proc.stderr.on('data', (b: Buffer) => { logs.push(b.toString()); if (logs.length > 300) logs.shift(); if (process.env.FERRY_TEST_LOGS) process.stderr.write(b); });
     const exited = new Promise<void>((r) => proc.once('exit', () => r()));
     let out = '';
-    const ready = await new Promise<any>((resolve) => {
+    const ready = await new Promise<{ url: string; datastores: Record<string, string> } | null>((resolve) => {
       const t = setTimeout(() => resolve(null), 30000);
       proc.stdout.on('data', (b: Buffer) => {
         out += b.toString();
         const nl = out.indexOf('\n');
-        if (nl >= 0) { clearTimeout(t); try { resolve(JSON.parse(out.slice(0, nl))); } catch { resolve(null); } }
+        if (nl >= 0) { clearTimeout(t); try { resolve(JSON.parse(out.slice(0, nl)) as { url: string; datastores: Record<string, string> }); } catch { resolve(null); } }
       });
       proc.once('exit', () => { clearTimeout(t); resolve(null); });
     });
@@ -68,7 +68,7 @@ export async function startVcsim(opts: { port?: number; username?: string; passw
         if (proc.exitCode === null && !proc.signalCode) { proc.kill('SIGKILL'); await exited; }
       }
       // SIGTERM removes the datastore directories; after a SIGKILL they are removed here.
-      for (const d of Object.values(ready.datastores as Record<string, string>)) rmSync(d, { recursive: true, force: true });
+      for (const d of Object.values(ready.datastores)) rmSync(d, { recursive: true, force: true });
       rmSync(dir, { recursive: true, force: true });
     };
     return { url: ready.url, host: '127.0.0.1', port, username, password, caFile, datastores: ready.datastores, proc, logs, stop };

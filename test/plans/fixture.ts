@@ -12,6 +12,7 @@ import { waitForTask } from '../../shared/vsphere/actions';
 import { el, esc, moref } from '../../shared/vsphere/xml';
 import { keys } from '../../shared/redis';
 import { Slots } from '../../queue/slots';
+import type { PlanView } from '../../queue/plan-view';
 import { DC, upload } from '../vsphere/fixture';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
@@ -99,7 +100,7 @@ export interface PlanStack {
   addVm(s: { name: string; host: string; ds: string; mac: string; network?: string }, disk: { path: string; bytes: number }): Promise<string>;
   /** A create body: these VMs to the tests' libvirtd, "VM Network" and both datastores mapped, power_off force. */
   plan(id: string, names: string[], extra?: Record<string, unknown>): Record<string, unknown>;
-  get(id: string): Promise<any>;
+  get(id: string): Promise<PlanView>;
   /** Live holders of a slot name (`esxi:<manager>:<host>`, `datastore:<manager>:<ds>`, `plan:<id>`, ...). */
   holders(name: string): Promise<string[]>;
   domains(): Promise<string[]>;
@@ -182,7 +183,7 @@ async function build(o: PlanStackOptions, undo: (() => Promise<unknown>)[], stop
       id, name: id, vms: names.map(vm), destination: { type: 'kvm', virt_uri: lv.uri },
       network_map: { 'VM Network': net }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
     }),
-    get: async (id) => (await req(daemons[0].url, 'GET', `/plans/${id}`)).body,
+    get: async (id) => (await req<PlanView>(daemons[0].url, 'GET', `/plans/${id}`)).body,
     holders: (name) => slots.holders(name),
     domains: () => list(['list', '--all', '--name']),
     volumes: async () => { await virsh(['pool-refresh', lv.pool]); return list(['vol-list', lv.pool]); },

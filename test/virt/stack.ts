@@ -32,8 +32,8 @@ export async function startVirtStack(extraEnv: Record<string, string> = {}, daem
 }
 
 /** A request whose answer must be the success envelope; returns its data. */
-export async function okData(base: string, method: string, p: string, body?: unknown, status = 200) {
-  const r = await req(base, method, p, body);
+export async function okData<T = unknown>(base: string, method: string, p: string, body?: unknown, status = 200): Promise<T> {
+  const r = await req<{ status?: string; data: T } | undefined>(base, method, p, body);
   if (r.status !== status || r.body?.status !== 'success') throw new Error(`${method} ${p}: expected ${status} success, got ${r.status} ${r.text}`);
   return r.body.data;
 }
@@ -51,7 +51,7 @@ export async function bootAndWatch(v: Virsh, name: string, markers: string | (st
     await v.run(['resume', name]);
     const seen = () => want.every((m) => (typeof m === 'string' ? text.includes(m) : m.test(text)));
     await until(() => seen(), timeoutMs, `${want.join(', ')} on ${name}'s console`)
-      .catch((e) => { throw new Error(`${e.message} (console so far: ${JSON.stringify(text.slice(-600))})`); });
+      .catch((e: Error) => { throw new Error(`${e.message} (console so far: ${JSON.stringify(text.slice(-600))})`); });
     return text;
   } finally { con.close(); }
 }
