@@ -14,7 +14,6 @@ import { execFileSync } from 'node:child_process';
 import { req, until } from '../../test/helpers/http';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from '../../test/plans/fixture';
-import type { Plan } from '../../queue/plans';
 
 /** The daemon's answers read here: POST /jobs/submit, and GET /jobs/{id} (queue/daemon-views.ts). */
 interface Submitted { job_id: string }
@@ -60,7 +59,7 @@ async function plan(s: PlanStack, id: string, names: string[], perHost: number):
   const t0 = Date.now();
   const st = await req(s.url, 'POST', `/plans/${id}/start`);
   if (st.status !== 200) throw new Error(`starting plan ${id}: ${st.status} ${st.text}`);
-  const p = await until(async () => { const x = (await s.get(id)) as Plan; return FINAL.includes(x.status) && x; }, 3_600_000, `plan ${id}`);
+  const p = await until(async () => { const x = await s.get(id); return FINAL.includes(x.status) && x; }, 3_600_000, `plan ${id}`);
   if (p.status !== 'completed') throw new Error(`plan ${id} ended ${p.status}: ${JSON.stringify(p.vms.map((v) => [v.vm_path, v.status, v.error]))}`);
   return (Date.now() - t0) / 1000;
 }

@@ -5,6 +5,7 @@
 // 403); virsh and the plan's record checked.
 import { expect } from 'chai';
 import { req } from '../helpers/http';
+import type { PlanView } from '../helpers/api-types';
 import { ferryCli } from '../helpers/procs';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { startPlanStack, type PlanStack } from '../plans/fixture';
@@ -33,7 +34,7 @@ describe('the ferry command (a plan run to the end)', function () {
       '--network-map', `VM Network=${s.net}`, '--storage-map', `LocalDS_0=${s.lv.pool}`,
       '--option', 'power_off=force', '--option', `virt_test.expect=${TINY_GUEST_MARKER}`, '--option', 'virt_test.timeout_seconds=300', '--json'], env);
     expect(created.code, created.stderr).to.equal(0);
-    const plan = JSON.parse(created.stdout);
+    const plan = JSON.parse(created.stdout) as PlanView;
     expect(plan.options.virt_test).to.deep.equal({ expect: TINY_GUEST_MARKER, timeout_seconds: 300 });
     expect(plan.destination).to.deep.include({ virt_uri: s.lv.uri });
 
@@ -57,13 +58,13 @@ describe('the ferry command (a plan run to the end)', function () {
     expect(refused.stderr).to.match(/403/);
     const rolled = await ferryCli(['plan', 'rollback', plan.id, s.vm('cli-a')], { ...env, FERRY_API_KEY: ADMIN });
     expect(rolled.code, rolled.stderr).to.equal(0);
-    const status = JSON.parse((await ferryCli(['plan', 'status', plan.id, '--json'], env)).stdout);
-    expect(Object.fromEntries(status.vms.map((x: any) => [x.vm_path, x.status]))).to.deep.equal({ [s.vm('cli-a')]: 'rolled_back', [s.vm('cli-b')]: 'completed' });
+    const status = JSON.parse((await ferryCli(['plan', 'status', plan.id, '--json'], env)).stdout) as PlanView;
+    expect(Object.fromEntries(status.vms.map((x) => [x.vm_path, x.status]))).to.deep.equal({ [s.vm('cli-a')]: 'rolled_back', [s.vm('cli-b')]: 'completed' });
     const domains = await s.domains();
     expect(domains).to.not.include('cli-a');
     expect(domains).to.include('cli-b');
     expect((await s.volumes()).filter((x) => x.startsWith('cli-a'))).to.deep.equal([]);
     // The same through the API: the CLI showed what the daemon holds.
-    expect((await req(s.url, 'GET', `/plans/${plan.id}`, undefined, { 'X-API-Key': KEY })).body.counts).to.deep.include({ rolled_back: 1, completed: 1 });
+    expect((await req<PlanView>(s.url, 'GET', `/plans/${plan.id}`, undefined, { 'X-API-Key': KEY })).body.counts).to.deep.include({ rolled_back: 1, completed: 1 });
   });
 });

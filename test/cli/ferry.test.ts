@@ -11,6 +11,8 @@ import { ferryCli, Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { managerFor } from '../../shared/vsphere/client';
 import { createVm, makeDisks, upload } from '../vsphere/fixture';
+import type { PlanView, Validation, VmList } from '../helpers/api-types';
+import type { VmDetail } from '../../shared/vsphere/inventory';
 
 const PASSWORD = 'vcsim-cli-pw-41';
 const ADMIN = 'cli-admin-key-0123456789';
@@ -49,11 +51,11 @@ describe('the ferry command (vms)', function () {
   it('vms list --json gives what GET /vms/list gives; --name filters; the table names each VM path', async () => {
     const all = await ferryCli(['vms', 'list', '--json'], env);
     expect(all.code, all.stderr).to.equal(0);
-    const listed = JSON.parse(all.stdout);
+    const listed = JSON.parse(all.stdout) as VmList;
     expect(listed.total).to.equal(listed.vms.length).and.be.greaterThan(1);
-    expect(listed.vms.map((x: any) => x.path)).to.include('/DC0/vm/cli-web1');
-    const one = JSON.parse((await ferryCli(['vms', 'list', '--json', '--name', 'cli-*'], env)).stdout);
-    expect(one.vms.map((x: any) => x.name)).to.deep.equal(['cli-web1']);
+    expect(listed.vms.map((x) => x.path)).to.include('/DC0/vm/cli-web1');
+    const one = JSON.parse((await ferryCli(['vms', 'list', '--json', '--name', 'cli-*'], env)).stdout) as VmList;
+    expect(one.vms.map((x) => x.name)).to.deep.equal(['cli-web1']);
     const text = await ferryCli(['vms', 'list', '--name', 'cli-*'], env);
     expect(text.stdout.split('\n')[0]).to.match(/^PATH\s+POWER\s+CPU/);
     expect(text.stdout).to.match(/\/DC0\/vm\/cli-web1\s+poweredOff\s+2\s+2048 MiB/);
@@ -62,7 +64,7 @@ describe('the ferry command (vms)', function () {
   it('vms info shows disks and firmware; an unknown VM exits 1 naming the 404', async () => {
     const r = await ferryCli(['vms', 'info', '/DC0/vm/cli-web1', '--json'], env);
     expect(r.code, r.stderr).to.equal(0);
-    const d = JSON.parse(r.stdout);
+    const d = JSON.parse(r.stdout) as Omit<VmDetail, 'moref'>;
     expect(d.disks).to.have.length(1);
     expect(d.disks[0].file_path).to.match(/cli-web1\.vmdk/);
     const text = await ferryCli(['vms', 'info', '/DC0/vm/cli-web1'], env);
@@ -90,7 +92,7 @@ describe('the ferry command (vms)', function () {
     const submit = { ...env, FERRY_API_KEY: SUBMIT };
     const created = await ferryCli(['plan', 'create', '-f', file, '--json'], submit);
     expect(created.code, created.stderr).to.equal(0);
-    const id = JSON.parse(created.stdout).id;
+    const id = (JSON.parse(created.stdout) as PlanView).id;
     expect(id).to.be.a('string');
     const readOnly = await ferryCli(['plan', 'start', id], env);
     expect(readOnly.code, 'a read key cannot start a plan').to.equal(1);
@@ -99,13 +101,13 @@ describe('the ferry command (vms)', function () {
     expect(table.code).to.equal(2);
     expect(table.stdout.split('\n')[0]).to.match(/^SEVERITY\s+VM\s+RULE/);
     expect(table.stdout).to.match(/blocker\s+\/DC0\/vm\/cli-web1\s+target_unreachable/);
-    const findings = JSON.parse((await ferryCli(['plan', 'validate', id, '--json'], submit)).stdout);
-    expect(findings.vms[0].findings.map((f: any) => f.rule)).to.include('target_unreachable');
+    const findings = JSON.parse((await ferryCli(['plan', 'validate', id, '--json'], submit)).stdout) as Validation;
+    expect(findings.vms[0].findings.map((f) => f.rule)).to.include('target_unreachable');
     const run = await ferryCli(['plan', 'start', id, '--wait', '--interval', '0.5', '--json'], submit);
     expect(run.code, run.stderr).to.equal(3);
-    const final = JSON.parse(run.stdout);
+    const final = JSON.parse(run.stdout) as PlanView;
     expect(final.status).to.equal('failed');
-    expect(final.vms.map((x: any) => x.status)).to.deep.equal(['blocked']);
+    expect(final.vms.map((x) => x.status)).to.deep.equal(['blocked']);
     const status = await ferryCli(['plan', 'status', id], env);
     expect(status.stdout).to.match(/plan cli wave failed: 1\/1 VMs done/);
     expect(status.stdout).to.match(/\/DC0\/vm\/cli-web1\s+blocked\s+.*blocked by preflight: .*target_unreachable/);

@@ -11,6 +11,18 @@ import { TestRedis, freePort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { openWs } from '../helpers/ws';
 import { postOversized, req, until } from '../helpers/http';
+import type { AddressInfo } from 'node:net';
+import type { DaemonError } from '../helpers/http';
+import type { BatchSubmitted, CancelEach, DaemonJob, DaemonJobList, DeliveryLog, JobStatus, MigrationSubmitted, ScheduleCreated, ScheduleList, ScheduleStats, ScheduleView, Triggered, WebhookAdded, WebhookBody, WebhookList, WebhookTested, WsMessage, WsTicket } from '../helpers/api-types';
+import type { statusReports } from '../../services/daemon/daemon-metrics';
+import type { progressView } from '../../queue/daemon-views';
+
+/** GET /status. */
+type DaemonStatus = Awaited<ReturnType<ReturnType<typeof statusReports>['status']>>;
+/** GET /jobs/:id/progress. */
+type JobProgress = Awaited<ReturnType<typeof progressView>>;
+/** POST /jobs/cancel with a status only. */
+interface CancelAll { message: string; count: number; failed: string[]; errors: Record<string, string> }
 
 const SECRET_PASSWORD = 'hunter2-very-secret-pw';
 const HOOK_SECRET = 'webhook-signing-secret';
@@ -46,7 +58,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
       });
     });
     await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-    R = `http://127.0.0.1:${(receiver.address() as any).port}`;
+    R = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 2h\n  parallel_downloads: 3\nmetrics:\n  enabled: true\nwebhooks:\n  allow_loopback: true\n  backoff_ms: 200\nwebsocket:\n  status_interval_seconds: 2\n');
     const env = { ...testEnv(redis.url), FERRY_SECRET_KEY: 'test-secret-key', FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
@@ -70,24 +82,24 @@ describe('daemon API (8080), scheduler and notifier', function () {
     expect(r.status, r.text).to.equal(201);
     return id;
   };
-  const dJob = async (id: string) => (await req(B, 'GET', `/jobs/${id}`)).body;
+  const dJob = async (id: string) => (await req<DaemonJob>(B, 'GET', `/jobs/${id}`)).body;
 
   describe('both path forms, errors, docs', () => {
     for (const p of PREFIXES) {
       it(`answers at "${p || '/'}" for health, status, lists, docs and errors`, async () => {
         expect((await req(B, 'GET', `${p}/health`)).body).to.deep.equal({ status: 'ok' });
-        const st = await req(B, 'GET', `${p}/status`);
+        const st = await req<DaemonStatus>(B, 'GET', `${p}/status`);
         expect(st.body.version).to.match(/^\d+\.\d+\.\d+$/);
         expect(st.body).to.include.keys('uptime', 'total_jobs', 'running_jobs', 'completed_jobs', 'failed_jobs', 'worker_count', 'active_workers', 'timestamp');
         for (const path of ['/jobs', '/jobs/query', '/schedules', '/schedules/stats', '/webhooks']) expect((await req(B, 'GET', p + path)).status, path).to.equal(200);
-        const nf = await req(B, 'GET', `${p}/jobs/no-such-job`);
+        const nf = await req<DaemonError>(B, 'GET', `${p}/jobs/no-such-job`);
         expect(nf.status).to.equal(404);
         expect(nf.body).to.have.keys('error', 'status', 'timestamp');
         expect(nf.body.status).to.equal(404);
-        const m = await req(B, 'DELETE', `${p}/jobs/submit`);
+        const m = await req<DaemonError>(B, 'DELETE', `${p}/jobs/submit`);
         expect(m.status).to.equal(405);
         expect(m.body.status).to.equal(405);
-        const bad = await req(B, 'POST', `${p}/jobs/submit`, '{"vm_path": ', { 'content-type': 'application/json' });
+        const bad = await req<DaemonError>(B, 'POST', `${p}/jobs/submit`, '{"vm_path": ', { 'content-type': 'application/json' });
         expect(bad.status).to.equal(400);
         expect(bad.body.error).to.match(/malformed/);
         const yml = await req(B, 'GET', `${p}/openapi.yaml`);
@@ -123,7 +135,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
   describe('jobs', () => {
     let exportId: string;
     it('accepts shape A as JSON; without a manager (no manager_url, no GOVC_URL) it fails with a clear reason; the password is nowhere in Redis, responses or logs', async () => {
-      const r = await req(B, 'POST', '/jobs/submit', { name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export', password: SECRET_PASSWORD, username: 'admin', options: { remove_cdrom: true } });
+      const r = await req<BatchSubmitted>(B, 'POST', '/jobs/submit', { name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export', password: SECRET_PASSWORD, username: 'admin', options: { remove_cdrom: true } });
       expect(r.status, r.text).to.equal(200);
       expect(r.body).to.include({ accepted: 1, rejected: 0 });
       exportId = r.body.job_ids[0];
@@ -131,7 +143,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
       expect(j.definition).to.include({ id: exportId, name: 'web', vm_path: '/dc1/vm/prod/web-01', output_path: '/srv/export' });
       const done = await until(async () => { const v = await dJob(exportId); return v.status === 'failed' && v; }, 20000, 'export job to fail');
       expect(done.error).to.include('no vSphere manager given');
-      const g = await req(gw.url, 'GET', `/jobs/${exportId}`);
+      const g = await req<JobStatus>(gw.url, 'GET', `/jobs/${exportId}`);
       expect(g.body.state).to.equal('FAILED');
       expect(g.body.spec.parameters).to.include({ parallel_downloads: 3, credentials: 'job', remove_cdrom: true });
       expect(g.body.spec.execution_policy.timeout_seconds).to.equal(7200);
@@ -149,19 +161,19 @@ describe('daemon API (8080), scheduler and notifier', function () {
     it('accepts shape B as YAML and answers {job_id, message}', async () => {
       const y = 'vm_path: /dc1/vm/db/pg-01\nsource:\n  type: vsphere\n  datacenter: dc1\ndestination:\n  type: kvm\n  virt_uri: qemu:///system\noptions:\n  network_mapping:\n    VM Network: br0\n';
       for (const ct of ['application/x-yaml', 'text/yaml']) {
-        const r = await req(B, 'POST', '/api/v1/jobs/submit', y, { 'content-type': ct });
+        const r = await req<MigrationSubmitted>(B, 'POST', '/api/v1/jobs/submit', y, { 'content-type': ct });
         expect(r.status, r.text).to.equal(200);
         expect(r.body.job_id).to.be.a('string');
         expect(r.body.message).to.include('pg-01');
         expect((await dJob(r.body.job_id)).definition).to.include({ kind: 'migration', vm_path: '/dc1/vm/db/pg-01' });
       }
-      const bad = await req(B, 'POST', '/jobs/submit', 'vm_path: [unclosed', { 'content-type': 'application/x-yaml' });
+      const bad = await req<DaemonError>(B, 'POST', '/jobs/submit', 'vm_path: [unclosed', { 'content-type': 'application/x-yaml' });
       expect(bad.status).to.equal(400);
       expect(bad.body.error).to.match(/^body: malformed YAML/);
-      expect(bad.body.fields[0].field).to.equal('body');
+      expect(bad.body.fields![0].field).to.equal('body');
       // The same reader and limit as JSON bodies and the gateway's: 413 naming body, whether declared or streamed.
       for (const [type, how] of [['application/x-yaml', 'streamed'], ['application/json', 'declared'], ['application/json', 'streamed']] as const) {
-        const big = await postOversized(B, '/api/v1/jobs/submit', type, how);
+        const big = await postOversized<DaemonError>(B, '/api/v1/jobs/submit', type, how);
         expect(big.status, `${type} ${how}`).to.equal(413);
         expect(big.body).to.include({ error: 'body: larger than 2 MiB', status: 413 });
         expect(big.body.fields).to.deep.equal([{ field: 'body', message: 'larger than 2 MiB' }]);
@@ -169,44 +181,44 @@ describe('daemon API (8080), scheduler and notifier', function () {
     });
 
     it('takes a batch (JSON and YAML) with a bad entry: the good ones are accepted, the bad one named', async () => {
-      const r = await req(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/srv/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
+      const r = await req<BatchSubmitted>(B, 'POST', '/jobs/submit', { jobs: [{ vm_path: '/dc/vm/a/one', output_path: '/srv/o' }, { vm_path: '/dc/vm/a/two' }, { vm_path: '/dc/vm/a/three', source: { type: 'vsphere' }, destination: { type: 'kvm' } }] });
       expect(r.status).to.equal(200);
       expect(r.body).to.include({ accepted: 2, rejected: 1 });
       expect(r.body.job_ids).to.have.length(2);
       expect(r.body.errors[0].index).to.equal(1);
       expect(r.body.errors[0].error).to.include('output_path');
-      const y = await req(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /srv/o\n  - output_path: /srv/o\n', { 'content-type': 'application/x-yaml' });
+      const y = await req<BatchSubmitted>(B, 'POST', '/jobs/submit', 'jobs:\n  - vm_path: /dc/vm/y/one\n    output_path: /srv/o\n  - output_path: /srv/o\n', { 'content-type': 'application/x-yaml' });
       expect(y.body).to.include({ accepted: 1, rejected: 1 });
       expect(y.body.errors[0].error).to.include('vm_path');
     });
 
     it('answers 400 naming the field for a bad single job, never 500', async () => {
-      const r = await req(B, 'POST', '/jobs/submit', { vm_path: '/dc/vm/x', output_path: 'relative' });
+      const r = await req<DaemonError>(B, 'POST', '/jobs/submit', { vm_path: '/dc/vm/x', output_path: 'relative' });
       expect(r.status).to.equal(400);
       expect(r.body.error).to.include('output_path');
       const e = await req(B, 'POST', '/jobs/submit', {});
       expect(e.status).to.equal(400);
-      const n = await req(B, 'POST', '/jobs/submit', { vm_path: '/dc/vm/x', output_path: '/o', options: { parallel_downloads: 0 } });
+      const n = await req<DaemonError>(B, 'POST', '/jobs/submit', { vm_path: '/dc/vm/x', output_path: '/o', options: { parallel_downloads: 0 } });
       expect(n.status).to.equal(400);
       expect(n.body.error).to.include('parallel_downloads');
     });
 
     it('queries by status, ids and pages; GET /jobs/query?status=', async () => {
       for (const p of PREFIXES) {
-        const q = await req(B, 'POST', `${p}/jobs/query`, { status: 'failed' });
-        expect(q.body.jobs.map((j: any) => j.id)).to.include(exportId);
-        expect(q.body.jobs.every((j: any) => j.status === 'failed')).to.equal(true);
-        const g = await req(B, 'GET', `${p}/jobs/query?status=failed,pending`);
-        expect(g.body.jobs.map((j: any) => j.id)).to.include(exportId);
-        const ids = await req(B, 'POST', `${p}/jobs/query`, { job_ids: [exportId, 'missing-one'] });
+        const q = await req<DaemonJobList>(B, 'POST', `${p}/jobs/query`, { status: 'failed' });
+        expect(q.body.jobs.map((j) => j.id)).to.include(exportId);
+        expect(q.body.jobs.every((j) => j.status === 'failed')).to.equal(true);
+        const g = await req<DaemonJobList>(B, 'GET', `${p}/jobs/query?status=failed,pending`);
+        expect(g.body.jobs.map((j) => j.id)).to.include(exportId);
+        const ids = await req<DaemonJobList>(B, 'POST', `${p}/jobs/query`, { job_ids: [exportId, 'missing-one'] });
         expect(ids.body.jobs).to.have.length(1);
         expect(ids.body.not_found).to.deep.equal(['missing-one']);
-        const page = await req(B, 'GET', `${p}/jobs?limit=2&offset=1`);
+        const page = await req<DaemonJobList>(B, 'GET', `${p}/jobs?limit=2&offset=1`);
         expect(page.body.jobs).to.have.length(2);
         expect(page.body).to.include({ limit: 2, offset: 1 });
         expect(page.body.total).to.be.greaterThan(3);
       }
-      const bad = await req(B, 'POST', '/jobs/query', { status: 'sleeping' });
+      const bad = await req<DaemonError>(B, 'POST', '/jobs/query', { status: 'sleeping' });
       expect(bad.status).to.equal(400);
       expect(bad.body.error).to.include('status');
       expect((await req(B, 'GET', '/jobs/query?status=nope')).status).to.equal(400);
@@ -215,15 +227,15 @@ describe('daemon API (8080), scheduler and notifier', function () {
     it('cancels by id with per-id results, and every pending job by status', async () => {
       const id = await gwJob('d-cancel-1', { sleep_ms: 20000, steps: 20 });
       await until(async () => (await dJob(id)).status === 'running', 15000, 'running');
-      const r = await req(B, 'POST', '/jobs/cancel', { job_ids: [id, 'no-such-id'] });
+      const r = await req<CancelEach>(B, 'POST', '/jobs/cancel', { job_ids: [id, 'no-such-id'] });
       expect(r.body.cancelled).to.deep.equal([id]);
       expect(r.body.failed).to.deep.equal(['no-such-id']);
       expect(r.body.errors['no-such-id']).to.equal('job not found');
       expect((await dJob(id)).status).to.equal('cancelled');
-      const again = await req(B, 'POST', '/api/v1/jobs/cancel', { job_ids: [id] });
+      const again = await req<CancelEach>(B, 'POST', '/api/v1/jobs/cancel', { job_ids: [id] });
       expect(again.body.errors[id]).to.include('already');
       await req(gw.url, 'POST', '/jobs', { job_id: 'd-validated', operation: 'noop' });
-      const all = await req(B, 'POST', '/jobs/cancel', { status: 'pending' });
+      const all = await req<CancelAll>(B, 'POST', '/jobs/cancel', { status: 'pending' });
       expect(all.body.count).to.be.greaterThan(0);
       expect((await dJob('d-validated')).status).to.equal('cancelled');
       expect((await req(B, 'POST', '/jobs/cancel', {})).status).to.equal(400);
@@ -231,16 +243,16 @@ describe('daemon API (8080), scheduler and notifier', function () {
 
     it('reports progress with a smoothed rate and a finite ETA, and no ETA without samples', async () => {
       const id = await gwJob('d-progress', { sleep_ms: 5000, steps: 20 });
-      const p = await until(async () => { const r = await req(B, 'GET', `/jobs/${id}/progress`); return r.body.percent_complete >= 30 && r.body; }, 15000, 'progress');
+      const p = await until(async () => { const r = await req<JobProgress>(B, 'GET', `/jobs/${id}/progress`); return r.body.percent_complete >= 30 && r.body; }, 15000, 'progress');
       expect(p.rate_percent_per_second).to.be.greaterThan(5).and.lessThan(50);
       expect(p.eta_seconds).to.be.a('number').and.greaterThan(0).and.lessThan(10);
       expect(p.eta).to.be.a('string');
       expect(p.samples).to.be.greaterThan(2);
       await until(async () => (await dJob(id)).status === 'completed', 15000, 'completed');
-      const done = (await req(B, 'GET', `/api/v1/jobs/${id}/progress`)).body;
+      const done = (await req<JobProgress>(B, 'GET', `/api/v1/jobs/${id}/progress`)).body;
       expect(done).to.include({ percent_complete: 100, eta_seconds: 0 });
       await req(gw.url, 'POST', '/jobs', { job_id: 'd-idle', operation: 'noop' });
-      const idle = (await req(B, 'GET', '/jobs/d-idle/progress')).body;
+      const idle = (await req<JobProgress>(B, 'GET', '/jobs/d-idle/progress')).body;
       expect(idle.eta_seconds).to.equal(null);
       expect(idle.rate_percent_per_second).to.equal(null);
       expect((await req(B, 'GET', '/jobs/nope/progress')).status).to.equal(404);
@@ -249,53 +261,53 @@ describe('daemon API (8080), scheduler and notifier', function () {
 
   describe('schedules', () => {
     it('creates in all three forms, validates cron and time zone, and supports get/put/delete/enable/disable', async () => {
-      const a = await req(B, 'POST', '/schedules', { id: 'nightly', name: 'nightly', description: 'd', schedule: '0 2 * * *', timezone: 'Europe/Paris', job_template: { vm_path: '/dc/vm/f/a', source: { type: 'vsphere' }, destination: { type: 'kvm' } } });
+      const a = await req<ScheduleCreated>(B, 'POST', '/schedules', { id: 'nightly', name: 'nightly', description: 'd', schedule: '0 2 * * *', timezone: 'Europe/Paris', job_template: { vm_path: '/dc/vm/f/a', source: { type: 'vsphere' }, destination: { type: 'kvm' } } });
       expect(a.status, a.text).to.equal(201);
       expect(a.body.schedule).to.include({ id: 'nightly', enabled: true, run_count: 0 });
       expect(a.body.schedule.next_run).to.match(/T0[01]:00:00/);
       const b = await req(B, 'POST', '/api/v1/schedules', { name: 'form2', cron: '*/5 * * * *', job_definition: { vm_path: '/dc/vm/f/b', output_path: '/o' } });
       expect(b.status, b.text).to.equal(201);
-      const c = await req(B, 'POST', '/schedules/create', { name: 'form3', cron_expr: '30 * * * *' });
+      const c = await req<ScheduleCreated>(B, 'POST', '/schedules/create', { name: 'form3', cron_expr: '30 * * * *' });
       expect(c.status, c.text).to.equal(201);
       for (const [body, word] of [[{ name: 'x', schedule: '61 * * * *' }, 'cron'], [{ name: 'x', schedule: '* * * * * * *' }, 'fields'], [{ name: 'x', schedule: '* * * * *', timezone: 'Mars/Base' }, 'time zone'], [{ name: 'x' }, 'schedule'], [{ name: 'x', schedule: '* * * * *', job_template: { vm_path: '/dc/vm/a', output_path: '/o', password: 'p' } }, 'password']] as const) {
-        const r = await req(B, 'POST', '/schedules', body);
+        const r = await req<DaemonError>(B, 'POST', '/schedules', body);
         expect(r.status, JSON.stringify(body)).to.equal(400);
         expect(r.body.error).to.include(word);
       }
       for (const p of PREFIXES) {
-        expect((await req(B, 'GET', `${p}/schedules/nightly`)).body.id).to.equal('nightly');
-        expect((await req(B, 'PUT', `${p}/schedules/nightly`, { name: 'renamed' + p.length })).body.message).to.be.a('string');
-        expect((await req(B, 'POST', `${p}/schedules/nightly/disable`)).body.schedule.enabled).to.equal(false);
-        expect((await req(B, 'GET', `${p}/schedules/nightly`)).body.next_run).to.equal(null);
-        expect((await req(B, 'POST', `${p}/schedules/nightly/enable`)).body.schedule.enabled).to.equal(true);
+        expect((await req<ScheduleView>(B, 'GET', `${p}/schedules/nightly`)).body.id).to.equal('nightly');
+        expect((await req<ScheduleCreated>(B, 'PUT', `${p}/schedules/nightly`, { name: 'renamed' + p.length })).body.message).to.be.a('string');
+        expect((await req<ScheduleCreated>(B, 'POST', `${p}/schedules/nightly/disable`)).body.schedule.enabled).to.equal(false);
+        expect((await req<ScheduleView>(B, 'GET', `${p}/schedules/nightly`)).body.next_run).to.equal(null);
+        expect((await req<ScheduleCreated>(B, 'POST', `${p}/schedules/nightly/enable`)).body.schedule.enabled).to.equal(true);
       }
       expect((await req(B, 'PUT', '/schedules/nightly', { schedule: 'bad cron x y' })).status).to.equal(400);
       expect((await req(B, 'GET', '/schedules/none')).status).to.equal(404);
       expect((await req(B, 'DELETE', `/schedules/${c.body.schedule.id}`)).status).to.equal(200);
       expect((await req(B, 'GET', `/schedules/${c.body.schedule.id}`)).status).to.equal(404);
-      const list = await req(B, 'GET', '/schedules');
+      const list = await req<ScheduleList>(B, 'GET', '/schedules');
       expect(list.body.total).to.equal(list.body.schedules.length);
     });
 
     it('fires a cron every second with two scheduler processes: each run once, outcomes counted', async () => {
-      const ws = openWs(`${B.replace('http', 'ws')}/ws`);
+      const ws = openWs<WsMessage<Record<string, unknown>>>(`${B.replace('http', 'ws')}/ws`);
       await ws.opened;
       const r = await req(B, 'POST', '/schedules', { id: 'every-second', name: 'every second', schedule: '* * * * * *', job_template: { operation: 'noop' } });
       expect(r.status, r.text).to.equal(201);
       await new Promise((res) => setTimeout(res, 5200));
       await req(B, 'POST', '/schedules/every-second/disable');
       await new Promise((res) => setTimeout(res, 1200));
-      const jobs = (await req(B, 'POST', '/jobs/query', { limit: 1000 })).body.jobs.filter((j: any) => j.schedule_id === 'every-second');
-      const iters = jobs.map((j: any) => Number(j.id.split('-').pop()));
+      const jobs = (await req<DaemonJobList>(B, 'POST', '/jobs/query', { limit: 1000 })).body.jobs.filter((j) => j.schedule_id === 'every-second');
+      const iters = jobs.map((j) => Number(j.id.split('-').pop()));
       expect(new Set(iters).size).to.equal(jobs.length);
       expect(jobs.length).to.be.within(3, 7);
       const secs = iters.map((t: number) => Math.floor(t / 1000));
       expect(new Set(secs).size, 'one run per second').to.equal(secs.length);
-      const s = await until(async () => { const v = (await req(B, 'GET', '/schedules/every-second')).body; return v.successful_runs === jobs.length && v; }, 15000, 'outcomes counted');
+      const s = await until(async () => { const v = (await req<ScheduleView>(B, 'GET', '/schedules/every-second')).body; return v.successful_runs === jobs.length && v; }, 15000, 'outcomes counted');
       expect(s.run_count).to.equal(jobs.length);
       expect(s.failed_runs).to.equal(0);
       expect(s.last_run).to.be.a('string');
-      const stats = (await req(B, 'GET', '/api/v1/schedules/stats')).body;
+      const stats = (await req<ScheduleStats>(B, 'GET', '/api/v1/schedules/stats')).body;
       expect(stats.successful_runs).to.be.at.least(jobs.length);
       const evs = ws.msgs.filter((m) => m.type === 'schedule_event' && m.data.schedule_id === 'every-second');
       expect(evs.filter((m) => m.data.event === 'triggered')).to.have.length(jobs.length);
@@ -304,12 +316,12 @@ describe('daemon API (8080), scheduler and notifier', function () {
     });
 
     it('trigger runs the template once now; a failing run counts as failed', async () => {
-      const t = await req(B, 'POST', '/api/v1/schedules/nightly/trigger');
+      const t = await req<Triggered>(B, 'POST', '/api/v1/schedules/nightly/trigger');
       expect(t.status).to.equal(200);
       expect(t.body.job_id).to.match(/^sched-nightly-m/);
-      const j = await until(async () => { const v = await dJob(t.body.job_id); return v.status === 'failed' && v; }, 15000, 'failed run');
+      const j = await until(async () => { const v = await dJob(t.body.job_id!); return v.status === 'failed' && v; }, 15000, 'failed run');
       expect(j.schedule_id).to.equal('nightly');
-      await until(async () => (await req(B, 'GET', '/schedules/nightly')).body.failed_runs === 1, 10000, 'failed run counted');
+      await until(async () => (await req<ScheduleView>(B, 'GET', '/schedules/nightly')).body.failed_runs === 1, 10000, 'failed run counted');
       expect((await req(B, 'POST', '/schedules/none/trigger')).status).to.equal(404);
     });
   });
@@ -317,16 +329,16 @@ describe('daemon API (8080), scheduler and notifier', function () {
   describe('webhooks', () => {
     it('refuses private targets and bad input', async () => {
       for (const url of ['http://10.1.2.3/hook', 'http://192.168.0.5/x', 'http://[fd00::1]/x']) {
-        const r = await req(B, 'POST', '/webhooks', { url, events: ['job.completed'] });
+        const r = await req<DaemonError>(B, 'POST', '/webhooks', { url, events: ['job.completed'] });
         expect(r.status, url).to.equal(400);
         expect(r.body.error).to.include('private');
       }
-      expect((await req(B, 'POST', '/webhooks', { url: 'ftp://x/y' })).body.error).to.include('url');
-      expect((await req(B, 'POST', '/webhooks', { url: `${R}/ok`, events: ['job.exploded'] })).body.error).to.include('events');
+      expect((await req<DaemonError>(B, 'POST', '/webhooks', { url: 'ftp://x/y' })).body.error).to.include('url');
+      expect((await req<DaemonError>(B, 'POST', '/webhooks', { url: `${R}/ok`, events: ['job.exploded'] })).body.error).to.include('events');
     });
 
     it('delivers signed job events with headers, retries after a 500, times out a slow target, and logs every delivery', async () => {
-      const ok = await req(B, 'POST', '/webhooks', { url: `${R}/ok`, events: ['job.created', 'job.started', 'job.completed'], headers: { 'X-Custom': 'yes', Authorization: 'Bearer abc' }, secret: HOOK_SECRET, timeout: 5, retry_count: 1 });
+      const ok = await req<WebhookAdded>(B, 'POST', '/webhooks', { url: `${R}/ok`, events: ['job.created', 'job.started', 'job.completed'], headers: { 'X-Custom': 'yes', Authorization: 'Bearer abc' }, secret: HOOK_SECRET, timeout: 5, retry_count: 1 });
       expect(ok.status, ok.text).to.equal(201);
       expect(ok.body.webhook).to.include({ has_secret: true });
       expect(ok.body.webhook.headers.Authorization).to.equal('[redacted]');
@@ -337,24 +349,24 @@ describe('daemon API (8080), scheduler and notifier', function () {
       expect((await req(B, 'POST', '/api/v1/webhooks', { url: `${R}/flaky`, events: ['job.completed'], retry_count: 3 })).status).to.equal(201);
       expect((await req(B, 'POST', '/webhooks', { url: `${R}/slow`, events: ['job.completed'], timeout: 1, retry_count: 1 })).status).to.equal(201);
       const id = await gwJob('d-hooked', { steps: 2, sleep_ms: 200 });
-      const okHits = await until(() => { const h = received.filter((x) => x.path === '/ok' && JSON.parse(x.body).data.job_id === id); return h.length >= 3 && h; }, 15000, 'ok deliveries');
-      const events = okHits.map((h) => JSON.parse(h.body).event);
+      const okHits = await until(() => { const h = received.filter((x) => x.path === '/ok' && (JSON.parse(x.body) as WebhookBody).data.job_id === id); return h.length >= 3 && h; }, 15000, 'ok deliveries');
+      const events = okHits.map((h) => (JSON.parse(h.body) as WebhookBody).event);
       expect(events).to.include.members(['job.created', 'job.started', 'job.completed']);
       for (const h of okHits) {
         expect(h.headers['x-ferry-signature']).to.equal('sha256=' + createHmac('sha256', HOOK_SECRET).update(h.body).digest('hex'));
         expect(h.headers['x-custom']).to.equal('yes');
         expect(h.headers.authorization).to.equal('Bearer abc');
       }
-      const completed = JSON.parse(okHits.find((h) => JSON.parse(h.body).event === 'job.completed')!.body);
+      const completed = JSON.parse(okHits.find((h) => (JSON.parse(h.body) as WebhookBody).event === 'job.completed')!.body) as WebhookBody;
       expect(completed.data).to.include({ job_id: id, status: 'completed', state: 'COMPLETED' });
       const flaky = await until(() => { const h = received.filter((x) => x.path === '/flaky'); return h.length >= 2 && h; }, 15000, 'flaky retried');
       expect(flaky[1].at - flaky[0].at).to.be.greaterThan(90);
       expect(flaky[0].headers['x-ferry-signature']).to.equal(undefined);
-      const list = (await req(B, 'GET', '/webhooks')).body.webhooks;
-      const idx = (u: string) => list.findIndex((w: any) => w.url === `${R}${u}`);
-      const flog = await until(async () => { const d = (await req(B, 'GET', `/webhooks/${idx('/flaky')}/deliveries`)).body.deliveries; return d[0]?.status === 'delivered' && d; }, 10000, 'flaky log');
+      const list = (await req<WebhookList>(B, 'GET', '/webhooks')).body.webhooks;
+      const idx = (u: string) => list.findIndex((w) => w.url === `${R}${u}`);
+      const flog = await until(async () => { const d = (await req<DeliveryLog>(B, 'GET', `/webhooks/${idx('/flaky')}/deliveries`)).body.deliveries; return d[0]?.status === 'delivered' && d; }, 10000, 'flaky log');
       expect(flog[0]).to.include({ attempts: 2, response_status: 200 });
-      const slog = await until(async () => { const d = (await req(B, 'GET', `/webhooks/${idx('/slow')}/deliveries`)).body.deliveries; return d[0]?.status === 'failed' && d; }, 15000, 'slow log');
+      const slog = await until(async () => { const d = (await req<DeliveryLog>(B, 'GET', `/webhooks/${idx('/slow')}/deliveries`)).body.deliveries; return d[0]?.status === 'failed' && d; }, 15000, 'slow log');
       expect(slog[0].attempts).to.equal(2);
       expect(slog[0].last_error).to.include('timed out');
       const met = (await req(B, 'GET', '/metrics')).text;
@@ -362,19 +374,19 @@ describe('daemon API (8080), scheduler and notifier', function () {
       expect(count('failed')).to.be.at.least(1);
       expect(count('retrying')).to.be.at.least(2);
       expect(count('delivered')).to.be.at.least(4);
-      const t = await req(B, 'POST', '/webhooks/test', { index: idx('/ok') });
+      const t = await req<WebhookTested>(B, 'POST', '/webhooks/test', { index: idx('/ok') });
       expect(t.body.delivery_ids).to.have.length(1);
-      await until(() => received.some((x) => x.path === '/ok' && JSON.parse(x.body).event === 'webhook.test'), 10000, 'test delivery');
+      await until(() => received.some((x) => x.path === '/ok' && (JSON.parse(x.body) as WebhookBody).event === 'webhook.test'), 10000, 'test delivery');
       for (const p of PREFIXES) expect((await req(B, 'DELETE', `${p}/webhooks/99`)).status).to.equal(404);
       const before = list.length;
       expect((await req(B, 'DELETE', `/webhooks/${idx('/slow')}`)).status).to.equal(200);
-      expect((await req(B, 'GET', '/api/v1/webhooks')).body.total).to.equal(before - 1);
+      expect((await req<WebhookList>(B, 'GET', '/api/v1/webhooks')).body.total).to.equal(before - 1);
     });
   });
 
   describe('WebSocket', () => {
     it('sends jobs and status on connect, status every 2 s, job_update for changes made through the 8000 API', async () => {
-      const c = openWs(`${B.replace('http', 'ws')}/api/v1/ws`);
+      const c = openWs<WsMessage<Record<string, unknown>>>(`${B.replace('http', 'ws')}/api/v1/ws`);
       await c.opened;
       await until(() => c.msgs.length >= 2, 5000, 'first messages');
       expect(c.msgs[0].type).to.equal('jobs');
@@ -391,7 +403,7 @@ describe('daemon API (8080), scheduler and notifier', function () {
       expect(gap).to.be.within(1500, 2600);
       expect(st[0].data).to.include.keys('total_jobs', 'running_jobs', 'completed_jobs', 'failed_jobs');
       c.ws.close();
-      const m = openWs(`${B.replace('http', 'ws')}/api/v1/ws/metrics`);
+      const m = openWs<WsMessage<Record<string, unknown>>>(`${B.replace('http', 'ws')}/api/v1/ws/metrics`);
       await m.opened;
       await until(() => m.msgs.length >= 1, 5000, 'metrics message');
       expect(m.msgs[0].type).to.equal('metrics');
@@ -420,30 +432,30 @@ describe('daemon API (8080), scheduler and notifier', function () {
         expect((await req(auth.url, 'GET', `${p}/status`, undefined, { Authorization: `Bearer ${API_KEY}` })).status).to.equal(200);
         expect((await req(auth.url, 'GET', `${p}/health`)).status).to.equal(200);
       }
-      const r = await req(auth.url, 'POST', '/jobs/submit', { vm_path: '/dc/vm/a/b', output_path: '/o' });
+      const r = await req<DaemonError>(auth.url, 'POST', '/jobs/submit', { vm_path: '/dc/vm/a/b', output_path: '/o' });
       expect(r.status).to.equal(401);
       expect(r.body).to.include({ status: 401 });
       const wsUrl = `${auth.url.replace('http', 'ws')}/ws`;
       let e1 = '';
-      await openWs(wsUrl).opened.catch((e) => (e1 = e.message));
+      await openWs(wsUrl).opened.catch((e: Error) => (e1 = e.message));
       expect(e1).to.equal('HTTP 401');
       let e2 = '';
-      await openWs(wsUrl, { 'X-API-Key': 'nope-nope-nope-nope' }).opened.catch((e) => (e2 = e.message));
+      await openWs(wsUrl, { 'X-API-Key': 'nope-nope-nope-nope' }).opened.catch((e: Error) => (e2 = e.message));
       expect(e2).to.equal('HTTP 403');
       const okc = openWs(wsUrl, { Authorization: `Bearer ${API_KEY}` });
       await okc.opened;
       okc.ws.close();
       // A key in the URL is refused; a browser gets a single-use ticket from an authenticated call instead.
       let e3 = '';
-      await openWs(`${wsUrl}?api_key=${API_KEY}`).opened.catch((e) => (e3 = e.message));
+      await openWs(`${wsUrl}?api_key=${API_KEY}`).opened.catch((e: Error) => (e3 = e.message));
       expect(e3).to.equal('HTTP 401');
-      const t = await req(auth.url, 'POST', '/ws/ticket', undefined, { 'X-API-Key': API_KEY });
+      const t = await req<WsTicket>(auth.url, 'POST', '/ws/ticket', undefined, { 'X-API-Key': API_KEY });
       expect(t.status).to.equal(200);
       const q = openWs(`${wsUrl}?ticket=${t.body.ticket}`);
       await q.opened;
       q.ws.close();
       let e4 = '';
-      await openWs(`${wsUrl}?ticket=${t.body.ticket}`).opened.catch((e) => (e4 = e.message));
+      await openWs(`${wsUrl}?ticket=${t.body.ticket}`).opened.catch((e: Error) => (e4 = e.message));
       expect(e4).to.equal('HTTP 401');
       expect((await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics')).status).to.equal(401);
       const m = await req(`http://127.0.0.1:${mport}`, 'GET', '/metrics', undefined, { 'X-API-Key': API_KEY });

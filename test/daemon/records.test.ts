@@ -9,6 +9,7 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
 import { req } from '../helpers/http';
+import type { DaemonJob, DaemonJobList } from '../helpers/api-types';
 import { createRedis, RedisClient } from '../../shared/redis';
 import { JobStore } from '../../queue/store';
 import { OPERATIONS } from '../../shared/operations';
@@ -55,28 +56,28 @@ describe('daemon: every job record has the same keys', function () {
         // One running job reports bytes and files (an export's progress), the others report nothing of the kind.
         if (w === 2 && op === 'export') {
           const details = { bytes_downloaded: 10, total_bytes: 100, current_file: 'disk.vmdk', files_downloaded: 0, total_files: 1, rate_bytes_per_second: 5, eta_seconds: 18 };
-          expect((await store.appendEvent(id, { job_id: id, timestamp: new Date().toISOString(), phase: 'download', percentage: 10, message: '', details: details as unknown as Record<string, string> })).ok).to.equal(true);
+          expect((await store.appendEvent(id, { job_id: id, timestamp: new Date().toISOString(), phase: 'download', percentage: 10, message: '', details: details as unknown as Record<string, string> })).ok).to.equal(true); // numbers, as an export reports them, where the type says strings
         }
         ids.push(id);
       }
     }
-    const list = await req(daemon.url, 'GET', `/jobs?limit=${ids.length}`);
+    const list = await req<DaemonJobList>(daemon.url, 'GET', `/jobs?limit=${ids.length}`);
     expect(list.status, list.text).to.equal(200);
-    const query = await req(daemon.url, 'GET', `/jobs/query?status=pending,running,completed,cancelled&limit=${ids.length}`);
+    const query = await req<DaemonJobList>(daemon.url, 'GET', `/jobs/query?status=pending,running,completed,cancelled&limit=${ids.length}`);
     expect(query.status, query.text).to.equal(200);
-    const one = await Promise.all(ids.map(async (id) => (await req(daemon.url, 'GET', `/jobs/${id}`)).body));
+    const one = await Promise.all(ids.map(async (id) => (await req<DaemonJob>(daemon.url, 'GET', `/jobs/${id}`)).body));
     for (const [where, jobs] of [['GET /jobs', list.body.jobs], ['GET /jobs/query', query.body.jobs], ['GET /jobs/{id}', one]] as const) {
-      expect(jobs.map((j: any) => j.id).sort(), where).to.deep.equal([...ids].sort());
+      expect(jobs.map((j) => j.id).sort(), where).to.deep.equal([...ids].sort());
       for (const j of jobs) {
         const { error } = jobRecordSchema.validate(j, { abortEarly: false });
         expect(error?.message, `${where}: ${j.id}`).to.equal(undefined);
       }
     }
-    const exported = list.body.jobs.find((j: any) => j.id === 'export-2');
-    expect(exported.progress).to.include({ total_bytes: 100, bytes_downloaded: 10, current_file: 'disk.vmdk' });
-    const noop = list.body.jobs.find((j: any) => j.id === 'noop-1');
-    expect(noop.definition.vm_path, 'a job-API job: present and null').to.equal(null);
-    expect(noop.progress.total_bytes).to.equal(null);
+    const exported = list.body.jobs.find((j) => j.id === 'export-2');
+    expect(exported!.progress).to.include({ total_bytes: 100, bytes_downloaded: 10, current_file: 'disk.vmdk' });
+    const noop = list.body.jobs.find((j) => j.id === 'noop-1');
+    expect(noop!.definition.vm_path, 'a job-API job: present and null').to.equal(null);
+    expect(noop!.progress.total_bytes).to.equal(null);
   });
 
   it('cancels every pending job, past a page of 1,000, and names the ones it could not', async () => {

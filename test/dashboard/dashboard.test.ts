@@ -18,6 +18,11 @@ import { JobStore } from '../../queue/store';
 import { queueName } from '../../shared/capabilities';
 import { tolerate } from '../helpers/teardown';
 import { importClosure, pageAssets } from '../helpers/page-assets';
+import type { DaemonJob, DaemonJobList, JobStatus, QueueStatus, Schedule } from '../helpers/api-types';
+import type { ImageInfo } from '../../shared/qemu';
+
+/** What the page functions below read of an element in the browser (the tests compile without the DOM lib). */
+interface PageElement { textContent: string | null; dataset: Record<string, string | undefined> }
 
 const API_KEY = 'dashboard-test-key-0123456789';
 
@@ -58,7 +63,7 @@ describe('browser dashboard (headless Chromium)', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const apiState = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state;
+  const apiState = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body?.state;
 
   it('serves its own files (no CDN) under both path forms, the VM console page with xterm.js from node_modules', async () => {
     for (const p of ['/web/dashboard/', '/api/v1/web/dashboard/']) {
@@ -128,7 +133,7 @@ describe('browser dashboard (headless Chromium)', function () {
     // The job page follows it live (SSE events + /ws) to completed, with a full bar and its state history.
     await page.waitForSelector('h2 .badge.completed', { timeout: 45000 });
     await page.waitForSelector('#job-progress .bar.completed[aria-valuenow="100"]');
-    const history = await page.$$eval('table.history tbody tr td:first-child', (tds) => tds.map((t) => t.textContent));
+    const history = await page.$$eval('table.history tbody tr td:first-child', (tds: PageElement[]) => tds.map((t) => t.textContent));
     expect(history).to.include.members(['VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED']);
     await until(async () => (await page.$$('table.events tbody tr')).length >= 2, 10000, 'progress events on the page');
     expect(await page.textContent('table.events')).to.include('conversion');
@@ -137,7 +142,7 @@ describe('browser dashboard (headless Chromium)', function () {
     // The output is a real qcow2 image.
     const file = path.join(out, `${id}.qcow2`);
     expect(existsSync(file)).to.equal(true);
-    expect(JSON.parse(execFileSync('qemu-img', ['info', '--output=json', file]).toString()).format).to.equal('qcow2');
+    expect((JSON.parse(execFileSync('qemu-img', ['info', '--output=json', file]).toString()) as ImageInfo).format).to.equal('qcow2');
     // And the list shows it completed with a full bar.
     await page.goto(D + '#/jobs');
     const row = page.locator(`tr[data-id="${id}"]`);
@@ -163,7 +168,7 @@ describe('browser dashboard (headless Chromium)', function () {
   it('filters by state and pages on the server', async () => {
     await page.goto(D + '#/jobs?status=cancelled');
     await page.waitForSelector('tr[data-id="dash-slow-1"]');
-    const statuses = await page.$$eval('table.jobs tbody tr', (trs: any[]) => trs.map((t) => t.dataset.status));
+    const statuses = await page.$$eval('table.jobs tbody tr', (trs: PageElement[]) => trs.map((t) => t.dataset.status));
     expect(statuses.every((s) => s === 'cancelled')).to.equal(true);
     expect(await page.inputValue('#status-filter')).to.equal('cancelled');
   });
@@ -177,8 +182,8 @@ describe('browser dashboard (headless Chromium)', function () {
     expect(text).to.match(/just now|ago/);
     const q = await page.textContent('table.queues');
     expect(q).to.include('img_tool');
-    const gwQueue = (await req(gw.url, 'GET', '/queue')).body;
-    expect((await req(daemon.url, 'GET', '/queue')).body.queues.map((x: any) => x.name)).to.deep.equal(gwQueue.queues.map((x: any) => x.name));
+    const gwQueue = (await req<QueueStatus>(gw.url, 'GET', '/queue')).body;
+    expect((await req<QueueStatus>(daemon.url, 'GET', '/queue')).body.queues.map((x) => x.name)).to.deep.equal(gwQueue.queues.map((x) => x.name));
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-workers.png'), fullPage: true });
   });
 
@@ -193,14 +198,14 @@ describe('browser dashboard (headless Chromium)', function () {
     const sid = await row.getAttribute('data-id');
     await row.locator('button.toggle', { hasText: 'Disable' }).click();
     await page.locator(`tr[data-id="${sid}"] button.toggle`, { hasText: 'Enable' }).waitFor();
-    expect((await req(daemon.url, 'GET', `/schedules/${sid}`)).body.enabled).to.equal(false);
+    expect((await req<Schedule>(daemon.url, 'GET', `/schedules/${sid}`)).body.enabled).to.equal(false);
     await page.locator(`tr[data-id="${sid}"] button.toggle`).click();
     await page.locator(`tr[data-id="${sid}"] button.toggle`, { hasText: 'Disable' }).waitFor();
     await page.locator(`tr[data-id="${sid}"] button.trigger`).click();
     await page.waitForSelector('#schedule-msg a.triggered-job');
     const href = await page.getAttribute('#schedule-msg a.triggered-job', 'href');
     const jobId = decodeURIComponent(href!.split('#/job/')[1]);
-    const job = await until(async () => { const j = (await req(daemon.url, 'GET', `/jobs/${jobId}`)).body; return j?.status === 'completed' && j; }, 15000, 'the triggered job to complete');
+    const job = await until(async () => { const j = (await req<DaemonJob>(daemon.url, 'GET', `/jobs/${jobId}`)).body; return j?.status === 'completed' && j; }, 15000, 'the triggered job to complete');
     expect(job.schedule_id).to.equal(sid);
   });
 
@@ -269,7 +274,7 @@ describe('browser dashboard (headless Chromium)', function () {
       }));
     }
     const insertMs = Date.now() - t0;
-    expect((await req(daemon.url, 'GET', '/jobs?limit=1')).body.total).to.be.at.least(N);
+    expect((await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=1')).body.total).to.be.at.least(N);
 
     const sizes: Record<string, number> = {};
     const wsFrames: number[] = [];

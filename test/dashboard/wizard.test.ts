@@ -18,6 +18,10 @@ import { req, until } from '../helpers/http';
 import { startOwnLibvirt, virshNames as names, type TestLibvirt } from '../helpers/libvirt';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { snapshot, startPlanStack, type PlanStack } from '../plans/fixture';
+import type { DaemonJob, PlanList, PlanView } from '../helpers/api-types';
+
+/** What the test reads of a DOM element in the page (tsconfig has no DOM lib). */
+interface PageElement { getAttribute(name: string): string | null }
 
 const ADMIN = 'wizard-admin-key-0123456789';
 const READER = 'wizard-read-key-0123456789';
@@ -36,7 +40,7 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
   let planId: string;
   const vm = (n: string) => `/DC0/vm/${n}`;
   const shot = async (p: Page, name: string) => p.screenshot({ path: path.join(ARTIFACTS, `wizard-${name}.png`), fullPage: true });
-  const api = (method: string, p: string, key = ADMIN, body?: unknown) => req(s.url, method, p, body, { 'X-API-Key': key });
+  const api = <T = unknown>(method: string, p: string, key = ADMIN, body?: unknown) => req<T>(s.url, method, p, body, { 'X-API-Key': key });
   const hostOf = (uri: string) => (uri === s.lv.uri ? s.lv : lv2);
 
   before(async function () {
@@ -84,7 +88,7 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
     expect(await page.locator('table.vms tbody tr[data-path]').count()).to.equal(4);
     expect(await page.textContent('#folder-tree')).to.include('vm (4)');
     await page.selectOption('#filter-network', NET);
-    expect((await page.locator('table.vms tbody tr[data-path]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-path')))).sort()).to.deep.equal([vm('wz-app'), vm('wz-web')]);
+    expect((await page.locator('table.vms tbody tr[data-path]').evaluateAll((rows: PageElement[]) => rows.map((r) => r.getAttribute('data-path')))).sort()).to.deep.equal([vm('wz-app'), vm('wz-web')]);
     await page.selectOption('#filter-network', '');
     await page.selectOption('#filter-datastore', 'LocalDS_1');
     expect(await page.locator('table.vms tbody tr[data-path]').count()).to.equal(1);
@@ -131,19 +135,19 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
     // The warning is accepted; the blocker still holds the VM.
     expect(await page.textContent('#wizard-msg')).to.include('1 of 3 VMs have blockers');
     // What the page made is the plan in Redis, as the API shows it.
-    const { plans } = (await api('GET', '/plans')).body;
+    const { plans } = (await api<PlanList>('GET', '/plans')).body;
     expect(plans).to.have.length(1);
     planId = plans[0].id;
     expect(plans[0]).to.deep.include({ network_map: { [NET]: NET }, storage_map: { LocalDS_0: s.lv.pool } });
     // One plan onto both hosts, each VM's host shown beside it as preflight placed it.
     expect(plans[0].destination).to.deep.include({ virt_uris: [s.lv.uri, lv2.uri], placement: 'round_robin' });
-    expect(plans[0].vms.map((x: any) => x.vm_path).sort()).to.deep.equal([vm('wz-app'), vm('wz-dmz'), vm('wz-web')]);
+    expect(plans[0].vms.map((x) => x.vm_path).sort()).to.deep.equal([vm('wz-app'), vm('wz-dmz'), vm('wz-web')]);
     for (const x of plans[0].vms) {
-      expect([s.lv.uri, lv2.uri], x.vm_path).to.include(x.placement.virt_uri);
-      expect(await page.textContent(`tr[data-vm="${x.vm_path}"] small.host`)).to.include(x.placement.virt_uri);
+      expect([s.lv.uri, lv2.uri], x.vm_path).to.include(x.placement!.virt_uri);
+      expect(await page.textContent(`tr[data-vm="${x.vm_path}"] small.host`)).to.include(x.placement!.virt_uri);
     }
-    expect(new Set(plans[0].vms.map((x: any) => x.placement.virt_uri)).size, 'round robin used both hosts').to.equal(2);
-    expect(plans[0].vms.find((x: any) => x.vm_path === vm('wz-dmz')).overrides.snapshot).to.include({ by: 'admin', reason: 'the snapshot is not needed on KVM' });
+    expect(new Set(plans[0].vms.map((x) => x.placement!.virt_uri)).size, 'round robin used both hosts').to.equal(2);
+    expect(plans[0].vms.find((x) => x.vm_path === vm('wz-dmz'))!.overrides.snapshot).to.include({ by: 'admin', reason: 'the snapshot is not needed on KVM' });
     expect(plans[0].options.virt_test).to.deep.equal({ expect: TINY_GUEST_MARKER, timeout_seconds: 300 });
     await shot(page, 'findings-1280');
     await page.setViewportSize({ width: 390, height: 844 });
@@ -158,21 +162,21 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
     await page.waitForSelector('#plan-status .badge:text("running")');
     await page.click('#plan-cancel');
     await until(async () => (await page.textContent('#plan-status .badge')) === 'cancelled', 180_000, 'the plan cancelled on the page');
-    const cancelled = (await api('GET', `/plans/${planId}`)).body;
+    const cancelled = (await api<PlanView>('GET', `/plans/${planId}`)).body;
     for (const n of RUNNABLE) {
-      const v = cancelled.vms.find((x: any) => x.vm_path === vm(n));
+      const v = cancelled.vms.find((x) => x.vm_path === vm(n))!;
       expect(v.status, `${n}: ${v.error}`).to.equal('cancelled');
-      for (const j of v.jobs) expect((await api('GET', `/jobs/${j}`)).body.status, `${n}'s job ${j}`).to.be.oneOf(['cancelled', 'failed']);
+      for (const j of v.jobs) expect((await api<DaemonJob>('GET', `/jobs/${j}`)).body.status, `${n}'s job ${j}`).to.be.oneOf(['cancelled', 'failed']);
       expect(await page.locator(`tr[data-vm="${vm(n)}"]`).getAttribute('data-status')).to.equal('cancelled');
     }
     // Nothing half-made on the targets.
     for (const l of [s.lv, lv2]) expect((await names(l, ['list', '--all', '--name'])).filter((x) => x.startsWith('wz-')), l.uri).to.deep.equal([]);
-    const jobsBefore = Object.fromEntries(cancelled.vms.map((x: any) => [x.vm_path, x.jobs.length]));
+    const jobsBefore = Object.fromEntries(cancelled.vms.map((x): [string, number] => [x.vm_path, x.jobs.length]));
     await page.click('#plan-retry');
     await until(async () => (await page.textContent('#plan-status .badge')) === 'running', 30_000, 'the plan running again');
     await until(async () => {
-      const p = (await api('GET', `/plans/${planId}`)).body;
-      return RUNNABLE.every((n) => p.vms.find((x: any) => x.vm_path === vm(n)).jobs.length === jobsBefore[vm(n)] + 1);
+      const p = (await api<PlanView>('GET', `/plans/${planId}`)).body;
+      return RUNNABLE.every((n) => p.vms.find((x) => x.vm_path === vm(n))!.jobs.length === jobsBefore[vm(n)] + 1);
     }, 120_000, 'each VM to have a new job');
   });
 
@@ -184,16 +188,16 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
       return FINAL.includes((await page.textContent('#plan-status .badge')) ?? '');
     }, 720_000, 'the plan to end on the page');
     expect([...seen].some((x) => x.endsWith(':running')), [...seen].join(' ')).to.equal(true);
-    const p = (await api('GET', `/plans/${planId}`)).body;
+    const p = (await api<PlanView>('GET', `/plans/${planId}`)).body;
     expect(p.status, 'a plan with a blocked VM ends failed').to.equal('failed');
     const row = (n: string) => page.locator(`tr[data-vm="${vm(n)}"]`);
     expect(await row('wz-dmz').getAttribute('data-status')).to.equal('blocked');
-    expect(p.vms.find((x: any) => x.vm_path === vm('wz-dmz')).jobs).to.deep.equal([]);
+    expect(p.vms.find((x) => x.vm_path === vm('wz-dmz'))!.jobs).to.deep.equal([]);
     for (const n of RUNNABLE) {
-      const v = p.vms.find((x: any) => x.vm_path === vm(n));
-      expect(v.status, v.error).to.equal('completed');
+      const v = p.vms.find((x) => x.vm_path === vm(n))!;
+      expect(v.status, v.error as string).to.equal('completed'); // null when none: chai takes it as no message
       expect(await row(n).getAttribute('data-status')).to.equal('completed');
-      const l = hostOf(v.placement.virt_uri);
+      const l = hostOf(v.placement!.virt_uri);
       expect((await l.virsh(['domstate', n])).trim(), `${n} on ${l.uri}`).to.equal('running');
     }
     await shot(page, 'plan-1280');
@@ -204,18 +208,18 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
   });
 
   it('roll one VM back from the page: its status says so, and virsh on its host shows no domain or volume of its name', async () => {
-    const placed = (await api('GET', `/plans/${planId}`)).body.vms.find((x: any) => x.vm_path === vm('wz-web')).placement;
+    const placed = (await api<PlanView>('GET', `/plans/${planId}`)).body.vms.find((x) => x.vm_path === vm('wz-web'))!.placement!;
     await page.click(`tr[data-vm="${vm('wz-web')}"] button.rollback`);
     await page.waitForSelector(`tr[data-vm="${vm('wz-web')}"][data-status="rolled_back"]`, { timeout: 120_000 });
-    const v = (await api('GET', `/plans/${planId}`)).body.vms.find((x: any) => x.vm_path === vm('wz-web'));
+    const v = (await api<PlanView>('GET', `/plans/${planId}`)).body.vms.find((x) => x.vm_path === vm('wz-web'))!;
     expect(v.status).to.equal('rolled_back');
-    expect(v.rollback.detail).to.be.a('string');
+    expect(v.rollback!.detail).to.be.a('string');
     const l = hostOf(placed.virt_uri);
     expect(await names(l, ['list', '--all', '--name'])).to.not.include('wz-web');
     await l.virsh(['pool-refresh', l.pool]);
     expect((await names(l, ['vol-list', l.pool])).filter((x) => x.startsWith('wz-web'))).to.deep.equal([]);
     // The other VM is untouched.
-    const other = (await api('GET', `/plans/${planId}`)).body.vms.find((x: any) => x.vm_path === vm('wz-app'));
+    const other = (await api<PlanView>('GET', `/plans/${planId}`)).body.vms.find((x) => x.vm_path === vm('wz-app'))!;
     expect(other.status).to.equal('completed');
   });
 

@@ -14,6 +14,11 @@ import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startProcess, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import type { JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
+
+/** What a convert job's result holds (the fields read here). */
+interface ConvertResult { output_path: string; sha256: string }
+type ConvertJob = Omit<JobStatus, 'result'> & { result: ConvertResult | null };
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -56,7 +61,7 @@ describe('production build: compiled JavaScript with production dependencies onl
     expect(all).to.include('services/converter/ferry-convert.js');
     // The queue's Lua commands, read by queue/scripts.ts at load time (every job goes through them).
     for (const f of files(path.join(ROOT, 'queue/commands'))) expect(all).to.include(path.relative(ROOT, f));
-    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
     for (const dev of Object.keys(pkg.devDependencies)) expect(existsSync(path.join(app, 'node_modules', dev)), dev).to.equal(false);
     for (const dep of Object.keys(pkg.dependencies)) expect(existsSync(path.join(app, 'node_modules', dep)), dep).to.equal(true);
     expect(existsSync(path.join(app, 'node_modules', 'esbuild'))).to.equal(false); // tsx's compiler
@@ -67,11 +72,11 @@ describe('production build: compiled JavaScript with production dependencies onl
     const port = await freePort();
     const gw = startProcess(path.join(dist, 'services/gateway/main.js'), [], { ...renv, GATEWAY_PORT: String(port), FERRY_HOST: '127.0.0.1' }, app);
     procs.push(gw);
-    await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${gw.logs.join('')}`); });
+    await waitForPort(port, 30000).catch((e: Error) => { throw new Error(`${e.message}\n${gw.logs.join('')}`); });
     const url = `http://127.0.0.1:${port}`;
     const worker = startProcess(path.join(dist, 'services/worker/main.js'), ['--id', 'built-worker', '--capabilities', 'img_tool'], renv, app);
     procs.push(worker);
-    await until(async () => (await req(url, 'GET', '/workers')).body.active === 1, 30000, `the worker to register\n${worker.logs.join('')}`);
+    await until(async () => (await req<WorkerList>(url, 'GET', '/workers')).body.active === 1, 30000, `the worker to register\n${worker.logs.join('')}`);
     // Both really are the built code: their command lines name dist/ and no loader.
     for (const p of [gw, worker]) {
       const argv = readFileSync(`/proc/${p.proc.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
@@ -82,20 +87,20 @@ describe('production build: compiled JavaScript with production dependencies onl
     const out = path.join(tmp, 'out');
     const sub = await req(url, 'POST', '/jobs?queue=true', { job_id: 'built-1', operation: 'convert', image: { path: src, format: 'vmdk' }, parameters: { output_format: 'qcow2', output_dir: out } });
     expect(sub.status, JSON.stringify(sub.body)).to.equal(201);
-    const j = await until(async () => { const r = await req(url, 'GET', '/jobs/built-1'); return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(r.body.state) && r.body; }, 60000, 'job built-1');
+    const j = await until(async () => { const r = await req<ConvertJob>(url, 'GET', '/jobs/built-1'); return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(r.body.state) && r.body; }, 60000, 'job built-1');
     expect(j.state, JSON.stringify(j.error)).to.equal('COMPLETED');
-    expect(j.result.output_path).to.equal(path.join(out, 'built-1.qcow2'));
-    expect(j.result.sha256).to.equal(createHash('sha256').update(readFileSync(j.result.output_path)).digest('hex'));
-    execFileSync('qemu-img', ['compare', '-f', 'vmdk', '-F', 'qcow2', src, j.result.output_path]); // throws if they differ
-    const evs = (await req(url, 'GET', '/jobs/built-1/events')).body;
-    expect(evs.some((e: any) => e.phase === 'conversion')).to.equal(true);
+    expect(j.result!.output_path).to.equal(path.join(out, 'built-1.qcow2'));
+    expect(j.result!.sha256).to.equal(createHash('sha256').update(readFileSync(j.result!.output_path)).digest('hex'));
+    execFileSync('qemu-img', ['compare', '-f', 'vmdk', '-F', 'qcow2', src, j.result!.output_path]); // throws if they differ
+    const evs = (await req<StoredEvent[]>(url, 'GET', '/jobs/built-1/events')).body;
+    expect(evs.some((e) => e.phase === 'conversion')).to.equal(true);
   });
 
   it('the daemon serves its dashboard from dist/', async () => {
     const port = await freePort();
     const d = startProcess(path.join(dist, 'services/daemon/main.js'), ['-addr', `127.0.0.1:${port}`], env(testEnv(redis.url)), app);
     procs.push(d);
-    await waitForPort(port, 30000).catch((e) => { throw new Error(`${e.message}\n${d.logs.join('')}`); });
+    await waitForPort(port, 30000).catch((e: Error) => { throw new Error(`${e.message}\n${d.logs.join('')}`); });
     const r = await fetch(`http://127.0.0.1:${port}/web/dashboard/`);
     expect(r.status).to.equal(200);
     expect(await r.text()).to.equal(readFileSync(path.join(ROOT, 'services/daemon/web/index.html'), 'utf8'));

@@ -7,6 +7,20 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
 
+/** A volume as docker-compose 1.29 resolves it: the long form, or the short "source:target[:mode]". */
+type Volume = string | { source: string; target: string };
+/** A service of the resolved compose file, as far as read here. */
+interface Service {
+  environment: Record<string, string>; command: string[]; volumes: Volume[]; healthcheck?: { test?: string[] };
+  ports?: { target: number }[]; privileged?: boolean; container_name?: string; build?: { target?: string };
+}
+/** `docker-compose config` output. */
+interface ComposeFile { services: Record<string, Service> }
+/** deploy/prometheus/prometheus.yml, as far as read here. */
+interface PromConfig { scrape_configs: { job_name: string; dns_sd_configs?: { names: string[]; port: number }[] }[] }
+/** Grafana's dashboard provisioning file. */
+interface DashboardProviders { providers: { options: { path: string } }[] }
+
 const ROOT = path.resolve(__dirname, '..', '..');
 const COMPOSE = path.join(ROOT, 'compose.yaml');
 const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value', FERRY_API_KEYS: 'ops:admin:test-only-api-key-value' };
@@ -17,11 +31,11 @@ const compose = (args: string[], env: Record<string, string> = {}) => {
 
 describe('deploy: compose.yaml and Dockerfile', function () {
   this.timeout(30000);
-  let resolved: any;
+  let resolved: ComposeFile;
   before(() => {
     const r = compose(['config'], SECRETS);
     expect(r.status, r.stderr).to.equal(0);
-    resolved = yaml.load(r.stdout);
+    resolved = yaml.load(r.stdout) as ComposeFile;
   });
 
   it('docker-compose -f compose.yaml config -q accepts the file', () => {
@@ -50,11 +64,11 @@ describe('deploy: compose.yaml and Dockerfile', function () {
   it('has every service, with health checks, Redis append-only with noeviction', () => {
     const s = resolved.services;
     expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'prometheus', 'grafana']);
-    for (const [name, svc] of Object.entries<any>(s)) expect(svc.healthcheck?.test, `${name} health check`).to.not.be.oneOf([null, undefined]);
+    for (const [name, svc] of Object.entries(s)) expect(svc.healthcheck?.test, `${name} health check`).to.not.be.oneOf([null, undefined]);
     const redisCmd = s.redis.command.join(' ');
     expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/).and.to.match(/--hash-max-listpack-value 1024/);
-    expect(s.gateway.ports.map((p: any) => p.target)).to.include(8000);
-    expect(s.daemon.ports.map((p: any) => p.target)).to.include(8080);
+    expect(s.gateway.ports!.map((p) => p.target)).to.include(8000);
+    expect(s.daemon.ports!.map((p) => p.target)).to.include(8080);
   });
 
   it('workers can be scaled (no container_name, no published port) and only guest workers are privileged', () => {
@@ -68,17 +82,17 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(g.environment.FERRY_WORKER_CAPABILITIES).to.include('nbd_access').and.to.include('mount_operations');
     for (const name of ['gateway', 'daemon', 'scheduler', 'notifier']) expect(resolved.services[name].privileged, name).to.not.equal(true);
     // Prometheus finds the replicas through the compose DNS names of both worker services.
-    const prom = yaml.load(readFileSync(path.join(ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8')) as any;
-    const job = prom.scrape_configs.find((j: any) => j.job_name === 'worker');
-    expect(job.dns_sd_configs[0].names).to.have.members(['worker', 'worker-guest']);
-    expect(job.dns_sd_configs[0].port).to.equal(Number(w.environment.FERRY_WORKER_METRICS_PORT));
+    const prom = yaml.load(readFileSync(path.join(ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8')) as PromConfig;
+    const job = prom.scrape_configs.find((j) => j.job_name === 'worker')!;
+    expect(job.dns_sd_configs![0].names).to.have.members(['worker', 'worker-guest']);
+    expect(job.dns_sd_configs![0].port).to.equal(Number(w.environment.FERRY_WORKER_METRICS_PORT));
   });
 
   it('Grafana gets the provisioning and dashboards mounted where the provider looks', () => {
     const g = resolved.services.grafana;
-    const norm = (v: any) => (typeof v === 'string' ? v : `${v.source}:${v.target}`).replace(/:(ro|rw)$/, '');
+    const norm = (v: Volume) => (typeof v === 'string' ? v : `${v.source}:${v.target}`).replace(/:(ro|rw)$/, '');
     const vols: string[] = g.volumes.map(norm);
-    const provider = yaml.load(readFileSync(path.join(ROOT, 'deploy/grafana/provisioning/dashboards/ferry.yml'), 'utf8')) as any;
+    const provider = yaml.load(readFileSync(path.join(ROOT, 'deploy/grafana/provisioning/dashboards/ferry.yml'), 'utf8')) as DashboardProviders;
     const dashPath = provider.providers[0].options.path;
     expect(vols.some((v) => v.endsWith(`deploy/grafana/dashboards:${dashPath}`))).to.equal(true, vols.join(', '));
     expect(vols.some((v) => v.endsWith('deploy/grafana/provisioning:/etc/grafana/provisioning'))).to.equal(true);
@@ -90,7 +104,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const stages = [...text.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gmi)].map((m) => m[1]);
     expect(stages).to.include.members(['deps', 'app', 'worker']);
-    const targets = new Set(Object.values<any>(resolved.services).map((s) => s.build?.target).filter(Boolean));
+    const targets = new Set(Object.values(resolved.services).map((s) => s.build?.target).filter(Boolean));
     for (const t of targets) expect(stages, `compose target ${t}`).to.include(t);
     const stage = (name: string) => text.split(/^FROM /m).find((s) => new RegExp(`AS ${name}\\s`).test(s))!;
     expect(stage('app')).to.match(/^USER node$/m);

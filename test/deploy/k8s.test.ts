@@ -12,18 +12,40 @@ import Ajv from 'ajv';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobApiError } from '../helpers/http';
+import type { JobStatus, Submitted } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
+
+/** What every manifest names (metadata.name: not on a Kustomization). */
+interface K8sDoc { apiVersion: string; kind: string; metadata?: { name?: string; namespace?: string } }
+interface EnvVar { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean } } }
+interface Container { command: string[]; env?: EnvVar[]; securityContext?: { privileged?: boolean } }
+interface Deployment extends K8sDoc {
+  metadata: { name: string };
+  spec: { selector: { matchLabels: Record<string, string> }; template: { metadata: { labels?: Record<string, string> }; spec: { securityContext?: { runAsNonRoot?: boolean }; containers: Container[] } } };
+}
+interface Kustomization extends K8sDoc { resources: string[] }
+interface ScaledObject extends K8sDoc { spec: { scaleTargetRef: { name: string }; triggers: Array<{ type: string; metadata: { query: string } }> } }
+interface Hpa extends K8sDoc { spec: { scaleTargetRef: { kind: string; name: string }; metrics: Array<{ external: { metric: { name: string } } }> } }
+interface ConfigMap extends K8sDoc { data: Record<string, string> }
+/** The prometheus-adapter rules (the ConfigMap's config.yaml). */
+interface AdapterRules { externalRules: Array<{ name: { as: string } }> }
+/** An OpenAPI v3 schema node of the CRD. */
+interface SchemaNode { type?: string; properties?: Record<string, SchemaNode>; required?: string[] }
+interface Crd extends K8sDoc { spec: { group: string; names: { kind: string }; versions: Array<{ name: string; schema: { openAPIV3Schema: SchemaNode } }> } }
+/** A MigrationJob resource (deploy/k8s/examples). */
+interface MigrationJob extends K8sDoc { metadata: { name: string; namespace?: string }; spec: { source: { type: string; path: string }; output: { format: string; path: string } } }
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const K8S = path.join(ROOT, 'deploy', 'k8s');
 const files = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) => e.isDirectory() ? files(path.join(dir, e.name)) : /\.ya?ml$/.test(e.name) ? [path.join(dir, e.name)] : []);
-const docsOf = (f: string) => yaml.loadAll(readFileSync(f, 'utf8')).filter(Boolean) as any[];
+const docsOf = (f: string) => yaml.loadAll(readFileSync(f, 'utf8')).filter(Boolean) as K8sDoc[];
 const examples = () => readdirSync(path.join(K8S, 'examples')).filter((f) => f.endsWith('.yaml')).map((f) => ({ file: f, broken: f.startsWith('broken'), text: readFileSync(path.join(K8S, 'examples', f), 'utf8') }));
 
 describe('deploy: Kubernetes manifests and MigrationJob', function () {
   this.timeout(90000);
   const all = files(K8S).flatMap((f) => docsOf(f).map((d) => ({ file: path.relative(K8S, f), doc: d })));
-  const find = (kind: string, name: string) => all.find((x) => x.doc.kind === kind && x.doc.metadata?.name === name)?.doc;
+  const find = <T extends K8sDoc = K8sDoc>(kind: string, name: string | undefined) => all.find((x) => x.doc.kind === kind && x.doc.metadata?.name === name)?.doc as T | undefined;
 
   it('every manifest parses and names its apiVersion, kind and metadata.name', () => {
     expect(all.length).to.be.greaterThan(15);
@@ -33,18 +55,18 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       if (doc.kind !== 'Kustomization') expect(doc.metadata?.name, file).to.be.a('string');
     }
     // The kustomization lists files that exist.
-    const k = find('Kustomization', undefined as any) || all.find((x) => x.doc.kind === 'Kustomization')!.doc;
+    const k = (find('Kustomization', undefined) || all.find((x) => x.doc.kind === 'Kustomization')!.doc) as Kustomization;
     for (const r of k.resources) expect(existsSync(path.join(K8S, r)), r).to.equal(true);
   });
 
   it('has a Deployment per service; only workers with nbd_access/mount_operations are privileged', () => {
-    const deployments = all.filter((x) => x.doc.kind === 'Deployment').map((x) => x.doc);
+    const deployments = all.filter((x) => x.doc.kind === 'Deployment').map((x) => x.doc as Deployment);
     const names = deployments.map((d) => d.metadata.name);
     expect(names).to.include.members(['ferry-gateway', 'ferry-daemon', 'ferry-scheduler', 'ferry-notifier', 'ferry-worker', 'ferry-worker-guest']);
     for (const d of deployments) {
       const c = d.spec.template.spec.containers[0];
       expect(d.spec.selector.matchLabels, d.metadata.name).to.deep.include(d.spec.template.metadata.labels ? { 'app.kubernetes.io/name': d.metadata.name } : {});
-      const caps = String(c.env?.find((e: any) => e.name === 'FERRY_WORKER_CAPABILITIES')?.value || '').split(',');
+      const caps = String(c.env?.find((e) => e.name === 'FERRY_WORKER_CAPABILITIES')?.value || '').split(',');
       const needsPrivilege = caps.includes('nbd_access') || caps.includes('mount_operations');
       expect(c.securityContext?.privileged === true, `${d.metadata.name} privileged`).to.equal(needsPrivilege);
       if (!needsPrivilege) expect(d.spec.template.spec.securityContext?.runAsNonRoot, `${d.metadata.name} non-root`).to.equal(true);
@@ -54,37 +76,37 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
       expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
       // Pods that listen (gateway, daemon, workers' metrics ports) require API keys from the Secret.
-      if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env.find((e: any) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
+      if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env!.find((e) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
     }
   });
 
   it('scales the worker on queue depth: a KEDA ScaledObject and an HPA alternative', () => {
-    const so = find('ScaledObject', 'ferry-worker');
+    const so = find<ScaledObject>('ScaledObject', 'ferry-worker')!;
     expect(so.spec.scaleTargetRef.name).to.equal('ferry-worker');
     expect(find('Deployment', so.spec.scaleTargetRef.name)).to.not.be.oneOf([null, undefined]);
     expect(so.spec.triggers[0].type).to.equal('prometheus');
     expect(so.spec.triggers[0].metadata.query).to.include('svc_queue_depth');
-    const hpa = find('HorizontalPodAutoscaler', 'ferry-worker');
+    const hpa = find<Hpa>('HorizontalPodAutoscaler', 'ferry-worker')!;
     expect(hpa.apiVersion).to.equal('autoscaling/v2');
     expect(hpa.spec.scaleTargetRef).to.include({ kind: 'Deployment', name: 'ferry-worker' });
-    const rules = yaml.load(find('ConfigMap', 'ferry-prometheus-adapter-rules').data['config.yaml']) as any;
+    const rules = yaml.load(find<ConfigMap>('ConfigMap', 'ferry-prometheus-adapter-rules')!.data['config.yaml']) as AdapterRules;
     expect(rules.externalRules[0].name.as).to.equal(hpa.spec.metrics[0].external.metric.name);
   });
 
   describe('the MigrationJob CRD schema', () => {
-    const crd = find('CustomResourceDefinition', 'migrationjobs.ferry.io');
+    const crd = find<Crd>('CustomResourceDefinition', 'migrationjobs.ferry.io')!;
     const ajv = new Ajv({ strict: false, allErrors: true });
     const check = ajv.compile(crd.spec.versions[0].schema.openAPIV3Schema);
 
     it('is the ferry.io/v1 MigrationJob with the fields of the manifest seed', () => {
       expect(crd.spec.names.kind).to.equal('MigrationJob');
-      const spec = crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties;
+      const spec = crd.spec.versions[0].schema.openAPIV3Schema.properties!.spec.properties!;
       expect(Object.keys(spec)).to.have.members(['source', 'output', 'options', 'resources']);
-      expect(Object.keys(spec.source.properties)).to.have.members(['type', 'path']);
-      expect(Object.keys(spec.output.properties)).to.have.members(['format', 'path']);
-      expect(Object.keys(spec.options.properties)).to.have.members(['fstabMode', 'regenInitramfs', 'updateGrub', 'compress']);
-      expect(Object.keys(spec.resources.properties.requests.properties)).to.have.members(['memory', 'cpu']);
-      expect(Object.keys(spec.resources.properties.limits.properties)).to.have.members(['memory', 'cpu']);
+      expect(Object.keys(spec.source.properties!)).to.have.members(['type', 'path']);
+      expect(Object.keys(spec.output.properties!)).to.have.members(['format', 'path']);
+      expect(Object.keys(spec.options.properties!)).to.have.members(['fstabMode', 'regenInitramfs', 'updateGrub', 'compress']);
+      expect(Object.keys(spec.resources.properties!.requests.properties!)).to.have.members(['memory', 'cpu']);
+      expect(Object.keys(spec.resources.properties!.limits.properties!)).to.have.members(['memory', 'cpu']);
     });
 
     it('accepts the examples and rejects the broken one, naming what is wrong', () => {
@@ -92,7 +114,7 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       expect(ex.filter((e) => !e.broken).length).to.be.greaterThan(1);
       expect(ex.filter((e) => e.broken).length).to.equal(1);
       for (const e of ex) {
-        const doc = yaml.load(e.text) as any;
+        const doc = yaml.load(e.text) as MigrationJob;
         expect(doc.apiVersion, e.file).to.equal(`${crd.spec.group}/${crd.spec.versions[0].name}`);
         const ok = check(doc);
         expect(ok, `${e.file}: ${ajv.errorsText(check.errors)}`).to.equal(!e.broken);
@@ -121,13 +143,13 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       await redis.stop();
       rmSync(dir, { recursive: true, force: true });
     });
-    const postYaml = (text: string) => req(gw.url, 'POST', '/migrationjobs', text, { 'content-type': 'application/yaml' });
+    const postYaml = <T = unknown>(text: string) => req<T>(gw.url, 'POST', '/migrationjobs', text, { 'content-type': 'application/yaml' });
 
     it('refuses the broken example with a 400 naming its fields, like the CRD does', async () => {
       const broken = examples().find((e) => e.broken)!;
-      const r = await postYaml(broken.text);
+      const r = await postYaml<JobApiError>(broken.text);
       expect(r.status).to.equal(400);
-      const fields = r.body.error.fields.map((f: any) => f.field);
+      const fields = r.body.error.fields!.map((f) => f.field);
       expect(fields).to.include.members(['spec.source.type', 'spec.source.path', 'spec.output.format', 'spec.options.fstabMode']);
       expect((await postYaml('spec: [unclosed')).status).to.equal(400);
       expect((await postYaml('')).status).to.equal(400);
@@ -135,12 +157,12 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
 
     it('accepts every shipped example as a queued convert job', async () => {
       for (const e of examples().filter((x) => !x.broken)) {
-        const doc = yaml.load(e.text) as any;
-        const r = await postYaml(e.text);
+        const doc = yaml.load(e.text) as MigrationJob;
+        const r = await postYaml<Submitted>(e.text);
         expect(r.status, JSON.stringify(r.body)).to.equal(201);
         const id = `${doc.metadata.namespace || 'default'}.${doc.metadata.name}`;
         expect(r.body).to.include({ job_id: id, state: 'QUEUED' });
-        const job = await req(gw.url, 'GET', `/jobs/${id}`);
+        const job = await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`);
         expect(job.body.spec).to.deep.include({ operation: 'convert', image: { path: doc.spec.source.path, format: doc.spec.source.type } });
         expect(job.body.spec.parameters).to.include({ output_format: doc.spec.output.format, output_path: doc.spec.output.path });
         // The sources do not exist here: cancel so the worker does not spend retries on them.
@@ -153,12 +175,12 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       const out = path.join(dir, 'out', 'mj-disk.qcow2');
       const text = yaml.dump({ apiVersion: 'ferry.io/v1', kind: 'MigrationJob', metadata: { name: 'mj-disk', namespace: 'e2e' },
         spec: { source: { type: 'vmdk', path: vmdk }, output: { format: 'qcow2', path: out }, options: { compress: true, fstabMode: 'preserve' }, resources: { requests: { memory: '1Gi', cpu: '500m' } } } });
-      const r = await postYaml(text);
+      const r = await postYaml<Submitted>(text);
       expect(r.status, JSON.stringify(r.body)).to.equal(201);
       expect(r.headers.get('location')).to.equal('/jobs/e2e.mj-disk');
-      const done = await until(async () => { const j = await req(gw.url, 'GET', '/jobs/e2e.mj-disk'); return j.body.is_terminal && j.body; }, 60000, 'MigrationJob job to finish');
+      const done = await until(async () => { const j = await req<JobStatus>(gw.url, 'GET', '/jobs/e2e.mj-disk'); return j.body.is_terminal && j.body; }, 60000, 'MigrationJob job to finish');
       expect(done.state, JSON.stringify(done.state_history)).to.equal('COMPLETED');
-      const info = JSON.parse(execFileSync('qemu-img', ['info', '--output=json', out], { encoding: 'utf8' }));
+      const info = JSON.parse(execFileSync('qemu-img', ['info', '--output=json', out], { encoding: 'utf8' })) as { format: string };
       expect(info.format).to.equal('qcow2');
       execFileSync('qemu-img', ['compare', '-f', 'vmdk', '-F', 'qcow2', vmdk, out]);
       const again = await postYaml(text);

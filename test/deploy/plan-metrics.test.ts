@@ -13,6 +13,8 @@ import { freePort } from '../helpers/redis';
 import { req, until } from '../helpers/http';
 import { makeDisks } from '../vsphere/fixture';
 import { PlanStack, startPlanStack } from '../plans/fixture';
+import type { PlanView } from '../helpers/api-types';
+import type { ProgressEvent } from '../../shared/schemas/job';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const PROM_DIR = path.join(ROOT, 'deploy', 'prometheus');
@@ -20,10 +22,21 @@ const DASHBOARD = path.join(ROOT, 'deploy', 'grafana', 'dashboards', 'ferry-plan
 const PLAN = 'met-wave';
 
 interface Target { panel: string; expr: string }
+/** A Grafana dashboard panel (or row) as far as read here: its queries and nested panels. */
+interface Panel { title: string; targets?: { expr?: string }[]; panels?: Panel[] }
+/** One series of a Prometheus instant query: labels and [time, value]. */
+interface Sample { metric: Record<string, string>; value: [number, string] }
+/** Prometheus GET /api/v1/targets. */
+interface PromTargets { data: { activeTargets: { health: string }[] } }
+/** Prometheus GET /api/v1/rules. */
+interface PromRule { name: string; health: string; lastError?: string; lastEvaluation?: string }
+interface PromRules { data: { groups: { rules: PromRule[] }[] } }
+/** A Prometheus rules file. */
+interface RulesFile { groups: { rules: { alert?: string; record?: string; expr: string }[] }[] }
 function targets(): Target[] {
-  const d = JSON.parse(readFileSync(DASHBOARD, 'utf8'));
+  const d = JSON.parse(readFileSync(DASHBOARD, 'utf8')) as { panels?: Panel[] };
   const out: Target[] = [];
-  const walk = (ps: any[]) => ps?.forEach((p) => { for (const t of p.targets || []) if (t.expr) out.push({ panel: p.title, expr: t.expr }); walk(p.panels); });
+  const walk = (ps: Panel[] | undefined) => ps?.forEach((p) => { for (const t of p.targets || []) if (t.expr) out.push({ panel: p.title, expr: t.expr }); walk(p.panels); });
   walk(d.panels);
   return out;
 }
@@ -40,7 +53,7 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
 
   const query = async (expr: string) => {
     const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
-    return { http: r.status, ...(await r.json()) as { status: string; error?: string; data?: { resultType: string; result: any[] } } };
+    return { http: r.status, ...(await r.json()) as { status: string; error?: string; data?: { resultType: string; result: Sample[] } } };
   };
   const value = async (e: string) => Number((await query(e)).data?.result[0]?.value[1]);
 
@@ -64,11 +77,11 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
     }));
     prom = spawn('prometheus', [`--config.file=${path.join(s.dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(s.dir, 'data')}`,
       `--web.listen-address=127.0.0.1:${promPort}`, '--log.level=warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    prom.stderr!.on('data', (b) => promLogs.push(b.toString()));
+    prom.stderr!.on('data', (b: Buffer) => promLogs.push(b.toString()));
     await until(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30000, `prometheus ready\n${promLogs.join('')}`);
     await until(async () => {
-      const r = await fetch(`${promUrl}/api/v1/targets`).then((x) => x.json()) as any;
-      return r.data.activeTargets.length === 2 && r.data.activeTargets.every((t: any) => t.health === 'up');
+      const r = await fetch(`${promUrl}/api/v1/targets`).then((x) => x.json()) as PromTargets;
+      return r.data.activeTargets.length === 2 && r.data.activeTargets.every((t) => t.health === 'up');
     }, 30000, 'both daemons scraped');
   });
 
@@ -97,14 +110,14 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
       }
       for (const x of (await query(`max by (stage) (mtv_plan_vm_stage_seconds{plan="${PLAN}"})`)).data?.result ?? []) stages.add(x.metric.stage);
     };
-    let p: any;
+    let p: PlanView;
     for (;;) {
-      p = (await req(B, 'GET', `/plans/${PLAN}`)).body;
+      p = (await req<PlanView>(B, 'GET', `/plans/${PLAN}`)).body;
       await sweep();
       if (['completed', 'failed', 'cancelled'].includes(p.status)) break;
     }
-    expect(p.status, JSON.stringify(p.vms.map((x: any) => [x.vm_path, x.status, x.error]))).to.equal('failed');
-    expect(Object.fromEntries(p.vms.map((x: any) => [x.vm_path.split('/').pop(), x.status]))).to.deep.equal({ m0: 'rolled_back', m1: 'rolled_back', mu: 'blocked' });
+    expect(p.status, JSON.stringify(p.vms.map((x) => [x.vm_path, x.status, x.error]))).to.equal('failed');
+    expect(Object.fromEntries(p.vms.map((x) => [x.vm_path.split('/').pop(), x.status]))).to.deep.equal({ m0: 'rolled_back', m1: 'rolled_back', mu: 'blocked' });
     await until(async () => (await value(`min(mtv_plans_status{plan="${PLAN}",status="failed"})`)) === 1, 20000, 'the plan\'s end scraped from both daemons');
     await sweep();
 
@@ -122,11 +135,11 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
     expect(await value(`sum(max by (status) (mtv_migration_duration_seconds_count{plan="${PLAN}"}))`)).to.equal(2);
     expect(await value(`max(mtv_plan_findings{plan="${PLAN}",rule="network_unmapped",severity="blocker",overridden="false"})`)).to.equal(1);
     // Bytes: both jobs exported their disk before failing at inspection; the figure is the exports' counts.
-    const jobs = p.vms.flatMap((x: any) => x.jobs) as string[];
+    const jobs = p.vms.flatMap((x) => x.jobs);
     expect(jobs.length).to.equal(2);
     const exported = await Promise.all(jobs.map(async (j) => {
       const rows = await s.rc.xrange(`planmet:job:${j}:events`, '-', '+');
-      return Math.max(0, ...rows.map(([, f]) => Number(JSON.parse(f[1]).details?.bytes_downloaded ?? 0)));
+      return Math.max(0, ...rows.map(([, f]) => Number((JSON.parse(f[1]) as ProgressEvent).details?.bytes_downloaded ?? 0)));
     }));
     expect(exported.every((b) => b > 0), `bytes exported per job: ${exported.join(', ')}`).to.equal(true);
     expect(await value(`max(mtv_migration_data_transferred_bytes{plan="${PLAN}"})`)).to.equal(exported[0] + exported[1]);
@@ -135,7 +148,7 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
 
     // Both replicas report every mtv_* series, with the same values.
     const perInstance = await query(`count by (instance) ({__name__=~"mtv_.*", plan="${PLAN}"})`);
-    const counts = perInstance.data!.result.map((x: any) => Number(x.value[1]));
+    const counts = perInstance.data!.result.map((x) => Number(x.value[1]));
     expect(counts).to.have.length(2);
     expect(counts[0]).to.equal(counts[1]);
     // (the metric's name copied into a label `m`: vector matching ignores __name__)
@@ -149,15 +162,16 @@ describe('deploy: the Migration plans dashboard on a real plan run', function ()
   });
 
   it('the stuck-VM alert loads and evaluates in Prometheus, and its promtool unit test passes', async () => {
-    const rules = (yaml.load(readFileSync(path.join(PROM_DIR, 'rules', 'plans.yml'), 'utf8')) as any).groups.flatMap((g: any) => g.rules);
-    const stuck = rules.find((r: any) => r.alert === 'FerryPlanVmStuckInStage');
+    const rules = (yaml.load(readFileSync(path.join(PROM_DIR, 'rules', 'plans.yml'), 'utf8')) as RulesFile).groups.flatMap((g) => g.rules);
+    const stuck = rules.find((r) => r.alert === 'FerryPlanVmStuckInStage');
     expect(stuck, 'FerryPlanVmStuckInStage in rules/plans.yml').to.be.an('object');
-    const r = await query(stuck.expr);
+    const r = await query(stuck!.expr);
     expect(r.status, r.error).to.equal('success');
     const loaded = await until(async () => {
-      const x = await fetch(`${promUrl}/api/v1/rules`).then((y) => y.json()) as any;
-      const rule = x.data.groups.flatMap((g: any) => g.rules).find((y: any) => y.name === 'FerryPlanVmStuckInStage');
-      return rule?.lastEvaluation && !rule.lastEvaluation.startsWith('0001') && rule;
+      const x = await fetch(`${promUrl}/api/v1/rules`).then((y) => y.json()) as PromRules;
+      const rule = x.data.groups.flatMap((g) => g.rules).find((y) => y.name === 'FerryPlanVmStuckInStage');
+      // (Prometheus gives every rule a lastEvaluation, "0001-..." before the first: never an empty one)
+      return (rule?.lastEvaluation && !rule.lastEvaluation.startsWith('0001') && rule) as PromRule | false | undefined;
     }, 10000, 'FerryPlanVmStuckInStage evaluated');
     expect(loaded.health, loaded.lastError).to.equal('ok');
     const out = execFileSync('promtool', ['test', 'rules', path.join(PROM_DIR, 'tests', 'plans_test.yml')], { encoding: 'utf8' });

@@ -2,6 +2,7 @@
 // the set-up itself, shown in docs/testing.md, and proven complete by the record every process of the suite
 // keeps (test/helpers/programs.hooks.ts); these tests show each of those pieces can fail.
 import { execFile, execFileSync } from 'node:child_process';
+import type { ExecFileException } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,6 +14,8 @@ import { recordedPrograms } from '../helpers/programs.hooks';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(__dirname, '..', '..');
+/** How the promisified execFile rejects: the error with what the command printed. */
+type ExecFailure = ExecFileException & { stdout: string; stderr: string };
 
 describe('the programs the set-up installs (scripts/programs.txt)', () => {
   let dir: string;
@@ -35,11 +38,11 @@ describe('the programs the set-up installs (scripts/programs.txt)', () => {
   it('the set-up names what is missing and stops', async () => {
     const list = path.join(dir, 'programs.txt');
     writeFileSync(list, `${readFileSync(PROGRAMS_FILE, 'utf8')}ferry-no-such-tool  -  given  a prerequisite nobody installed\n`);
-    const err = await run('bash', [path.join(ROOT, 'scripts/setup.sh'), '--check'], { env: { ...process.env, FERRY_PROGRAMS_FILE: list } }).then(() => undefined, (e) => e);
+    const err = await run('bash', [path.join(ROOT, 'scripts/setup.sh'), '--check'], { env: { ...process.env, FERRY_PROGRAMS_FILE: list } }).then(() => undefined, (e: ExecFailure) => e);
     expect(err, 'setup.sh --check passed with a missing program').to.not.be.oneOf([null, undefined]);
-    expect(err.stderr).to.match(/missing ferry-no-such-tool/);
+    expect(err!.stderr).to.match(/missing ferry-no-such-tool/);
     writeFileSync(list, `${readFileSync(PROGRAMS_FILE, 'utf8')}ferry-no-such-tool  ferry-no-such-package  base  a package not installed\n`);
-    const err2 = await run('bash', [path.join(ROOT, 'scripts/setup.sh'), '--check'], { env: { ...process.env, FERRY_PROGRAMS_FILE: list } }).then(() => undefined, (e) => e);
+    const err2 = await run('bash', [path.join(ROOT, 'scripts/setup.sh'), '--check'], { env: { ...process.env, FERRY_PROGRAMS_FILE: list } }).then(() => undefined, (e: ExecFailure) => e);
     expect(err2?.stderr).to.match(/missing packages: ferry-no-such-package/);
   });
 

@@ -11,6 +11,7 @@ import yaml from 'js-yaml';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
 import { tolerate } from '../helpers/teardown';
 
@@ -24,13 +25,27 @@ function dashboardFiles(dir = GRAFANA_DIR): string[] {
 }
 
 interface Target { file: string; panel: string; legend: string; expr: string }
+/** A Grafana dashboard panel (a row holds its own panels), as these tests read it. */
+interface Panel { type?: string; title: string; datasource?: { uid?: string }; targets?: Array<{ expr?: string; legendFormat?: string }>; panels?: Panel[] }
+interface Dashboard { uid: string; panels: Panel[] }
+/** Prometheus HTTP API: one series of an instant query, [time, value]. */
+interface PromSample { metric: Record<string, string>; value: [number, string] }
+/** Prometheus HTTP API: GET /api/v1/targets, /api/v1/rules, /api/v1/alerts. */
+interface PromTargets { data: { activeTargets: Array<{ health: string }> } }
+interface PromRules { data: { groups: Array<{ rules: Array<{ name: string; health: string; lastError?: string; lastEvaluation?: string }> }> } }
+interface PromAlerts { data: { alerts: Array<{ labels: Record<string, string>; state: string }> } }
+/** A Prometheus rule file (deploy/prometheus/rules/*.yml). */
+interface RuleFile { groups: Array<{ rules: Array<{ alert?: string; record?: string; expr: string }> }> }
+/** The Kubernetes objects the scaling manifests hold, with the fields read here. */
+interface ScaledObject { metadata: { name: string }; spec: { triggers: Array<{ metadata: { query: string } }> } }
+interface K8sObject { kind: string; data: Record<string, string> }
 /** Dashboards proven by their own test against what they show (a plan run: test/deploy/plan-metrics.test.ts). */
 const OWN_TEST = new Set(['ferry-plans.json']);
 function dashboardTargets(): Target[] {
   const out: Target[] = [];
   for (const file of dashboardFiles().filter((f) => !OWN_TEST.has(path.basename(f)))) {
-    const d = JSON.parse(readFileSync(file, 'utf8'));
-    const walk = (panels: any[]) => {
+    const d = JSON.parse(readFileSync(file, 'utf8')) as Dashboard;
+    const walk = (panels: Panel[] | undefined) => {
       for (const p of panels || []) {
         for (const t of p.targets || []) if (t.expr) out.push({ file: path.basename(file), panel: p.title, legend: t.legendFormat || '', expr: t.expr });
         walk(p.panels);
@@ -61,10 +76,10 @@ describe('deploy: Prometheus and Grafana against the running services', function
 
   const query = async (expr: string) => {
     const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
-    return { http: r.status, ...(await r.json()) as { status: string; error?: string; data?: { resultType: string; result: any[] } } };
+    return { http: r.status, ...(await r.json()) as { status: string; error?: string; data?: { resultType: string; result: PromSample[] } } };
   };
   const waitState = (id: string) => until(async () => {
-    const r = await req(gw.url, 'GET', `/jobs/${id}`);
+    const r = await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`);
     return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(r.body?.state) && r.body;
   }, 60000, `job ${id} to finish`);
 
@@ -78,7 +93,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
     const worker = await startWorkerWithMetrics(env, 'prom-worker', ['img_tool']);
     procs.push(worker);
     const workerPort = worker.metricsPort;
-    await waitForPort(daemonPort, 30000).catch((e) => { throw new Error(`${e.message}\n${daemon.logs.join('')}`); });
+    await waitForPort(daemonPort, 30000).catch((e: Error) => { throw new Error(`${e.message}\n${daemon.logs.join('')}`); });
 
     // Prometheus with the project's rule files and a 1 s scrape interval, on a free port.
     const promPort = await freePort();
@@ -96,11 +111,11 @@ describe('deploy: Prometheus and Grafana against the running services', function
     execFileSync('promtool', ['check', 'config', path.join(dir, 'prometheus.yml')], { stdio: 'pipe' });
     prom = spawn('prometheus', [`--config.file=${path.join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(dir, 'data')}`,
       `--web.listen-address=127.0.0.1:${promPort}`, '--log.level=warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    prom.stderr!.on('data', (b) => promLogs.push(b.toString()));
+    prom.stderr!.on('data', (b: Buffer) => promLogs.push(b.toString()));
     await until(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30000, `prometheus ready\n${promLogs.join('')}`);
     await until(async () => {
-      const r = await fetch(`${promUrl}/api/v1/targets`).then((x) => x.json()) as any;
-      return r.data.activeTargets.length === 3 && r.data.activeTargets.every((t: any) => t.health === 'up');
+      const r = await fetch(`${promUrl}/api/v1/targets`).then((x) => x.json()) as PromTargets;
+      return r.data.activeTargets.length === 3 && r.data.activeTargets.every((t) => t.health === 'up');
     }, 30000, 'all three targets up');
 
     // Real jobs: noops, one that fails, a conversion, and one no worker can serve (needs lvm_tools).
@@ -114,7 +129,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
     expect((await waitState('noop-fail')).state).to.equal('FAILED');
     // An SSE client open while Prometheus scrapes.
     const sse = await fetch(`${gw.url}/jobs/stuck/events/stream`);
-    (globalThis as any).__ferrySse = sse;
+    (globalThis as typeof globalThis & { __ferrySse?: Response }).__ferrySse = sse;
     await until(async () => {
       const r = await query('max(svc_migration_total{status="completed"})');
       return Number(r.data?.result[0]?.value[1]) >= 4;
@@ -124,7 +139,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
   });
 
   after(async () => {
-    await ((globalThis as any).__ferrySse as Response | undefined)?.body?.cancel().catch(tolerate('closing the SSE stream'));
+    await (globalThis as typeof globalThis & { __ferrySse?: Response }).__ferrySse?.body?.cancel().catch(tolerate('closing the SSE stream'));
     if (prom && prom.exitCode === null) { const gone = new Promise((r) => prom!.once('exit', r)); prom.kill('SIGTERM'); await gone; }
     await Promise.all(procs.map((p) => p.stop()));
     await gw?.stop();
@@ -144,14 +159,14 @@ describe('deploy: Prometheus and Grafana against the running services', function
   });
 
   it('Grafana provisioning points the dashboards at the provisioned datasource', () => {
-    const ds = yaml.load(readFileSync(path.join(GRAFANA_DIR, 'provisioning', 'datasources', 'prometheus.yml'), 'utf8')) as any;
+    const ds = yaml.load(readFileSync(path.join(GRAFANA_DIR, 'provisioning', 'datasources', 'prometheus.yml'), 'utf8')) as { datasources: Array<{ uid: string }> };
     const uid = ds.datasources[0].uid;
     const files = dashboardFiles();
     expect(files.length).to.be.greaterThan(0);
     for (const f of files) {
-      const d = JSON.parse(readFileSync(f, 'utf8'));
+      const d = JSON.parse(readFileSync(f, 'utf8')) as Dashboard;
       expect(d.uid, f).to.be.a('string');
-      const walk = (ps: any[]): void => ps?.forEach((p) => {
+      const walk = (ps: Panel[] | undefined): void => ps?.forEach((p) => {
         if (p.type !== 'row') expect(p.datasource?.uid, `${f}: ${p.title}`).to.equal(uid);
         walk(p.panels);
       });
@@ -184,14 +199,14 @@ describe('deploy: Prometheus and Grafana against the running services', function
 
   it('the autoscaling queries (KEDA ScaledObject, prometheus-adapter rule) parse and return the queue depth', async () => {
     const k8s = path.join(ROOT, 'deploy', 'k8s', 'scaling');
-    const keda = yaml.loadAll(readFileSync(path.join(k8s, 'keda-scaledobject.yaml'), 'utf8')) as any[];
+    const keda = yaml.loadAll(readFileSync(path.join(k8s, 'keda-scaledobject.yaml'), 'utf8')) as ScaledObject[];
     for (const so of keda) {
       const r = await query(so.spec.triggers[0].metadata.query);
       expect(r.status, `${so.metadata.name}: ${r.error}`).to.equal('success');
       if (so.metadata.name === 'ferry-worker') expect(r.data!.result.length, so.metadata.name).to.equal(1);
     }
-    const adapter = (yaml.loadAll(readFileSync(path.join(k8s, 'hpa.yaml'), 'utf8')) as any[]).find((d) => d.kind === 'ConfigMap');
-    const rule = (yaml.load(adapter.data['config.yaml']) as any).externalRules[0];
+    const adapter = (yaml.loadAll(readFileSync(path.join(k8s, 'hpa.yaml'), 'utf8')) as K8sObject[]).find((d) => d.kind === 'ConfigMap')!;
+    const rule = (yaml.load(adapter.data['config.yaml']) as { externalRules: Array<{ metricsQuery: string }> }).externalRules[0];
     const r = await query(rule.metricsQuery.replace('<<.LabelMatchers>>', 'queue="jobs.lvm_tools"'));
     expect(r.status, r.error).to.equal('success');
     expect(Number(r.data!.result[0]?.value[1])).to.equal(1); // the stuck job
@@ -199,7 +214,7 @@ describe('deploy: Prometheus and Grafana against the running services', function
 
   it('every alert expression parses and evaluates; the no-matching-worker condition holds for the stuck queue', async () => {
     const files = readdirSync(path.join(PROM_DIR, 'rules')).filter((f) => f.endsWith('.yml'));
-    const rules = files.flatMap((f) => (yaml.load(readFileSync(path.join(PROM_DIR, 'rules', f), 'utf8')) as any).groups.flatMap((g: any) => g.rules));
+    const rules = files.flatMap((f) => (yaml.load(readFileSync(path.join(PROM_DIR, 'rules', f), 'utf8')) as RuleFile).groups.flatMap((g) => g.rules));
     expect(rules.length).to.be.greaterThan(5);
     for (const rule of rules) {
       const r = await query(rule.expr);
@@ -207,16 +222,16 @@ describe('deploy: Prometheus and Grafana against the running services', function
     }
     // Prometheus itself loaded and evaluated every rule without error.
     const loaded = await until(async () => {
-      const r = await fetch(`${promUrl}/api/v1/rules`).then((x) => x.json()) as any;
-      const all = r.data.groups.flatMap((g: any) => g.rules);
-      return all.length === rules.length && all.every((x: any) => x.lastEvaluation && !x.lastEvaluation.startsWith('0001')) && all;
+      const r = await fetch(`${promUrl}/api/v1/rules`).then((x) => x.json()) as PromRules;
+      const all = r.data.groups.flatMap((g) => g.rules);
+      return all.length === rules.length && all.every((x) => x.lastEvaluation && !x.lastEvaluation.startsWith('0001')) && all;
     }, 10000, 'all rules evaluated');
-    expect(loaded.filter((x: any) => x.health !== 'ok').map((x: any) => `${x.name}: ${x.lastError}`)).to.deep.equal([]);
-    const noWorker = rules.find((x: any) => x.alert === 'FerryQueueNoMatchingWorker');
+    expect(loaded.filter((x) => x.health !== 'ok').map((x) => `${x.name}: ${x.lastError}`)).to.deep.equal([]);
+    const noWorker = rules.find((x) => x.alert === 'FerryQueueNoMatchingWorker')!;
     const r = await query(noWorker.expr);
-    expect(r.data!.result.map((x: any) => x.metric.queue)).to.deep.equal(['jobs.lvm_tools']);
+    expect(r.data!.result.map((x) => x.metric.queue)).to.deep.equal(['jobs.lvm_tools']);
     // ... and the alert is pending (its `for` has not elapsed).
-    const alerts = await fetch(`${promUrl}/api/v1/alerts`).then((x) => x.json()) as any;
-    expect(alerts.data.alerts.filter((a: any) => a.labels.alertname === 'FerryQueueNoMatchingWorker').map((a: any) => [a.labels.queue, a.state])).to.deep.equal([['jobs.lvm_tools', 'pending']]);
+    const alerts = await fetch(`${promUrl}/api/v1/alerts`).then((x) => x.json()) as PromAlerts;
+    expect(alerts.data.alerts.filter((a) => a.labels.alertname === 'FerryQueueNoMatchingWorker').map((a) => [a.labels.queue, a.state])).to.deep.equal([['jobs.lvm_tools', 'pending']]);
   });
 });

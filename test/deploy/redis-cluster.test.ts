@@ -10,10 +10,15 @@ import path from 'node:path';
 import { freePort, waitForPort } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobList, JobStatus } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
 import IORedis, { Cluster } from 'ioredis';
 import { Bus, channelName } from '../../queue/bus';
 import { keys } from '../../shared/redis';
+
+/** What the test reads of a Bus's internals: its subscriber connection (private in Bus; ioredis's Cluster keeps
+ *  its subscriber untyped). */
+interface BusInternals { sub: { subscriber?: { getInstance(): { options: { port: number } } | undefined } } }
 
 const cli = (port: number, ...args: string[]) => execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -44,7 +49,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
   const run = async (id: string, body: object) => {
     const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, ...body });
     expect(r.status, `${JSON.stringify(r.body)}\n${gw.logs.slice(-5).join('')}`).to.equal(201);
-    return until(async () => { const j = await req(gw.url, 'GET', `/jobs/${id}`); return j.body?.is_terminal && j.body; }, 60000, `job ${id}`);
+    return until(async () => { const j = await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`); return j.body?.is_terminal && j.body; }, 60000, `job ${id}`);
   };
 
   before(async () => {
@@ -112,7 +117,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
       }
     };
     for (let i = 0; i < 4; i++) await submit(`f-before-${i}`);
-    await until(async () => (await req(gw.url, 'GET', '/jobs?state=RUNNING')).body?.total === 2, 10000, 'two jobs running');
+    await until(async () => (await req<JobList>(gw.url, 'GET', '/jobs?state=RUNNING')).body?.total === 2, 10000, 'two jobs running');
 
     // A Bus of this process subscribed through the node about to die (ioredis picks a random node per subscriber
     // connection; internals read to find it): it must resubscribe elsewhere and keep receiving.
@@ -124,7 +129,8 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
       buses.push(b);
       cleanup.push(() => b.close());
       await b.on('webhooks', (m) => { heard.push(String(m)); }); // a channel nobody else in this test publishes on
-      if ((b as any).sub.subscriber?.getInstance()?.options.port === owner.port) bus = b;
+      // as unknown as: the fields read are private to Bus and untyped in ioredis, so no declared type has them.
+      if ((b as unknown as BusInternals).sub.subscriber?.getInstance()?.options.port === owner.port) bus = b;
     }
     expect(bus, 'a Bus subscribed through the {ferry} primary').to.not.be.oneOf([null, undefined]);
     for (const b of buses) if (b !== bus) await b.close();
@@ -173,7 +179,7 @@ describe('deploy: Redis Cluster (3 primaries + 3 replicas)', function () {
       submitted.push(`f-after-${j}`);
     }
     // Every accepted job completes: none lost, none failed by the outage.
-    const snapshot = () => Promise.all(submitted.map(async (id) => [id, (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state ?? 'MISSING'] as const));
+    const snapshot = () => Promise.all(submitted.map(async (id) => [id, (await req<Partial<JobStatus>>(gw.url, 'GET', `/jobs/${id}`)).body?.state ?? 'MISSING'] as const));
     let states = await snapshot();
     for (const end = Date.now() + 30000; Date.now() < end && states.some(([, s]) => !['COMPLETED', 'FAILED', 'CANCELLED', 'MISSING'].includes(s)); states = await snapshot()) await sleep(250);
     expect(Object.fromEntries(states.filter(([, s]) => s !== 'COMPLETED')), `${gw.logs.slice(-5).join('')}\n${procs[0].logs.slice(-5).join('')}`).to.deep.equal({});

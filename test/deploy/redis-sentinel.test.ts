@@ -10,6 +10,7 @@ import IORedis from 'ioredis';
 import { freePort, waitForPort } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobList, JobStatus } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
 
 const MASTER = 'mymaster';
@@ -58,7 +59,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
   const run = async (id: string, body: object) => {
     const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, ...body });
     expect(r.status, `${JSON.stringify(r.body)}\n${gw.logs.slice(-5).join('')}`).to.equal(201);
-    return until(async () => { const j = await req(gw.url, 'GET', `/jobs/${id}`); return j.body?.is_terminal && j.body; }, 30000, `job ${id}`);
+    return until(async () => { const j = await req<JobStatus | undefined>(gw.url, 'GET', `/jobs/${id}`); return j.body?.is_terminal && j.body; }, 30000, `job ${id}`);
   };
 
   before(async () => {
@@ -137,7 +138,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
       }
     };
     for (let i = 0; i < 6; i++) await submit(`f-before-${i}`, earlier);
-    await until(async () => (await req(gw.url, 'GET', '/jobs?state=RUNNING')).body?.total === 2, 10000, 'two jobs running, four queued');
+    await until(async () => (await req<JobList | undefined>(gw.url, 'GET', '/jobs?state=RUNNING')).body?.total === 2, 10000, 'two jobs running, four queued');
     const subsBefore = subscribers(primary.port);
     expect(subsBefore, 'gateway and worker subscribed on the primary').to.be.at.least(2);
 
@@ -175,7 +176,7 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
 
     const all = [...earlier, ...later];
     const snapshot = async () => new Map(await Promise.all(all.map(async (id) => {
-      const r = await req(gw.url, 'GET', `/jobs/${id}`);
+      const r = await req<JobStatus | undefined>(gw.url, 'GET', `/jobs/${id}`);
       return [id, r.status === 404 ? 'MISSING' : r.body?.state ?? `HTTP ${r.status}`] as const;
     })));
     let states = await snapshot();
@@ -212,14 +213,14 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     // A job running when the link breaks, so that its completion is among the writes the replica misses.
     const r0 = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'p-running', operation: 'noop', parameters: { steps: 2, sleep_ms: 1500 } });
     expect(r0.status).to.equal(201);
-    await until(async () => (await req(gw.url, 'GET', '/jobs/p-running')).body?.state === 'RUNNING', 10000, 'p-running running');
+    await until(async () => (await req<JobStatus | undefined>(gw.url, 'GET', '/jobs/p-running')).body?.state === 'RUNNING', 10000, 'p-running running');
     await until(() => cli(old.port, 'hget', 'ferry:job:p-running', 'state').trim() === 'RUNNING', 5000, 'the replica seeing p-running RUNNING');
 
     // Cut the replica off (a partition, as far as replication goes): a wrong masterauth makes its reconnect fail.
     cli(old.port, 'config', 'set', 'masterauth', 'not-the-password');
     cli(replica.port, 'client', 'kill', 'type', 'replica');
     await until(() => info(old.port).master_link_status === 'down' && info(replica.port).connected_slaves === '0', 5000, 'replication link down');
-    await until(async () => (await req(gw.url, 'GET', '/jobs/p-running')).body?.state === 'COMPLETED', 10000, 'p-running completed on the primary');
+    await until(async () => (await req<JobStatus | undefined>(gw.url, 'GET', '/jobs/p-running')).body?.state === 'COMPLETED', 10000, 'p-running completed on the primary');
     const r1 = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'p-lost', operation: 'noop', parameters: { steps: 1 } });
     expect(r1.status, JSON.stringify(r1.body)).to.equal(201); // acknowledged ...
     const offsetAtKill = Number(info(replica.port).master_repl_offset);
@@ -236,8 +237,8 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     expect(lost.status, JSON.stringify(lost.body)).to.equal(404);
     expect(cli(old.port, '--scan', '--pattern', '*p-lost*').trim(), 'no trace of p-lost (record, history, queue entry)').to.equal('');
     // The lost completion of p-running is redone (at-least-once): it runs again and completes.
-    const pr = await until(async () => { const j = (await req(gw.url, 'GET', '/jobs/p-running')).body; return j?.is_terminal && j; }, 20000, 'p-running terminal again')
-      .catch(async (e) => { // what to look at when it does not recover
+    const pr = await until(async () => { const j = (await req<JobStatus | undefined>(gw.url, 'GET', '/jobs/p-running')).body; return j?.is_terminal && j; }, 20000, 'p-running terminal again')
+      .catch(async (e: Error) => { // what to look at when it does not recover
         throw new Error(`${e.message}\n${JSON.stringify((await req(gw.url, 'GET', '/jobs/p-running')).body)}\nkeys: ${cli(old.port, 'keys', '*p-running*')}\n${worker.logs.join('').slice(-3000)}\n${gw.logs.join('').slice(-2000)}`);
       });
     expect(pr.state, JSON.stringify(pr.state_history)).to.equal('COMPLETED');
@@ -247,6 +248,6 @@ describe('deploy: Redis Sentinel (primary + replica + 3 sentinels)', function ()
     expect(gw.proc.exitCode ?? gw.proc.signalCode).to.equal(null);
     expect(worker.proc.exitCode ?? worker.proc.signalCode).to.equal(null);
     console.log(`      old primary back as a replica in ${(rejoinedAfter / 1000).toFixed(1)} s; cut-off replica promoted ${(promotedAfter / 1000).toFixed(1)} s after the kill, `
-      + `${offsetAtKill - received} replication bytes lost: p-lost (acknowledged 201) is gone (404), p-running's completion was lost and redone: ${pr.state_history.map((h: any) => h.to ?? h.state).join(' > ')}`);
+      + `${offsetAtKill - received} replication bytes lost: p-lost (acknowledged 201) is gone (404), p-running's completion was lost and redone: ${pr.state_history.map((h: { state: string; to?: string }) => h.to ?? h.state).join(' > ')}`);
   });
 });

@@ -22,6 +22,8 @@ import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixAction } from '../../shared/converter/types';
 
 const BOOT_TIMEOUT = 600;
 
@@ -48,13 +50,13 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
     });
     const cli = await ferryConvert(['--config', cfg]);
 
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as PipelineReport;
     keepOnFailure('guest-btrfs-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
-      expect(ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
     expect(cli.code, cli.stderr).to.equal(0);
-    const actions = report.stages.fix.result.actions as any[];
+    const actions = report.stages.fix.result!.actions as FixAction[];
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
 
     // Read back independently: UUID= with each subvol= kept, GRUB's kernel line on the UUID and the subvolume.

@@ -25,6 +25,8 @@ import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixAction } from '../../shared/converter/types';
 
 const BOOT_TIMEOUT = 600;
 const RENDERED = '/etc/netplan/50-cloud-init.yaml';
@@ -54,15 +56,15 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
     });
     const cli = await ferryConvert(['--config', cfg]);
 
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as PipelineReport;
     const outputLog = report.test_boot?.console_log ?? '';
     keepOnFailure('guest-cloud-init-output', outputLog, () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
-      expect(ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
       expect(readFileSync(outputLog, 'latin1'), 'cloud-init ran in the output\'s boot').to.match(/Cloud-init v\. \S+ running 'init-local'/);
     });
     expect(cli.code, cli.stderr).to.equal(0);
-    const actions = report.stages.fix.result.actions as any[];
+    const actions = report.stages.fix.result!.actions as FixAction[];
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(actions.filter((a) => a.action === 'cloud_init').map((a) => a.status)).to.deep.equal(['done']);
 
@@ -84,7 +86,7 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
     // The guest's marker gives its verdict after 180 s without the address; here after as long as the whole held
     // boot took to show READY (+30 s): the address came up within that on the same disk with the hold, and nothing
     // but the hold differs, so waiting longer only costs time.
-    const verdictAfter = Math.ceil(report.test_boot.seconds as number) + 30;
+    const verdictAfter = Math.ceil(report.test_boot!.seconds) + 30;
     const w = await GuestSession.open([{ path: overlay, format: 'qcow2' }]);
     try {
       await w.cmd('mount', '/dev/sda1', '/');

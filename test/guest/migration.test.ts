@@ -19,6 +19,15 @@ import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, DS, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
+import type { JobStatus, MigrationSubmitted } from '../helpers/api-types';
+import type { TestBootResult } from '../../shared/converter/testboot';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+
+/** What the test reads of a migration job's result (services/worker/operations/migration-stages.ts afterExport). */
+type MigrationResult = {
+  domain: string; uuid: string; virt_uri: string; boot: TestBootResult;
+  conversion: { summary: PipelineReport['summary'] };
+};
 
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const NETWORK = 'ferry-migration';
@@ -71,20 +80,20 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
   });
 
   it('exports, repairs, imports and boots: COMPLETED only once the domain console shows the marker', async () => {
-    const r = await req(daemon.url, 'POST', '/jobs/submit', {
+    const r = await req<MigrationSubmitted>(daemon.url, 'POST', '/jobs/submit', {
       name: 'debian12-to-kvm', vm_path: vmPath,
       source: { type: 'vsphere' }, destination: { type: 'kvm', virt_uri: lv.uri },
       options: { network_mapping: { 'VM Network': NETWORK }, virt_test: { expect: g.ready.source, timeout_seconds: 1800 } },
     });
     expect(r.status, r.text).to.equal(200);
-    const id = r.body.job_id as string;
-    const j = await until(async () => { const x = (await req(gw.url, 'GET', `/jobs/${id}`)).body; return x.is_terminal && x; }, 3 * 3600 * 1000, `job ${id} to finish`);
+    const id = r.body.job_id;
+    const j = await until(async () => { const x = (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body; return x.is_terminal && x; }, 3 * 3600 * 1000, `job ${id} to finish`);
     const consoleLog = path.join(dir, 'exports', id, 'debian12.console.log');
     if (j.state !== 'COMPLETED' && existsSync(consoleLog)) { mkdirSync(ARTIFACTS, { recursive: true }); copyFileSync(consoleLog, path.join(ARTIFACTS, 'migration-debian12.console.log')); }
     expect(j.state, JSON.stringify(j.state_history.slice(-3))).to.equal('COMPLETED');
 
     // The result names the domain, and libvirt agrees: running, same UUID, virtio disk and NIC, the VM's MAC.
-    const res = j.result;
+    const res = j.result as MigrationResult;
     expect(res).to.include({ domain: 'debian12', virt_uri: lv.uri });
     expect((await lv.virsh(['domstate', 'debian12'])).trim()).to.equal('running');
     expect((await lv.virsh(['domuuid', 'debian12'])).trim()).to.equal(res.uuid);
@@ -96,7 +105,7 @@ describe('a whole migration of the real Debian guest: vSphere -> repair -> libvi
 
     // The boot that decided it: the marker, on the interface renamed to the virtio NIC's name, with its address.
     expect(res.boot.status).to.equal('passed');
-    const m = g.ready.exec(res.boot.matched);
+    const m = g.ready.exec(res.boot.matched!);
     expect(m, res.boot.matched).to.not.equal(null);
     expect(m![1]).to.equal(kvmNicName(0));
     expect(xml).to.match(/<address type=['"]pci['"] domain=['"]0x0000['"] bus=['"]0x01['"] slot=['"]0x00['"] function=['"]0x0['"]\/>\s*<\/interface>/);

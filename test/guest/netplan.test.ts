@@ -24,6 +24,9 @@ import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixAction } from '../../shared/converter/types';
 
 const BOOT_TIMEOUT = 600;
 
@@ -60,15 +63,15 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
     });
     const sub = await req(gw, 'POST', '/jobs?queue=true', { job_id: 'guest-netplan', operation: 'migrate', parameters: { manifest, virt_test: { expect: ready.source, timeout_seconds: BOOT_TIMEOUT, memory_mib: 1024 } } });
     expect(sub.status, sub.text).to.equal(201);
-    const final = await until(async () => { const j = (await req(gw, 'GET', '/jobs/guest-netplan')).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, 'the migrate job');
+    const final = await until(async () => { const j = (await req<JobStatus>(gw, 'GET', '/jobs/guest-netplan')).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, 'the migrate job');
 
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as PipelineReport;
     keepOnFailure('guest-netplan-output', report.test_boot?.console_log ?? '', () => {
       expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');
       expect(report.test_boot, 'the outputs\' test boot').to.include({ status: 'passed' });
-      expect(ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
-    const actions = report.stages.fix.result.actions as any[];
+    const actions = report.stages.fix.result!.actions as FixAction[];
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(actions.filter((a) => a.action === 'nic_names' && a.file === '/etc/netplan/01-vmware.yaml').map((a) => a.status)).to.deep.equal(['done']);
 

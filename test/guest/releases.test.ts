@@ -23,6 +23,7 @@ import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
+import type { FixedReport } from '../helpers/api-types';
 
 const BOOT_TIMEOUT = 900;
 
@@ -56,13 +57,13 @@ for (const variant of ['debian11', 'debian13'] as const) {
       });
       const cli = await ferryConvert(['--config', cfg]);
 
-      const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
       keepOnFailure(`guest-${variant}-output`, report.test_boot?.console_log ?? '', () => {
         expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
-        expect(g.ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+        expect(g.ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
       });
       expect(cli.code, cli.stderr).to.equal(0);
-      const actions = report.stages.fix.result.actions as any[];
+      const actions = report.stages.fix.result.actions;
       expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
 
       // Read back independently, in one read-only appliance.

@@ -18,19 +18,22 @@ import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../f
 import { keepOnFailure } from '../helpers/boot-logs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixAction } from '../../shared/converter/types';
 
 const BOOT_TIMEOUT = 420;
 
 /** The boot judged in the report: passed on the marker, naming the interface the guest configured, with its address. */
-function expectBooted(name: string, g: DebianGuest, report: any) {
+function expectBooted(name: string, g: DebianGuest, report: PipelineReport) {
   keepOnFailure(`guest-repair-${name}`, report?.test_boot?.console_log, () => {
     expect(report.test_boot, 'test boot').to.include({ status: 'passed' });
-    const m = g.ready.exec(report.test_boot.matched);
-    expect(m, `marker ${report.test_boot.matched}`).to.not.equal(null);
+    const m = g.ready.exec(report.test_boot!.matched!);
+    expect(m, `marker ${report.test_boot!.matched}`).to.not.equal(null);
     // The interface is renamed to what the virtio NIC is called on KVM (in Ferry's layout, where the test boot
     // puts it) and comes up configured as before, with its static address.
     expect(m![1]).to.equal(kvmNicName(0));
-    const consoleText = readFileSync(report.test_boot.console_log, 'latin1');
+    const consoleText = readFileSync(report.test_boot!.console_log, 'latin1');
     expect(consoleText).to.match(g.ready);
     expect(consoleText).to.match(new RegExp(`virtio_net \\S+ ${kvmNicName(0)}: renamed from eth0`));
   });
@@ -68,14 +71,14 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
     };
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: jobId, operation: 'migrate', parameters: { manifest, virt_test: { expect: g.ready.source, timeout_seconds: BOOT_TIMEOUT, memory_mib: 1024 } } });
     expect(sub.status, sub.text).to.equal(201);
-    const final = await until(async () => { const j = (await req(gw.url, 'GET', `/jobs/${jobId}`)).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, `job ${jobId} finished`);
+    const final = await until(async () => { const j = (await req<JobStatus>(gw.url, 'GET', `/jobs/${jobId}`)).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, `job ${jobId} finished`);
 
-    const report = JSON.parse(readFileSync(path.join(jobOut, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(jobOut, 'report.json'), 'utf8')) as PipelineReport;
     expectBooted(`${variant}-job`, g, report);
     expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');
 
     // What the report says held at the end, read back by Ferry itself: every check done, none failed.
-    const verify = (report.stages.fix.result.actions as any[]).filter((a) => a.action === 'verify');
+    const verify = (report.stages.fix.result!.actions as FixAction[]).filter((a) => a.action === 'verify');
     expect(verify.filter((a) => a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(verify.map((a) => a.check)).to.include.members(['/etc/fstab', '/etc/default/grub', '/boot/grub/grub.cfg', 'source hypervisor tools']);
 

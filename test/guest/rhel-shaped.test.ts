@@ -24,6 +24,7 @@ import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
+import type { FixedReport } from '../helpers/api-types';
 
 const BOOT_TIMEOUT = 900;
 
@@ -59,13 +60,13 @@ describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devi
     });
     const cli = await ferryConvert(['--config', cfg]);
 
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
     keepOnFailure('guest-rhel-shaped-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
-      expect(ready(g).exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(ready(g).exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
     expect(cli.code, cli.stderr).to.equal(0);
-    const actions = report.stages.fix.result.actions as any[];
+    const actions = report.stages.fix.result.actions;
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(actions.filter((a) => a.action === 'disk_pins' && a.status === 'done').map((a) => a.file)).to.include('/etc/lvm/devices/system.devices');
     expect(actions.filter((a) => a.action === 'regen_initramfs' && a.status === 'done').map((a) => a.detail)).to.include.members([

@@ -21,6 +21,7 @@ import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { ferryConvert } from '../helpers/procs';
+import type { FixedReport } from '../helpers/api-types';
 
 const BOOT_TIMEOUT = 900;
 
@@ -51,15 +52,15 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
     });
     const cli = await ferryConvert(['--config', cfg]);
 
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
     keepOnFailure('guest-uefi-output', report.test_boot?.console_log ?? '', () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed', firmware: 'uefi' });
-      expect(g.ready.exec(report.test_boot.matched)![1]).to.equal(kvmNicName(0));
+      expect(g.ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
     expect(cli.code, cli.stderr).to.equal(0);
-    expect(report.firmware.firmware).to.equal('uefi');
-    expect(report.firmware.reason).to.match(/^the guest boots only through UEFI: a gpt disk with an EFI system partition \/dev\/sda1 on \/boot\/efi holding \\EFI\\debian\\\{grubx64\.efi\}, and no GRUB for BIOS/);
-    const actions = report.stages.fix.result.actions as any[];
+    expect(report.firmware!.firmware).to.equal('uefi');
+    expect(report.firmware!.reason).to.match(/^the guest boots only through UEFI: a gpt disk with an EFI system partition \/dev\/sda1 on \/boot\/efi holding \\EFI\\debian\\\{grubx64\.efi\}, and no GRUB for BIOS/);
+    const actions = report.stages.fix.result.actions;
     expect(actions.filter((a) => a.action === 'uefi_fallback').map((a) => [a.status, a.detail])).to.deep.equal([['done', '\\EFI\\debian\\grubx64.efi -> \\EFI\\BOOT\\BOOTX64.EFI']]);
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
 

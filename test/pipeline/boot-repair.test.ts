@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { judgeAdded, judgeConsole } from '../../shared/converter/boot-judge';
+import type { BootVerdict } from '../../shared/converter/boot-judge';
 import { againAfterTimerPanic, TestBootResult } from '../../shared/converter/testboot';
 import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
 import type { FstabContext } from '../../shared/converter/fstab';
@@ -36,7 +37,7 @@ describe('boot judge (the console decides, at once)', () => {
   it('the initramfs giving up on the root device is failed, naming why', () => {
     const v = judgeConsole(STUCK, marker);
     expect(v.status).to.equal('failed');
-    expect((v as any).detail).to.equal('the initramfs gave up waiting for the root device: the serial console showed "Gave up waiting for root file system device"');
+    expect((v as Extract<BootVerdict, { status: 'failed' }>).detail).to.equal('the initramfs gave up waiting for the root device: the serial console showed "Gave up waiting for root file system device"');
     expect(judgeConsole(STUCK.replace(/^Gave up.*$/m, ''), marker)).to.include({ status: 'failed', matched: 'ALERT!  /dev/sda1 does not exist.  Dropping to a shell!' });
   });
   it('recognises a kernel panic, emergency mode, GRUB prompts and a bare initramfs prompt', () => {
@@ -53,7 +54,7 @@ describe('boot judge (the console decides, at once)', () => {
     for (const [text, reason] of cases) {
       const v = judgeConsole(text, marker);
       expect(v.status, text).to.equal('failed');
-      expect((v as any).detail, text).to.match(reason);
+      expect((v as Extract<BootVerdict, { status: 'failed' }>).detail, text).to.match(reason);
     }
   });
   it('a serial port announced late (a starved host) is not a failed boot: the guest goes on to its marker', () => {
@@ -100,7 +101,7 @@ describe('boot judge (the console decides, at once)', () => {
     // Past the overlap: 16 KiB of boot noise first; the marker and the failure split across chunk boundaries.
     const noise = Array.from({ length: 300 }, (_, i) => `[  ${i}.000] probing device ${i} of the AHCI bus, nothing here`).join('\n') + '\n';
     // The same status; the matched text as far as it had arrived (a runner stops at the first chunk that matches).
-    const same = (a: any, b: any, what: string) => { expect(a.status, what).to.equal(b.status); expect(b.matched.startsWith(a.matched), `${what}: ${a.matched}`).to.equal(true); };
+    const same = (a: { status: string; matched?: string }, b: BootVerdict, what: string) => { expect(a.status, what).to.equal(b.status); expect((b as Extract<BootVerdict, { matched: string }>).matched.startsWith(a.matched!), `${what}: ${a.matched}`).to.equal(true); };
     for (const size of [13, 512, 4096]) {
       const up = `${noise}FERRY-GUEST-UP iface=enp1s0 addr=10.0.2.15/24\n`;
       same(stream(up, size, marker), judgeConsole(up, marker), `marker, chunks of ${size}`);

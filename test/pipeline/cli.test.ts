@@ -8,15 +8,33 @@ import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
+import type { ImageInfo } from '../../shared/qemu';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixAction } from '../../shared/converter/types';
+import type { FstabChange } from '../../shared/converter/fstab';
 import { makeImage, makeBootableImage } from '../helpers/images';
 import { startSshd, TestSshd } from '../helpers/sshd';
 import { CommandRun as Run, ferryConvert } from '../helpers/procs';
 import { buildGuests } from '../fixtures/guests';
 
+/** qemu-img info --output=json (format-specific: qcow2's, absent for raw). */
+type QemuInfo = ImageInfo & { 'format-specific'?: { data: Record<string, unknown> } };
+/** report.json, with the stage results these tests read (validate's checks, inspect's guest, fix's actions). */
+type Report = PipelineReport & { stages: {
+  validate: { result: { checks: Record<string, unknown>[] } };
+  inspect: { result: { guest: Record<string, unknown> } };
+  fix: { result: { actions: Array<FixAction & { changes: FstabChange[] }> } };
+} };
+/** batch-summary.json (services/converter/cli.ts); an entry that did not run has no times. */
+interface BatchSummary {
+  total: number; succeeded: number; failed: number; not_run: number; duration_seconds: number;
+  migrations: Array<{ index: number; to_output: string; ok: boolean; error?: string; report?: string; output?: string; seconds?: number; started_at?: string; finished_at?: string }>;
+}
+
 const BIN = path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js');
 const NO_FIX = { fstab_mode: 'preserve', update_grub: false, regen_initramfs: false };
 
-const qemuInfo = (f: string) => JSON.parse(execFileSync('qemu-img', ['info', '--output=json', f], { encoding: 'utf8' }));
+const qemuInfo = (f: string) => JSON.parse(execFileSync('qemu-img', ['info', '--output=json', f], { encoding: 'utf8' })) as QemuInfo;
 const identical = (a: string, af: string, b: string, bf: string) => {
   try { execFileSync('qemu-img', ['compare', '-q', '-f', af, '-F', bf, a, b]); return true; } catch { return false; }
 };
@@ -49,9 +67,9 @@ describe('ferry-convert command line', function () {
       const info = qemuInfo(output);
       expect(info.format).to.equal('qcow2');
       expect(info['virtual-size']).to.equal(16 * 1024 * 1024);
-      expect(['zstd', 'zlib']).to.include(info['format-specific'].data['compression-type']);
+      expect(['zstd', 'zlib']).to.include(info['format-specific']!.data['compression-type']);
       expect(identical(srcA, 'vmdk', output, 'qcow2')).to.equal(true);
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report.success).to.equal(true);
       expect(report.stages.fix).to.include({ enabled: false, success: null });
       expect(report.stages.validate.result.checks[0]).to.include({ compare: 'identical to source', integrity: 'ok' });
@@ -120,9 +138,9 @@ describe('ferry-convert command line', function () {
       const cfg = writeConfig('virt-ok.yaml', { command: 'local', vmdk: src, output_dir: out, to_output: 'boot.qcow2', ...NO_FIX, virt_test: true, vm_name: 'ferry-test-vm', memory: 256, vcpus: 1, virt_test_expect: 'FERRY-BOOT-OK', virt_test_timeout: 60 });
       const r = await ferryConvert(['--config', cfg]);
       expect(r.code, r.stderr).to.equal(0);
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report.test_boot).to.include({ status: 'passed', matched: 'FERRY-BOOT-OK', detail: 'the serial console showed "FERRY-BOOT-OK"' });
-      expect(report.test_boot.console_tail).to.contain('FERRY-BOOT-OK');
+      expect(report.test_boot!.console_tail).to.contain('FERRY-BOOT-OK');
       expect(report.artifacts[0].sha256).to.equal(await sha256File(path.join(out, 'boot.qcow2')));
       expect(identical(src, 'vmdk', path.join(out, 'boot.qcow2'), 'qcow2')).to.equal(true);
       expect(r.stderr).to.match(/test boot \((kvm|tcg), bios\): passed/);
@@ -133,9 +151,9 @@ describe('ferry-convert command line', function () {
       const cfg = writeConfig('virt-bad.yaml', { command: 'local', vmdk: srcB, output_dir: out, to_output: 'noboot.qcow2', ...NO_FIX, virt_test: true, virt_test_timeout: 120 });
       const r = await ferryConvert(['--config', cfg]);
       expect(r.code).to.equal(1);
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report.success).to.equal(false);
-      expect(report.test_boot.status).to.equal('failed');
+      expect(report.test_boot!.status).to.equal('failed');
       expect(report.errors[0]).to.match(/^virt_test: the test boot failed: the VM stopped by itself before the console showed a boot milestone/);
       expect(report.artifacts[0].path).to.equal(path.join(out, 'noboot.qcow2'));
       expect(existsSync(path.join(out, 'noboot.qcow2'))).to.equal(true);
@@ -148,10 +166,10 @@ describe('ferry-convert command line', function () {
       const r = await ferryConvert(['--config', cfg]);
       expect(r.code, r.stderr).to.equal(1);
       expect(r.stderr).to.match(/: FAILED: failed: virt_test: the test boot failed: /).and.not.match(/: OK: /);
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report.success).to.equal(false);
       expect(report.test_boot).to.include({ status: 'failed', firmware: 'bios' });
-      expect(report.test_boot.detail).to.match(/\(bios firmware; the VM was still running\): no boot milestone at all/);
+      expect(report.test_boot!.detail).to.match(/\(bios firmware; the VM was still running\): no boot milestone at all/);
       expect(report.firmware).to.deep.equal({ firmware: 'bios', reason: 'the manifest names no firmware; the guest was not inspected' });
     });
 
@@ -170,13 +188,13 @@ describe('ferry-convert command line', function () {
       expect(r.code, r.stderr).to.equal(0);
       const info = qemuInfo(path.join(out, 'plain.img'));
       expect(info).to.include({ format: 'raw', 'virtual-size': 134217728 });
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report.success, report.errors.join()).to.equal(true);
       expect(report.stages.inspect.result.guest).to.include({ os: 'linux', distro: 'debian', root_device: '/dev/sda1' });
-      const fstab = report.stages.fix.result.actions.find((a: any) => a.action === 'fstab');
+      const fstab = report.stages.fix.result.actions.find((a) => a.action === 'fstab')!;
       expect(fstab.status).to.equal('done');
-      expect(fstab.changes.map((c: any) => c.from)).to.deep.equal(['/dev/sda1', '/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2']);
-      expect(fstab.changes.every((c: any) => /^UUID=/.test(c.to))).to.equal(true);
+      expect(fstab.changes.map((c) => c.from)).to.deep.equal(['/dev/sda1', '/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2']);
+      expect(fstab.changes.every((c) => /^UUID=/.test(c.to))).to.equal(true);
       expect(report.artifacts[0]).to.include({ modified_by_fix: true, format: 'raw' });
       expect(await sha256File(g.plainVmdk)).to.equal(before);
     });
@@ -205,7 +223,7 @@ describe('ferry-convert command line', function () {
       expect(r.stderr).to.contain(`fetching root@127.0.0.1:${port}:${srcB}`);
       expect(r.stderr).to.contain(`fetched ${(await fs.stat(srcB)).size} bytes in 1 attempt(s)`);
       expect(identical(srcB, 'vmdk', path.join(out, 'beta.qcow2'), 'qcow2')).to.equal(true);
-      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8'));
+      const report = JSON.parse(await fs.readFile(path.join(out, 'report.json'), 'utf8')) as Report;
       expect(report).to.include({ success: true });
       expect(report.source).to.include({ export_method: 'fetch-and-fix' });
       expect(await fs.readdir(path.join(out, '.ferry-fetch'))).to.deep.equal(['known_hosts']);
@@ -244,7 +262,7 @@ describe('ferry-convert command line', function () {
       expect(identical(srcA, 'vmdk', path.join(out, 'a1.qcow2'), 'qcow2')).to.equal(true);
       expect(identical(srcA, 'vmdk', path.join(out, 'a2.img'), 'raw')).to.equal(true);
       expect(identical(srcB, 'vmdk', path.join(out, 'b.qcow2'), 'qcow2')).to.equal(true);
-      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8'));
+      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8')) as BatchSummary;
       expect(summary.migrations[2].error).to.match(/fetch of root@127\.0\.0\.1:\d+:\/no\/such\/disk\.vmdk failed after 1 attempt\(s\)/);
       // The two copies of alpha.vmdk were fetched side by side under their own names, then removed.
       expect(r.stderr).to.contain('[1/4] a1.qcow2: fetching');
@@ -276,7 +294,7 @@ describe('ferry-convert command line', function () {
       }));
       const cfg = writeConfig(`${name}.yaml`, { command: 'local', output_dir: out, out_format: 'qcow2', ...NO_FIX, batch_manifest: batch, batch_parallel: 2, batch_continue_on_error: continueOnError });
       const r = await ferryConvert(['--config', cfg]);
-      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8'));
+      const summary = JSON.parse(await fs.readFile(path.join(out, 'batch-summary.json'), 'utf8')) as BatchSummary;
       return { r, out, summary };
     };
 
@@ -284,17 +302,17 @@ describe('ferry-convert command line', function () {
       const { r, out, summary } = await batchRun('batch-cont', true);
       expect(r.code, r.stderr).to.equal(1);
       expect(JSON.parse(r.stdout)).to.deep.equal({ total: 3, succeeded: 2, failed: 1, not_run: 0 });
-      expect(summary.migrations.map((m: any) => m.ok)).to.deep.equal([false, true, true]);
+      expect(summary.migrations.map((m) => m.ok)).to.deep.equal([false, true, true]);
       expect(summary.migrations[0].error).to.match(/missing\.vmdk/);
       expect(qemuInfo(path.join(out, 'alpha.qcow2')).format).to.equal('qcow2');
       expect(qemuInfo(path.join(out, 'beta.img')).format).to.equal('raw');
       expect(identical(srcB, 'vmdk', path.join(out, 'beta.img'), 'raw')).to.equal(true);
-      const rep = JSON.parse(await fs.readFile(path.join(out, 'beta.report.json'), 'utf8'));
+      const rep = JSON.parse(await fs.readFile(path.join(out, 'beta.report.json'), 'utf8')) as Report;
       expect(rep.artifacts[0]).to.include({ format: 'raw', path: path.join(out, 'beta.img') });
       // batch_parallel 2: entry 3 starts only when one of the first two has finished.
       const [m0, m1, m2] = summary.migrations;
-      expect(Date.parse(m1.started_at)).to.be.below(Date.parse(m0.finished_at));
-      expect(Date.parse(m2.started_at)).to.be.at.least(Math.min(Date.parse(m0.finished_at), Date.parse(m1.finished_at)));
+      expect(Date.parse(m1.started_at!)).to.be.below(Date.parse(m0.finished_at!));
+      expect(Date.parse(m2.started_at!)).to.be.at.least(Math.min(Date.parse(m0.finished_at!), Date.parse(m1.finished_at!)));
       expect(r.stderr).to.match(/^batch: 2 succeeded, 1 failed, 0 not run/m);
     });
 

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { fixGuest } from '../../shared/converter/guest';
-import type { FixResult, GuestInfo } from '../../shared/converter/types';
+import type { FixOptions, FixResult, GuestInfo } from '../../shared/converter/types';
 import { kvmNicName } from '../../shared/converter/nic-names';
 
 const NIC = kvmNicName(0);
@@ -55,7 +55,7 @@ describe('Linux repair steps on one real disk: every network stack, every pin of
       os: 'linux', distro: 'debian', root_device: '/dev/sda1', mountpoints: { '/': '/dev/sda1' }, filesystems: { '/dev/sda1': 'ext4' },
       lvm: false, kernels: ['6.1.0-test'], hypervisor_tools: [], package_format: 'deb',
     };
-    r = await fixGuest(s, info, { fstab_mode: 'stabilize-all', dry_run: false, backup: true, regen_initramfs: true, update_grub: false } as any, () => undefined); // the repair's log lines are not what this test checks
+    r = await fixGuest(s, info, { fstab_mode: 'stabilize-all', dry_run: false, backup: true, regen_initramfs: true, update_grub: false } as FixOptions, () => undefined); // the repair's log lines are not what this test checks
     const read = [...Object.keys(FILES), '/etc/sysconfig/network-scripts/ifcfg-' + NIC, '/etc/cloud/cloud.cfg.d/99-ferry-network.cfg', '/ferry-backup/etc/lvm/devices/system.devices'];
     for (const f of read) files[f] = (await s.isFile(f)) ? await s.read(f) : null;
   });

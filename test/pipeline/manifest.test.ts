@@ -2,7 +2,7 @@
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { REPORT_SCHEMA_FILE, reportJsonSchema } from '../../scripts/gen-report-schema';
-import { ManifestError, validateManifest } from '../../shared/schemas/manifest';
+import { ManifestError, validateManifest, type Manifest } from '../../shared/schemas/manifest';
 import { migrateCapabilities } from '../../shared/operations';
 import { outputNames } from '../../shared/converter/pipeline';
 import { outputPathOf } from '../../services/worker/operations/convert';
@@ -88,9 +88,9 @@ describe('manifest validation', () => {
       .to.deep.equal(['$.manifest_version', '$.disks[0].id', '$.disks[0].source_format', '$.disks[0].bytes', '$.disks[0].local_path', '$.nics[0].mac']);
   });
   it('derives the migrate operation capabilities from the enabled stages', () => {
-    expect(migrateCapabilities({ manifest: base() as any })).to.deep.equal(['img_tool']);
-    expect(migrateCapabilities({ manifest: base({ pipeline: { convert: { enabled: true }, fix: { enabled: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
-    expect(migrateCapabilities({ manifest: base({ pipeline: { inspect: { enabled: true, collect_guest_info: true } } }) as any })).to.deep.equal(['img_tool', 'mount_operations']);
+    expect(migrateCapabilities({ manifest: base() as Manifest })).to.deep.equal(['img_tool']);
+    expect(migrateCapabilities({ manifest: base({ pipeline: { convert: { enabled: true }, fix: { enabled: true } } }) as Manifest })).to.deep.equal(['img_tool', 'mount_operations']);
+    expect(migrateCapabilities({ manifest: base({ pipeline: { inspect: { enabled: true, collect_guest_info: true } } }) as Manifest })).to.deep.equal(['img_tool', 'mount_operations']);
   });
 
   it('docs/report-schema.json is the schema report.json is validated with (regenerate: npx tsx scripts/gen-report-schema.ts)', () => {

@@ -14,9 +14,19 @@ import { requirementsOf } from '../../queue/lifecycle';
 import { queueName } from '../../shared/capabilities';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobApiError } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
+import type { JobSpec, ProgressEvent } from '../../shared/schemas/job';
 import { makeImage } from '../helpers/images';
 
 const MIB = 1024 * 1024;
+/** The migrate operation's result, report.json (shared/converter/stages/report.ts), as far as these tests read it. */
+type MigrateReport = {
+  success: boolean; report_path?: string; tool: string;
+  artifacts: Array<{ disk_id: string; path: string; format: string; source_sha256?: string; sha256?: string }>;
+  stages: { validate: { result: { checks: Array<Record<string, unknown>> } } };
+  summary: { stages_failed: string[] };
+};
 
 describe('migrate operation as a job', function () {
   this.timeout(120_000);
@@ -32,7 +42,7 @@ describe('migrate operation as a job', function () {
     pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: !!o.fix }, validate: { enabled: true } },
     output: { directory: o.out, format: 'qcow2', filename: 'root.qcow2' },
   });
-  const job = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body;
+  const job = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body;
 
   before(async () => {
     src = makeImage(dir, 'job-src', 'vmdk', 20);
@@ -45,7 +55,7 @@ describe('migrate operation as a job', function () {
   });
 
   it('routes by the enabled stages: fix or guest inspection adds mount_operations', () => {
-    const base = { job_id: 'x', execution_policy: { priority: 50 } } as any;
+    const base = { job_id: 'x', execution_policy: { priority: 50 } } as Pick<JobSpec, 'job_id' | 'execution_policy'>; // requirementsOf reads neither
     expect(migrateCapabilities({ manifest: manifest({ out: '/o' }) })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true } } } })).to.deep.equal(['img_tool']);
     expect(migrateCapabilities({ manifest: { pipeline: { inspect: { enabled: true, collect_guest_info: true } } } })).to.deep.equal(['img_tool', 'mount_operations']);
@@ -66,11 +76,11 @@ describe('migrate operation as a job', function () {
     const out = path.join(dir, 'ok');
     const ok = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-ok', operation: 'migrate', parameters: { manifest: manifest({ out, checksum: `sha256:${sha}` }) } });
     expect(ok.status, ok.text).to.equal(201);
-    const events: any[] = [];
-    const final = await new Promise<any>((resolve, reject) => {
+    const events: ProgressEvent[] = [];
+    const final = await new Promise<{ state: string }>((resolve, reject) => {
       const es = new EventSource(`${gw.url}/jobs/mig-ok/events/stream`);
-      es.addEventListener('progress', (e: any) => events.push(JSON.parse(e.data)));
-      es.addEventListener('complete', (e: any) => { es.close(); resolve(JSON.parse(e.data)); });
+      es.addEventListener('progress', (e: MessageEvent) => events.push(JSON.parse(e.data as string) as ProgressEvent));
+      es.addEventListener('complete', (e: MessageEvent) => { es.close(); resolve(JSON.parse(e.data as string) as { state: string }); });
       setTimeout(() => { es.close(); reject(new Error(`no complete event; events: ${JSON.stringify(events)}`)); }, 60000);
     });
     expect(final).to.deep.equal({ state: 'COMPLETED' });
@@ -84,26 +94,26 @@ describe('migrate operation as a job', function () {
 
     const done = await job('mig-ok');
     expect(done.state).to.equal('COMPLETED');
-    const onDisk = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const onDisk = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as MigrateReport;
     expect(done.result).to.deep.include({ success: true, report_path: path.join(out, 'report.json') });
-    expect(done.result.artifacts).to.deep.equal(onDisk.artifacts);
-    expect(done.result.tool).to.equal('ferry-worker img-only');
-    const art = done.result.artifacts[0];
+    expect((done.result as MigrateReport).artifacts).to.deep.equal(onDisk.artifacts);
+    expect((done.result as MigrateReport).tool).to.equal('ferry-worker img-only');
+    const art = (done.result as MigrateReport).artifacts[0];
     expect(art).to.include({ disk_id: 'root', path: path.join(out, 'root.qcow2'), format: 'qcow2', source_sha256: sha, sha256: await sha256File(path.join(out, 'root.qcow2')) });
-    expect(done.result.stages.validate.result.checks[0]).to.include({ compare: 'identical to source' });
+    expect((done.result as MigrateReport).stages.validate.result.checks[0]).to.include({ compare: 'identical to source' });
     execFileSync('qemu-img', ['compare', '-q', '-f', 'vmdk', '-F', 'qcow2', src, art.path]);
 
     // The fix job was never handed to a worker that cannot run it.
     const still = await job('mig-fix');
     expect(still.state).to.equal('QUEUED');
-    expect(still.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED']);
+    expect(still.state_history.map((h) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED']);
     expect((await req(gw.url, 'DELETE', '/jobs/mig-fix')).status).to.be.oneOf([200, 202]);
   });
 
   it('a failing stage fails the job with its reason (not retried); report.json is still written', async () => {
     const out = path.join(dir, 'bad');
     // A source_format the header contradicts is refused before any stage (docs/security.md, the image rule).
-    const wrong = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-fmt', operation: 'migrate', parameters: { manifest: manifest({ out, format: 'qcow2' }) } });
+    const wrong = await req<JobApiError>(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-fmt', operation: 'migrate', parameters: { manifest: manifest({ out, format: 'qcow2' }) } });
     expect(wrong.status, wrong.text).to.equal(400);
     expect(wrong.body.error.message).to.contain(`parameters.manifest.disks[0].local_path: ${src} is vmdk, not qcow2`);
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'mig-bad', operation: 'migrate', parameters: { manifest: manifest({ out, checksum: `sha256:${'0'.repeat(64)}` }) } });
@@ -111,26 +121,26 @@ describe('migrate operation as a job', function () {
     const j = await until(async () => { const x = await job('mig-bad'); return ['FAILED', 'COMPLETED'].includes(x.state) && x; }, 60000, 'mig-bad finished');
     expect(j.state).to.equal('FAILED');
     expect(j.error).to.contain(`disk root: checksum mismatch: manifest sha256:${'0'.repeat(64)}`);
-    expect(j.state_history.filter((h: any) => h.state === 'RUNNING')).to.have.length(1);
-    const rep = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    expect(j.state_history.filter((h) => h.state === 'RUNNING')).to.have.length(1);
+    const rep = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as MigrateReport;
     expect(rep.summary.stages_failed).to.deep.equal(['convert']);
     expect(existsSync(path.join(out, 'root.qcow2'))).to.equal(false);
   });
 
   it('rejects a bad manifest at submission with 400 naming the parameter path', async () => {
-    const m: any = manifest({ out: path.join(dir, 'x') });
+    const m = manifest({ out: path.join(dir, 'x') });
     m.manifest_version = '2.0';
     m.disks[0].local_path = 'relative.vmdk';
-    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'mig-400', operation: 'migrate', parameters: { manifest: m } });
+    const r = await req<JobApiError>(gw.url, 'POST', '/jobs', { job_id: 'mig-400', operation: 'migrate', parameters: { manifest: m } });
     expect(r.status).to.equal(400);
     expect(r.body.error.message).to.contain('parameters.manifest.manifest_version');
     expect(r.body.error.message).to.contain('parameters.manifest.disks[0].local_path');
   });
 
   it('refuses a plaintext user password in a job (400 naming it, the value nowhere); password_hash and free-form users pass', async () => {
-    const m: any = manifest({ out: path.join(dir, 'pw') });
+    const m: ReturnType<typeof manifest> & { configuration?: Record<string, unknown> } = manifest({ out: path.join(dir, 'pw') });
     m.configuration = { users: { alice: { password: 'Pl41n-t3xt-secret', groups: ['sudo'] } } };
-    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'mig-pw', operation: 'migrate', parameters: { manifest: m } });
+    const r = await req<JobApiError>(gw.url, 'POST', '/jobs', { job_id: 'mig-pw', operation: 'migrate', parameters: { manifest: m } });
     expect(r.status).to.equal(400);
     expect(r.body.error.message).to.contain('parameters.manifest.configuration.users.alice.password');
     expect(r.body.error.message).to.contain('give password_hash');

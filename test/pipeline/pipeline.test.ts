@@ -12,6 +12,18 @@ import { reportSchema } from '../../shared/schemas/report';
 import { runPipeline } from '../../shared/converter/pipeline';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB, IFUPDOWN_INTERFACES, NETPLAN_CLOUD, PERSISTENT_NET, TOOL_LOG } from '../fixtures/guests';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { FixResult, GuestInfo } from '../../shared/converter/types';
+import type { FstabChange } from '../../shared/converter/fstab';
+
+/** runPipeline's answer (and report.json) with each stage's result (free-form in the report's type) as the
+ *  stage writes it: the fields read here. */
+type Report = PipelineReport & { stages: {
+  inspect: { result: { guest: GuestInfo } };
+  convert: { result: { compression: string; files: Array<Record<string, unknown>> } };
+  fix: { result: FixResult };
+  validate: { result: { checks: Array<Record<string, unknown>> } };
+} };
 
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFerryTestKeyFerryTestKeyFerryTestKey00 alice@ops';
 const PLAIN_CONFIGURATION = {
@@ -43,7 +55,7 @@ describe('pipeline on real guests (libguestfs)', function () {
   let g: Guests;
   let tmp: string;
   let srcSha: { plain: string; lvm: string };
-  const reports: Record<string, any> = {};
+  const reports: Record<string, Report> = {};
 
   const manifest = (o: { id: string; src: string; dir: string; fix?: Record<string, unknown>; extra?: Record<string, unknown>; checksum?: string; more?: Record<string, unknown>[] }) => validateManifest({
     manifest_version: '1.0',
@@ -63,8 +75,8 @@ describe('pipeline on real guests (libguestfs)', function () {
       // The LVM guest with its XFS data disk (sdb1 /data in its fstab), whose UUID is regenerated.
       runPipeline(manifest({ id: 'lvm', src: g.lvmVmdk, dir: path.join(tmp, 'lvm'), fix: { backup: false, xfs_regenerate_uuid: true, remove_source_hv_tools: true }, more: [{ id: 'data', source_format: 'vmdk', bytes: 335544320, local_path: g.xfsVmdk, boot_order_hint: 1 }], extra: { configuration: LVM_CONFIGURATION } })),
     ]);
-    reports.plain = plain;
-    reports.lvm = lvm;
+    reports.plain = plain as Report;
+    reports.lvm = lvm as Report;
   });
   after(async () => { if (tmp) await fs.rm(tmp, { recursive: true, force: true }); });
 
@@ -72,7 +84,7 @@ describe('pipeline on real guests (libguestfs)', function () {
     for (const k of ['plain', 'lvm']) {
       expect(reports[k].errors, k).to.deep.equal([]);
       expect(reports[k].success, k).to.equal(true);
-      const onDisk = JSON.parse(await fs.readFile(path.join(tmp, k, 'report.json'), 'utf8'));
+      const onDisk = JSON.parse(await fs.readFile(path.join(tmp, k, 'report.json'), 'utf8')) as Report;
       const { error } = reportSchema.validate(onDisk);
       expect(error?.message).to.equal(undefined);
       expect(onDisk.stages.fix.success).to.equal(true);
@@ -97,15 +109,15 @@ describe('pipeline on real guests (libguestfs)', function () {
   });
 
   it('says plainly that grub-mkconfig and the initramfs tools are absent (warnings, not success)', () => {
-    const acts = reports.plain.stages.fix.result.actions as any[];
+    const acts = reports.plain.stages.fix.result.actions;
     expect(acts.find((a) => a.action === 'regen_initramfs')).to.include({ status: 'warning' });
-    expect(acts.find((a) => a.action === 'regen_initramfs').detail).to.match(/no initramfs tool in the guest/);
+    expect(acts.find((a) => a.action === 'regen_initramfs')!.detail).to.match(/no initramfs tool in the guest/);
     expect(acts.filter((a) => a.action === 'update_grub' && a.status === 'warning').map((a) => a.detail).join()).to.match(/grub-mkconfig is not installed in the guest/);
     expect(reports.plain.warnings.join('\n')).to.match(/fix: regen_initramfs: no initramfs tool/);
   });
 
   it('runs the guest\'s own grub-mkconfig, update-initramfs and dpkg inside it when it has them (LVM guest)', () => {
-    const acts = (reports.lvm.stages.fix.result.actions as any[]).filter((a) => ['update_grub', 'regen_initramfs', 'remove_source_hv_tools'].includes(a.action)).map((a) => [a.action, a.status, a.detail]);
+    const acts = reports.lvm.stages.fix.result.actions.filter((a) => ['update_grub', 'regen_initramfs', 'remove_source_hv_tools'].includes(a.action)).map((a) => [a.action, a.status, a.detail]);
     // In the order that lets each hold: packages, the initramfs (with the modules list it reads), grub last.
     expect(acts).to.deep.equal([
       ['remove_source_hv_tools', 'done', 'ran dpkg --purge open-vm-tools'],
@@ -115,13 +127,13 @@ describe('pipeline on real guests (libguestfs)', function () {
       ['update_grub', 'done', 'ran /usr/sbin/grub-mkconfig -o /boot/grub/grub.cfg'],
     ]);
     // Read back at the end: the package database no longer lists open-vm-tools, grub.cfg names no kernel device.
-    const verify = (reports.lvm.stages.fix.result.actions as any[]).filter((a) => a.action === 'verify').map((a) => [a.status, a.check]);
+    const verify = reports.lvm.stages.fix.result.actions.filter((a) => a.action === 'verify').map((a) => [a.status, a.check]);
     expect(verify).to.deep.include.members([['done', '/etc/fstab'], ['done', '/boot/grub/grub.cfg'], ['done', 'source hypervisor tools']]);
     expect(reports.lvm.warnings.join('\n')).not.to.match(/regen_initramfs|update_grub|remove_source_hv_tools/);
   });
 
   it('without dpkg in the guest the hypervisor tools are only disabled, and the report says so (plain guest)', () => {
-    const acts = (reports.plain.stages.fix.result.actions as any[]).filter((a) => a.action === 'remove_source_hv_tools').map((a) => [a.status, a.detail]);
+    const acts = reports.plain.stages.fix.result.actions.filter((a) => a.action === 'remove_source_hv_tools').map((a) => [a.status, a.detail]);
     expect(acts).to.deep.equal([
       ['warning', 'packages open-vm-tools are installed but /usr/bin/dpkg is not in the guest; services disabled only'],
       ['done', 'disabled vmtoolsd.service (removed /etc/systemd/system/multi-user.target.wants/vmtoolsd.service)'],
@@ -193,12 +205,12 @@ describe('pipeline on real guests (libguestfs)', function () {
     });
 
     it('xfs_regenerate_uuid: the output XFS has a new UUID (the source keeps its own), and fstab names the new one', () => {
-      const act = reports.lvm.stages.fix.result.actions.find((a: any) => a.action === 'xfs_regenerate_uuid');
+      const act = reports.lvm.stages.fix.result.actions.find((a) => a.action === 'xfs_regenerate_uuid');
       expect(act).to.include({ status: 'done', device: '/dev/sdb1', old_uuid: xfsSourceUuid, new_uuid: ids.data.UUID });
       expect(ids.data.TYPE).to.equal('xfs');
       expect(ids.data.UUID).to.match(/^[0-9a-f-]{36}$/);
       expect(ids.data.UUID).not.to.equal(xfsSourceUuid);
-      expect(reports.lvm.artifacts.map((x: any) => [x.disk_id, x.boot_order, x.modified_by_fix])).to.deep.equal([['lvm', 0, true], ['data', 1, true]]);
+      expect(reports.lvm.artifacts.map((x) => [x.disk_id, x.boot_order, x.modified_by_fix])).to.deep.equal([['lvm', 0, true], ['data', 1, true]]);
     });
 
     it('configuration.users: account lines, hashed password, groups, home from /etc/skel, keys, sudoers; modes kept', () => {
@@ -221,8 +233,8 @@ describe('pipeline on real guests (libguestfs)', function () {
       expect(plain['/root/.ssh/authorized_keys']).to.equal(`${KEY}\n`);
       expect(plain['/etc/sudoers.d/90-ferry-alice']).to.contain('\nalice ALL=(ALL:ALL) ALL\n');
       expect(stats['/etc/sudoers.d/90-ferry-alice']).to.deep.equal({ mode: 0o100440, uid: 0, gid: 0 });
-      const acts = reports.plain.stages.fix.result.actions.filter((a: any) => a.action === 'configuration.users');
-      expect(acts.map((a: any) => [a.status, a.detail])).to.deep.equal([
+      const acts = reports.plain.stages.fix.result.actions.filter((a) => a.action === 'configuration.users');
+      expect(acts.map((a) => [a.status, a.detail])).to.deep.equal([
         ['done', 'created alice (uid 1000, gid 1000, new group, home /home/alice); password set; added to sudo, adm; 1 authorized key(s); sudo'],
         ['done', 'updated root; 1 authorized key(s)'],
       ]);
@@ -236,21 +248,21 @@ describe('pipeline on real guests (libguestfs)', function () {
       expect(plain['/ferry-backup/etc/udev/rules.d/70-persistent-net.rules']).to.equal(PERSISTENT_NET);
       expect(lvm['/etc/netplan/50-cloud-init.yaml']).to.equal(NETPLAN_CLOUD);
       expect(lvm['/etc/netplan/90-ferry.yaml']).to.contain('    ferry0:\n      match:\n        macaddress: \'52:54:00:12:34:56\'\n      dhcp4: false\n      addresses:\n        - 192.0.2.10/24\n      routes:\n        - to: default\n          via: 192.0.2.1\n      nameservers:\n        addresses:\n          - 192.0.2.53\n');
-      const net = reports.lvm.stages.fix.result.actions.filter((a: any) => a.action === 'configuration.network');
-      expect(net.map((a: any) => a.detail)).to.deep.equal(['netplan: wrote /etc/netplan/90-ferry.yaml']);
+      const net = reports.lvm.stages.fix.result.actions.filter((a) => a.action === 'configuration.network');
+      expect(net.map((a) => a.detail)).to.deep.equal(['netplan: wrote /etc/netplan/90-ferry.yaml']);
     });
   });
 
   it('dry_run modifies nothing and writes nothing, yet reports what it would do', async () => {
     const dir = path.join(tmp, 'dry');
     // The stage results are free-form in the report's type; read as the JSON report.json holds.
-    const r: Record<string, any> = await runPipeline(manifest({ id: 'dry', src: g.plainVmdk, dir, fix: {}, extra: { options: { dry_run: true } } }));
+    const r = await runPipeline(manifest({ id: 'dry', src: g.plainVmdk, dir, fix: {}, extra: { options: { dry_run: true } } })) as Report;
     expect(r.success, r.errors.join()).to.equal(true);
     expect(r.dry_run).to.equal(true);
     expect(await fs.stat(dir).then(() => true, () => false)).to.equal(false);
-    const fstab = r.stages.fix.result.actions.find((a: any) => a.action === 'fstab');
+    const fstab = r.stages.fix.result.actions.find((a) => a.action === 'fstab');
     expect(fstab).to.include({ status: 'would_do' });
-    expect(fstab.changes.map((c: any) => c.from)).to.deep.equal(['/dev/sda1', '/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2']);
+    expect((fstab!.changes as FstabChange[]).map((c) => c.from)).to.deep.equal(['/dev/sda1', '/dev/disk/by-path/pci-0000:00:10.0-scsi-0:0:0:0-part2']);
     expect(r.stages.convert.result.files[0]).to.have.property('would_write', path.join(dir, 'dry.qcow2'));
     expect(await sha256File(g.plainVmdk)).to.equal(srcSha.plain);
   });
@@ -263,7 +275,7 @@ describe('pipeline on real guests (libguestfs)', function () {
       pipeline: { convert: { enabled: true, compress: true, compress_level: 9 }, validate: { enabled: true } },
       output: { directory: dir, filename: 'custom.qcow2' },
     });
-    const r: Record<string, any> = await runPipeline(m);
+    const r = await runPipeline(m) as Report;
     expect(r.success, r.errors.join()).to.equal(true);
     expect(r.artifacts[0].path).to.equal(path.join(dir, 'custom.qcow2'));
     expect(r.stages.validate.result.checks[0]).to.include({ compare: 'identical to source', integrity: 'ok' });
@@ -285,7 +297,7 @@ describe('pipeline on real guests (libguestfs)', function () {
     expect(r.stages.convert.error).to.match(/checksum mismatch/);
     expect(r.stages.validate.skipped_reason).to.equal('an earlier stage failed');
     expect((await fs.readdir(dir)).sort()).to.deep.equal(['report.json']);
-    const onDisk = JSON.parse(await fs.readFile(path.join(dir, 'report.json'), 'utf8'));
+    const onDisk = JSON.parse(await fs.readFile(path.join(dir, 'report.json'), 'utf8')) as Report;
     expect(onDisk.summary.stages_failed).to.deep.equal(['convert']);
   });
 

@@ -9,6 +9,10 @@ import path from 'node:path';
 import { DebianGuest, DebianVariant } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import type { TestBootResult } from '../../shared/converter/testboot';
+
+/** A record file as test/fixtures/source-proof.ts writes it (its SourceBootRecord, not exported). */
+interface SourceBootRecord { result: TestBootResult; console: string; at: string }
 
 describe('source boots of a cached fixture: booted once, their record re-checked', function () {
   this.timeout(300_000); // the tiny guest's first build is one appliance launch
@@ -30,7 +34,7 @@ describe('source boots of a cached fixture: booted once, their record re-checked
     const check = (r: { status: string }, text: string) => { seen.push(r.status); expect(r.status).to.equal('passed'); expect(text).to.contain(TINY_GUEST_MARKER); };
     expect(await provedSourceBoot(g, 'sata', asOnVmware(g, marker, { timeoutSeconds: 120 }), check)).to.equal('booted');
     expect(records()).to.have.length(1);
-    const record = JSON.parse(readFileSync(path.join(dir, records()[0]), 'utf8'));
+    const record = JSON.parse(readFileSync(path.join(dir, records()[0]), 'utf8')) as SourceBootRecord;
     expect(record.result.status).to.equal('passed');
     expect(record.console).to.contain(TINY_GUEST_MARKER);
     expect(await provedSourceBoot(g, 'sata', asOnVmware(g, marker, { timeoutSeconds: 120 }), check)).to.equal('recorded');

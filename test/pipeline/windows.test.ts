@@ -15,6 +15,7 @@ import { validateConfig } from '../../shared/schemas/converter-config';
 import { main } from '../../services/converter/cli';
 import { fixGuest, inspectAndMount } from '../../shared/converter/guest';
 import type { FixAction, FixResult } from '../../shared/converter/types';
+import type { PipelineReport } from '../../shared/converter/stages/report';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../shared/converter/windows';
 import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../shared/converter/registry';
@@ -187,7 +188,7 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
   let treeFiles: Record<string, string>;
   let code: number;
   let stderrText: string;
-  let report: any;
+  let report: PipelineReport;
   let output: string;
   // Collected in one read-only session on the output.
   const back: {
@@ -197,7 +198,8 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
   } = { files: {}, storeListing: [], system: {} };
 
   // main() takes process.stdout/stderr; a non-TTY Writable stands in for both.
-  const sink = (collect: string[]): any => Object.assign(new Writable({ write(c, _e, cb) { collect.push(String(c)); cb(); } }), { isTTY: false });
+  // (Typed as the stream it stands in for: main() uses only write() and isTTY.)
+  const sink = <S extends NodeJS.WriteStream>(collect: string[]) => Object.assign(new Writable({ write(c, _e, cb) { collect.push(String(c)); cb(); } }), { isTTY: false }) as S;
 
   before(async function () {
     vmdk = buildWindowsGuest().vmdk;
@@ -211,10 +213,10 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
     expect(validateConfig(yaml.load(await fs.readFile(cfg, 'utf8')))).to.include({ virtio_win: 'virtio-win', inject_virtio_drivers: true });
     const out: string[] = [];
     const err: string[] = [];
-    code = await main(['--config', cfg], sink(out), sink(err));
+    code = await main(['--config', cfg], sink<typeof process.stdout>(out), sink<typeof process.stderr>(err));
     stderrText = err.join('');
     output = path.join(tmp, 'out', 'win2019.qcow2');
-    report = JSON.parse(await fs.readFile(path.join(tmp, 'out', 'report.json'), 'utf8'));
+    report = JSON.parse(await fs.readFile(path.join(tmp, 'out', 'report.json'), 'utf8')) as PipelineReport;
     if (code !== 0) return;
 
     back.outShaBefore = await sha256File(output);
@@ -257,7 +259,7 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
 
       // A failed command is an answer, not the end of the session.
       back.csp = await s.cmd('case-sensitive-path', '/windows/system32/drivers/VIOSTOR.SYS');
-      back.failedCmd = await s.cmd('hivex-open', '/Windows/System32/config/NOPE').then(() => 'no error', (e) => e.message);
+      back.failedCmd = await s.cmd('hivex-open', '/Windows/System32/config/NOPE').then(() => 'no error', (e: Error) => e.message);
       back.afterFailure = await s.cmd('is-dir', '/Windows');
 
       // dry_run through fixGuest on this read-only session: any write would fail here. windows_version 2022 is
@@ -278,14 +280,14 @@ describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', fu
   it('the CLI run succeeds with the fix stage on the Windows guest', () => {
     expect(code, stderrText).to.equal(0);
     expect(report.success).to.equal(true);
-    expect(report.stages.fix.result.guest).to.include({ os: 'windows', version: '10.0', root_device: '/dev/sda1' });
-    expect(report.stages.inspect.result.guest).to.include({ os: 'windows', product_name: WIN.productName, hostname: WIN.hostname });
+    expect(report.stages.fix.result!.guest).to.include({ os: 'windows', version: '10.0', root_device: '/dev/sda1' });
+    expect(report.stages.inspect.result!.guest).to.include({ os: 'windows', product_name: WIN.productName, hostname: WIN.hostname });
     expect(report.artifacts[0]).to.include({ modified_by_fix: true, path: output });
     expect(report.warnings.filter((w: string) => /inject_virtio_drivers/.test(w))).to.deep.equal([]);
   });
 
   it('reports each step: version dir, files copied, keys written, DevicePath', () => {
-    const acts = (report.stages.fix.result.actions as FixAction[]).filter((a) => a.action === 'inject_virtio_drivers');
+    const acts = (report.stages.fix.result!.actions as FixAction[]).filter((a) => a.action === 'inject_virtio_drivers');
     expect(acts.every((a) => a.status === 'done'), JSON.stringify(acts, null, 1)).to.equal(true);
     const version = acts.find((a) => a.step === 'version')!;
     expect(version).to.include({ version_dir: '2k19', arch: 'amd64', source: tree });

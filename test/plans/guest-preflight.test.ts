@@ -17,10 +17,17 @@ import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
+import type { PlanView, Validation } from '../helpers/api-types';
+import type { VmResult } from '../../shared/plans/preflight';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
+
+/** The guest_inspected finding's `guest` (shared/plans/guest-rules.ts), with the fields read here. */
+interface InspectedGuest { os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[] }
+type PreflightFinding = VmResult['findings'][number];
+type GuestInspected = PreflightFinding & { guest: InspectedGuest };
 
 const MiB = 1 << 20;
 const NET = 'ferry-gpre';
@@ -119,14 +126,14 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     sampling = false;
     await sampler;
     expect(res.statusCode, text).to.equal(200);
-    const body = JSON.parse(text);
-    const by = Object.fromEntries(body.vms.map((x: any) => [x.vm_path.split('/').pop(), x.findings]));
-    const rules = (n: string) => by[n].map((f: any) => `${f.rule}:${f.severity}`);
+    const body = JSON.parse(text) as Validation;
+    const by = Object.fromEntries(body.vms.map((x) => [x.vm_path.split('/').pop()!, x.findings]));
+    const rules = (n: string) => by[n].map((f) => `${f.rule}:${f.severity}`);
 
     for (const n of ['debian12', 'clone12']) {
       expect(rules(n).filter((r: string) => r.endsWith(':blocker')), `${n}: ${JSON.stringify(by[n], null, 1)}`).to.deep.equal([]);
-      const info = by[n].find((f: any) => f.rule === 'guest_inspected');
-      expect(info, `${n}: ${rules(n)}`).to.not.equal(undefined);
+      const info = by[n].find((f): f is GuestInspected => f.rule === 'guest_inspected')!;
+      expect(info, `${n}: ${String(rules(n))}`).to.not.equal(undefined);
       expect(info.severity).to.equal('info');
       expect(info.guest).to.include({ os: 'linux', distro: 'debian', root: '/dev/sda1', initramfs_tool: 'update-initramfs' });
       expect(info.guest.version).to.match(/^12\./);
@@ -139,12 +146,12 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
       for (const word of ['Debian 12.', 'GRUB for BIOS', '/boot/grub/grub.cfg', g.vmwareNic]) expect(info.message).to.include(word);
     }
     expect(rules('luks'), JSON.stringify(by.luks)).to.include('guest_luks:blocker');
-    expect(by.luks.find((f: any) => f.rule === 'guest_luks').message).to.include('/dev/sd');
+    expect(by.luks.find((f) => f.rule === 'guest_luks')!.message).to.include('/dev/sd');
     expect(body.blockers, JSON.stringify(body)).to.equal(1);
 
     // In the plan's record too, and the LUKS VM would be blocked at start.
-    const p = (await req(daemon.url, 'GET', '/plans/gp')).body;
-    expect(p.vms.find((x: any) => x.vm_path === '/DC0/vm/luks').findings.map((f: any) => f.rule)).to.include('guest_luks');
+    const p = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
+    expect(p.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
 
     // Nothing downloaded: the daemon's TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
     // sockets and logs meanwhile), no cache folder is left in /dev/shm, no nbdkit outlives the validation.

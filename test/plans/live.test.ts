@@ -13,6 +13,15 @@ import { openSse } from '../helpers/sse';
 import { openWs } from '../helpers/ws';
 import { makeDisks } from '../vsphere/fixture';
 import { PlanStack, startPlanStack } from './fixture';
+import type { DaemonJob, PlanView } from '../helpers/api-types';
+
+/** A message on the daemon's /ws: `plan_update` carries a plan view; the others are not read here. */
+type WsMsg = { type: 'plan_update'; timestamp: string; data: PlanView } | { type: 'jobs' | 'job_update' | 'status' | 'metrics' | 'schedule_event'; timestamp: string; data: unknown };
+type PlanUpdate = Extract<WsMsg, { type: 'plan_update' }> & { at: number };
+/** A plan's SSE stream: `plan` frames carry the view, the last (`complete`) only the final status. */
+type PlanFrame = PlanView | { status: string };
+/** The parts of the OpenAPI document read here. */
+interface OpenApiDoc { paths: Record<string, Record<string, { 'x-ferry-role'?: string }>>; servers: Array<{ url: string }> }
 
 const FINAL = ['completed', 'failed', 'cancelled'];
 const PREFIX = 'planlive';
@@ -30,7 +39,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
   const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b1: 'DC0_C0_H0' };
   const plan = (id: string, vms: string[], extra: Record<string, unknown> = {}) => s.plan(id, vms, extra);
   const get = (id: string) => s.get(id);
-  const statuses = (p: any) => Object.fromEntries(p.vms.map((x: any) => [x.vm_path, x.status]));
+  const statuses = (p: Pick<PlanView, 'vms'>) => Object.fromEntries(p.vms.map((x) => [x.vm_path, x.status]));
 
   before(async function () {
     this.timeout(300_000);
@@ -48,10 +57,10 @@ describe('plans: live events and a worker killed mid-plan', function () {
     const c = await req(B, 'POST', '/plans', plan('watch', ['a0', 'b0'], { limits: { per_plan: 2 } }));
     expect(c.status, c.text).to.equal(201);
     expect((await req(B, 'GET', '/plans/nope/events/stream')).status).to.equal(404);
-    const ws = openWs(B.replace(/^http/, 'ws') + '/ws');
+    const ws = openWs<WsMsg>(B.replace(/^http/, 'ws') + '/ws');
     await ws.opened;
-    const sse = openSse(`${B}/plans/watch/events/stream`);
-    const sse2 = openSse(`${B}/api/v1/plans/watch/events/stream`);
+    const sse = openSse<PlanFrame>(`${B}/plans/watch/events/stream`);
+    const sse2 = openSse<PlanFrame>(`${B}/api/v1/plans/watch/events/stream`);
     // The stream opens with the current view: the plan not started yet.
     await sse.waitFor((f) => f.some((x) => x.event === 'plan'));
     expect(sse.status).to.equal(200);
@@ -63,7 +72,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
     await within(Promise.all([sse.closed, sse2.closed]), 300_000, 'the plan streams to end');
     const end = await get('watch');
     expect(end.status).to.be.oneOf(FINAL);
-    const planFrames = sse.frames.filter((f) => f.event === 'plan').map((f) => f.data);
+    const planFrames = sse.frames.filter((f) => f.event === 'plan').map((f) => f.data as PlanView);
     expect(planFrames.map((p) => p.status)).to.include('running');
     const last = planFrames[planFrames.length - 1];
     expect(last.status).to.equal(end.status);
@@ -74,14 +83,14 @@ describe('plans: live events and a worker killed mid-plan', function () {
     // Each frame is a real change: no two in a row are the same view.
     for (let i = 1; i < planFrames.length; i++) expect(JSON.stringify({ ...planFrames[i], updated_at: 0 }), `frame ${i}`).to.not.equal(JSON.stringify({ ...planFrames[i - 1], updated_at: 0 }));
     // A VM's own progress shows in the plan: some view had a VM running with its job's stage.
-    expect(planFrames.some((p) => p.vms.some((x: any) => x.status === 'running' && x.job_id))).to.equal(true);
+    expect(planFrames.some((p) => p.vms.some((x) => x.status === 'running' && x.job_id))).to.equal(true);
 
     // The WebSocket saw the same plan go from running to the final status, its last view matching the GET.
-    const ups: any[] = await until(() => {
-      const u = ws.msgs.filter((x) => x.type === 'plan_update' && x.data.id === 'watch');
+    const ups: PlanUpdate[] = await until(() => {
+      const u = ws.msgs.filter((x): x is PlanUpdate => x.type === 'plan_update' && x.data.id === 'watch');
       return u.length > 0 && u[u.length - 1].data.status === end.status && u;
     }, 10_000, 'the final plan_update');
-    expect(ups.map((u: any) => u.data.status)).to.include('running');
+    expect(ups.map((u) => u.data.status)).to.include('running');
     expect(ups[ups.length - 1]).to.have.property('timestamp');
     expect(statuses(ups[ups.length - 1].data)).to.deep.equal(statuses(end));
     // Coalesced: at most one update per plan per 500 ms (a little slack for timers).
@@ -93,10 +102,10 @@ describe('plans: live events and a worker killed mid-plan', function () {
     await again.closed;
     expect(again.status).to.equal(204);
     // The route is in the OpenAPI document, role read.
-    const doc = yaml.load((await req(B, 'GET', '/openapi.yaml')).text) as any;
+    const doc = yaml.load((await req(B, 'GET', '/openapi.yaml')).text) as OpenApiDoc;
     // (one path per route; the document's servers give both forms, / and /api/v1, as sse2 used above)
     expect(doc.paths['/plans/{id}/events/stream']?.get?.['x-ferry-role']).to.equal('read');
-    expect(doc.servers.map((x: any) => x.url)).to.include('/api/v1');
+    expect(doc.servers.map((x) => x.url)).to.include('/api/v1');
   });
 
   it('a worker SIGKILLed while it holds a VM job and its slots changes nothing but time', async () => {
@@ -112,7 +121,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
       // And from the jobs' side: RUNNING jobs per ESXi host.
       const p = await get('kill');
       const running: Record<string, number> = {};
-      for (const x of p.vms) if (x.job_status === 'running') { const h = HOSTS[x.vm_path.split('/').pop()]; running[h] = (running[h] ?? 0) + 1; }
+      for (const x of p.vms) if (x.job_status === 'running') { const h = HOSTS[x.vm_path.split('/').pop()!]; running[h] = (running[h] ?? 0) + 1; }
       for (const [h, n] of Object.entries(running)) max[`jobs:${h}`] = Math.max(max[`jobs:${h}`] ?? 0, n);
       samples++;
       return p;
@@ -125,15 +134,15 @@ describe('plans: live events and a worker killed mid-plan', function () {
         if (!x.job_id) continue;
         const h = await s.rc.hgetall(`${PREFIX}:job:${x.job_id}`);
         if (h.state !== 'RUNNING' || !s.workers[h.worker_id]) continue;
-        const host = HOSTS[x.vm_path.split('/').pop()];
-        if ((await s.holders(`esxi:${s.manager}:${host}`)).includes(x.job_id)) return { job: x.job_id as string, worker: h.worker_id, host, vm: x.vm_path as string };
+        const host = HOSTS[x.vm_path.split('/').pop()!];
+        if ((await s.holders(`esxi:${s.manager}:${host}`)).includes(x.job_id)) return { job: x.job_id, worker: h.worker_id, host, vm: x.vm_path };
       }
       return null;
     }, 120_000, 'a plan job running with its slots');
     await s.workers[victim.worker].kill();
     console.log(`      SIGKILLed ${victim.worker} holding job ${victim.job} (${victim.vm}, ESXi host ${victim.host})`);
 
-    let p: any;
+    let p: PlanView;
     for (;;) {
       p = await sample();
       if (FINAL.includes(p.status)) break;
@@ -145,7 +154,7 @@ describe('plans: live events and a worker killed mid-plan', function () {
     // Every VM ended final (these jobs fail at the guest inspection, so each is rolled back).
     for (const x of p.vms) expect(x.status, `${x.vm_path}: ${x.error}`).to.be.oneOf(['rolled_back', 'failed', 'completed']);
     // The killed job: its lease was lost and the protocol requeued it (then it ran again and ended) or failed it.
-    const job = (await req(B, 'GET', `/jobs/${victim.job}`)).body;
+    const job = (await req<DaemonJob>(B, 'GET', `/jobs/${victim.job}`)).body;
     expect(job.status).to.be.oneOf(['failed', 'completed']);
     // (the record's state history, as stored: the reasons of its transitions)
     const hist = (await s.rc.hget(`${PREFIX}:job:${victim.job}`, 'history')) || '';

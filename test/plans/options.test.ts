@@ -13,6 +13,8 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
+import type { DaemonJob, PlanView, Validation } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, startOwnLibvirt, TestLibvirt, useLibvirt, virshNames } from '../helpers/libvirt';
 import { managerFor } from '../../shared/vsphere/client';
@@ -44,11 +46,11 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     id, name: id, destination: { type: 'kvm', virt_uris: [lv.uri, lv2.uri] },
     network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool, LocalDS_1: lv.pool }, options: { power_off: 'force' }, ...extra,
   });
-  const create = async (body: Record<string, unknown>) => { const r = await req(B, 'POST', '/plans', body); expect(r.status, r.text).to.equal(201); return r.body; };
-  const validate = async (id: string) => { const r = await req(B, 'POST', `/plans/${id}/validate`); expect(r.status, r.text).to.equal(200); return r.body; };
-  const get = async (id: string) => (await req(B, 'GET', `/plans/${id}`)).body;
+  const create = async (body: Record<string, unknown>) => { const r = await req<PlanView>(B, 'POST', '/plans', body); expect(r.status, r.text).to.equal(201); return r.body; };
+  const validate = async (id: string) => { const r = await req<Validation>(B, 'POST', `/plans/${id}/validate`); expect(r.status, r.text).to.equal(200); return r.body; };
+  const get = async (id: string) => (await req<PlanView>(B, 'GET', `/plans/${id}`)).body;
   const done = (id: string, ms: number) => until(async () => { const p = await get(id); return FINAL.includes(p.status) && p; }, ms, `plan ${id} to end`);
-  const byName = (p: any) => Object.fromEntries(p.vms.map((x: any) => [x.vm_path.split('/').pop(), x]));
+  const byName = (p: PlanView) => Object.fromEntries(p.vms.map((x) => [x.vm_path.split('/').pop()!, x]));
   const gone = async (p: string) => vmDetail(m, p).then(() => false, (e) => { if (e instanceof VsphereError && e.kind === 'not_found') return true; throw e; });
   const tiny = (name: string, i: number, extra: Record<string, unknown> = {}) =>
     createPlanVm(m, { name, disks: [{ ds: 'LocalDS_0', file: `${name}/${name}.vmdk`, bytes: 1 << 20 }], mac: `00:50:56:03:00:${(0x10 + i).toString(16)}`, ...extra });
@@ -107,19 +109,19 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
   it('selectors resolve to exactly the VMs they match, on validate and again on start; a listed VM stays', async () => {
     await create(base('sel', { selectors: [{ folder: '/DC0/vm/web', name: 'web-*' }, { power_state: 'poweredOn' }] }));
     const r = await validate('sel');
-    expect(r.vms.map((x: any) => x.vm_path).sort()).to.deep.equal([vm('app-01'), vm('web/web-01'), vm('web/web-02')]);
+    expect(r.vms.map((x) => x.vm_path).sort()).to.deep.equal([vm('app-01'), vm('web/web-01'), vm('web/web-02')]);
     const p = byName(await get('sel'));
     expect([p['web-01'].selected_by, p['web-02'].selected_by, p['app-01'].selected_by]).to.deep.equal([[0], [0, 1], [1]]);
 
     // A name pattern that would backtrack on V8's usual engine, and a listed VM beside a selector.
     await create(base('sel2', { vms: [vm('Big Guy')], selectors: [{ name: '*-0?' }, { name: 'a*a*a*a*a*a*a*a*a*b' }] }));
     const r2 = await validate('sel2');
-    expect(r2.vms.map((x: any) => x.vm_path).sort()).to.deep.equal([vm('Big Guy'), vm('app-01'), vm('web/db-01'), vm('web/web-01'), vm('web/web-02')]);
+    expect(r2.vms.map((x) => x.vm_path).sort()).to.deep.equal([vm('Big Guy'), vm('app-01'), vm('web/db-01'), vm('web/web-01'), vm('web/web-02')]);
     expect(byName(await get('sel2'))['Big Guy'].selected_by).to.equal(undefined);
 
     // Re-resolved while the plan has not started: app-01 powered off leaves it.
     await req(B, 'POST', '/vms/poweroff', { vm_path: vm('app-01') });
-    expect((await validate('sel')).vms.map((x: any) => x.vm_path).sort()).to.deep.equal([vm('web/web-01'), vm('web/web-02')]);
+    expect((await validate('sel')).vms.map((x) => x.vm_path).sort()).to.deep.equal([vm('web/web-01'), vm('web/web-02')]);
 
     const bad = await req(B, 'POST', '/plans', base('bad', { selectors: [{ power_state: 'on' }] }));
     expect(bad.status).to.equal(400);
@@ -132,15 +134,15 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
   it('two destinations: round robin takes them in turn, most_free_memory the host with the most room after the VMs placed; only allowed URIs', async () => {
     await create(base('rr', { vms: [vm('Big Guy'), vm('web/web-01'), vm('web/db-01')] }));
     const rr = await validate('rr');
-    expect(rr.vms.map((x: any) => x.vm_path)).to.deep.equal([vm('Big Guy'), vm('web/web-01'), vm('web/db-01')]);
-    expect(byName(await get('rr'))['Big Guy'].placement.virt_uri).to.equal(lv.uri);
-    expect(Object.values(byName(await get('rr'))).map((x: any) => x.placement.virt_uri)).to.deep.equal([lv.uri, lv2.uri, lv.uri]);
+    expect(rr.vms.map((x) => x.vm_path)).to.deep.equal([vm('Big Guy'), vm('web/web-01'), vm('web/db-01')]);
+    expect(byName(await get('rr'))['Big Guy'].placement!.virt_uri).to.equal(lv.uri);
+    expect(Object.values(byName(await get('rr'))).map((x) => x.placement!.virt_uri)).to.deep.equal([lv.uri, lv2.uri, lv.uri]);
 
     // Both hosts are this machine (the same free memory within far less than 16 GiB): Big Guy (16 GiB) takes one,
     // then the other has more room for both small VMs.
     await create(base('mem', { vms: [vm('Big Guy'), vm('web/web-01'), vm('web/db-01')], destination: { virt_uris: [lv.uri, lv2.uri], placement: 'most_free_memory' } }));
     await validate('mem');
-    const [big, w1, d1] = Object.values(byName(await get('mem'))).map((x: any) => x.placement.virt_uri);
+    const [big, w1, d1] = Object.values(byName(await get('mem'))).map((x) => x.placement!.virt_uri);
     expect(w1).to.not.equal(big);
     expect(d1).to.equal(w1);
 
@@ -161,8 +163,8 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     }));
     const r = await validate('names');
     const p = byName(await get('names'));
-    expect(['app-01', 'Big Guy', 'web-01', 'web-02'].map((n) => p[n].placement.domain)).to.deep.equal(['kvm-app-01', 'kvm-big-guy', 'web_web-01', 'kvm-big-guy']);
-    const rules = (n: string) => r.vms.find((x: any) => x.vm_path.endsWith(`/${n}`)).findings.filter((f: any) => f.severity === 'blocker').map((f: any) => f.rule).sort();
+    expect(['app-01', 'Big Guy', 'web-01', 'web-02'].map((n) => p[n].placement!.domain)).to.deep.equal(['kvm-app-01', 'kvm-big-guy', 'web_web-01', 'kvm-big-guy']);
+    const rules = (n: string) => r.vms.find((x) => x.vm_path.endsWith(`/${n}`))!.findings.filter((f) => f.severity === 'blocker').map((f) => f.rule).sort();
     expect(rules('app-01')).to.deep.equal(['name_exists']); // placed on lv (round robin: first), where kvm-app-01 exists
     expect(rules('Big Guy')).to.deep.equal(['name_collision']);
     expect(rules('web-02')).to.deep.equal(['name_collision']);
@@ -181,7 +183,7 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     await create(base('guard', { vms: [p0], options: { power_off: 'force', remove_source: true, parallel_downloads: 1 } }));
     expect((await req(B, 'POST', '/plans/guard/start')).status).to.equal(200);
     const running = await until(async () => { const x = (await get('guard')).vms[0]; return x.bytes_done > 0 && x; }, 120_000, 'the export to copy bytes');
-    const r = await req(B, 'POST', '/vms/poweroff', { vm_path: p0 });
+    const r = await req<DaemonError & { message?: string }>(B, 'POST', '/vms/poweroff', { vm_path: p0 });
     expect(r.status, r.text).to.equal(409);
     expect(r.body.error ?? r.body.message ?? r.text).to.match(new RegExp(`being exported by job ${running.job_id}`));
     await snapshot(m, p0, 'mid-export');
@@ -190,7 +192,7 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     console.log(`      snapshot taken at ${running.bytes_done} of ${running.total_bytes} bytes copied; the VM failed with: ${x.error}`);
     expect(x.status).to.be.oneOf(['failed', 'rolled_back']);
     expect(x.error).to.match(/the source \/DC0\/vm\/slow changed while its disks were copied: 1 new snapshot\(s\) were taken/);
-    expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
+    expect((await req<DaemonJob>(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
     expect(await gone(p0), 'a failed VM keeps its source').to.equal(false);
     // The job ended: the guard is gone and the route acts again (the VM is off: vSphere's own 409, not the guard's).
     const after = await req(B, 'POST', '/vms/poweroff', { vm_path: p0 });
@@ -209,7 +211,7 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     console.log(`      powered on at ${running.bytes_done} of ${running.total_bytes} bytes copied; the VM failed with: ${x.error}`);
     expect(x.status).to.be.oneOf(['failed', 'rolled_back']);
     expect(x.error).to.match(/the source \/DC0\/vm\/slow-on changed while its disks were copied: it was powered on \(poweredOff -> poweredOn\)/);
-    expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
+    expect((await req<DaemonJob>(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
   });
 
   it('two guests, one onto each host: names from the rule, remove_source deletes only its source after the boot check, keep leaves the other', async function () {
@@ -231,8 +233,8 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     const names = (l: TestLibvirt) => virshNames(l, ['list', '--all', '--name']);
     expect(await names(lv)).to.include('kvm-deb-keep').and.not.include('kvm-deb-remove');
     expect(await names(lv2)).to.include('kvm-deb-remove').and.not.include('kvm-deb-keep');
-    expect(x['Deb-Remove'].source.action).to.equal('removed');
-    expect(x['Deb-Keep'].source.action).to.equal('kept');
+    expect(x['Deb-Remove'].source!.action).to.equal('removed');
+    expect(x['Deb-Keep'].source!.action).to.equal('kept');
     expect(await gone(vm('Deb-Remove')), 'removed after success').to.equal(true);
     expect(await gone(vm('Deb-Keep')), 'kept').to.equal(false);
   });

@@ -10,6 +10,9 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
+import type { PlanList, PlanView, Validation } from '../helpers/api-types';
+import type { Plan } from '../../queue/plans';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { managerFor } from '../../shared/vsphere/client';
@@ -96,53 +99,53 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   });
 
   it('creates a plan (201, JSON and YAML, both path forms), lists, gets and changes it; bad input is a 400 naming the field', async () => {
-    const a = await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force', rollback: false } }] }, alice);
+    const a = await req<PlanView>(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force', rollback: false } }] }, alice);
     expect(a.status, a.text).to.equal(201);
     expect(a.body).to.include({ id: 'p-json', status: 'pending', created_by: 'alice' });
-    expect(a.body.vms.map((x: any) => [x.vm_path, x.status, x.job_id])).to.deep.equal([[vm('ok1'), 'pending', null], [vm('ds1'), 'pending', null]]);
+    expect(a.body.vms.map((x) => [x.vm_path, x.status, x.job_id])).to.deep.equal([[vm('ok1'), 'pending', null], [vm('ds1'), 'pending', null]]);
     expect(a.body.limits).to.deep.equal({ per_plan: 4, per_esxi_host: 2, per_datastore: 3, per_target_host: 4 });
     // A VM's own options override only what they give: no defaults that would undo the plan's options.
-    expect(JSON.parse((await rc.get('plans:plan:p-json'))!).vms[1].options).to.deep.equal({ power_off: 'force', rollback: false });
+    expect((JSON.parse((await rc.get('plans:plan:p-json'))!) as Plan).vms[1].options).to.deep.equal({ power_off: 'force', rollback: false });
 
     const yamlBody = `name: from yaml\nid: p-yaml\nvms: [${vm('ok1')}]\ndestination: {type: kvm, virt_uri: "${lv.uri}"}\nnetwork_map: {VM Network: ${NET}}\nstorage_map: {LocalDS_0: ${lv.pool}}\nlimits: {per_esxi_host: 1}\n`;
     const y = await fetch(`${B}/api/v1/plans`, { method: 'POST', headers: { ...alice, 'content-type': 'application/x-yaml' }, body: yamlBody });
-    const yb = await y.json() as any;
+    const yb = await y.json() as PlanView;
     expect(y.status, JSON.stringify(yb)).to.equal(201);
     expect(yb.limits.per_esxi_host).to.equal(1);
     expect(yb.storage_map).to.deep.equal({ LocalDS_0: lv.pool });
 
-    const list = await req(B, 'GET', '/api/v1/plans', undefined, as('reader-key-0123456789abcdef'));
-    expect(list.body.plans.map((p: any) => p.id)).to.deep.equal(['p-json', 'p-yaml']);
+    const list = await req<PlanList>(B, 'GET', '/api/v1/plans', undefined, as('reader-key-0123456789abcdef'));
+    expect(list.body.plans.map((p) => p.id)).to.deep.equal(['p-json', 'p-yaml']);
     const readerCreate = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')] }, as('reader-key-0123456789abcdef'));
     expect(readerCreate.status).to.equal(403);
 
-    const noMap = await req(B, 'POST', '/plans', { name: 'x', vms: [vm('ok1')], network_map: {} }, alice);
+    const noMap = await req<DaemonError>(B, 'POST', '/plans', { name: 'x', vms: [vm('ok1')], network_map: {} }, alice);
     expect(noMap.status).to.equal(400);
-    expect(noMap.body.fields.map((f: any) => f.field)).to.include('storage_map');
-    const badPath = await req(B, 'POST', '/plans', { ...base(), vms: ['ok1'] }, alice);
+    expect(noMap.body.fields!.map((f) => f.field)).to.include('storage_map');
+    const badPath = await req<DaemonError>(B, 'POST', '/plans', { ...base(), vms: ['ok1'] }, alice);
     expect(badPath.status).to.equal(400);
     expect(badPath.body.error).to.match(/vms\[0\]/);
     // A target name libvirt would take but Ferry's import could not use (a space) is refused at once, not at import.
-    const spaced = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], network_map: { 'VM Network': 'VM Network' } }, alice);
+    const spaced = await req<DaemonError>(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], network_map: { 'VM Network': 'VM Network' } }, alice);
     expect(spaced.status, spaced.text).to.equal(400);
-    expect(spaced.body.fields.map((f: any) => f.field)).to.include('network_map.VM Network');
-    const twice = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1'), vm('ok1')] }, alice);
+    expect(spaced.body.fields!.map((f) => f.field)).to.include('network_map.VM Network');
+    const twice = await req<DaemonError>(B, 'POST', '/plans', { ...base(), vms: [vm('ok1'), vm('ok1')] }, alice);
     expect(twice.status).to.equal(400);
     expect(twice.body.error).to.match(/listed twice/);
-    const otherManager = await req(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], source: { manager_url: 'https://vc.elsewhere.example/sdk' } }, alice);
+    const otherManager = await req<DaemonError>(B, 'POST', '/plans', { ...base(), vms: [vm('ok1')], source: { manager_url: 'https://vc.elsewhere.example/sdk' } }, alice);
     expect(otherManager.status).to.equal(400);
-    expect(otherManager.body.fields[0].field).to.equal('source.manager_url');
+    expect(otherManager.body.fields![0].field).to.equal('source.manager_url');
     expect((await req(B, 'GET', '/plans/nope', undefined, alice)).status).to.equal(404);
     expect((await req(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1')] }, alice)).status).to.equal(409);
 
-    const put = await req(B, 'PUT', '/plans/p-yaml', { name: 'renamed', windows: [{ start: '2030-01-01T20:00:00Z', end: '2030-01-02T06:00:00Z' }] }, alice);
+    const put = await req<PlanView>(B, 'PUT', '/plans/p-yaml', { name: 'renamed', windows: [{ start: '2030-01-01T20:00:00Z', end: '2030-01-02T06:00:00Z' }] }, alice);
     expect(put.status, put.text).to.equal(200);
     expect(put.body).to.include({ name: 'renamed' });
     expect(put.body.windows).to.deep.equal([{ start: '2030-01-01T20:00:00.000Z', end: '2030-01-02T06:00:00.000Z' }]);
-    const badWindow = await req(B, 'PUT', '/plans/p-yaml', { windows: [{ start: '2030-01-02T00:00:00Z', end: '2030-01-01T00:00:00Z' }] }, alice);
+    const badWindow = await req<DaemonError>(B, 'PUT', '/plans/p-yaml', { windows: [{ start: '2030-01-02T00:00:00Z', end: '2030-01-01T00:00:00Z' }] }, alice);
     expect(badWindow.status).to.equal(400);
     expect(badWindow.body.error).to.match(/windows\[0\]\.end/);
-    const stored = JSON.parse((await rc.get('plans:plan:p-yaml'))!);
+    const stored = JSON.parse((await rc.get('plans:plan:p-yaml'))!) as Plan;
     expect(stored.name).to.equal('renamed');
   });
 
@@ -150,9 +153,9 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     const names = ['ok1', 'ds1', 'snap', 'shared', 'usb', 'running', 'oddos', 'huge', 'taken', 'twin', 'bad name', 'ghost'];
     const c = await req(B, 'POST', '/plans', { ...base(), id: 'p-check', vms: names.map(vm) }, alice);
     expect(c.status, c.text).to.equal(201);
-    const r = await req(B, 'POST', '/plans/p-check/validate', undefined, alice);
+    const r = await req<Validation>(B, 'POST', '/plans/p-check/validate', undefined, alice);
     expect(r.status, r.text).to.equal(200);
-    const got = Object.fromEntries(r.body.vms.map((x: any) => [x.vm_path.split('/').pop(), x.findings.map((f: any) => `${f.rule}:${f.severity}`).sort()]));
+    const got = Object.fromEntries(r.body.vms.map((x) => [x.vm_path.split('/').pop()!, x.findings.map((f) => `${f.rule}:${f.severity}`).sort()]));
     expect(got).to.deep.equal({
       ok1: [],
       ds1: [],
@@ -168,29 +171,29 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
       ghost: ['vm_not_found:blocker'],
     });
     for (const x of r.body.vms) for (const f of x.findings) expect(f.message, f.rule).to.be.a('string').and.not.equal('');
-    const usb = r.body.vms.find((x: any) => x.vm_path === vm('usb')).findings.find((f: any) => f.rule === 'network_unmapped');
+    const usb = r.body.vms.find((x) => x.vm_path === vm('usb'))!.findings.find((f) => f.rule === 'network_unmapped')!;
     expect(usb.message).to.include('DC0_DVPG0');
     expect(usb.fix).to.include('network_map');
-    const twin = r.body.vms.find((x: any) => x.vm_path === vm('twin')).findings[0];
+    const twin = r.body.vms.find((x) => x.vm_path === vm('twin'))!.findings[0];
     expect(twin.message).to.include(vm('ok1'));
     expect(r.body.blockers).to.equal(10);
     expect(r.body.warnings).to.equal(4);
 
     // The placement the limits will use comes from the same read: ESXi host and datastore per VM.
-    const p = (await req(B, 'GET', '/plans/p-check', undefined, alice)).body;
-    const ds1 = p.vms.find((x: any) => x.vm_path === vm('ds1'));
+    const p = (await req<PlanView>(B, 'GET', '/plans/p-check', undefined, alice)).body;
+    const ds1 = p.vms.find((x) => x.vm_path === vm('ds1'))!;
     expect(ds1.placement).to.include({ esxi_host: 'DC0_C0_H1', pool: POOL2, domain: 'ds1', target_existed: false });
-    expect(ds1.placement.datastores).to.deep.equal(['LocalDS_1']);
+    expect(ds1.placement!.datastores).to.deep.equal(['LocalDS_1']);
   });
 
   it('overrides: a blocker accepted per VM per rule is recorded with who did it; rules that make the job impossible refuse', async () => {
     const o = await req(B, 'POST', '/plans/p-check/overrides', { vm_path: vm('shared'), rule: 'shared_disk', reason: 'cluster stopped for the weekend' }, alice);
     expect(o.status, o.text).to.equal(200);
-    const no = await req(B, 'POST', '/plans/p-check/overrides', { vm_path: vm('running'), rule: 'vm_running' }, alice);
+    const no = await req<DaemonError>(B, 'POST', '/plans/p-check/overrides', { vm_path: vm('running'), rule: 'vm_running' }, alice);
     expect(no.status).to.equal(400);
-    expect(no.body.fields[0].field).to.equal('rule');
-    const r = await req(B, 'POST', '/api/v1/plans/p-check/validate', undefined, alice);
-    const shared = r.body.vms.find((x: any) => x.vm_path === vm('shared')).findings.find((f: any) => f.rule === 'shared_disk');
+    expect(no.body.fields![0].field).to.equal('rule');
+    const r = await req<Validation>(B, 'POST', '/api/v1/plans/p-check/validate', undefined, alice);
+    const shared = r.body.vms.find((x) => x.vm_path === vm('shared'))!.findings.find((f) => f.rule === 'shared_disk')!;
     expect(shared.overridden).to.include({ by: 'alice', reason: 'cluster stopped for the weekend' });
     expect(r.body.blockers).to.equal(9);
   });
@@ -202,17 +205,17 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     expect(far.text).to.match(/destination\.virt_uri\b.*FERRY_LIBVIRT_URIS/);
     const c = await req(B, 'POST', '/plans', { ...base(), id: 'p-away', destination: { type: 'kvm', virt_uri: `qemu+unix:///system?socket=${dir}/none.sock` }, vms: [vm('ok1')] }, alice);
     expect(c.status, c.text).to.equal(201);
-    const r = await req(B, 'POST', '/plans/p-away/validate', undefined, alice);
+    const r = await req<Validation>(B, 'POST', '/plans/p-away/validate', undefined, alice);
     expect(r.status, r.text).to.equal(200);
-    expect(r.body.vms[0].findings.map((f: any) => f.rule)).to.deep.equal(['target_unreachable']);
+    expect(r.body.vms[0].findings.map((f) => f.rule)).to.deep.equal(['target_unreachable']);
   });
 
   it('archive and delete: a pending plan goes; deleting never touches the target', async () => {
-    const a = await req(B, 'POST', '/plans/p-away/archive', undefined, alice);
+    const a = await req<PlanView>(B, 'POST', '/plans/p-away/archive', undefined, alice);
     expect(a.status, a.text).to.equal(200);
     expect(a.body.archived).to.equal(true);
-    expect((await req(B, 'GET', '/plans', undefined, alice)).body.plans.map((p: any) => p.id)).to.not.include('p-away');
-    expect((await req(B, 'GET', '/plans?archived=true', undefined, alice)).body.plans.map((p: any) => p.id)).to.deep.equal(['p-away']);
+    expect((await req<PlanList>(B, 'GET', '/plans', undefined, alice)).body.plans.map((p) => p.id)).to.not.include('p-away');
+    expect((await req<PlanList>(B, 'GET', '/plans?archived=true', undefined, alice)).body.plans.map((p) => p.id)).to.deep.equal(['p-away']);
     const d = await req(B, 'DELETE', '/plans/p-away', undefined, alice);
     expect(d.status, d.text).to.equal(200);
     expect(await rc.exists('plans:plan:p-away')).to.equal(0);

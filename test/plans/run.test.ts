@@ -12,6 +12,7 @@ import { vmDetail } from '../../shared/vsphere/inventory';
 import { makeDisks, powerOn } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from './fixture';
+import type { DaemonJob, DeliveryLog, PlanView } from '../helpers/api-types';
 
 const FINAL = ['completed', 'failed', 'cancelled'];
 
@@ -44,20 +45,20 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     expect(hook.status, hook.text).to.be.oneOf([200, 201]);
     const c = await req(B, 'POST', '/plans', plan('wave', [...Object.keys(HOSTS), 'u0'], { limits: { per_plan: 4, per_esxi_host: 1, per_datastore: 1 } }));
     expect(c.status, c.text).to.equal(201);
-    const st = await req(B, 'POST', '/plans/wave/start');
+    const st = await req<PlanView>(B, 'POST', '/plans/wave/start');
     expect(st.status, st.text).to.equal(200);
-    expect(st.body.vms.find((x: any) => x.vm_path === vm('u0'))).to.include({ status: 'blocked' });
+    expect(st.body.vms.find((x) => x.vm_path === vm('u0'))).to.include({ status: 'blocked' });
 
     const max: Record<string, number> = {};
     const reasons = new Set<string>();
     let samples = 0;
-    let p: any;
+    let p: PlanView;
     for (;;) {
       p = await get('wave');
       for (const x of p.vms) if (x.waiting_reason) reasons.add(x.waiting_reason);
       // The truth from both sides: live slot leases in Redis, and jobs RUNNING per host.
       const running: Record<string, number> = {};
-      for (const x of p.vms) if (x.job_status === 'running') running[HOSTS[x.vm_path.split('/').pop()]] = (running[HOSTS[x.vm_path.split('/').pop()]] ?? 0) + 1;
+      for (const x of p.vms) if (x.job_status === 'running') running[HOSTS[x.vm_path.split('/').pop()!]] = (running[HOSTS[x.vm_path.split('/').pop()!]] ?? 0) + 1;
       for (const [k, n] of Object.entries({
         ...running,
         'slots:DC0_H0': (await s.holders(`esxi:${s.manager}:DC0_H0`)).length,
@@ -75,22 +76,22 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     expect([...reasons].some((r) => /limits\.per_(esxi_host|datastore|plan)/.test(r)), [...reasons].join(' | ')).to.equal(true);
 
     expect(p.status).to.equal('failed');
-    const byVm = Object.fromEntries(p.vms.map((x: any) => [x.vm_path.split('/').pop(), x]));
+    const byVm = Object.fromEntries(p.vms.map((x) => [x.vm_path.split('/').pop()!, x]));
     expect(byVm.u0).to.include({ status: 'blocked', job_id: null });
     for (const n of Object.keys(HOSTS)) {
       expect(byVm[n].status, `${n}: ${byVm[n].error}`).to.equal('rolled_back');
-      const job = (await req(B, 'GET', `/jobs/${byVm[n].job_id}`)).body;
+      const job = (await req<DaemonJob>(B, 'GET', `/jobs/${byVm[n].job_id}`)).body;
       expect(job.status).to.equal('failed');
     }
     // b2 was running; its export powered it off; the rollback powered it back on.
     console.log(`      a VM's job failed with: ${byVm.a0.error}`);
-    expect(byVm.b2.rollback.detail).to.match(/powered back on/);
+    expect(byVm.b2.rollback!.detail).to.match(/powered back on/);
     expect((await vmDetail(s.m, vm('b2'))).power_state).to.equal('poweredOn');
     for (const n of Object.keys(HOSTS)) expect(await s.domains()).to.not.include(n);
     expect((await s.volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
 
     // The plan's events went into the webhook machinery (no notifier runs here: the deliveries wait, pending).
-    const events = (await req(B, 'GET', '/webhooks/0/deliveries')).body.deliveries.map((d: any) => d.event);
+    const events = (await req<DeliveryLog>(B, 'GET', '/webhooks/0/deliveries')).body.deliveries.map((d) => d.event);
     const count = (e: string) => events.filter((x: string) => x === e).length;
     expect([count('plan.started'), count('plan.vm_failed'), count('plan.vm_rolled_back'), count('plan.completed')]).to.deep.equal([1, 4, 4, 1]);
   });
@@ -100,16 +101,16 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     const c = await req(B, 'POST', '/plans', plan('night', ['a0', 'a1', 'b0'], { limits: { per_plan: 1 }, windows: [{ start: new Date(Date.now() - 60_000).toISOString(), end }] }));
     expect(c.status, c.text).to.equal(201);
     await req(B, 'POST', '/plans/night/start');
-    const first = await until(async () => { const p = await get('night'); return p.vms.find((x: any) => x.job_id); }, 20_000, 'a first job');
+    const first = await until(async () => { const p = await get('night'); return p.vms.find((x) => x.job_id); }, 20_000, 'a first job');
     await until(() => Date.now() > Date.parse(end) + 2500, 10_000, 'the window to close');
-    const p = await until(async () => { const x = await get('night'); return x.vms.every((y: any) => y.status !== 'running') && x; }, 300_000, 'the started VM to end');
-    const others = p.vms.filter((x: any) => x.vm_path !== first.vm_path);
+    const p = await until(async () => { const x = await get('night'); return x.vms.every((y) => y.status !== 'running') && x; }, 300_000, 'the started VM to end');
+    const others = p.vms.filter((x) => x.vm_path !== first.vm_path);
     for (const o of others) {
       expect(o.status).to.equal('pending');
       expect(o.jobs).to.deep.equal([]);
       expect(o.waiting_reason).to.match(/every window of the plan has closed/);
     }
-    expect(p.vms.find((x: any) => x.vm_path === first.vm_path).status).to.be.oneOf(['rolled_back', 'failed', 'completed']);
+    expect(p.vms.find((x) => x.vm_path === first.vm_path)!.status).to.be.oneOf(['rolled_back', 'failed', 'completed']);
     const c2 = await req(B, 'POST', '/plans/night/cancel');
     expect(c2.status, c2.text).to.equal(200);
     const q = await done('night', 20_000);
@@ -120,16 +121,16 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     const c = await req(B, 'POST', '/plans', plan('stop', ['a0', 'a1', 'b0'], { limits: { per_plan: 2 } }));
     expect(c.status, c.text).to.equal(201);
     await req(B, 'POST', '/plans/stop/start');
-    await until(async () => (await get('stop')).vms.some((x: any) => x.job_status === 'running'), 60_000, 'a job running');
+    await until(async () => (await get('stop')).vms.some((x) => x.job_status === 'running'), 60_000, 'a job running');
     const r = await req(B, 'POST', '/plans/stop/cancel');
     expect(r.status, r.text).to.equal(200);
     const p = await done('stop', 120_000);
     expect(p.status).to.equal('cancelled');
     for (const x of p.vms) {
       expect(x.status, x.vm_path).to.be.oneOf(['cancelled', 'rolled_back', 'failed']);
-      if (x.job_id) expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.be.oneOf(['cancelled', 'failed']);
+      if (x.job_id) expect((await req<DaemonJob>(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.be.oneOf(['cancelled', 'failed']);
     }
-    expect(p.vms.filter((x: any) => x.status === 'cancelled').length).to.be.greaterThan(0);
+    expect(p.vms.filter((x) => x.status === 'cancelled').length).to.be.greaterThan(0);
     for (const n of ['a0', 'a1', 'b0']) expect(await s.domains()).to.not.include(n);
     expect((await s.volumes()).filter((x) => /^[ab]\d/.test(x))).to.deep.equal([]);
   });
@@ -141,15 +142,15 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     const xml = path.join(s.dir, 'a0.xml');
     writeFileSync(xml, `<domain type="qemu"><name>a0</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${s.lv.poolDir}/a0.qcow2"/><target dev="vda" bus="virtio"/></disk></devices></domain>`);
     await s.lv.virsh(['define', xml]);
-    const before = (await get('wave')).vms.find((x: any) => x.vm_path === vm('a0'));
+    const before = (await get('wave')).vms.find((x) => x.vm_path === vm('a0'))!;
     expect(before.status).to.equal('rolled_back');
     for (let i = 0; i < 2; i++) {
-      const r = await req(B, 'POST', `/plans/wave/vms/${encodeURIComponent(vm('a0'))}/rollback`);
+      const r = await req<PlanView>(B, 'POST', `/plans/wave/vms/${encodeURIComponent(vm('a0'))}/rollback`);
       expect(r.status, r.text).to.equal(200);
-      const a0 = r.body.vms.find((x: any) => x.vm_path === vm('a0'));
+      const a0 = r.body.vms.find((x) => x.vm_path === vm('a0'))!;
       expect(a0.status).to.equal('rolled_back');
-      if (i === 0) expect(a0.rollback.detail).to.match(/domain a0 with its NVRAM and volumes removed/).and.match(/leftover volume a0-disk1\.qcow2 removed/);
-      else expect(a0.rollback.detail).to.match(/nothing of Ferry's was on the target/);
+      if (i === 0) expect(a0.rollback!.detail).to.match(/domain a0 with its NVRAM and volumes removed/).and.match(/leftover volume a0-disk1\.qcow2 removed/);
+      else expect(a0.rollback!.detail).to.match(/nothing of Ferry's was on the target/);
     }
     expect(await s.domains()).to.not.include('a0');
     const vols = await s.volumes();
@@ -171,12 +172,12 @@ describe('plans: paced execution against vcsim and libvirtd', function () {
     await until(async () => (await s.domains()).includes('bc0'), 480_000, 'the domain bc0 defined on the target');
     const p = await done('bootfail');
     const x = p.vms[0];
-    console.log(`      the VM failed with: ${x.error.slice(0, 200)}; rollback: ${x.rollback?.detail}`);
-    expect(x.status, x.error).to.equal('rolled_back');
+    console.log(`      the VM failed with: ${x.error!.slice(0, 200)}; rollback: ${x.rollback?.detail}`);
+    expect(x.status, x.error!).to.equal('rolled_back');
     expect(x.error).to.match(/did not boot \(failed\)/);
-    expect((await req(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
+    expect((await req<DaemonJob>(B, 'GET', `/jobs/${x.job_id}`)).body.status).to.equal('failed');
     // ... and the rollback took them away and powered the source back on.
-    expect(x.rollback.detail).to.match(/domain bc0 with its NVRAM and volumes removed/).and.match(/powered back on/);
+    expect(x.rollback!.detail).to.match(/domain bc0 with its NVRAM and volumes removed/).and.match(/powered back on/);
     expect(await s.domains()).to.not.include('bc0');
     expect((await s.volumes()).filter((v) => v.startsWith('bc0'))).to.deep.equal([]);
     expect((await vmDetail(s.m, vm('bc0'))).power_state).to.equal('poweredOn');

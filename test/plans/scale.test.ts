@@ -11,6 +11,12 @@ import { readFileSync } from 'node:fs';
 import { req, until } from '../helpers/http';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from './fixture';
+import type { DaemonJob, PlanView } from '../helpers/api-types';
+import type { TestBootResult } from '../../shared/converter/testboot';
+import type { PipelineReport } from '../../shared/converter/stages/report';
+
+/** What the test reads of a migration job's result as the store holds it (migration-stages.ts afterExport). */
+interface MigrationResult { boot: TestBootResult; conversion: { report_path: string } }
 
 const HOSTS = ['DC0_H0', 'DC0_C0_H0', 'DC0_C0_H1', 'DC0_C0_H2'];
 // Was 20: under the whole suite's load (another file's appliances beside its six) that took 29 min (1,748 s) of
@@ -46,16 +52,16 @@ describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, fu
     }));
     expect(c.status, c.text).to.equal(201);
     const t0 = Date.now();
-    const st = await req(s.url, 'POST', '/plans/rack/start');
+    const st = await req<PlanView>(s.url, 'POST', '/plans/rack/start');
     expect(st.status, st.text).to.equal(200);
-    expect(st.body.vms.filter((x: any) => x.status === 'blocked'), 'nothing blocked by preflight').to.deep.equal([]);
+    expect(st.body.vms.filter((x) => x.status === 'blocked'), 'nothing blocked by preflight').to.deep.equal([]);
 
     const slotNames = [...HOSTS.map((h) => `esxi:${s.manager}:${h}`), ...['LocalDS_0', 'LocalDS_1'].map((d) => `datastore:${s.manager}:${d}`)];
     const max: Record<string, number> = {};
     const seen = (k: string, n: number) => { max[k] = Math.max(max[k] ?? 0, n); };
     const reasons = new Set<string>();
     let samples = 0;
-    let p: any;
+    let p: PlanView;
     for (;;) {
       p = await s.get('rack');
       // From the jobs' side: RUNNING jobs per ESXi host and per datastore.
@@ -63,7 +69,7 @@ describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, fu
       for (const x of p.vms) {
         if (x.waiting_reason) reasons.add(x.waiting_reason);
         if (x.job_status !== 'running') continue;
-        const at = where.get(x.vm_path.split('/').pop())!;
+        const at = where.get(x.vm_path.split('/').pop()!)!;
         for (const k of [`jobs:${at.host}`, `jobs:${at.ds}`]) running[k] = (running[k] ?? 0) + 1;
       }
       for (const [k, n] of Object.entries(running)) seen(k, n);
@@ -76,7 +82,7 @@ describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, fu
     const seconds = (Date.now() - t0) / 1000;
     console.log(`      ${N} VMs: plan ${p.status} in ${seconds.toFixed(0)} s; ${samples} samples; highest per key: ${JSON.stringify(max)}`);
 
-    expect(p.status, JSON.stringify(p.vms.filter((x: any) => x.status !== 'completed').map((x: any) => [x.vm_path, x.status, x.error]))).to.equal('completed');
+    expect(p.status, JSON.stringify(p.vms.filter((x) => x.status !== 'completed').map((x) => [x.vm_path, x.status, x.error]))).to.equal('completed');
     expect(p.counts).to.deep.include({ completed: N });
     for (const [k, n] of Object.entries(max)) expect(n, `${k} (highest over ${samples} samples)`).to.be.at.most(k.includes('LocalDS') ? 3 : 2);
     // The limits held VMs back (not only the workers' room): each was reached, and VMs waited naming them.
@@ -89,11 +95,11 @@ describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, fu
     const domains = await s.domains();
     const volumes = await s.volumes();
     for (const x of p.vms) {
-      const name = x.vm_path.split('/').pop();
-      const job = (await req(s.url, 'GET', `/jobs/${x.job_id}`)).body;
+      const name = x.vm_path.split('/').pop()!;
+      const job = (await req<DaemonJob>(s.url, 'GET', `/jobs/${x.job_id}`)).body;
       expect(job.status, `${name}: ${JSON.stringify(job.error)}`).to.equal('completed');
       // (the job's result as the store holds it: the daemon's job view leaves it out)
-      const result = JSON.parse((await s.rc.hget(`planscale:job:${x.job_id}`, 'result')) || 'null');
+      const result = JSON.parse((await s.rc.hget(`planscale:job:${x.job_id}`, 'result')) || 'null') as MigrationResult;
       expect(result.boot).to.include({ status: 'passed', matched: TINY_GUEST_MARKER });
       expect(domains).to.include(name);
       expect((await s.lv.virsh(['domstate', name])).trim(), name).to.equal('running');
@@ -102,11 +108,11 @@ describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, fu
       expect(xml).to.include(`<mac address='${`00:50:56:04:00:${(0x10 + Number(name.slice(1))).toString(16)}`}'/>`).and.include(`<source network='${s.net}'`);
       // The repair really ran on the guest: the conversion's report (on disk beside the export) names the guest
       // it inspected and has the fstab's /dev/sda1 rewritten to a stable name.
-      const report = JSON.parse(readFileSync(result.conversion.report_path, 'utf8'));
-      runs.push((Date.parse(job.completed_at) - Date.parse(job.started_at)) / 1000);
-      const actions = report.stages.fix.result.actions as { action: string; status: string; detail: string }[];
+      const report = JSON.parse(readFileSync(result.conversion.report_path, 'utf8')) as PipelineReport;
+      runs.push((Date.parse(job.completed_at!) - Date.parse(job.started_at!)) / 1000);
+      const actions = report.stages.fix.result!.actions as { action: string; status: string; detail: string }[];
       expect(actions.find((a) => a.action === 'fstab'), `${name} fstab`).to.include({ status: 'done' });
-      expect(report.stages.fix.result.guest).to.include({ os: 'linux', distro: 'debian', root_device: '/dev/sda1' });
+      expect(report.stages.fix.result!.guest).to.include({ os: 'linux', distro: 'debian', root_device: '/dev/sda1' });
     }
     const sorted = runs.sort((a, b) => a - b);
     console.log(`      each VM's job ran ${sorted[Math.floor(N / 2)].toFixed(0)} s (median), ${sorted[N - 1].toFixed(0)} s at most, from its start to its end`);

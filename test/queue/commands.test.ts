@@ -18,7 +18,7 @@ import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
-import { Bus, MESSAGE_FIELDS } from '../../queue/bus';
+import { Bus, MESSAGE_FIELDS, type JobEventMessage, type JobStateMessage } from '../../queue/bus';
 
 describe('Lua commands (queue/commands/)', function () {
   this.timeout(60000);
@@ -79,7 +79,7 @@ describe('Lua commands (queue/commands/)', function () {
     it('touch only the keys they are given, over create, claim, start, progress, complete, fail, cancel and the retention sweep', async () => {
       const ours = new Map(commandFiles().map((f) => [createHash('sha1').update(f.lua).digest('hex'), f]));
       const calls: { file: string; keys: Set<string>; touched: string[][] }[] = [];
-      const mon = await (monitor as any).monitor();
+      const mon = await monitor.monitor();
       let current: (typeof calls)[number] | null = null;
       mon.on('monitor', (_t: string, args: string[], source: string) => {
         if (source === 'lua') { current?.touched.push(args); return; }
@@ -120,9 +120,9 @@ describe('Lua commands (queue/commands/)', function () {
     });
 
     it('publish the bus messages queue/bus.ts declares, field for field', async () => {
-      const seen: { jobs: Record<string, unknown>[]; events: Record<string, unknown>[] } = { jobs: [], events: [] };
-      await bus.on('jobs', (m) => seen.jobs.push(m as unknown as Record<string, unknown>));
-      await bus.on('events', (m) => seen.events.push(m as unknown as Record<string, unknown>));
+      const seen: { jobs: JobStateMessage[]; events: JobEventMessage[] } = { jobs: [], events: [] };
+      await bus.on('jobs', (m) => seen.jobs.push(m));
+      await bus.on('events', (m) => seen.events.push(m));
       const s = spec();
       await life.submit(s, { enqueue: true });
       const l = (await life.claim({ worker_id: 'w2', capabilities: [] }))!;

@@ -7,6 +7,7 @@ import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { until } from '../helpers/http';
 import { createRedis, RedisClient } from '../../shared/redis';
+import type { ValidationError } from 'joi';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { JobState, STATES } from '../../shared/states';
 import { ApiError } from '../../shared/errors';
@@ -32,7 +33,7 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
   let n = 0;
 
   const spec = (over: Record<string, unknown> = {}): JobSpec => {
-    const { value, error } = jobSpecSchema.validate({ job_id: `c-${++n}`, operation: 'noop', ...over });
+    const { value, error } = jobSpecSchema.validate({ job_id: `c-${++n}`, operation: 'noop', ...over }) as { value: unknown; error?: ValidationError };
     if (error) throw error;
     return value as JobSpec;
   };

@@ -39,7 +39,7 @@ describe('queue: writes under the lease, answers that say what happened', functi
     expect(await store.recordOutput(s.job_id, 'w:not-the-lease', 'dev:1:ino:1')).to.equal(false);
     expect(await redis.hget(store.k.job(s.job_id), 'owned_outputs'), 'nothing written on a refused claim').to.equal(null);
     for (let i = 0; i < 70; i++) expect(await store.recordOutput(s.job_id, l.token, `dev:1:ino:${i}`)).to.equal(true);
-    const kept = JSON.parse((await redis.hget(store.k.job(s.job_id), 'owned_outputs'))!);
+    const kept = JSON.parse((await redis.hget(store.k.job(s.job_id), 'owned_outputs'))!) as string[];
     expect(kept).to.have.length(64);
     expect(kept[63]).to.equal('dev:1:ino:69');
     expect(await store.ownedOutputs(s.job_id)).to.deep.equal(kept);

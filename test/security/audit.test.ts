@@ -11,6 +11,12 @@ import WebSocket from 'ws';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
+import type { AuditRecord } from '../../shared/audit';
+import type { AuditPage, BatchSubmitted } from '../helpers/api-types';
+
+/** One structured log line; an audit line carries the record. */
+interface LogLine { msg: string; audit?: AuditRecord }
 
 const K = { ops: 'audit-admin-key-0123456789', ci: 'audit-submit-key-0123456789', viewer: 'audit-read-key-0123456789', fleet: 'audit-worker-key-0123456789' };
 const SECRET = 'Hunter2-audit-pw-never-stored';
@@ -24,14 +30,14 @@ describe('security: the audit log', function () {
   let dm: Awaited<ReturnType<typeof startDaemonProc>>;
   let rc: IORedis;
   const as = (k: string) => ({ 'x-api-key': k });
-  const stored = async () => (await rc.zrange('aud:audit', 0, -1)).map((r) => JSON.parse(r));
+  const stored = async () => (await rc.zrange('aud:audit', 0, -1)).map((r) => JSON.parse(r) as AuditRecord);
   const audit = async (q = '', base = '') => {
-    const r = await req(dm.url, 'GET', `${base}/audit${q}`, undefined, as(K.ops));
+    const r = await req<AuditPage>(dm.url, 'GET', `${base}/audit${q}`, undefined, as(K.ops));
     expect(r.status, r.text).to.equal(200);
-    return r.body.records as any[];
+    return r.body.records;
   };
   /** The structured log lines of a process that carry an audit record. */
-  const auditLines = (p: Proc) => p.logs.join('').split('\n').filter((l) => l.includes('"msg":"audit"')).map((l) => JSON.parse(l));
+  const auditLines = (p: Proc) => p.logs.join('').split('\n').filter((l) => l.includes('"msg":"audit"')).map((l) => JSON.parse(l) as LogLine);
   /** Every value Redis holds, as text (strings, hashes, lists, sets, sorted sets, streams). */
   async function everything(): Promise<string> {
     const out: string[] = [];
@@ -81,13 +87,13 @@ describe('security: the audit log', function () {
   });
 
   it('a password in a daemon body is in neither Redis nor the log line; the record names the created job', async () => {
-    const r = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/web1', output_path: path.join(dir, 'out'), manager_url: 'https://vc.example.test/sdk', username: 'admin', password: SECRET }, as(K.ci));
+    const r = await req<BatchSubmitted>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/web1', output_path: path.join(dir, 'out'), manager_url: 'https://vc.example.test/sdk', username: 'admin', password: SECRET }, as(K.ci));
     expect(r.status, r.text).to.equal(200);
     const id = r.body.job_ids[0];
     const rec = (await stored()).find((x) => x.path === '/jobs/submit');
     expect(rec).to.include({ service: 'daemon', key_name: 'ci', role: 'submit', method: 'POST', status: 200, outcome: 'ok' });
-    expect(rec.targets.job_ids).to.deep.equal([id]);
-    expect(rec.targets.vm_path).to.equal('/DC0/vm/web1');
+    expect(rec!.targets.job_ids).to.deep.equal([id]);
+    expect(rec!.targets.vm_path).to.equal('/DC0/vm/web1');
     await until(() => auditLines(dm).some((l) => l.audit?.path === '/jobs/submit'), 5000, 'the log line');
     expect(await everything()).to.not.include(SECRET);
     expect(dm.logs.join('')).to.not.include(SECRET);
@@ -142,7 +148,7 @@ describe('security: the audit log', function () {
     expect((await audit(`?until=${new Date(t).toISOString()}`)).map((x) => x.id)).to.deep.equal([first.id]);
     expect((await audit(`?since=${new Date(Date.now() + 60_000).toISOString()}`))).to.deep.equal([]);
     expect((await stored()).some((x) => x.method === 'GET' && x.status === 200)).to.equal(false);
-    const bad = await req(dm.url, 'GET', '/audit?limit=0&since=yesterday', undefined, as(K.ops));
+    const bad = await req<DaemonError>(dm.url, 'GET', '/audit?limit=0&since=yesterday', undefined, as(K.ops));
     expect(bad.status).to.equal(400);
     expect(bad.body.error).to.include('limit').and.include('since');
   });

@@ -10,8 +10,13 @@ import path from 'node:path';
 import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { awaitWorkers, exitCode, Proc, startDaemonProc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, JobApiError, Res } from '../helpers/http';
 import { openWs } from '../helpers/ws';
 import { makeImage } from '../helpers/images';
+import type { DaemonJob, DequeueAnswer, JobStatus, WorkerList, WsTicket } from '../helpers/api-types';
+
+/** The parts of GET /openapi.json read here. */
+interface OpenApiDoc { paths: Record<string, Record<string, { 'x-ferry-role'?: string }>>; components: { securitySchemes: Record<string, unknown> } }
 
 const K = {
   read: 'reader-key-0123456789abcdef',
@@ -69,17 +74,17 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
   /** 401 without a key, 403 with an unknown key and with each role that lacks `need`, and never 401/403 with
    *  a role that has it; in the API's own envelope. */
   async function routeNeeds(base: string, api: 'gateway' | 'daemon', method: string, p: string, need: Role, body?: unknown) {
-    const code = (r: any) => (api === 'gateway' ? r.body?.error?.code : r.body?.status);
-    const none = await req(base, method, p, body);
+    const code = (r: Res<JobApiError | DaemonError>) => (api === 'gateway' ? (r.body as JobApiError | undefined)?.error?.code : (r.body as DaemonError | undefined)?.status);
+    const none = await req<JobApiError | DaemonError>(base, method, p, body);
     expect(none.status, `${method} ${p} without a key`).to.equal(401);
     expect(code(none), `${method} ${p} envelope`).to.equal(401);
-    if (api === 'gateway') expect(none.body.error).to.include.keys('message', 'path', 'timestamp');
+    if (api === 'gateway') expect((none.body as JobApiError).error).to.include.keys('message', 'path', 'timestamp');
     else expect(none.body).to.include.keys('error', 'timestamp');
     expect(none.headers.get('www-authenticate')).to.equal('Bearer');
     const unknown = await req(base, method, p, body, key('unknown'));
     expect(unknown.status, `${method} ${p} unknown key`).to.equal(403);
     for (const role of ROLES) {
-      const r = await req(base, method, p, body, role === 'admin' ? { Authorization: `Bearer ${K.admin}` } : key(role));
+      const r = await req<JobApiError | DaemonError>(base, method, p, body, role === 'admin' ? { Authorization: `Bearer ${K.admin}` } : key(role));
       if (GRANTS[role].includes(need)) expect(r.status, `${method} ${p} as ${role}`).to.not.be.oneOf([401, 403]);
       else {
         expect(r.status, `${method} ${p} as ${role}`).to.equal(403);
@@ -104,7 +109,7 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
     for (const [m, p, need, body] of table) await routeNeeds(gw.url, 'gateway', m, p, need, body);
     // Public: health and the API description.
     for (const p of ['/health', '/openapi.json']) expect((await req(gw.url, 'GET', p)).status, p).to.equal(200);
-    const doc = (await req(gw.url, 'GET', '/openapi.json')).body;
+    const doc = (await req<OpenApiDoc>(gw.url, 'GET', '/openapi.json')).body;
     expect(doc.paths['/workers/{worker_id}'].delete['x-ferry-role']).to.equal('admin');
     expect(doc.components.securitySchemes).to.include.keys('apiKey', 'bearer');
   });
@@ -135,29 +140,29 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
   it('/ws and /ws/metrics: 401 without a key, 403 with an unknown one, never a key in the URL; a ticket works once', async () => {
     for (const p of ['/ws', '/ws/metrics', '/api/v1/ws']) {
       const url = `${dm.url.replace('http', 'ws')}${p}`;
-      expect(await openWs(url).opened.then(() => 'open', (e) => e.message)).to.equal('HTTP 401');
-      expect(await openWs(url, key('unknown')).opened.then(() => 'open', (e) => e.message)).to.equal('HTTP 403');
-      expect(await openWs(`${url}?api_key=${K.admin}`).opened.then(() => 'open', (e) => e.message)).to.equal('HTTP 401');
+      expect(await openWs(url).opened.then(() => 'open', (e: Error) => e.message)).to.equal('HTTP 401');
+      expect(await openWs(url, key('unknown')).opened.then(() => 'open', (e: Error) => e.message)).to.equal('HTTP 403');
+      expect(await openWs(`${url}?api_key=${K.admin}`).opened.then(() => 'open', (e: Error) => e.message)).to.equal('HTTP 401');
       const ok = openWs(url, key('read'));
       await ok.opened;
       await until(() => ok.msgs.length > 0, 10000, 'a first message');
       ok.ws.close();
-      const t = await req(dm.url, 'POST', '/ws/ticket', undefined, key('read'));
+      const t = await req<WsTicket>(dm.url, 'POST', '/ws/ticket', undefined, key('read'));
       expect(t.body.expires_in).to.be.at.most(60);
       const viaTicket = openWs(`${url}?ticket=${t.body.ticket}`);
       await viaTicket.opened;
       viaTicket.ws.close();
-      expect(await openWs(`${url}?ticket=${t.body.ticket}`).opened.then(() => 'open', (e) => e.message), 'replayed ticket').to.equal('HTTP 401');
-      expect(await openWs(`${url}?ticket=made-up-ticket-0123456789`).opened.then(() => 'open', (e) => e.message)).to.equal('HTTP 401');
+      expect(await openWs(`${url}?ticket=${t.body.ticket}`).opened.then(() => 'open', (e: Error) => e.message), 'replayed ticket').to.equal('HTTP 401');
+      expect(await openWs(`${url}?ticket=made-up-ticket-0123456789`).opened.then(() => 'open', (e: Error) => e.message)).to.equal('HTTP 401');
     }
   });
 
   it('metrics ports (daemon, worker) need a read key; the worker\'s /health stays public', async () => {
     for (const [port, envelope] of [[dmMetrics, 'daemon'], [worker.metricsPort, 'gateway']] as const) {
       const base = `http://127.0.0.1:${port}`;
-      const none = await req(base, 'GET', '/metrics');
+      const none = await req<DaemonError | JobApiError>(base, 'GET', '/metrics');
       expect(none.status).to.equal(401);
-      expect(envelope === 'daemon' ? none.body.status : none.body.error.code).to.equal(401);
+      expect(envelope === 'daemon' ? (none.body as DaemonError).status : (none.body as JobApiError).error.code).to.equal(401);
       expect((await req(base, 'GET', '/metrics', undefined, key('unknown'))).status).to.equal(403);
       const ok = await req(base, 'GET', '/metrics', undefined, key('read'));
       expect(ok.status).to.equal(200);
@@ -167,19 +172,19 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
   });
 
   it('a worker key limited to img_tool cannot register or dequeue with more', async () => {
-    const reg = await req(gw.url, 'POST', '/workers/register', { worker_id: 'greedy', capabilities: ['img_tool', 'nbd_access'] }, key('worker'));
+    const reg = await req<JobApiError>(gw.url, 'POST', '/workers/register', { worker_id: 'greedy', capabilities: ['img_tool', 'nbd_access'] }, key('worker'));
     expect(reg.status).to.equal(403);
     expect(reg.body.error.message).to.include('nbd_access');
     const dq = await req(gw.url, 'POST', '/queue/dequeue', { worker_id: 'greedy', capabilities: ['mount_operations'] }, key('worker'));
     expect(dq.status).to.equal(403);
-    expect((await req(gw.url, 'GET', '/workers', undefined, key('read'))).body.workers.map((w: any) => w.worker_id)).to.not.include('greedy');
+    expect((await req<WorkerList>(gw.url, 'GET', '/workers', undefined, key('read'))).body.workers.map((w) => w.worker_id)).to.not.include('greedy');
     expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'modest', capabilities: ['img_tool'] }, key('worker'))).status).to.equal(201);
     expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'ops-any', capabilities: ['nbd_access'] }, key('admin'))).status).to.equal(201);
   });
 
   it('the privileged execution mode: only for operations that need device access, or an admin key', async () => {
     const priv = { operation: 'noop', requirements: { execution_mode: 'PRIVILEGED_CONTAINER' } };
-    const r = await req(gw.url, 'POST', '/jobs', { job_id: 'priv-1', ...priv }, key('submit'));
+    const r = await req<JobApiError>(gw.url, 'POST', '/jobs', { job_id: 'priv-1', ...priv }, key('submit'));
     expect(r.status).to.equal(403);
     expect(r.body.error.message).to.include('execution_mode');
     expect((await req(gw.url, 'GET', '/jobs/priv-1', undefined, key('read'))).status).to.equal(404);
@@ -200,18 +205,18 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
     const out = path.join(dir, 'out');
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'legit-1', operation: 'convert', image: { path: src, format: 'vmdk' }, parameters: { output_dir: out } }, { Authorization: `Bearer ${K.submit}` });
     expect(sub.status).to.equal(201);
-    const done = await until(async () => { const j = (await req(gw.url, 'GET', '/jobs/legit-1', undefined, key('read'))).body; return j.is_terminal && j; }, 60000, 'legit-1 to finish');
-    expect(done.state, done.error).to.equal('COMPLETED');
+    const done = await until(async () => { const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/legit-1', undefined, key('read'))).body; return j.is_terminal && j; }, 60000, 'legit-1 to finish');
+    expect(done.state, done.error as string | undefined).to.equal('COMPLETED'); // chai reads a null message as none
     expect(existsSync(path.join(out, 'legit-1.qcow2'))).to.equal(true);
     // An HTTP pull worker with its worker key.
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'pull-1', operation: 'noop', requirements: { capabilities: ['lvm_tools'] } }, key('submit'));
     const w = { worker_id: 'puller', capabilities: ['lvm_tools'] };
-    const got = await req(gw.url, 'POST', '/queue/dequeue', w, key('admin'));
-    expect(got.body.job_id).to.equal('pull-1');
-    const lease = { worker_id: 'puller', lease_token: got.body.lease_token };
+    const got = await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', w, key('admin'));
+    expect(got.body!.job_id).to.equal('pull-1');
+    const lease = { worker_id: 'puller', lease_token: got.body!.lease_token };
     expect((await req(gw.url, 'POST', '/jobs/pull-1/events', { ...lease, phase: 'work', percentage: 50 }, key('admin'))).status).to.equal(201);
     expect((await req(gw.url, 'POST', '/jobs/pull-1/complete', { ...lease, result: { ok: true } }, key('admin'))).status).to.equal(200);
-    const dj = await req(dm.url, 'GET', '/api/v1/jobs/pull-1', undefined, key('read'));
+    const dj = await req<DaemonJob>(dm.url, 'GET', '/api/v1/jobs/pull-1', undefined, key('read'));
     expect(dj.body.status).to.equal('completed');
     // The daemon's own submission with a submit key.
     const ex = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/dc/vm/x/web', output_path: path.join(dir, 'export') }, key('submit'));

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
 import { pauseDuring, timedHealth } from '../helpers/loop';
 
 const READ = 'reader-key-0123456789abcdef';
@@ -49,7 +50,7 @@ async function once(svc: Proc & { url: string }, p: string, body: string, type: 
       while (!done) { slowest = Math.max(slowest, await timedHealth(svc.url)); await new Promise((r) => setTimeout(r, 10)); }
     })();
     const t = performance.now();
-    const got = await req(svc.url, 'POST', p, body, { 'content-type': type, ...headers });
+    const got = await req<DaemonError>(svc.url, 'POST', p, body, { 'content-type': type, ...headers });
     const took = performance.now() - t;
     done = true;
     await pinger;
@@ -106,7 +107,7 @@ describe('security: bodies that cannot freeze a process', function () {
   });
 
   it('a self-referencing anchor, and a legitimate alias, on the gateway YAML route', async () => {
-    const self = await req(gw.url, 'POST', '/migrationjobs', 'a: &x {b: *x}', { 'content-type': 'application/x-yaml', 'x-api-key': SUBMIT });
+    const self = await req<JobApiError>(gw.url, 'POST', '/migrationjobs', 'a: &x {b: *x}', { 'content-type': 'application/x-yaml', 'x-api-key': SUBMIT });
     expect(self.status, self.text).to.equal(400);
     expect(self.body.error.message).to.include('body');
     // One alias, used as intended: the body is read (the schema then judges it), not refused by the budget.

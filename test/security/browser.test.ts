@@ -11,6 +11,7 @@ import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { rawReq, req, until } from '../helpers/http';
 import { openWs } from '../helpers/ws';
+import type { JobStatus } from '../helpers/api-types';
 
 const EVIL = 'http://evil.example';
 
@@ -76,7 +77,7 @@ describe('security: browsers kept out unless invited (auth off)', function () {
   });
 
   it('a form POST (text/plain, urlencoded, multipart) that would queue a job is refused (415) and the job stays as it was', async () => {
-    const state = async () => (await req(gw.url, 'GET', '/jobs/browser-job')).body.state;
+    const state = async () => (await req<JobStatus>(gw.url, 'GET', '/jobs/browser-job')).body.state;
     const before = await state();
     expect(before).to.not.equal('QUEUED');
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {

@@ -14,6 +14,7 @@ import { Virsh } from '../../shared/libvirt';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
 
 const EVIL = '(a|aa)+$';
 
@@ -47,11 +48,11 @@ describe('security: caller patterns (virt_test.expect) run in linear time', func
 
   it('patterns the linear engine cannot run are a 400 naming the field on both APIs; (a|aa)+$ itself is accepted', async () => {
     for (const bad of ['(a)\\1', 'login(?= )', '(?<!x)login']) {
-      const d = await req(dm.url, 'POST', '/jobs/submit', shapeB(bad));
+      const d = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', shapeB(bad));
       expect(d.status, `${bad}: ${d.text}`).to.equal(400);
-      expect(d.body.fields.map((f: any) => f.field)).to.include('options.virt_test.expect');
+      expect(d.body.fields!.map((f) => f.field)).to.include('options.virt_test.expect');
       expect(d.body.error).to.include('linear time');
-      const g = await req(gw.url, 'POST', '/jobs', { operation: 'migrate', parameters: { manifest: { manifest_version: '1.0', disks: [{ id: 'r', source_format: 'raw', local_path: path.join(dir, 'x.raw') }], output: { directory: path.join(dir, 'o') } }, virt_test: { expect: bad } } });
+      const g = await req<JobApiError>(gw.url, 'POST', '/jobs', { operation: 'migrate', parameters: { manifest: { manifest_version: '1.0', disks: [{ id: 'r', source_format: 'raw', local_path: path.join(dir, 'x.raw') }], output: { directory: path.join(dir, 'o') } }, virt_test: { expect: bad } } });
       expect(g.status, `${bad}: ${g.text}`).to.equal(400);
       expect(g.body.error.message).to.include('parameters.virt_test.expect');
     }

@@ -5,18 +5,24 @@
 import { expect } from 'chai';
 import WebSocket from 'ws';
 import { req, until } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
 import { defineGuest, GUEST_MARKER } from '../helpers/libvirt';
 import { openConsole, Virsh } from '../../shared/libvirt';
 import { startVirtStack, VirtStack } from '../virt/stack';
+import type { BatchResult } from '../../shared/libvirt/batch';
+import type { AuditPage, VirtOk } from '../helpers/api-types';
 
 const K = { read: 'conroles-reader-0123456789ab', submit: 'conroles-submit-0123456789ab', admin: 'conroles-admin-0123456789abc' };
 const as = (r: keyof typeof K) => ({ 'X-API-Key': K[r] });
 
-interface Con { ws: WebSocket; text: () => string; msgs: any[]; closed: Promise<{ code: number; reason: string }>; opened: Promise<void> }
+/** What the console sends (services/daemon/console.ts). */
+type ConsoleMsg = { type: 'status'; status: string; domain: string; state: string; mode: 'read' | 'write' } | { type: 'data'; data: string }
+  | { type: 'error'; error: string } | { type: 'closed'; error?: string };
+interface Con { ws: WebSocket; text: () => string; msgs: ConsoleMsg[]; closed: Promise<{ code: number; reason: string }>; opened: Promise<void> }
 function connect(url: string, headers: Record<string, string> = {}): Con {
   const ws = new WebSocket(url, { headers });
-  const msgs: any[] = [];
-  ws.on('message', (d: Buffer) => msgs.push(JSON.parse(d.toString())));
+  const msgs: ConsoleMsg[] = [];
+  ws.on('message', (d: Buffer) => msgs.push(JSON.parse(d.toString()) as ConsoleMsg));
   const closed = new Promise<{ code: number; reason: string }>((r) => ws.once('close', (code, reason) => r({ code, reason: String(reason) })));
   const opened = new Promise<void>((resolve, reject) => { ws.once('open', () => resolve()); ws.once('unexpected-response', (_q, res) => reject(new Error(`HTTP ${res.statusCode}`))); ws.once('error', reject); });
   return { ws, msgs, closed, opened, text: () => msgs.filter((m) => m.type === 'data').map((m) => m.data).join('') };
@@ -43,7 +49,7 @@ describe('security: the host and the VM console are admin\'s', function () {
     const B = s.daemon.url;
     const net = await req(B, 'POST', '/virt/network/create', { name: 'roles-net', forward: 'none' }, as('admin'));
     expect(net.status, net.text).to.equal(201);
-    const del = await req(B, 'POST', '/virt/batch/delete', { domains: ['roles-victim'], remove_storage: true }, as('submit'));
+    const del = await req<DaemonError>(B, 'POST', '/virt/batch/delete', { domains: ['roles-victim'], remove_storage: true }, as('submit'));
     expect(del.status, del.text).to.equal(403);
     expect(del.body.error).to.include('needs role admin');
     const ndel = await req(B, 'POST', '/virt/network/delete', { name: 'roles-net' }, as('submit'));
@@ -54,7 +60,7 @@ describe('security: the host and the VM console are admin\'s', function () {
       expect((await req(B, 'POST', p, body, as('submit'))).status, p).to.equal(403);
     }
     // The operator's own flow, with an admin key.
-    const ok = await req(B, 'POST', '/api/v1/virt/batch/delete', { domains: ['roles-gone'] }, as('admin'));
+    const ok = await req<VirtOk<BatchResult>>(B, 'POST', '/api/v1/virt/batch/delete', { domains: ['roles-gone'] }, as('admin'));
     expect(ok.status, ok.text).to.equal(200);
     expect(ok.body.data.successful).to.equal(1);
     expect(await virsh(['list', '--all', '--name'])).to.not.include('roles-gone');
@@ -76,12 +82,12 @@ describe('security: the host and the VM console are admin\'s', function () {
     expect(admin.text() + reader.text(), 'the reader\'s command').to.not.include('PWNED');
     // Asking to write, with a key or with the read key's ticket: refused.
     expect((await con('&mode=write', as('read')).closed).code).to.equal(4403);
-    const ticket = (await req(s.daemon.url, 'POST', '/ws/ticket', undefined, as('read'))).body.ticket;
+    const ticket = (await req<{ ticket: string; expires_in: number }>(s.daemon.url, 'POST', '/ws/ticket', undefined, as('read'))).body.ticket;
     const viaTicket = con(`&mode=write&ticket=${ticket}`, {});
     expect((await viaTicket.closed).code).to.equal(4403);
-    expect(viaTicket.msgs.find((m) => m.type === 'error').error).to.include('needs role admin');
+    expect(viaTicket.msgs.find((m) => m.type === 'error')!.error).to.include('needs role admin');
     // The writer is in the audit log (it could type into the guest); the reader is not.
-    const log = (await req(s.daemon.url, 'GET', '/audit?path=/virt/console', undefined, as('admin'))).body.records as any[];
+    const log = (await req<AuditPage>(s.daemon.url, 'GET', '/audit?path=/virt/console', undefined, as('admin'))).body.records;
     const writers = log.filter((r) => r.method === 'WEBSOCKET' && r.status === 101);
     expect(writers).to.have.length(1);
     expect(writers[0]).to.include({ key_name: 'ops', role: 'admin', outcome: 'ok' });
@@ -93,12 +99,12 @@ describe('security: the host and the VM console are admin\'s', function () {
     const second = con('&mode=write', as('admin'));
     const c2 = await second.closed;
     expect(c2.code).to.equal(4409);
-    expect(second.msgs.find((m) => m.type === 'error').error).to.include('already has a writer');
+    expect(second.msgs.find((m) => m.type === 'error')!.error).to.include('already has a writer');
     for (const role of ['read', 'submit'] as const) expect((await con('&force=1', as(role)).closed).code, role).to.equal(4403);
     const taker = con('&force=1', as('admin'));
     expect((await statusOf(taker)).mode).to.equal('write');
     expect((await first.closed).code).to.equal(4409);
-    expect(first.msgs.some((m) => m.type === 'closed' && /taken over/.test(m.error))).to.equal(true);
+    expect(first.msgs.some((m) => m.type === 'closed' && /taken over/.test(m.error!))).to.equal(true);
     type(taker, 'echo NEW$((3*3))');
     await until(() => taker.text().includes('NEW9'), 30000, 'the new writer\'s command');
   });

@@ -17,6 +17,8 @@ import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
+import type { JobStatus, MigrationSubmitted } from '../helpers/api-types';
 
 const K = { submit: 'dest-submit-key-0123456789', admin: 'dest-admin-key-0123456789' };
 const PREFIX = 'dest';
@@ -63,10 +65,10 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
 
   it('the reported attack: a shape B job with qemu+ext:///system?command=<program> is a 400 naming destination.virt_uri; no job, nothing spawned', async () => {
     const before = await jobCount();
-    const r = await req(dm.url, 'POST', '/jobs/submit', shapeB(`qemu+ext:///system?command=${program}`), as(K.submit));
+    const r = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', shapeB(`qemu+ext:///system?command=${program}`), as(K.submit));
     expect(r.status, r.text).to.equal(400);
     expect(r.body.error).to.include('destination.virt_uri').and.include('ext transport');
-    expect(r.body.fields.map((f: any) => f.field)).to.include('destination.virt_uri');
+    expect(r.body.fields!.map((f) => f.field)).to.include('destination.virt_uri');
     // An admin key does not make it acceptable either: the URI is not the operator's.
     expect((await req(dm.url, 'POST', '/jobs/submit', shapeB(`qemu+ext:///system?command=${program}`), as(K.admin))).status).to.equal(400);
     expect(await jobCount()).to.equal(before);
@@ -83,10 +85,10 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
       ['qemu+ssh://root@internal-host/system', 'FERRY_LIBVIRT_URIS'],
     ];
     for (const [uri, why] of attempts) {
-      const d = await req(dm.url, 'POST', '/jobs/submit', shapeB(uri), as(K.submit));
+      const d = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', shapeB(uri), as(K.submit));
       expect(d.status, `${uri}: ${d.text}`).to.equal(400);
       expect(d.body.error, uri).to.include('destination.virt_uri').and.include(why);
-      const g = await req(gw.url, 'POST', '/jobs', { operation: 'import_kvm', parameters: { disks: [{ path: '/tmp/x.qcow2' }], name: 'x', virt_uri: uri } }, as(K.submit));
+      const g = await req<JobApiError>(gw.url, 'POST', '/jobs', { operation: 'import_kvm', parameters: { disks: [{ path: '/tmp/x.qcow2' }], name: 'x', virt_uri: uri } }, as(K.submit));
       expect(g.status, `${uri}: ${g.text}`).to.equal(400);
       expect(g.body.error.message, uri).to.include('parameters.virt_uri');
     }
@@ -95,7 +97,7 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
 
   it('the operator\'s URIs are accepted as given: FERRY_LIBVIRT_URI (with its socket=) and an entry of FERRY_LIBVIRT_URIS', async () => {
     for (const uri of [own, other]) {
-      const r = await req(dm.url, 'POST', '/jobs/submit', shapeB(uri), as(K.submit));
+      const r = await req<MigrationSubmitted>(dm.url, 'POST', '/jobs/submit', shapeB(uri), as(K.submit));
       expect(r.status, `${uri}: ${r.text}`).to.equal(200);
       await req(dm.url, 'POST', '/jobs/cancel', { job_ids: [r.body.job_id] }, as(K.submit));
     }
@@ -118,7 +120,7 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
       await router.close();
       r.disconnect();
     }
-    const j = await until(async () => { const g = await req(gw.url, 'GET', '/jobs/dest-old', undefined, as(K.submit)); return g.body?.state === 'FAILED' && g.body; }, 30000, 'the worker to refuse the job');
+    const j = await until(async () => { const g = await req<JobStatus>(gw.url, 'GET', '/jobs/dest-old', undefined, as(K.submit)); return g.body?.state === 'FAILED' && g.body; }, 30000, 'the worker to refuse the job');
     expect(j.attempts).to.equal(1);
     expect(j.error).to.include('parameters.virt_uri').and.include('ext transport');
     expect(existsSync(marker)).to.equal(false);

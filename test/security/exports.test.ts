@@ -11,6 +11,7 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
 import { managerFor } from '../../shared/vsphere/client';
@@ -34,7 +35,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
   let big: Awaited<ReturnType<typeof tinyVm>>;
   let tiny: Awaited<ReturnType<typeof tinyVm>>;
 
-  const job = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body;
+  const job = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body;
   const finished = (id: string) => until(async () => { const j = await job(id); return j.is_terminal && j; }, 90000, `job ${id} to finish`);
   const submit = async (id: string, operation: string, parameters: object) => {
     const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation, parameters: { credentials: 'environment', ...parameters }, execution_policy: { retry_count: 0 } });
@@ -148,7 +149,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     writeFileSync(path.join(folder, 'notes.txt'), 'the operator\'s own file');
     await submit('legit-d', 'export', { vm_path: tiny.path, output_path: folder });
     const j = await finished('legit-d');
-    expect(j.state, j.error).to.equal('COMPLETED');
+    expect(j.state, j.error as string | undefined).to.equal('COMPLETED');
     expect(existsSync(path.join(folder, 'LocalDS_0', 'tiny', 'tiny.vmdk'))).to.equal(true);
     expect(existsSync(path.join(folder, 'manifest.json'))).to.equal(true);
     expect(readFileSync(path.join(folder, 'notes.txt'), 'utf8')).to.equal('the operator\'s own file');
@@ -175,7 +176,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     mkdirSync(data);
     symlinkSync(ELSE, path.join(data, 'exports'));
     let err: Error | undefined;
-    await makeExportDir('job-g', { FERRY_DATA_DIR: data }).catch((e) => { err = e; });
+    await makeExportDir('job-g', { FERRY_DATA_DIR: data }).catch((e: Error) => { err = e; });
     expect(err?.message).to.match(/exports is a symbolic link/);
     expect(existsSync(path.join(ELSE, 'job-g'))).to.equal(false);
     // A folder of ours with a loose mode is tightened to 0700.

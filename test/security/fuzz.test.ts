@@ -21,6 +21,8 @@ import yaml from 'js-yaml';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, FieldError, JobApiError } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
 import { pauseDuring } from '../helpers/loop';
 import { arbImageFile } from '../helpers/hostile-images';
 
@@ -32,15 +34,22 @@ interface Route { method: string; path: string; bodyKeys: string[]; queryKeys: s
 interface Target { name: string; base: string; pid: number; routes: Route[]; auth: boolean }
 interface Sent { method: string; path: string; headers: Record<string, string>; body?: Buffer }
 interface Got { status: number; text: string; type: string; reset?: boolean }
+/** The parts of an OpenAPI document (the gateway's openapi.json, the daemon's openapi.yaml) the routes come from. */
+interface BodySchema { properties?: Record<string, unknown>; oneOf?: BodySchema[]; anyOf?: BodySchema[] }
+interface OpenApiOperation { requestBody?: { content?: Record<string, { schema?: BodySchema }> }; parameters?: Array<{ in: string; name: string }> }
+interface OpenApiDoc { paths: Record<string, Record<string, OpenApiOperation>> }
+/** An error answer of either API, read through one shape: the daemon's `{ error: string, fields? }` or the job
+ *  API's `{ error: { message, fields? } }` (a string's `.message` and `.fields` read as undefined). */
+interface ErrorAnswer { error: (string & { message?: undefined; fields?: undefined }) | JobApiError['error']; fields?: FieldError[] }
 
-function routesOf(doc: any, prefixes: string[]): Route[] {
+function routesOf(doc: OpenApiDoc, prefixes: string[]): Route[] {
   const out: Route[] = [];
-  for (const [p, ops] of Object.entries<any>(doc.paths)) {
-    for (const [m, op] of Object.entries<any>(ops)) {
+  for (const [p, ops] of Object.entries(doc.paths)) {
+    for (const [m, op] of Object.entries(ops)) {
       const schema = op.requestBody?.content?.['application/json']?.schema;
       const bodyKeys = new Set<string>(Object.keys(schema?.properties || {}));
       for (const alt of [...(schema?.oneOf || []), ...(schema?.anyOf || [])]) for (const k of Object.keys(alt.properties || {})) bodyKeys.add(k);
-      const queryKeys = (op.parameters || []).filter((x: any) => x.in === 'query').map((x: any) => x.name);
+      const queryKeys = (op.parameters || []).filter((x) => x.in === 'query').map((x) => x.name);
       for (const prefix of prefixes) out.push({ method: m.toUpperCase(), path: prefix + p, bodyKeys: [...bodyKeys], queryKeys });
     }
   }
@@ -170,8 +179,8 @@ function check(sent: Sent, got: Got) {
   expect(got.status, where).to.be.at.least(100);
   if (got.type.startsWith('text/event-stream')) expect(got.text, where).to.not.include('event: error');
   if (got.status >= 400 && sent.method !== 'HEAD' && got.type.includes('json')) {
-    let body: any;
-    try { body = JSON.parse(got.text); } catch { throw new Error(`error answer is not JSON: ${where}`); }
+    let body: ErrorAnswer;
+    try { body = JSON.parse(got.text) as ErrorAnswer; } catch { throw new Error(`error answer is not JSON: ${where}`); }
     const message: string = typeof body.error === 'string' ? body.error : body.error?.message;
     expect(message, where).to.be.a('string').and.not.equal('');
     const fields: { field: string }[] = body.fields || body.error?.fields || [];
@@ -202,9 +211,9 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
     // A finished job with events and a waiting one, so job routes reach their deeper branches.
     expect((await req(g1.url, 'POST', '/jobs?queue=true', { job_id: 'fuzz-done', operation: 'noop', parameters: { steps: 3 } }, { 'x-api-key': KEY })).status).to.equal(201);
     expect((await req(g1.url, 'POST', '/jobs?queue=true', { job_id: 'fuzz-waiting', operation: 'noop', requirements: { capabilities: ['lvm_tools'] } }, { 'x-api-key': KEY })).status).to.equal(201);
-    await until(async () => (await req(g1.url, 'GET', '/jobs/fuzz-done', undefined, { 'x-api-key': KEY })).body?.state === 'COMPLETED', 90000, 'the seed job');
-    const gdoc = (await req(g1.url, 'GET', '/openapi.json', undefined, { 'x-api-key': KEY })).body;
-    const ddoc = yaml.load((await req(d1.url, 'GET', '/openapi.yaml', undefined, { 'x-api-key': KEY })).text);
+    await until(async () => (await req<JobStatus>(g1.url, 'GET', '/jobs/fuzz-done', undefined, { 'x-api-key': KEY })).body?.state === 'COMPLETED', 90000, 'the seed job');
+    const gdoc = (await req<OpenApiDoc>(g1.url, 'GET', '/openapi.json', undefined, { 'x-api-key': KEY })).body;
+    const ddoc = yaml.load((await req(d1.url, 'GET', '/openapi.yaml', undefined, { 'x-api-key': KEY })).text) as OpenApiDoc;
     const statics: Route[] = ['/web/dashboard/{file}', '/api/v1/web/dashboard/{file}', '/swagger-ui/{file}'].map((p) => ({ method: 'GET', path: p, bodyKeys: [], queryKeys: [] }));
     const gRoutes = routesOf(gdoc, ['']);
     const dRoutes = [...routesOf(ddoc, ['', '/api/v1']), ...statics];
@@ -327,7 +336,7 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
     for (const p of ['/web/dashboard/%E0%A4%A', '/api/v1/web/dashboard/%E0%A4%A', '/swagger-ui/%']) {
       const got = await send(d.base, { method: 'GET', path: p, headers: {} });
       expect(got.status, p).to.equal(400);
-      expect(JSON.parse(got.text).error).to.include('path');
+      expect((JSON.parse(got.text) as DaemonError).error).to.include('path');
     }
     // A body nested thousands deep (seed 1401369970 found POST /jobs/query answering 500): the client's error, 400.
     for (const [base, p] of [[d.base, '/jobs/query'], [g.base, '/jobs']]) {
@@ -342,7 +351,7 @@ describe('security: no 5xx for bad input (fast-check fuzz)', function () {
     }
     const a = await send(g.base, { method: 'GET', path: '/jobs/fuzz-done/events?after_id=18446744073709551616-0', headers: {} });
     expect(a.status).to.equal(400);
-    expect(JSON.parse(a.text).error.message).to.include('after_id');
+    expect((JSON.parse(a.text) as JobApiError).error.message).to.include('after_id');
     const ok = await send(g.base, { method: 'GET', path: '/jobs/fuzz-done/events?after_id=18446744073709551615-0', headers: {} });
     expect(ok.status).to.equal(200);
     expect(JSON.parse(ok.text)).to.deep.equal([]);

@@ -12,7 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
-import { req, until } from '../helpers/http';
+import { req, until, type DaemonError, type JobApiError } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
 import { differencingVhd, differencingVhdx, qcow2Backed, qcow2WithDataFile, vmdkDescriptor } from '../helpers/hostile-images';
 
@@ -33,21 +34,21 @@ describe('security: image files confined with everything they reference', functi
   let dm: Awaited<ReturnType<typeof startDaemonProc>>;
 
   const as = (k: string) => ({ 'X-API-Key': k });
-  const submit = (body: object, q = true) => req(gw.url, 'POST', `/jobs${q ? '?queue=true' : ''}`, body, as(SUBMIT));
+  const submit = <T = unknown>(body: object, q = true) => req<T>(gw.url, 'POST', `/jobs${q ? '?queue=true' : ''}`, body, as(SUBMIT));
   const convert = (id: string, image: string, format = 'qcow2', out = 'raw') => ({ job_id: id, operation: 'convert', image: { path: image, format }, parameters: { output_format: out, output_dir: OUT } });
-  const finished = (id: string) => until(async () => { const j = (await req(gw.url, 'GET', `/jobs/${id}`, undefined, as(SUBMIT))).body; return j?.is_terminal && j; }, 90000, `job ${id}`);
-  async function refused(body: any, field: string, ...words: string[]) {
-    const r = await submit(body);
+  const finished = (id: string) => until(async () => { const j = (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`, undefined, as(SUBMIT))).body; return j?.is_terminal && j; }, 90000, `job ${id}`);
+  async function refused(body: { job_id: string } & Record<string, unknown>, field: string, ...words: string[]) {
+    const r = await submit<JobApiError>(body);
     expect(r.status, JSON.stringify(r.body)).to.equal(400);
-    expect(r.body.error.fields.map((f: any) => f.field)).to.include(field);
+    expect(r.body.error.fields!.map((f) => f.field)).to.include(field);
     for (const w of [field, ...words]) expect(r.body.error.message).to.include(w);
     expect((await req(gw.url, 'GET', `/jobs/${body.job_id}`, undefined, as(SUBMIT))).status).to.equal(404);
     expect(readdirSync(OUT).filter((f) => f.includes(body.job_id))).to.deep.equal([]);
   }
   async function daemonRefused(p: string, body: object, key: string, field: string, ...words: string[]) {
-    const r = await req(dm.url, 'POST', p, body, as(key));
+    const r = await req<DaemonError>(dm.url, 'POST', p, body, as(key));
     expect(r.status, `${p} ${r.text}`).to.equal(400);
-    expect(r.body.fields.map((f: any) => f.field)).to.include(field);
+    expect(r.body.fields!.map((f) => f.field)).to.include(field);
     for (const w of [field, ...words]) expect(r.body.error).to.include(w);
   }
 
@@ -150,7 +151,7 @@ describe('security: image files confined with everything they reference', functi
     execFileSync('qemu-io', ['-f', 'qcow2', '-c', 'write -P 0x5a 1M 64k', top]);
     expect((await submit(convert('chain-ok', top))).status).to.equal(201);
     const j = await finished('chain-ok');
-    expect(j.state, j.error).to.equal('COMPLETED');
+    expect(j.state, j.error!).to.equal('COMPLETED');
     const out = path.join(OUT, 'chain-ok.raw');
     execFileSync('qemu-img', ['compare', '-q', '-f', 'raw', '-F', 'qcow2', out, top]);
     const bytes = readFileSync(out);

@@ -11,6 +11,9 @@ import { Lifecycle } from '../../queue/lifecycle';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { JobApiError } from '../helpers/http';
+import type { DequeueAnswer, FailAnswer, Heartbeat, JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
+import type { ApiError } from '../../shared/errors';
 
 const WORKER = 'lease-worker-key-0123456789';
 const OTHER = 'other-worker-key-0123456789';
@@ -22,8 +25,8 @@ describe('security: worker leases', function () {
   const procs: Proc[] = [];
   let gw: Awaited<ReturnType<typeof startGatewayProc>>;
   const as = (k: string) => ({ 'X-API-Key': k });
-  const job = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`, undefined, as(SUBMIT))).body;
-  const events = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}/events`, undefined, as(SUBMIT))).body as any[];
+  const job = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`, undefined, as(SUBMIT))).body;
+  const events = async (id: string) => (await req<StoredEvent[]>(gw.url, 'GET', `/jobs/${id}/events`, undefined, as(SUBMIT))).body;
 
   before(async () => {
     await redis.start();
@@ -37,22 +40,22 @@ describe('security: worker leases', function () {
 
   it('a forged worker_id (the public one, without the token) is refused and changes nothing', async () => {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'forge-1', operation: 'noop', requirements: { capabilities: ['lvm_tools'] } }, as(SUBMIT));
-    const got = await req(gw.url, 'POST', '/queue/dequeue', { worker_id: 'honest', capabilities: ['lvm_tools'] }, as(WORKER));
-    expect(got.body.job_id).to.equal('forge-1');
+    const got = await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', { worker_id: 'honest', capabilities: ['lvm_tools'] }, as(WORKER));
+    expect(got.body!.job_id).to.equal('forge-1');
     const before = await job('forge-1');
     expect(before.worker_id).to.equal('honest'); // public, by design
-    expect(JSON.stringify(before)).to.not.include(got.body.lease_token);
+    expect(JSON.stringify(before)).to.not.include(got.body!.lease_token);
     const forged = { worker_id: before.worker_id, lease_token: `honest:${'0'.repeat(8)}-0000-4000-8000-${'0'.repeat(12)}` };
     for (const [p, body] of [
       ['/jobs/forge-1/events', { ...forged, phase: 'evil', percentage: 99 }], ['/jobs/forge-1/complete', { ...forged, result: { pwned: true } }],
       ['/jobs/forge-1/fail', { ...forged, error: 'sabotage', retryable: false }], ['/jobs/forge-1/start', forged], ['/jobs/forge-1/lease', forged],
     ] as [string, object][]) {
-      const r = await req(gw.url, 'POST', p, body, as(OTHER));
+      const r = await req<JobApiError>(gw.url, 'POST', p, body, as(OTHER));
       expect(r.status, p).to.equal(409);
       expect(r.body.error.code).to.equal(409);
     }
     // Without any token the body is invalid (400 naming lease_token).
-    const bare = await req(gw.url, 'POST', '/jobs/forge-1/complete', { worker_id: 'honest' }, as(OTHER));
+    const bare = await req<JobApiError>(gw.url, 'POST', '/jobs/forge-1/complete', { worker_id: 'honest' }, as(OTHER));
     expect(bare.status).to.equal(400);
     expect(bare.body.error.message).to.include('lease_token');
     const after = await job('forge-1');
@@ -61,19 +64,19 @@ describe('security: worker leases', function () {
     expect(after.result).to.equal(null);
     expect(await events('forge-1')).to.have.length(0);
     // The holder still can.
-    const ok = await req(gw.url, 'POST', '/jobs/forge-1/complete', { worker_id: 'honest', lease_token: got.body.lease_token, result: { ok: 1 } }, as(WORKER));
+    const ok = await req(gw.url, 'POST', '/jobs/forge-1/complete', { worker_id: 'honest', lease_token: got.body!.lease_token, result: { ok: 1 } }, as(WORKER));
     expect(ok.status).to.equal(200);
   });
 
   it('an old lease token after a requeue is refused (409) and changes nothing; renewal needs the current one', async () => {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'replay-1', operation: 'noop', execution_policy: { retry_count: 2 }, requirements: { capabilities: ['lvm_tools'] } }, as(SUBMIT));
     const w = { worker_id: 'replayer', capabilities: ['lvm_tools'] };
-    const first = (await req(gw.url, 'POST', '/queue/dequeue', w, as(WORKER))).body;
+    const first = (await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', w, as(WORKER))).body!;
     const old = { worker_id: 'replayer', lease_token: first.lease_token };
     expect((await req(gw.url, 'POST', '/jobs/replay-1/events', { ...old, phase: 'work', percentage: 10 }, as(WORKER))).status).to.equal(201);
-    expect((await req(gw.url, 'POST', '/jobs/replay-1/fail', { ...old, error: 'transient' }, as(WORKER))).body.state).to.equal('QUEUED');
+    expect((await req<FailAnswer>(gw.url, 'POST', '/jobs/replay-1/fail', { ...old, error: 'transient' }, as(WORKER))).body.state).to.equal('QUEUED');
     // The same worker id claims it again: a new token.
-    const second = await until(async () => (await req(gw.url, 'POST', '/queue/dequeue', w, as(WORKER))).body, 15000, 'the retry to be handed out');
+    const second = await until(async () => (await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', w, as(WORKER))).body, 15000, 'the retry to be handed out');
     expect(second.lease_token).to.be.a('string').and.not.equal(first.lease_token);
     const snap = await job('replay-1');
     const evs = await events('replay-1');
@@ -81,7 +84,7 @@ describe('security: worker leases', function () {
       ['/jobs/replay-1/events', { ...old, phase: 'stale', percentage: 90 }], ['/jobs/replay-1/complete', { ...old, result: { stale: true } }],
       ['/jobs/replay-1/fail', { ...old, error: 'stale', retryable: false }], ['/jobs/replay-1/lease', old],
     ] as [string, object][]) expect((await req(gw.url, 'POST', p, body, as(WORKER))).status, p).to.equal(409);
-    const hb = await req(gw.url, 'POST', '/workers/replayer/heartbeat', { lease_tokens: [first.lease_token] }, as(WORKER));
+    const hb = await req<Heartbeat>(gw.url, 'POST', '/workers/replayer/heartbeat', { lease_tokens: [first.lease_token] }, as(WORKER));
     expect(hb.body.renewed).to.deep.equal([]);
     const now = await job('replay-1');
     expect(now.state).to.equal('ASSIGNED');
@@ -90,7 +93,7 @@ describe('security: worker leases', function () {
     expect(await events('replay-1')).to.deep.equal(evs);
     const cur = { worker_id: 'replayer', lease_token: second.lease_token };
     expect((await req(gw.url, 'POST', '/jobs/replay-1/lease', cur, as(WORKER))).status).to.equal(200);
-    expect((await req(gw.url, 'POST', '/workers/replayer/heartbeat', { lease_tokens: [second.lease_token] }, as(WORKER))).body.renewed).to.deep.equal(['replay-1']);
+    expect((await req<Heartbeat>(gw.url, 'POST', '/workers/replayer/heartbeat', { lease_tokens: [second.lease_token] }, as(WORKER))).body.renewed).to.deep.equal(['replay-1']);
     expect((await req(gw.url, 'POST', '/jobs/replay-1/complete', { ...cur, result: { ok: true } }, as(WORKER))).status).to.equal(200);
     expect((await job('replay-1')).state).to.equal('COMPLETED');
   });
@@ -98,11 +101,11 @@ describe('security: worker leases', function () {
   it('a worker id registered with one key cannot be used with another (heartbeat, re-register, dequeue)', async () => {
     expect((await req(gw.url, 'POST', '/workers/register', { worker_id: 'bound-w', capabilities: ['lvm_tools'] }, as(WORKER))).status).to.equal(201);
     for (const [p, body] of [['/workers/bound-w/heartbeat', {}], ['/workers/register', { worker_id: 'bound-w', capabilities: [] }], ['/queue/dequeue', { worker_id: 'bound-w', capabilities: ['lvm_tools'] }]] as [string, object][]) {
-      const r = await req(gw.url, 'POST', p, body, as(OTHER));
+      const r = await req<JobApiError>(gw.url, 'POST', p, body, as(OTHER));
       expect(r.status, p).to.equal(403);
       expect(r.body.error.message).to.include('another API key');
     }
-    expect((await req(gw.url, 'GET', '/workers', undefined, as(SUBMIT))).body.workers.find((w: any) => w.worker_id === 'bound-w').capabilities).to.deep.equal(['lvm_tools']);
+    expect((await req<WorkerList>(gw.url, 'GET', '/workers', undefined, as(SUBMIT))).body.workers.find((w) => w.worker_id === 'bound-w')!.capabilities).to.deep.equal(['lvm_tools']);
     expect((await req(gw.url, 'POST', '/workers/bound-w/heartbeat', {}, as(WORKER))).status).to.equal(200);
   });
 
@@ -126,7 +129,7 @@ describe('security: worker leases', function () {
       expect((await life.progress('native-1', a.token, { phase: 'stale', percentage: 5, message: '', details: {} })).ok).to.equal(false);
       expect((await life.fail('native-1', 'native-w', a.token, 'stale', false)).ok).to.equal(false);
       let refused = '';
-      await life.held('native-1', 'native-w', a.token).catch((e) => (refused = `${e.status}`));
+      await life.held('native-1', 'native-w', a.token).catch((e: ApiError) => (refused = `${e.status}`));
       expect(refused).to.equal('409');
       const after = await store.get('native-1');
       expect(after!.state_history).to.deep.equal(snap!.state_history);

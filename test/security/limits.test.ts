@@ -11,6 +11,7 @@ import path from 'node:path';
 import { TestRedis, freePort } from '../helpers/redis';
 import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
 import { openWs } from '../helpers/ws';
 
 const K = { a: 'caller-a-key-0123456789abcdef', b: 'caller-b-key-0123456789abcdef', c: 'caller-c-key-0123456789abcdef', d: 'caller-d-key-0123456789abcdef' };
@@ -59,7 +60,7 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
     }
     expect(remaining).to.deep.equal([4, 3, 2, 1, 0]);
     for (const base of [d1.url, d2.url]) {
-      const over = await req(base, 'GET', '/jobs', undefined, key('a'));
+      const over = await req<DaemonError>(base, 'GET', '/jobs', undefined, key('a'));
       expect(over.status, over.text).to.equal(429);
       expect(Number(over.headers.get('retry-after'))).to.be.within(1, 60);
       expect(over.headers.get('x-ratelimit-remaining')).to.equal('0');
@@ -104,7 +105,7 @@ describe('security: rate limits shared by replicas, spawn caps per key and in al
     // c takes the last slot of this replica (a's consoles still wait on libvirt with one); then d finds none.
     const third = req(d1.url, 'GET', '/virt/domains', undefined, key('c'));
     await capped('c');
-    const full = await req(d1.url, 'GET', '/virt/networks', undefined, key('d'));
+    const full = await req<DaemonError>(d1.url, 'GET', '/virt/networks', undefined, key('d'));
     expect(full.status, full.text).to.equal(503);
     expect(Number(full.headers.get('retry-after'))).to.be.at.least(1);
     expect(full.body.error).to.include('FERRY_VIRT_CALLS').and.include('retry');

@@ -14,6 +14,8 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
+import type { BatchSubmitted, JobStatus } from '../helpers/api-types';
 
 const K = { read: 'tls-read-key-0123456789', submit: 'tls-submit-key-0123456789', admin: 'tls-admin-key-0123456789' };
 const ENV_PASSWORD = 'env-govc-password-7731';
@@ -92,16 +94,16 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
   });
 
   it('http:// managers are refused by name on every door; nothing is sent in clear', async () => {
-    const list = await req(dm.url, 'GET', `/vms/list${q({ server: plainUrl })}`, undefined, as(K.read));
+    const list = await req<DaemonError>(dm.url, 'GET', `/vms/list${q({ server: plainUrl })}`, undefined, as(K.read));
     expect(list.status, list.text).to.equal(400);
     expect(list.body.error).to.include('server').and.include('https://');
-    const a = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'a'), manager_url: plainUrl, password: OWN_PASSWORD }, as(K.submit));
+    const a = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'a'), manager_url: plainUrl, password: OWN_PASSWORD }, as(K.submit));
     expect(a.status, a.text).to.equal(400);
-    expect(a.body.fields.map((f: any) => f.field)).to.include('manager_url');
-    const b = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', manager_url: plainUrl, password: OWN_PASSWORD }, destination: { type: 'kvm' } }, as(K.submit));
+    expect(a.body.fields!.map((f) => f.field)).to.include('manager_url');
+    const b = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', manager_url: plainUrl, password: OWN_PASSWORD }, destination: { type: 'kvm' } }, as(K.submit));
     expect(b.status, b.text).to.equal(400);
-    expect(b.body.fields.map((f: any) => f.field)).to.include('source.manager_url');
-    const g = await req(gw.url, 'POST', '/jobs', { operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'g'), manager_url: plainUrl } }, as(K.submit));
+    expect(b.body.fields!.map((f) => f.field)).to.include('source.manager_url');
+    const g = await req<JobApiError>(gw.url, 'POST', '/jobs', { operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'g'), manager_url: plainUrl } }, as(K.submit));
     expect(g.status, g.text).to.equal(400);
     expect(g.body.error.message).to.include('parameters.manager_url');
     expect(plain.bodies).to.have.length(0);
@@ -109,15 +111,15 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
 
   it('the default credentials never go to a manager that is not GOVC_URL\'s or listed by scheme, host and port: 400 naming password', async () => {
     const before = evil.bodies.length;
-    const list = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl })}`, undefined, as(K.read));
+    const list = await req<DaemonError>(dm.url, 'GET', `/vms/list${q({ server: evilUrl })}`, undefined, as(K.read));
     expect(list.status, list.text).to.equal(400);
-    expect(list.body.fields.map((f: any) => f.field)).to.include('password');
-    const a = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'a'), manager_url: evilUrl }, as(K.submit));
+    expect(list.body.fields!.map((f) => f.field)).to.include('password');
+    const a = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'a'), manager_url: evilUrl }, as(K.submit));
     expect(a.status, a.text).to.equal(400);
-    expect(a.body.fields.map((f: any) => f.field)).to.include('password');
-    const b = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', manager_url: evilUrl }, destination: { type: 'kvm' } }, as(K.submit));
+    expect(a.body.fields!.map((f) => f.field)).to.include('password');
+    const b = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', manager_url: evilUrl }, destination: { type: 'kvm' } }, as(K.submit));
     expect(b.status, b.text).to.equal(400);
-    expect(b.body.fields.map((f: any) => f.field)).to.include('source.password');
+    expect(b.body.fields!.map((f) => f.field)).to.include('source.password');
     expect(evil.bodies.length).to.equal(before);
     expect(seenPassword(ENV_PASSWORD)).to.equal(false);
   });
@@ -125,7 +127,7 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
   it('a job that names such a manager with the environment\'s credentials fails on the worker, not retried; the listener never sees the password', async () => {
     const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'tls-env', operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'w'), manager_url: evilUrl, username: 'administrator', credentials: 'environment' }, execution_policy: { retry_count: 2 } }, as(K.submit));
     expect(r.status, r.text).to.equal(201);
-    const j = await until(async () => { const g = await req(gw.url, 'GET', '/jobs/tls-env', undefined, as(K.read)); return g.body?.state === 'FAILED' && g.body; }, 30000, 'the worker to refuse the job');
+    const j = await until(async () => { const g = await req<JobStatus>(gw.url, 'GET', '/jobs/tls-env', undefined, as(K.read)); return g.body?.state === 'FAILED' && g.body; }, 30000, 'the worker to refuse the job');
     expect(j.attempts).to.equal(1);
     expect(j.error).to.include('default credentials');
     expect(seenPassword(ENV_PASSWORD)).to.equal(false);
@@ -133,19 +135,19 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
 
   it('insecure for a manager not configured as insecure needs an admin key: 403 naming the field on both APIs and /vms', async () => {
     const shapeA = { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'i'), insecure: true };
-    const a = await req(dm.url, 'POST', '/jobs/submit', shapeA, as(K.submit));
+    const a = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', shapeA, as(K.submit));
     expect(a.status, a.text).to.equal(403);
-    expect(a.body.fields.map((f: any) => f.field)).to.include('insecure');
-    const b = await req(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', insecure: true }, destination: { type: 'kvm' } }, as(K.submit));
+    expect(a.body.fields!.map((f) => f.field)).to.include('insecure');
+    const b = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', insecure: true }, destination: { type: 'kvm' } }, as(K.submit));
     expect(b.status, b.text).to.equal(403);
-    expect(b.body.fields.map((f: any) => f.field)).to.include('source.insecure');
+    expect(b.body.fields!.map((f) => f.field)).to.include('source.insecure');
     const l = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl, username: 'x', password: OWN_PASSWORD, insecure: 'true' })}`, undefined, as(K.read));
     expect(l.status, l.text).to.equal(403);
-    const g = await req(gw.url, 'POST', '/jobs', { operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'gi'), insecure: true } }, as(K.submit));
+    const g = await req<JobApiError>(gw.url, 'POST', '/jobs', { operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'gi'), insecure: true } }, as(K.submit));
     expect(g.status, g.text).to.equal(403);
     expect(g.body.error.message).to.include('parameters.insecure');
     // The admin's choice: accepted.
-    const ok = await req(dm.url, 'POST', '/jobs/submit', shapeA, as(K.admin));
+    const ok = await req<BatchSubmitted>(dm.url, 'POST', '/jobs/submit', shapeA, as(K.admin));
     expect(ok.status, ok.text).to.equal(200);
     await req(dm.url, 'POST', '/jobs/cancel', { job_ids: ok.body.job_ids }, as(K.admin));
   });

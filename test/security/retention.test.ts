@@ -10,6 +10,8 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startWorkerProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
+import type { DaemonJobList, JobList, QueueStatus, WorkerList } from '../helpers/api-types';
 
 // Long enough that the counts read right after the last job finishes still see every finished job.
 const RETENTION_S = 8;
@@ -65,7 +67,7 @@ describe('security: Redis stays bounded', function () {
     }
     // Waits for a capability no worker here has: never finished, never purged.
     expect((await req(G, 'POST', '/jobs?queue=true', { job_id: 'waiting', operation: 'noop', requirements: { capabilities: ['lvm_tools'] } })).status).to.equal(201);
-    await until(async () => (await req(G, 'GET', '/jobs?state=COMPLETED')).body.total === 12 && (await req(G, 'GET', '/jobs?state=FAILED')).body.total === 3, 30000, 'the jobs to finish');
+    await until(async () => (await req<JobList>(G, 'GET', '/jobs?state=COMPLETED')).body.total === 12 && (await req<JobList>(G, 'GET', '/jobs?state=FAILED')).body.total === 3, 30000, 'the jobs to finish');
     // Cancelled only now, so that none of the three can pass its retention before the counts below are read
     // (cancelled first, they expired while a loaded machine still ran done-0's 300 steps).
     for (let i = 0; i < 3; i++) {
@@ -80,22 +82,22 @@ describe('security: Redis stays bounded', function () {
     expect(st).to.include({ total_jobs: 19, completed_jobs: 12, failed_jobs: 3, cancelled_jobs: 3, pending_jobs: 1 });
 
     // After the retention has passed, only the waiting job is left, everywhere.
-    await until(async () => (await req(G, 'GET', '/jobs')).body.total === 1, (RETENTION_S + 15) * 1000, 'finished jobs to expire');
-    const all = (await req(G, 'GET', '/jobs')).body;
-    expect(all.jobs.map((j: any) => j.job_id)).to.deep.equal(['waiting']);
+    await until(async () => (await req<JobList>(G, 'GET', '/jobs')).body.total === 1, (RETENTION_S + 15) * 1000, 'finished jobs to expire');
+    const all = (await req<JobList>(G, 'GET', '/jobs')).body;
+    expect(all.jobs.map((j) => j.job_id)).to.deep.equal(['waiting']);
     for (const s of ['COMPLETED', 'FAILED', 'CANCELLED']) expect((await req(G, 'GET', `/jobs?state=${s}`)).body, s).to.deep.include({ total: 0, jobs: [] });
-    expect((await req(G, 'GET', '/jobs?state=QUEUED')).body.total).to.equal(1);
+    expect((await req<JobList>(G, 'GET', '/jobs?state=QUEUED')).body.total).to.equal(1);
     for (const id of [...ids.done, ...ids.failed, ...ids.cancelled]) {
       expect((await req(G, 'GET', `/jobs/${id}`)).status, id).to.equal(404);
       expect((await req(D, 'GET', `/jobs/${id}`)).status, id).to.equal(404);
     }
     expect((await req(D, 'GET', '/status')).body).to.include({ total_jobs: 1, completed_jobs: 0, failed_jobs: 0, cancelled_jobs: 0, pending_jobs: 1 });
-    const dj = (await req(D, 'GET', '/jobs')).body;
+    const dj = (await req<DaemonJobList>(D, 'GET', '/jobs')).body;
     expect(dj.total).to.equal(1);
     expect((await req(D, 'GET', '/jobs/query?status=completed,failed,cancelled')).body).to.deep.include({ total: 0, jobs: [] });
-    const q = (await req(G, 'GET', '/queue')).body;
+    const q = (await req<QueueStatus>(G, 'GET', '/queue')).body;
     expect(q.total_jobs).to.equal(1);
-    const anyQ = q.queues.find((x: any) => x.name === 'jobs.any');
+    const anyQ = q.queues.find((x) => x.name === 'jobs.any');
     expect(anyQ).to.include({ queued: 0, assigned: 0, running: 0 });
     // Redis itself: no key of a finished job is left; the counters hold no negative or stale terminal counts.
     expect(await keysOf('ferry:job:done-*')).to.deep.equal([]);
@@ -116,11 +118,11 @@ describe('security: Redis stays bounded', function () {
 
   it('prunes a worker record silent for longer than FERRY_WORKER_PRUNE_AFTER', async () => {
     expect((await req(G, 'POST', '/workers/register', { worker_id: 'gone-away', capabilities: ['img_tool'] })).status).to.equal(201);
-    expect((await req(G, 'GET', '/workers')).body.workers.map((w: any) => w.worker_id)).to.include('gone-away');
-    await until(async () => !(await req(G, 'GET', '/workers')).body.workers.some((w: any) => w.worker_id === 'gone-away'), 20000, 'the silent worker to be pruned');
+    expect((await req<WorkerList>(G, 'GET', '/workers')).body.workers.map((w) => w.worker_id)).to.include('gone-away');
+    await until(async () => !(await req<WorkerList>(G, 'GET', '/workers')).body.workers.some((w) => w.worker_id === 'gone-away'), 20000, 'the silent worker to be pruned');
     expect(await rc.exists('ferry:worker:gone-away')).to.equal(0);
     // The live worker process heartbeats and stays.
-    expect((await req(G, 'GET', '/workers')).body.workers.map((w: any) => w.worker_id)).to.include('noop-worker');
+    expect((await req<WorkerList>(G, 'GET', '/workers')).body.workers.map((w) => w.worker_id)).to.include('noop-worker');
   });
 
   it('refuses an invented capability with a 400 naming the field, and opens no queue for it', async () => {
@@ -131,12 +133,12 @@ describe('security: Redis stays bounded', function () {
       ['/workers/register', { worker_id: 'inventor', capabilities: ['img_tool', 'made_up_cap'] }, 'capabilities.1'],
       ['/queue/dequeue', { worker_id: 'inventor', capabilities: ['made_up_cap'] }, 'capabilities.0'],
     ] as const) {
-      const r = await req(G, 'POST', path, body);
+      const r = await req<JobApiError>(G, 'POST', path, body);
       expect(r.status, `${path}: ${r.text}`).to.equal(400);
       expect(r.body.error.message).to.include('not a known capability');
-      expect(r.body.error.fields.map((f: any) => f.field)).to.include(field);
+      expect(r.body.error.fields!.map((f) => f.field)).to.include(field);
     }
-    const d = await req(D, 'POST', '/jobs/operation', { operation: 'noop', requirements: { capabilities: ['made_up_cap'] } });
+    const d = await req<DaemonError>(D, 'POST', '/jobs/operation', { operation: 'noop', requirements: { capabilities: ['made_up_cap'] } });
     expect(d.status).to.equal(400);
     expect(d.body.error).to.include('requirements.capabilities');
     expect(await rc.smembers('ferry:queues')).to.deep.equal(queuesBefore);

@@ -12,8 +12,10 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startProcess, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError, JobApiError } from '../helpers/http';
+import type { Schedule, ScheduleCreated, ScheduleView, Triggered } from '../helpers/api-types';
 import { fetchDocs, RoleRow, SECURITY_DOC, tableFor, tableInDoc } from '../../scripts/gen-role-table';
-import { Api } from '../../shared/http';
+import { Api, type RouteDef } from '../../shared/http';
 import { keys } from '../../shared/redis';
 
 const K = { read: 'roles-reader-0123456789abcdef', submit: 'roles-submitter-0123456789ab', worker: 'roles-worker-0123456789abcdef', admin: 'roles-admin-0123456789abcdef' };
@@ -62,7 +64,7 @@ describe('security: roles as the doc says, declared once per route', function ()
 
   it('a route without a role cannot be registered', () => {
     const api = new Api();
-    expect(() => api.add({ method: 'post', path: '/undeclared', summary: 'x', responses: {}, handler: () => 'x' } as any)).to.throw(/declares no role/);
+    expect(() => api.add({ method: 'post', path: '/undeclared', summary: 'x', responses: {}, handler: () => 'x' } as Omit<RouteDef, 'role'> as RouteDef)).to.throw(/declares no role/);
     expect(api.routes).to.have.length(0);
   });
 
@@ -95,7 +97,7 @@ describe('security: roles as the doc says, declared once per route', function ()
   });
 
   it('a submit key listing nbd_access on a noop gets no privileged mode: 403, no job', async () => {
-    const attack = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'priv-noop', operation: 'noop', requirements: PRIV }, as('submit'));
+    const attack = await req<JobApiError>(gw.url, 'POST', '/jobs?queue=true', { job_id: 'priv-noop', operation: 'noop', requirements: PRIV }, as('submit'));
     expect(attack.status, attack.text).to.equal(403);
     expect(attack.body.error.message).to.include('requirements.execution_mode').and.include('capabilities a job lists do not count');
     expect(await r.exists(k.job('priv-noop')), 'job record in Redis').to.equal(0);
@@ -110,42 +112,42 @@ describe('security: roles as the doc says, declared once per route', function ()
   it('a schedule by a submit key whose template asks for PRIVILEGED_CONTAINER is refused; so is such a change', async () => {
     const template = { operation: 'noop', requirements: PRIV };
     for (const p of ['/schedules', '/api/v1/schedules/create']) {
-      const res = await req(dm.url, 'POST', p, { id: 'priv-sched', name: 'priv', schedule: '0 3 * * *', job_template: template }, as('submit'));
+      const res = await req<DaemonError>(dm.url, 'POST', p, { id: 'priv-sched', name: 'priv', schedule: '0 3 * * *', job_template: template }, as('submit'));
       expect(res.status, res.text).to.equal(403);
       expect(res.body.error).to.include('job_template.requirements.execution_mode');
     }
     expect(await r.hexists(k.schedules, 'priv-sched'), 'schedule stored').to.equal(0);
-    const ok = await req(dm.url, 'POST', '/schedules', { id: 'plain-sched', name: 'plain', schedule: '0 3 * * *', job_template: { operation: 'noop' } }, as('submit'));
+    const ok = await req<ScheduleCreated>(dm.url, 'POST', '/schedules', { id: 'plain-sched', name: 'plain', schedule: '0 3 * * *', job_template: { operation: 'noop' } }, as('submit'));
     expect(ok.status, ok.text).to.equal(201);
     expect(ok.body.schedule.owner).to.deep.equal({ key: 'submit-key', role: 'submit' });
     const change = await req(dm.url, 'PUT', '/schedules/plain-sched', { job_template: template }, as('submit'));
     expect(change.status, change.text).to.equal(403);
-    expect(JSON.parse((await r.hget(k.schedules, 'plain-sched'))!).job_template, 'stored template').to.not.have.property('requirements');
+    expect((JSON.parse((await r.hget(k.schedules, 'plain-sched'))!) as Schedule).job_template, 'stored template').to.not.have.property('requirements');
   });
 
   it('a stored schedule whose template its owner may not run is refused when it fires: a failed run with the reason, no job', async () => {
     // As if the template was stored before the rule existed: written straight into Redis, owned by a submit key.
     const s = { id: 'legacy-priv', name: 'legacy', description: '', schedule: '* * * * * *', timezone: 'UTC', enabled: true, job_template: { operation: 'noop', requirements: PRIV }, created_at: new Date().toISOString(), updated_at: new Date().toISOString(), owner: { key: 'submit-key', role: 'submit' } };
     await r.hset(k.schedules, s.id, JSON.stringify(s));
-    const trig = await req(dm.url, 'POST', `/schedules/${s.id}/trigger`, undefined, as('submit'));
+    const trig = await req<Triggered>(dm.url, 'POST', `/schedules/${s.id}/trigger`, undefined, as('submit'));
     expect(trig.status, trig.text).to.equal(200);
     expect(trig.body.job_id).to.equal(null);
-    const v = (await req(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body;
+    const v = (await req<ScheduleView>(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body;
     expect(v.failed_runs).to.equal(1);
     expect(v.last_error).to.include('requirements.execution_mode');
     // The scheduler process fires it by cron too (the schedule is enabled once synced): each run refused the same way.
     await req(dm.url, 'POST', `/schedules/${s.id}/enable`, undefined, as('submit'));
-    await until(async () => (await req(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body.failed_runs >= 3, 30000, 'cron runs refused');
+    await until(async () => (await req<ScheduleView>(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body.failed_runs >= 3, 30000, 'cron runs refused');
     await req(dm.url, 'POST', `/schedules/${s.id}/disable`, undefined, as('submit'));
     const jobs = (await r.keys(`${k.prefix}:job:sched-${s.id}-*`)).filter((x) => !x.includes(':', `${k.prefix}:job:`.length));
     expect(jobs, 'jobs created by the refused runs').to.deep.equal([]);
-    const after = (await req(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body;
+    const after = (await req<ScheduleView>(dm.url, 'GET', `/schedules/${s.id}`, undefined, as('read'))).body;
     expect(after.successful_runs).to.equal(0);
     // The same template owned by an admin (created with an admin key) runs.
     const adm = await req(dm.url, 'POST', '/schedules', { id: 'admin-priv', name: 'admin', schedule: '0 3 * * *', job_template: s.job_template }, as('admin'));
     expect(adm.status, adm.text).to.equal(201);
-    const t2 = await req(dm.url, 'POST', '/schedules/admin-priv/trigger', undefined, as('submit'));
+    const t2 = await req<Triggered>(dm.url, 'POST', '/schedules/admin-priv/trigger', undefined, as('submit'));
     expect(t2.body.job_id, t2.text).to.be.a('string');
-    expect(await r.exists(k.job(t2.body.job_id))).to.equal(1);
+    expect(await r.exists(k.job(t2.body.job_id!))).to.equal(1);
   });
 });

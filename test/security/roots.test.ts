@@ -11,6 +11,9 @@ import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import type { Stats } from 'node:fs';
+import type { JobApiError } from '../helpers/http';
+import type { JobStatus } from '../helpers/api-types';
 
 describe('security: storage roots', function () {
   this.timeout(120_000);
@@ -24,15 +27,15 @@ describe('security: storage roots', function () {
   let src: string;
   let secret: string;
 
-  const submit = (body: object, q = true) => req(gw.url, 'POST', `/jobs${q ? '?queue=true' : ''}`, body);
+  const submit = <T = unknown>(body: object, q = true) => req<T>(gw.url, 'POST', `/jobs${q ? '?queue=true' : ''}`, body);
   const convert = (id: string, image: string, parameters: object) => ({ job_id: id, operation: 'convert', image: { path: image, format: 'vmdk' }, parameters });
-  const finished = (id: string) => until(async () => { const j = (await req(gw.url, 'GET', `/jobs/${id}`)).body; return j.is_terminal && j; }, 60000, `job ${id}`);
+  const finished = (id: string) => until(async () => { const j = (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body; return j.is_terminal && j; }, 60000, `job ${id}`);
   async function refused(body: object, field: string, words: string) {
-    const r = await submit(body);
+    const r = await submit<JobApiError>(body);
     expect(r.status, JSON.stringify(r.body)).to.equal(400);
-    expect(r.body.error.fields.map((f: any) => f.field)).to.include(field);
+    expect(r.body.error.fields!.map((f) => f.field)).to.include(field);
     expect(r.body.error.message).to.include(field).and.include(words);
-    expect((await req(gw.url, 'GET', `/jobs/${(body as any).job_id}`)).status).to.equal(404);
+    expect((await req(gw.url, 'GET', `/jobs/${(body as { job_id?: string }).job_id}`)).status).to.equal(404);
   }
 
   before(async () => {
@@ -133,7 +136,7 @@ describe('security: storage roots', function () {
 
   it('a retry may replace only its own earlier output, recognised by its identity, never a file put there by someone else', async () => {
     const own = new Set<string>();
-    const claims = { record: (st: any) => { own.add(outputId(st)); return Promise.resolve(); }, owns: (st: any) => Promise.resolve(own.has(outputId(st))) };
+    const claims = { record: (st: Stats) => { own.add(outputId(st)); return Promise.resolve(); }, owns: (st: Stats) => Promise.resolve(own.has(outputId(st))) };
     const out = path.join(OUT, 'retry.qcow2');
     const tmp1 = path.join(OUT, '.retry.qcow2.partial');
     writeFileSync(tmp1, 'attempt 1');
@@ -147,11 +150,11 @@ describe('security: storage roots', function () {
     unlinkSync(out);
     writeFileSync(out, 'not ours');
     let e1 = '';
-    await checkOutputFree(out, 'parameters.output_path', false, claims).catch((e) => (e1 = e.message));
+    await checkOutputFree(out, 'parameters.output_path', false, claims).catch((e: Error) => (e1 = e.message));
     expect(e1).to.include('already exists');
     writeFileSync(tmp1, 'attempt 3');
     let e2 = '';
-    await placeOutput(tmp1, out, { field: 'parameters.output_path', overwrite: false, claims }).catch((e) => (e2 = e.message));
+    await placeOutput(tmp1, out, { field: 'parameters.output_path', overwrite: false, claims }).catch((e: Error) => (e2 = e.message));
     expect(e2).to.include('already exists');
     expect(readFileSync(out, 'utf8')).to.equal('not ours');
   });

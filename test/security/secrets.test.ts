@@ -16,6 +16,11 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { openWs } from '../helpers/ws';
+import type { DaemonJob, JobStatus, WsMessage } from '../helpers/api-types';
+import type { JobSpec } from '../../shared/schemas/job';
+
+/** A migrate job's spec as this test writes it: the manifest's guest accounts hold the secrets. */
+type MigrateSpec = JobSpec & { parameters: { manifest: { configuration: { users: Record<string, Record<string, string>> } } } };
 
 const HASH = '$6$saltsalt$Zq8hVbQ0zT1nLqK3fJ5yW7eR9uI2oP4aS6dF8gH0jK2lZ4xC6vB8nM0qW2eR4tY6uI8oP0aS2dF4gH6jK8lZ0';
 const TOKEN = 'tok-e1b2c3d4-private-api-token';
@@ -49,7 +54,7 @@ describe('security: secrets are redacted in every response and message', functio
   });
 
   it('GET /jobs/{id}, the daemon record, WebSocket updates and logs never show them; the claiming worker gets them', async () => {
-    const ws = openWs(`${dm.url.replace('http', 'ws')}/ws`);
+    const ws = openWs<WsMessage>(`${dm.url.replace('http', 'ws')}/ws`);
     await ws.opened;
     const src = path.join(dir, 'x.vmdk');
     const manifest = {
@@ -60,11 +65,11 @@ describe('security: secrets are redacted in every response and message', functio
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sec-1', operation: 'migrate', parameters: { manifest }, requirements: { capabilities: ['lvm_tools'] } });
     expect(sub.status, JSON.stringify(sub.body)).to.equal(201);
     const seen: string[] = [];
-    const g = await req(gw.url, 'GET', '/jobs/sec-1');
+    const g = await req<JobStatus & { spec: MigrateSpec }>(gw.url, 'GET', '/jobs/sec-1');
     seen.push(g.text);
     expect(g.body.spec.parameters.manifest.configuration.users.root.password_hash).to.equal('[redacted]');
     expect(g.body.spec.parameters.manifest.configuration.users.deploy.ssh_token).to.equal('[redacted]');
-    const rec = await req(dm.url, 'GET', '/jobs/sec-1/record');
+    const rec = await req<DaemonJob & { spec: MigrateSpec }>(dm.url, 'GET', '/jobs/sec-1/record');
     seen.push(rec.text);
     expect(rec.body.spec.parameters.manifest.configuration.users.root.password_hash).to.equal('[redacted]');
     seen.push((await req(dm.url, 'GET', '/api/v1/jobs/sec-1')).text, (await req(dm.url, 'GET', '/jobs')).text);
@@ -74,10 +79,10 @@ describe('security: secrets are redacted in every response and message', functio
     rc.disconnect();
     expect(stored).to.include('"password_hash":"sealed:v1:');
     seen.push(stored!);
-    const got = await req(gw.url, 'POST', '/queue/dequeue', { worker_id: 'sec-w', capabilities: ['img_tool', 'lvm_tools'] });
-    expect(got.body.parameters.manifest.configuration.users.root.password_hash).to.equal(HASH);
-    await req(gw.url, 'POST', '/jobs/sec-1/fail', { worker_id: 'sec-w', lease_token: got.body.lease_token, error: 'drill', retryable: false });
-    await until(() => ws.msgs.some((m) => m.type === 'job_update' && m.data.id === 'sec-1' && m.data.status === 'failed'), 15000, 'the job_update');
+    const got = await req<(MigrateSpec & { lease_token: string }) | null>(gw.url, 'POST', '/queue/dequeue', { worker_id: 'sec-w', capabilities: ['img_tool', 'lvm_tools'] });
+    expect(got.body!.parameters.manifest.configuration.users.root.password_hash).to.equal(HASH);
+    await req(gw.url, 'POST', '/jobs/sec-1/fail', { worker_id: 'sec-w', lease_token: got.body!.lease_token, error: 'drill', retryable: false });
+    await until(() => ws.msgs.some((m) => m.type === 'job_update' && (m.data as DaemonJob).id === 'sec-1' && (m.data as DaemonJob).status === 'failed'), 15000, 'the job_update');
     seen.push(JSON.stringify(ws.msgs));
     ws.ws.close();
     seen.push(gw.logs.join(''), dm.logs.join(''));
@@ -99,7 +104,7 @@ describe('security: secrets are redacted in every response and message', functio
     try {
       const life = new Lifecycle(new JobStore(r), router, new Registry(r));
       expect(await life.claim({ worker_id: 'keyless', capabilities: ['img_tool', 'lvm_tools'] })).to.equal(null);
-      const j = (await req(gw.url, 'GET', '/jobs/sec-2')).body;
+      const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/sec-2')).body;
       expect(j.state).to.equal('FAILED');
       expect(j.attempts).to.equal(1);
       expect(j.error).to.include('FERRY_SECRET_KEY');

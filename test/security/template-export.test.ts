@@ -7,6 +7,7 @@ import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'n
 import path from 'node:path';
 import { guestXml } from '../helpers/libvirt';
 import { req } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
 import { startVirtStack, VirtStack } from '../virt/stack';
 import { tolerate } from '../helpers/teardown';
 
@@ -52,7 +53,7 @@ describe('security: template exports without console passwords unless an admin a
   it('the export needs an admin key (403 for a submit key asking for security_info, nothing written); the admin who asks gets the password', async () => {
     const out = path.join(s.dir, 'secure');
     mkdirSync(out);
-    const denied = await req(s.daemon.url, 'POST', '/virt/template/export', { template: 'tplx', export_path: out, security_info: true }, as(K.submit));
+    const denied = await req<DaemonError>(s.daemon.url, 'POST', '/virt/template/export', { template: 'tplx', export_path: out, security_info: true }, as(K.submit));
     expect(denied.status, denied.text).to.equal(403);
     expect(denied.body.error).to.match(/role admin/);
     expect(readdirSync(out)).to.deep.equal([]);

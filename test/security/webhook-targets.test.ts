@@ -8,9 +8,12 @@ import http from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { AddressInfo } from 'node:net';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startProcess, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DaemonError } from '../helpers/http';
+import type { DeliveryLog, WebhookAdded, WebhookList } from '../helpers/api-types';
 import { guardedAgents, guardedPost, refuseAddress } from '../../shared/targets';
 
 const REFUSED = [
@@ -45,7 +48,7 @@ describe('security: webhook targets', function () {
     });
     receiver.on('connection', () => connections++);
     await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-    R = `http://127.0.0.1:${(receiver.address() as any).port}`;
+    R = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'webhooks:\n  backoff_ms: 100\n');
     const env = { ...testEnv(redis.url), FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
@@ -61,12 +64,12 @@ describe('security: webhook targets', function () {
 
   it('refuses every private, loopback, link-local, metadata, unspecified, CGNAT, unique-local and multicast form with a 400 naming url', async () => {
     for (const url of REFUSED) {
-      const r = await req(strict.url, 'POST', '/webhooks', { url, events: ['job.completed'] });
+      const r = await req<DaemonError>(strict.url, 'POST', '/webhooks', { url, events: ['job.completed'] });
       expect(r.status, `${url}: ${r.text}`).to.equal(400);
       expect(r.body.error, url).to.include('url');
       expect(r.body.fields?.[0]?.field, url).to.equal('url');
     }
-    expect((await req(strict.url, 'GET', '/webhooks')).body.total).to.equal(0);
+    expect((await req<WebhookList>(strict.url, 'GET', '/webhooks')).body.total).to.equal(0);
   });
 
   it('with the loopback opt-in, allows loopback but still never link-local, metadata, unspecified or private', async () => {
@@ -91,12 +94,12 @@ describe('security: webhook targets', function () {
   it('refuses a host name resolving to loopback inside the connection lookup, before any byte is sent', async () => {
     const policy = { allow_loopback: false, allow_private: false };
     const before = connections;
-    const port = (receiver.address() as any).port;
-    let err: any;
-    try { await guardedPost(`http://localhost:${port}/sneaky`, '{}', {}, 5000, guardedAgents(policy), policy); } catch (e) { err = e; }
+    const port = (receiver.address() as AddressInfo).port;
+    let err: NodeJS.ErrnoException | undefined;
+    try { await guardedPost(`http://localhost:${port}/sneaky`, '{}', {}, 5000, guardedAgents(policy), policy); } catch (e) { err = e as NodeJS.ErrnoException; }
     expect(err?.code, String(err)).to.equal('EFERRYREFUSED');
-    expect(err.message).to.include('loopback');
-    let lit: any;
+    expect(err!.message).to.include('loopback');
+    let lit: unknown;
     try { await guardedPost(`http://[::ffff:127.0.0.1]:${port}/sneaky`, '{}', {}, 5000, guardedAgents(policy), policy); } catch (e) { lit = e; }
     expect(String(lit)).to.include('refused');
     expect(connections).to.equal(before);
@@ -119,12 +122,12 @@ describe('security: webhook targets', function () {
     const notifier = startProcess('services/notifier/main.ts', [], { ...testEnv(redis.url), FERRY_CONFIG: cfg });
     procs.push(notifier);
     {
-      const port = (receiver.address() as any).port;
-      const add = await req(open.url, 'POST', '/webhooks', { url: `http://localhost:${port}/stored`, events: ['job.completed'], retry_count: 2 });
+      const port = (receiver.address() as AddressInfo).port;
+      const add = await req<WebhookAdded>(open.url, 'POST', '/webhooks', { url: `http://localhost:${port}/stored`, events: ['job.completed'], retry_count: 2 });
       expect(add.status, add.text).to.equal(201);
       const idx = add.body.webhook.index;
       expect((await req(open.url, 'POST', '/webhooks/test', { index: idx })).status).to.equal(200);
-      const log = await until(async () => { const d = (await req(open.url, 'GET', `/webhooks/${idx}/deliveries`)).body.deliveries; return d?.[0]?.status === 'failed' && d; }, 20000, 'the refused delivery');
+      const log = await until(async () => { const d = (await req<DeliveryLog>(open.url, 'GET', `/webhooks/${idx}/deliveries`)).body.deliveries; return d?.[0]?.status === 'failed' && d; }, 20000, 'the refused delivery');
       expect(log[0].last_error).to.include('loopback');
       expect(log[0].attempts, 'a refused target is not retried').to.equal(1);
       expect(hits).to.not.include('/stored');

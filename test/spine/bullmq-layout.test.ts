@@ -13,6 +13,9 @@ import { QueueRouter, bullId } from '../../queue/router';
 const ROOT = path.resolve(__dirname, '..', '..');
 const QUEUE = 'jobs.layout_cap';
 
+/** What this test reads of a package.json (the repository's and bullmq's own). */
+interface PackageJson { version: string; dependencies: Record<string, string> }
+
 describe('BullMQ layout adapter (queue/bullmq-layout.ts) against BullMQ itself', function () {
   this.timeout(60000);
   const redis = new TestRedis();
@@ -33,8 +36,8 @@ describe('BullMQ layout adapter (queue/bullmq-layout.ts) against BullMQ itself',
   });
 
   it('runs on the BullMQ version range package.json pins, which is the one this test passed with', () => {
-    const range: string = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).dependencies.bullmq;
-    const installed: string = JSON.parse(readFileSync(require.resolve('bullmq/package.json'), 'utf8')).version;
+    const range: string = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as PackageJson).dependencies.bullmq;
+    const installed: string = (JSON.parse(readFileSync(require.resolve('bullmq/package.json'), 'utf8')) as PackageJson).version;
     const m = /^~(\d+)\.(\d+)\.(\d+)$/.exec(range);
     expect(m, `package.json pins bullmq to one minor version (~x.y.z), not ${range}`).to.not.equal(null);
     const [maj, min, patch] = installed.split('.').map(Number);

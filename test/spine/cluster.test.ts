@@ -13,6 +13,10 @@ import path from 'node:path';
 import { freePort } from '../helpers/redis';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import type { JobStatus } from '../helpers/api-types';
+
+/** Job API: GET /health (services/gateway/routes.ts); workers and active_jobs only while Redis answers. */
+interface GatewayHealth { status: string; version: string; timestamp: string; workers?: number; active_jobs?: number; reason?: string }
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const listening = (port: number) => new Promise<boolean>((r) => {
@@ -47,7 +51,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
 
   it('starts its private Redis and every service; both workers register with the gateway', async () => {
     const base = `http://127.0.0.1:${ports.gateway}`;
-    const h = await until(async () => { const r = await req(base, 'GET', '/health').catch(() => undefined); /* not listening yet: polled again */ return r?.status === 200 && r.body.workers === 2 && r.body; }, 180_000, `gateway with 2 workers (after the build); output so far:\n${out}`);
+    const h = await until(async () => { const r = await req<GatewayHealth>(base, 'GET', '/health').catch(() => undefined); /* not listening yet: polled again */ return r?.status === 200 && r.body.workers === 2 && r.body; }, 180_000, `gateway with 2 workers (after the build); output so far:\n${out}`);
     expect(h.status).to.equal('healthy');
     expect(out).to.contain(`[cluster] started a private redis-server on redis://127.0.0.1:${ports.redis} (append-only, data in ${path.join(dir, 'data', 'redis')})`);
     expect(out).to.contain(`[cluster] gateway on http://localhost:${ports.gateway}, daemon on http://localhost:${ports.daemon}`);
@@ -61,7 +65,7 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
     const src = makeImage(dir, 'cluster-src', 'vmdk', 8);
     const sub = await req(base, 'POST', '/jobs?queue=true', { job_id: 'cluster-1', operation: 'convert', image: { path: src, format: 'vmdk' }, parameters: { output_format: 'qcow2', output_dir: dir } });
     expect(sub.status, JSON.stringify(sub.body)).to.equal(201);
-    const j = await until(async () => { const r = await req(base, 'GET', '/jobs/cluster-1'); return ['COMPLETED', 'FAILED'].includes(r.body.state) && r.body; }, 60_000, 'cluster-1 finished');
+    const j = await until(async () => { const r = await req<JobStatus>(base, 'GET', '/jobs/cluster-1'); return ['COMPLETED', 'FAILED'].includes(r.body.state) && r.body; }, 60_000, 'cluster-1 finished');
     expect(j.state, JSON.stringify(j.result || j.error)).to.equal('COMPLETED');
     const output = path.join(dir, 'cluster-1.qcow2');
     expect(j.result).to.include({ output_path: output, format: 'qcow2' });

@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { DequeueAnswer, JobStatus, WorkerList } from '../helpers/api-types';
 import { createRedis, keys, RedisClient } from '../../shared/redis';
 import { BullLayout } from '../../queue/bullmq-layout';
 import { bullId } from '../../queue/router';
@@ -20,9 +21,9 @@ describe('execution policy: idempotent and timeout_seconds', function () {
   let r: RedisClient;
   const procs: Proc[] = [];
 
-  const job = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body;
-  const waitFor = (id: string, pred: (j: any) => boolean, what: string, ms = 60000) =>
-    until(async () => { const j = await job(id); return pred(j) && j; }, ms, `job ${id}: ${what}`).catch(async (e) => { throw new Error(`${e.message}; now ${JSON.stringify((await job(id))?.state_history)}`); });
+  const job = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body;
+  const waitFor = (id: string, pred: (j: JobStatus) => boolean, what: string, ms = 60000) =>
+    until(async () => { const j = await job(id); return pred(j) && j; }, ms, `job ${id}: ${what}`).catch(async (e: Error) => { throw new Error(`${e.message}; now ${JSON.stringify((await job(id))?.state_history)}`); });
   /** BullMQ's own record of the job: gone once Ferry has finished with it. */
   const inBullmq = async (queue: string, id: string) => (await r.exists(new BullLayout(keys('ferry').bullPrefix).job(queue, bullId(id)))) === 1;
   const submit = async (body: object) => {
@@ -46,7 +47,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
   describe('idempotent: false, worker processes', () => {
     before(async () => {
       procs.push(await startWorkerProc(env, 'pw-1', ['img_tool']));
-      await until(async () => (await req(gw.url, 'GET', '/workers')).body.workers.some((w: any) => w.worker_id === 'pw-1' && w.active), 30000, 'worker pw-1');
+      await until(async () => (await req<WorkerList>(gw.url, 'GET', '/workers')).body.workers.some((w) => w.worker_id === 'pw-1' && w.active), 30000, 'worker pw-1');
     });
 
     it('a failed attempt is not retried: FAILED at once with the reason, while an idempotent twin is retried', async () => {
@@ -55,10 +56,10 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       const once = await waitFor('once-fail', (j) => terminal(j.state), 'finished');
       expect(once.state).to.equal('FAILED');
       expect(once.attempts).to.equal(1);
-      expect(once.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
-      expect(once.state_history.at(-1).reason).to.equal(`disk write error (attempt 1 of 4; ${NOT_RETRIED})`);
+      expect(once.state_history.map((h) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
+      expect(once.state_history.at(-1)!.reason).to.equal(`disk write error (attempt 1 of 4; ${NOT_RETRIED})`);
       const twice = await waitFor('twice-fail', (j) => terminal(j.state), 'finished');
-      expect(twice.state_history.filter((h: any) => h.state === 'RUNNING').length).to.equal(2);
+      expect(twice.state_history.filter((h) => h.state === 'RUNNING').length).to.equal(2);
       expect(await inBullmq('jobs.img_tool', 'once-fail')).to.equal(false);
     });
 
@@ -72,10 +73,10 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       const rescuer = await startWorkerProc(env, 'rescuer', ['img_tool', 'lvm_tools']);
       procs.push(rescuer);
       const j = await waitFor('once-lost', (x) => terminal(x.state), 'failed after the loss', 90000)
-        .catch((e) => { throw new Error(`${e.message}\nrescuer logs:\n${rescuer.logs.join('')}`); });
+        .catch((e: Error) => { throw new Error(`${e.message}\nrescuer logs:\n${rescuer.logs.join('')}`); });
       expect(j.state).to.equal('FAILED');
-      expect(j.state_history.at(-1).reason).to.match(/^worker victim lost.*; not retried: execution_policy\.idempotent is false$/);
-      expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
+      expect(j.state_history.at(-1)!.reason).to.match(/^worker victim lost.*; not retried: execution_policy\.idempotent is false$/);
+      expect(j.state_history.filter((h) => h.state === 'ASSIGNED').length).to.equal(1);
       expect(j.attempts).to.equal(1);
       await until(async () => !(await inBullmq('jobs.lvm_tools', 'once-lost')), 15000, 'the job to leave BullMQ');
       // The rescuer is idle and serves the queue: a later job there runs, and the failed one stays failed.
@@ -100,7 +101,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
 
     const take = async (id: string) => {
       let asked = 0; // when the successful dequeue was sent: the attempt's clock starts at or after it
-      const got = await until(async () => { asked = Date.now(); return (await req(gw.url, 'POST', '/queue/dequeue', w)).body; }, 10000, `dequeue of ${id}`);
+      const got = await until(async () => { asked = Date.now(); return (await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', w)).body; }, 10000, `dequeue of ${id}`);
       expect(got.job_id).to.equal(id);
       tokens.set(id, got.lease_token);
       expect((await req(gw.url, 'POST', `/jobs/${id}/start`, { worker_id: w.worker_id, lease_token: got.lease_token })).status).to.equal(200);
@@ -112,7 +113,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       const t1 = await take('slow-pull');
       const requeued = await waitFor('slow-pull', (j) => j.state === 'QUEUED' && j.attempts === 1, 'requeued after the timeout', 15000);
       expect(Date.now() - t1).to.be.at.least(2000);
-      expect(requeued.state_history.at(-1).reason).to.match(/^attempt 1 of 2 failed on worker puller: timed out after 2 s \(execution_policy.timeout_seconds\); retrying in /);
+      expect(requeued.state_history.at(-1)!.reason).to.match(/^attempt 1 of 2 failed on worker puller: timed out after 2 s \(execution_policy.timeout_seconds\); retrying in /);
       // The worker finishes late: refused, and the job is not completed by it.
       const late = await req(gw.url, 'POST', '/jobs/slow-pull/complete', { worker_id: w.worker_id, lease_token: tokens.get('slow-pull'), result: { late: true } });
       expect(late.status).to.equal(409);
@@ -122,11 +123,11 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       expect(failed.state).to.equal('FAILED');
       expect(failed.result).to.equal(null);
       expect(failed.error).to.equal('timed out after 2 s (execution_policy.timeout_seconds)');
-      expect(failed.state_history.at(-1).reason).to.equal('timed out after 2 s (execution_policy.timeout_seconds) (attempt 2 of 2; no retries left)');
-      expect(failed.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
+      expect(failed.state_history.at(-1)!.reason).to.equal('timed out after 2 s (execution_policy.timeout_seconds) (attempt 2 of 2; no retries left)');
+      expect(failed.state_history.map((h) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
       expect((await req(gw.url, 'POST', '/jobs/slow-pull/events', { worker_id: w.worker_id, lease_token: tokens.get('slow-pull'), phase: 'work', percentage: 99 })).status).to.equal(409);
       expect(await inBullmq('jobs.mount_operations', 'slow-pull')).to.equal(false);
-      expect((await req(gw.url, 'GET', '/workers')).body.workers.find((x: any) => x.worker_id === 'puller').jobs).to.deep.equal([]);
+      expect((await req<WorkerList>(gw.url, 'GET', '/workers')).body.workers.find((x) => x.worker_id === 'puller')!.jobs).to.deep.equal([]);
     });
 
     it('a pull worker that reports in time is not touched by the sweep', async () => {
@@ -140,7 +141,7 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       expect((await waitFor('sentinel', (x) => terminal(x.state), 'ended by the sweep', 20000)).state).to.equal('FAILED');
       const j = await job('quick-pull');
       expect(j.state).to.equal('COMPLETED');
-      expect(j.state_history.at(-1).state).to.equal('COMPLETED');
+      expect(j.state_history.at(-1)!.state).to.equal('COMPLETED');
       expect(j.result).to.deep.equal({ ok: true });
     });
 
@@ -149,16 +150,16 @@ describe('execution policy: idempotent and timeout_seconds', function () {
       await take('once-slow');
       const j = await waitFor('once-slow', (x) => terminal(x.state), 'failed at the timeout', 15000);
       expect(j.state).to.equal('FAILED');
-      expect(j.state_history.at(-1).reason).to.equal(`timed out after 1 s (execution_policy.timeout_seconds) (attempt 1 of 4; ${NOT_RETRIED})`);
+      expect(j.state_history.at(-1)!.reason).to.equal(`timed out after 1 s (execution_policy.timeout_seconds) (attempt 1 of 4; ${NOT_RETRIED})`);
       expect(await inBullmq('jobs.mount_operations', 'once-slow')).to.equal(false);
 
       const other = { worker_id: 'leaver', capabilities: ['mount_operations'] };
       await submit({ job_id: 'once-left', operation: 'noop', requirements: { capabilities: ['mount_operations'] }, execution_policy: { retry_count: 3, idempotent: false } });
-      expect((await req(gw.url, 'POST', '/queue/dequeue', other)).body.job_id).to.equal('once-left');
+      expect((await req<DequeueAnswer>(gw.url, 'POST', '/queue/dequeue', other)).body!.job_id).to.equal('once-left');
       expect((await req(gw.url, 'DELETE', '/workers/leaver')).status).to.equal(200);
       const left = await job('once-left');
       expect(left.state).to.equal('FAILED');
-      expect(left.state_history.at(-1).reason).to.equal(`worker leaver lost: worker deregistered; ${NOT_RETRIED}`);
+      expect(left.state_history.at(-1)!.reason).to.equal(`worker leaver lost: worker deregistered; ${NOT_RETRIED}`);
       // Not waiting in BullMQ either: no worker can receive it.
       expect(await inBullmq('jobs.mount_operations', 'once-left')).to.equal(false);
       expect((await req(gw.url, 'POST', '/queue/dequeue', w)).text).to.equal('null');

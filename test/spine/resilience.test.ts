@@ -7,6 +7,12 @@ import { req, until } from '../helpers/http';
 import { openSse } from '../helpers/sse';
 import { createRedis } from '../../shared/redis';
 import { JobStore } from '../../queue/store';
+import type { Claimed, JobList, JobStatus, StoredEvent } from '../helpers/api-types';
+import type { ProgressEvent } from '../../shared/schemas/job';
+import type { JobState } from '../../shared/states';
+
+/** A frame of a job's event stream: a progress event, or `complete` with the final state. */
+type StreamData = Partial<ProgressEvent> & { state?: JobState };
 
 describe('resilience', function () {
   this.timeout(120000);
@@ -27,12 +33,12 @@ describe('resilience', function () {
   it('an SSE client that disconnects and reconnects with Last-Event-ID receives every event exactly once', async () => {
     const w = { worker_id: 'sse-w', capabilities: [] };
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sse-1', operation: 'noop' });
-    const claim = (await req(gw.url, 'POST', '/queue/dequeue', w)).body;
+    const claim = (await req<Claimed | null>(gw.url, 'POST', '/queue/dequeue', w)).body!;
     expect(claim.job_id).to.equal('sse-1');
     const post = (n: number) => req(gw.url, 'POST', '/jobs/sse-1/events', { worker_id: w.worker_id, lease_token: claim.lease_token, phase: 'work', percentage: n, message: `step ${n}` });
     for (const n of [10, 20]) expect((await post(n)).status).to.equal(201);
 
-    const first = openSse(`${gw.url}/jobs/sse-1/events/stream`);
+    const first = openSse<StreamData>(`${gw.url}/jobs/sse-1/events/stream`);
     await first.waitFor((f) => f.length === 3); // initialization + 10 + 20, replayed from the log
     await post(30);
     await first.waitFor((f) => f.length === 4); // live
@@ -40,7 +46,7 @@ describe('resilience', function () {
     const lastId = first.frames.at(-1)!.id!;
     for (const n of [40, 50, 60]) await post(n); // while disconnected
 
-    const second = openSse(`${gw.url}/jobs/sse-1/events/stream`, lastId);
+    const second = openSse<StreamData>(`${gw.url}/jobs/sse-1/events/stream`, lastId);
     await second.waitFor((f) => f.length === 3);
     await post(70);
     await req(gw.url, 'POST', '/jobs/sse-1/complete', { worker_id: w.worker_id, lease_token: claim.lease_token, result: {} });
@@ -51,12 +57,12 @@ describe('resilience', function () {
     expect(new Set(progress.map((f) => f.id)).size).to.equal(progress.length);
     expect(second.frames.at(-1)).to.deep.include({ event: 'complete', data: { state: 'COMPLETED' } });
     // Matches the polling endpoint exactly.
-    const polled = (await req(gw.url, 'GET', '/jobs/sse-1/events')).body;
-    expect(polled.map((e: any) => e.id)).to.deep.equal(progress.map((f) => f.id));
+    const polled = (await req<StoredEvent[]>(gw.url, 'GET', '/jobs/sse-1/events')).body;
+    expect(polled.map((e) => e.id)).to.deep.equal(progress.map((f) => f.id));
   });
 
   it('a stream opened on a finished job replays its events, sends complete and ends; a bad Last-Event-ID is a 400', async () => {
-    const s = openSse(`${gw.url}/jobs/sse-1/events/stream`);
+    const s = openSse<StreamData>(`${gw.url}/jobs/sse-1/events/stream`);
     await s.closed;
     expect(s.frames.at(-1)).to.deep.include({ event: 'complete', data: { state: 'COMPLETED' } });
     expect(s.frames.length).to.equal(10);
@@ -68,14 +74,14 @@ describe('resilience', function () {
     const gw2 = await startGatewayProc(testEnv(redis.url));
     try {
       await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'two-gw', operation: 'noop' });
-      const s = openSse(`${gw2.url}/jobs/two-gw/events/stream`);
-      const claim = (await req(gw2.url, 'POST', '/queue/dequeue', { worker_id: 'x-w', capabilities: [] })).body;
+      const s = openSse<StreamData>(`${gw2.url}/jobs/two-gw/events/stream`);
+      const claim = (await req<Claimed | null>(gw2.url, 'POST', '/queue/dequeue', { worker_id: 'x-w', capabilities: [] })).body!;
       expect(claim.job_id).to.equal('two-gw');
       await req(gw.url, 'POST', '/jobs/two-gw/events', { worker_id: 'x-w', lease_token: claim.lease_token, phase: 'work', percentage: 50 });
       await req(gw2.url, 'POST', '/jobs/two-gw/complete', { worker_id: 'x-w', lease_token: claim.lease_token, result: { ok: true } });
       await s.closed;
       expect(s.frames.map((f) => f.event + ':' + (f.data.phase || f.data.state))).to.deep.equal(['progress:initialization', 'progress:work', 'progress:completed', 'complete:COMPLETED']);
-      expect((await req(gw.url, 'GET', '/jobs/two-gw')).body.result).to.deep.equal({ ok: true });
+      expect((await req<JobStatus>(gw.url, 'GET', '/jobs/two-gw')).body.result).to.deep.equal({ ok: true });
     } finally {
       await gw2.stop();
     }
@@ -89,7 +95,7 @@ describe('resilience', function () {
     expect(made.created).to.equal(true);
     const w = { worker_id: 'reconcile-w', capabilities: [] };
     expect((await req(gw.url, 'POST', '/queue/dequeue', w)).text).to.equal('null');
-    const got = await until(async () => (await req(gw.url, 'POST', '/queue/dequeue', w)).body, 15000, 'the job to be put back');
+    const got = await until(async () => (await req<Claimed | null>(gw.url, 'POST', '/queue/dequeue', w)).body, 15000, 'the job to be put back');
     expect(got.job_id).to.equal('lost-add');
     store.redis.disconnect();
   });
@@ -99,8 +105,8 @@ describe('resilience', function () {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'race', operation: 'noop', requirements: { capabilities: ['nbd_access'] } });
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.transition('race', [{ to: 'ASSIGNED', reason: `racer ${i}`, worker_id: `r${i}` }], { fields: { worker_id: `r${i}` } })));
     expect(results.filter((r) => r.ok).length).to.equal(1);
-    const j = (await req(gw.url, 'GET', '/jobs/race')).body;
-    expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
+    const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/race')).body;
+    expect(j.state_history.filter((h) => h.state === 'ASSIGNED').length).to.equal(1);
     // An illegal move is refused and changes nothing.
     const illegal = await store.transition('race', [{ to: 'COMPLETED', reason: 'skip RUNNING' }]);
     expect(illegal).to.deep.equal({ ok: false, code: 'conflict', state: 'ASSIGNED' });
@@ -120,8 +126,8 @@ describe('resilience', function () {
     expect(again.ok).to.equal(true);
     const other = await store.transition('resent', step, { op: 'op-2' });
     expect(other).to.deep.include({ ok: false, code: 'conflict' });
-    const j = (await req(gw.url, 'GET', '/jobs/resent')).body;
-    expect(j.state_history.filter((h: any) => h.state === 'ASSIGNED').length).to.equal(1);
+    const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/resent')).body;
+    expect(j.state_history.filter((h) => h.state === 'ASSIGNED').length).to.equal(1);
     store.redis.disconnect();
   });
 
@@ -134,7 +140,7 @@ describe('resilience', function () {
       const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation: 'noop', parameters: { sleep_ms: 600, steps: 3 } });
       expect(r.status).to.equal(201);
     }
-    await until(async () => (await req(gw.url, 'GET', '/jobs?state=COMPLETED&limit=1000')).body.jobs.some((j: any) => j.job_id.startsWith('survive-')), 30000, 'first completion');
+    await until(async () => (await req<JobList>(gw.url, 'GET', '/jobs?state=COMPLETED&limit=1000')).body.jobs.some((j) => j.job_id.startsWith('survive-')), 30000, 'first completion');
     await redis.kill();
     const down = await req(gw.url, 'GET', '/health').catch(() => ({ status: 0 }));
     expect(down.status).to.not.equal(200);
@@ -142,9 +148,9 @@ describe('resilience', function () {
     await redis.start(); // same port, same append-only file
     let states: string[] = [];
     const done = await until(async () => {
-      states = await Promise.all(ids.map(async (id) => (await req(gw.url, 'GET', `/jobs/${id}`)).body?.state));
+      states = await Promise.all(ids.map(async (id) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body?.state));
       return states.every((s) => s === 'COMPLETED') && states;
-    }, 90000, 'every job completed after the restart').catch((e) => { throw new Error(`${e.message}; states: ${states.join(', ')}`); });
+    }, 90000, 'every job completed after the restart').catch((e: Error) => { throw new Error(`${e.message}; states: ${states.join(', ')}`); });
     expect(done.length).to.equal(12);
     expect((await req(gw.url, 'GET', '/health')).status).to.equal(200);
   });

@@ -11,6 +11,15 @@ import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import type { JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
+import type { ProgressEvent } from '../../shared/schemas/job';
+import type { JobState } from '../../shared/states';
+
+/** A convert job's result (services/worker/operations/convert.ts), the fields read here (a type, not an
+ *  interface: the record's result is a Record<string, unknown>). */
+type ConvertResult = { output_path: string; format: string; virtual_size: number; sha256: string };
+/** Job API: DELETE /jobs/:id (Lifecycle.cancel). */
+interface Cancelled { job_id: string; state: JobState; message: string }
 
 const terminal = (s: string) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s);
 
@@ -26,7 +35,7 @@ describe('worker processes', function () {
   let vhdx: string;
 
   const waitState = (id: string, pred: (s: string) => boolean = terminal, ms = 60000) =>
-    until(async () => { const r = await req(gw.url, 'GET', `/jobs/${id}`); return pred(r.body.state) && r.body; }, ms, `job ${id}`);
+    until(async () => { const r = await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`); return pred(r.body.state) && r.body; }, ms, `job ${id}`);
 
   before(async () => {
     await redis.start();
@@ -48,23 +57,23 @@ describe('worker processes', function () {
   it('converts vmdk -> qcow2 end to end, streamed over SSE, and the output is identical to the source', async () => {
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'conv-1', operation: 'convert', image: { path: vmdk, format: 'vmdk' }, parameters: { output_format: 'qcow2', output_dir: out } });
     expect(sub.status).to.equal(201);
-    const events: any[] = [];
-    const final = await new Promise<any>((resolve, reject) => {
+    const events: StoredEvent[] = [];
+    const final = await new Promise<{ state: JobState }>((resolve, reject) => {
       const es = new EventSource(`${gw.url}/jobs/conv-1/events/stream`);
-      es.addEventListener('progress', (e: any) => events.push({ id: e.lastEventId, ...JSON.parse(e.data) }));
-      es.addEventListener('complete', (e: any) => { es.close(); resolve(JSON.parse(e.data)); });
+      es.addEventListener('progress', (e: MessageEvent) => events.push({ id: e.lastEventId, ...(JSON.parse(e.data as string) as ProgressEvent) }));
+      es.addEventListener('complete', (e: MessageEvent) => { es.close(); resolve(JSON.parse(e.data as string) as { state: JobState }); });
       setTimeout(() => { es.close(); reject(new Error('no complete event')); }, 60000);
     });
     expect(final).to.deep.equal({ state: 'COMPLETED' });
     expect(events[0]).to.include({ phase: 'initialization', percentage: 0, job_id: 'conv-1' });
     const conv = events.filter((e) => e.phase === 'conversion');
     expect(conv.length).to.be.greaterThan(0);
-    expect(conv.at(-1).details.total_bytes).to.equal(String(24 * 1024 * 1024));
-    expect(Number(conv.at(-1).details.bytes_processed)).to.be.at.most(24 * 1024 * 1024);
+    expect(conv.at(-1)!.details.total_bytes).to.equal(String(24 * 1024 * 1024));
+    expect(Number(conv.at(-1)!.details.bytes_processed)).to.be.at.most(24 * 1024 * 1024);
     expect(new Set(events.map((e) => e.id)).size).to.equal(events.length);
-    const job = (await req(gw.url, 'GET', '/jobs/conv-1')).body;
-    expect(job.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED']);
-    const r = job.result;
+    const job = (await req<JobStatus>(gw.url, 'GET', '/jobs/conv-1')).body;
+    expect(job.state_history.map((h) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'COMPLETED']);
+    const r = job.result as ConvertResult;
     expect(r.output_path).to.equal(path.join(out, 'conv-1.qcow2'));
     expect(r.format).to.equal('qcow2');
     expect(r.virtual_size).to.equal(24 * 1024 * 1024);
@@ -78,7 +87,7 @@ describe('worker processes', function () {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'conv-2', operation: 'convert', image: { path: vhdx, format: 'vhdx' }, parameters: { output_format: 'raw', output_path: target } });
     const j = await waitState('conv-2');
     expect(j.state).to.equal('COMPLETED');
-    expect(j.result.output_path).to.equal(target);
+    expect(j.result!.output_path).to.equal(target);
     execFileSync('qemu-img', ['compare', '-f', 'vhdx', '-F', 'raw', vhdx, target]);
   });
 
@@ -101,8 +110,8 @@ describe('worker processes', function () {
     for (const id of ids) {
       const j = await waitState(id);
       expect(j.state).to.equal('COMPLETED');
-      const assigned = j.state_history.filter((h: any) => h.state === 'ASSIGNED');
-      expect(assigned.map((h: any) => h.worker_id)).to.deep.equal(['nbd']);
+      const assigned = j.state_history.filter((h) => h.state === 'ASSIGNED');
+      expect(assigned.map((h) => h.worker_id)).to.deep.equal(['nbd']);
       expect(j.queue.name).to.equal('jobs.nbd_access');
     }
   });
@@ -112,7 +121,7 @@ describe('worker processes', function () {
     for (const [id, priority] of prios) {
       await req(gw.url, 'POST', '/jobs?queue=true', { job_id: id, operation: 'noop', parameters: { sleep_ms: 50 }, requirements: { capabilities: ['lvm_tools'] }, execution_policy: { priority } });
     }
-    const q = (await req(gw.url, 'GET', '/jobs/p-top')).body.queue;
+    const q = (await req<JobStatus>(gw.url, 'GET', '/jobs/p-top')).body.queue;
     expect(q.position).to.equal(1);
     expect(q.waiting_reason).to.include('lvm_tools');
     const w = await startWorkerProc(env, 'lvm', ['lvm_tools'], ['--concurrency', '1']);
@@ -120,7 +129,7 @@ describe('worker processes', function () {
     const started: [string, number][] = [];
     for (const [id] of prios) {
       const j = await waitState(id);
-      started.push([id, Date.parse(j.state_history.find((h: any) => h.state === 'ASSIGNED').timestamp)]);
+      started.push([id, Date.parse(j.state_history.find((h) => h.state === 'ASSIGNED')!.timestamp)]);
     }
     expect(started.sort((a, b) => a[1] - b[1]).map((s) => s[0])).to.deep.equal(['p-top', 'p-high-a', 'p-high-b', 'p-mid', 'p-low']);
   });
@@ -150,21 +159,21 @@ describe('worker processes', function () {
     expect(argv).to.not.include('-p');
     // Progress seen while the job still runs, before the output is renamed into place.
     const during = await until(async () => {
-      const evs = (await req(gw.url, 'GET', '/jobs/progress-1/events')).body.filter((e: any) => e.phase === 'conversion' && e.percentage > 0);
+      const evs = (await req<StoredEvent[]>(gw.url, 'GET', '/jobs/progress-1/events')).body.filter((e) => e.phase === 'conversion' && e.percentage > 0);
       return evs.length >= 2 && !existsSync(path.join(pdir, 'progress-1.qcow2')) && evs;
     }, 60000, 'two conversion progress events during the conversion');
-    expect(during.every((e: any) => e.percentage < 100)).to.equal(true);
+    expect(during.every((e) => e.percentage < 100)).to.equal(true);
     const j = await waitState('progress-1');
     expect(j.state).to.equal('COMPLETED');
-    const evs = (await req(gw.url, 'GET', '/jobs/progress-1/events')).body;
-    const pcts = evs.map((e: any) => e.percentage);
+    const evs = (await req<StoredEvent[]>(gw.url, 'GET', '/jobs/progress-1/events')).body;
+    const pcts = evs.map((e) => e.percentage);
     expect(pcts).to.deep.equal([...pcts].sort((a: number, b: number) => a - b)); // never goes back
     expect(pcts.slice(0, -1).every((p: number) => p < 100)).to.equal(true);
     expect(evs.at(-1)).to.include({ percentage: 100 });
-    const conv = evs.filter((e: any) => e.phase === 'conversion');
-    expect(new Set(conv.map((e: any) => e.percentage)).size).to.be.at.least(3);
+    const conv = evs.filter((e) => e.phase === 'conversion');
+    expect(new Set(conv.map((e) => e.percentage)).size).to.be.at.least(3);
     for (const e of conv) expect(Number(e.details.bytes_processed)).to.be.at.most(total);
-    execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'qcow2', src, j.result.output_path]);
+    execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'qcow2', src, (j.result as ConvertResult).output_path]);
   });
 
   it('cancels a running conversion: qemu-img is killed, no partial file remains, the job ends CANCELLED', async () => {
@@ -173,10 +182,10 @@ describe('worker processes', function () {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'to-cancel', operation: 'convert', image: { path: big, format: 'raw' }, parameters: { output_format: 'qcow2', compress: true, output_dir: cdir } });
     // Under way: qemu-img has read part of the source (a progress event above 0) and is writing the partial file.
     await until(async () => {
-      const evs = (await req(gw.url, 'GET', '/jobs/to-cancel/events')).body;
-      return evs.some((e: any) => e.phase === 'conversion' && e.percentage > 0) && existsSync(path.join(cdir, '.to-cancel.qcow2.to-cancel.partial'));
+      const evs = (await req<StoredEvent[]>(gw.url, 'GET', '/jobs/to-cancel/events')).body;
+      return evs.some((e) => e.phase === 'conversion' && e.percentage > 0) && existsSync(path.join(cdir, '.to-cancel.qcow2.to-cancel.partial'));
     }, 30000, 'conversion under way');
-    const r = await req(gw.url, 'DELETE', '/jobs/to-cancel');
+    const r = await req<Cancelled>(gw.url, 'DELETE', '/jobs/to-cancel');
     expect(r.status).to.equal(200);
     expect(r.body.state).to.equal('CANCELLED');
     await until(() => {
@@ -184,9 +193,9 @@ describe('worker processes', function () {
       try { ps = execFileSync('pgrep', ['-f', 'to-cancel.partial']).toString(); } catch { /* pgrep exits 1 when none */ }
       return ps.trim() === '' && readdirSync(cdir).length === 0;
     }, 15000, 'qemu-img gone and no partial file');
-    const j = (await req(gw.url, 'GET', '/jobs/to-cancel')).body;
+    const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/to-cancel')).body;
     expect(j.state).to.equal('CANCELLED');
-    expect(j.state_history.at(-2).state).to.equal('RUNNING');
+    expect(j.state_history.at(-2)!.state).to.equal('RUNNING');
     // The worker is free again.
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'after-cancel', operation: 'noop' });
     expect((await waitState('after-cancel')).state).to.equal('COMPLETED');
@@ -196,7 +205,7 @@ describe('worker processes', function () {
     const a = await startWorkerProc(env, 'mount-a', ['mount_operations']);
     const b = await startWorkerProc(env, 'mount-b', ['mount_operations']);
     procs.push(a, b);
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.workers.filter((w: any) => w.worker_id.startsWith('mount-')).length === 2, 30000, 'mount workers');
+    await until(async () => (await req<WorkerList>(gw.url, 'GET', '/workers')).body.workers.filter((w) => w.worker_id.startsWith('mount-')).length === 2, 30000, 'mount workers');
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'survivor', operation: 'noop', parameters: { sleep_ms: 4000, steps: 4 }, requirements: { capabilities: ['mount_operations'] } });
     const running = await waitState('survivor', (s) => s === 'RUNNING', 30000);
     const victim = running.worker_id === 'mount-a' ? a : b;
@@ -205,10 +214,10 @@ describe('worker processes', function () {
     const j = await waitState('survivor', terminal, 60000);
     expect(j.state).to.equal('COMPLETED');
     const hist = j.state_history;
-    const lost = hist.find((h: any) => h.state === 'QUEUED' && /lost/.test(h.reason));
+    const lost = hist.find((h) => h.state === 'QUEUED' && /lost/.test(h.reason));
     expect(lost, JSON.stringify(hist)).to.not.equal(undefined);
-    expect(lost.reason).to.include(running.worker_id);
-    expect(hist.filter((h: any) => h.state === 'ASSIGNED').at(-1).worker_id).to.equal(other);
+    expect(lost!.reason).to.include(running.worker_id);
+    expect(hist.filter((h) => h.state === 'ASSIGNED').at(-1)!.worker_id).to.equal(other);
     expect(j.attempts).to.equal(2);
   });
 
@@ -218,7 +227,7 @@ describe('worker processes', function () {
     expect(j.state).to.equal('FAILED');
     expect(j.error).to.include('timed out after 1 s');
     expect(j.attempts).to.equal(2);
-    expect(j.state_history.map((h: any) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
+    expect(j.state_history.map((h) => h.state)).to.deep.equal(['CREATED', 'VALIDATED', 'QUEUED', 'ASSIGNED', 'RUNNING', 'QUEUED', 'ASSIGNED', 'RUNNING', 'FAILED']);
   });
 
   it('on SIGTERM a worker finishes its running job within the grace period, then deregisters', async () => {
@@ -227,9 +236,9 @@ describe('worker processes', function () {
     await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'grace', operation: 'noop', parameters: { sleep_ms: 1500, steps: 3 }, requirements: { capabilities: ['graceful_cap'] } });
     await waitState('grace', (s) => s === 'RUNNING', 30000);
     await w.stop('SIGTERM');
-    const j = (await req(gw.url, 'GET', '/jobs/grace')).body;
+    const j = (await req<JobStatus>(gw.url, 'GET', '/jobs/grace')).body;
     expect(j.state).to.equal('COMPLETED');
-    const ws = (await req(gw.url, 'GET', '/workers')).body.workers.map((x: any) => x.worker_id);
+    const ws = (await req<WorkerList>(gw.url, 'GET', '/workers')).body.workers.map((x) => x.worker_id);
     expect(ws).to.not.include('graceful');
   });
 

@@ -15,6 +15,12 @@ import { importDisk, Virsh } from '../../shared/libvirt';
 import IORedis from 'ioredis';
 import { JobStore } from '../../queue/store';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
+import type { DaemonError } from '../helpers/http';
+import type { DaemonJob, JobStatus, Submitted, VirtOk } from '../helpers/api-types';
+import type { ImportResult } from '../../shared/libvirt/import';
+
+/** POST /convert/vm's data. */
+interface ConvertQueued { job_id: string; status: string; source_path: string; dest_path: string; format: string; compression: string }
 
 describe('convert and import into libvirt', function () {
   this.timeout(300_000);
@@ -36,24 +42,24 @@ describe('convert and import into libvirt', function () {
   it('converts with POST /convert/vm as a convert job (answered at once with the job id)', async () => {
     const src = makeBootableImage(s.dir, 'boot', 'raw');
     converted = path.join(s.dir, 'boot.qcow2');
-    const r = await req(B, 'POST', '/api/v1/convert/vm', { source_path: src, dest_path: converted, format: 'qcow2', compression: 'zlib' });
+    const r = await req<VirtOk<ConvertQueued>>(B, 'POST', '/api/v1/convert/vm', { source_path: src, dest_path: converted, format: 'qcow2', compression: 'zlib' });
     expect(r.status, r.text).to.equal(200);
     expect(r.body).to.include({ status: 'success' });
     const id = r.body.data.job_id;
     expect(id).to.be.a('string');
     let seen = '';
-    const job = await until(async () => { const j = await req(B, 'GET', `/jobs/${id}`); seen = j.text; return ['completed', 'failed'].includes(j.body?.status) && j.body; }, 120000, 'the convert job')
+    const job = await until(async () => { const j = await req<DaemonJob>(B, 'GET', `/jobs/${id}`); seen = j.text; return ['completed', 'failed'].includes(j.body?.status) && j.body; }, 120000, 'the convert job')
       .catch((e: Error) => { throw new Error(`${e.message}; last seen ${seen}\n${worker.logs.join('')}`); });
     expect(job.status, JSON.stringify(job)).to.equal('completed');
-    expect(JSON.parse(execFileSync('qemu-img', ['info', '--output=json', converted]).toString()).format).to.equal('qcow2');
+    expect((JSON.parse(execFileSync('qemu-img', ['info', '--output=json', converted]).toString()) as { format: string }).format).to.equal('qcow2');
     execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'qcow2', src, converted]);
-    const bad = await req(B, 'POST', '/convert/vm', { source_path: path.join(s.dir, 'absent.vmdk'), dest_path: converted });
+    const bad = await req<DaemonError>(B, 'POST', '/convert/vm', { source_path: path.join(s.dir, 'absent.vmdk'), dest_path: converted });
     expect(bad.status).to.equal(400);
     expect(bad.body.error).to.include('source_path');
   });
 
   it('imports the converted qcow2 with POST /import/kvm; the domain boots and its console shows the marker', async () => {
-    const d = await okData(B, 'POST', '/import/kvm', { image_path: converted, vm_name: 'imported', memory: 64, cpus: 1 }, 201);
+    const d = await okData<ImportResult>(B, 'POST', '/import/kvm', { image_path: converted, vm_name: 'imported', memory: 64, cpus: 1 }, 201);
     expect(d).to.include({ domain: 'imported', pool: 'ferry', firmware: 'bios', domain_type: 'qemu' });
     expect(d.uuid).to.equal((await s.lv.virsh(['domuuid', 'imported'])).trim());
     const xml = await s.lv.virsh(['dumpxml', 'imported']);
@@ -71,7 +77,7 @@ describe('convert and import into libvirt', function () {
     // An image qemu-img cannot read: refused, nothing left either.
     const junk = path.join(s.dir, 'junk.qcow2');
     writeFileSync(junk, Buffer.concat([Buffer.from([0x51, 0x46, 0x49, 0xfb]), Buffer.alloc(4096, 0xff)])); // qcow2's magic, then nonsense
-    const bad = await req(B, 'POST', '/import/kvm', { image_path: junk, vm_name: 'junk' });
+    const bad = await req<DaemonError>(B, 'POST', '/import/kvm', { image_path: junk, vm_name: 'junk' });
     expect(bad.status, bad.text).to.equal(400);
     expect(bad.body.error).to.contain('image_path');
     expect(poolFiles()).to.deep.equal(filesBefore);
@@ -80,7 +86,7 @@ describe('convert and import into libvirt', function () {
 
   it('imports with UEFI firmware (Debian ovmf) and a network; the domain starts', async () => {
     await okData(B, 'POST', '/virt/network/create', { name: 'imp-net', forward: 'none' }, 201);
-    const d = await okData(B, 'POST', '/import/kvm', { image_path: converted, vm_name: 'imported-efi', memory: 128, cpus: 1, network: 'imp-net', firmware: 'uefi' }, 201);
+    const d = await okData<ImportResult>(B, 'POST', '/import/kvm', { image_path: converted, vm_name: 'imported-efi', memory: 128, cpus: 1, network: 'imp-net', firmware: 'uefi' }, 201);
     expect(d.firmware).to.equal('uefi');
     expect(await s.lv.virsh(['dumpxml', '--inactive', 'imported-efi'])).to.include("<os firmware='efi'>").and.include("<source network='imp-net'/>");
     await s.lv.virsh(['net-start', 'imp-net']);
@@ -97,11 +103,11 @@ describe('convert and import into libvirt', function () {
     let id = '';
     const gw = await startGatewayProc(s.env);
     try {
-      const r = await req(gw.url, 'POST', '/jobs?queue=true', { operation: 'import_kvm', parameters: { disks: [{ path: converted }], name: 'imported-job', memory: 64 } });
+      const r = await req<Submitted>(gw.url, 'POST', '/jobs?queue=true', { operation: 'import_kvm', parameters: { disks: [{ path: converted }], name: 'imported-job', memory: 64 } });
       expect(r.status, r.text).to.be.oneOf([200, 201, 202]);
       id = r.body.job_id;
       let seen = '';
-      const job = await until(async () => { const j = await req(gw.url, 'GET', `/jobs/${id}`); seen = j.text; return ['COMPLETED', 'FAILED'].includes(j.body?.state) && j.body; }, 120000, 'the import job')
+      const job = await until(async () => { const j = await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`); seen = j.text; return ['COMPLETED', 'FAILED'].includes(j.body?.state) && j.body; }, 120000, 'the import job')
         .catch((e: Error) => { throw new Error(`${e.message}; last seen ${seen}\n${worker.logs.join('')}`); });
       expect(job.state, JSON.stringify(job)).to.equal('COMPLETED');
     } finally { await gw.stop(); }

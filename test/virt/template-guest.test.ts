@@ -17,6 +17,10 @@ import { Virsh } from '../../shared/libvirt';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
 import { tolerate } from '../helpers/teardown';
+import type { deployTemplate } from '../../shared/libvirt/templates';
+
+/** POST /virt/template/deploy's data. */
+type Deployed = Awaited<ReturnType<typeof deployTemplate>>;
 
 const SOURCE = 'deb-src';
 const TEMPLATE = 'deb-tpl';
@@ -65,7 +69,7 @@ describe('templates on the real Debian guest: seal (virt-sysprep), deploy with c
     const t = await okData(B, 'POST', '/virt/template/create', { domain: SOURCE, name: TEMPLATE, description: 'Debian 12 base', seal: true }, 201);
     expect(t).to.include({ name: TEMPLATE, source: SOURCE, sealed: true });
 
-    const d = await okData(B, 'POST', '/virt/template/deploy', {
+    const d = await okData<Deployed>(B, 'POST', '/virt/template/deploy', {
       template: TEMPLATE, name: DEPLOYED, memory: 640, vcpus: 1,
       customize: { hostname: HOSTNAME, root_password_hash: hash, ssh_keys: [pubKey], first_boot_command: 'echo FERRY-FIRSTBOOT-RAN host=$(hostname) > /dev/ttyS0' },
     }, 201);

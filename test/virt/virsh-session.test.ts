@@ -25,10 +25,10 @@ describe('virsh session (one virsh per URI for short commands)', function () {
       expect(await v.run(args), args.join(' ')).to.equal(await oneShot(args));
     }
     expect(first).to.equal(await oneShot(['dumpxml', 'test']));
-    const err = await v.run(['dominfo', 'no-such-domain']).then(() => null, (e) => e);
+    const err = await v.run(['dominfo', 'no-such-domain']).then(() => null, (e: LibvirtError) => e);
     expect(err).to.be.instanceOf(LibvirtError);
-    expect(err.status).to.equal(404);
-    expect(err.message).to.contain("'no-such-domain'");
+    expect(err!.status).to.equal(404);
+    expect(err!.message).to.contain("'no-such-domain'");
     // The session goes on after a failed command.
     expect(await v.run(['domuuid', 'test'])).to.equal(await oneShot(['domuuid', 'test']));
     expect(virshSession(URI).pid).to.equal(pid);
@@ -40,7 +40,7 @@ describe('virsh session (one virsh per URI for short commands)', function () {
     expect(echoed.failed).to.equal(false);
     expect(echoed.stdout).to.equal(args.join(' '));
     // A newline would end the command: such arguments get a virsh of their own.
-    const err = await v.run(['dominfo', 'a\nlist']).then(() => null, (e) => e);
+    const err = await v.run(['dominfo', 'a\nlist']).then(() => null, (e: LibvirtError) => e);
     expect(err?.status).to.equal(404);
   });
 
@@ -54,9 +54,9 @@ describe('virsh session (one virsh per URI for short commands)', function () {
   it('an unreachable URI is a 503 naming it, every time it is tried', async () => {
     const bad = new Virsh('qemu:///system?socket=/nonexistent/ferry-test.sock');
     for (let i = 0; i < 2; i++) {
-      const e = await bad.run(['list']).then(() => null, (x) => x);
+      const e = await bad.run(['list']).then(() => null, (x: LibvirtError) => x);
       expect(e?.status).to.equal(503);
-      expect(e.message).to.contain('qemu:///system?socket=/nonexistent/ferry-test.sock');
+      expect(e!.message).to.contain('qemu:///system?socket=/nonexistent/ferry-test.sock');
     }
   });
 

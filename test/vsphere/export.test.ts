@@ -12,12 +12,23 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
+import type { BatchSubmitted, CancelEach, DaemonJob, JobStatus, QueueStatus, StoredEvent, WorkerList } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
 import { managerFor } from '../../shared/vsphere/client';
 import { vmDetail } from '../../shared/vsphere/inventory';
-import { validateManifest } from '../../shared/schemas/manifest';
+import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
+import type { ExportResult } from '../../shared/vsphere/export';
 import { createVm, makeDisks, makeSnapshotChain, powerOn, sha256, tinyVm, upload } from './fixture';
+
+/** An export job's result (services/worker/operations/export.ts runExportOp), its manifest read as one. */
+type ExportJobResult = Omit<ExportResult, 'manifest'> & { manifest: Manifest; output_path: string; throughput_bytes_per_second: number | null };
+/** One converted disk in a migrate job's report (shared/converter/stages/plan.ts). */
+interface Artifact { disk_id: string; path: string; format: string; boot_order: number; source_path: string; source_format: string }
+/** A migrate job's result (the pipeline's report), as far as read here. */
+interface MigrateResult { artifacts: Artifact[] }
+/** Gateway GET /jobs/:id of a job whose result is read as R (null until the job completes; read once it has). */
+type JobWith<R> = Omit<JobStatus, 'result'> & { result: R };
 
 const PASSWORD = 'vcsim-export-pw-77';
 const JOB_PASSWORD = 'second-manager-pw-99';
@@ -44,17 +55,17 @@ describe('vSphere export jobs (vcsim)', function () {
   let big: Awaited<ReturnType<typeof tinyVm>>;
   let running: Awaited<ReturnType<typeof tinyVm>>;
   let proxy: ProxyControl;
-  const gwJob = async (id: string) => (await req(gw.url, 'GET', `/jobs/${id}`)).body;
-  const submit = async (body: any) => {
-    const r = await req(daemon.url, 'POST', '/jobs/submit', body);
+  const gwJob = async <R = ExportJobResult>(id: string) => (await req<JobWith<R>>(gw.url, 'GET', `/jobs/${id}`)).body;
+  const submit = async (body: Record<string, unknown>) => {
+    const r = await req<BatchSubmitted>(daemon.url, 'POST', '/jobs/submit', body);
     expect(r.status, r.text).to.equal(200);
-    return r.body.job_ids[0] as string;
+    return r.body.job_ids[0];
   };
-  const finished = (id: string, ms = 60000) => until(async () => { const j = await gwJob(id); return j.is_terminal && j; }, ms, `job ${id} to finish`);
+  const finished = <R = ExportJobResult>(id: string, ms = 60000) => until(async () => { const j = await gwJob<R>(id); return j.is_terminal && j; }, ms, `job ${id} to finish`);
   const worker = async (id: string, extra: Record<string, string> = {}, caps = ['vsphere_access', 'img_tool'], args: string[] = []) => {
     const p = await startWorkerProc({ ...env, ...extra }, id, caps, args);
     procs.push(p);
-    await until(async () => (await req(gw.url, 'GET', '/workers')).body.workers.some((w: any) => w.worker_id === id && w.active), 30000, `worker ${id}`);
+    await until(async () => (await req<WorkerList>(gw.url, 'GET', '/workers')).body.workers.some((w) => w.worker_id === id && w.active), 30000, `worker ${id}`);
     return p;
   };
 
@@ -120,7 +131,7 @@ describe('vSphere export jobs (vcsim)', function () {
     const ds = path.join(out, 'LocalDS_0', 'web1');
     // Every file identical to what was uploaded (sha256 computed by Ferry while downloading, and here from disk).
     const expected: Record<string, string> = { 'web1.vmdk': web1.sparse, 'data.vmdk': web1.flat, 'data-flat.vmdk': web1.flatExtent, 'base-000001.vmdk': web1.delta, 'base.vmdk': web1.base, 'base-flat.vmdk': web1.baseExtent };
-    expect(r.files.map((f: any) => path.basename(f.path)).sort()).to.deep.equal(Object.keys(expected).sort());
+    expect(r.files.map((f) => path.basename(f.path)).sort()).to.deep.equal(Object.keys(expected).sort());
     for (const f of r.files) {
       const want = await sha256(expected[path.basename(f.path)]);
       expect(f.sha256, f.path).to.equal(want);
@@ -134,52 +145,52 @@ describe('vSphere export jobs (vcsim)', function () {
 
     // The manifest validates with Ferry's own schema and describes the VM.
     manifestPath = r.manifest_path;
-    const mf = validateManifest(JSON.parse(readFileSync(manifestPath, 'utf8'))) as any;
+    const mf = validateManifest(JSON.parse(readFileSync(manifestPath, 'utf8')) as unknown);
     expect(mf.source).to.include({ provider: 'vsphere', vm_name: 'web1', datacenter: 'DC0', export_method: 'datastore-http' });
     expect(mf.vm).to.include({ cpu: 2, mem_gb: 2, firmware: 'uefi', os_hint: 'linux' });
-    expect(mf.nics).to.deep.equal([{ id: mf.nics[0].id, mac: '00:50:56:aa:bb:01', network: 'VM Network', adapter: 'vmxnet3' }]);
-    expect(mf.disks.map((x: any) => [x.id, path.basename(x.local_path), x.bytes, x.disk_type])).to.deep.equal([
+    expect(mf.nics).to.deep.equal([{ id: mf.nics![0].id, mac: '00:50:56:aa:bb:01', network: 'VM Network', adapter: 'vmxnet3' }]);
+    expect(mf.disks.map((x) => [x.id, path.basename(x.local_path), x.bytes, x.disk_type])).to.deep.equal([
       ['disk-0', 'web1.vmdk', 6 * 1024 * 1024, 'boot'], ['disk-1', 'data.vmdk', 6 * 1024 * 1024, 'data'], ['disk-2', 'base-000001.vmdk', 4 * 1024 * 1024, 'data']]);
     expect(mf.disks[0].checksum).to.equal(`sha256:${await sha256(web1.sparse)}`);
     expect(mf.disks[2].chain_length).to.equal(2);
-    expect(mf.metadata.job_id).to.equal(id);
+    expect(mf.metadata!.job_id).to.equal(id);
     // remove_cdrom happened on the source and is recorded.
     expect(r.actions.join(' ')).to.match(/removed CD-ROM/);
-    expect(mf.notes.join(' ')).to.match(/removed CD-ROM/);
+    expect(mf.notes!.join(' ')).to.match(/removed CD-ROM/);
     const m = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
     expect((await vmDetail(m, web1.path)).cdroms).to.deep.equal([]);
 
     // Progress: the shape A record fields, per-file entries, a smoothed rate.
-    const evs = (await req(gw.url, 'GET', `/jobs/${id}/events`)).body as any[];
+    const evs = (await req<StoredEvent[]>(gw.url, 'GET', `/jobs/${id}/events`)).body;
     const exp = evs.filter((e) => e.phase === 'exporting');
     expect(exp.length).to.be.greaterThan(0);
     const lastExp = exp[exp.length - 1].details;
     expect(lastExp).to.include.keys('current_file', 'files_downloaded', 'total_files', 'bytes_downloaded', 'total_bytes', 'percent_complete', 'rate_bytes_per_second', 'files');
     expect(Number(lastExp.total_files)).to.equal(6);
     expect(Number(lastExp.total_bytes)).to.equal(r.total_bytes);
-    expect(JSON.parse(lastExp.files)).to.have.length(6);
-    const dj = (await req(daemon.url, 'GET', `/api/v1/jobs/${id}`)).body;
+    expect(JSON.parse(lastExp.files) as unknown[]).to.have.length(6);
+    const dj = (await req<DaemonJob>(daemon.url, 'GET', `/api/v1/jobs/${id}`)).body;
     expect(dj.status).to.equal('completed');
     expect(dj.progress.percent_complete).to.equal(100);
   });
 
   it('the manifest feeds a migrate job that completes', async () => {
-    const mf = JSON.parse(readFileSync(manifestPath, 'utf8'));
+    const mf = JSON.parse(readFileSync(manifestPath, 'utf8')) as Record<string, unknown>;
     const out = path.join(dir, 'migrated');
     mf.pipeline = { inspect: { enabled: true }, fix: { enabled: false }, convert: { enabled: true }, validate: { enabled: true } };
     mf.output = { directory: out, format: 'qcow2' };
     const r = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'migrate-web1', operation: 'migrate', parameters: { manifest: mf } });
     expect(r.status, r.text).to.equal(201);
-    const j = await finished('migrate-web1', 90000);
+    const j = await finished<MigrateResult>('migrate-web1', 90000);
     expect(j.state, JSON.stringify(j.state_history)).to.equal('COMPLETED');
     expect(j.result.artifacts).to.have.length(3);
     for (const a of j.result.artifacts) expect(existsSync(a.path), a.path).to.equal(true);
-    const boot = j.result.artifacts.find((a: any) => a.disk_id === 'disk-0');
-    execFileSync('qemu-img', ['compare', '-F', 'raw', boot.path, web1.raw]);
+    const boot = j.result.artifacts.find((a) => a.disk_id === 'disk-0');
+    execFileSync('qemu-img', ['compare', '-F', 'raw', boot!.path, web1.raw]);
     // The snapshot chain (a delta VMDK whose parent hint names its base beside it) passes the image rule and
     // converts to the delta's content over the base.
-    const chained = j.result.artifacts.find((a: any) => a.source_path.endsWith('base-000001.vmdk'));
-    execFileSync('qemu-img', ['compare', '-F', 'raw', chained.path, web1.deltaRaw]);
+    const chained = j.result.artifacts.find((a) => a.source_path.endsWith('base-000001.vmdk'));
+    execFileSync('qemu-img', ['compare', '-F', 'raw', chained!.path, web1.deltaRaw]);
   });
 
   it('ferry-convert command: manager_export exports with the same code, then converts, with progress lines and exit 0', async () => {
@@ -202,7 +213,7 @@ describe('vSphere export jobs (vcsim)', function () {
     expect(r.stderr, r.stderr).to.match(/tiny: OK/);
     expect(r.stdout + r.stderr).to.not.include(PASSWORD);
     execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'raw', path.join(out, 'tiny.raw'), tiny.raw]);
-    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8'));
+    const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as unknown;
     expect(JSON.stringify(report)).to.include('vsphere');
   });
 
@@ -215,7 +226,7 @@ describe('vSphere export jobs (vcsim)', function () {
     const j = await finished(id);
     expect(j.state, JSON.stringify(j.state_history)).to.equal('COMPLETED');
     expect(j.result.actions.join(' ')).to.match(/powered off .*running1.*power_off=force/);
-    const evs = (await req(gw.url, 'GET', `/jobs/${id}/events`)).body as any[];
+    const evs = (await req<StoredEvent[]>(gw.url, 'GET', `/jobs/${id}/events`)).body;
     expect(evs.map((e) => e.message).join('\n')).to.match(/powered off/);
     expect(j.result.files[0].sha256).to.equal(await sha256(running.sparse));
   });
@@ -224,7 +235,7 @@ describe('vSphere export jobs (vcsim)', function () {
     const id = await submit({ vm_path: '/DC0/vm/other1', output_path: path.join(dir, 'out-other'), manager_url: v2.url, username: v2.username, password: JOB_PASSWORD, insecure: true });
     const j = await finished(id);
     expect(j.state, JSON.stringify(j.state_history)).to.equal('COMPLETED');
-    expect(j.result.manifest.source.vm_name).to.equal('other1');
+    expect(j.result.manifest.source!.vm_name).to.equal('other1');
     for (const key of await rc.keys('*')) {
       const t = await rc.type(key);
       const val = t === 'string' ? await rc.get(key) : t === 'hash' ? JSON.stringify(await rc.hgetall(key)) : t === 'list' ? JSON.stringify(await rc.lrange(key, 0, -1)) : t === 'stream' ? JSON.stringify(await rc.xrange(key, '-', '+')) : t === 'zset' ? JSON.stringify(await rc.zrange(key, 0, -1)) : '';
@@ -267,7 +278,7 @@ describe('vSphere export jobs (vcsim)', function () {
     expect(walk(out).some((f) => f.endsWith('.ferry-part'))).to.equal(true);
     const j = await finished(id, 90000);
     expect(j.state, JSON.stringify(j.state_history)).to.equal('COMPLETED');
-    expect(j.state_history.map((h: any) => h.reason).join('\n')).to.match(new RegExp(`${victimId} lost`));
+    expect(j.state_history.map((h) => h.reason).join('\n')).to.match(new RegExp(`${victimId} lost`));
     expect(j.worker_id).to.not.equal(victimId);
     expect(j.result.files[0].sha256).to.equal(await sha256(big.sparse));
     // It continued: the bytes the victim wrote were read back for the checksum, not fetched again.
@@ -285,7 +296,7 @@ describe('vSphere export jobs (vcsim)', function () {
       if (Number(j.latest_event?.details?.bytes_downloaded) >= 512 * 1024) return true;
       throw new Error(`${j.state} on ${j.worker_id}: ${j.latest_event?.phase} ${j.latest_event?.details?.bytes_downloaded ?? ''} ${j.queue?.waiting_reason ?? ''}`);
     }, 90000, 'download under way');
-    const c = await req(daemon.url, 'POST', '/jobs/cancel', { job_ids: [id] });
+    const c = await req<CancelEach>(daemon.url, 'POST', '/jobs/cancel', { job_ids: [id] });
     expect(c.body.cancelled).to.deep.equal([id]);
     // No stream left: nothing more flows through the proxy, and no partial file stays.
     await until(() => walk(out).length === 0, 15000, 'partial files removed');
@@ -321,7 +332,7 @@ describe('vSphere export jobs (vcsim)', function () {
       maxRunning = Math.max(maxRunning, runningNow);
       samples++;
       for (const j of states) if (j.state === 'QUEUED' && j.queue.waiting_reason) reasons.add(j.queue.waiting_reason);
-      if (!queueReason) { const q = (await req(gw.url, 'GET', '/queue')).body; queueReason = q.queues.map((x: any) => x.waiting_reason).find(Boolean) || ''; }
+      if (!queueReason) { const q = (await req<QueueStatus>(gw.url, 'GET', '/queue')).body; queueReason = q.queues.map((x) => x.waiting_reason).find(Boolean) || ''; }
       if (states.every((j) => j.is_terminal)) break;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -346,7 +357,7 @@ describe('vSphere export jobs (vcsim)', function () {
       const id = await submit({ vm_path: vm.path, output_path: out, manager_url: `https://127.0.0.1:${p3.port}/sdk`, username: v3.username, password: PASSWORD, insecure: true, options: { parallel_downloads: 2 } });
       await until(async () => {
         const j = await gwJob(id);
-        if (j.is_terminal) throw new Error(`ended early: ${j.state} ${j.error} ${JSON.stringify((await req(gw.url, 'GET', `/jobs/${id}/events`)).body.map((e: any) => [e.phase, e.details.bytes_downloaded]))} ${JSON.stringify(j.result?.files)}`);
+        if (j.is_terminal) throw new Error(`ended early: ${j.state} ${j.error} ${JSON.stringify((await req<StoredEvent[]>(gw.url, 'GET', `/jobs/${id}/events`)).body.map((e) => [e.phase, e.details.bytes_downloaded]))} ${JSON.stringify(j.result?.files)}`);
         return Number(j.latest_event?.details?.bytes_downloaded) >= 1024 * 1024;
       }, 30000, 'download under way');
       await v3.stop();

@@ -12,11 +12,23 @@ import { req } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { managerFor } from '../../shared/vsphere/client';
 import { listVms, vmDetail } from '../../shared/vsphere/inventory';
+import type { VmCdrom, VmDetail, VmDisk, VmNic } from '../../shared/vsphere/inventory';
+import type { DaemonError } from '../helpers/http';
 import { createVm, makeDisks, powerOn, upload } from './fixture';
+import type { VmList } from '../helpers/api-types';
 
 const PASSWORD = 'vcsim-default-pw-31';
 const OTHER_PASSWORD = 'vcsim-other-pw-62';
 const PREFIXES = ['', '/api/v1'];
+
+/** GET /vms/discover: the list with counts by power state and the datacenters. */
+interface VmDiscovery extends VmList { by_power_state: Record<string, number>; datacenters: string[]; timestamp: string }
+/** GET /vms/info: the VM's detail without the moref and device keys. */
+type VmInfo = Omit<VmDetail, 'moref' | 'disks' | 'nics' | 'cdroms'> & {
+  disks: Array<Omit<VmDisk, 'key' | 'controller_key' | 'unit_number'>>; nics: Array<Omit<VmNic, 'key'>>; cdroms: Array<Omit<VmCdrom, 'key'>>;
+};
+/** POST /vms/shutdown, /vms/poweroff, /vms/remove-cdrom. */
+interface VmMessage { message: string }
 
 describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   this.timeout(60_000);
@@ -54,45 +66,45 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   it('GET /vms/list with the default manager (GOVC_*, TLS verified against the simulator certificate as CA), both path forms', async () => {
     const direct = await listVms(m);
     for (const p of PREFIXES) {
-      const r = await req(B, 'GET', `${p}/vms/list`);
+      const r = await req<VmList>(B, 'GET', `${p}/vms/list`);
       expect(r.status, r.text).to.equal(200);
       expect(r.body.total).to.equal(direct.length).and.equal(r.body.vms.length);
-      const app = r.body.vms.find((x: any) => x.name === 'app1');
+      const app = r.body.vms.find((x) => x.name === 'app1');
       expect(app).to.include({ path: '/DC0/vm/app1', power_state: 'poweredOff', num_cpu: 4, memory_mb: 4096 });
       expect(app).to.have.keys('name', 'path', 'power_state', 'num_cpu', 'memory_mb', 'storage', 'guest_os', 'ip_address', 'template', 'datastores', 'networks');
       expect(app).to.deep.include({ datastores: ['LocalDS_0'], networks: ['VM Network'] });
-      expect(r.body.vms.map((x: any) => x.path)).to.include.members(['/DC0/vm/DC0_H0_VM0', '/DC0/vm/DC0_C0_RP0_VM1', '/DC0/vm/notools']);
+      expect(r.body.vms.map((x) => x.path)).to.include.members(['/DC0/vm/DC0_H0_VM0', '/DC0/vm/DC0_C0_RP0_VM1', '/DC0/vm/notools']);
     }
   });
 
   it('per-request credentials: another manager, refused while its certificate is untrusted, listed with insecure=true', async () => {
-    const untrusted = await req(B, 'GET', `/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD })}`);
+    const untrusted = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD })}`);
     expect(untrusted.status).to.equal(502);
     expect(untrusted.body.error).to.match(/TLS certificate of vSphere manager https:\/\/127\.0\.0\.1:\d+ is not trusted/);
     expect(untrusted.text).to.not.include(OTHER_PASSWORD);
     for (const p of PREFIXES) {
-      const r = await req(B, 'GET', `${p}/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true })}`);
+      const r = await req<VmList>(B, 'GET', `${p}/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true })}`);
       expect(r.status, r.text).to.equal(200);
-      expect(r.body.vms.map((x: any) => x.name).sort()).to.deep.equal(['DC0_H0_VM0']);
+      expect(r.body.vms.map((x) => x.name).sort()).to.deep.equal(['DC0_H0_VM0']);
       expect(r.body.manager).to.equal(new URL(v2.url).origin);
     }
   });
 
   it('a wrong password is a 401 naming the manager and user, never echoing the password; an unreachable manager is a 502 naming it', async () => {
     for (const p of PREFIXES) {
-      const r = await req(B, 'GET', `${p}/vms/list${q({ username: v.username, password: 'not-the-password-55' })}`);
+      const r = await req<DaemonError>(B, 'GET', `${p}/vms/list${q({ username: v.username, password: 'not-the-password-55' })}`);
       expect(r.status).to.equal(401);
       expect(r.body).to.include.keys('error', 'status', 'timestamp');
       expect(r.body.error).to.match(/login to vSphere manager https:\/\/127\.0\.0\.1:\d+ as ferry failed: the user name or password is wrong/);
       expect(r.text).to.not.include('not-the-password-55');
     }
     const port = await freePort();
-    const away = await req(B, 'POST', '/vms/poweroff', { manager_url: `https://127.0.0.1:${port}/sdk`, username: 'u', password: 'secret-away-pw', vm_path: '/DC0/vm/app1' });
+    const away = await req<DaemonError>(B, 'POST', '/vms/poweroff', { manager_url: `https://127.0.0.1:${port}/sdk`, username: 'u', password: 'secret-away-pw', vm_path: '/DC0/vm/app1' });
     expect(away.status).to.equal(502);
     expect(away.body.error).to.include(`vSphere manager https://127.0.0.1:${port} cannot be reached`);
     expect(away.text).to.not.include('secret-away-pw');
     // Only managers the deployment names (GOVC_URL, FERRY_VSPHERE_MANAGERS) are contacted: no arbitrary hosts.
-    const elsewhere = await req(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk', username: 'u', password: 'secret-elsewhere-pw' })}`);
+    const elsewhere = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk', username: 'u', password: 'secret-elsewhere-pw' })}`);
     expect(elsewhere.status).to.equal(400);
     expect(elsewhere.body.error).to.match(/^server 10\.9\.8\.7:443 is not a vSphere manager this service may contact/);
     expect(elsewhere.text).to.not.include('secret-elsewhere-pw');
@@ -101,7 +113,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
 
   it('GET /vms/info by path and by name: hardware, disks, NICs, firmware, CD-ROMs, snapshots; 404 for an unknown path; 400 naming the field', async () => {
     for (const p of PREFIXES) {
-      const r = await req(B, 'GET', `${p}/vms/info${q({ path: '/DC0/vm/app1' })}`);
+      const r = await req<VmInfo>(B, 'GET', `${p}/vms/info${q({ path: '/DC0/vm/app1' })}`);
       expect(r.status, r.text).to.equal(200);
       expect(r.body).to.include({ name: 'app1', path: '/DC0/vm/app1', power_state: 'poweredOff', firmware: 'efi', guest_id: 'windows9Server64Guest' });
       expect(r.body.uuid).to.match(/^[0-9a-f-]{36}$/);
@@ -111,54 +123,54 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
       expect(r.body.cdroms).to.have.length(1);
       expect(r.body.snapshots).to.deep.equal([]);
     }
-    const byName = await req(B, 'GET', `/vms/info${q({ name: 'app1' })}`);
+    const byName = await req<VmInfo>(B, 'GET', `/vms/info${q({ name: 'app1' })}`);
     expect(byName.body.path).to.equal('/DC0/vm/app1');
-    const missing = await req(B, 'GET', `/api/v1/vms/info${q({ path: '/DC0/vm/nope' })}`);
+    const missing = await req<DaemonError>(B, 'GET', `/api/v1/vms/info${q({ path: '/DC0/vm/nope' })}`);
     expect(missing.status).to.equal(404);
     expect(missing.body.error).to.include('no VM at /DC0/vm/nope');
     expect((await req(B, 'GET', `/vms/info${q({ name: 'nope' })}`)).status).to.equal(404);
-    const bad = await req(B, 'GET', `/vms/info${q({ path: 'not-a-path' })}`);
+    const bad = await req<DaemonError>(B, 'GET', `/vms/info${q({ path: 'not-a-path' })}`);
     expect(bad.status).to.equal(400);
     expect(bad.body.error).to.include('path');
     expect((await req(B, 'GET', '/vms/info')).status).to.equal(400);
   });
 
   it('POST /vms/remove-cdrom removes every CD-ROM (seen on the simulator afterwards)', async () => {
-    const r = await req(B, 'POST', '/api/v1/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' });
+    const r = await req<VmMessage>(B, 'POST', '/api/v1/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' });
     expect(r.status, r.text).to.equal(200);
     expect(r.body.message).to.match(/removed 1 CD-ROM device/);
     expect((await vmDetail(m, '/DC0/vm/app1')).cdroms).to.deep.equal([]);
-    expect((await req(B, 'POST', '/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' })).body.message).to.match(/has no CD-ROM/);
+    expect((await req<VmMessage>(B, 'POST', '/vms/remove-cdrom', { vm_path: '/DC0/vm/app1' })).body.message).to.match(/has no CD-ROM/);
     expect((await req(B, 'POST', '/vms/remove-cdrom', { vm_path: '/DC0/vm/ghost' })).status).to.equal(404);
   });
 
   it('POST /vms/shutdown asks the guest (tools running) and refuses clearly without tools; /vms/poweroff forces, then 409 when already off', async () => {
-    const s = await req(B, 'POST', '/vms/shutdown', { vm_path: '/DC0/vm/DC0_H0_VM0' });
+    const s = await req<VmMessage>(B, 'POST', '/vms/shutdown', { vm_path: '/DC0/vm/DC0_H0_VM0' });
     expect(s.status, s.text).to.equal(200);
     expect(s.body.message).to.include('guest shutdown of /DC0/vm/DC0_H0_VM0 initiated');
     expect((await vmDetail(m, '/DC0/vm/DC0_H0_VM0')).power_state).to.equal('poweredOff');
-    const nt = await req(B, 'POST', '/api/v1/vms/shutdown', { vm_path: '/DC0/vm/notools' });
+    const nt = await req<DaemonError>(B, 'POST', '/api/v1/vms/shutdown', { vm_path: '/DC0/vm/notools' });
     expect(nt.status).to.equal(409);
     expect(nt.body.error).to.match(/VMware Tools are not running in \/DC0\/vm\/notools.*use poweroff/);
     for (const p of PREFIXES) {
       const vm = p ? '/DC0/vm/notools' : '/DC0/vm/DC0_C0_RP0_VM0';
-      const r = await req(B, 'POST', `${p}/vms/poweroff`, { vm_path: vm });
+      const r = await req<VmMessage>(B, 'POST', `${p}/vms/poweroff`, { vm_path: vm });
       expect(r.status, r.text).to.equal(200);
       expect(r.body.message).to.equal(`${vm} powered off`);
       expect((await vmDetail(m, vm)).power_state).to.equal('poweredOff');
     }
-    const again = await req(B, 'POST', '/vms/poweroff', { vm_path: '/DC0/vm/notools' });
+    const again = await req<DaemonError>(B, 'POST', '/vms/poweroff', { vm_path: '/DC0/vm/notools' });
     expect(again.status).to.equal(409);
     expect(again.body.error).to.include('already powered off');
   });
 
   it('GET /vms/discover: the whole inventory of the default manager, both path forms', async () => {
     for (const p of PREFIXES) {
-      const r = await req(B, 'GET', `${p}/vms/discover`);
+      const r = await req<VmDiscovery>(B, 'GET', `${p}/vms/discover`);
       expect(r.status, r.text).to.equal(200);
       expect(r.body.total).to.equal((await listVms(m)).length);
       expect(r.body.datacenters).to.deep.equal(['DC0']);
-      expect(Object.values(r.body.by_power_state).reduce((a: number, b: any) => a + b, 0)).to.equal(r.body.total);
+      expect(Object.values(r.body.by_power_state).reduce((a: number, b: number) => a + b, 0)).to.equal(r.body.total);
     }
   });
 
