@@ -1,14 +1,16 @@
 // npm run bench:guest (issues 12 and 20): Debian's virt-v2v and Ferry on the same real guest disk (the Debian guest
-// fixtures, test/fixtures/debian-guest.ts, every one-disk variant), one after the other in one run. For each: wall
+// fixtures, test/fixtures/debian-guest.ts, every variant), one after the other in one run. For each: wall
 // time, peak memory of the whole process tree (the libguestfs appliance's qemu included), output size, and whether
 // the output boots on virtio-blk with a virtio NIC (the product's virt_test runner, shared/converter/testboot.ts,
 // under TCG, awaiting the guest's marker or the initramfs giving up). Target: Ferry's output boots on every variant,
 // and Ferry's wall time <= 0.7x virt-v2v's.
 //   virt-v2v -i disk <vmdk> -o local -os <dir> -of qcow2        (LIBGUESTFS_BACKEND_SETTINGS=force_tcg)
 //   ferry-convert --config <yaml>                                (mode local, every repair on, no virt_test)
+// The netplan variant has two disks (its data disk is required for boot): virt-v2v reads a libvirt domain XML
+// naming both (`-i libvirtxml`), ferry-convert a manifest of both (`--manifest`, the same repairs).
 // The boots are not timed: they check the outputs, each with the firmware its guest needs (the UEFI variant under
-// OVMF with a fresh NVRAM, as a new KVM domain gets). BENCH_VARIANTS (default every variant but netplan, whose guest
-// does not boot without its second disk while `virt-v2v -i disk` takes one), BENCH_DIR (default the OS temp dir),
+// OVMF with a fresh NVRAM, as a new KVM domain gets), every output disk on virtio-blk. BENCH_VARIANTS (default every
+// variant), BENCH_DIR (default the OS temp dir),
 // BENCH_BOOT_TIMEOUT seconds (default 600).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -17,6 +19,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { converterConfigSchema } from '../../shared/schemas/converter-config';
 import { testBoot } from '../../shared/converter/testboot';
+import { outputNames } from '../../shared/converter/pipeline';
+import { imageInfo } from '../../shared/qemu';
+import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
 import { DEBIAN_VARIANTS, ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -26,7 +31,7 @@ const INITRAMFS_GAVE_UP = /Gave up waiting for root file system device|ALERT! \S
 /** The guest's own verdict when / is read-write but no interface holds its address (it booted, the network did not). */
 const NOT_READY = /FERRY-GUEST-NOT-READY[^\r\n]*/;
 
-interface Run { tool: string; variant: DebianVariant; ok: boolean; seconds: number; peakMiB: number; output?: string; outBytes?: number; boot?: string; boots?: boolean; note?: string }
+interface Run { tool: string; variant: DebianVariant; ok: boolean; seconds: number; peakMiB: number; outputs?: string[]; outBytes?: number; boot?: string; boots?: boolean; note?: string }
 
 /** RSS (KiB) of every process that carries `tag` in its environment or descends from `root`: guestfish's server
  *  daemonises (its parent becomes init), but it and the appliance's qemu inherit the environment. */
@@ -74,9 +79,18 @@ function measured(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<
   });
 }
 
-async function bootsOnVirtio(g: DebianGuest, disk: string, format: string, logFile: string): Promise<{ boots: boolean; detail: string }> {
+/** The guest's source disks: the system disk, then the data disk where the variant has one. */
+const sourceDisks = (g: DebianGuest) => [g.vmdk, ...(g.dataVmdk ? [g.dataVmdk] : [])];
+
+/** Bytes allocated to every file of `files`; undefined when one is missing (the tool made no whole output). */
+async function allocated(files: string[]): Promise<number | undefined> {
+  const sizes = await Promise.all(files.map((f) => fs.stat(f).then((st) => st.blocks * 512, noOutput)));
+  return sizes.some((x) => x === undefined) ? undefined : sizes.reduce<number>((a, b) => a + (b ?? 0), 0);
+}
+
+async function bootsOnVirtio(g: DebianGuest, disks: string[], format: string, logFile: string): Promise<{ boots: boolean; detail: string }> {
   const r = await testBoot({
-    name: `ferry-bench-${g.variant}`, disks: [{ path: disk, format }], bus: 'virtio', nic: 'virtio', firmware: g.nvram ? 'uefi' : 'bios',
+    name: `ferry-bench-${g.variant}`, disks: disks.map((d) => ({ path: d, format })), bus: 'virtio', nic: 'virtio', firmware: g.nvram ? 'uefi' : 'bios',
     expect: new RegExp(`${g.ready.source}|${NOT_READY.source}|${INITRAMFS_GAVE_UP.source}`), timeoutSeconds: BOOT_TIMEOUT, consoleLog: logFile,
   });
   const text = await fs.readFile(logFile, 'latin1');
@@ -92,18 +106,46 @@ async function virtV2v(g: DebianGuest, dir: string): Promise<Run> {
   const os_ = path.join(dir, 'v2v');
   await fs.mkdir(os_);
   const env = { ...process.env, LIBGUESTFS_BACKEND: 'direct', LIBGUESTFS_BACKEND_SETTINGS: process.env.LIBGUESTFS_BACKEND_SETTINGS || 'force_tcg' };
-  const r = await measured('virt-v2v', ['-i', 'disk', g.vmdk, '-o', 'local', '-os', os_, '-of', 'qcow2', '-on', `v2v-${g.variant}`], env);
+  const disks = sourceDisks(g);
+  const input = disks.length === 1 ? ['-i', 'disk', g.vmdk] : ['-i', 'libvirtxml', await domainXml(g, dir, disks)];
+  const r = await measured('virt-v2v', [...input, '-o', 'local', '-os', os_, '-of', 'qcow2', '-on', `v2v-${g.variant}`], env);
   await fs.writeFile(path.join(dir, 'virt-v2v.log'), r.log);
-  const output = path.join(os_, `v2v-${g.variant}-sda`);
-  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, noOutput);
+  const outputs = disks.map((_d, i) => path.join(os_, `v2v-${g.variant}-sd${'abcdefgh'[i]}`));
+  const outBytes = await allocated(outputs);
   const ok = r.code === 0 && outBytes !== undefined;
-  return { tool: 'virt-v2v', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: ok ? output : undefined, outBytes,
+  return { tool: 'virt-v2v', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, outputs: ok ? outputs : undefined, outBytes,
     note: ok ? undefined : `exit ${r.code}: ${(r.log.match(/^virt-v2v: error: .*$/m)?.[0] ?? r.log.trim().split('\n').slice(-3).join(' | '))}` };
+}
+
+/** A libvirt domain of the guest as it runs on VMware (SATA disks, an e1000 NIC with its MAC), for virt-v2v's
+ *  `-i libvirtxml`: the one input of Debian's virt-v2v that takes several local disks. */
+async function domainXml(g: DebianGuest, dir: string, disks: string[]): Promise<string> {
+  const esc = (x: string) => x.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/'/g, '&apos;');
+  const xml = [`<domain type='kvm'><name>v2v-${g.variant}</name><memory unit='MiB'>1024</memory><vcpu>1</vcpu>`,
+    `<os><type arch='x86_64'>hvm</type></os><devices>`,
+    ...disks.map((d, i) => `<disk type='file' device='disk'><driver name='qemu' type='vmdk'/><source file='${esc(d)}'/><target dev='sd${'abcdefgh'[i]}' bus='sata'/></disk>`),
+    `<interface type='network'><source network='default'/><mac address='${g.mac}'/><model type='e1000'/></interface>`,
+    '</devices></domain>'].join('\n');
+  const file = path.join(dir, 'source-domain.xml');
+  await fs.writeFile(file, xml);
+  return file;
+}
+
+/** ferry-convert's manifest of a guest with several disks: the same repairs as the one-disk configuration. */
+async function ferryManifest(g: DebianGuest, out: string): Promise<Manifest> {
+  const ids = ['root', 'data'];
+  return validateManifest({
+    manifest_version: '1.0', source: { provider: 'bench', vm_name: `debian-${g.variant}` },
+    disks: await Promise.all(sourceDisks(g).map(async (p, i) => ({ id: ids[i], source_format: 'vmdk', bytes: (await imageInfo(p, 'vmdk'))['virtual-size'], local_path: p, boot_order_hint: i, disk_type: i === 0 ? 'boot' : 'data' }))),
+    pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
+    output: { directory: out, format: 'qcow2', filename: `ferry-${g.variant}.qcow2` },
+  }); // with the schema's defaults, as ferry-convert reads it
 }
 
 async function ferry(g: DebianGuest, dir: string): Promise<Run> {
   const out = path.join(dir, 'ferry');
   await fs.mkdir(out);
+  if (g.dataVmdk) return ferryOfManifest(g, dir, out);
   // Every guest repair ferry-convert has; remove_source_hv_tools only once the command line accepts it.
   const keys = Object.keys((converterConfigSchema.describe() as { keys?: Record<string, unknown> }).keys || {}); // an object schema's description lists its keys
   const cfg: Record<string, unknown> = {
@@ -116,11 +158,24 @@ async function ferry(g: DebianGuest, dir: string): Promise<Run> {
   await fs.writeFile(file, JSON.stringify(cfg, null, 2)); // JSON is YAML
   const r = await measured(process.execPath, [FERRY, '--config', file], process.env);
   await fs.writeFile(path.join(dir, 'ferry.log'), r.log);
-  const output = path.join(out, `ferry-${g.variant}.qcow2`);
-  const outBytes = await fs.stat(output).then((s) => s.blocks * 512, noOutput);
+  const outputs = [path.join(out, `ferry-${g.variant}.qcow2`)];
+  return ferryRun(g, r, outputs, missing.length ? [`no command-line key ${missing.join(', ')}`] : []);
+}
+
+async function ferryOfManifest(g: DebianGuest, dir: string, out: string): Promise<Run> {
+  const m = await ferryManifest(g, out);
+  const file = path.join(dir, 'ferry-manifest.json');
+  await fs.writeFile(file, JSON.stringify(m, null, 2));
+  const r = await measured(process.execPath, [FERRY, '--manifest', file], process.env);
+  await fs.writeFile(path.join(dir, 'ferry.log'), r.log);
+  return ferryRun(g, r, [...outputNames(m, out).values()], []);
+}
+
+async function ferryRun(g: DebianGuest, r: { code: number | null; seconds: number; peakMiB: number; log: string }, outputs: string[], notes: string[]): Promise<Run> {
+  const outBytes = await allocated(outputs);
   const ok = r.code === 0 && outBytes !== undefined;
-  const notes = [...(missing.length ? [`no command-line key ${missing.join(', ')}`] : []), ...(ok ? [] : [`exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}`])];
-  return { tool: 'ferry', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, output: outBytes !== undefined ? output : undefined, outBytes, note: notes.join('; ') || undefined };
+  if (!ok) notes.push(`exit ${r.code}: ${r.log.trim().split('\n').slice(-3).join(' | ')}`);
+  return { tool: 'ferry', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, outputs: outBytes !== undefined ? outputs : undefined, outBytes, note: notes.join('; ') || undefined };
 }
 
 /** The converter wrote no output file: the run counts as failed (ok is false below). */
@@ -128,7 +183,7 @@ const noOutput = (): undefined => undefined;
 const mmss = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
 
 async function main() {
-  const variants = (process.env.BENCH_VARIANTS?.split(',') || DEBIAN_VARIANTS.filter((v) => v !== 'netplan')) as DebianVariant[];
+  const variants = (process.env.BENCH_VARIANTS?.split(',') || [...DEBIAN_VARIANTS]) as DebianVariant[];
   const unknown = variants.filter((v) => !(DEBIAN_VARIANTS as readonly string[]).includes(v));
   if (unknown.length) {
     console.error(`BENCH_VARIANTS: unknown variant ${unknown.join(', ')} (the variants: ${DEBIAN_VARIANTS.join(', ')})`);
@@ -143,8 +198,8 @@ async function main() {
     await fs.mkdir(dir);
     for (const tool of [virtV2v, ferry]) {
       const r = await tool(g, dir);
-      if (r.output) {
-        const b = await bootsOnVirtio(g, r.output, 'qcow2', path.join(dir, `${r.tool}-boot.log`));
+      if (r.outputs) {
+        const b = await bootsOnVirtio(g, r.outputs, 'qcow2', path.join(dir, `${r.tool}-boot.log`));
         r.boots = b.boots;
         r.boot = b.detail;
       } else { r.boots = false; r.boot = 'no output'; }
