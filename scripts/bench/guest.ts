@@ -21,6 +21,7 @@ import { converterConfigSchema } from '../../shared/schemas/converter-config';
 import { testBoot } from '../../shared/converter/testboot';
 import { outputNames } from '../../shared/converter/pipeline';
 import { imageInfo } from '../../shared/qemu';
+import { buildXml } from '../../shared/libvirt/xml';
 import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
 import { DEBIAN_VARIANTS, ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
@@ -81,6 +82,8 @@ function measured(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<
 
 /** The guest's source disks: the system disk, then the data disk where the variant has one. */
 const sourceDisks = (g: DebianGuest) => [g.vmdk, ...(g.dataVmdk ? [g.dataVmdk] : [])];
+/** The i-th SATA disk's name, as the source domain names it and virt-v2v names its output after it. */
+const sataDev = (i: number) => `sd${'abcdefghijklmnopqrstuvwxyz'[i]}`;
 
 /** Bytes allocated to every file of `files`; undefined when one is missing (the tool made no whole output). */
 async function allocated(files: string[]): Promise<number | undefined> {
@@ -110,7 +113,7 @@ async function virtV2v(g: DebianGuest, dir: string): Promise<Run> {
   const input = disks.length === 1 ? ['-i', 'disk', g.vmdk] : ['-i', 'libvirtxml', await domainXml(g, dir, disks)];
   const r = await measured('virt-v2v', [...input, '-o', 'local', '-os', os_, '-of', 'qcow2', '-on', `v2v-${g.variant}`], env);
   await fs.writeFile(path.join(dir, 'virt-v2v.log'), r.log);
-  const outputs = disks.map((_d, i) => path.join(os_, `v2v-${g.variant}-sd${'abcdefgh'[i]}`));
+  const outputs = disks.map((_d, i) => path.join(os_, `v2v-${g.variant}-${sataDev(i)}`));
   const outBytes = await allocated(outputs);
   const ok = r.code === 0 && outBytes !== undefined;
   return { tool: 'virt-v2v', variant: g.variant, ok, seconds: r.seconds, peakMiB: r.peakMiB, outputs: ok ? outputs : undefined, outBytes,
@@ -120,12 +123,14 @@ async function virtV2v(g: DebianGuest, dir: string): Promise<Run> {
 /** A libvirt domain of the guest as it runs on VMware (SATA disks, an e1000 NIC with its MAC), for virt-v2v's
  *  `-i libvirtxml`: the one input of Debian's virt-v2v that takes several local disks. */
 async function domainXml(g: DebianGuest, dir: string, disks: string[]): Promise<string> {
-  const esc = (x: string) => x.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/'/g, '&apos;');
-  const xml = [`<domain type='kvm'><name>v2v-${g.variant}</name><memory unit='MiB'>1024</memory><vcpu>1</vcpu>`,
-    `<os><type arch='x86_64'>hvm</type></os><devices>`,
-    ...disks.map((d, i) => `<disk type='file' device='disk'><driver name='qemu' type='vmdk'/><source file='${esc(d)}'/><target dev='sd${'abcdefgh'[i]}' bus='sata'/></disk>`),
-    `<interface type='network'><source network='default'/><mac address='${g.mac}'/><model type='e1000'/></interface>`,
-    '</devices></domain>'].join('\n');
+  const xml = buildXml({ domain: {
+    '@_type': 'kvm', name: `v2v-${g.variant}`, memory: { '@_unit': 'MiB', '#text': '1024' }, vcpu: '1',
+    os: { type: { '@_arch': 'x86_64', '#text': 'hvm' } },
+    devices: {
+      disk: disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': 'vmdk' }, source: { '@_file': d }, target: { '@_dev': sataDev(i), '@_bus': 'sata' } })),
+      interface: { '@_type': 'network', source: { '@_network': 'default' }, mac: { '@_address': g.mac }, model: { '@_type': 'e1000' } },
+    },
+  } });
   const file = path.join(dir, 'source-domain.xml');
   await fs.writeFile(file, xml);
   return file;
