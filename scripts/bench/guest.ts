@@ -20,10 +20,9 @@ import path from 'node:path';
 import { converterConfigSchema } from '../../shared/schemas/converter-config';
 import { testBoot } from '../../shared/converter/testboot';
 import { outputNames } from '../../shared/converter/pipeline';
-import { imageInfo } from '../../shared/qemu';
 import { buildXml } from '../../shared/libvirt/xml';
-import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
-import { DEBIAN_VARIANTS, ensureDebianGuest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
+import { validateManifest } from '../../shared/schemas/manifest';
+import { DEBIAN_VARIANTS, ensureDebianGuest, repairManifest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const FERRY = path.join(ROOT, 'services', 'converter', 'ferry-convert.js');
@@ -136,17 +135,6 @@ async function domainXml(g: DebianGuest, dir: string, disks: string[]): Promise<
   return file;
 }
 
-/** ferry-convert's manifest of a guest with several disks: the same repairs as the one-disk configuration. */
-async function ferryManifest(g: DebianGuest, out: string): Promise<Manifest> {
-  const ids = ['root', 'data'];
-  return validateManifest({
-    manifest_version: '1.0', source: { provider: 'bench', vm_name: `debian-${g.variant}` },
-    disks: await Promise.all(sourceDisks(g).map(async (p, i) => ({ id: ids[i], source_format: 'vmdk', bytes: (await imageInfo(p, 'vmdk'))['virtual-size'], local_path: p, boot_order_hint: i, disk_type: i === 0 ? 'boot' : 'data' }))),
-    pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
-    output: { directory: out, format: 'qcow2', filename: `ferry-${g.variant}.qcow2` },
-  }); // with the schema's defaults, as ferry-convert reads it
-}
-
 async function ferry(g: DebianGuest, dir: string): Promise<Run> {
   const out = path.join(dir, 'ferry');
   await fs.mkdir(out);
@@ -168,7 +156,8 @@ async function ferry(g: DebianGuest, dir: string): Promise<Run> {
 }
 
 async function ferryOfManifest(g: DebianGuest, dir: string, out: string): Promise<Run> {
-  const m = await ferryManifest(g, out);
+  // With the schema's defaults filled in, as ferry-convert reads it: outputNames below needs them.
+  const m = validateManifest(await repairManifest(g, out, `ferry-${g.variant}.qcow2`, 'bench'));
   const file = path.join(dir, 'ferry-manifest.json');
   await fs.writeFile(file, JSON.stringify(m, null, 2));
   const r = await measured(process.execPath, [FERRY, '--manifest', file], process.env);

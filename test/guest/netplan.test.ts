@@ -16,10 +16,10 @@ import { expect } from 'chai';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { imageInfo, sha256File } from '../../shared/qemu';
+import { sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { ensureDebianGuest, GUEST_CACHE } from '../fixtures/debian-guest';
+import { ensureDebianGuest, GUEST_CACHE, repairManifest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepOnFailure } from '../helpers/boot-logs';
 import { startStack } from '../helpers/procs';
@@ -48,13 +48,7 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
     const sums = await Promise.all([sha256File(g.vmdk), sha256File(data)]);
     const ready = new RegExp(`${g.ready.source} mounts=/,/data`);
     const out = path.join(dir, 'out');
-    const manifest = {
-      manifest_version: '1.0', source: { provider: 'test', vm_name: 'debian-netplan' },
-      disks: await Promise.all([['root', g.vmdk, 'boot'], ['data', data, 'data']].map(async ([id, p, type], i) =>
-        ({ id, source_format: 'vmdk', bytes: (await imageInfo(p, 'vmdk'))['virtual-size'], local_path: p, boot_order_hint: i, disk_type: type }))),
-      pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
-      output: { directory: out, format: 'qcow2', filename: 'netplan.qcow2' },
-    };
+    const manifest = await repairManifest(g, out, 'netplan.qcow2', 'test');
     const gw = stack!.gw.url;
     // The source's boot first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
     await provedSourceBoot(g, 'sata', asOnVmware(g, ready, { disks: [{ path: g.vmdk, format: 'vmdk' }, { path: data, format: 'vmdk', bus: 'pvscsi' }] }), (r) => {
