@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Lifecycle } from './lifecycle';
 import type { WebhookStore } from './webhooks';
-import { newVm, Plan, PlanStore, PlanVm } from './plans';
+import { jobCallerOf, newVm, Plan, PlanCaller, PlanStore, PlanVm } from './plans';
 import { blocks, planManager, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { rollbackVm } from '../shared/plans/rollback';
 import { buildSpec } from '../shared/daemon-jobs';
@@ -53,19 +53,22 @@ export class PlanRunner {
   begin() { this.timer = setInterval(() => void this.tick(), this.d.tickMs ?? 1000); this.timer.unref(); }
   stop() { clearInterval(this.timer); }
 
-  async start(id: string, results: VmResult[]) {
+  /** `by`: the starter, whom every job of the plan acts as (jobCallerOf). */
+  async start(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
       if (q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`);
       applyResults(q, results, () => true);
-      q.status = 'running'; q.started_at = now(); q.validated_at = now();
+      q.status = 'running'; q.started_at = now(); q.validated_at = now(); q.started_by = by;
     });
     await this.event(p, 'plan.started', { plan_id: p.id, name: p.name, vms: p.vms.length, blocked: p.vms.filter((v) => v.status === 'blocked').length });
     void this.tick();
     return p;
   }
 
-  async retry(id: string, results: VmResult[]) {
+  /** `by`: who retries; the jobs from now on act as this caller (started_by). */
+  async retry(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
+      q.started_by = by;
       if (q.status === 'running' && q.vms.every((v) => !['failed', 'cancelled', 'blocked'].includes(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled or blocked VM`);
       for (const v of q.vms) if (['failed', 'cancelled', 'blocked'].includes(v.status)) { Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides }); }
       applyResults(q, results, (v) => v.status === 'pending');
@@ -208,7 +211,8 @@ export class PlanRunner {
     const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
     b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
-    await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id } });
+    // As its starter, checked as a direct request (checkCaller); parameters.plan only the runner may set.
+    await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id }, caller: jobCallerOf(p), planRunner: true });
   }
 
   private async finish(id: string) {

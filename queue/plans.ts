@@ -6,6 +6,7 @@ import { ApiError, conflict, notFound } from '../shared/errors';
 import type { Keys, RedisClient } from '../shared/redis';
 import type { Finding } from '../shared/plans/rules';
 import type { TargetNameRule } from '../shared/plans/names';
+import type { Caller, KeyRole } from '../shared/auth';
 import { publish } from './bus';
 import { createLogger, dropped } from '../shared/log';
 
@@ -30,12 +31,14 @@ export interface PlanVm {
   source?: { action: 'removed' | 'kept' | 'remove_failed'; at: string; detail: string };
 }
 export interface PlanSelector { folder?: string; name?: string; power_state?: string }
+/** Who created or started a plan: the API key's name and role; with authentication off "anonymous", role null. */
+export interface PlanCaller { name: string; role: KeyRole | null }
 export interface Plan {
   id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
   destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
   options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
-  created_by: string; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
+  created_by: PlanCaller; started_by?: PlanCaller | null; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
 }
 
 /** A new plan as POST /plans gives it, validated by planCreateSchema (its defaults filled in). */
@@ -44,6 +47,17 @@ export interface PlanCreate {
   vms?: (string | { vm_path: string; options?: PlanOptions })[]; selectors?: PlanSelector[];
   network_map: Record<string, string>; storage_map: Record<string, string>; options?: PlanOptions; limits: Record<string, number>;
   start_at?: Date | string; windows?: { start: Date | string; end: Date | string }[];
+}
+
+/** The record of a request's caller (callerOf(ctx): null with authentication off). */
+export const planCallerOf = (key: Caller | null | undefined): PlanCaller => (key ? { name: key.name, role: key.role } : { name: 'anonymous', role: null });
+
+/** The caller every job of the plan carries (Lifecycle.submit checks it as it checks a direct request's): whoever
+ *  started the plan (or last retried it); null when authentication was off then (every caller had every right). A
+ *  plan started before starters were kept acts as submit, the least role that may start one. */
+export function jobCallerOf(p: Pick<Plan, 'started_by'>): Caller | null {
+  if (!p.started_by) return { name: '(unknown starter)', role: 'submit' };
+  return p.started_by.role ? { name: p.started_by.name, role: p.started_by.role } : null;
 }
 
 export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans` });
@@ -78,7 +92,7 @@ export class PlanStore {
       .catch(dropped(log, 'could not announce a plan change on the bus; listeners see it with the next change', { plan_id: id }));
   }
 
-  async create(body: PlanCreate, by: string): Promise<Plan> {
+  async create(body: PlanCreate, by: PlanCaller): Promise<Plan> {
     const id = body.id || randomUUID();
     const now = new Date().toISOString();
     const dupes = (body.vms ?? []).map((v) => (typeof v === 'string' ? v : v.vm_path)).filter((p, i, a) => a.indexOf(p) !== i);
@@ -87,7 +101,7 @@ export class PlanStore {
       id, name: body.name, description: body.description ?? '', source: body.source ?? {}, destination: body.destination,
       network_map: body.network_map, storage_map: body.storage_map, options: body.options ?? {}, limits: body.limits,
       start_at: iso(body.start_at), windows: (body.windows ?? []).map((w) => ({ start: iso(w.start)!, end: iso(w.end)! })),
-      status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by,
+      status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by, started_by: null,
       validated_at: null, events_sent: [], vms: (body.vms ?? []).map(newVm), ...(body.selectors ? { selectors: body.selectors } : {}),
     };
     const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');

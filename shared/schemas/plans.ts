@@ -5,6 +5,7 @@ import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
 import { virtName } from '../libvirt/names';
 import type { PlanCreate } from '../../queue/plans';
+import { ROLES } from '../auth';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -126,10 +127,16 @@ export const planVmSchema = Joi.object({
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
 }).unknown(true).label('PlanVm');
 
+const planCallerSchema = Joi.object({
+  name: Joi.string().description('the API key\'s name; "anonymous" with authentication off'),
+  role: Joi.string().valid(...ROLES).allow(null).description('the key\'s role; null with authentication off'),
+}).label('PlanCaller');
+
 export const planSchema = Joi.object({
   id: Joi.string(), name: Joi.string(), status: Joi.string().valid(...PLAN_STATUSES), archived: Joi.boolean(),
   created_at: Joi.string().isoDate(), updated_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null),
-  finished_at: Joi.string().isoDate().allow(null), created_by: Joi.string(),
+  finished_at: Joi.string().isoDate().allow(null), created_by: planCallerSchema.description('who created the plan'),
+  started_by: planCallerSchema.allow(null).description('who started the plan (or last retried it): every job the plan submits carries this caller, and is checked as its direct request would be (docs/plans.md, "What each role may do through a plan")'),
   counts: Joi.object().pattern(Joi.string(), Joi.number().integer()).description('VMs per status'),
   vms: Joi.array().items(planVmSchema),
 }).unknown(true).label('Plan');
