@@ -67,6 +67,9 @@ export const config = {
   get extraCapabilities() { return str('FERRY_EXTRA_CAPABILITIES', '').split(',').map((c) => c.trim()).filter(Boolean); },
   /** Browser origins allowed to call the APIs (CORS), comma-separated, "*" for any; none by default. */
   get corsOrigins() { return str('FERRY_CORS_ORIGINS', '').split(',').map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean); },
+  /** Host bridges a NIC may name directly, comma-separated (FERRY_LIBVIRT_BRIDGES); none by default: a job's or a
+   *  request's network must be a libvirt network, so no caller puts a guest on a host LAN the operator did not offer. */
+  get libvirtBridges() { return str('FERRY_LIBVIRT_BRIDGES', '').split(',').map((b) => b.trim()).filter(Boolean); },
   get hostname() { return os.hostname(); },
   version: '1.0.0',
 };
