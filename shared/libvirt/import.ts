@@ -180,7 +180,7 @@ export async function importForMigration(o: {
   for (const src of o.sourceNetworks) {
     const target = o.networkMapping[src];
     if (target) { networks.push(target); fields.push(`options.network_mapping[${JSON.stringify(src)}]`); continue; }
-    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); fields.push(`the source network "${src}"`); continue; }
+    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); fields.push('options.network_mapping'); continue; }
     throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
   }
   const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, networkField: (i) => fields[i], macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
