@@ -12,7 +12,7 @@ import { startVirtStack, VirtStack } from './stack';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const KEY = 'console-test-key-0123456789';
 
-describe('VM console page (headless Chromium, xterm.js, a real guest)', function () {
+describe('VM console page (headless Chromium, xterm.js, a real guest) @vm', function () {
   this.timeout(240_000);
   let s: VirtStack;
   let ctx: BrowserContext;
