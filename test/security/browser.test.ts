@@ -161,7 +161,7 @@ describe('security: browsers kept out unless invited (auth off)', function () {
       const con = await load(`${dm.url}/web/dashboard/vm-console.html`, '#terminal .xterm');
       expect(con.violations).to.deep.equal([]);
       // xterm.js's own rules (cell sizes, theme) apply through constructable stylesheets (web/xterm-styles.js).
-      const xtermRules = await con.page.evaluate(() => document.adoptedStyleSheets.flatMap((x) => [...x.cssRules].map((r) => r.cssText)).filter((t) => t.includes('xterm')).length);
+      const xtermRules = await con.page.evaluate<number>('document.adoptedStyleSheets.flatMap((x) => [...x.cssRules].map((r) => r.cssText)).filter((t) => t.includes("xterm")).length');
       expect(xtermRules).to.be.above(0);
       for (const x of [dash, swagger, con]) await x.page.close();
     });
@@ -174,7 +174,7 @@ describe('security: browsers kept out unless invited (auth off)', function () {
       await until(() => refused.length >= 2, 10000, 'both frames refused');
       for (const id of ['c', 'd']) {
         const frame = await (await page.$(`#${id}`))!.contentFrame();
-        const loaded = await frame!.evaluate(() => document.querySelector('#domain, #app, main') !== null).catch(() => false);
+        const loaded = await frame!.evaluate<boolean>('document.querySelector("#domain, #main, main") !== null').catch(() => false);
         expect(loaded, id).to.equal(false);
       }
       await page.close();

@@ -149,7 +149,7 @@ describe('security: the edges (refusals, client address, webhook URLs, /vms quer
     const grow = await req<DaemonError>(dm.url, 'PUT', '/plans/edg-p1', { vms: ['/DC0/vm/a', '/DC0/vm/b', '/DC0/vm/c'] }, as(K.ci));
     expect(grow.status, grow.text).to.equal(400);
     expect(grow.body.fields!.map((f) => f.field)).to.deep.equal(['vms']);
-    expect(JSON.parse((await rc.get(`${P}:plan:edg-p1`))!).vms).to.have.length(1);
+    expect((JSON.parse((await rc.get(`${P}:plan:edg-p1`))!) as { vms: unknown[] }).vms).to.have.length(1);
     const fourth = await req<DaemonError>(dm.url, 'POST', '/plans', plan('edg-p4', ['/DC0/vm/a']), as(K.ci));
     expect(fourth.status, fourth.text).to.equal(409);
     expect(fourth.body.error).to.include('FERRY_PLAN_MAX_STORED');
