@@ -327,10 +327,10 @@ async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logge
   if (v && !v.allowed) throw new ApiError(429, `too many refused requests from this client address (${v.limit} per ${refusals.windowSeconds} s, FERRY_REFUSAL_LIMIT): retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
 }
 
-/** Sent on every answer of both APIs: no page of Ferry may be framed (a framing site could drive the console), and
- *  pages run only their own files (no inline script or style, nothing from elsewhere); docs/security.md. */
 // The one inline style any page holds: Swagger UI's logo (an SVG <style> of swagger-ui-dist), allowed by its hash.
 const SWAGGER_LOGO_STYLE = "'sha256-RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w='";
+/** Sent on every answer of both APIs: no page of Ferry may be framed (a framing site could drive the console), and
+ *  pages run only their own files (no inline script or style, nothing from elsewhere); docs/security.md. */
 export const SECURITY_HEADERS: Record<string, string> = {
   'X-Frame-Options': 'DENY',
   'Content-Security-Policy': `default-src 'self'; script-src 'self'; style-src 'self' ${SWAGGER_LOGO_STYLE}; img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
