@@ -71,7 +71,7 @@ export const config = {
    *  none by default, so a request's client address is its socket's peer. */
   get trustedProxies() { return str('FERRY_TRUSTED_PROXIES', '').split(',').map((o) => o.trim()).filter(Boolean); },
   /** Refused requests (401, 403) one client address may cause per window before it gets 429 (0 turns it off). */
-  get refusalLimit() { return num('FERRY_REFUSAL_LIMIT', 100); },
+  get refusalLimit() { return num('FERRY_REFUSAL_LIMIT', 600); },
   get refusalWindowSeconds() { return Math.max(1, num('FERRY_REFUSAL_WINDOW_SECONDS', 60)); },
   /** Refusals of one client address written to the audit's refusal stream per window; the rest are counted. */
   get refusalAuditSample() { return num('FERRY_REFUSAL_AUDIT_SAMPLE', 20); },
