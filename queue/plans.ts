@@ -2,7 +2,8 @@
 // time (`<prefix>:plans`). Every change goes through `mutate`, an optimistic WATCH/MULTI loop, so two daemons (or
 // the plan runner and an API call) never lose each other's writes.
 import { randomUUID } from 'node:crypto';
-import { ApiError, conflict, notFound } from '../shared/errors';
+import { ApiError, conflict, fieldError, notFound } from '../shared/errors';
+import { config } from '../shared/config';
 import type { Keys, RedisClient } from '../shared/redis';
 import type { Finding } from '../shared/plans/rules';
 import type { TargetNameRule } from '../shared/plans/names';
@@ -74,7 +75,22 @@ export function applySelection(p: Plan, selected: Map<string, number[]>) {
   for (const v of p.vms) if (v.selected_by && selected.has(v.vm_path)) v.selected_by = selected.get(v.vm_path);
   const have = new Set(p.vms.map((v) => v.vm_path));
   for (const [path, which] of selected) if (!have.has(path)) p.vms.push({ ...newVm(path), selected_by: which });
+  checkPlanSize(p.vms.length);
 }
+
+/** A plan holds at most config.planMaxVms VMs, listed and selected together: past it 400 naming vms. */
+export function checkPlanSize(n: number) {
+  const max = config.planMaxVms;
+  if (max && n > max) throw fieldError(400, 'vms', `more than ${max} VMs`, `vms: a plan holds at most ${max} VMs (FERRY_PLAN_MAX_VMS); this one would hold ${n}`);
+}
+
+/** Stores a new plan unless its id exists (0) or config.planMaxStored plans are stored already (-1). */
+const CREATE = `
+local max = tonumber(ARGV[3])
+if max > 0 and redis.call('ZCARD', KEYS[2]) >= max then return -1 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+return 1`;
 
 const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
 
@@ -104,9 +120,11 @@ export class PlanStore {
       status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by, started_by: null,
       validated_at: null, events_sent: [], vms: (body.vms ?? []).map(newVm), ...(body.selectors ? { selectors: body.selectors } : {}),
     };
-    const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');
+    checkPlanSize(plan.vms.length);
+    const max = config.planMaxStored;
+    const ok = await this.redis.eval(CREATE, 2, this.pk.plan(id), this.pk.index, JSON.stringify(plan), Date.now(), max, id);
+    if (ok === -1) throw conflict(`${max} plans are stored (FERRY_PLAN_MAX_STORED): delete plans that are done before creating another`, { fields: [{ field: 'id', message: 'too many stored plans' }] });
     if (!ok) throw conflict(`plan ${id} exists`);
-    await this.redis.zadd(this.pk.index, Date.now(), id);
     this.changed(id, plan);
     return plan;
   }

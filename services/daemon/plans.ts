@@ -10,7 +10,7 @@ import {
 } from '../../shared/schemas/plans';
 import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../shared/plans/preflight';
 import { selectVms } from '../../shared/plans/selectors';
-import { applySelection, newVm, Plan, planCallerOf, PlanStore } from '../../queue/plans';
+import { applySelection, checkPlanSize, newVm, Plan, planCallerOf, PlanStore } from '../../queue/plans';
 import { checkPlanCaller } from '../../shared/plans/caller';
 import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
@@ -63,7 +63,7 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
   const { plans } = d;
   api.add({
     method: 'post', path: '/plans', summary: 'Create a migration plan (VMs, destination, network_map, storage_map, options, limits, windows)', tags: ['plans'], role: 'submit', body: planCreateSchema,
-    responses: { 201: one, 400: err('invalid plan (names the field)'), 403: err('the plan asks for what this key may not (names the field: source.insecure, options.remove_source)'), 409: err('a plan with this id exists') },
+    responses: { 201: one, 400: err('invalid plan (names the field; more VMs than FERRY_PLAN_MAX_VMS names vms)'), 403: err('the plan asks for what this key may not (names the field: source.insecure, options.remove_source)'), 409: err('a plan with this id exists, or FERRY_PLAN_MAX_STORED plans are stored') },
     handler: async (ctx, { body }) => {
       checkManager(body.source);
       checkPlanCaller(body, callerOf(ctx));
@@ -98,6 +98,7 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
       if (vms) {
         const listed = vms.map((e) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
         p.vms = [...listed, ...p.vms.filter((x) => x.selected_by && !listed.some((l: { vm_path: string }) => l.vm_path === x.vm_path))];
+        checkPlanSize(p.vms.length);
       }
       if (!p.vms.length && !p.selectors?.length) throw fieldError(400, 'vms', 'a plan needs vms or selectors');
       checkPlanCaller(p, callerOf(ctx)); // the plan as changed: what it asks stays what this caller may ask

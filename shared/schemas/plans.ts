@@ -68,7 +68,7 @@ const planFields = {
     manager_url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description('default GOVC_URL; one of FERRY_VSPHERE_MANAGERS'),
     insecure: Joi.boolean(),
   }).description('the vSphere manager; its credentials come from the environment (plans are stored in Redis, so never carry a password)'),
-  vms: Joi.array().items(planVmEntry).max(1000),
+  vms: Joi.array().items(planVmEntry).max(10_000).description('at most FERRY_PLAN_MAX_VMS (default 1000) with the selected ones; 10,000 is the body\'s own bound'),
   selectors: Joi.array().items(selector).min(1).max(20).description('VMs chosen by folder, name glob and power state (a VM matching any selector is in the plan)'),
   destination: Joi.object({
     type: Joi.string().valid('kvm').default('kvm'),

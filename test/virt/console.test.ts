@@ -18,7 +18,8 @@ describe('VM console page (headless Chromium, xterm.js, a real guest) @vm', func
   let ctx: BrowserContext;
   let page: Page;
   const screen = () => page.evaluate<string>("document.querySelector('.xterm-rows')?.innerText || ''");
-  const statusShows = (re: string) => page.waitForFunction(`new RegExp(${JSON.stringify(re)}).test(document.querySelector('#status').textContent || '')`, null, { timeout: 30000 });
+  // A locator, not waitForFunction: the page's CSP (script-src 'self', no eval) refuses a string predicate.
+  const statusShows = (re: string) => page.locator('#status', { hasText: new RegExp(re) }).waitFor({ timeout: 30000 });
 
   before(async () => {
     s = await startVirtStack({ FERRY_API_KEYS: KEY }, 'auth:\n  enabled: true\n');
