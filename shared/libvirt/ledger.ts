@@ -44,11 +44,17 @@ async function domainThere(v: Virsh, uuid: string): Promise<boolean> {
   }
 }
 
+/** A domain gone meanwhile (another clean-up of the same ledger: the worker's and the plan's) is not an error. */
 async function removeDomain(v: Virsh, d: Made): Promise<string | null> {
   if (!(await domainThere(v, d.id))) return null;
-  await v.run(['destroy', d.id]).catch((e) => { if (!(e instanceof LibvirtError) || e.status !== 409) throw e; }); // already off
-  // Its NVRAM goes with it; its disks are removed by key below, only those the ledger lists.
-  await v.run(['undefine', '--nvram', d.id]);
+  try {
+    await v.run(['destroy', d.id]).catch((e) => { if (!(e instanceof LibvirtError) || e.status !== 409) throw e; }); // already off
+    // Its NVRAM goes with it; its disks are removed by key below, only those the ledger lists.
+    await v.run(['undefine', '--nvram', d.id]);
+  } catch (e) {
+    if (notFound(e)) return null;
+    throw e;
+  }
   return `domain ${d.name} (${d.id}) with its NVRAM removed from ${v.uri}`;
 }
 

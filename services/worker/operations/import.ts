@@ -6,6 +6,10 @@ import { jobUri } from '../../../shared/libvirt/uri';
 import { checkRunPath } from '../../../shared/roots';
 import { checkRunImage } from '../../../shared/image-confine';
 import type { OpContext, Operation } from './types';
+import type { JobSpec } from '../../../shared/schemas/job';
+import type { JobStore } from '../../../queue/store';
+import { ignoreError } from '../../../shared/log';
+import { ApiError, OperationError } from '../../../shared/errors';
 
 /** An import_kvm job's parameters, as its schema (shared/operations.ts) validated them (defaults filled in). */
 type ImportParameters = {
@@ -21,6 +25,12 @@ export async function clearEarlierAttempts(ctx: OpContext, phase: string): Promi
   if (!earlier.length) return;
   const did = await removeMade(earlier);
   await ctx.progress(phase, 0, did.length ? `removed what an earlier attempt made: ${did.join('; ')}` : 'nothing an earlier attempt made is left');
+}
+
+/** An import's refusal (a name taken by a domain or volume Ferry did not make, a bad disk or mapping) stays one on
+ *  a retry: the job fails at once instead of trying again. */
+export function finalRefusal(e: unknown): never {
+  throw e instanceof ApiError && e.status < 500 ? new OperationError(e.message, false) : e;
 }
 
 export const importKvm: Operation = async (ctx) => {
@@ -40,7 +50,15 @@ export const importKvm: Operation = async (ctx) => {
   const r = await importDisk(v, {
     disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, pool: p.pool, firmware: p.firmware,
     onProgress: (stage, pct) => void ctx.progress('importing', pct, stage), ledger: ctx.ledger,
-  });
+  }).catch(finalRefusal);
   await ctx.progress('importing', 100, `domain ${r.domain} defined`);
   return { ...r, virt_uri: v.uri };
 };
+
+/** A cancelled import_kvm or migrate_vm job leaves nothing on the target: what its ledger lists goes, found by UUID
+ *  and key, and nothing else. A failed one keeps what it made (a failed boot is left for a look; a plan's rollback
+ *  removes it), and its import already removed what it had made when it failed. */
+export async function cleanupImport(spec: JobSpec, _includeOutput: boolean, store: JobStore): Promise<void> {
+  if ((await store.raw(spec.job_id))?.state !== 'CANCELLED') return;
+  await removeMade(await store.made(spec.job_id)).catch(ignoreError('what the cancelled job made stays on the target; its ledger (GET /jobs/{id}) lists it, and a plan rollback or an operator removes it', { job_id: spec.job_id }));
+}

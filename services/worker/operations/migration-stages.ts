@@ -15,7 +15,7 @@ import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import { migrate } from './migrate';
-import { clearEarlierAttempts } from './import';
+import { clearEarlierAttempts, finalRefusal } from './import';
 import type { PipelineReport } from '../../../shared/converter/stages/report';
 import type { OpContext } from './types';
 import { dropped } from '../../../shared/log';
@@ -63,7 +63,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     // The firmware the conversion found the guest needs (report.firmware), else the VM's own.
     networkMapping: input.network_mapping, pool: input.pool, firmware: report.firmware?.firmware ?? (exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios'),
     onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage), ledger: ctx.ledger,
-  });
+  }).catch(finalRefusal);
   await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
 
   // The first start of the imported domain is the test boot: paused, console attached, resumed, judged.
