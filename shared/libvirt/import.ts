@@ -1,5 +1,7 @@
 // Import: a disk image into a storage pool and a domain defined around it (virtio disk and NIC, serial console,
 // BIOS or UEFI firmware). POST /import/kvm and the last stage of a shape B migration job both call importDisk.
+// Each volume and the domain go into the job's ledger as they are made (ledger.ts), and nothing that exists is
+// replaced: an import fails with a 409 on a name it did not make, and removes what it made when it fails.
 import { randomUUID } from 'node:crypto';
 import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
@@ -132,7 +134,12 @@ async function placeOne(v: Virsh, ledger: Ledger, p: Placing): Promise<() => Pro
   }
   const size = statSync(p.file).size;
   await v.run(['vol-create-as', p.pool, p.vol.name, String(size), '--format', p.vol.format]).catch((e) => { throw e instanceof LibvirtError && e.status === 409 ? taken() : e; });
-  const key = (await volumeInfo(v, p.pool, p.vol.name)).key ?? path.join(p.pool, p.vol.name);
+  const info = await volumeInfo(v, p.pool, p.vol.name);
+  const key = info.key ?? info.path; // libvirt gives every volume a key; its path names it as well
+  if (!key) {
+    await v.run(['vol-delete', '--pool', p.pool, p.vol.name]);
+    throw new ApiError(500, `libvirt gave volume ${p.vol.name} in pool ${p.pool} neither a key nor a path: it cannot be recorded, so it was removed`);
+  }
   const undo = () => v.run(['vol-delete', key]);
   await recordOrUndo(ledger, { kind: 'volume', id: key, name: p.vol.name, virt_uri: v.uri, pool: p.pool }, undo);
   await putFile(v, p.pool, p.vol.name, p.file, p.vol.format, size, { exists: true, target: p.target, refresh: false });

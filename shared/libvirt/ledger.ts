@@ -35,10 +35,11 @@ export const NO_LEDGER: Ledger = { record: () => Promise.resolve() };
 
 const notFound = (e: unknown) => e instanceof LibvirtError && e.status === 404;
 
-/** Whether the domain with this UUID is there: `domuuid` answers the UUID of whatever the argument resolved to, so
- *  a domain that is merely named like the UUID answers another one and is not ours. */
+/** Whether the domain with this UUID is there: `dominfo` (which, unlike `domuuid`, looks a UUID up) answers the
+ *  UUID of whatever the argument resolved to, so a domain that is merely named like the UUID answers another one
+ *  and is not ours. */
 async function domainThere(v: Virsh, uuid: string): Promise<boolean> {
-  try { return (await v.run(['domuuid', uuid])).trim().toLowerCase() === uuid.toLowerCase(); } catch (e) {
+  try { return /^UUID:\s*(\S+)/m.exec(await v.run(['dominfo', uuid]))?.[1].toLowerCase() === uuid.toLowerCase(); } catch (e) {
     if (notFound(e)) return false;
     throw e;
   }
