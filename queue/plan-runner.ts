@@ -10,6 +10,7 @@ import type { WebhookStore } from './webhooks';
 import { jobCallerOf, newVm, Plan, PlanCaller, PlanStore, PlanVm } from './plans';
 import { blocks, planManager, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { rollbackVm } from '../shared/plans/rollback';
+import { recheckTarget } from '../shared/plans/target';
 import { buildSpec } from '../shared/daemon-jobs';
 import { isTerminal } from '../shared/states';
 import { conflict } from '../shared/errors';
@@ -99,7 +100,7 @@ export class PlanRunner {
   async rollback(id: string, vmPath: string, why: string) {
     const p = await this.d.plans.must(id);
     const v = p.vms.find((x) => x.vm_path === vmPath)!;
-    const detail = v.placement ? await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path }) : 'nothing was placed';
+    const detail = v.placement && v.job_id ? await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path }, await this.d.life.store.made(v.job_id)) : 'nothing was placed';
     const q = await this.d.plans.mutate(id, (x) => {
       const w = x.vms.find((y) => y.vm_path === vmPath)!;
       w.rollback = { at: now(), detail: `${why}: ${detail}` };
@@ -144,7 +145,8 @@ export class PlanRunner {
       let status = outcome;
       let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
       if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
-        const r = await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path }).catch((e) => `rollback failed: ${(e as Error).message}`);
+        const placed = v.placement;
+        const r = await this.d.life.store.made(v.job_id!).then((made) => rollbackVm(planManager(p), { ...placed, vm_path: v.vm_path }, made)).catch((e) => `rollback failed: ${(e as Error).message}`);
         if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
         detail = `${detail}; ${r}`;
       }
@@ -209,6 +211,7 @@ export class PlanRunner {
     for (const k of PLAN_ONLY_OPTIONS) delete opts[k];
     const destination = { type: 'kvm', ...(v.placement?.virt_uri ? { virt_uri: v.placement.virt_uri } : p.destination.virt_uri ? { virt_uri: p.destination.virt_uri } : {}) };
     const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
+    if (v.placement) await recheckTarget(v.placement);
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
     b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
     // As its starter, checked as a direct request (checkCaller); parameters.plan only the runner may set.

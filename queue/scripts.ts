@@ -66,6 +66,7 @@ export interface FerryCommands {
   ferryAddEvent(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryRemoveJob(...keysThenArgs: Arg[]): Reply<number>;
   ferryAddOutput(...keysThenArgs: Arg[]): Reply<[string, string]>;
+  ferryAddMade(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryHoldLease(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryDropLease(...keysThenArgs: Arg[]): Reply<number>;
   ferryReadFields(numberOfKeys: number, ...keysThenFields: Arg[]): Reply<string>;

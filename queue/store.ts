@@ -6,6 +6,7 @@ import { config } from '../shared/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
 import { createLogger } from '../shared/log';
+import type { MadeEntry } from '../shared/libvirt/ledger';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -29,6 +30,8 @@ export interface JobRecord {
   finished_at: string | null;
   /** Extra data other services keep with the job (the daemon's export/migration view); never secrets. */
   meta: Record<string, unknown>;
+  /** What the job's attempts made on a target, recorded as they made it (shared/libvirt/ledger.ts). */
+  ledger: MadeEntry[];
 }
 
 export interface Step { to: JobState; reason: string; worker_id?: string }
@@ -58,6 +61,8 @@ const historyEntry = (e: StoredEntry): HistoryEntry => (Array.isArray(e) ? { sta
 const PROCESS_NONCE = randomBytes(8).toString('base64url').slice(0, 10);
 let calls = 0;
 const callId = () => PROCESS_NONCE + (calls++).toString(36).padStart(6, '0');
+/** Entries a job's ledger may hold: 26 disks, their copies and a domain per attempt, many times over. */
+const LEDGER_MAX = 1024;
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 
 export class JobStore {
@@ -171,6 +176,7 @@ export class JobStore {
       started_at: iso(h.started_at),
       finished_at: iso(h.finished_at),
       meta: parseField(h.meta, {}, { job_id: id, field: 'meta' }),
+      ledger: parseField<MadeEntry[]>(h.ledger, [], { job_id: id, field: 'ledger' }),
     };
   }
 
@@ -183,6 +189,18 @@ export class JobStore {
   /** The outputs the job's attempts recorded (recordOutput). */
   async ownedOutputs(id: string): Promise<string[]> {
     return parseField<string[]>(await this.redis.hget(this.k.job(id), 'owned_outputs'), [], { job_id: id, field: 'owned_outputs' });
+  }
+
+  /** Writes what the attempt holding `lease` made into the job's ledger (addMade-1.lua): 'added', 'known' (already
+   *  there), or why not ('lease': the attempt no longer holds the job; 'missing'; 'full'). */
+  async recordMade(id: string, lease: string, e: MadeEntry): Promise<string> {
+    const [code, what] = await this.redis.ferryAddMade(this.k.job(id), lease, JSON.stringify(e), e.kind, e.id, LEDGER_MAX);
+    return code === 'ok' ? what : code;
+  }
+
+  /** The job's ledger: what its attempts made (recordMade), oldest first. */
+  async made(id: string): Promise<MadeEntry[]> {
+    return parseField<MadeEntry[]>(await this.redis.hget(this.k.job(id), 'ledger'), [], { job_id: id, field: 'ledger' });
   }
 
   /** Every id in these states, read from each state's index a page at a time (for work on all of them). */

@@ -4,7 +4,7 @@ import path from 'node:path';
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
-import { virtName } from './libvirt/names';
+import { domainName } from './libvirt/names';
 import { virtUriSchema } from './libvirt/uri';
 import { managerUrlSchema } from './schemas/vms';
 import type { JobPath } from './roots';
@@ -120,7 +120,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     needsImage: false,
     parameters: Joi.object({
       disks: Joi.array().items(Joi.object({ path: absolutePath.required(), format: Joi.string().max(16) })).min(1).max(26).required().description('boot disk first'),
-      name: virtName.required(),
+      name: domainName.required(),
       memory: Joi.number().integer().min(16).default(1024).description('MiB'),
       cpus: Joi.number().integer().min(1).max(512).default(1),
       networks: Joi.array().items(Joi.string().max(200)).max(16).default([]).description('one virtio NIC per libvirt network or bridge'),
@@ -208,7 +208,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       virt_test: virtTestSchema,
       // Set by a plan (queue/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
       pool: Joi.string().max(200),
-      domain_name: virtName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),
+      domain_name: domainName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),
       plan: Joi.object({
         // Set only by the plan runner (checkCaller refuses it from callers: 400 naming parameters.plan).
         id: Joi.string().max(64).required(), not_after: Joi.number().integer(),

@@ -10,6 +10,7 @@ import { notFound } from '../../shared/errors';
 import { jobId as jobIdSchema } from '../../shared/schemas/common';
 import { daemonErrorSchema, jobRecordSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
 import { queueStatusSchema, workerSchema } from '../../shared/schemas/responses';
+import { madeEntrySchema } from '../../shared/libvirt/ledger';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { Bus } from '../../queue/bus';
 import { queueOverview, workersOverview } from '../../queue/overview';
@@ -45,11 +46,11 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/:id/record', summary: 'One job with its specification, state history, attempts and result', tags: ['jobs'], params: idParams,
-    responses: { 200: { description: 'the job and its history', schema: jobRecordSchema.keys({ spec: Joi.object().unknown(true), state_history: Joi.array().items(Joi.object().unknown(true)), result: Joi.any(), attempts: Joi.number(), max_attempts: Joi.number(), worker_id: Joi.string().allow(null), queue: Joi.string().allow(null), priority: Joi.number() }) }, 404: err('unknown job') },
+    responses: { 200: { description: 'the job and its history', schema: jobRecordSchema.keys({ spec: Joi.object().unknown(true), state_history: Joi.array().items(Joi.object().unknown(true)), result: Joi.any(), attempts: Joi.number(), max_attempts: Joi.number(), worker_id: Joi.string().allow(null), queue: Joi.string().allow(null), priority: Joi.number(), ledger: Joi.array().items(madeEntrySchema) }) }, 404: err('unknown job') },
     handler: async (_ctx, { params }) => {
       const [rec, [view]] = await Promise.all([store.get(params.id), jobViews(store, [params.id])]);
       if (!rec || !view) throw notFound(`job ${params.id} not found`);
-      return { ...view, spec: redact(rec.spec), state_history: rec.state_history, result: redact(rec.result), attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority };
+      return { ...view, spec: redact(rec.spec), state_history: rec.state_history, result: redact(rec.result), attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id, queue: rec.queue, priority: rec.priority, ledger: rec.ledger };
     },
   });
   api.add(hub.route({ role: 'read', path: '/jobs/:id/events/stream', param: 'id', params: idParams, summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], notFound: err('unknown job') }));

@@ -25,7 +25,7 @@ async function jobStatus(life: Lifecycle, id: string) {
     job_id: rec.job_id, spec: redact(rec.spec), state: rec.state, state_history: rec.state_history,
     result: redact(rec.result), latest_event: rec.latest_event, created_at: rec.created_at, updated_at: rec.updated_at,
     is_terminal: rec.is_terminal, attempts: rec.attempts, max_attempts: rec.max_attempts, worker_id: rec.worker_id,
-    error: rec.error,
+    error: rec.error, ledger: rec.ledger,
     queue: {
       name: rec.queue,
       position: queued ? await router.position(rec.queue!, id) : null,

@@ -7,6 +7,7 @@ import type { Lease, Lifecycle } from '../../queue/lifecycle';
 import type { JobStore } from '../../queue/store';
 import type { JobSpec } from '../../shared/schemas/job';
 import { IMPLEMENTATIONS } from './operations';
+import type { Ledger } from '../../shared/libvirt/ledger';
 import type { WorkerMetrics } from './worker-metrics';
 
 export interface Running { lease: Lease; abort: AbortController; why?: 'cancel' | 'timeout' | 'shutdown' }
@@ -26,6 +27,17 @@ function claimsOf(store: JobStore, id: string, lease: string): OutputClaims {
   };
 }
 
+/** The job's ledger for this attempt: each entry written into the record under the attempt's lease, so that an
+ *  attempt that lost its job (cancelled, taken over) records nothing and stops (addMade-1.lua). */
+function ledgerOf(store: JobStore, id: string, lease: string, attempt: number): Ledger {
+  return {
+    record: async (e) => {
+      const r = await store.recordMade(id, lease, { ...e, attempt, at: new Date().toISOString() });
+      if (r !== 'added' && r !== 'known') throw new OperationError(`job ${id}: ${r === 'full' ? 'its ledger is full' : 'this attempt no longer holds the job'}; ${e.kind} ${e.name} is not recorded as the job's, so nothing more is made`, false);
+    },
+  };
+}
+
 /** Runs an admitted attempt to its end; returns the outcome ('completed', 'lost', 'cancelled'). */
 async function runAttempt(d: ExecDeps, r: Running, impl: Impl): Promise<string> {
   const { lease } = r;
@@ -34,7 +46,7 @@ async function runAttempt(d: ExecDeps, r: Running, impl: Impl): Promise<string> 
   if (!(await d.life.start(lease.job_id, d.workerId, lease.token, record.attempts))) return 'lost';
   let lastBytes = 0;
   const result = await impl.run({
-    job: record, spec, workerId: d.workerId, attempt: record.attempts, signal: r.abort.signal, log: d.log, claims: claimsOf(d.store, lease.job_id, lease.token), store: d.store,
+    job: record, spec, workerId: d.workerId, attempt: record.attempts, signal: r.abort.signal, log: d.log, claims: claimsOf(d.store, lease.job_id, lease.token), ledger: ledgerOf(d.store, lease.job_id, lease.token, record.attempts), store: d.store,
     progress: async (phase, percentage, message, details = {}) => {
       const det = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
       if (phase === 'conversion' && det.bytes_processed) { const b = Number(det.bytes_processed); if (b > lastBytes) { d.metrics.bytesTotal.inc(b - lastBytes); lastBytes = b; } }

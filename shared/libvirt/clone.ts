@@ -1,6 +1,6 @@
 // Clones with virt-clone (Debian virtinst) and the template marker kept in the domain's <metadata>.
 import { ApiError } from '../errors';
-import { checkName } from './names';
+import { checkDomainName, checkName } from './names';
 import { domainExists, domainInfo, domainState } from './domains';
 import { LibvirtError, runTool, Virsh } from './virsh';
 
@@ -10,7 +10,7 @@ export interface CloneSpec { source: string; target: string; files?: string[]; n
  *  (`--auto-clone`) unless `files` names them; `new_mac: false` keeps the source's MACs (virt-clone's own
  *  default is new ones); `preserve` keeps the new disks' data as is (`--preserve-data`: nothing copied). */
 export async function cloneDomain(v: Virsh, s: CloneSpec) {
-  checkName(s.source, 'source'); checkName(s.target, 'target');
+  checkName(s.source, 'source'); checkDomainName(s.target, 'target');
   if (await domainExists(v, s.target)) throw new LibvirtError(409, `domain ${s.target} already exists`, 'exists');
   const src = await domainInfo(v, s.source);
   const state = await domainState(v, s.source);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { ApiError } from '../errors';
 import { guestfsEnv } from '../guestfs-env';
 import { convert, noProgress } from '../qemu';
-import { checkName } from './names';
+import { checkDomainName, checkName } from './names';
 import { cloneDomain } from './clone';
 import { defineDomain, domainInfo, domainXml, listDomains } from './domains';
 import { nicSource } from './networks';
@@ -91,7 +91,7 @@ export function customizeArgs(c: Customize): string[] {
 /** Clone of a template with its own memory (MiB), vCPUs, network, autostart and guest customisation; the clone
  *  loses the template marker. */
 export async function deployTemplate(v: Virsh, s: { template: string; name: string; memory?: number; vcpus?: number; network?: string; autostart?: boolean; customize?: Customize }) {
-  checkName(s.template, 'template'); checkName(s.name, 'name');
+  checkName(s.template, 'template'); checkDomainName(s.name, 'name');
   if (s.network) checkName(s.network, 'network');
   await cloneDomain(v, { source: s.template, target: s.name });
   const doc = await domainXml(v, s.name, true);

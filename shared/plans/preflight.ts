@@ -1,6 +1,7 @@
 // A plan's preflight: every VM's facts from vSphere, the target's from libvirt, the rules (rules.ts), the
 // operator's overrides applied, and where each VM would go (ESXi host, datastores, pool) for the limits.
 import { fieldError } from '../errors';
+import { confusableName } from '../libvirt/names';
 import { managerFor, managerName } from '../vsphere/client';
 import { resolveCredentials } from '../vsphere/credentials';
 import { VsphereError } from '../vsphere/errors';
@@ -44,6 +45,7 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
   const found = [...facts.values()].filter((x): x is VmFacts => 'disks' in x);
   const clashes = planMacClashes(found);
   const names = new Map(found.map((x) => [x.vm_path, targetName(vmOption(p, x.vm_path, 'target_name'), x)]));
+  refuseConfusable(p, names);
   const collisions = nameCollisions(names);
   const results: VmResult[] = p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
@@ -66,6 +68,20 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
     for (const r of results) r.findings.push(...withOverrides(p.vms.find((v) => v.vm_path === r.vm_path)!, guest.get(r.vm_path) ?? []));
   }
   return results;
+}
+
+/** A target_name rule that gives a VM a domain name virsh could read as an ID or a UUID (also a plan stored before
+ *  the schema refused such rules): a 400 naming the rule's field. A VM's own name of that kind, without a rule, is
+ *  a `name` blocker instead (rules.ts), so the other VMs still run. */
+function refuseConfusable(p: Plan, names: Map<string, string>) {
+  for (const [i, v] of p.vms.entries()) {
+    const name = names.get(v.vm_path);
+    const why = name === undefined ? null : confusableName(name);
+    const own = v.options?.target_name !== undefined;
+    if (!why || (!own && p.options.target_name === undefined)) continue;
+    const field = own ? `vms.${i}.options.target_name` : 'options.target_name';
+    throw fieldError(400, field, `gives ${v.vm_path} the domain name "${name}", which virsh could take for another domain: it ${why}; give a name with a letter`);
+  }
 }
 
 /** A finding says whether an override may lift it, and carries the override that did. */

@@ -1,37 +1,14 @@
-// Rolling one VM back: what Ferry created on the target goes (the domain with its NVRAM and the volumes it
-// names, and any volume of the import's names left by an import that stopped before the domain was defined),
-// and the source is powered back on when it was on before. Idempotent: each step checks first. It never touches
-// a domain that existed before the plan ran (preflight recorded that) nor volumes of other names.
-import { domainExists, LibvirtError, Virsh } from '../libvirt';
-import { deleteVolume } from '../libvirt/volumes';
+// Rolling one VM back: what its job recorded in its ledger that it made on the target goes (the domain by its UUID,
+// with its NVRAM; each volume by its key, the import's partial copies included), and the source is powered back on
+// when it was on before. Nothing is looked up by name: a domain or volume the ledger does not list is never
+// touched, whatever it is called (shared/libvirt/ledger.ts). Idempotent: each entry is checked first.
+import { removeMade, type Made } from '../libvirt/ledger';
 import { findVm, waitForTask } from '../vsphere/actions';
 import { vmDetail } from '../vsphere/inventory';
 import { moref } from '../vsphere/xml';
 import type { Manager } from '../vsphere/client';
 
-export interface RollbackTarget { virt_uri: string; domain: string; pool: string; target_existed: boolean; source_was_on: boolean; vm_path: string }
-
-const lines = (s: string) => s.split('\n').map((x) => x.trim()).filter(Boolean);
-
-async function removeTarget(t: RollbackTarget): Promise<string[]> {
-  const v = new Virsh(t.virt_uri);
-  const did: string[] = [];
-  if (t.target_existed) return [`domain ${t.domain} existed before the plan: left as it is`];
-  if (await domainExists(v, t.domain)) {
-    await v.run(['destroy', t.domain]).catch((e) => { if (!(e instanceof LibvirtError)) throw e; }); // already off is fine
-    await v.run(['undefine', '--nvram', '--remove-all-storage', t.domain]);
-    did.push(`domain ${t.domain} with its NVRAM and volumes removed from ${t.virt_uri}`);
-  }
-  if (t.pool) {
-    await v.run(['pool-refresh', t.pool]);
-    const mine = new RegExp(`^${t.domain.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(-disk\\d+)?\\.(qcow2|raw)(\\.part)?$`);
-    for (const vol of lines(await v.run(['vol-list', '--pool', t.pool])).map((l) => l.split(/\s+/)[0]).filter((n) => mine.test(n))) {
-      await deleteVolume(v, t.pool, vol);
-      did.push(`leftover volume ${vol} removed from pool ${t.pool}`);
-    }
-  }
-  return did;
-}
+export interface RollbackTarget { source_was_on: boolean; vm_path: string }
 
 async function powerOnSource(m: Manager, t: RollbackTarget): Promise<string | null> {
   if (!t.source_was_on) return null;
@@ -42,8 +19,9 @@ async function powerOnSource(m: Manager, t: RollbackTarget): Promise<string | nu
   return `${t.vm_path} powered back on`;
 }
 
-export async function rollbackVm(m: Manager, t: RollbackTarget): Promise<string> {
-  const did = await removeTarget(t);
+/** `made`: the ledger of the VM's job (JobStore.made). */
+export async function rollbackVm(m: Manager, t: RollbackTarget, made: Made[]): Promise<string> {
+  const did = await removeMade(made);
   const on = await powerOnSource(m, t);
-  return [...did, ...(on ? [on] : [])].join('; ') || 'nothing of Ferry\'s was on the target';
+  return [...(did.length ? did : ['nothing of Ferry\'s was on the target']), ...(on ? [on] : [])].join('; ');
 }

@@ -1,7 +1,7 @@
 // The preflight rules (docs/plans.md lists each with its reason): pure functions of the source VM's facts, the
 // target's facts and the plan, so they are checked the same on validate and on start. Rule names follow
 // Forklift's where one exists, so operators who know those read these.
-import { NAME_PATTERN } from '../libvirt/names';
+import { confusableName, NAME_PATTERN } from '../libvirt/names';
 import { bridgeAllowed } from '../libvirt/networks';
 import { osHint } from '../vsphere/export';
 import type { VmFacts } from './facts';
@@ -86,6 +86,8 @@ function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
 
 function nameRules(x: VmFacts, t: TargetFacts, name: string): Finding[] {
   if (!NAME_PATTERN.test(name)) return [f('name', B, `"${name}" is not a domain name libvirt accepts (letters, digits, "._+:-", at most 200)`, 'rename the VM on vSphere, or give options.target_name (it replaces what libvirt refuses)')];
+  const why = confusableName(name);
+  if (why) return [f('name', B, `"${name}" ${why}: virsh could take it for another domain`, 'rename the VM on vSphere, or give options.target_name with a letter in it')];
   if (t.domains.has(name)) return [f('name_exists', B, `${t.uri} already has a domain named ${name}`, 'remove or rename that domain, or change options.target_name (or the VM\'s name on vSphere)')];
   return [];
 }

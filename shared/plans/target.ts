@@ -1,6 +1,8 @@
 // What preflight needs to know about the target host, in a few virsh calls: its pools with their free bytes,
 // its domains' names and MACs, its networks, and whether it offers UEFI (an OVMF loader in domcapabilities).
 import { LibvirtError, Virsh } from '../libvirt/virsh';
+import { checkDomainName } from '../libvirt/names';
+import { conflict } from '../errors';
 import { DomainDoc, listDomains } from '../libvirt/domains';
 import type { PoolDoc } from '../libvirt/volumes';
 import { list, Many, parseXml, sizeBytes, XmlAttrs, XmlValue } from '../libvirt/xml';
@@ -83,4 +85,13 @@ export async function targetFacts(uri: string): Promise<TargetFacts> {
     if (e instanceof LibvirtError) return { ...empty, error: e.message };
     throw e;
   }
+}
+
+/** Right before a plan VM's job is submitted: its target name is still free on its host (a domain may have been
+ *  defined under it since preflight found it free). The names are listed, never looked up: virsh would resolve a
+ *  name argument as an ID or UUID first. Throws (409) when it is taken; the VM then fails without a job. */
+export async function recheckTarget(placement: { virt_uri: string; domain: string }): Promise<void> {
+  checkDomainName(placement.domain, 'options.target_name');
+  const names = lines(await new Virsh(placement.virt_uri).run(['list', '--all', '--name']));
+  if (names.includes(placement.domain)) throw conflict(`${placement.virt_uri} has had a domain named ${placement.domain} since the plan's preflight found the name free: not migrated, so nothing of that domain is touched`);
 }

@@ -3,9 +3,11 @@
 import Joi from 'joi';
 import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
-import { virtName } from '../libvirt/names';
+import { confusableName, virtName } from '../libvirt/names';
+import { targetName as nameFor } from '../plans/names';
 import type { PlanCreate } from '../../queue/plans';
 import { ROLES } from '../auth';
+import type { TargetNameRule } from '../plans/names';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -30,7 +32,14 @@ const targetName = Joi.object({
   prefix: Joi.string().max(100).allow('').default(''),
   suffix: Joi.string().max(100).allow('').default(''),
   lowercase: Joi.boolean().default(false),
-}).label('PlanTargetName').description('the target domain name: prefix + template + suffix, lowercased when asked; characters libvirt refuses become "-"');
+}).custom((rule: TargetNameRule, h) => {
+  // A rule without placeholders names every VM the same: judged here; the others per VM at validate (preflight.ts).
+  if (/\{/.test(rule.template ?? '{name}')) return rule;
+  const name = nameFor(rule, { name: '', vm_path: '/-/vm/-' });
+  const why = confusableName(name);
+  return why ? h.error('string.confusable', { name, why }) : rule;
+}).messages({ 'string.confusable': 'gives every VM the domain name "{{#name}}", which virsh could take for another domain: it {{#why}}; give a name with a letter' })
+  .label('PlanTargetName').description('the target domain name: prefix + template + suffix, lowercased when asked; characters libvirt refuses become "-"');
 
 // Options that only the plan understands (the runner takes them out before a VM's job is built).
 export const PLAN_ONLY_OPTIONS = ['rollback', 'remove_source', 'target_name', 'guest_preflight'] as const;

@@ -2,6 +2,7 @@
 import Joi from 'joi';
 import { STATES } from '../states';
 import { historyEntrySchema, jobSpecSchema, progressEventSchema, systemInfoSchema } from './job';
+import { madeEntrySchema } from '../libvirt/ledger';
 
 export const errorSchema = Joi.object({
   error: Joi.object({
@@ -35,6 +36,7 @@ export const jobStatusSchema = Joi.object({
   queue: Joi.object({
     name: Joi.string(), position: Joi.number().integer().allow(null), waiting_reason: Joi.string().allow(null),
   }),
+  ledger: Joi.array().items(madeEntrySchema).description('what the job made on a target, recorded as it made it: rollback, cancel clean-up and retries act on these alone'),
 }).label('JobStatus');
 
 export const jobSummarySchema = Joi.object({

@@ -3,7 +3,7 @@
 // field says MiB.
 import Joi from 'joi';
 import { absolutePath, OUTPUT_FORMATS, DISK_FORMATS } from './common';
-import { macAddress, virtName } from '../libvirt/names';
+import { domainName, macAddress, virtName } from '../libvirt/names';
 import { VOLUME_FORMATS, WIPE_ALGORITHMS } from '../libvirt/volumes';
 import type { NetworkSpec } from '../libvirt/networks';
 import type { CloneSpec } from '../libvirt/clone';
@@ -15,6 +15,8 @@ export interface VolumeRef { pool: string; volume: string }
 export interface BatchDomains { domains: string[] }
 
 const name = virtName.required();
+// A domain the request creates: also never a name virsh could read as an ID or a UUID (names.ts confusableName).
+const newDomain = domainName.required();
 const domains = Joi.array().items(Joi.string().max(200)).min(1).max(1000).required().description('domain names; each is validated on its own, a bad one fails alone');
 
 export const virtSuccessSchema = Joi.object({
@@ -62,7 +64,7 @@ export const batchDeleteBody = Joi.object<BatchDomains & { remove_storage: boole
 export const batchDomainsBody = Joi.object<BatchDomains>({ domains });
 
 export const cloneBody = Joi.object<CloneSpec>({
-  source: name, target: name, files: Joi.array().items(absolutePath).max(26), new_mac: Joi.boolean().default(true),
+  source: name, target: newDomain, files: Joi.array().items(absolutePath).max(26), new_mac: Joi.boolean().default(true),
   auto_clone: Joi.boolean().default(true), preserve: Joi.boolean().default(false),
 });
 export const cloneMultipleBody = Joi.object<{ source: string; name_prefix: string; count: number; start_index: number }>({ source: name, name_prefix: virtName.required(), count: Joi.number().integer().min(1).max(100).required(), start_index: Joi.number().integer().min(0).max(1_000_000).default(1) });
@@ -79,7 +81,7 @@ export const customizeSchema = Joi.object<Customize>({
   first_boot_command: Joi.string().max(4096).pattern(/^[^\n\r]+$/).description('run once by the guest at its first boot'),
 });
 export const templateDeployBody = Joi.object<{ template: string; name: string; memory?: number; vcpus?: number; network?: string; autostart: boolean; customize?: Customize }>({
-  template: name, name, memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).description('MiB'), vcpus: Joi.number().integer().min(1).max(512),
+  template: name, name: newDomain, memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).description('MiB'), vcpus: Joi.number().integer().min(1).max(512),
   network: virtName, autostart: Joi.boolean().default(false), customize: customizeSchema,
 });
 export const templateExportBody = Joi.object<{ template: string; export_path: string; compress: boolean; security_info: boolean }>({
@@ -100,7 +102,7 @@ export interface ImportKvmInput {
   image_path: string; vm_name: string; memory: number; cpus: number; network?: string; pool?: string; firmware: 'bios' | 'uefi';
 }
 export const importKvmBody = Joi.object<ImportKvmInput>({
-  image_path: absolutePath.required(), vm_name: name,
+  image_path: absolutePath.required(), vm_name: newDomain,
   memory: Joi.number().integer().min(16).max(16 * 1024 * 1024).default(1024).description('MiB'),
   cpus: Joi.number().integer().min(1).max(512).default(1), network: virtName.description('libvirt network, or a host bridge when no network has this name; none when absent'),
   pool: virtName.description('storage pool; default FERRY_LIBVIRT_POOL ("ferry"), created on first use'),

@@ -47,6 +47,24 @@ describe('queue: writes under the lease, answers that say what happened', functi
     expect(await store.recordOutput(s.job_id, l.token, 'dev:1:ino:99'), 'after the cancel the lease is gone').to.equal(false);
   });
 
+  it('records what an attempt made in the job\'s ledger only under its lease, once per identity, and shows it in the record', async () => {
+    const s = spec();
+    await life.submit(s, { enqueue: true });
+    const l = (await life.claim({ worker_id: 'w', capabilities: [] }))!;
+    const dom = { kind: 'domain' as const, id: '6f1c2b3a-0d4e-4f5a-8b6c-7d8e9f0a1b2c', name: 'web1', virt_uri: 'qemu:///system', attempt: 1, at: new Date().toISOString() };
+    const vol = { kind: 'volume' as const, id: '/pool/web1.qcow2', name: 'web1.qcow2', virt_uri: 'qemu:///system', pool: 'p', attempt: 1, at: new Date().toISOString() };
+    expect(await store.recordMade(s.job_id, 'w:not-the-lease', dom)).to.equal('lease');
+    expect(await redis.hget(store.k.job(s.job_id), 'ledger'), 'nothing written without the lease').to.equal(null);
+    expect(await store.recordMade(s.job_id, l.token, dom)).to.equal('added');
+    expect(await store.recordMade(s.job_id, l.token, vol)).to.equal('added');
+    expect(await store.recordMade(s.job_id, l.token, { ...dom, at: 'later' }), 'the same UUID again only confirms').to.equal('known');
+    expect(await store.made(s.job_id)).to.deep.equal([dom, vol]);
+    expect((await store.get(s.job_id))!.ledger).to.deep.equal([dom, vol]);
+    await life.cancel(s.job_id);
+    expect(await store.recordMade(s.job_id, l.token, { ...vol, id: '/pool/web1-disk1.qcow2' }), 'after the cancel the lease is gone').to.equal('lease');
+    expect(await store.made(s.job_id)).to.have.length(2);
+  });
+
   it('fail() answers the state the job is in when its transition is refused', async () => {
     const s = spec({ execution_policy: { retry_count: 2 } });
     await life.submit(s, { enqueue: true });

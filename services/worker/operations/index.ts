@@ -5,15 +5,15 @@ import type { JobSpec } from '../../../shared/schemas/job';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';
-import { importKvm } from './import';
+import { cleanupImport, importKvm } from './import';
 import { admitExport, cleanupExport, runExportOp } from './export';
 import { admitMigration, migrateVm } from './migrate-vm';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
-  import_kvm: { run: importKvm },
+  import_kvm: { run: importKvm, cleanup: cleanupImport },
   migrate: { run: migrate, cleanup: cleanupMigrate },
   export: { run: runExportOp, cleanup: cleanupExport, admit: admitExport },
-  migrate_vm: { run: migrateVm, admit: admitMigration },
+  migrate_vm: { run: migrateVm, cleanup: cleanupImport, admit: admitMigration },
 };

@@ -15,6 +15,7 @@ import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import { migrate } from './migrate';
+import { clearEarlierAttempts, finalRefusal } from './import';
 import type { PipelineReport } from '../../../shared/converter/stages/report';
 import type { OpContext } from './types';
 import { dropped } from '../../../shared/log';
@@ -53,6 +54,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   const vmName: unknown = exported.source?.vm_name;
   const name = input.domain_name || (typeof vmName === 'string' && vmName ? vmName : path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
+  await clearEarlierAttempts(ctx, 'import');
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({
     virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
@@ -60,21 +62,22 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
     // The firmware the conversion found the guest needs (report.firmware), else the VM's own.
     networkMapping: input.network_mapping, pool: input.pool, firmware: report.firmware?.firmware ?? (exported.vm?.firmware === 'uefi' ? 'uefi' : 'bios'),
-    onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage),
-  });
+    onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage), ledger: ctx.ledger,
+  }).catch(finalRefusal);
   await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
 
   // The first start of the imported domain is the test boot: paused, console attached, resumed, judged.
   const vt = input.virt_test || {};
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
-  await v.run(['start', '--paused', imported.domain]);
+  // By its UUID from here on: the one identity of this domain virsh cannot resolve to another.
+  await v.run(['start', '--paused', imported.uuid]);
   const boot = await testBootLibvirt(
     { disks: [], firmware: imported.firmware, expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
     v,
-    async function* (signal) { yield* watchFromStart(v, imported.domain, signal); return { domain_type: imported.domain_type }; },
+    async function* (signal) { yield* watchFromStart(v, imported.uuid, signal); return { domain_type: imported.domain_type }; },
   );
   if (boot.status !== 'passed') {
-    await v.run(['destroy', imported.domain]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
+    await v.run(['destroy', imported.uuid]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
     throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
   }
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);

@@ -2,6 +2,7 @@ import type { JobRecord, JobStore } from '../../../queue/store';
 import type { JobSpec } from '../../../shared/schemas/job';
 import type { Logger } from '../../../shared/log';
 import type { OutputClaims } from '../../../shared/roots';
+import type { Ledger } from '../../../shared/libvirt/ledger';
 
 export interface OpContext {
   job: JobRecord;
@@ -12,6 +13,9 @@ export interface OpContext {
   log: Logger;
   /** The outputs this job wrote on earlier attempts (a retry may replace its own, never another file). */
   claims: OutputClaims;
+  /** What the job makes on a target goes here as it is made (shared/libvirt/ledger.ts); its earlier attempts'
+   *  entries are in the record (store.made). */
+  ledger: Ledger;
   /** The job store (Redis): for what a job keeps beside its record, such as its encrypted manager password. */
   store: JobStore;
   /** Publishes a ProgressEvent; details values become strings. */
