@@ -5,6 +5,7 @@ import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
 import { virtName } from '../libvirt/names';
 import type { PlanCreate } from '../../queue/plans';
+import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../plan-states';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -12,8 +13,6 @@ const mapName = Joi.string().min(1).max(256);
 const planId = Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/)
   .messages({ 'string.pattern.base': '{{#label}} must be 1-64 letters, digits, "_" or "-"' });
 
-export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
-export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
 export const SEVERITIES = ['blocker', 'warning', 'info'] as const;
 
 // The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
