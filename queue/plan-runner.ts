@@ -190,7 +190,9 @@ export class PlanRunner {
     const key = `api-${Date.now()}`;
     const claim = await this.claim(p.id, v, 'rollback', key, null);
     if (!claim.run) throw conflict(`a rollback of ${vmPath} is under way`);
-    const detail = v.placement ? await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path }) : 'nothing was placed';
+    // A rollback that throws is recorded done (with its error), so the next call may try again at once.
+    const detail = v.placement ? await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path })
+      .catch(async (e) => { await this.done(id, vmPath, 'rollback', key, `rollback failed: ${(e as Error).message}`); throw e; }) : 'nothing was placed';
     const q = await this.d.plans.mutate(id, (x) => {
       const w = x.vms.find((y) => y.vm_path === vmPath)!;
       markDone(w, 'rollback', key, detail);

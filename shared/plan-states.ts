@@ -30,8 +30,8 @@ export const VM_TRANSITIONS: Record<PlanVmStatus, readonly PlanVmStatus[]> = {
   // its job ended (rolled_back: failed and what Ferry made was removed), or it goes back to wait (its window
   // closed before the job started; a claim never submitted)
   running: ['completed', 'failed', 'cancelled', 'rolled_back', 'pending'],
-  // a retry (preflight decides again)
-  blocked: ['pending', 'blocked'],
+  // a retry (preflight decides again); a rollback through the API of what an earlier job of it made
+  blocked: ['pending', 'blocked', 'rolled_back'],
   failed: ['pending', 'blocked', 'rolled_back'],
   cancelled: ['pending', 'blocked', 'rolled_back'],
   rolled_back: ['pending', 'blocked', 'rolled_back'],
