@@ -173,7 +173,9 @@ export class PlanRunner {
       if (!vmPath) { if (q.status !== 'running' && q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`); q.cancel_requested = true; }
       for (const v of vms) {
         if (v.status === 'pending') { v.status = 'cancelled'; v.error = 'cancelled before it started'; }
-        else if (v.status === 'running' && v.job_id) toCancel.push(v.job_id);
+        // Remembered on the VM: a job claimed but not yet created cannot be cancelled now; the leader's next
+        // step cancels it once it exists (follow).
+        else if (v.status === 'running' && v.job_id) { toCancel.push(v.job_id); v.cancel_requested = true; }
       }
       if (!vmPath && q.status === 'pending') { q.status = 'cancelled'; q.finished_at = now(); }
     });
@@ -187,7 +189,7 @@ export class PlanRunner {
   async rollback(id: string, vmPath: string, why: string) {
     const p = await this.d.plans.must(id);
     const v = p.vms.find((x) => x.vm_path === vmPath)!;
-    const key = `api-${Date.now()}`;
+    const key = `api-${Date.now()}-${randomUUID().slice(0, 8)}`;
     const claim = await this.claim(p.id, v, 'rollback', key, null);
     if (!claim.run) throw conflict(`a rollback of ${vmPath} is under way`);
     // A rollback that throws is recorded done (with its error), so the next call may try again at once.
@@ -259,7 +261,10 @@ export class PlanRunner {
       if (!h) { await this.resubmit(p, v); continue; }
       const w = windowNow(p);
       if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log, 'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual', { plan_id: p.id, job_id: v.job_id })); await this.settle(p, v, 'pending', null); continue; }
-      if (!isTerminal(h.state)) continue;
+      if (!isTerminal(h.state)) {
+        if (v.cancel_requested) await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`).catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
+        continue;
+      }
       const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
       let status = outcome;
       let detail: string | null = outcome === 'completed' ? null : h.error || outcome;

@@ -24,6 +24,8 @@ export interface PlanVm {
   vm_path: string; options?: PlanOptions; status: string; job_id: string | null; jobs: string[];
   findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
   error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
+  /** a cancel was asked for this VM's current job (the runner cancels it once the job exists) */
+  cancel_requested?: boolean;
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
   rollback?: { at: string; detail: string } | null;
   /** the selectors (their index) that chose this VM; absent for a VM the plan lists */
@@ -34,7 +36,7 @@ export interface PlanVm {
   actions?: PlanAction[];
 }
 /** One side effect, claimed in the plan's compare-and-set before it is done, and marked done after: `key` is the
- *  job it is for (`api-<time>` for a rollback asked through the API); `fence` is the leader lease's fencing token
+ *  job it is for (`api-<time>-<random>` for a rollback asked through the API); `fence` is the leader lease's fencing token
  *  (null: an API call); a claim left undone by a leader that died is resumed by the next (`resumed`). */
 export interface PlanAction {
   action: 'submit' | 'rollback' | 'remove_source'; key: string; claimed_by: string; fence: number | null; at: string;

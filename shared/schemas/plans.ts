@@ -124,7 +124,7 @@ export const planVmSchema = Joi.object({
   source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
   actions: Joi.array().items(Joi.object({
-    action: Joi.string().valid('submit', 'rollback', 'remove_source'), key: Joi.string().description('the job it is for (api-<time>: a rollback through the API)'),
+    action: Joi.string().valid('submit', 'rollback', 'remove_source'), key: Joi.string().description('the job it is for (api-<time>-<random>: a rollback through the API)'),
     claimed_by: Joi.string(), fence: Joi.number().integer().allow(null).description('the plan leader lease\'s token (null: through the API)'),
     at: Joi.string().isoDate(), done_at: Joi.string().isoDate().allow(null), result: Joi.any(), resumed: Joi.number().integer().description('times a later leader took the claim over'),
   }).label('PlanVmAction')).description('each side effect done for this VM, claimed before it was done (docs/plans.md, Claims)'),
