@@ -38,8 +38,14 @@ export function requirementsOf(spec: JobSpec): Requirements {
 }
 
 /** What a caller may not ask of this job (403 naming the field): the one check of submission, of a schedule's
- *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. */
-export function checkCaller(spec: JobSpec, caller: Caller | null, where = '') {
+ *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. `parameters.plan`
+ *  (a plan VM's slots and window end, queue/plan-slots.ts) only the plan runner sets (`planRunner`): from anyone
+ *  else it would take slots by any name, a VM's source guard among them (400 naming it). */
+export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', opts: { planRunner?: boolean } = {}) {
+  if (!opts.planRunner && (spec.parameters as { plan?: unknown } | undefined)?.plan !== undefined) {
+    const field = [where, 'parameters.plan'].filter(Boolean).join('.');
+    throw fieldError(400, field, 'is set only by a plan (POST /plans), never by a caller', `${field} is set only by the plan runner for a plan's own jobs (its limits' slots and window); submit a plan (POST /plans) instead`);
+  }
   const mode = spec.requirements?.execution_mode;
   if (!mayRunPrivileged(caller, mode, operationCapabilities(spec))) {
     const field = [where, 'requirements.execution_mode'].filter(Boolean).join('.');
@@ -80,10 +86,11 @@ export class Lifecycle {
   }
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
-   *  the storage roots; `caller` (the API key, null with auth off) must be allowed the execution mode. */
-  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null }) {
+   *  the storage roots; `caller` (the API key, null with auth off; a plan's starter, a schedule's owner) must be
+   *  allowed what it asks (checkCaller); `planRunner` only from queue/plan-runner.ts. */
+  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null; planRunner?: boolean }) {
     const req = requirementsOf(spec);
-    checkCaller(spec, opts.caller ?? null);
+    checkCaller(spec, opts.caller ?? null, '', { planRunner: opts.planRunner });
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);

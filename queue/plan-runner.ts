@@ -16,7 +16,7 @@ import type { Lifecycle } from './lifecycle';
 import type { WebhookStore } from './webhooks';
 import type { Bus } from './bus';
 import { Leader } from './leader';
-import { Fence, LeaseLost, newVm, Plan, PlanAction, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
+import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
 import { blocks, planManager, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { rollbackVm } from '../shared/plans/rollback';
 import { buildSpec } from '../shared/daemon-jobs';
@@ -141,11 +141,12 @@ export class PlanRunner {
     }
   }
 
-  async start(id: string, results: VmResult[]) {
+  /** `by`: the starter, whom every job of the plan acts as (jobCallerOf). */
+  async start(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
       if (q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`);
       applyResults(q, results, () => true);
-      q.status = 'running'; q.started_at = now(); q.validated_at = now();
+      q.status = 'running'; q.started_at = now(); q.validated_at = now(); q.started_by = by;
       q.outbox = [...(q.outbox ?? []), outbox(q, q.started_at, 'plan.started', { plan_id: q.id, name: q.name, vms: q.vms.length, blocked: q.vms.filter((v) => v.status === 'blocked').length })];
     });
     await this.flush(p);
@@ -153,8 +154,10 @@ export class PlanRunner {
     return p;
   }
 
-  async retry(id: string, results: VmResult[]) {
+  /** `by`: who retries; the jobs from now on act as this caller (started_by). */
+  async retry(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
+      q.started_by = by;
       if (q.status === 'running' && !q.vms.some((v) => isVmRetryable(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled, blocked or rolled back VM`);
       for (const v of q.vms) if (isVmRetryable(v.status)) { Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides, ...(v.actions ? { actions: v.actions } : {}) }); }
       applyResults(q, results, (v) => v.status === 'pending');
@@ -363,7 +366,8 @@ export class PlanRunner {
     const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
     b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
-    await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id } });
+    // As its starter, checked as a direct request (checkCaller); parameters.plan only the runner may set.
+    await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id }, caller: jobCallerOf(p), planRunner: true });
   }
 
   private async finish(id: string) {

@@ -4,10 +4,12 @@
 // (or the plan runner and an API call) never lose each other's writes; the runner's writes are also fenced by
 // its leader lease.
 import { randomUUID } from 'node:crypto';
-import { ApiError, conflict, notFound } from '../shared/errors';
+import { ApiError, conflict, fieldError, notFound } from '../shared/errors';
+import { config } from '../shared/config';
 import type { Keys, RedisClient } from '../shared/redis';
 import type { Finding } from '../shared/plans/rules';
 import type { TargetNameRule } from '../shared/plans/names';
+import type { Caller, KeyRole } from '../shared/auth';
 import { publish } from './bus';
 import { createLogger, dropped } from '../shared/log';
 
@@ -46,12 +48,14 @@ export interface PlanAction {
  *  deterministic id (a second queueing of the same id is a no-op) and moved to events_sent. */
 export interface PlanOutboxEntry { id: string; event: string; data: Record<string, unknown> }
 export interface PlanSelector { folder?: string; name?: string; power_state?: string }
+/** Who created or started a plan: the API key's name and role; with authentication off "anonymous", role null. */
+export interface PlanCaller { name: string; role: KeyRole | null }
 export interface Plan {
   id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
   destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
   options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
-  created_by: string; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
+  created_by: PlanCaller; started_by?: PlanCaller | null; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
   outbox?: PlanOutboxEntry[];
 }
 
@@ -61,6 +65,17 @@ export interface PlanCreate {
   vms?: (string | { vm_path: string; options?: PlanOptions })[]; selectors?: PlanSelector[];
   network_map: Record<string, string>; storage_map: Record<string, string>; options?: PlanOptions; limits: Record<string, number>;
   start_at?: Date | string; windows?: { start: Date | string; end: Date | string }[];
+}
+
+/** The record of a request's caller (callerOf(ctx): null with authentication off). */
+export const planCallerOf = (key: Caller | null | undefined): PlanCaller => (key ? { name: key.name, role: key.role } : { name: 'anonymous', role: null });
+
+/** The caller every job of the plan carries (Lifecycle.submit checks it as it checks a direct request's): whoever
+ *  started the plan (or last retried it); null when authentication was off then (every caller had every right). A
+ *  plan started before starters were kept acts as submit, the least role that may start one. */
+export function jobCallerOf(p: Pick<Plan, 'started_by'>): Caller | null {
+  if (!p.started_by) return { name: '(unknown starter)', role: 'submit' };
+  return p.started_by.role ? { name: p.started_by.name, role: p.started_by.role } : null;
 }
 
 export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans`, running: `${k.prefix}:plans:running` });
@@ -77,7 +92,22 @@ export function applySelection(p: Plan, selected: Map<string, number[]>) {
   for (const v of p.vms) if (v.selected_by && selected.has(v.vm_path)) v.selected_by = selected.get(v.vm_path);
   const have = new Set(p.vms.map((v) => v.vm_path));
   for (const [path, which] of selected) if (!have.has(path)) p.vms.push({ ...newVm(path), selected_by: which });
+  checkPlanSize(p.vms.length);
 }
+
+/** A plan holds at most config.planMaxVms VMs, listed and selected together: past it 400 naming vms. */
+export function checkPlanSize(n: number) {
+  const max = config.planMaxVms;
+  if (max && n > max) throw fieldError(400, 'vms', `more than ${max} VMs`, `vms: a plan holds at most ${max} VMs (FERRY_PLAN_MAX_VMS); this one would hold ${n}`);
+}
+
+/** Stores a new plan unless its id exists (0) or config.planMaxStored plans are stored already (-1). */
+const CREATE = `
+local max = tonumber(ARGV[3])
+if max > 0 and redis.call('ZCARD', KEYS[2]) >= max then return -1 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+return 1`;
 
 // KEYS: the plan, the running set, the fence's lease key (the plan's own key when unfenced). ARGV: the plan as
 // read, as written, its id, its new status, the lease value the writer holds ('' unfenced). -1: the lease is
@@ -106,7 +136,7 @@ export class PlanStore {
       .catch(dropped(log, 'could not announce a plan change on the bus; listeners see it with the next change', { plan_id: id }));
   }
 
-  async create(body: PlanCreate, by: string): Promise<Plan> {
+  async create(body: PlanCreate, by: PlanCaller): Promise<Plan> {
     const id = body.id || randomUUID();
     const now = new Date().toISOString();
     const dupes = (body.vms ?? []).map((v) => (typeof v === 'string' ? v : v.vm_path)).filter((p, i, a) => a.indexOf(p) !== i);
@@ -115,12 +145,14 @@ export class PlanStore {
       id, name: body.name, description: body.description ?? '', source: body.source ?? {}, destination: body.destination,
       network_map: body.network_map, storage_map: body.storage_map, options: body.options ?? {}, limits: body.limits,
       start_at: iso(body.start_at), windows: (body.windows ?? []).map((w) => ({ start: iso(w.start)!, end: iso(w.end)! })),
-      status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by,
+      status: 'pending', archived: false, created_at: now, updated_at: now, started_at: null, finished_at: null, created_by: by, started_by: null,
       validated_at: null, events_sent: [], vms: (body.vms ?? []).map(newVm), ...(body.selectors ? { selectors: body.selectors } : {}),
     };
-    const ok = await this.redis.set(this.pk.plan(id), JSON.stringify(plan), 'NX');
+    checkPlanSize(plan.vms.length);
+    const max = config.planMaxStored;
+    const ok = await this.redis.eval(CREATE, 2, this.pk.plan(id), this.pk.index, JSON.stringify(plan), Date.now(), max, id);
+    if (ok === -1) throw conflict(`${max} plans are stored (FERRY_PLAN_MAX_STORED): delete plans that are done before creating another`, { fields: [{ field: 'id', message: 'too many stored plans' }] });
     if (!ok) throw conflict(`plan ${id} exists`);
-    await this.redis.zadd(this.pk.index, Date.now(), id);
     this.changed(id, plan);
     return plan;
   }

@@ -1,12 +1,13 @@
 // The role table of docs/security.md, generated from the routes' own declarations (RouteDef.role, shown as
-// x-ferry-role in both OpenAPI documents) and the console's (CONSOLE_ROLES), so the documented table cannot drift
-// from the code: `npx tsx scripts/gen-role-table.ts` after adding or changing a route; test/security/roles.test.ts
-// fails while the doc is stale. It reads the documents from the real services, started here on a private Redis.
+// x-ferry-role in both OpenAPI documents), the console's (CONSOLE_ROLES) and the plan options' (PLAN_OPTION_ROLES),
+// so the documented table cannot drift from the code: `npx tsx scripts/gen-role-table.ts` after adding or changing
+// a route; test/security/roles.test.ts fails while the doc is stale. It reads the documents from the real services, started here on a private Redis.
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { CONSOLE_ROLES } from '../services/daemon/console';
+import { PLAN_OPTION_ROLES } from '../shared/plans/caller';
 import { errorText } from '../shared/errors';
 
 export const SECURITY_DOC = path.join(__dirname, '..', 'docs', 'security.md');
@@ -34,6 +35,10 @@ export function rowsOf(api: RoleRow['api'], doc: OpenApiDoc): RoleRow[] {
 /** The console's actions (a WebSocket, in no OpenAPI document). */
 export const consoleRows = (): RoleRow[] => (['view', 'input', 'force'] as const).map((a) => ({ api: 'daemon', method: `WS ${a}`, path: '/virt/console', role: CONSOLE_ROLES[a] }));
 
+/** Plan options that delete or power off a source (shared/plans/caller.ts): creating, changing, validating, starting
+ *  or retrying a plan that asks for one needs this role, the one the same direct action needs. */
+export const planOptionRows = (): RoleRow[] => Object.entries(PLAN_OPTION_ROLES).map(([field, r]) => ({ api: 'daemon', method: 'PLAN option', path: field, role: r.role }));
+
 export function renderTable(rows: RoleRow[]): string {
   const lines = ['| API | Method | Path | Role |', '|---|---|---|---|', ...rows.map((r) => `| ${r.api} | ${r.method} | \`${r.path}\` | \`${r.role}\` |`)];
   return `${BEGIN}\n${lines.join('\n')}\n${END}`;
@@ -53,7 +58,7 @@ export function tableInDoc(md: string): { text: string; rows: RoleRow[] } | null
 }
 
 export function tableFor(gatewayDoc: OpenApiDoc, daemonDoc: OpenApiDoc): string {
-  return renderTable([...rowsOf('gateway', gatewayDoc), ...rowsOf('daemon', daemonDoc), ...consoleRows()]);
+  return renderTable([...rowsOf('gateway', gatewayDoc), ...rowsOf('daemon', daemonDoc), ...consoleRows(), ...planOptionRows()]);
 }
 
 /** Both documents from running services. */

@@ -5,12 +5,17 @@
 // message a caller wrote: target ids only, redacted by shared/sensitive.ts like every log line. Kept in one Redis
 // sorted set scored by time, trimmed to the job retention (FERRY_JOB_RETENTION) and a count cap on every write
 // and read; each record also goes to the logs as one structured line.
+// Refusals (401, 403, and the 429s of the rate limits) go elsewhere: a Redis stream of their own, capped by length
+// (FERRY_REFUSAL_AUDIT_MAX_ENTRIES) and the retention, sampled per client address (the first
+// FERRY_REFUSAL_AUDIT_SAMPLE of each FERRY_REFUSAL_WINDOW_SECONDS are written, the rest only counted), so a client
+// with no key can flood neither Redis nor the logs, and can never push the accepted requests' records out.
 import { randomBytes } from 'node:crypto';
 import type http from 'node:http';
 import type Koa from 'koa';
 import Joi from 'joi';
 import { Auth, identify, presentedKey } from './auth';
 import { config } from './config';
+import { clientAddress } from './client-address';
 import { errorText } from './errors';
 import type { Logger } from './log';
 import type { RedisClient } from './redis';
@@ -43,6 +48,18 @@ const MAX_LIST = 50;
 const WRITE_WAIT_MS = 2000;
 
 export const auditKey = (prefix: string) => `${prefix}:audit`;
+export const refusalKeys = (prefix: string) => ({ stream: `${prefix}:audit:refusals`, seen: (ip: string) => `${prefix}:audit:refusals:seen:${ip}`, unwritten: `${prefix}:audit:refusals:unwritten` });
+
+/** One refusal: written to the capped stream while its client address is within its sample for the window, else
+ *  only counted. KEYS: stream, the address's count, the unwritten count; ARGV: window ms, sample, cap, oldest id
+ *  kept, record. Returns 1 when written. */
+const REFUSAL_SCRIPT = `
+local n = redis.call('INCR', KEYS[2])
+if n == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+if n > tonumber(ARGV[2]) then redis.call('INCR', KEYS[3]); return 0 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'r', ARGV[5])
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[4])
+return 1`;
 /** A count cap beside the retention, so a flood of refused requests cannot grow Redis without end. */
 export const auditMaxEntries = () => Math.max(1000, Number(process.env.FERRY_AUDIT_MAX_ENTRIES || 200_000));
 
@@ -66,7 +83,7 @@ export function targetsOf(ctx: Koa.Context): Record<string, string | string[]> {
 
 export class AuditLog {
   readonly key: string;
-  constructor(private redis: RedisClient, prefix: string, private log: Logger, private service: string, private retentionMs = config.jobRetentionMs) {
+  constructor(private redis: RedisClient, private prefix: string, private log: Logger, private service: string, private retentionMs = config.jobRetentionMs) {
     this.key = auditKey(prefix);
   }
 
@@ -79,7 +96,8 @@ export class AuditLog {
 
   /** Records a finished request (the caller's key as authentication found it, or as presented when refused). */
   async request(ctx: Koa.Context, auth: Auth, started: number, route: string | undefined, reason?: string, refusalsOnly = false): Promise<void> {
-    if (!AuditLog.wanted(ctx.method, ctx.status, refusalsOnly)) return;
+    const limited = ctx.state.refusal === true && ctx.status === 429; // a rate limit's answer (shared/http.ts)
+    if (!AuditLog.wanted(ctx.method, ctx.status, refusalsOnly) && !limited) return;
     let key = ctx.state.apiKey as { name: string; role: string } | null | undefined;
     if (key === undefined && auth.enabled) { const p = presentedKey(ctx.req.headers); key = p ? identify(auth, p) ?? null : null; }
     const refused = ctx.status === 401 || ctx.status === 403;
@@ -90,9 +108,9 @@ export class AuditLog {
       targets: targetsOf(ctx), status: ctx.status,
       outcome: refused ? 'refused' : ctx.status >= 500 ? 'failed' : ctx.status >= 400 ? 'rejected' : 'ok',
       ...(refused && reason ? { reason: reason.slice(0, 512) } : {}),
-      ip: ctx.ip, duration_ms: Date.now() - started,
+      ip: clientAddress(ctx.req), duration_ms: Date.now() - started,
     };
-    await this.store(rec);
+    await this.store(rec, refused || limited);
   }
 
   /** A WebSocket upgrade, which no koa middleware sees: a refused one (401, 403), or one that may change state
@@ -107,16 +125,17 @@ export class AuditLog {
       id: `${now.toString(36)}-${randomBytes(4).toString('hex')}`, time: new Date(now).toISOString(), service: this.service,
       key_name: key?.name ?? null, role: key?.role ?? null, method: 'WEBSOCKET', route: u.path, path: u.path.slice(0, 1024),
       targets: redact(u.targets ?? {}), status: u.status, outcome: refused ? 'refused' : 'ok',
-      ...(refused && u.reason ? { reason: u.reason.slice(0, 512) } : {}), ip: req.socket.remoteAddress ?? '', duration_ms: 0,
-    });
+      ...(refused && u.reason ? { reason: u.reason.slice(0, 512) } : {}), ip: clientAddress(req), duration_ms: 0,
+    }, refused);
   }
 
-  /** The log line first, then Redis; the caller waits at most WRITE_WAIT_MS for Redis. */
-  private async store(rec: AuditRecord): Promise<void> {
-    this.log.audit('audit', { audit: rec });
+  /** The log line first, then Redis; the caller waits at most WRITE_WAIT_MS for Redis. A refusal's log line is
+   *  sampled in this process as its record is in Redis (logSample), so a flood cannot fill the logs either. */
+  private async store(rec: AuditRecord, refusal = false): Promise<void> {
+    if (!refusal || this.logSample(rec.ip)) this.log.audit('audit', { audit: rec });
     // Redis commands wait through an outage (the connections retry without end): the answer waits at most
     // WRITE_WAIT_MS for the record, which is still written when Redis returns.
-    const written = this.write(rec);
+    const written = refusal ? this.writeRefusal(rec) : this.write(rec);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((r) => { timer = setTimeout(() => r('late'), WRITE_WAIT_MS); });
     const first = await Promise.race([written.then(() => 'ok' as const), late]).finally(() => clearTimeout(timer));
@@ -124,6 +143,16 @@ export class AuditLog {
       this.log.warn('audit record not yet stored in Redis; answering without waiting (its log line stands)', { audit_id: rec.id });
       written.catch((e) => this.log.warn('audit record not stored in Redis; its log line stands', { audit_id: rec.id, error: errorText(e) }));
     }
+  }
+
+  private logWindow = { start: 0, seen: new Map<string, number>() };
+  /** Whether this process logs a refusal of `ip`: the first config.refusalAuditSample per address and window. */
+  private logSample(ip: string): boolean {
+    const w = this.logWindow;
+    if (Date.now() - w.start >= config.refusalWindowSeconds * 1000) { w.start = Date.now(); w.seen.clear(); }
+    const n = (w.seen.get(ip) ?? 0) + 1;
+    if (w.seen.size < 100_000 || w.seen.has(ip)) w.seen.set(ip, n); // bounded: past that many addresses, each logs its first
+    return n <= config.refusalAuditSample;
   }
 
   async write(rec: AuditRecord): Promise<void> {
@@ -135,9 +164,29 @@ export class AuditLog {
       .exec();
   }
 
-  /** Newest first, filtered; at most `scan` records are looked at, so a rare filter cannot walk the whole log. */
-  async query(q: AuditQuery): Promise<{ records: AuditRecord[]; count: number; retention_seconds: number }> {
+  /** A refusal into the refusal stream, or counted as not written when its address is past its sample. */
+  async writeRefusal(rec: AuditRecord): Promise<boolean> {
+    const k = refusalKeys(this.prefix);
+    const n = await this.redis.eval(REFUSAL_SCRIPT, 3, k.stream, k.seen(rec.ip), k.unwritten,
+      config.refusalWindowSeconds * 1000, config.refusalAuditSample, config.refusalAuditMaxEntries, Date.now() - this.retentionMs, JSON.stringify(rec));
+    return n === 1;
+  }
+
+  /** Newest first, filtered, accepted requests' records and sampled refusals merged; at most 20,000 of each are
+   *  looked at, so a rare filter cannot walk the whole log. `refusals_unwritten`: refusals past their sample. */
+  async query(q: AuditQuery): Promise<{ records: AuditRecord[]; count: number; retention_seconds: number; refusals_unwritten: number }> {
+    const k = refusalKeys(this.prefix);
     await this.redis.zremrangebyscore(this.key, '-inf', `(${Date.now() - this.retentionMs}`);
+    await this.redis.xtrim(k.stream, 'MINID', Date.now() - this.retentionMs);
+    const keep = (r: AuditRecord) => (!q.key || r.key_name === q.key) && (!q.path || r.path.startsWith(q.path) || r.route === q.path)
+      && (!q.since || Date.parse(r.time) >= q.since.getTime()) && (!q.until || Date.parse(r.time) <= q.until.getTime());
+    const [accepted, refused] = await Promise.all([this.scanAccepted(q, keep), this.scanRefusals(q, keep)]);
+    const records = [...accepted, ...refused].sort((a, b) => Date.parse(b.time) - Date.parse(a.time)).slice(0, q.limit);
+    const unwritten = Number(await this.redis.get(k.unwritten) ?? 0);
+    return { records, count: records.length, retention_seconds: Math.round(this.retentionMs / 1000), refusals_unwritten: unwritten };
+  }
+
+  private async scanAccepted(q: AuditQuery, keep: (r: AuditRecord) => boolean): Promise<AuditRecord[]> {
     const max = q.until ? q.until.getTime() : '+inf';
     const min = q.since ? q.since.getTime() : '-inf';
     const records: AuditRecord[] = [];
@@ -146,13 +195,30 @@ export class AuditLog {
       const rows = await this.redis.zrevrangebyscore(this.key, max, min, 'LIMIT', offset, page);
       for (const row of rows) {
         const r = JSON.parse(row) as AuditRecord;
-        if (q.key && r.key_name !== q.key) continue;
-        if (q.path && !(r.path.startsWith(q.path) || r.route === q.path)) continue;
-        if (records.length < q.limit) records.push(r);
+        if (keep(r) && records.length < q.limit) records.push(r);
       }
       if (rows.length < page) break;
     }
-    return { records, count: records.length, retention_seconds: Math.round(this.retentionMs / 1000) };
+    return records;
+  }
+
+  /** The refusal stream, newest first; its entry ids are the times they were written, near the records' own. */
+  private async scanRefusals(q: AuditQuery, keep: (r: AuditRecord) => boolean): Promise<AuditRecord[]> {
+    const stream = refusalKeys(this.prefix).stream;
+    const records: AuditRecord[] = [];
+    const page = 500;
+    let end = q.until ? String(q.until.getTime() + WRITE_WAIT_MS) : '+';
+    const start = q.since ? String(q.since.getTime()) : '-';
+    for (let seen = 0; records.length < q.limit && seen < 20_000; seen += page) {
+      const rows = await this.redis.xrevrange(stream, end, start, 'COUNT', page);
+      for (const [, fields] of rows) {
+        const r = JSON.parse(fields[1]) as AuditRecord; // fields: ['r', the record] (REFUSAL_SCRIPT)
+        if (keep(r) && records.length < q.limit) records.push(r);
+      }
+      if (rows.length < page) break;
+      end = `(${rows[rows.length - 1][0]}`;
+    }
+    return records;
   }
 }
 
@@ -178,7 +244,7 @@ export function auditRoute(audit: AuditLog, errorSchema: Joi.Schema) {
     method: 'get' as const, role: 'admin' as const, path: '/audit', tags: ['audit'], query: auditQuerySchema,
     summary: 'The audit log: requests that changed state and refused ones, newest first (both APIs write it; kept for FERRY_JOB_RETENTION)',
     responses: {
-      200: { description: 'records, newest first', schema: Joi.object({ records: Joi.array().items(auditRecordSchema), count: Joi.number().integer(), retention_seconds: Joi.number().integer() }) },
+      200: { description: 'records, newest first', schema: Joi.object({ records: Joi.array().items(auditRecordSchema), count: Joi.number().integer(), retention_seconds: Joi.number().integer(), refusals_unwritten: Joi.number().integer().description('refused requests past their client address\'s sample (FERRY_REFUSAL_AUDIT_SAMPLE per FERRY_REFUSAL_WINDOW_SECONDS): counted, not written') }) },
       400: { description: 'a bad filter, naming the field', schema: errorSchema },
       403: { description: 'not an admin key', schema: errorSchema },
     },

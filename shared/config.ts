@@ -67,6 +67,27 @@ export const config = {
   get extraCapabilities() { return str('FERRY_EXTRA_CAPABILITIES', '').split(',').map((c) => c.trim()).filter(Boolean); },
   /** Browser origins allowed to call the APIs (CORS), comma-separated, "*" for any; none by default. */
   get corsOrigins() { return str('FERRY_CORS_ORIGINS', '').split(',').map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean); },
+  /** Host bridges a NIC may name directly, comma-separated (FERRY_LIBVIRT_BRIDGES); none by default: a job's or a
+   *  request's network must be a libvirt network, so no caller puts a guest on a host LAN the operator did not offer. */
+  get libvirtBridges() { return str('FERRY_LIBVIRT_BRIDGES', '').split(',').map((b) => b.trim()).filter(Boolean); },
+  /** Peers whose X-Forwarded-For is believed (shared/client-address.ts): addresses or CIDRs, comma-separated;
+   *  none by default, so a request's client address is its socket's peer. */
+  get trustedProxies() { return str('FERRY_TRUSTED_PROXIES', '').split(',').map((o) => o.trim()).filter(Boolean); },
+  /** Refused requests (401, 403) one client address may cause per window before it gets 429 (0 turns it off). */
+  get refusalLimit() { return num('FERRY_REFUSAL_LIMIT', 600); },
+  get refusalWindowSeconds() { return Math.max(1, num('FERRY_REFUSAL_WINDOW_SECONDS', 60)); },
+  /** Refusals of one client address written to the audit's refusal stream per window; the rest are counted. */
+  get refusalAuditSample() { return num('FERRY_REFUSAL_AUDIT_SAMPLE', 20); },
+  /** Length cap of the audit's refusal stream, apart from the accepted requests' records (FERRY_AUDIT_MAX_ENTRIES). */
+  get refusalAuditMaxEntries() { return Math.max(100, num('FERRY_REFUSAL_AUDIT_MAX_ENTRIES', 20_000)); },
+  /** Stored plans, archived ones included (past it POST /plans is 409), and VMs in one plan (past it 400 naming vms). */
+  get planMaxStored() { return num('FERRY_PLAN_MAX_STORED', 1000); },
+  get planMaxVms() { return num('FERRY_PLAN_MAX_VMS', 1000); },
+  /** Guest preflight appliances (libguestfs, ~1 GiB each) running for requests, per caller and in this process
+   *  (0 = no cap); over the caller's cap 429, over the total 503 (shared/limits.ts). */
+  get guestAppliances() { return { perCaller: num('FERRY_GUEST_APPLIANCES_PER_CALLER', 2), total: num('FERRY_GUEST_APPLIANCES', 4) }; },
+  /** nbdkit processes serving source disks to those appliances, each counted, per caller and in this process. */
+  get nbdkitProcesses() { return { perCaller: num('FERRY_NBDKIT_PROCESSES_PER_CALLER', 64), total: num('FERRY_NBDKIT_PROCESSES', 128) }; },
   get hostname() { return os.hostname(); },
   version: '1.0.0',
 };

@@ -12,6 +12,7 @@ import { ApiKey, Auth, authorize, Need } from './auth';
 import { config } from './config';
 import { browserRefusal, browserRule } from './browser';
 import { RateLimiter, runAs } from './limits';
+import { clientAddress, trustedRanges } from './client-address';
 import type { HttpMetrics } from './metrics';
 import type { Logger } from './log';
 import { AuditLog } from './audit';
@@ -268,7 +269,7 @@ export interface AppOptions {
   publicFiles?: Koa.Middleware[];
 }
 
-const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID';
+const CORS_HEADERS = 'Content-Type, Authorization, X-API-Key, Last-Event-ID, X-VSphere-Username, X-VSphere-Password';
 const CORS_METHODS = 'GET, POST, PUT, DELETE, OPTIONS';
 
 /** CORS for the origins in FERRY_CORS_ORIGINS (none by default): an allowed origin gets its
@@ -304,8 +305,38 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
   if (!v) return;
   ctx.set('X-RateLimit-Limit', String(v.limit));
   ctx.set('X-RateLimit-Remaining', String(v.remaining));
-  if (!v.allowed) throw new ApiError(429, `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
+  if (!v.allowed) {
+    ctx.state.refusal = true; // audited with the refusals (AuditLog): a flood of them never evicts accepted records
+    throw new ApiError(429, `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
+  }
 }
+
+/** Counts a refusal (401, 403) against the client address; past its budget (config.refusalLimit per
+ *  config.refusalWindowSeconds) the answer is 429 with Retry-After instead. Keys that are accepted are never
+ *  counted here, so other clients, and this one with a good key, are not slowed. Redis away: the refusal stands. */
+async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logger) {
+  ctx.state.refusal = true; // the audit keeps it in the refusal stream (shared/audit.ts)
+  let v;
+  // Redis commands wait through an outage: a refusal waits at most a second for its count, then stands.
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
+  try { v = await Promise.race([refusals.hit(`addr:${clientAddress(ctx.req)}`), late]).finally(() => clearTimeout(timer)); } catch (e) {
+    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
+    return;
+  }
+  if (v && !v.allowed) throw new ApiError(429, `too many refused requests from this client address (${v.limit} per ${refusals.windowSeconds} s, FERRY_REFUSAL_LIMIT): retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
+}
+
+// The one inline style any page holds: Swagger UI's logo (an SVG <style> of swagger-ui-dist), allowed by its hash.
+const SWAGGER_LOGO_STYLE = "'sha256-RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w='";
+/** Sent on every answer of both APIs: no page of Ferry may be framed (a framing site could drive the console), and
+ *  pages run only their own files (no inline script or style, nothing from elsewhere); docs/security.md. */
+export const SECURITY_HEADERS: Record<string, string> = {
+  'X-Frame-Options': 'DENY',
+  'Content-Security-Policy': `default-src 'self'; script-src 'self'; style-src 'self' ${SWAGGER_LOGO_STYLE}; img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+};
 
 /** The outermost middleware: the browser rule and CORS, then every error answered in the API's envelope (a storage
  *  outage as 503), each request measured and, when it changed state or was refused, audited. */
@@ -316,6 +347,7 @@ function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
     const started = process.hrtime.bigint();
     const startedMs = Date.now();
     let reason: string | undefined;
+    ctx.set(SECURITY_HEADERS);
     try {
       const refused = browserRefusal(browsers, ctx.method, ctx.req.headers);
       if (refused) throw refused;
@@ -356,18 +388,20 @@ function answerError(ctx: Koa.Context, err: unknown, opts: AppOptions): string {
 
 /** The route's role checked before anything reads the body; then the rate limit and the caller's spawn caps. */
 function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
+  const refusals = opts.limiter?.sibling('refusals');
   return async (ctx, next) => {
     const need = api.needOf(ctx.method, ctx.path);
     if (need) {
       const v = authorize(opts.auth, ctx.req.headers, need);
       if (v.status) {
+        if (refusals) await refusalBudget(ctx, refusals, opts.log);
         if (v.status === 401) ctx.set('WWW-Authenticate', 'Bearer');
         throw new ApiError(v.status, v.message);
       }
       ctx.state.apiKey = v.key;
     }
     const apiKey = ctx.state.apiKey as ApiKey | null | undefined; // Koa's state is untyped; set just above
-    const who = apiKey ? `key:${apiKey.name}` : `addr:${ctx.req.socket.remoteAddress}`;
+    const who = apiKey ? `key:${apiKey.name}` : `addr:${clientAddress(ctx.req)}`;
     if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     await runAs(who, next);
@@ -413,7 +447,9 @@ function refuseOtherMethods(api: Api): Koa.Middleware {
 /** A koa app with error handling, body parsing and metrics in front of `api`, in this order. */
 export function createApp(api: Api, opts: AppOptions): Koa {
   const app = new Koa();
-  app.proxy = true;
+  // ctx.ip would believe anyone's X-Forwarded-For: the client address is clientAddress(), checked here at start.
+  app.proxy = false;
+  trustedRanges();
   // Errors after the response started (a streamed file): a client that closed the connection is not an error
   // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
   app.on('error', (err: unknown) => {

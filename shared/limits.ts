@@ -8,6 +8,7 @@
 //   one Lua script so every replica shares the count; X-RateLimit-Limit / X-RateLimit-Remaining on answers.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { ApiError } from './errors';
+import { config } from './config';
 
 /** The current request: who it acts for (`key:<name>` or `addr:<address>`) and the slots it holds; unset outside
  *  requests. */
@@ -25,8 +26,10 @@ function envInt(name: string, def: number): number {
 export class Slots {
   private byCaller = new Map<string, number>();
   private total = 0;
-  /** Caps read from FERRY_<env>_PER_CALLER and FERRY_<env> on each take (0 = no cap). */
-  constructor(readonly what: string, private env: string, private defaults: { perCaller: number; total: number }) {}
+  /** Caps read from FERRY_<env>_PER_CALLER and FERRY_<env> on each take (0 = no cap), with `defaults`, or as the
+   *  configuration module declares them (a function). `each`: every take counts one (processes), rather than
+   *  one per request however many it runs. */
+  constructor(readonly what: string, private env: string, private defaults: { perCaller: number; total: number } | (() => { perCaller: number; total: number }), private each = false) {}
 
   /** Takes a slot for the current request and returns its release (idempotent); throws 429/503 with Retry-After
    *  when a cap is reached. A request counts once however many calls it runs in parallel (a batch's lanes share
@@ -34,6 +37,7 @@ export class Slots {
   take(): () => void {
     const c = caller.getStore();
     if (!c) return () => { /* outside a request nothing was taken */ };
+    if (this.each) return this.count(c.who);
     let mine = c.held.get(this);
     if (!mine) {
       mine = { n: 0, release: this.count(c.who) }; // throws when over a cap
@@ -50,8 +54,9 @@ export class Slots {
   }
 
   private count(who: string): () => void {
-    const perCaller = envInt(`FERRY_${this.env}_PER_CALLER`, this.defaults.perCaller);
-    const total = envInt(`FERRY_${this.env}`, this.defaults.total);
+    const declared = typeof this.defaults === 'function' ? this.defaults() : undefined;
+    const perCaller = declared ? declared.perCaller : envInt(`FERRY_${this.env}_PER_CALLER`, (this.defaults as { perCaller: number }).perCaller);
+    const total = declared ? declared.total : envInt(`FERRY_${this.env}`, (this.defaults as { total: number }).total);
     const mine = this.byCaller.get(who) || 0;
     if (perCaller && mine >= perCaller) throw new ApiError(429, `too many ${this.what} at once for this caller (${perCaller}, FERRY_${this.env}_PER_CALLER): retry when one ends`, { retryAfter: 2 });
     if (total && this.total >= total) throw new ApiError(503, `too many ${this.what} at once on this service (${total}, FERRY_${this.env}): retry in a few seconds`, { retryAfter: 2 });
@@ -81,6 +86,10 @@ export const spawnSlots = {
   console: new Slots('console sessions', 'CONSOLE_SESSIONS', { perCaller: 4, total: 32 }),
   libvirt: new Slots('libvirt calls', 'VIRT_CALLS', { perCaller: 32, total: 64 }),
   probe: new Slots('image probes', 'PROBES', { perCaller: 16, total: 32 }),
+  /** A plan's guest preflight (validate, start, retry): one appliance at a time per request. */
+  appliance: new Slots('guest preflight appliances', 'GUEST_APPLIANCES', () => config.guestAppliances),
+  /** Each nbdkit the guest preflight starts (one per source disk). */
+  nbdkit: new Slots('nbdkit processes', 'NBDKIT_PROCESSES', () => config.nbdkitProcesses, true),
 };
 
 /** The script: one INCR per request in the caller's current window, the window's expiry set by its first. */
@@ -93,19 +102,24 @@ return {n, ttl}`;
 export interface RateRedis { eval(script: string, keys: number, ...args: (string | number)[]): Promise<unknown> }
 export interface RateVerdict { limit: number; remaining: number; retryAfterSeconds: number; allowed: boolean }
 
-/** A fixed window per caller (FERRY_RATE_LIMIT requests per FERRY_RATE_WINDOW_SECONDS; 0 turns it off). */
+/** A fixed window per caller: requests (FERRY_RATE_LIMIT per FERRY_RATE_WINDOW_SECONDS) or, for `refusals`, the
+ *  401/403 answers one client address caused (config.refusalLimit per config.refusalWindowSeconds); 0 turns it off. */
 export class RateLimiter {
-  constructor(private redis: RateRedis, private prefix: string) {}
+  constructor(private redis: RateRedis, private prefix: string, readonly kind: 'requests' | 'refusals' = 'requests') {}
 
-  get limit() { return envInt('FERRY_RATE_LIMIT', 60000); }
-  get windowSeconds() { return Math.max(1, envInt('FERRY_RATE_WINDOW_SECONDS', 60)); }
+  get limit() { return this.kind === 'refusals' ? config.refusalLimit : envInt('FERRY_RATE_LIMIT', 60000); }
+  get windowSeconds() { return this.kind === 'refusals' ? config.refusalWindowSeconds : Math.max(1, envInt('FERRY_RATE_WINDOW_SECONDS', 60)); }
 
-  /** Counts one request of `who`; undefined when limits are off. */
+  /** The same store counting the other kind. */
+  sibling(kind: 'requests' | 'refusals') { return new RateLimiter(this.redis, this.prefix, kind); }
+
+  /** Counts one request (or refusal) of `who`; undefined when limits are off. */
   async hit(who: string): Promise<RateVerdict | undefined> {
     const limit = this.limit;
     if (!limit) return undefined;
     const ms = this.windowSeconds * 1000;
-    const [n, ttl] = (await this.redis.eval(WINDOW_SCRIPT, 1, `${this.prefix}:ratelimit:${who}`, ms)) as [number, number];
+    const key = `${this.prefix}:${this.kind === 'refusals' ? 'refusals' : 'ratelimit'}:${who}`;
+    const [n, ttl] = (await this.redis.eval(WINDOW_SCRIPT, 1, key, ms)) as [number, number];
     return { limit, remaining: Math.max(0, limit - n), retryAfterSeconds: Math.max(1, Math.ceil(ttl / 1000)), allowed: n <= limit };
   }
 }

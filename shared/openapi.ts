@@ -41,6 +41,7 @@ function convert(d: Described): JsonSchema {
       const props: Record<string, JsonSchema> = {};
       const required: string[] = [];
       for (const [k, v] of Object.entries(d.keys || {})) {
+        if (v.flags?.presence === 'forbidden') continue; // a field named only to be refused by name (never offered)
         props[k] = convert(v);
         if (v.flags?.presence === 'required') required.push(k);
       }

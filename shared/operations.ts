@@ -42,7 +42,8 @@ interface PipelineFlags { fix?: { enabled?: boolean }; inspect?: { enabled?: boo
 interface MigrateParameters {
   manifest?: {
     disks?: { local_path: string; source_format: string }[]; output?: { directory?: string };
-    options?: { report?: { enabled?: boolean; path?: string } }; pipeline?: PipelineFlags;
+    pipeline?: PipelineFlags & { fix?: { virtio_win?: string } };
+    options?: { report?: { enabled?: boolean; path?: string } };
   };
   output_dir?: string;
 }
@@ -51,11 +52,19 @@ interface ImportParameters { disks?: { path: string; format?: string }[] }
 /** The parameters of convert: the schema's xor sets exactly one of the two. */
 interface ConvertParameters { output_dir?: string; output_path?: string }
 
-/** The paths of a migrate job: each disk's source, the output directory and the report. */
+/** The manifest's fields that name a host file the pipeline reads beside the disks (the repair copies the
+ *  virtio-win drivers into the guest): each must lie in an input root like the disks. */
+export const MANIFEST_HOST_PATHS = [{ field: 'pipeline.fix.virtio_win', kind: 'input_tree' as const, of: (m: NonNullable<MigrateParameters['manifest']>) => m.pipeline?.fix?.virtio_win }];
+
+/** The paths of a migrate job: each disk's source, host files the repair reads, the output directory and the report. */
 function migratePaths(spec: { parameters: Parameters }): JobPath[] {
   const p = (spec.parameters || {}) as MigrateParameters;
   const m: NonNullable<MigrateParameters['manifest']> = p.manifest || {};
   const out: JobPath[] = (m.disks || []).map((d, i) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, kind: 'input' as const }));
+  for (const h of MANIFEST_HOST_PATHS) {
+    const v = h.of(m);
+    if (v) out.push({ field: `parameters.manifest.${h.field}`, path: v, kind: h.kind });
+  }
   const dir = m.output?.directory || p.output_dir;
   if (dir) {
     out.push({ field: m.output?.directory ? 'parameters.manifest.output.directory' : 'parameters.output_dir', path: dir, kind: 'output_dir' });
@@ -201,8 +210,10 @@ export const OPERATIONS: Record<string, OperationDef> = {
       pool: Joi.string().max(200),
       domain_name: virtName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),
       plan: Joi.object({
+        // Set only by the plan runner (checkCaller refuses it from callers: 400 naming parameters.plan).
         id: Joi.string().max(64).required(), not_after: Joi.number().integer(),
-        slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).required(), limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
+        // Only the limits' own names (queue/plan-slots.ts): never a VM's source guard (vm:...) or another lease.
+        slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).pattern(/^(plan|esxi|datastore|target):/).required().messages({ 'string.pattern.base': '{{#label}} must be a plan limit\'s slot (plan:, esxi:, datastore:, target:)' }), limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',

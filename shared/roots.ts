@@ -10,7 +10,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { ApiError, OperationError } from './errors';
 
-export type PathKind = 'input' | 'output' | 'output_dir';
+/** input_tree: read from an input root, a directory or a regular file (a driver tree, or the ISO image holding it). */
+export type PathKind = 'input' | 'input_tree' | 'output' | 'output_dir';
 /** A path a job names: `field` as the API names it (parameters.output_path, image.path...). */
 export interface JobPath { field: string; path: string; kind: PathKind }
 
@@ -68,17 +69,18 @@ export async function resolveReal(p: string): Promise<{ real: string; stat: Stat
 /** Why `jp` may not be used (null when it may). `mustExist`: at run time an input has to be there. */
 export async function refusal(jp: JobPath, roots: Roots, opts: { mustExist?: boolean } = {}): Promise<{ reason: string | null; real: string }> {
   const { real, stat } = await resolveReal(jp.path);
-  const list = jp.kind === 'input' ? roots.input : roots.output;
+  const read = jp.kind === 'input' || jp.kind === 'input_tree';
+  const list = read ? roots.input : roots.output;
   const root = list.find((r) => inside(real, r));
   const via = real !== path.resolve(jp.path) ? ` (resolves to ${real})` : '';
-  const name = jp.kind === 'input' ? 'FERRY_INPUT_ROOTS' : 'FERRY_OUTPUT_ROOTS';
-  if (!root) return { real, reason: `${jp.path}${via} is outside every ${jp.kind === 'input' ? 'input' : 'output'} root (${name}: ${list.join(':')})` };
+  const name = read ? 'FERRY_INPUT_ROOTS' : 'FERRY_OUTPUT_ROOTS';
+  if (!root) return { real, reason: `${jp.path}${via} is outside every ${read ? 'input' : 'output'} root (${name}: ${list.join(':')})` };
   const device = !!stat && (stat.isBlockDevice() || stat.isCharacterDevice());
   if ((isSystem(real) || device) && !isSystem(root)) return { real, reason: `${jp.path}${via} is a device or system path (/dev, /proc, /sys); refused unless a root names it` };
-  if (opts.mustExist && jp.kind === 'input' && !stat) return { real, reason: `${jp.path} does not exist or cannot be read` };
+  if (opts.mustExist && read && !stat) return { real, reason: `${jp.path} does not exist or cannot be read` };
   if (stat) {
-    const want = jp.kind === 'output_dir' ? stat.isDirectory() : stat.isFile() || (device && isSystem(root));
-    if (!want) return { real, reason: `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : 'regular file'}` };
+    const want = jp.kind === 'output_dir' ? stat.isDirectory() : jp.kind === 'input_tree' ? stat.isDirectory() || stat.isFile() : stat.isFile() || (device && isSystem(root));
+    if (!want) return { real, reason: `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : jp.kind === 'input_tree' ? 'directory or regular file' : 'regular file'}` };
   }
   return { real, reason: null };
 }

@@ -25,6 +25,23 @@ export function redact<T>(value: T, depth = 0): T {
   return out as T;
 }
 
+/** A URL as shown to a caller who may not see its credentials (a webhook's, to non-admin keys): userinfo and the
+ *  query string, where tokens travel, replaced by [redacted]; the scheme, host and path stay. Not a URL: redacted whole. */
+export function redactUrl(url: string): string {
+  let u: URL;
+  try { u = new URL(url); } catch { return REDACTED; }
+  const auth = u.username || u.password ? `${REDACTED}@` : '';
+  const query = u.search ? `?${REDACTED}` : '';
+  return `${u.protocol}//${auth}${u.host}${u.pathname}${query}`;
+}
+
+/** Every occurrence of `url` (and of its parsed form) in `text` shown as redactUrl shows it. */
+export function redactUrlIn(text: string, url: string): string {
+  let out = text.split(url).join(redactUrl(url));
+  try { const href = new URL(url).href; out = out.split(href).join(redactUrl(url)); } catch { /* not a URL: the first pass did it */ }
+  return out;
+}
+
 const SEALED = 'sealed:';
 
 /** A copy of `value` whose sensitive string values are encrypted (kept in Redis that way); the worker that claims

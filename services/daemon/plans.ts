@@ -10,7 +10,8 @@ import {
 } from '../../shared/schemas/plans';
 import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../shared/plans/preflight';
 import { selectVms } from '../../shared/plans/selectors';
-import { applySelection, newVm, Plan, PlanStore } from '../../queue/plans';
+import { applySelection, checkPlanSize, newVm, Plan, planCallerOf, PlanStore } from '../../queue/plans';
+import { checkPlanCaller } from '../../shared/plans/caller';
 import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
@@ -20,7 +21,7 @@ import { vmMayMove } from '../../shared/plan-states';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const one = { description: 'the plan', schema: planSchema };
-const who = (ctx: Koa.Context) => callerOf(ctx)?.name ?? 'anonymous';
+const who = (ctx: Koa.Context) => planCallerOf(callerOf(ctx));
 // planIdParams with the VM: its id schema extracted, so the type can name both keys (keys() keeps planIdParams').
 const vmParams = Joi.object<{ id: string; vm: string }>({ id: planIdParams.extract('id'), vm: Joi.string().max(1100).required().description('the VM path, URL-encoded (%2F for /), or its name') });
 
@@ -63,9 +64,10 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
   const { plans } = d;
   api.add({
     method: 'post', path: '/plans', summary: 'Create a migration plan (VMs, destination, network_map, storage_map, options, limits, windows)', tags: ['plans'], role: 'submit', body: planCreateSchema,
-    responses: { 201: one, 400: err('invalid plan (names the field)'), 409: err('a plan with this id exists') },
+    responses: { 201: one, 400: err('invalid plan (names the field; more VMs than FERRY_PLAN_MAX_VMS names vms)'), 403: err('the plan asks for what this key may not (names the field: source.insecure, options.remove_source)'), 409: err('a plan with this id exists, or FERRY_PLAN_MAX_STORED plans are stored') },
     handler: async (ctx, { body }) => {
       checkManager(body.source);
+      checkPlanCaller(body, callerOf(ctx));
       ctx.status = 201;
       return view(await plans.create(body, who(ctx)));
     },
@@ -85,8 +87,9 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
     responses: { 200: { description: 'event stream: plan (the plan view), then complete {status}', type: 'text/event-stream', schema: { type: 'string' } }, 204: { description: 'a reconnect (Last-Event-ID) to a plan that is final: the stream is over' }, 404: err('unknown plan') },
     handler: async (ctx, { params }) => { await d.events.serve(ctx, params.id); return undefined; },
   });
-  add('/plans/:id', 'Change a plan that has not started (any field of the create body)', 'submit', { method: 'put', body: planUpdateSchema }, async (_ctx, { params, body }) => {
+  add('/plans/:id', 'Change a plan that has not started (any field of the create body)', 'submit', { method: 'put', body: planUpdateSchema, responses: { 403: err('the plan would ask for what this key may not (names the field)') } }, async (ctx, { params, body }) => {
     if (body.source) checkManager(body.source);
+    checkPlanCaller(body, callerOf(ctx));
     return view(await plans.mutate(params.id, (p) => {
       if (p.status !== 'pending' || p.started_at) throw conflict(`plan ${p.id} has started (${p.status}); only a plan not started may change`);
       const { vms, start_at, windows, ...rest } = body;
@@ -96,8 +99,10 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
       if (vms) {
         const listed = vms.map((e) => ({ ...newVm(e), overrides: p.vms.find((x) => x.vm_path === (typeof e === 'string' ? e : e.vm_path))?.overrides ?? {} }));
         p.vms = [...listed, ...p.vms.filter((x) => x.selected_by && !listed.some((l: { vm_path: string }) => l.vm_path === x.vm_path))];
+        checkPlanSize(p.vms.length);
       }
       if (!p.vms.length && !p.selectors?.length) throw fieldError(400, 'vms', 'a plan needs vms or selectors');
+      checkPlanCaller(p, callerOf(ctx)); // the plan as changed: what it asks stays what this caller may ask
       p.validated_at = null;
     }));
   });
@@ -123,9 +128,12 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
   const { plans, runner } = d;
   api.add({
     method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning|info, message, fix}, before any copy: vSphere properties, the target, and the guest read in place on its datastore (docs/plans.md)', tags: ['plans'], role: 'submit', params: planIdParams,
-    responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
-    handler: async (_ctx, { params }) => {
-      const p = await select(await plans.must(params.id));
+    responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 403: err('the plan asks for what this key may not (names the field)'), 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
+    handler: async (ctx, { params }) => {
+      // Preflight reads the VMs with the plan's source settings (insecure): as this caller may.
+      const stored = await plans.must(params.id);
+      checkPlanCaller(stored, callerOf(ctx));
+      const p = await select(stored);
       const results = await preflight(p);
       await plans.mutate(p.id, (q) => {
         for (const r of results) { const v = q.vms.find((x) => x.vm_path === r.vm_path); if (v && !v.job_id) { v.findings = r.findings; if (r.placement) v.placement = r.placement; } }
@@ -136,27 +144,30 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
     },
   });
   add('/plans/:id/overrides', 'Accept a blocker for one VM (recorded with who and why); rules that make the job impossible cannot be overridden', 'submit', { body: overrideSchema }, async (ctx, { params, body }) => {
+    const by = who(ctx).name;
     if (NOT_OVERRIDABLE.has(body.rule)) throw fieldError(400, 'rule', `${body.rule} cannot be overridden: the migration could not run (or would replace what is on the target)`);
     return view(await plans.mutate(params.id, (p) => {
       const v = vmOf(p, body.vm_path);
       if (v.job_id && v.status === 'running') throw conflict(`${v.vm_path} is running`);
-      v.overrides[body.rule] = { by: who(ctx), at: new Date().toISOString(), reason: body.reason };
+      v.overrides[body.rule] = { by, at: new Date().toISOString(), reason: body.reason };
     }));
   });
-  add('/plans/:id/start', 'Start: preflight again, then each VM without an unaccepted blocker runs as a shape B job, paced by the limits and windows', 'submit', {}, async (_ctx, { params }) => {
+  add('/plans/:id/start', 'Start: preflight again, then each VM without an unaccepted blocker runs as a shape B job, paced by the limits and windows; the jobs act as the caller (started_by), so what the plan asks needs the role its direct request needs', 'submit', { responses: { 403: err('the plan asks for what this key may not (names the field: source.insecure, options.remove_source)') } }, async (ctx, { params }) => {
     const p = await plans.must(params.id);
     if (p.status === 'running') throw conflict(`plan ${p.id} is already running`);
     if (p.status !== 'pending') throw conflict(`plan ${p.id} is ${p.status}; retry its failed VMs instead`);
+    checkPlanCaller(p, callerOf(ctx));
     const q = await select(p);
     if (!q.vms.length) throw conflict(`plan ${p.id} has no VM: its selectors match none and it lists none`);
-    return view(await runner.start(q.id, await preflight(q)));
+    return view(await runner.start(q.id, await preflight(q), who(ctx)));
   });
   add('/plans/:id/cancel', 'Cancel the whole plan, or one VM ({vm_path}); what a cancelled VM made on the target is removed', 'submit', { body: planVmCancelSchema, bodyRequired: false },
     async (_ctx, { params, body }) => view(await runner.cancel(params.id, body?.vm_path)));
-  add('/plans/:id/retry', 'Run the failed and cancelled VMs again (preflight again for them)', 'submit', {}, async (_ctx, { params }) => {
+  add('/plans/:id/retry', 'Run the failed and cancelled VMs again (preflight again for them); their jobs act as the caller, who becomes started_by', 'submit', { responses: { 403: err('the plan asks for what this key may not (names the field)') } }, async (ctx, { params }) => {
     const p = await plans.must(params.id);
     if (p.status === 'pending') throw conflict(`plan ${p.id} has not started`);
-    return view(await runner.retry(p.id, await preflight(p)));
+    checkPlanCaller(p, callerOf(ctx));
+    return view(await runner.retry(p.id, await preflight(p), who(ctx)));
   });
   add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: remove the domain, volumes and NVRAM Ferry created on the target, power the source on (idempotent)', 'admin', { params: vmParams },
     async (_ctx, { params }) => {

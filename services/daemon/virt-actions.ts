@@ -53,7 +53,7 @@ function addConversionRoutes(add: AddVirt, v: L.Virsh, submitConvert: VirtDeps['
     const image = await L.confinePath(body.image_path, 'input', 'image_path');
     // Copied into the pool, a reference would resolve against the pool's folder: the disk must reference nothing.
     const { format } = await confineRequestImage({ field: 'image_path', path: image, selfContained: true });
-    const r = await L.importDisk(v, { disks: [{ path: image, format }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], pool: body.pool, firmware: body.firmware });
+    const r = await L.importDisk(v, { disks: [{ path: image, format }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], networkField: () => 'network', pool: body.pool, firmware: body.firmware });
     return [`domain ${r.domain} imported`, r];
   });
   add('post', 'submit', '/convert/vm', 'Convert a disk image as a convert job; answers at once with the job id (GET /jobs/{job_id} to follow it)', { body: S.convertVmBody }, async ({ body }) => {

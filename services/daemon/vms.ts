@@ -2,6 +2,7 @@
 // /vms/discover; also under /api/v1): thin wiring onto shared/vsphere. Credentials come from the request, else
 // from GOVC_*; errors keep the daemon's shape and name the manager, never the password.
 import Joi from 'joi';
+import type Koa from 'koa';
 import type { Api } from '../../shared/http';
 import { ApiError, fieldError } from '../../shared/errors';
 import { managerFor, managerName } from '../../shared/vsphere/client';
@@ -15,7 +16,7 @@ import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
 import { listVms, pathByName, vmDetail, type VmDetail } from '../../shared/vsphere/inventory';
 import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
-import { vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../shared/schemas/vms';
+import { CREDENTIAL_HEADERS, vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../shared/schemas/vms';
 import { callerOf } from './route-kit';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
@@ -31,6 +32,15 @@ function manager(q: ManagerInput, caller: ApiKey | null | undefined) {
     const f = msg.startsWith('password:') ? 'password' : field;
     throw fieldError(400, f, msg, f === 'server' ? msg.replace(/^manager_url/, 'server') : msg);
   }
+}
+
+/** The query's manager with the credentials of the request's headers (CREDENTIAL_HEADERS; the query refuses them). */
+function withHeaderCreds(ctx: Koa.Context, q: ManagerInput): ManagerInput {
+  const username = ctx.get(CREDENTIAL_HEADERS.username) || undefined;
+  const password = ctx.get(CREDENTIAL_HEADERS.password) || undefined;
+  if (username && username.length > 256) throw fieldError(400, 'X-VSphere-Username', 'longer than 256 characters', 'X-VSphere-Username: longer than 256 characters');
+  if (password && password.length > 1024) throw fieldError(400, 'X-VSphere-Password', 'longer than 1024 characters', 'X-VSphere-Password: longer than 1024 characters');
+  return { ...q, username, password };
 }
 
 /** A client error as the daemon's: 401 wrong login, 404 unknown VM, 409 wrong power state, 502 manager away. */
@@ -49,10 +59,10 @@ const detail = ({ moref: _m, ...d }: VmDetail) => ({
 export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
   const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
   api.add({
-    method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, username, password, insecure; defaults GOVC_*)', tags: ['vms'], query: vmListQuery,
+    method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, insecure; headers X-VSphere-Username, X-VSphere-Password; defaults GOVC_*; credentials in the query are refused, 400)', tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'VMs', schema: vmListResponse }, ...errors },
     handler: async (ctx, { query }) => {
-      const m = manager(query, callerOf(ctx));
+      const m = manager(withHeaderCreds(ctx, query), callerOf(ctx));
       const vms = await vsphere(() => listVms(m));
       return { vms: vms.map(({ moref: _m, ...v }) => v), total: vms.length, manager: m.name };
     },
@@ -66,7 +76,7 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'get', role: 'read', path: '/vms/resources', summary: "A manager's datastores (capacity, free space) and networks (port groups too): the left side of a plan's storage_map and network_map", tags: ['vms'], query: vmListQuery,
     responses: { 200: { description: 'datastores and networks', schema: vmResourcesResponse }, ...errors },
     handler: async (ctx, { query }) => {
-      const m = manager(query, callerOf(ctx));
+      const m = manager(withHeaderCreds(ctx, query), callerOf(ctx));
       return { manager: m.name, ...await vsphere(() => listResources(m)) };
     },
   });
@@ -74,7 +84,7 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
     method: 'get', role: 'read', path: '/vms/info', summary: 'One VM in detail (by path, or by name when unique): hardware, disks, NICs, firmware, snapshots', tags: ['vms'], query: vmInfoQuery,
     responses: { 200: { description: 'the VM', schema: vmDetailResponse }, ...errors, 409: err('several VMs have that name') },
     handler: async (ctx, { query }) => {
-      const m = manager(query, callerOf(ctx));
+      const m = manager(withHeaderCreds(ctx, query), callerOf(ctx));
       return detail(await vsphere(async () => vmDetail(m, query.path !== undefined ? query.path : await pathByName(m, query.name))));
     },
   });

@@ -1,13 +1,19 @@
 // The daemon's webhook routes, addressed by position: GET and POST /webhooks, POST /webhooks/test,
 // GET /webhooks/:index/deliveries, DELETE /webhooks/:index. Store and deliveries: queue/webhooks.ts.
 import Joi from 'joi';
+import type Koa from 'koa';
 import type { Api } from '../../shared/http';
 import { fieldError, notFound } from '../../shared/errors';
 import { webhookCreateSchema, webhookSchema, webhookTestSchema } from '../../shared/schemas/daemon';
 import type { DaemonConfig } from '../../shared/daemon-config';
 import { checkTarget } from '../../shared/targets';
 import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
-import { err, now } from './route-kit';
+import { redactUrl, redactUrlIn } from '../../shared/sensitive';
+import { callerOf, err, now } from './route-kit';
+
+/** Whether the caller sees webhook URLs whole: admins (and anyone when auth is off); others get redactUrl's form,
+ *  as a URL's query or userinfo often carries the receiver's token (docs/security.md). */
+const seesUrls = (ctx: Koa.Context) => { const k = callerOf(ctx); return !k || k.role === 'admin'; };
 
 const indexParams = Joi.object<{ index: number }>({ index: Joi.number().integer().min(0).required() });
 const added = Joi.object({ message: Joi.string(), webhook: webhookSchema.keys({ headers: Joi.object().pattern(Joi.string(), Joi.string()).description('sensitive values shown as [redacted]') }) });
@@ -20,9 +26,13 @@ export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: Dae
     return all[index];
   };
   api.add({
-    method: 'get', role: 'read', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown)', tags: ['webhooks'],
+    method: 'get', role: 'read', path: '/webhooks', summary: 'Configured webhooks (secrets and sensitive headers never shown; the URL\'s query and userinfo redacted unless the key is admin)', tags: ['webhooks'],
     responses: { 200: { description: 'webhooks', schema: Joi.object({ webhooks: Joi.array().items(webhookSchema), total: Joi.number().integer(), timestamp: Joi.string().isoDate() }) } },
-    handler: async () => { const all = await webhooks.list(); return { webhooks: all.map(publicView), total: all.length, timestamp: now() }; },
+    handler: async (ctx) => {
+      const all = await webhooks.list();
+      const whole = seesUrls(ctx);
+      return { webhooks: all.map((w, i) => { const v = publicView(w, i); return whole ? v : { ...v, url: redactUrl(v.url) }; }), total: all.length, timestamp: now() };
+    },
   });
   api.add({
     method: 'post', role: 'submit', path: '/webhooks', summary: 'Add a webhook (private and loopback targets refused unless configured)', tags: ['webhooks'], body: webhookCreateSchema,
@@ -49,9 +59,14 @@ export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: Dae
     },
   });
   api.add({
-    method: 'get', role: 'read', path: '/webhooks/:index/deliveries', summary: 'Delivery log of one webhook, newest first', tags: ['webhooks'], params: indexParams,
+    method: 'get', role: 'read', path: '/webhooks/:index/deliveries', summary: 'Delivery log of one webhook, newest first (the webhook\'s URL in an error redacted unless the key is admin)', tags: ['webhooks'], params: indexParams,
     responses: { 200: { description: 'deliveries', schema: Joi.object().unknown(true) }, 404: err('no webhook at index') },
-    handler: async (_ctx, { params }) => { const w = await hookAt(params.index); return { webhook_id: w.id, deliveries: await webhooks.deliveries(w.id) }; },
+    handler: async (ctx, { params }) => {
+      const w = await hookAt(params.index);
+      const deliveries = await webhooks.deliveries(w.id);
+      const whole = seesUrls(ctx);
+      return { webhook_id: w.id, deliveries: whole ? deliveries : deliveries.map((d) => ({ ...d, last_error: d.last_error && redactUrlIn(d.last_error, w.url) })) };
+    },
   });
   api.add({
     method: 'delete', role: 'submit', path: '/webhooks/:index', summary: 'Delete the webhook at a zero-based index', tags: ['webhooks'], params: indexParams,

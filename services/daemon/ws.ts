@@ -20,6 +20,7 @@ import { createLogger, ignoreError } from '../../shared/log';
 import type { Caller } from '../../shared/auth';
 import { browserRefusal, BrowserRule } from '../../shared/browser';
 import { runAs } from '../../shared/limits';
+import { clientAddress } from '../../shared/client-address';
 
 /** `socket` is the connection ws writes to (handleUpgrade's): corked across a batch of updates (flush). */
 interface Client { ws: WebSocket; socket: Duplex; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, Buffer> }
@@ -97,7 +98,7 @@ export class WsHub {
       if (!kind && !other) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
         if (v.status) { this.d.audit?.(req, { path, status: v.status, reason: v.message }); return refuseUpgrade(socket, v.status, v.message); }
-        if (other) return runAs(v.who || `addr:${req.socket.remoteAddress}`, () => other(req, socket, head, v.caller ?? null));
+        if (other) return runAs(v.who || `addr:${clientAddress(req)}`, () => other(req, socket, head, v.caller ?? null));
         this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, socket, kind));
       }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));
     });

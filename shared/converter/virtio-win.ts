@@ -77,15 +77,19 @@ export async function driverVersions(tree: string, driver: string, arch: string)
 }
 
 export interface DriverDir { driver: string; dir: string; files: string[] }
-/** Every driver of the tree that has <version>/<arch>, with its regular files (sorted). */
+/** Every driver of the tree that has <version>/<arch>, with its regular files (sorted). A directory that resolves
+ *  outside the tree (a symbolic link in it, or in an ISO image) is skipped: only the tree's own files reach a guest,
+ *  and files are taken only when they are regular files themselves (no links). */
 export async function driverSet(tree: string, version: string, arch: string): Promise<DriverDir[]> {
   const out: DriverDir[] = [];
+  const base = await fs.realpath(tree);
   for (const e of (await entries(tree)).sort((a, b) => a.name.localeCompare(b.name))) {
     if (!e.isDirectory()) continue;
     const v = await findCi(path.join(tree, e.name), version, 'dir');
     const a = v && await findCi(path.join(tree, e.name, v), arch, 'dir');
     if (!a) continue;
-    const dir = path.join(tree, e.name, v, a);
+    const dir = await fs.realpath(path.join(tree, e.name, v, a));
+    if (!dir.startsWith(base + path.sep)) continue;
     const files = (await entries(dir)).filter((f) => f.isFile()).map((f) => f.name).sort();
     if (files.length) out.push({ driver: e.name, dir, files });
   }

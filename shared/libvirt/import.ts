@@ -12,7 +12,7 @@ import { awaitedLater, expectedError } from '../log';
 import { checkName, MAC_PATTERN, NAME_PATTERN as NAME_OK } from './names';
 import { nicBus } from './nic-layout';
 import { defineDomain, domainExists, domainInfo } from './domains';
-import { networkExists } from './networks';
+import { networkExists, nicSource } from './networks';
 import { copyIntoPool, ensureDirPool, isLocalUri, poolTarget, putFile, volumeExists, volumeInfo } from './volumes';
 import { parseXml, list, Many, XmlAttrs } from './xml';
 import { configuredUri, Virsh } from './virsh';
@@ -29,8 +29,10 @@ export interface ImportSpec {
   diskField?: (i: number) => string;
   name: string;
   memoryMiB: number; cpus: number;
-  /** Networks (libvirt network names, or bridge names when no such network exists), one NIC each. */
+  /** Networks (libvirt network names, or bridges listed in FERRY_LIBVIRT_BRIDGES: nicSource), one NIC each. */
   networks: string[];
+  /** The request field that named network i, for a 400 about it (default `networks[i]`). */
+  networkField?: (i: number) => string;
   /** The NICs' MAC addresses, in the order of `networks` (a migrated guest keeps its own: its network configuration
    *  and DHCP reservations name them); libvirt picks one where missing. */
   macs?: (string | undefined)[];
@@ -113,7 +115,7 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
           throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
         }))),
       targetP,
-      Promise.all(s.networks.map(async (n, i) => ({ type: (await networkExists(v, checkName(n, 'network'))) ? 'network' as const : 'bridge' as const, source: n, mac: macOf(s.macs?.[i], i) }))),
+      Promise.all(s.networks.map(async (n, i) => ({ ...(await nicSource(v, n, s.networkField?.(i) ?? `networks[${i}]`)), mac: macOf(s.macs?.[i], i) }))),
       domainType(v),
     ]);
     if (exists) throw new ApiError(409, `a domain named ${s.name} already exists`);
@@ -174,12 +176,13 @@ export async function importForMigration(o: {
 }): Promise<ImportResult & { virt_uri: string }> {
   const v = new Virsh(o.virtUri || configuredUri());
   const networks: string[] = [];
+  const fields: string[] = [];
   for (const src of o.sourceNetworks) {
     const target = o.networkMapping[src];
-    if (target) { networks.push(target); continue; }
-    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); continue; }
+    if (target) { networks.push(target); fields.push(`options.network_mapping[${JSON.stringify(src)}]`); continue; }
+    if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); fields.push('options.network_mapping'); continue; }
     throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
   }
-  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
+  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, networkField: (i) => fields[i], macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress });
   return { ...r, virt_uri: v.uri };
 }

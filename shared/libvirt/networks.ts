@@ -2,6 +2,8 @@
 import net from 'node:net';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
+import { config } from '../config';
+import { fieldError } from '../errors';
 import { buildXml, list, Many, parseXml, text, XmlAttrs, XmlValue } from './xml';
 import { withXmlFile } from './domains';
 
@@ -44,6 +46,19 @@ export async function networkDetail(v: Virsh, name: string) {
 export async function networkExists(v: Virsh, name: string): Promise<boolean> {
   try { await v.run(['net-uuid', name]); return true; } catch (e) { if (e instanceof LibvirtError && e.status === 404) return false; throw e; }
 }
+
+/** What a NIC named `name` attaches to on `v`: the libvirt network of that name, else a host bridge the operator
+ *  listed in FERRY_LIBVIRT_BRIDGES; anything else is refused (400 naming `field`). Every path that attaches a NIC
+ *  (imports, a migration's network_mapping, a template's clone) asks here. */
+export async function nicSource(v: Virsh, name: string, field: string): Promise<{ type: 'network' | 'bridge'; source: string }> {
+  checkName(name, field);
+  if (await networkExists(v, name)) return { type: 'network', source: name };
+  if (bridgeAllowed(name)) return { type: 'bridge', source: name };
+  throw fieldError(400, field, `"${name}" is neither a libvirt network on ${v.uri} nor a host bridge listed in FERRY_LIBVIRT_BRIDGES`);
+}
+
+/** Whether the operator listed `name` in FERRY_LIBVIRT_BRIDGES. */
+export const bridgeAllowed = (name: string) => config.libvirtBridges.includes(name);
 
 export interface NetworkSpec { name: string; bridge?: string; forward?: 'nat' | 'none' | 'route'; subnet?: string; ip_start?: string; ip_end?: string }
 

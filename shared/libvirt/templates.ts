@@ -8,7 +8,7 @@ import { convert, noProgress } from '../qemu';
 import { checkName } from './names';
 import { cloneDomain } from './clone';
 import { defineDomain, domainInfo, domainXml, listDomains } from './domains';
-import { networkExists } from './networks';
+import { nicSource } from './networks';
 import { downloadVolume } from './volumes';
 import { confinePath } from './paths';
 import { buildXml, list, Many, parseXml, text, XmlAttrs, XmlValue } from './xml';
@@ -103,10 +103,10 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
   }
   if (s.vcpus) d.vcpu = typeof d.vcpu === 'object' ? { ...d.vcpu, '#text': String(s.vcpus) } : String(s.vcpus);
   if (s.network) {
-    const asNetwork = await networkExists(v, s.network);
+    const to = await nicSource(v, s.network, 'network');
     const devices = d.devices!; // every domain definition has <devices>
     const nics = list(devices.interface);
-    const nic = { '@_type': asNetwork ? 'network' : 'bridge', source: asNetwork ? { '@_network': s.network } : { '@_bridge': s.network }, mac: nics[0]?.mac, model: { '@_type': 'virtio' } };
+    const nic = { '@_type': to.type, source: to.type === 'network' ? { '@_network': to.source } : { '@_bridge': to.source }, mac: nics[0]?.mac, model: { '@_type': 'virtio' } };
     devices.interface = [nic, ...nics.slice(1)];
   }
   await defineDomain(v, doc);

@@ -17,10 +17,13 @@ import { datacenterOf } from '../vsphere/inventory';
 import type { Logger } from '../log';
 import type { VmFacts } from './facts';
 import type { Finding } from './rules';
+import { ApiError } from '../errors';
+import { spawnSlots } from '../limits';
 import { diskData, serveDisk, type DiskData, type NbdSource } from './guest-source';
 import { guestFindings, noOsFindings, unreadable, type GuestRead } from './guest-rules';
 
 const MAX_DRIVES = 64;
+const isCapRefusal = (e: unknown) => e instanceof ApiError && (e.status === 429 || e.status === 503);
 export const guestPreflightSeconds = () => Number(process.env.FERRY_GUEST_PREFLIGHT_SECONDS || 600);
 /** Whether validate and start read the guests (FERRY_GUEST_PREFLIGHT=0 turns it off for the daemon; a plan's or
  *  VM's options.guest_preflight decides over it). */
@@ -147,6 +150,11 @@ function regroup(vms: Vm[]): Vm[][] {
 /** Guest findings per VM path for `facts`; every VM gets an answer (a guest_unreadable warning when the read
  *  failed or the time bound passed). */
 export async function guestPreflight(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, outer?: AbortSignal): Promise<Map<string, Finding[]>> {
+  // One appliance at a time per request, capped per caller and in all (config.guestAppliances): 429/503.
+  return spawnSlots.appliance.run(() => readGuests(m, facts, log, outer));
+}
+
+async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, outer?: AbortSignal): Promise<Map<string, Finding[]>> {
   const seconds = guestPreflightSeconds();
   const signal = outer ? AbortSignal.any([outer, AbortSignal.timeout(seconds * 1000)]) : AbortSignal.timeout(seconds * 1000);
   const out = new Map<string, Finding[]>();
@@ -167,6 +175,7 @@ export async function guestPreflight(m: Manager, facts: VmFacts[], log: Pick<Log
       // UUIDs now known, so the rounds end.
       todo = [...regroup(r.again), ...r.alone.map((v) => [v]), ...todo];
     } catch (e) {
+      if (isCapRefusal(e)) throw e; // nbdkit past its cap: the caller's answer is 429/503, not a finding
       const why = signal.aborted ? `the guest preflight did not finish within ${seconds} s (FERRY_GUEST_PREFLIGHT_SECONDS)` : (e as Error).message;
       log.warn('guest preflight could not read VMs; they get a guest_unreadable warning', { vms: group.map((v) => v.facts.vm_path), error: why });
       for (const v of group) out.set(v.facts.vm_path, [unreadable(why)]);

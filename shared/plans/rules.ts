@@ -2,6 +2,7 @@
 // target's facts and the plan, so they are checked the same on validate and on start. Rule names follow
 // Forklift's where one exists, so operators who know those read these.
 import { NAME_PATTERN } from '../libvirt/names';
+import { bridgeAllowed } from '../libvirt/networks';
 import { osHint } from '../vsphere/export';
 import type { VmFacts } from './facts';
 import type { TargetFacts } from './target';
@@ -58,7 +59,7 @@ function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
   for (const n of x.nics) {
     const target = c.network_map[n.network];
     if (target === undefined) out.push(f('network_unmapped', B, `${n.label} is on "${n.network}", which network_map does not map`, `add "${n.network}" to network_map`));
-    else if (t.reachable && !t.networks.has(target)) out.push(f('network_missing', B, `network_map sends "${n.network}" to "${target}", which ${t.uri} has no network of`, `create network "${target}" on the target or change network_map`));
+    else if (t.reachable && !t.networks.has(target) && !bridgeAllowed(target)) out.push(f('network_missing', B, `network_map sends "${n.network}" to "${target}", which ${t.uri} has no network of (nor is it a host bridge listed in FERRY_LIBVIRT_BRIDGES)`, `create network "${target}" on the target, list the bridge in FERRY_LIBVIRT_BRIDGES, or change network_map`));
     const owner = t.macs.get(n.mac);
     if (owner) out.push(f('duplicate_mac', B, `${n.label}'s MAC ${n.mac} is already used by domain ${owner} on ${t.uri}`, `remove or re-address ${owner}, or change the VM's MAC`));
   }

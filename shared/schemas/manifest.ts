@@ -46,6 +46,8 @@ export const pipelineSchema = Joi.object({
     regen_initramfs: Joi.boolean().default(true),
     fstab_mode: manifestFstabMode.default('stabilize-all'),
     remove_source_hv_tools: Joi.boolean().default(false),
+    // An extension (the converter config's virtio_win): a host path, so a job's must lie in an input root (shared/operations.ts).
+    virtio_win: absolutePath.description('virtio-win driver tree (a directory, or an ISO image) for inject_virtio_drivers'),
   }),
   convert: stage({
     compress: Joi.boolean().default(false),

@@ -6,6 +6,7 @@ import { virtUriSchema } from '../libvirt/uri';
 import { virtName } from '../libvirt/names';
 import type { PlanCreate } from '../../queue/plans';
 import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../plan-states';
+import { ROLES } from '../auth';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -66,7 +67,7 @@ const planFields = {
     manager_url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description('default GOVC_URL; one of FERRY_VSPHERE_MANAGERS'),
     insecure: Joi.boolean(),
   }).description('the vSphere manager; its credentials come from the environment (plans are stored in Redis, so never carry a password)'),
-  vms: Joi.array().items(planVmEntry).max(1000),
+  vms: Joi.array().items(planVmEntry).max(10_000).description('at most FERRY_PLAN_MAX_VMS (default 1000) with the selected ones; 10,000 is the body\'s own bound'),
   selectors: Joi.array().items(selector).min(1).max(20).description('VMs chosen by folder, name glob and power state (a VM matching any selector is in the plan)'),
   destination: Joi.object({
     type: Joi.string().valid('kvm').default('kvm'),
@@ -130,10 +131,16 @@ export const planVmSchema = Joi.object({
   }).label('PlanVmAction')).description('each side effect done for this VM, claimed before it was done (docs/plans.md, Claims)'),
 }).unknown(true).label('PlanVm');
 
+const planCallerSchema = Joi.object({
+  name: Joi.string().description('the API key\'s name; "anonymous" with authentication off'),
+  role: Joi.string().valid(...ROLES).allow(null).description('the key\'s role; null with authentication off'),
+}).label('PlanCaller');
+
 export const planSchema = Joi.object({
   id: Joi.string(), name: Joi.string(), status: Joi.string().valid(...PLAN_STATUSES), archived: Joi.boolean(),
   created_at: Joi.string().isoDate(), updated_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null),
-  finished_at: Joi.string().isoDate().allow(null), created_by: Joi.string(),
+  finished_at: Joi.string().isoDate().allow(null), created_by: planCallerSchema.description('who created the plan'),
+  started_by: planCallerSchema.allow(null).description('who started the plan (or last retried it): every job the plan submits carries this caller, and is checked as its direct request would be (docs/plans.md, "What each role may do through a plan")'),
   counts: Joi.object().pattern(Joi.string(), Joi.number().integer()).description('VMs per status'),
   vms: Joi.array().items(planVmSchema),
 }).unknown(true).label('Plan');

@@ -16,15 +16,26 @@ const creds = {
   insecure: Joi.boolean().description('accept an untrusted TLS certificate (default GOVC_INSECURE)'),
 };
 
-/** A manager and its credentials as a request names them (each defaults to GOVC_*). */
+/** The headers a GET of /vms/* takes its credentials from: a query string is kept in proxy logs, browser
+ *  histories and Referer headers, so credentials there are refused (400 naming the field), never read. */
+export const CREDENTIAL_HEADERS = { username: 'x-vsphere-username', password: 'x-vsphere-password' } as const;
+const notInQuery = (h: string) => Joi.any().forbidden()
+  .messages({ 'any.unknown': `{{#label}} is never accepted in the query string (it would be kept in logs and histories): send the ${h} header (or a body on POST)` });
+const queryCreds = {
+  username: notInQuery('X-VSphere-Username'), password: notInQuery('X-VSphere-Password'),
+  insecure: creds.insecure,
+};
+
+/** A manager and its credentials as a request names them (each defaults to GOVC_*; on a GET the credentials come
+ *  from CREDENTIAL_HEADERS). */
 export interface ManagerInput { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }
-export const vmListQuery = Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...creds }).oxor('server', 'manager_url').label('VmListQuery');
+export const vmListQuery = Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...queryCreds }).oxor('server', 'manager_url').label('VmListQuery');
 
 /** xor() below: a path or a name. */
 type VmInfoQuery = ManagerInput & ({ path: string; name?: undefined } | { path?: undefined; name: string });
 export const vmInfoQuery = Joi.object<VmInfoQuery>({
   path: vmPath, name: Joi.string().max(256).description('a VM name, when only one VM has it'),
-  server: manager, manager_url: manager, ...creds,
+  server: manager, manager_url: manager, ...queryCreds,
 }).xor('path', 'name').oxor('server', 'manager_url')
   .messages({ 'object.missing': '{{#label}} must contain path or name', 'object.xor': '{{#label}} must contain only one of path or name' })
   .label('VmInfoQuery');

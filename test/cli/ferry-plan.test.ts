@@ -13,7 +13,7 @@ import { startPlanStack, type PlanStack } from '../plans/fixture';
 const KEY = 'cli-plan-submit-key-0123456789';
 const ADMIN = 'cli-plan-admin-key-0123456789';
 
-describe('the ferry command (a plan run to the end)', function () {
+describe('the ferry command (a plan run to the end) @vm', function () {
   this.timeout(900_000);
   let s: PlanStack;
   let env: Record<string, string>;

@@ -284,16 +284,18 @@ describe('browser dashboard (headless Chromium)', function () {
     try {
       const t1 = Date.now();
       await p3.goto(D + '#/jobs');
-      await p3.waitForFunction('document.querySelectorAll("table.jobs tbody tr[data-id]").length === 50');
+      // Locators, not waitForFunction: the page's CSP (script-src 'self', no eval) refuses a string predicate.
+      await p3.locator('table.jobs tbody tr[data-id]').nth(49).waitFor();
+      expect(await p3.locator('table.jobs tbody tr[data-id]').count()).to.equal(50);
       await p3.waitForSelector('.pager .range');
       const renderMs = Date.now() - t1;
       expect(await p3.textContent('.pager .range')).to.match(/^1–50 of 10\d{3}$/);
       // Paging asks the server for the next page (offset), never for everything.
       await p3.click('.pager button.next');
-      await p3.waitForFunction('document.querySelector(".pager .range")?.textContent?.startsWith("51–100")');
+      await p3.locator('.pager .range', { hasText: /^51–100/ }).waitFor();
       const t2 = Date.now();
       await p3.goto(D + '#/jobs?status=pending&offset=5000');
-      await p3.waitForFunction('document.querySelector(".pager .range")?.textContent?.startsWith("5001–5050")');
+      await p3.locator('.pager .range', { hasText: /^5001–5050/ }).waitFor();
       const deepMs = Date.now() - t2;
       await p3.screenshot({ path: path.join(ARTIFACTS, 'dashboard-10k.png'), fullPage: false });
       const biggestJobs = Math.max(...Object.values(sizes));

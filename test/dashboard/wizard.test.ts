@@ -29,7 +29,7 @@ const NET = 'DC0_DVPG0'; // the target network has the source port group's name:
 const FINAL = ['completed', 'failed', 'cancelled'];
 const RUNNABLE = ['wz-app', 'wz-web'];
 
-describe('dashboard: VMs page and migration wizard (headless Chromium, simulator and libvirtd)', function () {
+describe('dashboard: VMs page and migration wizard (headless Chromium, simulator and libvirtd) @vm', function () {
   this.timeout(900_000);
   let s: PlanStack;
   let lv2: TestLibvirt;

@@ -1,12 +1,13 @@
 // The production build, as the Docker image holds it (there is no Docker engine here to build the image itself):
-// `npm run build`, then dist/ + package.json + package-lock.json in a temporary folder with production
-// dependencies only (`npm ci --omit=dev`, as the Dockerfile's prod-deps stage), and the services started
+// `npm run build` (dist/, built once per run and reused here when current), then a copy of dist/, package.json and
+// package-lock.json in a temporary folder with production dependencies only (`npm ci --omit=dev`, as the
+// Dockerfile's prod-deps stage), and the services started
 // from there with plain `node` (no tsx, no NODE_OPTIONS) against a real redis-server: the gateway and a worker run
 // a real `convert`, the daemon serves its dashboard files, and the ferry-convert bin converts a disk.
 import { expect } from 'chai';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -15,6 +16,7 @@ import { Proc, startProcess, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import type { JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
+import { buildIsCurrent } from '../../scripts/build';
 
 /** What a convert job's result holds (the fields read here). */
 interface ConvertResult { output_path: string; sha256: string }
@@ -38,8 +40,12 @@ describe('production build: compiled JavaScript with production dependencies onl
 
   before(async () => {
     mkdirSync(app);
-    const b = spawnSync('npm', ['run', 'build', '--', '--out', dist], { cwd: ROOT, encoding: 'utf8' });
+    // The run's one build of dist/ (scripts/test.ts builds it before the first file; `npm run build` is then
+    // "current" and compiles nothing), copied as the Dockerfile's build stage hands it on.
+    const b = spawnSync('npm', ['run', 'build'], { cwd: ROOT, encoding: 'utf8' });
     expect(b.status, b.stdout + b.stderr).to.equal(0);
+    expect(buildIsCurrent(path.join(ROOT, 'dist')), 'dist/ is a build of these sources').to.equal(true);
+    cpSync(path.join(ROOT, 'dist'), dist, { recursive: true, preserveTimestamps: true });
     for (const f of ['package.json', 'package-lock.json']) copyFileSync(path.join(ROOT, f), path.join(app, f));
     const i = spawnSync('npm', ['ci', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'], { cwd: app, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
     expect(i.status, i.stdout + i.stderr).to.equal(0);

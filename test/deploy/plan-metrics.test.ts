@@ -43,7 +43,7 @@ function targets(): Target[] {
 /** As Grafana substitutes them: the plan variable (a repeated row's value) and the intervals for a 1 s scrape. */
 const substitute = (e: string) => e.replace(/\$plan/g, PLAN).replace(/\$__rate_interval|\$__interval|\$__range/g, '30s');
 
-describe('deploy: the Migration plans dashboard on a real plan run', function () {
+describe('deploy: the Migration plans dashboard on a real plan run @vm', function () {
   this.timeout(600_000);
   let s: PlanStack;
   let B: string;

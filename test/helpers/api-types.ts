@@ -68,7 +68,7 @@ export interface WsMessage<D = unknown> { type: string; timestamp: string; data:
 /** POST /ws/ticket. */
 export type WsTicket = Awaited<ReturnType<typeof issueTicket>>;
 /** GET /audit. */
-export interface AuditPage { records: AuditRecord[]; count: number; retention_seconds: number }
+export interface AuditPage { records: AuditRecord[]; count: number; retention_seconds: number; refusals_unwritten: number }
 /** GET /plans and POST /plans/:id/validate. */
 export interface PlanList { plans: PlanView[]; total: number }
 export interface Validation { plan_id: string; blockers: number; warnings: number; vms: VmResult[] }

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { backupPath, GuestSession } from '../../shared/converter/guestfs';
 
-describe('guest backups: one root-only tree, the first copy kept (libguestfs)', function () {
+describe('guest backups: one root-only tree, the first copy kept (libguestfs) @vm', function () {
   this.timeout(300_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-backup-test-'));
   let g: GuestSession;

@@ -201,7 +201,7 @@ describe('NIC names across the move (pure)', () => {
   });
 });
 
-describe('virt_test judges from the console (real qemu)', function () {
+describe('virt_test judges from the console (real qemu) @vm', function () {
   this.timeout(120_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-judge-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

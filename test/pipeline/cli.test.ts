@@ -132,7 +132,7 @@ describe('ferry-convert command line', function () {
       expect(identical(srcA, 'vmdk', path.join(out, 'tty.qcow2'), 'qcow2')).to.equal(true);
     });
 
-    it('virt_test boots the output once (qemu, snapshot=on): the console shows the boot, the output is unchanged', async () => {
+    it('virt_test boots the output once (qemu, snapshot=on): the console shows the boot, the output is unchanged @vm', async () => {
       const src = makeBootableImage(dir, 'bootable', 'vmdk');
       const out = path.join(dir, 'virt-ok');
       const cfg = writeConfig('virt-ok.yaml', { command: 'local', vmdk: src, output_dir: out, to_output: 'boot.qcow2', ...NO_FIX, virt_test: true, vm_name: 'ferry-test-vm', memory: 256, vcpus: 1, virt_test_expect: 'FERRY-BOOT-OK', virt_test_timeout: 60 });
@@ -146,7 +146,7 @@ describe('ferry-convert command line', function () {
       expect(r.stderr).to.match(/test boot \((kvm|tcg), bios\): passed/);
     });
 
-    it('virt_test on a disk that cannot boot: exit 1, the report says why, the output is kept for a look', async () => {
+    it('virt_test on a disk that cannot boot: exit 1, the report says why, the output is kept for a look @vm', async () => {
       const out = path.join(dir, 'virt-bad');
       const cfg = writeConfig('virt-bad.yaml', { command: 'local', vmdk: srcB, output_dir: out, to_output: 'noboot.qcow2', ...NO_FIX, virt_test: true, virt_test_timeout: 120 });
       const r = await ferryConvert(['--config', cfg]);
@@ -159,7 +159,7 @@ describe('ferry-convert command line', function () {
       expect(existsSync(path.join(out, 'noboot.qcow2'))).to.equal(true);
     });
 
-    it('virt_test on a disk that boots and then shows nothing: exit 1 and FAILED, not OK (no milestone is no success)', async () => {
+    it('virt_test on a disk that boots and then shows nothing: exit 1 and FAILED, not OK (no milestone is no success) @vm', async () => {
       const src = makeBootableImage(dir, 'silent', 'vmdk', '');
       const out = path.join(dir, 'virt-silent');
       const cfg = writeConfig('virt-silent.yaml', { command: 'local', vmdk: src, output_dir: out, to_output: 'silent.qcow2', ...NO_FIX, virt_test: true, memory: 64, virt_test_timeout: 8 });
@@ -179,7 +179,7 @@ describe('ferry-convert command line', function () {
       expect(r.stderr).to.match(/"virt_test_expect" is not a regular expression: /);
     });
 
-    it('repairs a real guest (fstab uuid-only) into raw output: fix reported, source untouched', async function () {
+    it('repairs a real guest (fstab uuid-only) into raw output: fix reported, source untouched @vm', async function () {
       const g = buildGuests();
       const before = await sha256File(g.plainVmdk);
       const out = path.join(dir, 'local-fix');

@@ -18,7 +18,7 @@ const pgrep = (...args: string[]) => {
 };
 const children = (pid: number) => pgrep('-P', String(pid));
 
-describe('guestfish servers do not outlive the process that opened them', function () {
+describe('guestfish servers do not outlive the process that opened them @vm', function () {
   this.timeout(600_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guestfs-owner-'));
   let server = 0;

@@ -34,7 +34,7 @@ const FILES: Record<string, string> = {
   '/usr/bin/booster': '#!/bin/sh\nexit 1\n',
 };
 
-describe('Linux repair steps on one real disk: every network stack, every pin of the old disk (issue 20)', function () {
+describe('Linux repair steps on one real disk: every network stack, every pin of the old disk (issue 20) @vm', function () {
   this.timeout(20 * 60 * 1000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-layouts-'));
   let s: GuestSession;

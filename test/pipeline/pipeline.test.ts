@@ -50,7 +50,7 @@ async function xfsUuidOf(image: string, dir: string): Promise<string> {
   } finally { await fd.close(); await fs.rm(raw, { force: true }); }
 }
 
-describe('pipeline on real guests (libguestfs)', function () {
+describe('pipeline on real guests (libguestfs) @vm', function () {
   this.timeout(600_000);
   let g: Guests;
   let tmp: string;

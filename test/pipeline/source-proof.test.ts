@@ -14,7 +14,7 @@ import type { TestBootResult } from '../../shared/converter/testboot';
 /** A record file as test/fixtures/source-proof.ts writes it (its SourceBootRecord, not exported). */
 interface SourceBootRecord { result: TestBootResult; console: string; at: string }
 
-describe('source boots of a cached fixture: booted once, their record re-checked', function () {
+describe('source boots of a cached fixture: booted once, their record re-checked @vm', function () {
   this.timeout(300_000); // the tiny guest's first build is one appliance launch
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-proof-test-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

@@ -10,7 +10,7 @@ import { testBootQemu } from '../../shared/converter/testboot';
 import { chooseFirmware } from '../../shared/converter/firmware';
 import { makeBootableImage, makeImage } from '../helpers/images';
 
-describe('test boot: no milestone is not a pass', function () {
+describe('test boot: no milestone is not a pass @vm', function () {
   this.timeout(300_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-testboot-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

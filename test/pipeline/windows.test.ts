@@ -179,7 +179,7 @@ describe('Windows virtio drivers: driver tree and hives on the host (no applianc
   });
 });
 
-describe('Windows virtio drivers on a real phony Windows guest (libguestfs)', function () {
+describe('Windows virtio drivers on a real phony Windows guest (libguestfs) @vm', function () {
   this.timeout(900_000);
   let tmp: string;
   let vmdk: string;

@@ -56,7 +56,7 @@ function makeLuksDisk(dir: string): string {
   return raw;
 }
 
-describe('plans: guest-level preflight reads the guest in place on the datastore', function () {
+describe('plans: guest-level preflight reads the guest in place on the datastore @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the guest fixture first
   const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-preflight-test-'));

@@ -32,7 +32,7 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, new Promise<T>((_, rej) => { t = setTimeout(() => rej(new Error(`timed out waiting for ${what}`)), ms); })]).finally(() => clearTimeout(t));
 }
 
-describe('plans: live events and a worker killed mid-plan', function () {
+describe('plans: live events and a worker killed mid-plan @vm', function () {
   this.timeout(600_000);
   let s: PlanStack;
   let B: string;

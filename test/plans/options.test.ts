@@ -29,7 +29,7 @@ const NET = 'ferry-plans-opt';
 const CAPS = ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'];
 const FINAL = ['completed', 'failed', 'cancelled'];
 
-describe('plans: selectors, destinations, names, the source guard and remove_source', function () {
+describe('plans: selectors, destinations, names, the source guard and remove_source @vm', function () {
   this.timeout(600_000);
   const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-plans-opt-'));

@@ -101,7 +101,8 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   it('creates a plan (201, JSON and YAML, both path forms), lists, gets and changes it; bad input is a 400 naming the field', async () => {
     const a = await req<PlanView>(B, 'POST', '/plans', { ...base(), id: 'p-json', vms: [vm('ok1'), { vm_path: vm('ds1'), options: { power_off: 'force', rollback: false } }] }, alice);
     expect(a.status, a.text).to.equal(201);
-    expect(a.body).to.include({ id: 'p-json', status: 'pending', created_by: 'alice' });
+    expect(a.body).to.include({ id: 'p-json', status: 'pending', started_by: null });
+    expect(a.body.created_by).to.deep.equal({ name: 'alice', role: 'submit' });
     expect(a.body.vms.map((x) => [x.vm_path, x.status, x.job_id])).to.deep.equal([[vm('ok1'), 'pending', null], [vm('ds1'), 'pending', null]]);
     expect(a.body.limits).to.deep.equal({ per_plan: 4, per_esxi_host: 2, per_datastore: 3, per_target_host: 4 });
     // A VM's own options override only what they give: no defaults that would undo the plan's options.

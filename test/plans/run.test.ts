@@ -16,7 +16,7 @@ import type { DaemonJob, DeliveryLog, PlanView } from '../helpers/api-types';
 
 const FINAL = ['completed', 'failed', 'cancelled'];
 
-describe('plans: paced execution against vcsim and libvirtd', function () {
+describe('plans: paced execution against vcsim and libvirtd @vm', function () {
   this.timeout(600_000);
   let s: PlanStack;
   let B: string;

@@ -25,7 +25,7 @@ const N = 8;
 const LIMITS = { per_plan: N, per_esxi_host: 2, per_datastore: 3 };
 const FINAL = ['completed', 'failed', 'cancelled'];
 
-describe(`plans: ${N} VMs complete within per-host and per-datastore limits`, function () {
+describe(`plans: ${N} VMs complete within per-host and per-datastore limits @vm`, function () {
   this.timeout(2_700_000);
   let s: PlanStack;
   /** Each VM's ESXi host and datastore: every host has VMs on both datastores. */

@@ -30,7 +30,11 @@ describe('security: the audit log', function () {
   let dm: Awaited<ReturnType<typeof startDaemonProc>>;
   let rc: IORedis;
   const as = (k: string) => ({ 'x-api-key': k });
-  const stored = async () => (await rc.zrange('aud:audit', 0, -1)).map((r) => JSON.parse(r) as AuditRecord);
+  /** Every record in Redis, oldest first: the accepted requests' sorted set and the refusals' stream (sampled). */
+  const stored = async () => [
+    ...(await rc.zrange('aud:audit', 0, -1)).map((r) => JSON.parse(r) as AuditRecord),
+    ...(await rc.xrange('aud:audit:refusals', '-', '+')).map(([, f]) => JSON.parse(f[1]) as AuditRecord),
+  ].sort((a, b) => Date.parse(a.time) - Date.parse(b.time));
   const audit = async (q = '', base = '') => {
     const r = await req<AuditPage>(dm.url, 'GET', `${base}/audit${q}`, undefined, as(K.ops));
     expect(r.status, r.text).to.equal(200);

@@ -30,7 +30,7 @@ function connect(url: string, headers: Record<string, string> = {}): Con {
 const type = (c: Con, line: string) => c.ws.send(JSON.stringify({ type: 'input', data: `${line}\r` }));
 const statusOf = (c: Con) => until(() => c.msgs.find((m) => m.type === 'status'), 30000, 'console status');
 
-describe('security: the host and the VM console are admin\'s', function () {
+describe('security: the host and the VM console are admin\'s @vm', function () {
   this.timeout(300_000);
   let s: VirtStack;
   let url: string;

@@ -88,7 +88,7 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
   });
 
   it('the listener is a manager Ferry may reach: a request with its own password is sent there (so the checks below can fail)', async () => {
-    const r = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl, username: 'x', password: OWN_PASSWORD })}`, undefined, as(K.read));
+    const r = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl })}`, undefined, { ...as(K.read), 'x-vsphere-username': 'x', 'x-vsphere-password': OWN_PASSWORD });
     expect(r.status, r.text).to.equal(401);
     expect(seenPassword(OWN_PASSWORD)).to.equal(true);
   });
@@ -141,7 +141,7 @@ describe('security: vSphere credentials only go over verified TLS, and the defau
     const b = await req<DaemonError>(dm.url, 'POST', '/jobs/submit', { vm_path: '/DC0/vm/a', source: { type: 'vsphere', insecure: true }, destination: { type: 'kvm' } }, as(K.submit));
     expect(b.status, b.text).to.equal(403);
     expect(b.body.fields!.map((f) => f.field)).to.include('source.insecure');
-    const l = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl, username: 'x', password: OWN_PASSWORD, insecure: 'true' })}`, undefined, as(K.read));
+    const l = await req(dm.url, 'GET', `/vms/list${q({ server: evilUrl, insecure: 'true' })}`, undefined, { ...as(K.read), 'x-vsphere-username': 'x', 'x-vsphere-password': OWN_PASSWORD });
     expect(l.status, l.text).to.equal(403);
     const g = await req<JobApiError>(gw.url, 'POST', '/jobs', { operation: 'export', parameters: { vm_path: '/DC0/vm/a', output_path: path.join(dir, 'gi'), insecure: true } }, as(K.submit));
     expect(g.status, g.text).to.equal(403);

@@ -21,7 +21,7 @@ type Stats = Data<typeof L.domainStats>;
 
 const FORMS = ['', '/api/v1'];
 
-describe('virtualization-host API (/virt) on a real libvirtd', function () {
+describe('virtualization-host API (/virt) on a real libvirtd @vm', function () {
   this.timeout(300_000);
   let s: VirtStack;
   let B: string;

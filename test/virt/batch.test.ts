@@ -7,7 +7,7 @@ import type { BatchResult } from '../../shared/libvirt/batch';
 import { defineGuest, domState } from '../helpers/libvirt';
 import { okData, startVirtStack, VirtStack } from './stack';
 
-describe('batch actions (/virt/batch/*)', function () {
+describe('batch actions (/virt/batch/*) @vm', function () {
   this.timeout(300_000);
   let s: VirtStack;
   let B: string;

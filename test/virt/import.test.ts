@@ -22,7 +22,7 @@ import type { ImportResult } from '../../shared/libvirt/import';
 /** POST /convert/vm's data. */
 interface ConvertQueued { job_id: string; status: string; source_path: string; dest_path: string; format: string; compression: string }
 
-describe('convert and import into libvirt', function () {
+describe('convert and import into libvirt @vm', function () {
   this.timeout(300_000);
   let s: VirtStack;
   let B: string;

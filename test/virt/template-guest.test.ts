@@ -27,7 +27,7 @@ const TEMPLATE = 'deb-tpl';
 const DEPLOYED = 'deb-web1';
 const HOSTNAME = 'ferry-web1';
 
-describe('templates on the real Debian guest: seal (virt-sysprep), deploy with customize (virt-customize), boot', function () {
+describe('templates on the real Debian guest: seal (virt-sysprep), deploy with customize (virt-customize), boot @vm', function () {
   this.timeout(1_800_000); // a fresh machine builds the guest fixture first
   let s: VirtStack;
   let v: Virsh;

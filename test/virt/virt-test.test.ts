@@ -11,7 +11,7 @@ import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';
 import { testBoot, testBootLibvirt } from '../../shared/converter/testboot';
 import { Virsh } from '../../shared/libvirt';
 
-describe('virt_test through libvirt (a transient domain)', function () {
+describe('virt_test through libvirt (a transient domain) @vm', function () {
   this.timeout(180_000);
   let lv: TestLibvirt;
   let dir: string;

@@ -40,6 +40,8 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   let B: string;
   let m: ReturnType<typeof managerFor>;
   const q = (o: Record<string, string | boolean>) => '?' + new URLSearchParams(Object.entries(o).map(([k, x]): [string, string] => [k, String(x)])).toString();
+  /** Credentials travel in headers on a GET (the query refuses them). */
+  const creds = (username: string, password: string) => ({ 'x-vsphere-username': username, 'x-vsphere-password': password });
 
   before(async function () {
     this.timeout(180_000);
@@ -78,12 +80,12 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   });
 
   it('per-request credentials: another manager, refused while its certificate is untrusted, listed with insecure=true', async () => {
-    const untrusted = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD })}`);
+    const untrusted = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: v2.url })}`, undefined, creds(v2.username, OTHER_PASSWORD));
     expect(untrusted.status).to.equal(502);
     expect(untrusted.body.error).to.match(/TLS certificate of vSphere manager https:\/\/127\.0\.0\.1:\d+ is not trusted/);
     expect(untrusted.text).to.not.include(OTHER_PASSWORD);
     for (const p of PREFIXES) {
-      const r = await req<VmList>(B, 'GET', `${p}/vms/list${q({ server: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true })}`);
+      const r = await req<VmList>(B, 'GET', `${p}/vms/list${q({ server: v2.url, insecure: true })}`, undefined, creds(v2.username, OTHER_PASSWORD));
       expect(r.status, r.text).to.equal(200);
       expect(r.body.vms.map((x) => x.name).sort()).to.deep.equal(['DC0_H0_VM0']);
       expect(r.body.manager).to.equal(new URL(v2.url).origin);
@@ -92,7 +94,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
 
   it('a wrong password is a 401 naming the manager and user, never echoing the password; an unreachable manager is a 502 naming it', async () => {
     for (const p of PREFIXES) {
-      const r = await req<DaemonError>(B, 'GET', `${p}/vms/list${q({ username: v.username, password: 'not-the-password-55' })}`);
+      const r = await req<DaemonError>(B, 'GET', `${p}/vms/list`, undefined, creds(v.username, 'not-the-password-55'));
       expect(r.status).to.equal(401);
       expect(r.body).to.include.keys('error', 'status', 'timestamp');
       expect(r.body.error).to.match(/login to vSphere manager https:\/\/127\.0\.0\.1:\d+ as ferry failed: the user name or password is wrong/);
@@ -104,7 +106,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     expect(away.body.error).to.include(`vSphere manager https://127.0.0.1:${port} cannot be reached`);
     expect(away.text).to.not.include('secret-away-pw');
     // Only managers the deployment names (GOVC_URL, FERRY_VSPHERE_MANAGERS) are contacted: no arbitrary hosts.
-    const elsewhere = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk', username: 'u', password: 'secret-elsewhere-pw' })}`);
+    const elsewhere = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk' })}`, undefined, creds('u', 'secret-elsewhere-pw'));
     expect(elsewhere.status).to.equal(400);
     expect(elsewhere.body.error).to.match(/^server 10\.9\.8\.7:443 is not a vSphere manager this service may contact/);
     expect(elsewhere.text).to.not.include('secret-elsewhere-pw');

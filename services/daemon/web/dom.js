@@ -6,6 +6,8 @@ export function h(tag, attrs = {}, ...kids) {
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'class') el.className = v;
     else if (k === 'dataset') Object.assign(el.dataset, v);
+    // Through the CSSOM: the Content-Security-Policy (no inline styles) refuses a style attribute, not this.
+    else if (k === 'style') el.style.cssText = v;
     else if (k in el && typeof v !== 'string') el[k] = v;
     else el.setAttribute(k, v === true ? '' : v);
   }

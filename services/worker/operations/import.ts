@@ -26,7 +26,7 @@ export const importKvm: Operation = async (ctx) => {
   }
   await ctx.progress('importing', 0, `importing into ${v.uri}`);
   const r = await importDisk(v, {
-    disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, pool: p.pool, firmware: p.firmware,
+    disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, networkField: (i) => `parameters.networks[${i}]`, pool: p.pool, firmware: p.firmware,
     onProgress: (stage, pct) => void ctx.progress('importing', pct, stage),
   });
   await ctx.progress('importing', 100, `domain ${r.domain} defined`);

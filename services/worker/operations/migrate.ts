@@ -25,6 +25,8 @@ export const migrate: Operation = async (ctx) => {
     ...p.manifest,
     disks: p.manifest.disks.map((d, i) => ({ ...d, local_path: real.get(`parameters.manifest.disks[${i}].local_path`)! })),
     output: { ...p.manifest.output, ...(p.manifest.output.directory ? { directory: real.get('parameters.manifest.output.directory') } : {}) },
+    // The driver tree checked above, by its real path: what the repair copies into the guest comes from there.
+    ...(p.manifest.pipeline?.fix?.virtio_win ? { pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } } } : {}),
   };
   const due = throttle(250);
   let last: Promise<void> = Promise.resolve();
