@@ -2,7 +2,7 @@
 // Redis run a plan of four VMs: two whose jobs fail (their disk is a VMDK descriptor naming a host file, which
 // the export refuses right after the download: a failure that costs no appliance) and are rolled back, one
 // cancelled while its job waits for the ESXi host's slot (limits.per_esxi_host 1) the fourth holds, and the tiny
-// real guest, which completes (repaired, imported; no boot check, to keep the run short) and whose source is
+// real guest, which completes (repaired, imported, its boot check passed on the guest's marker) and whose source is
 // removed (options.remove_source). The daemon leading the plans is SIGKILLed mid-plan, as soon as it has
 // claimed a rollback or a source removal and not yet marked it done when the test sees one (else once the first
 // VM has settled). The other daemon takes the lease and finishes the plan. Then: every VM final; each job's
@@ -16,7 +16,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { powerOn } from '../vsphere/fixture';
-import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
+import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { findVm, vmDetail } from '../../shared/vsphere/inventory';
 import { startProcess, type Proc } from '../helpers/procs';
 import { vmdkDescriptor } from '../helpers/hostile-images';
@@ -66,7 +66,8 @@ describe('plans: two daemons, one plan, the leader killed mid-plan', function ()
     expect(hook.status, hook.text).to.be.oneOf([200, 201]);
     // s0 first: its job is queued first and takes its ESXi host's one slot before c0's job asks for it.
     const body = s.plan('two', [], { limits: { per_plan: 4, per_esxi_host: 1 }, options: { power_off: 'force' } });
-    body.vms = [{ vm_path: s.vm('s0'), options: { remove_source: true } }, s.vm('f0'), s.vm('f1'), s.vm('c0')];
+    // The imported domain's first start is always watched; the tiny guest prints its marker (not Linux's milestones).
+    body.vms = [{ vm_path: s.vm('s0'), options: { remove_source: true, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 180 } } }, s.vm('f0'), s.vm('f1'), s.vm('c0')];
     const c = await req(s.url, 'POST', '/plans', body);
     expect(c.status, c.text).to.equal(201);
     const st = await req<PlanView>(s.url, 'POST', '/plans/two/start');
