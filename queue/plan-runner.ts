@@ -262,6 +262,8 @@ export class PlanRunner {
       const h = await this.d.life.store.raw(v.job_id!);
       // Claimed but never submitted (the leader stopped in between): the next leader submits it.
       if (!h) { await this.resubmit(p, v); continue; }
+      // Its job exists but the submission was never marked done (the leader stopped in between): a fact to record.
+      if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
       const w = windowNow(p);
       if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log, 'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual', { plan_id: p.id, job_id: v.job_id })); await this.settle(p, v, 'pending', null); continue; }
       if (!isTerminal(h.state)) {
@@ -355,7 +357,11 @@ export class PlanRunner {
     }, fence);
     for (const v of q.vms.filter((x) => jobIds.has(x.vm_path) && x.job_id === jobIds.get(x.vm_path))) {
       await this.submitVm(q, v, w.until).then(() => this.done(q.id, v.vm_path, 'submit', v.job_id!, 'submitted'),
-        (e) => this.settle(q, v, 'failed', `could not submit its job: ${(e as Error).message}`));
+        async (e) => {
+          const why = `could not submit its job: ${(e as Error).message}`;
+          await this.done(q.id, v.vm_path, 'submit', v.job_id!, why);
+          await this.settle(q, v, 'failed', why);
+        });
     }
   }
 

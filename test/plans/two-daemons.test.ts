@@ -93,7 +93,10 @@ describe('plans: two daemons, one plan, the leader killed mid-plan', function ()
       return p.vms.some((x) => ['failed', 'rolled_back', 'cancelled', 'completed'].includes(x.status)) && 'after a VM settled';
     }, 480_000, 'a claim or a settled VM');
     await leader.kill();
-    console.log(`      leader (pid ${leader.proc.pid}) SIGKILLed ${moment}`);
+    // What the dead leader left undone, read from the record once it is dead: each must be taken over (resumed).
+    const dead = JSON.parse((await s.rc.get(`${PREFIX}:plan:two`))!) as PlanView;
+    const undone = dead.vms.flatMap((x) => (x.actions ?? []).filter((a) => !a.done_at).map((a) => ({ vm: x.vm_path, action: a.action, key: a.key })));
+    console.log(`      leader (pid ${leader.proc.pid}) SIGKILLed ${moment}; undone at its death: ${undone.map((u) => `${u.vm.split('/').pop()} ${u.action}`).join(', ') || 'none'}`);
     await until(async () => { const v = await s.rc.get(`${PREFIX}:leader:plans`); return v?.startsWith(`${other.proc.pid}:`); }, 20_000, 'the other daemon to take the plans lease');
 
     const p = await until(async () => { const x = await plan(); return ['completed', 'failed', 'cancelled'].includes(x.status) && x; }, 1_200_000, 'the plan to end');
@@ -111,6 +114,12 @@ describe('plans: two daemons, one plan, the leader killed mid-plan', function ()
       expect(x.jobs, n).to.have.length(1);
       expect(once(x, 'submit').map((a) => a.key), `${n} submit`).to.deep.equal([x.job_id]);
       for (const a of x.actions ?? []) expect(a.done_at, `${n} ${a.action} done`).to.be.a('string');
+    }
+    for (const u of undone) {
+      const a = p.vms.find((x) => x.vm_path === u.vm)!.actions!.find((x) => x.action === u.action && x.key === u.key)!;
+      expect(a.done_at, `${u.vm} ${u.action} left undone by the dead leader`).to.be.a('string');
+      // A submit found created needs no take-over (its job exists); a rollback or removal is resumed once.
+      if (u.action !== 'submit') expect(a.resumed, `${u.vm} ${u.action} resumed by the next leader`).to.equal(1);
     }
     for (const n of ['f0', 'f1', 'c0']) expect(once(by[n], 'rollback').map((a) => a.key), `${n} rollback`).to.deep.equal([by[n].job_id]);
     expect(once(by.s0, 'rollback')).to.deep.equal([]);
