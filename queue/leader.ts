@@ -38,6 +38,11 @@ export class Leader {
   /** True while the lease is ours by our own clock (a renewal that has not answered does not extend it). */
   get leading(): boolean { return this.value !== null && Date.now() < this.validUntil; }
 
+  /** The lease this process holds now (`<id>#<fence>`), null while it does not lead: what a fenced write
+   *  compares with the lease key (`leaseKey`) in the same script, so a deposed leader's write is refused. */
+  get lease(): string | null { return this.leading ? this.value : null; }
+  get leaseKey(): string { return this.k.leader(this.group); }
+
   /** Reads the lease: true when it is still the one this process took (the fence included). */
   readonly still: Still = async () => this.leading && (await this.redis.get(this.k.leader(this.group))) === this.value;
 

@@ -4,7 +4,7 @@
 // daemon) or when a job of one of its running VMs changes state or reports progress (the `jobs` and `events`
 // channels; which jobs belong to which plan comes in the `plans` messages themselves, so no read per job message).
 // Coalesced: changes mark the plan; the view is built at most once per `intervalMs` for all the plan's changes,
-// and a view equal to the last one sent (updated_at aside: the runner rewrites a running plan every tick) is not
+// and a view equal to the last one sent (updated_at aside) is not
 // sent again. The last change is always sent (trailing edge), so the final status always arrives.
 import type Koa from 'koa';
 import type { ServerResponse } from 'node:http';

@@ -5,12 +5,11 @@
 import type client from 'prom-client';
 import { registerComputed, Sample } from '../shared/metrics';
 import { isTerminal } from '../shared/states';
+import { PLAN_STATUSES, PLAN_VM_STATUSES as VM_STATUSES, isVmFinal } from '../shared/plan-states';
 import { parseField, type JobStore } from './store';
 import type { ProgressEvent } from '../shared/schemas/job';
 import type { Plan, PlanStore } from './plans';
 
-export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'];
-export const VM_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled', 'blocked', 'rolled_back'];
 /** A VM's migration time (its last job, RUNNING to its end): seconds. */
 export const PLAN_DURATION_BUCKETS = [10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800];
 
@@ -75,7 +74,7 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
     (await snapshot()).plans.map((p) => ({ labels: { plan: p.id }, value: p.vms.length })));
   registerComputed(registry, 'mtv_migrated_vms_total', 'VMs of each plan migrated (completed)', 'gauge', async () =>
     (await snapshot()).plans.map((p) => ({ labels: { plan: p.id }, value: p.vms.filter((v) => v.status === 'completed').length })));
-  registerComputed(registry, 'mtv_workload_migrations_status_total', 'VMs of each plan by status (pending, running, completed, failed, cancelled, blocked, rolled_back)', 'gauge', async () =>
+  registerComputed(registry, 'mtv_workload_migrations_status_total', `VMs of each plan by status (${VM_STATUSES.join(', ')})`, 'gauge', async () =>
     (await snapshot()).plans.flatMap((p) => VM_STATUSES.map((status) => ({ labels: { plan: p.id, status }, value: p.vms.filter((v) => v.status === status).length }))));
   const finishedBytes = new Map<string, number>();
   registerComputed(registry, 'mtv_migration_data_transferred_bytes', 'Bytes moved for each plan, over every job of its VMs (retries included)', 'counter', async () => {
@@ -107,7 +106,7 @@ function durationSamples(p: Plan, jobs: Snapshot['jobs']): Sample[] {
   for (const v of p.vms) {
     const h = v.job_id ? jobs.get(v.job_id) : null;
     const s = num(h?.started_at), e = num(h?.finished_at);
-    if (!['completed', 'failed', 'rolled_back', 'cancelled'].includes(v.status) || s === undefined || e === undefined) continue;
+    if (!isVmFinal(v.status) || v.status === 'blocked' || s === undefined || e === undefined) continue;
     by.set(v.status, [...(by.get(v.status) ?? []), Math.max(0, (e - s) / 1000)]);
   }
   for (const [status, xs] of by) {

@@ -1,29 +1,51 @@
-// Runs started plans: each tick follows every running VM's job to its end (rolling back a failed one when the
-// plan says so, cleaning up a cancelled one), and submits pending VMs as shape B jobs while the plan is inside
-// its start time and windows and below its own limit. The limits that span plans and workers (ESXi host,
+// Runs started plans, on one daemon: the holder of the `plans` leader lease (queue/leader.ts). A step of a plan
+// follows each running VM's job to its end (rolling back a failed one when the plan says so, cleaning up a
+// cancelled one), and submits pending VMs as shape B jobs while the plan is inside its start time and windows and
+// below its own limit. A plan is stepped when the bus says one of its jobs ended or the plan was written (start,
+// retry, cancel from any daemon), and by a slow pass over the running plans' set (queue/plans.ts) for what no
+// message announces: a window opening, a message missed. The limits that span plans and workers (ESXi host,
 // datastore, target host, plan) travel in the job as slot names and are taken by the worker before it starts
-// (queue/plan-slots.ts), leased in Redis, so a dead worker frees its slots. A VM is claimed for submission in the
-// same compare-and-set as the plan's write, so two daemons never submit one VM twice.
+// (queue/plan-slots.ts), leased in Redis, so a dead worker frees its slots.
+// Claims: every side effect (submitting a VM's job, a rollback, a source removal) is first recorded in the VM's
+// `actions` by a compare-and-set fenced by the lease, then done, then marked done; a claim a dead leader left
+// undone is resumed by the next one (each of these effects is idempotent: a job id is created once, a rollback
+// and a removal check first), a done one is never done again. Webhook events go into the plan's outbox in the
+// same write as the change they tell of and are queued under deterministic ids (a second queueing is a no-op).
 import { randomUUID } from 'node:crypto';
 import type { Lifecycle } from './lifecycle';
 import type { WebhookStore } from './webhooks';
-import { jobCallerOf, newVm, Plan, PlanCaller, PlanStore, PlanVm } from './plans';
+import type { Bus } from './bus';
+import { Leader } from './leader';
+import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
 import { blocks, planManager, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { rollbackVm } from '../shared/plans/rollback';
 import { recheckTarget } from '../shared/plans/target';
+import { PLAN_OPTION_ROLES } from '../shared/plans/caller';
+import { grantsRole } from '../shared/auth';
 import { buildSpec } from '../shared/daemon-jobs';
 import { isTerminal } from '../shared/states';
+import { isVmFinal, isVmRetryable, vmMayMove } from '../shared/plan-states';
 import { conflict } from '../shared/errors';
 import { dropped, type Logger } from '../shared/log';
 import { planSlots } from './plan-slots';
 import { vmGuardHolder } from './vm-guard';
 import { destroyVm } from '../shared/vsphere/actions';
+import { findVm } from '../shared/vsphere/inventory';
 import { PLAN_ONLY_OPTIONS } from '../shared/schemas/plans';
 
-export interface RunnerDeps { plans: PlanStore; life: Lifecycle; hooks: WebhookStore; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number; tickMs?: number; webhookBackoffMs?: number }
+export interface RunnerDeps {
+  plans: PlanStore; life: Lifecycle; hooks: WebhookStore; bus: Bus; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number;
+  /** The safety-net pass over the running plans (ms; default 3000): also the leader lease's scale (60% of it). */
+  passMs?: number; webhookBackoffMs?: number;
+}
 
 const now = () => new Date().toISOString();
-const FINAL = new Set(['completed', 'failed', 'cancelled', 'blocked', 'rolled_back']);
+/** A webhook event for the outbox: its id is what makes a second queueing a no-op, so it names what happened
+ *  (the plan, the job or time that makes it unique, the event), never when it was queued. */
+const outbox = (p: Plan, key: string, event: string, data: Record<string, unknown>): PlanOutboxEntry => ({ id: `${p.id}.${key}.${event}`, event, data });
+const vmOf = (p: Plan, vmPath: string) => p.vms.find((x) => x.vm_path === vmPath)!;
+/** What a claim answers: run the effect (`run`), use what it recorded (`done`), or leave the VM for now (`busy`). */
+type Claim = { run: true; resumed: boolean } | { run: false; done?: PlanAction };
 
 /** Whether VMs may start now, and until when (the end of the window we are in; null: no end). */
 export function windowNow(p: Pick<Plan, 'start_at' | 'windows'>, t = Date.now()): { open: boolean; until: number | null; why?: string } {
@@ -47,12 +69,80 @@ function applyResults(p: Plan, results: VmResult[], which: (v: PlanVm) => boolea
 }
 
 export class PlanRunner {
-  private timer?: NodeJS.Timeout;
-  private busy = false;
+  private leader?: Leader;
+  private unsubscribe: (() => void)[] = [];
+  /** Job id -> plan id, for the running VMs' jobs (from the `plans` messages and each step). */
+  private jobPlan = new Map<string, string>();
+  /** One step per plan at a time; a step asked for meanwhile runs once after it. */
+  private stepping = new Map<string, Promise<void>>();
+  private again = new Set<string>();
+  private indexed = false;
   constructor(private d: RunnerDeps) {}
 
-  begin() { this.timer = setInterval(() => void this.tick(), this.d.tickMs ?? 1000); this.timer.unref(); }
-  stop() { clearInterval(this.timer); }
+  /** Runs plans while this daemon holds the `plans` lease; every daemon calls it, one leads. */
+  async begin() {
+    const { plans, life } = this.d;
+    this.leader = new Leader(plans.redis, life.store.k, 'plans', this.d.log).every('plans', this.d.passMs ?? 3000, (still) => this.pass(still));
+    this.unsubscribe.push(await this.d.bus.on('plans', (m) => {
+      if (!m?.plan_id || m.status !== 'running') return;
+      for (const j of m.job_ids ?? []) this.jobPlan.set(j, m.plan_id);
+      void this.nudge(m.plan_id);
+    }));
+    this.unsubscribe.push(await this.d.bus.on('jobs', (m) => {
+      const id = m?.job_id && isTerminal(m.state) ? this.jobPlan.get(m.job_id) : undefined;
+      if (id) { this.jobPlan.delete(m.job_id); void this.nudge(id); }
+    }));
+    this.leader.start();
+  }
+
+  async stop() {
+    for (const u of this.unsubscribe.splice(0)) u();
+    await this.leader?.stop();
+    await Promise.all([...this.stepping.values()]);
+  }
+
+  /** The fence of the runner's writes: the lease this daemon holds (null: it does not lead, it must not write). */
+  private fence(): Fence | null {
+    const lease = this.leader?.lease;
+    return lease ? { key: this.leader!.leaseKey, value: lease } : null;
+  }
+
+  /** The slow pass: every running plan (the running set), in turn; the first pass after taking the lease also
+   *  indexes plans written before the set existed. */
+  private async pass(still: () => Promise<boolean>) {
+    if (!this.indexed) { await this.d.plans.reindex(); this.indexed = true; }
+    for (const id of await this.d.plans.runningIds()) {
+      if (!(await still())) return;
+      await this.nudge(id);
+    }
+  }
+
+  /** Steps one plan on the leader (nothing elsewhere: the leader hears the same messages). */
+  nudge(id: string): Promise<void> {
+    if (!this.leader?.leading) return Promise.resolve();
+    const busy = this.stepping.get(id);
+    if (busy) { this.again.add(id); return busy; }
+    const run = this.stepOne(id).finally(() => {
+      this.stepping.delete(id);
+      if (this.again.delete(id)) void this.nudge(id);
+    });
+    this.stepping.set(id, run);
+    return run;
+  }
+
+  private async stepOne(id: string) {
+    try {
+      const p = await this.d.plans.get(id);
+      // A plan leaves the running set in the write that ends it; only a deleted one is taken out here.
+      if (!p) { await this.d.plans.unindex(id); return; }
+      if (p.status !== 'running') { await this.flush(p); return; }
+      for (const v of p.vms) if (v.status === 'running' && v.job_id) this.jobPlan.set(v.job_id, id);
+      await this.step(p);
+    } catch (e) {
+      if (e instanceof LeaseLost) this.d.log.info('plan step stopped: this daemon no longer leads the plans', { plan_id: id });
+      else this.d.log.warn('plan step failed; tried again on the next pass', { plan_id: id, error: (e as Error).message });
+    }
+  }
 
   /** `by`: the starter, whom every job of the plan acts as (jobCallerOf). */
   async start(id: string, results: VmResult[], by: PlanCaller) {
@@ -60,9 +150,10 @@ export class PlanRunner {
       if (q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`);
       applyResults(q, results, () => true);
       q.status = 'running'; q.started_at = now(); q.validated_at = now(); q.started_by = by;
+      q.outbox = [...(q.outbox ?? []), outbox(q, q.started_at, 'plan.started', { plan_id: q.id, name: q.name, vms: q.vms.length, blocked: q.vms.filter((v) => v.status === 'blocked').length })];
     });
-    await this.event(p, 'plan.started', { plan_id: p.id, name: p.name, vms: p.vms.length, blocked: p.vms.filter((v) => v.status === 'blocked').length });
-    void this.tick();
+    await this.flush(p);
+    void this.nudge(id);
     return p;
   }
 
@@ -70,12 +161,12 @@ export class PlanRunner {
   async retry(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
       q.started_by = by;
-      if (q.status === 'running' && q.vms.every((v) => !['failed', 'cancelled', 'blocked'].includes(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled or blocked VM`);
-      for (const v of q.vms) if (['failed', 'cancelled', 'blocked'].includes(v.status)) { Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides }); }
+      if (q.status === 'running' && !q.vms.some((v) => isVmRetryable(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled, blocked or rolled back VM`);
+      for (const v of q.vms) if (isVmRetryable(v.status)) { Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides, ...(v.actions ? { actions: v.actions } : {}) }); }
       applyResults(q, results, (v) => v.status === 'pending');
       q.status = 'running'; q.finished_at = null; q.cancel_requested = false;
     });
-    void this.tick();
+    void this.nudge(id);
     return p;
   }
 
@@ -88,101 +179,172 @@ export class PlanRunner {
       if (!vmPath) { if (q.status !== 'running' && q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`); q.cancel_requested = true; }
       for (const v of vms) {
         if (v.status === 'pending') { v.status = 'cancelled'; v.error = 'cancelled before it started'; }
-        else if (v.status === 'running' && v.job_id) toCancel.push(v.job_id);
+        // Remembered on the VM: a job claimed but not yet created cannot be cancelled now; the leader's next
+        // step cancels it once it exists (follow).
+        else if (v.status === 'running' && v.job_id) { toCancel.push(v.job_id); v.cancel_requested = true; }
       }
       if (!vmPath && q.status === 'pending') { q.status = 'cancelled'; q.finished_at = now(); }
     });
     for (const j of toCancel) await this.d.life.cancel(j, `plan ${id} cancelled${vmPath ? ` for ${vmPath}` : ''}`).catch((e) => this.d.log.info('job already finished when its plan was cancelled', { job_id: j, error: (e as Error).message }));
-    void this.tick();
+    void this.nudge(id);
     return p;
   }
 
+  /** One VM rolled back through the API (any daemon, admin): claimed like the leader's own rollbacks, so two
+   *  calls at once do it once (the second gets 409), and recorded with its event. */
   async rollback(id: string, vmPath: string, why: string) {
     const p = await this.d.plans.must(id);
     const v = p.vms.find((x) => x.vm_path === vmPath)!;
-    const detail = v.placement && v.job_id ? await rollbackVm(planManager(p), { ...v.placement, vm_path: v.vm_path }, await this.d.life.store.made(v.job_id)) : 'nothing was placed';
+    const key = `api-${Date.now()}-${randomUUID().slice(0, 8)}`;
+    const claim = await this.claim(p.id, v, 'rollback', key, null);
+    if (!claim.run) throw conflict(`a rollback of ${vmPath} is under way`);
+    // A rollback that throws is recorded done (with its error), so the next call may try again at once.
+    // It acts on the ledger of the VM's last job only (shared/plans/rollback.ts): never on a name.
+    const detail = v.placement && v.job_id ? await this.d.life.store.made(v.job_id).then((made) => rollbackVm(planManager(p), { ...v.placement!, vm_path: v.vm_path }, made))
+      .catch(async (e) => { await this.done(id, vmPath, 'rollback', key, `rollback failed: ${(e as Error).message}`); throw e; }) : 'nothing was placed';
     const q = await this.d.plans.mutate(id, (x) => {
       const w = x.vms.find((y) => y.vm_path === vmPath)!;
+      markDone(w, 'rollback', key, detail);
       w.rollback = { at: now(), detail: `${why}: ${detail}` };
       w.status = 'rolled_back';
+      x.outbox = [...(x.outbox ?? []), outbox(x, `${v.job_id}.${key}`, 'plan.vm_rolled_back', { plan_id: id, vm_path: vmPath, detail })];
     });
-    await this.event(q, 'plan.vm_rolled_back', { plan_id: id, vm_path: vmPath, detail });
+    await this.flush(q);
     return q;
   }
 
-  /** One pass over every running plan; a failing plan is logged and the others go on. */
-  async tick() {
-    if (this.busy) return;
-    this.busy = true;
-    try {
-      for (const id of await this.d.plans.ids()) {
-        const p = await this.d.plans.get(id);
-        if (!p || p.status !== 'running') continue;
-        await this.step(p).catch((e) => this.d.log.warn('plan step failed; tried again on the next tick', { plan_id: id, error: (e as Error).message }));
-      }
-    } catch (e) {
-      this.d.log.warn('plan tick failed; tried again on the next tick', { error: (e as Error).message });
-    } finally { this.busy = false; }
-  }
-
   private async step(p: Plan) {
+    await this.flush(p);
     await this.follow(p);
     const q = await this.d.plans.must(p.id);
     if (!q.cancel_requested) await this.submit(q);
     await this.finish(p.id);
   }
 
+  /** Claims one side effect of a VM (`fence` null: an API call, not the leader): records it in the VM's actions
+   *  unless it is there. A done claim answers what it recorded; an undone one of a leader (a previous one that
+   *  died, or this one after a step that failed before it marked it done; steps of a plan never overlap on the
+   *  leader) is taken over and its effect resumed: every effect checks first. An API rollback is refused while any
+   *  rollback of the VM is under way (claimed within the last 10 minutes, not done). */
+  private async claim(planId: string, v: PlanVm, action: PlanAction['action'], key: string, fence: Fence | null): Promise<Claim> {
+    const mine = this.newClaim(action, key, fence);
+    let out: Claim = { run: false };
+    await this.d.plans.mutate(planId, (q) => {
+      const w = vmOf(q, v.vm_path);
+      out = { run: false };
+      if (w.job_id !== v.job_id) return;
+      const actions = (w.actions ??= []);
+      if (!fence && actions.some((x) => x.action === action && !x.done_at && Date.now() - Date.parse(x.at) < 600_000)) return;
+      const a = actions.find((x) => x.action === action && x.key === key);
+      if (a?.done_at) { out = { run: false, done: a }; return; }
+      if (a && a.fence === null) return;
+      if (a) { Object.assign(a, { claimed_by: mine.claimed_by, fence: mine.fence, at: mine.at, resumed: (a.resumed ?? 0) + 1 }); out = { run: true, resumed: true }; return; }
+      actions.push(mine);
+      out = { run: true, resumed: false };
+    }, fence);
+    return out;
+  }
+
+  /** Records that a claimed effect was done, with what it did (a fact: written even if the lease went meanwhile). */
+  private async done(planId: string, vmPath: string, action: PlanAction['action'], key: string, result: unknown) {
+    await this.d.plans.mutate(planId, (q) => markDone(vmOf(q, vmPath), action, key, result));
+  }
+
+  /** A claimed effect of the leader, done once: its recorded result when it was done already, null when another
+   *  holds it (the VM waits for the next step). */
+  private async once<T>(p: Plan, v: PlanVm, action: PlanAction['action'], fn: (resumed: boolean) => Promise<T>): Promise<T | null> {
+    const c = await this.claim(p.id, v, action, v.job_id!, this.leaderFence());
+    if (!c.run) return c.done ? (c.done.result as T) : null;
+    const r = await fn(c.resumed);
+    await this.done(p.id, v.vm_path, action, v.job_id!, r);
+    return r;
+  }
+
   /** Running VMs whose job has ended: their outcome, a rollback or clean-up, and the event. */
   private async follow(p: Plan) {
     for (const v of p.vms.filter((x) => x.status === 'running' && x.job_id)) {
       const h = await this.d.life.store.raw(v.job_id!);
-      // Claimed but never submitted (the daemon stopped in between): after a minute it is pending again.
-      if (!h) { if (Date.now() - Date.parse(v.claimed_at ?? '') > 60_000) await this.settle(p, v, 'pending', null); continue; }
+      // Claimed but never submitted (the leader stopped in between): the next leader submits it.
+      if (!h) { await this.resubmit(p, v); continue; }
+      // Its job exists but the submission was never marked done (the leader stopped in between): a fact to record.
+      if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
       const w = windowNow(p);
       if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log, 'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual', { plan_id: p.id, job_id: v.job_id })); await this.settle(p, v, 'pending', null); continue; }
-      if (!isTerminal(h.state)) continue;
+      if (!isTerminal(h.state)) {
+        if (v.cancel_requested) await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`).catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
+        continue;
+      }
       const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
       let status = outcome;
       let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
       if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
         const placed = v.placement;
-        const r = await this.d.life.store.made(v.job_id!).then((made) => rollbackVm(planManager(p), { ...placed, vm_path: v.vm_path }, made)).catch((e) => `rollback failed: ${(e as Error).message}`);
+        const r = await this.once(p, v, 'rollback', () => this.d.life.store.made(v.job_id!).then((made) => rollbackVm(planManager(p), { ...placed, vm_path: v.vm_path }, made)).catch((e) => `rollback failed: ${(e as Error).message}`));
+        if (r === null) continue;
         if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
         detail = `${detail}; ${r}`;
       }
       const source = outcome === 'completed' ? await this.afterSuccess(p, v) : undefined;
-      await this.settle(p, v, status, detail, source);
-      await this.event(p, outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled', { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail });
-      if (status === 'rolled_back') await this.event(p, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail });
+      if (source === null) continue;
+      const events = [outbox(p, v.job_id!, outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled', { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail })];
+      if (status === 'rolled_back') events.push(outbox(p, v.job_id!, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail }));
+      await this.settle(p, v, status, detail, source, events);
     }
+  }
+
+  /** A VM claimed for submission whose job does not exist. Claimed by a leader that died before it submitted:
+   *  submitted now under the claimed job id (a job id is created once, so a late submission by that leader
+   *  gets a conflict). Submitted and gone (removed past retention): failed. */
+  private async resubmit(p: Plan, v: PlanVm) {
+    const a = v.actions?.find((x) => x.action === 'submit' && x.key === v.job_id);
+    // A claim from before claims were recorded: after a minute it is pending again.
+    if (!a) { if (Date.now() - Date.parse(v.claimed_at ?? '') > 60_000) await this.settle(p, v, 'pending', null); return; }
+    if (a.done_at) { await this.settle(p, v, 'failed', `its job ${v.job_id} is no longer in the store`); return; }
+    const r = await this.once(p, v, 'submit', () => this.submitVm(p, v, windowNow(p).until).then(() => 'submitted', (e) => `could not submit its job: ${(e as Error).message}`));
+    if (r && r !== 'submitted') await this.settle(p, v, 'failed', r);
   }
 
   /** A completed VM's source (its job completed only once the target booted): deleted on vSphere when the VM's
    *  options say remove_source, never while another job exports it; kept otherwise. A failed deletion is
-   *  recorded and logged; the migrated VM stays completed. */
-  private async afterSuccess(p: Plan, v: PlanVm): Promise<PlanVm['source']> {
+   *  recorded and logged; the migrated VM stays completed. The deletion is claimed first (null: another holds
+   *  the claim); a claim resumed from a leader that died counts a source already gone as removed by it. */
+  private async afterSuccess(p: Plan, v: PlanVm): Promise<PlanVm['source'] | null> {
     if (vmOption(p, v.vm_path, 'remove_source') !== true) return { action: 'kept', at: now(), detail: 'options.remove_source is false' };
+    // Checked again here, not only on the routes: a plan stored before the rule, or changed in Redis, acts as its
+    // starter, who must hold the role the direct deletion needs.
+    const starter = jobCallerOf(p);
+    const need = PLAN_OPTION_ROLES['options.remove_source'].role;
+    if (starter && !grantsRole(starter.role, need)) return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and the plan's starter "${starter.name}" has role ${starter.role}` };
     const manager = planManagerName(p);
-    try {
-      const holder = await vmGuardHolder(this.d.plans.redis, this.d.life.store.k, manager, v.vm_path);
-      if (holder) throw new Error(`job ${holder} is exporting it`);
-      await destroyVm(planManager(p), v.vm_path);
-      return { action: 'removed', at: now(), detail: `${v.vm_path} deleted on ${manager} after ${v.placement?.domain ?? 'its domain'} booted on ${v.placement?.virt_uri ?? 'the target'}` };
-    } catch (e) {
-      this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: (e as Error).message });
-      return { action: 'remove_failed', at: now(), detail: `the source stays: ${(e as Error).message}` };
-    }
+    return this.once(p, v, 'remove_source', async (resumed): Promise<PlanVm['source']> => {
+      try {
+        if (resumed && await findVm(planManager(p), v.vm_path).then(() => false, (e) => (e as { kind?: string }).kind === 'not_found')) {
+          return { action: 'removed', at: now(), detail: `${v.vm_path} was deleted on ${manager} by the plan leader that claimed it before it stopped` };
+        }
+        const holder = await vmGuardHolder(this.d.plans.redis, this.d.life.store.k, manager, v.vm_path);
+        if (holder) throw new Error(`job ${holder} is exporting it`);
+        await destroyVm(planManager(p), v.vm_path);
+        return { action: 'removed', at: now(), detail: `${v.vm_path} deleted on ${manager} after ${v.placement?.domain ?? 'its domain'} booted on ${v.placement?.virt_uri ?? 'the target'}` };
+      } catch (e) {
+        this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: (e as Error).message });
+        return { action: 'remove_failed', at: now(), detail: `the source stays: ${(e as Error).message}` };
+      }
+    });
   }
 
-  private async settle(p: Plan, v: PlanVm, status: string, detail: string | null, source?: PlanVm['source']) {
-    await this.d.plans.mutate(p.id, (q) => {
-      const w = q.vms.find((x) => x.vm_path === v.vm_path)!;
-      if (w.job_id !== v.job_id) return;
+  /** A running VM's end (or its return to pending), with the events it causes, in one fenced write; a VM that
+   *  is no longer running under this job was settled already and is left alone. */
+  private async settle(p: Plan, v: PlanVm, status: string, detail: string | null, source?: PlanVm['source'], events: PlanOutboxEntry[] = []) {
+    const q = await this.d.plans.mutate(p.id, (x) => {
+      const w = vmOf(x, v.vm_path);
+      if (w.job_id !== v.job_id || w.status !== 'running' || !vmMayMove(w.status, status)) return;
       w.status = status; w.error = detail;
       if (source) w.source = source;
       if (status === 'pending') w.job_id = null;
       if (status === 'rolled_back') w.rollback = { at: now(), detail: detail ?? '' };
-    });
+      if (events.length) x.outbox = [...(x.outbox ?? []), ...events];
+    }, this.leaderFence());
+    await this.flush(q);
   }
 
   private async submit(p: Plan) {
@@ -194,15 +356,22 @@ export class PlanRunner {
     const reason = !w.open ? w.why! : room ? null : `waiting for the plan's limit: ${inFlight} of ${p.limits.per_plan} VMs in flight (limits.per_plan)`;
     const picked = w.open ? waiting.slice(0, room) : [];
     const jobIds = new Map(picked.map((v) => [v.vm_path, randomUUID()]));
+    const fence = this.leaderFence();
+    // Each picked VM is claimed (its submit action recorded) in the same fenced write that marks it running.
     const q = await this.d.plans.mutate(p.id, (x) => {
       for (const v of x.vms) {
         if (v.status !== 'pending') continue;
         const j = jobIds.get(v.vm_path);
-        if (j) { v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; v.claimed_at = now(); } else v.waiting_reason = reason;
+        if (j) { v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; v.claimed_at = now(); v.actions = [...(v.actions ?? []), this.newClaim('submit', j, fence)]; } else v.waiting_reason = reason;
       }
-    });
+    }, fence);
     for (const v of q.vms.filter((x) => jobIds.has(x.vm_path) && x.job_id === jobIds.get(x.vm_path))) {
-      await this.submitVm(q, v, w.until).catch((e) => this.settle(q, v, 'failed', `could not submit its job: ${(e as Error).message}`));
+      await this.submitVm(q, v, w.until).then(() => this.done(q.id, v.vm_path, 'submit', v.job_id!, 'submitted'),
+        async (e) => {
+          const why = `could not submit its job: ${(e as Error).message}`;
+          await this.done(q.id, v.vm_path, 'submit', v.job_id!, why);
+          await this.settle(q, v, 'failed', why);
+        });
     }
   }
 
@@ -219,25 +388,49 @@ export class PlanRunner {
   }
 
   private async finish(id: string) {
-    let ended: Plan | null = null;
-    await this.d.plans.mutate(id, (q) => {
-      ended = null;
-      if (q.status !== 'running' || !q.vms.every((v) => FINAL.has(v.status))) return;
-      q.status = q.cancel_requested ? 'cancelled' : q.vms.every((v) => v.status === 'completed') ? 'completed' : 'failed';
-      q.finished_at = now();
-      ended = q;
-    });
-    if (ended) {
-      const e = ended as Plan;
+    const q = await this.d.plans.mutate(id, (x) => {
+      if (x.status !== 'running' || !x.vms.every((v) => isVmFinal(v.status))) return;
+      x.status = x.cancel_requested ? 'cancelled' : x.vms.every((v) => v.status === 'completed') ? 'completed' : 'failed';
+      x.finished_at = now();
       const counts: Record<string, number> = {};
-      for (const v of e.vms) counts[v.status] = (counts[v.status] ?? 0) + 1;
-      await this.event(e, 'plan.completed', { plan_id: id, status: e.status, counts });
-    }
+      for (const v of x.vms) counts[v.status] = (counts[v.status] ?? 0) + 1;
+      x.outbox = [...(x.outbox ?? []), outbox(x, x.finished_at, 'plan.completed', { plan_id: id, status: x.status, counts })];
+    }, this.leaderFence());
+    await this.flush(q);
   }
 
-  /** A plan event to the webhooks that want it; a failure to queue is logged, the plan goes on. */
-  private async event(p: Plan, event: string, data: Record<string, unknown>) {
-    await this.d.hooks.enqueue(event, data, `${p.id}.${typeof data.vm_path === 'string' ? data.vm_path : ''}.${Date.now()}`, { backoffMs: this.d.webhookBackoffMs ?? 1000 })
-      .catch((e) => this.d.log.warn('could not queue a plan webhook', { plan_id: p.id, event, error: (e as Error).message }));
+  /** Queues the plan's outbox to the webhooks that want each event (under the entry's id: queued once however
+   *  often this runs) and moves the ids to events_sent. A failure to queue is logged; the next step tries again. */
+  private async flush(p: Plan) {
+    const box = p.outbox ?? [];
+    if (!box.length) return;
+    try {
+      for (const e of box) await this.d.hooks.enqueue(e.event, e.data, e.id, { backoffMs: this.d.webhookBackoffMs ?? 1000 });
+    } catch (e) {
+      this.d.log.warn('could not queue a plan webhook; the plan\'s next step queues it', { plan_id: p.id, error: (e as Error).message });
+      return;
+    }
+    const sent = new Set(box.map((e) => e.id));
+    await this.d.plans.mutate(p.id, (q) => {
+      const left = (q.outbox ?? []).filter((e) => !sent.has(e.id));
+      if (left.length) q.outbox = left; else delete q.outbox;
+      q.events_sent = [...q.events_sent.filter((x) => !sent.has(x)), ...sent].slice(-500);
+    });
   }
+
+  /** The fence of a write of the leader's, or LeaseLost when this daemon does not lead (then it must not write). */
+  private leaderFence(): Fence {
+    const f = this.fence();
+    if (!f) throw new LeaseLost('this daemon does not lead the plans');
+    return f;
+  }
+
+  private newClaim(action: PlanAction['action'], key: string, fence: Fence | null): PlanAction {
+    return { action, key, claimed_by: this.leader?.id ?? `${process.pid}:api`, fence: fence ? Number(fence.value.split('#').pop()) : null, at: now(), done_at: null };
+  }
+}
+
+function markDone(w: PlanVm, action: PlanAction['action'], key: string, result: unknown) {
+  const a = w.actions?.find((x) => x.action === action && x.key === key);
+  if (a && !a.done_at) Object.assign(a, { done_at: now(), result });
 }

@@ -1,6 +1,8 @@
-// Migration plans in Redis: one JSON document per plan (`<prefix>:plan:<id>`) and an index sorted by creation
-// time (`<prefix>:plans`). Every change goes through `mutate`, an optimistic WATCH/MULTI loop, so two daemons (or
-// the plan runner and an API call) never lose each other's writes.
+// Migration plans in Redis: one JSON document per plan (`<prefix>:plan:<id>`), an index sorted by creation
+// time (`<prefix>:plans`) and the set of running plans (`<prefix>:plans:running`, kept in the same script as
+// each write, what the plan runner walks). Every change goes through `mutate`, a compare-and-set, so two daemons
+// (or the plan runner and an API call) never lose each other's writes; the runner's writes are also fenced by
+// its leader lease.
 import { randomUUID } from 'node:crypto';
 import { ApiError, conflict, fieldError, notFound } from '../shared/errors';
 import { config } from '../shared/config';
@@ -24,13 +26,27 @@ export interface PlanVm {
   vm_path: string; options?: PlanOptions; status: string; job_id: string | null; jobs: string[];
   findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
   error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
+  /** a cancel was asked for this VM's current job (the runner cancels it once the job exists) */
+  cancel_requested?: boolean;
   placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
   rollback?: { at: string; detail: string } | null;
   /** the selectors (their index) that chose this VM; absent for a VM the plan lists */
   selected_by?: number[];
   /** what was done with the source after success (options.remove_source) */
   source?: { action: 'removed' | 'kept' | 'remove_failed'; at: string; detail: string };
+  /** every side effect done for this VM, each claimed (recorded here) before it was done (queue/plan-runner.ts) */
+  actions?: PlanAction[];
 }
+/** One side effect, claimed in the plan's compare-and-set before it is done, and marked done after: `key` is the
+ *  job it is for (`api-<time>-<random>` for a rollback asked through the API); `fence` is the leader lease's fencing token
+ *  (null: an API call); a claim left undone by a leader that died is resumed by the next (`resumed`). */
+export interface PlanAction {
+  action: 'submit' | 'rollback' | 'remove_source'; key: string; claimed_by: string; fence: number | null; at: string;
+  done_at: string | null; result?: unknown; resumed?: number;
+}
+/** A plan webhook event, written in the same compare-and-set as the change it tells of, then queued under its
+ *  deterministic id (a second queueing of the same id is a no-op) and moved to events_sent. */
+export interface PlanOutboxEntry { id: string; event: string; data: Record<string, unknown> }
 export interface PlanSelector { folder?: string; name?: string; power_state?: string }
 /** Who created or started a plan: the API key's name and role; with authentication off "anonymous", role null. */
 export interface PlanCaller { name: string; role: KeyRole | null }
@@ -40,6 +56,7 @@ export interface Plan {
   options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
   created_by: PlanCaller; started_by?: PlanCaller | null; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
+  outbox?: PlanOutboxEntry[];
 }
 
 /** A new plan as POST /plans gives it, validated by planCreateSchema (its defaults filled in). */
@@ -61,7 +78,7 @@ export function jobCallerOf(p: Pick<Plan, 'started_by'>): Caller | null {
   return p.started_by.role ? { name: p.started_by.name, role: p.started_by.role } : null;
 }
 
-export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans` });
+export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans`, running: `${k.prefix}:plans:running` });
 
 export function newVm(entry: string | { vm_path: string; options?: PlanOptions }): PlanVm {
   const e = typeof entry === 'string' ? { vm_path: entry } : entry;
@@ -92,7 +109,18 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
 return 1`;
 
-const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
+// KEYS: the plan, the running set, the fence's lease key (the plan's own key when unfenced). ARGV: the plan as
+// read, as written, its id, its new status, the lease value the writer holds ('' unfenced). -1: the lease is
+// no longer the writer's, nothing written.
+const CAS = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[5] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
+redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[4] == 'running' then redis.call('SADD', KEYS[2], ARGV[3]) else redis.call('SREM', KEYS[2], ARGV[3]) end
+return 1`;
+
+/** A fenced write found the lease taken by another process: the writer is no longer the leader. */
+export class LeaseLost extends Error {}
+export interface Fence { key: string; value: string }
 
 const iso = (d: unknown) => (d instanceof Date ? d.toISOString() : d === undefined || d === null ? null : typeof d === 'string' ? d : JSON.stringify(d));
 
@@ -142,6 +170,20 @@ export class PlanStore {
 
   async ids(): Promise<string[]> { return this.redis.zrange(this.pk.index, 0, -1); }
 
+  /** The running plans' ids (the set every write keeps). */
+  async runningIds(): Promise<string[]> { return this.redis.smembers(this.pk.running); }
+
+  /** Puts every running plan in the running set: plans written before the set existed. One pass over every
+   *  plan, run when a daemon becomes the plan leader, never per tick. */
+  async reindex(): Promise<number> {
+    const running = (await this.list(false)).filter((p) => p.status === 'running').map((p) => p.id);
+    if (running.length) await this.redis.sadd(this.pk.running, ...running);
+    return running.length;
+  }
+
+  /** Drops an id from the running set (a plan that is gone or no longer running). */
+  async unindex(id: string) { await this.redis.srem(this.pk.running, id); }
+
   async list(archived: boolean): Promise<Plan[]> {
     const ids = await this.ids();
     if (!ids.length) return [];
@@ -150,16 +192,21 @@ export class PlanStore {
   }
 
   /** Applies `fn` to the stored plan and writes it back unless another writer changed it meanwhile (then again):
-   *  a compare-and-set in one script, so no connection is held between the read and the write. */
-  async mutate(id: string, fn: (p: Plan) => void | Promise<void>): Promise<Plan> {
+   *  a compare-and-set in one script, so no connection is held between the read and the write. A change that
+   *  changes nothing is not written (and not announced). With `fence`, the write happens only while that lease
+   *  is still the writer's (else LeaseLost). */
+  async mutate(id: string, fn: (p: Plan) => void | Promise<void>, fence?: Fence | null): Promise<Plan> {
     const key = this.pk.plan(id);
     for (let attempt = 0; attempt < 20; attempt++) {
       const raw = await this.redis.get(key);
       if (!raw) throw notFound(`plan ${id} not found`);
       const p = JSON.parse(raw) as Plan;
       await fn(p);
+      if (JSON.stringify(p) === raw) return p;
       p.updated_at = new Date().toISOString();
-      if (Number(await this.redis.eval(CAS, 1, key, raw, JSON.stringify(p))) === 1) { this.changed(id, p); return p; }
+      const r = Number(await this.redis.eval(CAS, 3, key, this.pk.running, fence?.key ?? key, raw, JSON.stringify(p), id, p.status, fence?.value ?? ''));
+      if (r === -1) throw new LeaseLost(`plan ${id}: the plan leader's lease is no longer this process's; nothing written`);
+      if (r === 1) { this.changed(id, p); return p; }
     }
     throw conflict(`plan ${id} is being changed by others; try again`);
   }
@@ -167,6 +214,7 @@ export class PlanStore {
   async remove(id: string) {
     await this.redis.del(this.pk.plan(id));
     await this.redis.zrem(this.pk.index, id);
+    await this.unindex(id);
     this.changed(id, null);
   }
 }

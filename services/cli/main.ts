@@ -11,6 +11,7 @@ import yaml from 'js-yaml';
 import { DaemonClient, DaemonError } from './client';
 import { blockers, findingRows, planProgress, table, bytes, type Finding, type PlanView } from './render';
 import type { VmSummary } from '../../shared/vsphere/inventory';
+import { PLAN_FINAL } from '../../shared/plan-states';
 
 export const EXIT = { ok: 0, error: 1, blockers: 2, notMigrated: 3 } as const;
 const OPTIONS = {
@@ -155,8 +156,8 @@ const planValidate: Command = async (c, a, v, io) => {
   return n ? EXIT.blockers : EXIT.ok;
 };
 
-/** A plan's final statuses (docs/plans.md): the runner ends it when every VM is final. */
-export const PLAN_DONE = ['completed', 'failed', 'cancelled'];
+/** A plan's final statuses (shared/plan-states.ts): the runner ends it when every VM is final. */
+export const PLAN_DONE = PLAN_FINAL as readonly string[];
 const VM_MIGRATED = ['completed'];
 
 const planStart: Command = async (c, a, v, io) => {

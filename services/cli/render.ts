@@ -1,4 +1,6 @@
 // How the `ferry` command prints: aligned tables, findings blockers first, and one progress line per VM.
+import { isVmFinal } from '../../shared/plan-states';
+
 export function table(headers: string[], rows: (string | number | undefined | null)[][]): string {
   const cells = [headers, ...rows.map((r) => r.map((c) => (c === undefined || c === null ? '' : String(c))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] || '').length)));
@@ -46,7 +48,7 @@ export interface PlanView {
 /** One line per VM of a plan record and a total bar: what `plan start --wait` and `plan status` show. */
 export function planProgress(plan: PlanView): string {
   const vms = plan.vms || [];
-  const done = vms.filter((v) => ['completed', 'failed', 'cancelled', 'rolled_back', 'blocked'].includes(v.status ?? '')).length;
+  const done = vms.filter((v) => isVmFinal(v.status ?? '')).length;
   const lines = vms.map((v) => {
     const pct = v.total_bytes ? `${Math.floor((100 * (v.bytes_done || 0)) / v.total_bytes).toString().padStart(3)}%` : '    ';
     const detail = v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || '';

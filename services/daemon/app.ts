@@ -37,7 +37,7 @@ import { createWsHub } from './ws-setup';
 
 export interface DaemonHandle {
   port: number; server: http.Server; api: Api; app: Koa; life: Lifecycle;
-  mountStatic(prefix: string, dir: string): void;
+  mountStatic(prefix: string, dir: string, overrides?: StaticMount['overrides']): void;
   close(): Promise<void>;
 }
 type Extend = (d: Omit<DaemonHandle, 'port' | 'server' | 'close'>) => void;
@@ -53,19 +53,20 @@ function openStores(log: Logger) {
 }
 type Stores = ReturnType<typeof openStores>;
 
-/** Migration plans (services/daemon/plans.ts); every daemon runs the plan runner, whose writes are compare-and-set.
+/** Migration plans (services/daemon/plans.ts); every daemon answers the plan routes, and the one holding the
+ *  `plans` lease runs them (queue/plan-runner.ts; its writes are compare-and-set, fenced by the lease).
  *  Plan events: plan_update on /ws and GET /plans/{id}/events/stream, from the bus (queue/plan-events.ts). */
-function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
+async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
   const { q, live } = s;
   const plans = new PlanStore(q.redis, q.store.k);
-  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
+  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
   const hub = new PlanHub({
     bus: s.bus, store: q.store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
     wsWants: () => !!live.hub?.hasEventClients(), toWs: (id, view) => live.hub?.planUpdate(id, view),
   });
   addPlanRoutes(api, { plans, runner, jobs: q.store, events: hub });
   registerPlanMetrics(metrics, plans, q.store);
-  runner.begin();
+  await runner.begin();
   return { runner, hub };
 }
 
@@ -89,9 +90,9 @@ function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Vir
  *  public (the dashboard asks for the key): createApp runs them before authentication and the rate limit. */
 function staticMounts() {
   const mounts: StaticMount[] = [swaggerMount('/swagger-ui', '/openapi.yaml'), swaggerMount('/api/v1/swagger-ui', '/openapi.yaml')];
-  const mountStatic = (prefix: string, dir: string) => {
+  const mountStatic = (prefix: string, dir: string, overrides?: StaticMount['overrides']) => {
     const p = prefix.replace(/\/+$/, '');
-    mounts.push({ prefix: p, dir }, { prefix: '/api/v1' + p, dir });
+    mounts.push({ prefix: p, dir, overrides }, { prefix: '/api/v1' + p, dir, overrides });
   };
   return { middleware: staticMiddleware(mounts), mountStatic };
 }
@@ -99,7 +100,7 @@ function staticMounts() {
 /** The browser dashboard at /web/dashboard/ and the routes it needs (services/daemon/dashboard.ts). xterm.js for
  *  the VM console page is served from node_modules (no CDN), mounted before the dashboard's own folder, which
  *  would otherwise claim the path. */
-async function addDashboard(api: Api, cfg: DaemonConfig, s: Stores, mountStatic: (prefix: string, dir: string) => void) {
+async function addDashboard(api: Api, cfg: DaemonConfig, s: Stores, mountStatic: DaemonHandle['mountStatic']) {
   mountStatic('/web/dashboard/vendor/xterm', path.dirname(require.resolve('@xterm/xterm/package.json')));
   return registerDashboard({ api, life: s.q.life, bus: s.bus, jobTimeoutSeconds: cfg.jobTimeoutSeconds, mountStatic });
 }
@@ -117,10 +118,10 @@ async function listenWith(app: Koa, hub: WsHub, planHub: PlanHub, port: number, 
 }
 
 /** Stops what the steps started, the servers first, Redis last. */
-function closer(s: Stores, parts: { hub: WsHub; plans: ReturnType<typeof startPlans>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server }) {
+function closer(s: Stores, parts: { hub: WsHub; plans: Awaited<ReturnType<typeof startPlans>>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server }) {
   return async () => {
     parts.hub.close();
-    parts.plans.runner.stop();
+    await parts.plans.runner.stop();
     parts.plans.hub.stop();
     parts.dashboard.stop();
     await new Promise((r) => parts.server.close(r));
@@ -144,7 +145,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const api = buildDaemonApi({ life: q.life, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status });
-  const plans = startPlans(api, cfg, s, metrics, log);
+  const plans = await startPlans(api, cfg, s, metrics, log);
   const virsh = addVirt(api, cfg, q.life, log);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });

@@ -20,6 +20,8 @@ import { buildSpec } from '../../shared/daemon-jobs';
 import { jobViews } from '../../queue/daemon-views';
 import { grants, ROLES } from '../../shared/auth';
 import { callerOf } from './route-kit';
+import type { StaticMount } from './static';
+import { planStatesModule } from '../../shared/plan-states';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 
@@ -27,7 +29,7 @@ const err = (description: string) => ({ description, schema: daemonErrorSchema }
 const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 
 /** Adds the dashboard's routes and mounts its files; returns the SSE hub so the daemon can stop it. */
-export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus; jobTimeoutSeconds: number; mountStatic(prefix: string, dir: string): void }) {
+export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus; jobTimeoutSeconds: number; mountStatic(prefix: string, dir: string, overrides?: StaticMount['overrides']): void }) {
   const { api, life } = d;
   const store = life.store;
   const hub = new EventHub(d.bus, store, config.sseHeartbeatSeconds);
@@ -75,6 +77,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     },
   });
 
-  d.mountStatic('/web/dashboard', DASHBOARD_DIR);
+  // plan-states.js: the plan state table (shared/plan-states.ts) as a module, generated rather than copied.
+  d.mountStatic('/web/dashboard', DASHBOARD_DIR, { 'plan-states.js': { type: 'text/javascript; charset=utf-8', body: planStatesModule() } });
   return hub;
 }

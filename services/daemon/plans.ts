@@ -17,6 +17,7 @@ import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
 import type { PlanHub } from '../../queue/plan-events';
 import { callerOf } from './route-kit';
+import { vmMayMove } from '../../shared/plan-states';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const one = { description: 'the plan', schema: planSchema };
@@ -172,7 +173,7 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
     async (_ctx, { params }) => {
       const p = await plans.must(params.id);
       const v = vmOf(p, decodeURIComponent(params.vm));
-      if (v.status === 'running' || v.status === 'pending') throw conflict(`${v.vm_path} is ${v.status}; cancel it first`);
+      if (!vmMayMove(v.status, 'rolled_back')) throw conflict(`${v.vm_path} is ${v.status}; cancel it first`);
       if (!v.job_id) throw new ApiError(409, `${v.vm_path} never ran: nothing to roll back`);
       return view(await runner.rollback(p.id, v.vm_path, 'rolled back through the API'));
     });

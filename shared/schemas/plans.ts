@@ -6,6 +6,7 @@ import { virtUriSchema } from '../libvirt/uri';
 import { confusableName, virtName } from '../libvirt/names';
 import { targetName as nameFor } from '../plans/names';
 import type { PlanCreate } from '../../queue/plans';
+import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../plan-states';
 import { ROLES } from '../auth';
 import type { TargetNameRule } from '../plans/names';
 
@@ -15,8 +16,6 @@ const mapName = Joi.string().min(1).max(256);
 const planId = Joi.string().pattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/)
   .messages({ 'string.pattern.base': '{{#label}} must be 1-64 letters, digits, "_" or "-"' });
 
-export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;
-export const PLAN_VM_STATUSES = ['pending', 'blocked', 'running', 'completed', 'failed', 'cancelled', 'rolled_back'] as const;
 export const SEVERITIES = ['blocker', 'warning', 'info'] as const;
 
 // The plan's options (and each VM's overrides) are the shape B job's options (one definition), without what the
@@ -134,6 +133,11 @@ export const planVmSchema = Joi.object({
   selected_by: Joi.array().items(Joi.number().integer()).description('the selectors (their index) that chose this VM; absent for a listed VM'),
   source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
+  actions: Joi.array().items(Joi.object({
+    action: Joi.string().valid('submit', 'rollback', 'remove_source'), key: Joi.string().description('the job it is for (api-<time>-<random>: a rollback through the API)'),
+    claimed_by: Joi.string(), fence: Joi.number().integer().allow(null).description('the plan leader lease\'s token (null: through the API)'),
+    at: Joi.string().isoDate(), done_at: Joi.string().isoDate().allow(null), result: Joi.any(), resumed: Joi.number().integer().description('times a later leader took the claim over'),
+  }).label('PlanVmAction')).description('each side effect done for this VM, claimed before it was done (docs/plans.md, Claims)'),
 }).unknown(true).label('PlanVm');
 
 const planCallerSchema = Joi.object({

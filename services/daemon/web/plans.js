@@ -4,8 +4,10 @@
 // one VM, roll one VM back), disabled where the key's role does not reach them.
 import { api } from './api.js';
 import { h, badge, bytes, duration, progressBar, say, time } from './dom.js';
+// The plan state table (shared/plan-states.ts), served by the daemon as a module: never copied here.
+import { PLAN_FINAL, VM_RETRYABLE, VM_TRANSITIONS } from './plan-states.js';
 
-const FINAL = new Set(['completed', 'failed', 'cancelled']);
+const FINAL = new Set(PLAN_FINAL);
 const pct = (done, total) => (total ? (100 * done) / total : 0);
 const rate = (r) => (r ? `${bytes(r)}/s` : '');
 const enc = encodeURIComponent;
@@ -65,7 +67,7 @@ export class PlanPage {
   show(p) {
     this.p = p;
     const base = `/plans/${enc(p.id)}`;
-    const retryable = p.vms.some((v) => ['failed', 'cancelled', 'blocked', 'rolled_back'].includes(v.status));
+    const retryable = p.vms.some((v) => VM_RETRYABLE.includes(v.status));
     this.box.replaceChildren(
       h('h2', { id: 'plan-title' }, p.name, ' ', h('span', { id: 'plan-status' }, badge(p.status))),
       h('div', { class: 'job-progress' }, progressBar(pct(p.bytes_done, p.total_bytes), p.status),
@@ -84,7 +86,7 @@ export class PlanPage {
 
   vmRow(base, v) {
     const name = v.vm_path.split('/').pop();
-    const canRollback = this.canAdmin && v.job_id && !['running', 'pending'].includes(v.status);
+    const canRollback = this.canAdmin && v.job_id && (VM_TRANSITIONS[v.status] ?? []).includes('rolled_back');
     return h('tr', { dataset: { vm: v.vm_path, status: v.status } },
       h('td', {}, name, v.job_id ? h('small', {}, h('a', { href: `#/job/${enc(v.job_id)}` }, 'job')) : ''),
       h('td', { class: 'vm-status' }, badge(v.status)), h('td', { class: 'stage' }, v.stage || ''),
