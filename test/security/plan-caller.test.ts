@@ -91,6 +91,8 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
       const running = { ...stored, status: 'running', started_at: new Date().toISOString(), started_by: startedBy };
       if (!startedBy) delete running.started_by;
       await s.rc.set(k.plan(id), JSON.stringify(running));
+      // The leader steps the plans of the running set, which every plan write keeps: this raw write adds it there too.
+      await s.rc.sadd(k.running, id);
       const vm = await until(async () => { const v = (await get(id)).vms[0]; return v.status === 'failed' && v; }, 30_000, `${id}'s VM to fail`);
       expect(vm.error).to.include('parameters.insecure').and.include('role submit');
       expect(await s.rc.exists(keys(PREFIX).job(vm.job_id ?? vm.jobs[0])), 'no job record').to.equal(0);
