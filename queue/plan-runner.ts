@@ -162,7 +162,11 @@ export class PlanRunner {
     const p = await this.d.plans.mutate(id, (q) => {
       q.started_by = by;
       if (q.status === 'running' && !q.vms.some((v) => isVmRetryable(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled, blocked or rolled back VM`);
-      for (const v of q.vms) if (isVmRetryable(v.status)) { Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides, ...(v.actions ? { actions: v.actions } : {}) }); }
+      for (const v of q.vms) {
+        if (!isVmRetryable(v.status)) continue;
+        Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides, ...(v.actions ? { actions: v.actions } : {}) });
+        delete v.cancel_requested; // the cancel was for the job that ended; the retry's job must not inherit it
+      }
       applyResults(q, results, (v) => v.status === 'pending');
       q.status = 'running'; q.finished_at = null; q.cancel_requested = false;
     });
