@@ -59,11 +59,13 @@ function filesUnder(dir: string): string[] {
 }
 
 const LITERAL = /'([^'\n\\$]{1,200})'|"([^"\n\\$]{1,200})"|`([^`\n\\$]{1,200})`/g;
-const DIRNAME_JOIN = /path\.(?:join|resolve)\(\s*__dirname((?:\s*,\s*(?:'[^'\n]*'|"[^"\n]*"))*)\s*\)/g;
+const JOIN = /path\.(?:join|resolve)\(\s*(\w+)((?:\s*,\s*(?:'[^'\n]*'|"[^"\n]*"))+)\s*\)/g;
 
 /** The repository files a file's code names by path: a literal that is a file (relative to the file or to the
- *  repository), and every file in a folder named by path.join/resolve(__dirname, '...'). The folder holding the
- *  file itself (`path.resolve(__dirname, '..', '..')`: the repository's root) is a base, not a read. */
+ *  repository), and what path.join/resolve(<base>, '...', ...) names from __dirname (or, for another base such as a
+ *  ROOT constant, from the file's folder or the repository's root): that file, or every file in that folder. The
+ *  folder holding the file itself (`path.resolve(__dirname, '..', '..')`: the repository's root) is a base, not a
+ *  read. */
 function namedFiles(file: string, text: string): string[] {
   const found = new Set<string>();
   for (const m of text.matchAll(LITERAL)) {
@@ -71,14 +73,29 @@ function namedFiles(file: string, text: string): string[] {
     if (!s.includes('/') && !/\.\w+$/.test(s)) continue;
     for (const p of [path.resolve(path.dirname(file), s), path.resolve(ROOT, s)]) if (inRepo(p) && isFile(p)) found.add(p);
   }
-  for (const m of text.matchAll(DIRNAME_JOIN)) {
-    const parts = [...m[1].matchAll(/'([^'\n]*)'|"([^"\n]*)"/g)].map((a) => a[1] ?? a[2]);
-    const p = path.resolve(path.dirname(file), ...parts);
-    if (isDir(p) && !path.relative(p, file).startsWith('..')) continue; // an ancestor of the file: a base
-    if (isDir(p) && inRepo(p)) filesUnder(p).forEach((f) => found.add(f));
-    else if (inRepo(p) && isFile(p)) found.add(p);
+  for (const m of text.matchAll(JOIN)) {
+    const parts = [...m[2].matchAll(/'([^'\n]*)'|"([^"\n]*)"/g)].map((a) => a[1] ?? a[2]);
+    const bases = m[1] === '__dirname' ? [path.dirname(file)] : [path.dirname(file), ROOT];
+    for (const p of bases.map((b) => path.resolve(b, ...parts))) {
+      if (!inRepo(p)) continue;
+      if (isFile(p)) found.add(p);
+      else if (isDir(p) && path.relative(p, file).startsWith('..')) filesUnder(p).forEach((f) => found.add(f));
+    }
   }
   return [...found];
+}
+
+/** A file's imports and named files, by its path and content (the key's tests compute many keys). */
+const depsMemo = new Map<string, string[]>();
+function depsOf(file: string, text: string): string[] {
+  const memo = `${file}\0${createHash('sha256').update(text).digest('hex')}`;
+  let deps = depsMemo.get(memo);
+  if (!deps) {
+    const imports = ts.preProcessFile(text, true, true).importedFiles.map((i) => i.fileName).filter((s) => s.startsWith('.'));
+    deps = [...imports.map((spec) => resolveImport(file, spec)).filter((r): r is string => !!r && inRepo(r)), ...namedFiles(file, text)];
+    depsMemo.set(memo, deps);
+  }
+  return deps;
 }
 
 /** Every repository file that `entries` load or read, by the rules above, sorted. */
@@ -90,20 +107,16 @@ export function closure(entries: string[], read: Reader = realRead): string[] {
     if (seen.has(f)) continue;
     seen.add(f);
     if (!CODE.test(f)) continue;
-    const text = read(f).toString('utf8');
-    const imports = ts.preProcessFile(text, true, true).importedFiles.map((i) => i.fileName).filter((s) => s.startsWith('.'));
-    for (const spec of imports) {
-      const r = resolveImport(f, spec);
-      if (r && inRepo(r)) todo.push(r);
-    }
-    todo.push(...namedFiles(f, text));
+    todo.push(...depsOf(f, read(f).toString('utf8')));
   }
   return [...seen].sort();
 }
 
-/** The Debian packages a guest proof's result can depend on (an absent one is keyed as absent). */
+/** The Debian packages a heavy proof's result can depend on (an absent one is keyed as absent): qemu and its
+ *  firmware, libguestfs, libvirt, the simulator's source and compiler, Redis. */
 const PACKAGES = ['qemu-system-x86', 'qemu-system-data', 'qemu-utils', 'seabios', 'ipxe-qemu', 'ovmf', 'libguestfs0', 'libguestfs-tools',
-  'supermin', 'linux-image-amd64', 'libvirt-daemon-system', 'libvirt0', 'nbdkit', 'initramfs-tools-core', 'busybox-static'];
+  'supermin', 'linux-image-amd64', 'libvirt-daemon-system', 'libvirt0', 'nbdkit', 'initramfs-tools-core', 'busybox-static',
+  'golang-github-vmware-govmomi-dev', 'golang-go', 'redis-server'];
 let toolsMemo: Record<string, string> | undefined;
 
 /** qemu, firmware, libguestfs, libvirt and kernel versions on this host (once per process). */

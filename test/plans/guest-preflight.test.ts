@@ -4,6 +4,9 @@
 // system UUIDs: it must not share the appliance with it) another, and a disk with a LUKS root made here (a text
 // descriptor with a flat extent) a third. Nothing of the disks may land on this host's disks: the daemon's TMPDIR
 // and export folder stay empty, no nbdkit outlives the validation, no cache directory stays in /dev/shm.
+// The validation is a reused proof (test/helpers/proofs.ts; the simulator, libvirtd and the daemon start only when it
+// runs): with every input unchanged (the code the daemon loads, the LUKS disk's recipe in this file, the fixture, the
+// simulator's build and the tools among them) the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -23,6 +26,7 @@ import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
+import { fixtureInputs, reusedProof } from '../helpers/proofs';
 
 /** The guest_inspected finding's `guest` (shared/plans/guest-rules.ts), with the fields read here. */
 interface InspectedGuest { os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[] }
@@ -68,8 +72,9 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   let daemon: Proc & { url: string };
   const shmBefore = new Set(shmLeft());
 
-  before(async function () {
-    g = await ensureDebianGuest('plain');
+  /** The simulator with the three VMs, a private Redis, the run's libvirtd and the daemon: started only when the
+   *  proof runs (a reused one needs none of them). */
+  async function start() {
     [v, lv] = await Promise.all([startVcsim(), useLibvirt(), redis.start()]);
     const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
     const bytes = (await imageInfo(g.vmdk, 'vmdk'))['virtual-size'];
@@ -97,7 +102,7 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
       // The daemon's own temporary folder, to see that nothing lands there; libguestfs's appliance cache stays shared.
       TMPDIR: tmp, LIBGUESTFS_CACHEDIR: process.env.LIBGUESTFS_CACHEDIR || '/var/tmp',
     }, cfg);
-  });
+  }
   after(async () => {
     await daemon?.stop();
     await lv?.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`)); // only when before() got that far
@@ -108,7 +113,15 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('names the OS, boot loader and files the repair would change; a LUKS root is a blocker; nothing is downloaded', async () => {
+  /** What the check reads: the plan's creation, the validation's answer, the plan's record after it, and what the
+   *  host held before, during (the most bytes added) and after it. */
+  interface Evidence {
+    created: { status: number; text: string }; validated: { status: number; text: string }; plan: PlanView;
+    tmpBefore: string[]; tmpAfter: string[]; exportBytes: number; most: number; shmNew: string[]; nbdkit: string;
+  }
+
+  async function validate(): Promise<Evidence> {
+    await start();
     const c = await req(daemon.url, 'POST', '/plans', {
       id: 'gp', name: 'guest preflight', vms: ['/DC0/vm/debian12', '/DC0/vm/clone12', '/DC0/vm/luks'], destination: { type: 'kvm', virt_uri: lv.uri },
       network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool }, options: { power_off: 'none' },
@@ -125,8 +138,19 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     const text = await res.body.text();
     sampling = false;
     await sampler;
-    expect(res.statusCode, text).to.equal(200);
-    const body = JSON.parse(text) as Validation;
+    const plan = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
+    return {
+      created: { status: c.status, text: c.text }, validated: { status: res.statusCode, text }, plan, tmpBefore, tmpAfter: readdirSync(tmp).sort(),
+      exportBytes: bytesUnder(exports), most, shmNew: shmLeft().filter((n) => !shmBefore.has(n)),
+      nbdkit: spawnSync('pgrep', ['-P', String(daemon.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim(),
+    };
+  }
+
+  /** The assertions, on a fresh run's evidence or on the record's. */
+  function check(e: Evidence) {
+    expect(e.created.status, e.created.text).to.equal(201);
+    expect(e.validated.status, e.validated.text).to.equal(200);
+    const body = JSON.parse(e.validated.text) as Validation;
     const by = Object.fromEntries(body.vms.map((x) => [x.vm_path.split('/').pop()!, x.findings]));
     const rules = (n: string) => by[n].map((f) => `${f.rule}:${f.severity}`);
 
@@ -150,16 +174,20 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     expect(body.blockers, JSON.stringify(body)).to.equal(1);
 
     // In the plan's record too, and the LUKS VM would be blocked at start.
-    const p = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
-    expect(p.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
+    expect(e.plan.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
 
     // Nothing downloaded: the daemon's TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
     // sockets and logs meanwhile), no cache folder is left in /dev/shm, no nbdkit outlives the validation.
-    expect(readdirSync(tmp).sort()).to.deep.equal(tmpBefore);
-    expect(bytesUnder(exports)).to.equal(0);
-    expect(most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
-    expect(shmLeft().filter((n) => !shmBefore.has(n))).to.deep.equal([]);
-    const kids = spawnSync('pgrep', ['-P', String(daemon.proc.pid), 'nbdkit'], { encoding: 'utf8' });
-    expect(kids.stdout.trim()).to.equal('');
+    expect(e.tmpAfter).to.deep.equal(e.tmpBefore);
+    expect(e.exportBytes).to.equal(0);
+    expect(e.most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
+    expect(e.shmNew).to.deep.equal([]);
+    expect(e.nbdkit).to.equal('');
+  }
+
+  it('names the OS, boot loader and files the repair would change; a LUKS root is a blocker; nothing is downloaded', async () => {
+    g = await ensureDebianGuest('plain');
+    const spec = { name: 'plans-guest-preflight', entries: [__filename], extra: fixtureInputs(g.vmdk) };
+    await reusedProof(spec, validate, check);
   });
 });
