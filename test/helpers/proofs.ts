@@ -113,10 +113,10 @@ export function closure(entries: string[], read: Reader = realRead): string[] {
 }
 
 /** The Debian packages a heavy proof's result can depend on (an absent one is keyed as absent): qemu and its
- *  firmware, libguestfs, libvirt, the simulator's source and compiler, Redis. */
+ *  firmware, libguestfs and its tools (virt-sysprep, virt-customize), libvirt, the simulator's source and compiler, Redis. */
 const PACKAGES = ['qemu-system-x86', 'qemu-system-data', 'qemu-utils', 'seabios', 'ipxe-qemu', 'ovmf', 'libguestfs0', 'libguestfs-tools',
   'supermin', 'linux-image-amd64', 'libvirt-daemon-system', 'libvirt0', 'nbdkit', 'initramfs-tools-core', 'busybox-static',
-  'golang-github-vmware-govmomi-dev', 'golang-go', 'redis-server'];
+  'golang-github-vmware-govmomi-dev', 'golang-go', 'redis-server', 'guestfs-tools', 'openssl'];
 let toolsMemo: Record<string, string> | undefined;
 
 /** qemu, firmware, libguestfs, libvirt and kernel versions on this host (once per process). */
