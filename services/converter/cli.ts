@@ -16,6 +16,7 @@ import type { PipelineReport } from '../../shared/converter/stages/report';
 import { errorText } from '../../shared/errors';
 import { fetchRemote } from './fetch';
 import { exportForConvert, withExport } from './manager-export';
+import { logoutAll } from '../../shared/vsphere/client';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
@@ -168,7 +169,17 @@ function batchSettings(migrations: MigrationEntry[], common: MigrationSettings, 
   return settings;
 }
 
+/** The command: its exit status. The vSphere sessions a manager_export opened are logged out at the end, however
+ *  the run ended, rather than left to expire on the manager. */
 export async function main(argv: string[], stdout = process.stdout, stderr = process.stderr): Promise<number> {
+  try {
+    return await run(argv, stdout, stderr);
+  } finally {
+    await logoutAll();
+  }
+}
+
+async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof process.stderr): Promise<number> {
   const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
   const configPath = arg('--config');
   const manifestPath = arg('--manifest');
