@@ -12,11 +12,9 @@ import { req } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { managerFor } from '../../shared/vsphere/client';
 import { listVms, vmDetail } from '../../shared/vsphere/inventory';
-import { retrieve } from '../../shared/vsphere/properties';
-import { arr, child, text } from '../../shared/vsphere/xml';
 import type { VmCdrom, VmDetail, VmDisk, VmNic } from '../../shared/vsphere/inventory';
 import type { DaemonError } from '../helpers/http';
-import { createVm, makeDisks, powerOn, upload } from './fixture';
+import { createVm, makeDisks, otherSessions, powerOn, upload } from './fixture';
 import type { VmList } from '../helpers/api-types';
 
 const PASSWORD = 'vcsim-default-pw-31';
@@ -31,14 +29,6 @@ type VmInfo = Omit<VmDetail, 'moref' | 'disks' | 'nics' | 'cdroms'> & {
 };
 /** POST /vms/shutdown, /vms/poweroff, /vms/remove-cdrom. */
 interface VmMessage { message: string }
-
-/** The sessions open on a simulator other than `mgr`'s own (SessionManager.sessionList less currentSession). */
-async function otherSessions(mgr: ReturnType<typeof managerFor>): Promise<string[]> {
-  const sc = await mgr.serviceContent();
-  const [o] = await retrieve(mgr, [sc.sessionManager], [{ type: 'SessionManager', paths: ['sessionList', 'currentSession'] }]);
-  const own = text(child(o.props.currentSession, 'key'));
-  return arr(child(o.props.sessionList, 'UserSession')).map((x) => text(child(x, 'key'))!).filter((k) => k !== own);
-}
 
 describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   this.timeout(60_000);
