@@ -11,6 +11,7 @@ import { config } from '../../shared/config';
 import { onShutdown } from '../../shared/process';
 import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
 import { errorText } from '../../shared/errors';
+import { logoutAll } from '../../shared/vsphere/client';
 
 const { values } = parseArgs({
   options: {
@@ -29,12 +30,13 @@ for (const c of caps) if (!CAPABILITY_PATTERN.test(c) || !allowedCapabilities().
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
 
-// Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it.
+// Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it. The vSphere
+// sessions the jobs opened (exports, power actions) are logged out once the jobs are done.
 startWorker({
   workerId: values.id ?? env.FERRY_WORKER_ID ?? `${os.hostname()}-${process.pid}`,
   capabilities: caps,
   executionMode: mode,
   concurrency,
   metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
-}).then((w) => onShutdown(() => w.stop(), (config.shutdownGraceSeconds + 10) * 1000))
+}).then((w) => onShutdown(async () => { try { await w.stop(); } finally { await logoutAll(); } }, (config.shutdownGraceSeconds + 10) * 1000))
   .catch((e: unknown) => die(`failed to start: ${errorText(e)}`));

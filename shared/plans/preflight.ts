@@ -11,7 +11,7 @@ import { nameCollisions, targetName } from './names';
 import { Placer } from './placement';
 import { guestPreflight, guestPreflightDefault } from './guest-preflight';
 import { createLogger } from '../log';
-import type { Override, Plan, PlanOptions } from '../../queue/plans';
+import type { Override, Plan, PlanOptions } from './types';
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
 export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
