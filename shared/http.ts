@@ -294,11 +294,18 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
 }
 
 let rateLimitDownLogged = 0;
+/** Redis commands wait through an outage (ioredis queues them): a count the request waits for gets a second, then
+ *  the request goes on without it, so no request hangs on a Redis that is away. */
+async function answeredWithinASecond<T>(p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
 /** Counts the request; over the limit a 429 with Retry-After. Redis away: the request passes (availability over
  *  the limit), logged at most once a minute. */
 async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, log: Logger) {
   let v;
-  try { v = await limiter.hit(who); } catch (e) {
+  try { v = await answeredWithinASecond(limiter.hit(who)); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
     return;
   }
@@ -317,10 +324,7 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
 async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logger) {
   ctx.state.refusal = true; // the audit keeps it in the refusal stream (shared/audit.ts)
   let v;
-  // Redis commands wait through an outage: a refusal waits at most a second for its count, then stands.
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
-  try { v = await Promise.race([refusals.hit(`addr:${clientAddress(ctx.req)}`), late]).finally(() => clearTimeout(timer)); } catch (e) {
+  try { v = await answeredWithinASecond(refusals.hit(`addr:${clientAddress(ctx.req)}`)); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
     return;
   }
