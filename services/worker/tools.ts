@@ -2,7 +2,7 @@
 // worker that lacks one refuses to start naming it (and the capability that needs it), rather than taking jobs
 // and failing each one. The programs come from scripts/programs.txt (shared/programs.ts), the list the set-up
 // and the images install from; the rest are facts of this host the capabilities need where they apply.
-import { accessSync, constants, existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { programsFor } from '../../shared/programs';
@@ -45,14 +45,20 @@ function writable(dir: string): boolean {
 }
 
 /** Host facts beside the programs, where they apply: libvirt_access with a local FERRY_LIBVIRT_URI needs that
- *  daemon's socket (and /dev/kvm when FERRY_LIBVIRT_DOMAIN_TYPE=kvm); mount_operations and nbd_access start
- *  libguestfs appliances, which need a writable scratch folder (TMPDIR). */
+ *  daemon's socket (and /dev/kvm when FERRY_LIBVIRT_DOMAIN_TYPE=kvm); vsphere_access writes exports into
+ *  FERRY_EXPORT_DIR when set; mount_operations and nbd_access start libguestfs appliances, which need a writable
+ *  scratch folder (TMPDIR). */
 function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
   const out: Missing[] = [];
   if (caps.includes('libvirt_access') && env.FERRY_LIBVIRT_URI) {
     const socks = localLibvirtSockets(env.FERRY_LIBVIRT_URI, env);
     if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${env.FERRY_LIBVIRT_URI.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
     if (socks && env.FERRY_LIBVIRT_DOMAIN_TYPE === 'kvm' && !existsSync('/dev/kvm')) out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
+  }
+  if (caps.includes('vsphere_access') && env.FERRY_EXPORT_DIR) {
+    const dir = path.resolve(env.FERRY_EXPORT_DIR);
+    try { mkdirSync(dir, { recursive: true, mode: 0o700 }); } catch { /* judged by the write below */ }
+    if (!writable(dir)) out.push({ what: `a writable export folder (FERRY_EXPORT_DIR ${dir})`, capability: 'vsphere_access' });
   }
   const scratch = env.TMPDIR || os.tmpdir();
   for (const c of ['mount_operations', 'nbd_access']) if (caps.includes(c) && !writable(scratch)) out.push({ what: `a writable scratch folder (TMPDIR ${scratch})`, capability: c });

@@ -7,13 +7,7 @@ import { jobApiEnvelope } from '../../shared/errors';
 import { guardPlain, listenHost, processAuth } from '../../shared/auth';
 import type { Logger } from '../../shared/log';
 import { createRegistry } from '../../shared/metrics';
-
-/** Whether `p` settles without error within 2 s (a Redis that is gone leaves commands waiting for the reconnect). */
-async function withinTwoSeconds(p: Promise<unknown>): Promise<boolean> {
-  let t: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((r) => { t = setTimeout(() => r(false), 2000); });
-  try { return await Promise.race([p.then(() => true, () => false), timeout]); } finally { clearTimeout(t); }
-}
+import { answersWithin } from '../../shared/health';
 
 export interface WorkerIdentity { workerId: string; capabilities: string[]; executionMode: string }
 
@@ -39,7 +33,7 @@ export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metric
     if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
     if (req.url === '/metrics') { const text = await metrics.metrics(); res.setHeader('Content-Type', metrics.contentType); res.end(text); return; }
     if (req.url === '/health') {
-      const up = await withinTwoSeconds(redisUp());
+      const up = await answersWithin(redisUp());
       res.statusCode = up ? 200 : 503;
       res.setHeader('Content-Type', 'application/json');
       res.end(JSON.stringify({ status: up ? 'healthy' : 'unhealthy', worker_id: o.workerId, active_jobs: active(), redis: up ? 'reachable' : 'unreachable' }));

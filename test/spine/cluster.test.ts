@@ -111,7 +111,7 @@ describe('npm start: a service that dies stops the cluster, naming it (issue 38)
     };
     const proc = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
-    for (const s of [proc.stdout!, proc.stderr!]) s.setEncoding('utf8').on('data', (d: string) => { out += d; });
+    for (const s of [proc.stdout, proc.stderr]) s.setEncoding('utf8').on('data', (d: string) => { out += d; });
     const code = await new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
     expect(code, out).to.equal(1);
     expect(out).to.match(new RegExp(`\\[worker-1\\] worker: failed to start: metrics port ${ports.w1} could not be opened: listen EADDRINUSE`));
