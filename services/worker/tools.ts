@@ -47,7 +47,7 @@ function writable(dir: string): boolean {
 /** Host facts beside the programs, where they apply: libvirt_access with a local FERRY_LIBVIRT_URI needs that
  *  daemon's socket (and /dev/kvm when FERRY_LIBVIRT_DOMAIN_TYPE=kvm); vsphere_access writes exports into
  *  FERRY_EXPORT_DIR when set; mount_operations and nbd_access start libguestfs appliances, which need a writable
- *  scratch folder (TMPDIR). */
+ *  scratch folder (LIBGUESTFS_TMPDIR and LIBGUESTFS_CACHEDIR, each TMPDIR unless set). */
 function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
   const out: Missing[] = [];
   if (caps.includes('libvirt_access') && env.FERRY_LIBVIRT_URI) {
@@ -60,8 +60,14 @@ function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
     try { mkdirSync(dir, { recursive: true, mode: 0o700 }); } catch { /* judged by the write below */ }
     if (!writable(dir)) out.push({ what: `a writable export folder (FERRY_EXPORT_DIR ${dir})`, capability: 'vsphere_access' });
   }
-  const scratch = env.TMPDIR || os.tmpdir();
-  for (const c of ['mount_operations', 'nbd_access']) if (caps.includes(c) && !writable(scratch)) out.push({ what: `a writable scratch folder (TMPDIR ${scratch})`, capability: c });
+  // libguestfs keeps its appliance in LIBGUESTFS_CACHEDIR and the disks' overlays in LIBGUESTFS_TMPDIR (each
+  // TMPDIR unless set).
+  const tmp = env.TMPDIR || os.tmpdir();
+  const scratch = new Map([[env.LIBGUESTFS_TMPDIR || tmp, env.LIBGUESTFS_TMPDIR ? 'LIBGUESTFS_TMPDIR' : 'TMPDIR'], [env.LIBGUESTFS_CACHEDIR || tmp, env.LIBGUESTFS_CACHEDIR ? 'LIBGUESTFS_CACHEDIR' : 'TMPDIR']]);
+  for (const [dir, name] of scratch) {
+    if (writable(dir)) continue;
+    for (const c of ['mount_operations', 'nbd_access']) if (caps.includes(c)) out.push({ what: `a writable scratch folder (${name} ${dir})`, capability: c });
+  }
   return out;
 }
 
