@@ -406,7 +406,8 @@ function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
     }
     const apiKey = ctx.state.apiKey as ApiKey | null | undefined; // Koa's state is untyped; set just above
     const who = apiKey ? `key:${apiKey.name}` : `addr:${clientAddress(ctx.req)}`;
-    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
+    // Probes are not rate limited: the limiter counts in Redis, and liveness must answer while Redis does not.
+    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/(health|livez)\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     await runAs(who, next);
   };

@@ -14,7 +14,8 @@ import { listenHost } from '../../shared/auth';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import type { DaemonConfig } from '../../shared/daemon-config';
-import { buildDaemonApi } from './routes';
+import { buildDaemonApi, type RouteDeps } from './routes';
+import { shownUri } from '../../shared/libvirt/uri';
 import type { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
 import { ScheduleStore } from '../../queue/schedules';
@@ -72,8 +73,7 @@ async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Regis
 
 /** The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
  *  503 naming the URI while no libvirtd answers there. */
-function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Virsh {
-  const virsh = new Virsh(configuredUri());
+function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, virsh: Virsh): Virsh {
   registerVirt({
     api, virsh,
     submitConvert: async (def) => {
@@ -82,8 +82,30 @@ function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Vir
       return { job_id: b.spec.job_id };
     },
   });
-  void virsh.reachable().then((up) => (up ? log.info('libvirt answers', { uri: virsh.uri }) : log.warn(`no libvirtd answers at ${virsh.uri}: /virt routes answer 503 until one does`)));
   return virsh;
+}
+
+/** The libvirt connection's state for /health's body: probed at start, and again in the background when /health
+ *  asks and the last answer is over 30 s old (the probe runs virsh, so it is never awaited by the route). */
+function libvirtState(virsh: Virsh, log: Logger): RouteDeps['libvirt'] {
+  const s: ReturnType<RouteDeps['libvirt']> = { uri: shownUri(virsh.uri), state: 'unknown', checked_at: null };
+  let probing = false;
+  const probe = () => {
+    probing = true;
+    // reachable() answers false on any failure; it never rejects
+    void virsh.reachable().then((up) => {
+      const changed = s.state !== (up ? 'reachable' : 'unreachable');
+      s.state = up ? 'reachable' : 'unreachable';
+      s.checked_at = new Date().toISOString();
+      if (changed && up) log.info('libvirt answers', { uri: s.uri });
+      else if (changed) log.warn(`no libvirtd answers at ${s.uri}: /virt routes answer 503 until one does`);
+    }).finally(() => { probing = false; });
+  };
+  probe();
+  return () => {
+    if (!probing && (!s.checked_at || Date.now() - Date.parse(s.checked_at) > 30_000)) probe();
+    return { ...s };
+  };
 }
 
 /** Static mounts (Swagger UI now, the dashboard's files later) under both path forms. They hold no data and stay
@@ -144,9 +166,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const { metrics, httpMetrics } = daemonMetrics(q, wsClients);
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
-  const api = buildDaemonApi({ life: q.life, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status });
+  const virsh = new Virsh(configuredUri());
+  const api = buildDaemonApi({ life: q.life, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
-  const virsh = addVirt(api, cfg, q.life, log);
+  addVirt(api, cfg, q.life, virsh);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });
   const statics = staticMounts();
