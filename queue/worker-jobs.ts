@@ -49,13 +49,16 @@ export function unserved(life: Lifecycle, spec: JobSpec): Promise<string | null>
 export async function awaitJobEnd(bus: Bus, store: JobStore, id: string, ms: number, signal?: AbortSignal): Promise<Record<string, string> | null> {
   const until = Date.now() + ms;
   let wake: () => void = () => undefined;
-  const off = await bus.on('jobs', (m) => { if (m.job_id === id && isTerminal(m.state)) wake(); });
+  const heard = { end: false }; // a message between the read and the wait below is not lost: the wait does not begin
+  const off = await bus.on('jobs', (m) => { if (m.job_id === id && isTerminal(m.state)) { heard.end = true; wake(); } });
   try {
     for (;;) {
+      heard.end = false;
       const h = await store.raw(id);
       if (!h || isTerminal(h.state)) return h;
       const left = until - Date.now();
       if (left <= 0 || signal?.aborted) return null;
+      if (heard.end) continue;
       await new Promise<void>((resolve) => {
         const t = setTimeout(done, Math.min(left, 5000));
         function done() { clearTimeout(t); signal?.removeEventListener('abort', done); resolve(); }
