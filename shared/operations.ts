@@ -34,6 +34,10 @@ export interface OperationDef {
   paths?: (spec: { job_id: string; image?: { path: string }; parameters: Parameters }) => JobPath[];
   /** The input images among them, whose headers and references are checked too (shared/image-confine.ts). */
   images?: (spec: { image?: { path: string; format: string }; parameters: Parameters }) => JobImage[];
+  /** Submitted only by the daemon's own routes, which check the role and caps the action needs (a plan's guest
+   *  read, a power action): the job APIs, schedules and plans refuse it from callers (checkCaller, 400 naming
+   *  operation), so it cannot be used to skip the route's own rules. */
+  internal?: boolean;
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -102,6 +106,12 @@ const managerParameters = {
   shutdown_timeout_seconds: Joi.number().integer().min(1).max(3600).default(300),
   remove_cdrom: Joi.boolean().default(false),
   parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
+};
+
+/** Which manager a daemon-side job talks to and where its password comes from (never the password itself). */
+const managerRef = {
+  manager_url: managerUrlSchema, username: Joi.string().max(256), insecure: Joi.boolean().default(false),
+  credentials: managerParameters.credentials,
 };
 
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
@@ -217,6 +227,31 @@ export const OPERATIONS: Record<string, OperationDef> = {
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
+  },
+  guest_preflight: {
+    // nbdkit serves each disk from the datastore over NBD (nbd_access), a read-only libguestfs appliance reads it
+    // (mount_operations, as the repair), both reaching the manager (vsphere_access): docs/plans.md.
+    capabilities: ['vsphere_access', 'mount_operations', 'nbd_access'],
+    internal: true,
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerRef,
+      vm_paths: Joi.array().items(Joi.string().max(1024)).min(1).max(10_000).unique().required().description('the VMs whose guests are read; their disks are looked up on the manager by the worker'),
+      seconds: Joi.number().integer().min(1).max(86_400).required().description('the bound the daemon waits (FERRY_GUEST_PREFLIGHT_SECONDS), named in the findings'),
+      deadline: Joi.number().integer().min(0).required().description('epoch ms: VMs not read by then get a guest_unreadable finding'),
+    }),
+    description: 'a plan preflight\'s guest read: each VM\'s disks read in place on its datastore, inspected and the repair run dry; the result is the guest findings per VM (submitted by the daemon only)',
+  },
+  vm_power: {
+    capabilities: ['vsphere_access'],
+    internal: true,
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerRef,
+      vm_path: Joi.string().max(1024).required(),
+      action: Joi.string().valid('shutdown', 'poweroff').required().description('shutdown: ask the guest (VMware Tools); poweroff: forced, the task waited on'),
+    }),
+    description: 'POST /vms/shutdown and /vms/poweroff as a job (submitted by the daemon only, for an admin)',
   },
 };
 

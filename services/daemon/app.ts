@@ -65,7 +65,7 @@ async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Regis
     bus: s.bus, store: q.store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
     wsWants: () => !!live.hub?.hasEventClients(), toWs: (id, view) => live.hub?.planUpdate(id, view),
   });
-  addPlanRoutes(api, { plans, runner, jobs: q.store, events: hub });
+  addPlanRoutes(api, { plans, runner, jobs: q.store, events: hub, work: { life: q.life, bus: s.bus } });
   registerPlanMetrics(metrics, plans, q.store);
   await runner.begin();
   return { runner, hub };
@@ -167,7 +167,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const virsh = new Virsh(configuredUri());
-  const api = buildDaemonApi({ life: q.life, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
+  const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
   addVirt(api, cfg, q.life, virsh);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');

@@ -6,6 +6,7 @@ import { Api } from '../../shared/http';
 import { answersWithin } from '../../shared/health';
 import { statusSchema } from '../../shared/schemas/daemon';
 import type { Lifecycle } from '../../queue/lifecycle';
+import type { Bus } from '../../queue/bus';
 import type { DaemonConfig } from '../../shared/daemon-config';
 import type { ScheduleStore } from '../../queue/schedules';
 import type { RunDeps } from '../../queue/schedule-runs';
@@ -19,7 +20,7 @@ import { addScheduleChangeRoutes } from './schedule-changes';
 import { addWebhookRoutes } from './webhooks';
 
 export interface RouteDeps {
-  life: Lifecycle; cfg: DaemonConfig; schedules: ScheduleStore; webhooks: WebhookStore; runDeps: RunDeps;
+  life: Lifecycle; bus: Bus; cfg: DaemonConfig; schedules: ScheduleStore; webhooks: WebhookStore; runDeps: RunDeps;
   status: () => Promise<Record<string, unknown>>;
   /** The libvirt connection's last known state, for /health's body. */
   libvirt: () => { uri: string; state: 'unknown' | 'reachable' | 'unreachable'; checked_at: string | null };
@@ -58,7 +59,7 @@ export function buildDaemonApi(d: RouteDeps) {
   // reference daemon accepts them); the job API (8000) refuses them.
   // Every body may be JSON or YAML (the daemon seed's config-file style); shared/http.ts reads both.
   const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn', requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'] });
-  addVmRoutes(api, d.life.store);
+  addVmRoutes(api, { life: d.life, bus: d.bus });
   addStatusRoutes(api, d);
   addSubmitRoute(api, d);
   addJobRoutes(api, d.life.store);

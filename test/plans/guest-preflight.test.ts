@@ -2,8 +2,10 @@
 // curl plugin under a read-only libguestfs appliance) and says, before any copy, what the guest is and what the
 // repair would change. The real Debian guest (test/fixtures/debian-guest.ts) is one VM, a clone of it (same file
 // system UUIDs: it must not share the appliance with it) another, and a disk with a LUKS root made here (a text
-// descriptor with a flat extent) a third. Nothing of the disks may land on this host's disks: the daemon's TMPDIR
-// and export folder stay empty, no nbdkit outlives the validation, no cache directory stays in /dev/shm.
+// descriptor with a flat extent) a third. The read runs on a worker with the guest-read capabilities, as a
+// guest_preflight job (the daemon is Node only). Nothing of the disks may land on this host's disks: the worker's
+// and daemon's TMPDIR and the export folder stay empty, no nbdkit outlives the validation, no cache directory
+// stays in /dev/shm.
 import { expect } from 'chai';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -15,9 +17,9 @@ import { guestfsEnv } from '../../shared/guestfs-env';
 import { managerFor } from '../../shared/vsphere/client';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
-import type { PlanView, Validation } from '../helpers/api-types';
+import type { DaemonJobList, PlanView, Validation } from '../helpers/api-types';
 import type { VmResult } from '../../shared/plans/preflight';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
@@ -66,6 +68,7 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   let v: Vcsim;
   let lv: TestLibvirt;
   let daemon: Proc & { url: string };
+  let worker: Proc;
   const shmBefore = new Set(shmLeft());
 
   before(async function () {
@@ -88,17 +91,21 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     await lv.virsh(['net-start', NET]);
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    daemon = await startDaemonProc({
+    const env = {
       ...testEnv(redis.url, 'gpre'), FERRY_GUEST_PREFLIGHT: '1', FERRY_HOST: '127.0.0.1',
       // Three appliance launches on a shared, loaded host (load 50-70 here) outlast the default bound of 600 s.
       FERRY_GUEST_PREFLIGHT_SECONDS: '3000',
       GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
       FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_EXPORT_DIR: exports,
-      // The daemon's own temporary folder, to see that nothing lands there; libguestfs's appliance cache stays shared.
+      // The daemon's and the worker's own temporary folder, to see that nothing lands there; libguestfs's appliance cache stays shared.
       TMPDIR: tmp, LIBGUESTFS_CACHEDIR: process.env.LIBGUESTFS_CACHEDIR || '/var/tmp',
-    }, cfg);
+    };
+    daemon = await startDaemonProc(env, cfg);
+    worker = await startWorkerProc(env, 'gpre-guest', ['vsphere_access', 'mount_operations', 'nbd_access']);
+    await awaitWorkers(daemon.url, [worker]);
   });
   after(async () => {
+    await worker?.stop();
     await daemon?.stop();
     await lv?.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`)); // only when before() got that far
     await lv?.virsh(['net-undefine', NET]).catch(tolerate(`net-undefine ${NET}`));
@@ -115,7 +122,7 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     });
     expect(c.status, c.text).to.equal(201);
     // Validate runs for minutes under TCG: no client-side timeout; meanwhile the folders are sampled.
-    // The daemon's TMPDIR already holds tsx's compile cache: what validate adds is measured against it.
+    // That TMPDIR already holds tsx's compile cache: what validate adds is measured against it.
     const tmpBefore = readdirSync(tmp).sort();
     const base = bytesUnder(tmp);
     let most = 0;
@@ -153,13 +160,15 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     const p = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
     expect(p.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
 
-    // Nothing downloaded: the daemon's TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
+    // Nothing downloaded: the TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
     // sockets and logs meanwhile), no cache folder is left in /dev/shm, no nbdkit outlives the validation.
     expect(readdirSync(tmp).sort()).to.deep.equal(tmpBefore);
     expect(bytesUnder(exports)).to.equal(0);
     expect(most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
     expect(shmLeft().filter((n) => !shmBefore.has(n))).to.deep.equal([]);
-    const kids = spawnSync('pgrep', ['-P', String(daemon.proc.pid), 'nbdkit'], { encoding: 'utf8' });
-    expect(kids.stdout.trim()).to.equal('');
+    for (const p of [daemon, worker]) expect(spawnSync('pgrep', ['-P', String(p.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim()).to.equal('');
+    // Read by the worker, as one guest_preflight job.
+    const reads = (await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=50')).body.jobs.filter((j) => j.definition.operation === 'guest_preflight');
+    expect(reads.map((j) => j.status)).to.deep.equal(['completed']);
   });
 });

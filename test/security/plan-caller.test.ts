@@ -16,6 +16,7 @@ import type { DaemonError } from '../helpers/http';
 import type { PlanView, Validation } from '../helpers/api-types';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, startPlanStack, type PlanStack } from '../plans/fixture';
+import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
 
 const K = { submit: 'pc-submit-key-0123456789ab', admin: 'pc-admin-key-0123456789abc' };
 const PREFIX = 'plancaller';
@@ -24,6 +25,7 @@ const BRIDGE = 'br-pc-listed';
 describe('security: a plan acts as its caller (insecure, remove_source, plan slots, bridges)', function () {
   this.timeout(300_000);
   let s: PlanStack;
+  let power: Proc;
   const as = (key: string) => ({ 'x-api-key': key });
   const get = async (id: string) => (await req<PlanView>(s.url, 'GET', `/plans/${id}`, undefined, as(K.admin))).body;
   const fields = (e: DaemonError) => (e.fields ?? []).map((f) => f.field);
@@ -40,8 +42,11 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     for (const [i, name] of ['pc-a', 'pc-b', 'pc-victim'].entries()) {
       await createPlanVm(s.m, { name, disks: [{ ds: 'LocalDS_0', file: `${name}/${name}.vmdk`, bytes: 1 << 20 }], mac: `00:50:56:07:00:${(0x10 + i).toString(16)}` });
     }
+    // The power actions are vm_power jobs: a worker with vsphere_access alone (it takes no plan VM's shape B job).
+    power = await startWorkerProc(s.env, 'pc-power', ['vsphere_access']);
+    await awaitWorkers(s.url, [power], as(K.admin));
   });
-  after(async () => { await s?.stop(); });
+  after(async () => { await power?.kill(); await s?.stop(); });
 
   it('the reported attack: source.insecure through a plan is a 403 naming source.insecure for a submit key (create, change, validate, start); an admin\'s plan runs its job with it', async () => {
     const insecure = s.plan('pc-insecure', ['pc-a'], { source: { insecure: true } });

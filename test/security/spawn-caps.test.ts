@@ -1,7 +1,8 @@
 // The guest preflight's processes capped per caller and per daemon (issue 33 item 5), tried as a submit key's
 // validate of a plan whose VM has two disks (one nbdkit each) on the simulator, with the VM's network and pool on a
 // private libvirtd so nothing else blocks the guest read: with one nbdkit per caller the second disk is refused,
-// 429 with Retry-After; with one in all, 503. Afterwards no nbdkit of the daemon is left running.
+// 429 with Retry-After; with one in all, 503. The read is a worker's guest_preflight job, and the caps are taken by
+// the daemon at its submission: refused, no job is made (none is listed) and no nbdkit of the daemon runs.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
+import type { DaemonJobList } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
@@ -76,6 +78,8 @@ describe('security: guest preflight nbdkit processes capped per caller (429) and
     const r = await fetch(`${dm.url}/plans/${id}/validate`, { method: 'POST', headers: as });
     const body = await r.json() as DaemonError;
     await until(() => nbdkitsOf(dm.proc.pid!).length === 0, 20000, 'no nbdkit of the daemon left');
+    const jobs = await req<DaemonJobList>(dm.url, 'GET', '/jobs', undefined, as);
+    expect(jobs.body.jobs, 'no guest_preflight job').to.deep.equal([]);
     await dm.stop();
     return { status: r.status, retryAfter: r.headers.get('retry-after'), body };
   }
