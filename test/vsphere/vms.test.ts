@@ -222,16 +222,18 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     expect(await mm.sessionCookie()).to.not.equal(cookie);
   });
 
-  // Last: it stops the daemon.
-  it('a daemon stopped with SIGTERM logs out of the vSphere sessions it opened, on each manager it used', async () => {
+  // Last: it stops the daemon and the worker (whose vm_power jobs above opened sessions of their own).
+  it('a daemon and a worker stopped with SIGTERM log out of the vSphere sessions they opened, on each manager used', async () => {
     const m2 = managerFor({ url: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true });
     expect((await req(B, 'GET', '/vms/list')).status).to.equal(200);
     expect((await req(B, 'GET', `/vms/list${q({ server: v2.url, insecure: true })}`, undefined, creds(v2.username, OTHER_PASSWORD))).status).to.equal(200);
     const [daemon1, daemon2] = [await otherSessions(m), await otherSessions(m2)];
-    expect(daemon1, "the daemon's session on the default manager").to.have.length.above(0);
+    expect(daemon1, "the daemon's and the worker's sessions on the default manager").to.have.length.above(1);
     expect(daemon2, "the daemon's session on the per-request manager").to.have.length.above(0);
     await daemon.stop('SIGTERM');
     expect(daemon.proc.exitCode, 'a clean exit, within the shutdown bound').to.equal(0);
+    await worker.stop('SIGTERM');
+    expect(worker.proc.exitCode, "the worker's clean exit").to.equal(0);
     expect((await otherSessions(m)).filter((k) => daemon1.includes(k)), 'still open on the default manager').to.deep.equal([]);
     expect((await otherSessions(m2)).filter((k) => daemon2.includes(k)), 'still open on the per-request manager').to.deep.equal([]);
   });
