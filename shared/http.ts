@@ -4,7 +4,7 @@ import Koa from 'koa';
 import Router from '@koa/router';
 import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, badRequest, errorText, fieldError } from './errors';
 import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } from './body-budget';
 import { toJsonSchema, type JsonSchema } from './openapi';
@@ -316,11 +316,16 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
  *  counted here, so other clients, and this one with a good key, are not slowed. Redis away: the refusal stands. */
 async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logger) {
   ctx.state.refusal = true; // the audit keeps it in the refusal stream (shared/audit.ts)
+  await countRefusal(ctx.req, refusals, log);
+}
+
+/** The refusal budget's count for one refused request, on an API or a plain port (guardPlain): throws the 429. */
+async function countRefusal(req: IncomingMessage, refusals: RateLimiter, log: Logger) {
   let v;
   // Redis commands wait through an outage: a refusal waits at most a second for its count, then stands.
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
-  try { v = await Promise.race([refusals.hit(`addr:${clientAddress(ctx.req)}`), late]).finally(() => clearTimeout(timer)); } catch (e) {
+  try { v = await Promise.race([refusals.hit(`addr:${clientAddress(req)}`), late]).finally(() => clearTimeout(timer)); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
     return;
   }
@@ -337,6 +342,48 @@ export const SECURITY_HEADERS: Record<string, string> = {
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
 };
+
+/** A plain node http server that is no koa app (the daemon's and the workers' metrics ports), gated as the APIs
+ *  are: `refusals` counts its 401/403 against the client address's refusal budget (the APIs' count, in Redis),
+ *  `audit` records them with the APIs' refusals. */
+export interface PlainPort {
+  auth: Auth; log: Logger; refusals?: RateLimiter; audit?: AuditLog;
+  envelope: (status: number, message: string, path: string) => unknown;
+}
+
+/** The APIs' SECURITY_HEADERS on a plain port's answer (before anything is written). */
+export function plainHeaders(res: ServerResponse): void {
+  for (const [k, v] of Object.entries(SECURITY_HEADERS)) res.setHeader(k, v);
+}
+
+/** A plain port's request: the APIs' headers, the browser rule, then the role `need`. A refusal (401, 403) counts
+ *  against the client address's refusal budget, past which the answer is the APIs' 429 with Retry-After; it is
+ *  audited as theirs are. Answers a refusal itself and returns false. */
+export async function guardPlain(port: PlainPort, req: IncomingMessage, res: ServerResponse, need: Need): Promise<boolean> {
+  plainHeaders(res);
+  const browser = browserRefusal(browserRule(process.env.FERRY_HOST), req.method || 'GET', req.headers); // as on the APIs
+  const v: { status: number; message?: string } = browser ? { status: browser.status, message: browser.message } : authorize(port.auth, req.headers, need);
+  if (v.status === 0) return true;
+  let { status } = v;
+  let message = v.message || '';
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  // Only the key's refusals are counted, as on the APIs (a browser refusal is answered before authentication).
+  if (!browser && port.refusals) {
+    try { await countRefusal(req, port.refusals, port.log); } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      status = e.status;
+      message = e.message;
+      headers['retry-after'] = String((e.details as { retryAfter: number }).retryAfter);
+    }
+  }
+  if (status === 401) headers['www-authenticate'] = 'Bearer';
+  const path = (req.url || '/').split('?')[0];
+  await port.audit?.plain(req, port.auth, { method: req.method || 'GET', path, status, reason: message })
+    .catch((e) => port.log.warn('audit record of a refused metrics request not stored in Redis; its log line stands', { error: errorText(e) }));
+  res.writeHead(status, headers);
+  res.end(JSON.stringify(port.envelope(status, message, path)));
+  return false;
+}
 
 /** The outermost middleware: the browser rule and CORS, then every error answered in the API's envelope (a storage
  *  outage as 503), each request measured and, when it changed state or was refused, audited. */

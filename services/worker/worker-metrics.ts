@@ -4,8 +4,8 @@ import http from 'node:http';
 import client from 'prom-client';
 import { config } from '../../shared/config';
 import { jobApiEnvelope } from '../../shared/errors';
-import { guardPlain, listenHost, processAuth } from '../../shared/auth';
-import type { Logger } from '../../shared/log';
+import { listenHost, processAuth } from '../../shared/auth';
+import { guardPlain, plainHeaders, type PlainPort } from '../../shared/http';
 import { createRegistry } from '../../shared/metrics';
 
 export interface WorkerIdentity { workerId: string; capabilities: string[]; executionMode: string }
@@ -22,12 +22,16 @@ export function workerMetrics(o: WorkerIdentity, active: () => number) {
 }
 export type WorkerMetrics = ReturnType<typeof workerMetrics>;
 
-/** /metrics (a read key when keys are configured) and /health (public: liveness probes) on `port`. */
-export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, log: Logger) {
+/** /metrics (a read key when keys are configured) and /health (public: liveness probes) on `port`; the APIs'
+ *  headers on every answer, refusals counted against the APIs' refusal budget and audited (`gate`). */
+export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, gate: Omit<PlainPort, 'auth' | 'envelope'>) {
+  const { log } = gate;
   const auth = processAuth();
   const host = listenHost(auth, config.host, 'FERRY_HOST');
+  const plain: PlainPort = { ...gate, auth, envelope: jobApiEnvelope };
   const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
+    plainHeaders(res);
+    if (req.url === '/metrics' && !(await guardPlain(plain, req, res, 'read'))) return;
     if (req.url === '/metrics') { const text = await metrics.metrics(); res.setHeader('Content-Type', metrics.contentType); res.end(text); return; }
     if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: active() })); return; }
     res.statusCode = 404; res.end();
