@@ -7,7 +7,7 @@ import Joi from 'joi';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, badRequest, errorText, fieldError } from './errors';
 import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } from './body-budget';
-import { toJsonSchema, type JsonSchema } from './openapi';
+import { headersOf, toJsonSchema, type JsonSchema } from './openapi';
 import { ApiKey, Auth, authorize, Need } from './auth';
 import { config } from './config';
 import { browserRefusal, browserRule } from './browser';
@@ -30,6 +30,9 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
   tags?: string[];
   params?: Joi.ObjectSchema<P>;
   query?: Joi.ObjectSchema<Q>;
+  /** Request headers the route reads, keyed by their canonical names: validated (400 naming the header) and listed
+   *  as OpenAPI header parameters. Default: the ones its query schema declares (declareHeaders, shared/openapi.ts). */
+  headers?: Joi.ObjectSchema;
   body?: Joi.Schema<B>;
   bodyRequired?: boolean;
   requestTypes?: string[];
@@ -47,6 +50,11 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
 
 /** A route as the API lists it, whatever its input types. */
 export type DeclaredRoute = Omit<RouteDef, 'params' | 'query' | 'body' | 'handler'> & { params?: Joi.ObjectSchema<unknown>; query?: Joi.ObjectSchema<unknown>; body?: Joi.Schema<unknown> };
+
+/** The declared headers' values in a request (absent and empty ones left out), under their canonical names. */
+function pickHeaders(ctx: Koa.Context, names: string[]): Record<string, string> {
+  return Object.fromEntries(names.map((n): [string, string] => [n, ctx.get(n)]).filter(([, v]) => v !== ''));
+}
 
 /** A joi result: checked, not typed yet (the caller of validate() names its type). */
 type Checked = { error?: Joi.ValidationError; value: unknown };
@@ -156,6 +164,8 @@ export class Api {
     // A route without a role would be reachable by whatever a default said: refused at registration instead.
     if (!def.role) throw new Error(`route ${def.method.toUpperCase()} ${def.path} declares no role (RouteDef.role)`);
     if (def.body && !def.requestTypes) def.requestTypes = this.requestTypes;
+    def.headers ??= headersOf(def.query);
+    const headerNames = Object.keys((def.headers?.describe() as { keys?: Record<string, unknown> } | undefined)?.keys ?? {});
     this.routes.push(def);
     const yamlBody = !!def.requestTypes?.some((t) => YAML_TYPES.test(t));
     const literal = !def.path.includes(':');
@@ -174,6 +184,7 @@ export class Api {
         if (shadowed) throw methodNotAllowed(ctx.method, ctx.path, [...shadowed]);
         const warnings = this.unknownFields === 'warn' ? [] as string[] : undefined;
         // Without a schema a part is what the router parsed: P and Q are then their defaults (strings, the query).
+        if (def.headers) validate(def.headers, pickHeaders(ctx, headerNames), 'headers');
         const input: Input<P, Q, B | undefined> = {
           params: def.params ? validate<P>(def.params, ctx.params, 'path parameters') : ctx.params as P,
           query: def.query ? validate<Q>(def.query, ctx.query, 'query', '', warnings) : ctx.query as Q,
@@ -199,7 +210,7 @@ export class Api {
       const p = r.path.replace(/:([A-Za-z_]+)/g, '{$1}');
       const op: Record<string, unknown> = { summary: r.summary, tags: r.tags, operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_: string, c: string | undefined) => (c ? c.toUpperCase() : ''))}` };
       const parameters: Record<string, unknown>[] = [];
-      for (const [where, schema] of [['path', r.params], ['query', r.query]] as const) {
+      for (const [where, schema] of [['path', r.params], ['query', r.query], ['header', r.headers]] as const) {
         if (!schema) continue;
         const js = toJsonSchema(schema);
         for (const [name, s] of Object.entries(js.properties || {})) {

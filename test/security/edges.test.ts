@@ -5,8 +5,9 @@
 // a read key's GET /webhooks shows no token; /vms credentials in a query string are refused (400 naming the
 // field); plans past FERRY_PLAN_MAX_STORED are 409 and past FERRY_PLAN_MAX_VMS 400 naming vms, nothing stored. And
 // the plain metrics ports (the daemon's and a worker's) send the APIs' frame headers and CSP, and count and audit
-// their refusals as the APIs do, in the same budget.
+// their refusals as the APIs do, in the same budget. The served OpenAPI document offers the X-VSphere-* headers.
 import { expect } from 'chai';
+import yaml from 'js-yaml';
 import type IORedis from 'ioredis';
 import { useStack, type Stack } from '../helpers/stack';
 import { freePort } from '../helpers/redis';
@@ -124,6 +125,27 @@ describe('security: the edges (refusals, client address, webhook URLs, /vms quer
       expect(r.body.error).to.include('query string').and.include('X-VSphere-');
     }
     expect(dm.logs.join('')).to.not.include('qs-secret-pw-1');
+  });
+
+  it('the served OpenAPI document declares X-VSphere-Username/Password as header parameters of the /vms GETs that take credentials; one past its length is a 400 naming it', async () => {
+    const r = await req(dm.url, 'GET', '/openapi.yaml');
+    expect(r.status).to.equal(200);
+    const doc = yaml.load(r.text) as { paths: Record<string, Record<string, { parameters?: { name: string; in: string; required: boolean; schema: { type: string; maxLength?: number } }[] }>> };
+    for (const p of ['/vms/list', '/vms/info', '/vms/resources']) {
+      const headers = (doc.paths[p].get.parameters ?? []).filter((x) => x.in === 'header');
+      expect(headers.map((x) => [x.name, x.required, x.schema.type, x.schema.maxLength]), p).to.deep.equal([['X-VSphere-Username', false, 'string', 256], ['X-VSphere-Password', false, 'string', 1024]]);
+      // Never as query parameters: the query refuses them.
+      expect((doc.paths[p].get.parameters ?? []).filter((x) => x.in === 'query').map((x) => x.name), p).to.not.include.members(['username', 'password']);
+    }
+    // The managers list takes none, the actions take them in their body.
+    expect((doc.paths['/vms/managers'].get.parameters ?? []).filter((x) => x.in === 'header')).to.deep.equal([]);
+    expect((doc.paths['/vms/poweroff'].post.parameters ?? []).filter((x) => x.in === 'header')).to.deep.equal([]);
+    for (const [name, value] of [['X-VSphere-Username', 'u'.repeat(257)], ['X-VSphere-Password', 'p'.repeat(1025)]]) {
+      const bad = await req<DaemonError>(dm.url, 'GET', '/api/v1/vms/list', undefined, as(K.viewer, { [name]: value }));
+      expect(bad.status, bad.text).to.equal(400);
+      expect(bad.body.fields!.map((f) => f.field)).to.deep.equal([name]);
+      expect(bad.text).to.not.include(value);
+    }
   });
 
   it('plans: a fourth past FERRY_PLAN_MAX_STORED=3 is 409, three VMs past FERRY_PLAN_MAX_VMS=2 are 400 naming vms; nothing stored', async () => {
