@@ -5,7 +5,8 @@
 // a read key's GET /webhooks shows no token; /vms credentials in a query string are refused (400 naming the
 // field); plans past FERRY_PLAN_MAX_STORED are 409 and past FERRY_PLAN_MAX_VMS 400 naming vms, nothing stored. And
 // the plain metrics ports (the daemon's and a worker's) send the APIs' frame headers and CSP, and count and audit
-// their refusals as the APIs do, in the same budget. The served OpenAPI document offers the X-VSphere-* headers.
+// their refusals as the APIs do, in the same budget. The served OpenAPI document offers the X-VSphere-* headers,
+// and a plan stored with the old string created_by is read as {name, role}.
 import { expect } from 'chai';
 import yaml from 'js-yaml';
 import type IORedis from 'ioredis';
@@ -146,6 +147,34 @@ describe('security: the edges (refusals, client address, webhook URLs, /vms quer
       expect(bad.body.fields!.map((f) => f.field)).to.deep.equal([name]);
       expect(bad.text).to.not.include(value);
     }
+  });
+
+  it('a plan stored with the old string created_by (and a string started_by) is read as {name, role} with no role above submit; a change writes it back so', async () => {
+    const body = { id: 'edg-old', name: 'edg-old', vms: ['/DC0/vm/a'], network_map: { 'VM Network': 'default' }, storage_map: { LocalDS_0: 'default' } };
+    expect((await req(dm.url, 'POST', '/plans', body, as(K.ops))).status).to.equal(201);
+    const key = `${P}:plan:edg-old`;
+    const old = JSON.parse((await rc.get(key))!) as Record<string, unknown>;
+    // As a plan stored before callers were records: the key's name only, and no starter.
+    old.created_by = 'ops';
+    delete old.started_by;
+    await rc.set(key, JSON.stringify(old));
+    type Read = { created_by: { name: string; role: string | null }; started_by?: { name: string; role: string | null } | null };
+    const one = await req<Read>(dm.url, 'GET', '/plans/edg-old', undefined, as(K.viewer));
+    expect(one.status, one.text).to.equal(200);
+    expect(one.body.created_by).to.deep.equal({ name: 'ops', role: 'submit' });
+    const list = await req<{ plans: (Read & { id: string })[] }>(dm.url, 'GET', '/plans', undefined, as(K.viewer));
+    expect(list.body.plans.find((x) => x.id === 'edg-old')!.created_by).to.deep.equal({ name: 'ops', role: 'submit' });
+    // A string started_by (an admin key's name) gives the plan's jobs no more than submit.
+    await rc.set(key, JSON.stringify({ ...old, started_by: 'ops' }));
+    expect((await req<Read>(dm.url, 'GET', '/plans/edg-old', undefined, as(K.viewer))).body.started_by).to.deep.equal({ name: 'ops', role: 'submit' });
+    await rc.set(key, JSON.stringify({ ...old, created_by: 'anonymous' }));
+    expect((await req<Read>(dm.url, 'GET', '/plans/edg-old', undefined, as(K.viewer))).body.created_by).to.deep.equal({ name: 'anonymous', role: null });
+    // A change writes the plan back in the current form.
+    await rc.set(key, JSON.stringify(old));
+    const put = await req(dm.url, 'PUT', '/plans/edg-old', { description: 'changed' }, as(K.ci));
+    expect(put.status, put.text).to.equal(200);
+    expect((JSON.parse((await rc.get(key))!) as Read).created_by).to.deep.equal({ name: 'ops', role: 'submit' });
+    expect((await req(dm.url, 'DELETE', '/plans/edg-old', undefined, as(K.ci))).status).to.equal(200);
   });
 
   it('plans: a fourth past FERRY_PLAN_MAX_STORED=3 is 409, three VMs past FERRY_PLAN_MAX_VMS=2 are 400 naming vms; nothing stored', async () => {
