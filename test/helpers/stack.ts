@@ -37,8 +37,10 @@ export interface StackOptions {
   /** The daemon's configuration file; a function is called once the hooks before the stack's have run (a port
    *  they picked). */
   daemonYaml?: string | (() => string);
-  /** Added to testEnv for both services; a function gets the stack first (its folder, say, for a keys file). */
+  /** Added to testEnv for both services; a function gets the stack first (its folder, say). */
   env?: Record<string, string> | ((s: Stack) => Record<string, string>);
+  /** Run once the folder and Redis are there, before the services start (a keys file, a receiver to point at). */
+  prepare?: (s: Stack) => void | Promise<void>;
   /** The gateway's own additions to env, or false for no gateway; likewise the daemon. */
   gateway?: Record<string, string> | false;
   daemon?: Record<string, string> | false;
@@ -58,6 +60,7 @@ export function useStack(o: StackOptions): Stack {
     await s.redis.start();
     s.rc = new IORedis(s.redis.url);
     s.rc.on('error', () => undefined); // reconnects by itself when a test restarts Redis
+    await o.prepare?.(s);
     s.env = { ...testEnv(s.redis.url, o.prefix), ...(typeof o.env === 'function' ? o.env(s) : o.env) };
     const [gw, dm] = await Promise.all([
       o.gateway === false ? undefined : s.add(startGatewayProc({ ...s.env, ...o.gateway })),
