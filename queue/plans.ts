@@ -29,6 +29,20 @@ export function jobCallerOf(p: Pick<Plan, 'started_by'>): Caller | null {
   return p.started_by.role ? { name: p.started_by.name, role: p.started_by.role } : null;
 }
 
+/** A plan as stored, read: the one place a stored plan is parsed (get, list, mutate). Plans stored before callers
+ *  were records kept `created_by` as the key's name (a string; "anonymous" with authentication off): it is read as
+ *  {name, role: 'submit'}, the least role that may create a plan (role null for "anonymous", as with authentication
+ *  off), so nothing reads a plain string. A string `started_by` (never written by Ferry) is likewise {name, role:
+ *  'submit'}, never more: the jobs of such a plan act as submit, as a plan with no starter does (jobCallerOf). */
+export function storedPlan(raw: string): Plan {
+  const stored = JSON.parse(raw) as Omit<Plan, 'created_by' | 'started_by'> & { created_by: PlanCaller | string; started_by?: PlanCaller | string | null };
+  if (typeof stored.created_by !== 'string' && typeof stored.started_by !== 'string') return stored as Plan;
+  const { created_by: c, started_by: st, ...p } = stored;
+  const created_by: PlanCaller = typeof c === 'string' ? { name: c, role: c === 'anonymous' ? null : 'submit' } : c;
+  const started_by: PlanCaller | null | undefined = typeof st === 'string' ? { name: st, role: 'submit' } : st;
+  return { ...p, created_by, ...(started_by !== undefined ? { started_by } : {}) };
+}
+
 export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans`, running: `${k.prefix}:plans:running` });
 
 export function newVm(entry: string | { vm_path: string; options?: PlanOptions }): PlanVm {
@@ -110,7 +124,7 @@ export class PlanStore {
 
   async get(id: string): Promise<Plan | null> {
     const raw = await this.redis.get(this.pk.plan(id));
-    return raw ? JSON.parse(raw) as Plan : null; // written by create and mutate
+    return raw ? storedPlan(raw) : null;
   }
 
   async must(id: string): Promise<Plan> {
@@ -139,7 +153,7 @@ export class PlanStore {
     const ids = await this.ids();
     if (!ids.length) return [];
     const raws = await this.redis.mget(...ids.map((i) => this.pk.plan(i)));
-    return raws.filter((r): r is string => !!r).map((r) => JSON.parse(r) as Plan).filter((p) => p.archived === archived);
+    return raws.filter((r): r is string => !!r).map(storedPlan).filter((p) => p.archived === archived);
   }
 
   /** Applies `fn` to the stored plan and writes it back unless another writer changed it meanwhile (then again):
@@ -151,9 +165,10 @@ export class PlanStore {
     for (let attempt = 0; attempt < 20; attempt++) {
       const raw = await this.redis.get(key);
       if (!raw) throw notFound(`plan ${id} not found`);
-      const p = JSON.parse(raw) as Plan;
+      const p = storedPlan(raw);
+      const read = JSON.stringify(p); // a plan stored in an older form is written back only with a real change
       await fn(p);
-      if (JSON.stringify(p) === raw) return p;
+      if (JSON.stringify(p) === read) return p;
       p.updated_at = new Date().toISOString();
       const r = Number(await this.redis.eval(CAS, 3, key, this.pk.running, fence?.key ?? key, raw, JSON.stringify(p), id, p.status, fence?.value ?? ''));
       if (r === -1) throw new LeaseLost(`plan ${id}: the plan leader's lease is no longer this process's; nothing written`);

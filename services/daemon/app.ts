@@ -179,7 +179,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   opts.extend?.({ api, app, life: q.life, mountStatic: statics.mountStatic });
 
   const server = await listenWith(app, hub, plans.hub, opts.port ?? config.daemonPort, host);
-  const metricsServer = await serveMetricsPort(cfg, metrics, host, log);
+  const metricsServer = await serveMetricsPort(cfg, metrics, host, { log, audit, refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') });
   const port = (server.address() as AddressInfo).port; // a TCP listener: an address, never a pipe's path
   log.info('daemon listening', { port, host, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
   return { port, server, api, app, life: q.life, mountStatic: statics.mountStatic, close: closer(s, { hub, plans, dashboard, server, metricsServer }) };

@@ -4,8 +4,8 @@ import http from 'node:http';
 import client from 'prom-client';
 import { config } from '../../shared/config';
 import { jobApiEnvelope } from '../../shared/errors';
-import { guardPlain, listenHost, processAuth } from '../../shared/auth';
-import type { Logger } from '../../shared/log';
+import { listenHost, processAuth } from '../../shared/auth';
+import { guardPlain, plainHeaders, type PlainPort } from '../../shared/http';
 import { createRegistry } from '../../shared/metrics';
 import { answersWithin } from '../../shared/health';
 
@@ -25,12 +25,16 @@ export type WorkerMetrics = ReturnType<typeof workerMetrics>;
 
 /** /metrics (a read key when keys are configured), /health (public: readiness, 503 while Redis does not answer
  *  `redisUp` within 2 s, since the worker can then neither claim nor report) and /livez (public: liveness, the
- *  process answers) on `port`. A port that cannot be opened (in use) rejects, naming the port. */
-export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, log: Logger, redisUp: () => Promise<unknown>) {
+ *  process answers) on `port`, with the APIs' headers on every answer and refusals counted against the APIs'
+ *  refusal budget and audited (`gate`). A port that cannot be opened (in use) rejects, naming the port. */
+export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, gate: Omit<PlainPort, 'auth' | 'envelope'>, redisUp: () => Promise<unknown>) {
+  const { log } = gate;
   const auth = processAuth();
   const host = listenHost(auth, config.host, 'FERRY_HOST');
+  const plain: PlainPort = { ...gate, auth, envelope: jobApiEnvelope };
   const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
+    plainHeaders(res);
+    if (req.url === '/metrics' && !(await guardPlain(plain, req, res, 'read'))) return;
     if (req.url === '/metrics') { const text = await metrics.metrics(); res.setHeader('Content-Type', metrics.contentType); res.end(text); return; }
     if (req.url === '/health') {
       const up = await answersWithin(redisUp());
