@@ -2,7 +2,7 @@
 // them in services/worker/operations; this table is what the API validates against and routes by.
 import path from 'node:path';
 import Joi from 'joi';
-import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
+import { absolutePath, jobId, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { domainName } from './libvirt/names';
 import { virtUriSchema } from './libvirt/uri';
@@ -34,6 +34,11 @@ export interface OperationDef {
   paths?: (spec: { job_id: string; image?: { path: string }; parameters: Parameters }) => JobPath[];
   /** The input images among them, whose headers and references are checked too (shared/image-confine.ts). */
   images?: (spec: { image?: { path: string; format: string }; parameters: Parameters }) => JobImage[];
+  /** A plan's own side effect: submitted only by the plan runner (checkCaller refuses it from every caller, 400
+   *  naming operation), and acting only on what the job it names (of_job) recorded. */
+  planOnly?: boolean;
+  /** The role the caller (for a plan: its starter) needs beyond submit, as the same direct action needs it. */
+  role?: 'admin';
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -113,6 +118,9 @@ export function migrateCapabilities(p: { manifest?: { pipeline?: PipelineFlags }
   if (st.fix?.enabled || (st.inspect?.enabled && st.inspect?.collect_guest_info)) caps.add('mount_operations');
   return [...caps];
 }
+
+/** The job a plan side effect acts on: what it recorded (its ledger, its source), never a name given here. */
+const ofJob = jobId.required().description('the plan VM\'s shape B job whose record (ledger, source VM) this acts on');
 
 export const OPERATIONS: Record<string, OperationDef> = {
   import_kvm: {
@@ -217,6 +225,27 @@ export const OPERATIONS: Record<string, OperationDef> = {
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
+  },
+  // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
+  // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
+  rollback_kvm: {
+    capabilities: ['libvirt_access'],
+    capabilitiesFor: (p) => ((p as { power_on_source?: boolean }).power_on_source ? ['libvirt_access', 'vsphere_access'] : ['libvirt_access']),
+    needsImage: false,
+    planOnly: true,
+    parameters: Joi.object({
+      of_job: ofJob,
+      power_on_source: Joi.boolean().default(false).description('power the named job\'s source VM back on (it was on before the plan powered it off)'),
+    }),
+    description: 'a plan VM\'s rollback: removes what the named job\'s ledger lists (domains by UUID, volumes by key) and powers its source back on; only the plan runner submits it',
+  },
+  remove_source: {
+    capabilities: ['vsphere_access'],
+    needsImage: false,
+    planOnly: true,
+    role: 'admin',
+    parameters: Joi.object({ of_job: ofJob }),
+    description: 'a plan VM\'s options.remove_source: deletes the source VM of the named completed migrate_vm job on its manager; only the plan runner submits it, as a starter with the admin role',
   },
 };
 
