@@ -22,7 +22,7 @@ import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, Pla
 import { blocks, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { recheckTarget } from '../shared/plans/target';
 import { PLAN_OPTION_ROLES } from '../shared/plans/caller';
-import { grantsRole, type Caller } from '../shared/auth';
+import { grantsRole, type Auth, type Caller } from '../shared/auth';
 import { buildSpec } from '../shared/daemon-jobs';
 import { isTerminal } from '../shared/states';
 import { isVmFinal, isVmRetryable, vmMayMove } from '../shared/plan-states';
@@ -36,6 +36,8 @@ export interface RunnerDeps {
   plans: PlanStore; life: Lifecycle; hooks: WebhookStore; bus: Bus; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number;
   /** The safety-net pass over the running plans (ms; default 3000): also the leader lease's scale (60% of it). */
   passMs?: number; webhookBackoffMs?: number;
+  /** This daemon's API keys: a plan's starter is checked again against them before a source is removed. */
+  auth?: Auth;
 }
 
 const now = () => new Date().toISOString();
@@ -372,14 +374,25 @@ export class PlanRunner {
     if (vmOption(p, v.vm_path, 'remove_source') !== true) return { action: 'kept', at: now(), detail: 'options.remove_source is false' };
     // Checked again here, not only on the routes: a plan stored before the rule, or changed in Redis, acts as its
     // starter, who must hold the role the direct deletion needs (the job's submission checks it too: checkCaller).
-    const starter = jobCallerOf(p);
+    const starter = this.starterNow(p);
     const need = PLAN_OPTION_ROLES['options.remove_source'].role;
+    if (typeof starter === 'string') return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and ${starter}` };
     if (starter && !grantsRole(starter.role, need)) return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and the plan's starter "${starter.name}" has role ${starter.role}` };
     return this.viaJob(p, v, 'remove_source', { op: 'remove_source', parameters: { of_job: v.job_id }, caller: starter }, (end): PlanVm['source'] => {
       if (end.ok) return { action: 'removed', at: now(), detail: detailOf(end, `${v.vm_path} deleted`) };
       this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: end.error });
       return { action: 'remove_failed', at: now(), detail: `the source stays: ${end.error}` };
     });
+  }
+
+  /** The plan's starter as this daemon's keys have it now (authentication on): a key removed since the start is
+   *  no caller (why, as a string), one given another role acts with that role; otherwise the recorded starter. */
+  private starterNow(p: Plan): Caller | null | string {
+    const starter = jobCallerOf(p);
+    if (!starter || !this.d.auth?.enabled) return starter;
+    const key = this.d.auth.keys.find((k) => k.name === starter.name);
+    if (!key) return `the plan's starter "${starter.name}" has no API key on this daemon any more`;
+    return { name: starter.name, role: key.role };
   }
 
   /** A running VM's end (or its return to pending), with the events it causes, in one fenced write; a VM that
