@@ -25,7 +25,7 @@ type Vm = PlanView['vms'][number];
 type Daemon = PlanStack['daemons'][number];
 
 describe('plans: a new leader resumes a rollback and a source removal whose jobs no worker could run yet', function () {
-  this.timeout(2_400_000);
+  this.timeout(4_800_000);
   let s: PlanStack;
   const k = keys(PREFIX);
   let n = 0;
@@ -79,7 +79,7 @@ describe('plans: a new leader resumes a rollback and a source removal whose jobs
     // r0: its job gets to the boot check on a full worker, which is then stopped: no worker can roll it back.
     const w1 = await worker(PLAN_CAPS);
     const r0Job = await until(async () => vmOf(await s.get('resume'), 'r0').job_id, 60_000, 'r0\'s job');
-    await until(async () => (await phase(r0Job)) === 'boot', 900_000, 'r0\'s boot check');
+    await until(async () => (await phase(r0Job)) === 'boot', 1_800_000, 'r0\'s boot check');
     await stopWorker(w1);
     const ledger = JSON.parse((await record(r0Job)).ledger || '[]') as { kind: string; id: string }[];
     const domain = ledger.find((e) => e.kind === 'domain')?.id;
@@ -108,7 +108,7 @@ describe('plans: a new leader resumes a rollback and a source removal whose jobs
     // s0: migrated on a full worker, stopped during its boot check: its removal waits for a vsphere_access worker.
     const w3 = await worker(PLAN_CAPS);
     const s0Job = await until(async () => vmOf(await plan(via1), 's0').job_id, 120_000, 's0\'s job');
-    await until(async () => (await phase(s0Job)) === 'boot', 900_000, 's0\'s boot check');
+    await until(async () => (await phase(s0Job)) === 'boot', 1_800_000, 's0\'s boot check');
     await stopWorker(w3);
     expect((await record(s0Job)).state, 's0\'s job').to.equal('COMPLETED');
     const via2 = await killLeaderWith('s0', 'remove_source');

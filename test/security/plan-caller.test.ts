@@ -65,7 +65,8 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     expect(started.status, started.text).to.equal(200);
     expect(started.body.started_by).to.deep.equal({ name: 'ops', role: 'admin' });
     const job = await until(async () => (await get('pc-insecure')).vms[0].job_id, 30_000, 'the VM\'s job');
-    const spec = JSON.parse((await s.rc.hget(keys(PREFIX).job(job), 'spec'))!) as { parameters: { insecure: boolean } };
+    // The VM's job id is claimed in the plan just before its job is created: wait for the record.
+    const spec = JSON.parse(await until(() => s.rc.hget(keys(PREFIX).job(job), 'spec'), 30_000, 'the job\'s record')) as { parameters: { insecure: boolean } };
     expect(spec.parameters.insecure).to.equal(true);
     expect((await req(s.url, 'POST', '/plans/pc-insecure/cancel', undefined, as(K.admin))).status).to.equal(200);
   });
