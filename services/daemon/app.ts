@@ -60,7 +60,7 @@ type Stores = ReturnType<typeof openStores>;
 async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
   const { q, live } = s;
   const plans = new PlanStore(q.redis, q.store.k);
-  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
+  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms, auth: cfg.keys });
   const hub = new PlanHub({
     bus: s.bus, store: q.store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
     wsWants: () => !!live.hub?.hasEventClients(), toWs: (id, view) => live.hub?.planUpdate(id, view),

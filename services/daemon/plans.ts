@@ -174,12 +174,15 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
     checkPlanCaller(p, callerOf(ctx));
     return view(await runner.retry(p.id, await preflightAs(ctx, p), who(ctx)));
   });
-  add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: remove the domain, volumes and NVRAM Ferry created on the target, power the source on (idempotent)', 'admin', { params: vmParams },
-    async (_ctx, { params }) => {
+  add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: a rollback_kvm job removes the domain, volumes and NVRAM its last job recorded it created on the target and powers the source on (idempotent); 202 when the job has not ended within two minutes (the VM\'s actions name it; calling again records its end)', 'admin',
+    { params: vmParams, responses: { 202: { description: 'the rollback job is queued or running (the VM\'s rollback claim names it)', schema: planSchema }, 502: err('the rollback job failed (its error)') } },
+    async (ctx, { params }) => {
       const p = await plans.must(params.id);
       const v = vmOf(p, decodeURIComponent(params.vm));
       if (!vmMayMove(v.status, 'rolled_back')) throw conflict(`${v.vm_path} is ${v.status}; cancel it first`);
       if (!v.job_id) throw new ApiError(409, `${v.vm_path} never ran: nothing to roll back`);
-      return view(await runner.rollback(p.id, v.vm_path, 'rolled back through the API'));
+      const r = await runner.rollback(p.id, v.vm_path, 'rolled back through the API', callerOf(ctx) ?? null);
+      if (r.pending) ctx.status = 202;
+      return view(r.plan);
     });
 }

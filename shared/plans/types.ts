@@ -30,10 +30,13 @@ export interface PlanVm {
 }
 /** One side effect, claimed in the plan's compare-and-set before it is done, and marked done after: `key` is the
  *  job it is for (`api-<time>-<random>` for a rollback asked through the API); `fence` is the leader lease's fencing token
- *  (null: an API call); a claim left undone by a leader that died is resumed by the next (`resumed`). */
+ *  (null: an API call); a claim left undone by a leader that died is resumed by the next (`resumed`). A rollback
+ *  or a source removal is done by a worker job (`job_id`) and marked done from that job's end. */
 export interface PlanAction {
   action: 'submit' | 'rollback' | 'remove_source'; key: string; claimed_by: string; fence: number | null; at: string;
   done_at: string | null; result?: unknown; resumed?: number;
+  /** the worker job that does a rollback or a source removal, its id derived from the claim (effectJobId) */
+  job_id?: string;
 }
 /** A plan webhook event, written in the same compare-and-set as the change it tells of, then queued under its
  *  deterministic id (a second queueing of the same id is a no-op) and moved to events_sent. */

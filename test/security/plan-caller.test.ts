@@ -5,7 +5,8 @@
 // an admin's plan with it: the source VM stays in the simulator's inventory. The plan's jobs carry its starter:
 // a plan running in Redis as a submit key's gets no job that asks for more. A caller's parameters.plan naming a
 // VM's source guard is refused, so an admin's power-off of that VM is not blocked; a host bridge is a network_map
-// target only when the operator listed it (FERRY_LIBVIRT_BRIDGES).
+// target only when the operator listed it (FERRY_LIBVIRT_BRIDGES). The plan's own side-effect operations
+// (rollback_kvm, remove_source) cannot be submitted by any key.
 import { expect } from 'chai';
 import { keys } from '../../shared/redis';
 import { planKeys } from '../../queue/plans';
@@ -69,7 +70,8 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     expect(started.status, started.text).to.equal(200);
     expect(started.body.started_by).to.deep.equal({ name: 'ops', role: 'admin' });
     const job = await until(async () => (await get('pc-insecure')).vms[0].job_id, 30_000, 'the VM\'s job');
-    const spec = JSON.parse((await s.rc.hget(keys(PREFIX).job(job), 'spec'))!) as { parameters: { insecure: boolean } };
+    // The VM's job id is claimed in the plan just before its job is created: wait for the record.
+    const spec = JSON.parse(await until(() => s.rc.hget(keys(PREFIX).job(job), 'spec'), 30_000, 'the job\'s record')) as { parameters: { insecure: boolean } };
     expect(spec.parameters.insecure).to.equal(true);
     expect((await req(s.url, 'POST', '/plans/pc-insecure/cancel', undefined, as(K.admin))).status).to.equal(200);
   });
@@ -115,6 +117,23 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     const off = await req(s.url, 'POST', '/vms/poweroff', { vm_path: victim }, as(K.admin));
     expect(off.status, off.text).to.equal(200);
     expect((await vmDetail(s.m, victim)).power_state).to.equal('poweredOff');
+  });
+
+  it('a plan\'s side-effect operations (rollback_kvm, remove_source) are refused from every caller, admin included: no job is made and the source stays', async () => {
+    // What an attacker would aim them at: another job's ledger, or any VM's source through a job of its choosing.
+    const victim = s.vm('pc-victim');
+    const jobKeys = async () => (await s.rc.keys(keys(PREFIX).job('*'))).sort();
+    const before = await jobKeys();
+    for (const [operation, parameters] of [['rollback_kvm', { of_job: 'someone-elses-job', power_on_source: true }], ['remove_source', { of_job: 'someone-elses-job' }]] as const) {
+      for (const [who, key] of [['submit', K.submit], ['admin', K.admin]] as const) {
+        const r = await req<DaemonError>(s.url, 'POST', '/jobs/operation', { operation, parameters }, as(key));
+        expect(r.status, `${operation} as ${who}: ${r.text}`).to.equal(400);
+        expect(fields(r.body), r.text).to.include('operation');
+        expect(r.body.error).to.include('plan runner');
+      }
+    }
+    expect(await jobKeys(), 'no job made').to.deep.equal(before);
+    expect((await vmDetail(s.m, victim)).name, 'the source VM in the simulator').to.equal('pc-victim');
   });
 
   it('a host bridge is a network_map target only when listed in FERRY_LIBVIRT_BRIDGES: br-mgmt is a blocker, the listed one is not', async () => {
