@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Ferry images. One build, two runtime targets:
-#   app     gateway, daemon, scheduler, notifier (node only; runs as the unprivileged `node` user)
-#   worker  app + qemu-utils and libguestfs for disk conversion and guest repair
+# Ferry images. One build, three runtime targets:
+#   app             gateway, daemon, scheduler, notifier (node only; runs as the unprivileged `node` user)
+#   worker          app + the packages of img_tool, nbd_access, mount_operations, lvm_tools (scripts/programs.txt)
+#   worker-migrate  app + the packages of every capability a whole migration needs (vsphere_access, libvirt_access too)
 # The images run the compiled JavaScript (`npm run build` -> dist/) with production dependencies only: no tsx,
 # no TypeScript, no test libraries. test/deploy/build.test.ts builds and runs the same contents without Docker.
 
@@ -37,20 +38,41 @@ EXPOSE 8000 8080
 HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.HEALTH_PORT||8000)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
 CMD ["node", "dist/services/gateway/main.js"]
 
+# Worker images. Each installs the Debian packages its capabilities need, read from scripts/programs.txt (the list
+# scripts/setup.sh installs from, with a column naming the capabilities that need each program) by
+# `node dist/shared/programs.js packages <capabilities>`; test/deploy/images.test.ts checks each target's list, and
+# a worker refuses to start when a program of its declared capabilities is missing (services/worker/tools.ts).
+#   worker          img_tool conversion workers and the guest-repair workers (nbd_access, mount_operations, lvm_tools)
+#   worker-migrate  whole migrations: vSphere export, guest repair, conversion, libvirt import over SSH
 FROM app AS worker
 USER root
-# qemu-img for conversion; libguestfs (with its appliance, XFS support) for inspection and repair; hivexregedit
-# for Windows registry edits; bsdtar unpacks a virtio-win ISO; openssl hashes configuration.users passwords.
-# TCG unless /dev/kvm is passed in.
+ARG FERRY_IMAGE_CAPABILITIES=img_tool,nbd_access,mount_operations,lvm_tools
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-utils libguestfs-tools libguestfs-xfs \
-      linux-image-amd64 libwin-hivex-perl libarchive-tools openssl \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/shared/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /srv/ferry && chown node:node /srv/ferry
+# libguestfs runs its appliance with TCG unless /dev/kvm is passed in.
 ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_WORKER_CAPABILITIES=img_tool
 # img_tool workers run as `node`; nbd_access/mount_operations workers are started as root with privileges
 # (compose: worker-guest; k8s: ferry-worker-guest), because NBD devices and mounts need them.
 USER node
+EXPOSE 9100
+HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.FERRY_WORKER_METRICS_PORT||9100)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+CMD ["node", "dist/services/worker/main.js"]
+
+FROM app AS worker-migrate
+USER root
+ARG FERRY_IMAGE_CAPABILITIES=img_tool,vsphere_access,libvirt_access,mount_operations,lvm_tools,nbd_access
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/shared/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /srv/ferry /srv/scratch/exports /root/.ssh && chmod 0700 /srv/scratch/exports /root/.ssh
+# Runs as root (compose: worker-migrate; k8s: ferry-worker-migrate, privileged) because mount_operations and
+# nbd_access need it. The libvirt hosts are reached over qemu+ssh with the key and known_hosts mounted into
+# /root/.ssh (docs/deploy.md); a migration's export goes to FERRY_EXPORT_DIR on the scratch volume (/srv/scratch),
+# images shared with other workers (shape A exports, convert jobs) to /srv/ferry.
+ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_EXPORT_DIR=/srv/scratch/exports \
+    FERRY_WORKER_CAPABILITIES=img_tool,vsphere_access,libvirt_access,mount_operations,lvm_tools,nbd_access
 EXPOSE 9100
 HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.FERRY_WORKER_METRICS_PORT||9100)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
 CMD ["node", "dist/services/worker/main.js"]

@@ -6,6 +6,7 @@
 import js from '@eslint/js';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
+import layers from './scripts/eslint-layers.mjs';
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', '.data/', 'test/artifacts/'] },
@@ -25,6 +26,13 @@ export default tseslint.config(
       // The `any` rules hold in test/ too: a test names the type of each answer it reads (`req<T>` in
       // test/helpers/http.ts answers `unknown` until it does), so a renamed field fails tsc, not a run.
     },
+  },
+  {
+    // Layers are rules: services -> queue -> shared, and no import cycle among product files
+    // (scripts/eslint-layers.mjs; test/deploy/layers.test.ts shows each rule fails on a planted case).
+    files: ['**/*.ts'],
+    plugins: { layers },
+    rules: { 'layers/downward': ['error', { root: import.meta.dirname }], 'layers/no-cycle': ['error', { root: import.meta.dirname }] },
   },
   {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],

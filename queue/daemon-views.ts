@@ -2,6 +2,9 @@
 // its progress with a smoothed rate and an ETA. Built from the raw Redis hash, so a page of jobs is one
 // pipelined read.
 import { parseField, type JobStore } from './store';
+import { Registry } from './registry';
+import { unservedReason } from './lifecycle';
+import { parseQueueName } from '../shared/capabilities';
 import { daemonStatus, isTerminal } from '../shared/states';
 import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
 
@@ -13,7 +16,7 @@ const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString()
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
 
 /** Fields a page of jobs needs (history and result stay in Redis). */
-export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason'];
+export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason', 'queue'];
 
 export function jobView(id: string, h: Record<string, string>) {
   const spec = parseField<StoredSpec>(h.spec, {}, { job_id: id, field: 'spec' });
@@ -69,7 +72,21 @@ export function startOfPhase(phase: string): DaemonJob['progress'] {
 
 export async function jobViews(store: JobStore, ids: string[]): Promise<DaemonJob[]> {
   const hs = await store.many(ids, VIEW_FIELDS);
+  await explainUnserved(store, hs);
   return ids.map((id, i) => (hs[i] ? jobView(id, hs[i]) : null)).filter((x): x is DaemonJob => !!x);
+}
+
+/** A queued job without a reason of its own (a worker's hand-back) that no active worker can take says so, as
+ *  the job API's GET /jobs/{id} does (Lifecycle.waitingReason): the active workers are read once per page. */
+async function explainUnserved(store: JobStore, hs: (Record<string, string> | null)[]) {
+  const queued = hs.filter((h): h is Record<string, string> => !!h && h.state === 'QUEUED' && !h.waiting_reason && !!h.queue);
+  if (!queued.length) return;
+  const active = await new Registry(store.redis).active();
+  for (const h of queued) {
+    const req = parseQueueName(h.queue);
+    const why = req && unservedReason(req, active);
+    if (why) h.waiting_reason = why;
+  }
 }
 
 export const RATE_WINDOW_SECONDS = 30;

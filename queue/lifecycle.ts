@@ -15,6 +15,7 @@ import { Caller, mayRunPrivileged } from '../shared/auth';
 import { checkSubmittedImages } from '../shared/image-confine';
 import { seal, unseal } from '../shared/sensitive';
 import { checkInsecure } from '../shared/vsphere/job-credentials';
+import { adminOnly } from '../shared/admin-only';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { ActiveWorker, Registry } from './registry';
@@ -41,7 +42,18 @@ export function requirementsOf(spec: JobSpec): Requirements {
  *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. `parameters.plan`
  *  (a plan VM's slots and window end, queue/plan-slots.ts) only the plan runner sets (`planRunner`): from anyone
  *  else it would take slots by any name, a VM's source guard among them (400 naming it). */
-export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', opts: { planRunner?: boolean } = {}) {
+export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', opts: { planRunner?: boolean; internal?: boolean } = {}) {
+  const op = OPERATIONS[spec.operation];
+  const opField = [where, 'operation'].filter(Boolean).join('.');
+  // Operations no caller submits: they skip nothing, because their submitter applies the action's own rules.
+  if (op?.submittedBy === 'daemon' && !opts.internal) {
+    throw fieldError(400, opField, 'is submitted only by the daemon', `${opField} ${spec.operation} is submitted only by the daemon's own routes (a plan's validate, start and retry; POST /vms/shutdown and /vms/poweroff), which apply that action's role and limits; use those`);
+  }
+  // A plan's side effects (rollback_kvm, remove_source) act on what another job recorded: only its runner asks.
+  if (op?.submittedBy === 'plan' && !opts.planRunner) {
+    throw fieldError(400, opField, 'is run only by a plan (POST /plans), never submitted by a caller', `${opField} ${spec.operation} is a plan's own side effect, submitted only by the plan runner for a VM of a plan; use the plan's routes (cancel, rollback) instead`);
+  }
+  if (op?.role) adminOnly(caller, opField, `operation ${spec.operation} needs the ${op.role} role, as the same direct action does`);
   if (!opts.planRunner && (spec.parameters as { plan?: unknown } | undefined)?.plan !== undefined) {
     const field = [where, 'parameters.plan'].filter(Boolean).join('.');
     throw fieldError(400, field, 'is set only by a plan (POST /plans), never by a caller', `${field} is set only by the plan runner for a plan's own jobs (its limits' slots and window); submit a plan (POST /plans) instead`);
@@ -87,10 +99,11 @@ export class Lifecycle {
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
    *  the storage roots; `caller` (the API key, null with auth off; a plan's starter, a schedule's owner) must be
-   *  allowed what it asks (checkCaller); `planRunner` only from queue/plan-runner.ts. */
-  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null; planRunner?: boolean }) {
+   *  allowed what it asks (checkCaller); `planRunner` only from queue/plan-runner.ts, `internal` only from the
+   *  daemon's routes that submit an internal operation (queue/worker-jobs.ts). */
+  async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null; planRunner?: boolean; internal?: boolean }) {
     const req = requirementsOf(spec);
-    checkCaller(spec, opts.caller ?? null, '', { planRunner: opts.planRunner });
+    checkCaller(spec, opts.caller ?? null, '', { planRunner: opts.planRunner, internal: opts.internal });
     await checkSubmittedPaths(OPERATIONS[spec.operation]?.paths?.(spec) ?? []);
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);

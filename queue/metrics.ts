@@ -6,13 +6,8 @@ import { canServe, parseQueueName } from '../shared/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
 import type { RedisClient } from '../shared/redis';
+import { DURATION_BUCKETS, STAT_FIELDS } from './stat-fields';
 
-/** The run-time histogram's bucket bounds (seconds); moveIndexes.lua gets them generated (queue/scripts.ts). */
-export const DURATION_BUCKETS = [60, 300, 600];
-
-/** The statistics hash's field names, written by moveIndexes.lua (generated into it, queue/scripts.ts) and read
- *  here: `<total><outcome>`, `<durationIn><le>:<outcome>`, `<durationSum>`. */
-export const STAT_FIELDS = { total: 'total:', durationIn: 'duration_in:', durationSum: 'duration_sum' } as const;
 const OUTCOMES = TERMINAL.map((s) => s.toLowerCase()) as ('completed' | 'failed' | 'cancelled')[];
 const BOUNDS = [...DURATION_BUCKETS.map(String), '+Inf'];
 /** Finished jobs that had started, by bucket (`le`) and outcome: the script counts each such job once, in the

@@ -9,7 +9,9 @@
 // Claims: every side effect (submitting a VM's job, a rollback, a source removal) is first recorded in the VM's
 // `actions` by a compare-and-set fenced by the lease, then done, then marked done; a claim a dead leader left
 // undone is resumed by the next one (each of these effects is idempotent: a job id is created once, a rollback
-// and a removal check first), a done one is never done again. Webhook events go into the plan's outbox in the
+// and a removal check first), a done one is never done again. A rollback and a source removal are worker jobs
+// (rollback_kvm, remove_source: queue/plan-effects.ts) under an id derived from the claim and recorded in it, so
+// the daemon runs neither virsh nor a vSphere call; the claim is marked done from the job's end. Webhook events go into the plan's outbox in the
 // same write as the change they tell of and are queued under deterministic ids (a second queueing is a no-op).
 import { randomUUID } from 'node:crypto';
 import type { Lifecycle } from './lifecycle';
@@ -17,26 +19,25 @@ import type { WebhookStore } from './webhooks';
 import type { Bus } from './bus';
 import { Leader } from './leader';
 import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
-import { blocks, planManager, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
-import { rollbackVm } from '../shared/plans/rollback';
+import { blocks, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
 import { recheckTarget } from '../shared/plans/target';
 import { PLAN_OPTION_ROLES } from '../shared/plans/caller';
-import { grantsRole } from '../shared/auth';
+import { grantsRole, type Auth, type Caller } from '../shared/auth';
 import { buildSpec } from '../shared/daemon-jobs';
 import { isTerminal } from '../shared/states';
 import { isVmFinal, isVmRetryable, vmMayMove } from '../shared/plan-states';
-import { conflict } from '../shared/errors';
+import { ApiError, conflict } from '../shared/errors';
 import { dropped, type Logger } from '../shared/log';
 import { planSlots } from './plan-slots';
-import { vmGuardHolder } from './vm-guard';
-import { destroyVm } from '../shared/vsphere/actions';
-import { findVm } from '../shared/vsphere/inventory';
+import { awaitEffect, effectEnd, EffectEnd, effectJobId, EffectOp, submitEffect } from './plan-effects';
 import { PLAN_ONLY_OPTIONS } from '../shared/schemas/plans';
 
 export interface RunnerDeps {
   plans: PlanStore; life: Lifecycle; hooks: WebhookStore; bus: Bus; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number;
   /** The safety-net pass over the running plans (ms; default 3000): also the leader lease's scale (60% of it). */
   passMs?: number; webhookBackoffMs?: number;
+  /** This daemon's API keys: a plan's starter is checked again against them before a source is removed. */
+  auth?: Auth;
 }
 
 const now = () => new Date().toISOString();
@@ -46,6 +47,12 @@ const outbox = (p: Plan, key: string, event: string, data: Record<string, unknow
 const vmOf = (p: Plan, vmPath: string) => p.vms.find((x) => x.vm_path === vmPath)!;
 /** What a claim answers: run the effect (`run`), use what it recorded (`done`), or leave the VM for now (`busy`). */
 type Claim = { run: true; resumed: boolean } | { run: false; done?: PlanAction };
+/** How long an API rollback waits for its job before it answers 202 (the claim shows the job; a later call of
+ *  the route records its end). */
+const API_ROLLBACK_WAIT_MS = 120_000;
+/** What a rollback job's end says, as the VM's rollback detail. */
+const detailOf = (end: EffectEnd & { ok: true }, otherwise: string) => (typeof end.result.detail === 'string' ? end.result.detail : otherwise);
+const rollbackDetail = (end: EffectEnd) => (end.ok ? detailOf(end, 'rolled back') : `rollback failed: ${end.error}`);
 
 /** Whether VMs may start now, and until when (the end of the window we are in; null: no end). */
 export function windowNow(p: Pick<Plan, 'start_at' | 'windows'>, t = Date.now()): { open: boolean; until: number | null; why?: string } {
@@ -136,7 +143,11 @@ export class PlanRunner {
       // A plan leaves the running set in the write that ends it; only a deleted one is taken out here.
       if (!p) { await this.d.plans.unindex(id); return; }
       if (p.status !== 'running') { await this.flush(p); return; }
-      for (const v of p.vms) if (v.status === 'running' && v.job_id) this.jobPlan.set(v.job_id, id);
+      for (const v of p.vms) {
+        if (v.status === 'running' && v.job_id) this.jobPlan.set(v.job_id, id);
+        // An effect's job under way (this leader's or a dead one's): its end steps the plan.
+        for (const a of v.actions ?? []) if (a.job_id && !a.done_at) this.jobPlan.set(a.job_id, id);
+      }
       await this.step(p);
     } catch (e) {
       if (e instanceof LeaseLost) this.d.log.info('plan step stopped: this daemon no longer leads the plans', { plan_id: id });
@@ -195,23 +206,51 @@ export class PlanRunner {
   }
 
   /** One VM rolled back through the API (any daemon, admin): claimed like the leader's own rollbacks, so two
-   *  calls at once do it once (the second gets 409), and recorded with its event. */
-  async rollback(id: string, vmPath: string, why: string) {
+   *  calls at once do it once (the second gets 409), done by a rollback_kvm job acting as `by` on the ledger of
+   *  the VM's last job only (never on a name), and recorded with its event. `pending`: the job has not ended
+   *  within API_ROLLBACK_WAIT_MS; the claim names it and a later call records its end. */
+  async rollback(id: string, vmPath: string, why: string, by: Caller | null): Promise<{ plan: Plan; pending: boolean }> {
+    await this.finishApiRollbacks(id, vmPath, why);
     const p = await this.d.plans.must(id);
-    const v = p.vms.find((x) => x.vm_path === vmPath)!;
+    const v = vmOf(p, vmPath);
     const key = `api-${Date.now()}-${randomUUID().slice(0, 8)}`;
-    const claim = await this.claim(p.id, v, 'rollback', key, null);
+    const jobId = v.job_id ? effectJobId(v.job_id, 'rollback', key) : undefined;
+    const claim = await this.claim(p.id, v, 'rollback', key, null, v.placement ? jobId : undefined);
     if (!claim.run) throw conflict(`a rollback of ${vmPath} is under way`);
-    // A rollback that throws is recorded done (with its error), so the next call may try again at once.
-    // It acts on the ledger of the VM's last job only (shared/plans/rollback.ts): never on a name.
-    const detail = v.placement && v.job_id ? await this.d.life.store.made(v.job_id).then((made) => rollbackVm(planManager(p), { ...v.placement!, vm_path: v.vm_path }, made))
-      .catch(async (e) => { await this.done(id, vmPath, 'rollback', key, `rollback failed: ${(e as Error).message}`); throw e; }) : 'nothing was placed';
+    if (!v.placement || !jobId) return { plan: await this.rolledBack(id, vmPath, key, why, 'nothing was placed'), pending: false };
+    const end = (await submitEffect(this.d.life, { id: jobId, op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: by, meta: { plan_id: id, vm_path: vmPath, of_job: v.job_id } }))
+      ?? (await awaitEffect(this.d.life, jobId, API_ROLLBACK_WAIT_MS));
+    if (!end) return { plan: await this.d.plans.must(id), pending: true };
+    return { plan: await this.apiRollbackEnded(id, vmPath, key, why, jobId, end), pending: false };
+  }
+
+  /** Earlier API rollbacks of the VM whose jobs have ended since their call answered: recorded now. */
+  private async finishApiRollbacks(id: string, vmPath: string, why: string) {
+    const v = vmOf(await this.d.plans.must(id), vmPath);
+    for (const a of (v.actions ?? []).filter((x) => x.action === 'rollback' && x.fence === null && x.job_id && !x.done_at)) {
+      const end = await effectEnd(this.d.life, a.job_id!);
+      if (end) await this.apiRollbackEnded(id, vmPath, a.key, why, a.job_id!, end).catch((e) => this.d.log.info('an earlier API rollback that failed is recorded as failed', { plan_id: id, vm_path: vmPath, error: (e as Error).message }));
+    }
+  }
+
+  /** An API rollback's job ended: a failure is recorded done with its error (the next call may try again at once)
+   *  and answered 502; a success rolls the VM back. */
+  private async apiRollbackEnded(id: string, vmPath: string, key: string, why: string, jobId: string, end: EffectEnd): Promise<Plan> {
+    if (!end.ok) {
+      await this.done(id, vmPath, 'rollback', key, rollbackDetail(end));
+      throw new ApiError(502, `the rollback job ${jobId} of ${vmPath} failed: ${end.error}`);
+    }
+    return this.rolledBack(id, vmPath, key, why, rollbackDetail(end));
+  }
+
+  /** Records an API rollback done: the claim, the VM rolled back, its event. */
+  private async rolledBack(id: string, vmPath: string, key: string, why: string, detail: string): Promise<Plan> {
     const q = await this.d.plans.mutate(id, (x) => {
-      const w = x.vms.find((y) => y.vm_path === vmPath)!;
+      const w = vmOf(x, vmPath);
       markDone(w, 'rollback', key, detail);
       w.rollback = { at: now(), detail: `${why}: ${detail}` };
       w.status = 'rolled_back';
-      x.outbox = [...(x.outbox ?? []), outbox(x, `${v.job_id}.${key}`, 'plan.vm_rolled_back', { plan_id: id, vm_path: vmPath, detail })];
+      x.outbox = [...(x.outbox ?? []), outbox(x, `${w.job_id}.${key}`, 'plan.vm_rolled_back', { plan_id: id, vm_path: vmPath, detail })];
     });
     await this.flush(q);
     return q;
@@ -228,10 +267,11 @@ export class PlanRunner {
   /** Claims one side effect of a VM (`fence` null: an API call, not the leader): records it in the VM's actions
    *  unless it is there. A done claim answers what it recorded; an undone one of a leader (a previous one that
    *  died, or this one after a step that failed before it marked it done; steps of a plan never overlap on the
-   *  leader) is taken over and its effect resumed: every effect checks first. An API rollback is refused while any
-   *  rollback of the VM is under way (claimed within the last 10 minutes, not done). */
-  private async claim(planId: string, v: PlanVm, action: PlanAction['action'], key: string, fence: Fence | null): Promise<Claim> {
-    const mine = this.newClaim(action, key, fence);
+   *  leader) is taken over and its effect resumed: every effect checks first; this leader's own undone claim (its
+   *  effect's job under way) is followed, not taken over again. An API rollback is refused while any rollback of
+   *  the VM is under way (claimed within the last 10 minutes, not done). `jobId`: the effect's job (effectJobId). */
+  private async claim(planId: string, v: PlanVm, action: PlanAction['action'], key: string, fence: Fence | null, jobId?: string): Promise<Claim> {
+    const mine = { ...this.newClaim(action, key, fence), ...(jobId ? { job_id: jobId } : {}) };
     let out: Claim = { run: false };
     await this.d.plans.mutate(planId, (q) => {
       const w = vmOf(q, v.vm_path);
@@ -242,6 +282,7 @@ export class PlanRunner {
       const a = actions.find((x) => x.action === action && x.key === key);
       if (a?.done_at) { out = { run: false, done: a }; return; }
       if (a && a.fence === null) return;
+      if (a?.claimed_by === mine.claimed_by && a.fence === mine.fence) { out = { run: true, resumed: false }; return; }
       if (a) { Object.assign(a, { claimed_by: mine.claimed_by, fence: mine.fence, at: mine.at, resumed: (a.resumed ?? 0) + 1 }); out = { run: true, resumed: true }; return; }
       actions.push(mine);
       out = { run: true, resumed: false };
@@ -264,6 +305,23 @@ export class PlanRunner {
     return r;
   }
 
+  /** A claimed effect of the leader done by a worker job (rollback_kvm, remove_source), keyed by the VM's job:
+   *  what `settle` makes of the job's end (the claim marked done with it), the recorded result of a claim done
+   *  already, or null while the job runs or another holds the claim (its end steps the plan again). */
+  private async viaJob<T>(p: Plan, v: PlanVm, action: 'rollback' | 'remove_source', o: { op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null }, settle: (end: EffectEnd) => T): Promise<T | null> {
+    const key = v.job_id!;
+    const id = effectJobId(key, action, key);
+    const c = await this.claim(p.id, v, action, key, this.leaderFence(), id);
+    if (!c.run) return c.done ? (c.done.result as T) : null;
+    this.jobPlan.set(id, p.id);
+    const end = await submitEffect(this.d.life, { id, op: o.op, parameters: o.parameters, caller: o.caller, meta: { plan_id: p.id, vm_path: v.vm_path, of_job: key } });
+    if (!end) return null;
+    this.jobPlan.delete(id);
+    const r = settle(end);
+    await this.done(p.id, v.vm_path, action, key, r);
+    return r;
+  }
+
   /** Running VMs whose job has ended: their outcome, a rollback or clean-up, and the event. */
   private async follow(p: Plan) {
     for (const v of p.vms.filter((x) => x.status === 'running' && x.job_id)) {
@@ -282,8 +340,8 @@ export class PlanRunner {
       let status = outcome;
       let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
       if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
-        const placed = v.placement;
-        const r = await this.once(p, v, 'rollback', () => this.d.life.store.made(v.job_id!).then((made) => rollbackVm(planManager(p), { ...placed, vm_path: v.vm_path }, made)).catch((e) => `rollback failed: ${(e as Error).message}`));
+        // The job acts on the ledger of the VM's job alone (services/worker/operations/plan-effects.ts).
+        const r = await this.viaJob(p, v, 'rollback', { op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: jobCallerOf(p) }, rollbackDetail);
         if (r === null) continue;
         if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
         detail = `${detail}; ${r}`;
@@ -308,32 +366,33 @@ export class PlanRunner {
     if (r && r !== 'submitted') await this.settle(p, v, 'failed', r);
   }
 
-  /** A completed VM's source (its job completed only once the target booted): deleted on vSphere when the VM's
-   *  options say remove_source, never while another job exports it; kept otherwise. A failed deletion is
-   *  recorded and logged; the migrated VM stays completed. The deletion is claimed first (null: another holds
-   *  the claim); a claim resumed from a leader that died counts a source already gone as removed by it. */
+  /** A completed VM's source (its job completed only once the target booted): deleted on vSphere by a
+   *  remove_source job when the VM's options say remove_source (the job refuses while another job exports it),
+   *  kept otherwise. A failed deletion is recorded and logged; the migrated VM stays completed. The deletion is
+   *  claimed first (null: another holds the claim, or its job runs). */
   private async afterSuccess(p: Plan, v: PlanVm): Promise<PlanVm['source'] | null> {
     if (vmOption(p, v.vm_path, 'remove_source') !== true) return { action: 'kept', at: now(), detail: 'options.remove_source is false' };
     // Checked again here, not only on the routes: a plan stored before the rule, or changed in Redis, acts as its
-    // starter, who must hold the role the direct deletion needs.
-    const starter = jobCallerOf(p);
+    // starter, who must hold the role the direct deletion needs (the job's submission checks it too: checkCaller).
+    const starter = this.starterNow(p);
     const need = PLAN_OPTION_ROLES['options.remove_source'].role;
+    if (typeof starter === 'string') return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and ${starter}` };
     if (starter && !grantsRole(starter.role, need)) return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and the plan's starter "${starter.name}" has role ${starter.role}` };
-    const manager = planManagerName(p);
-    return this.once(p, v, 'remove_source', async (resumed): Promise<PlanVm['source']> => {
-      try {
-        if (resumed && await findVm(planManager(p), v.vm_path).then(() => false, (e) => (e as { kind?: string }).kind === 'not_found')) {
-          return { action: 'removed', at: now(), detail: `${v.vm_path} was deleted on ${manager} by the plan leader that claimed it before it stopped` };
-        }
-        const holder = await vmGuardHolder(this.d.plans.redis, this.d.life.store.k, manager, v.vm_path);
-        if (holder) throw new Error(`job ${holder} is exporting it`);
-        await destroyVm(planManager(p), v.vm_path);
-        return { action: 'removed', at: now(), detail: `${v.vm_path} deleted on ${manager} after ${v.placement?.domain ?? 'its domain'} booted on ${v.placement?.virt_uri ?? 'the target'}` };
-      } catch (e) {
-        this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: (e as Error).message });
-        return { action: 'remove_failed', at: now(), detail: `the source stays: ${(e as Error).message}` };
-      }
+    return this.viaJob(p, v, 'remove_source', { op: 'remove_source', parameters: { of_job: v.job_id }, caller: starter }, (end): PlanVm['source'] => {
+      if (end.ok) return { action: 'removed', at: now(), detail: detailOf(end, `${v.vm_path} deleted`) };
+      this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: end.error });
+      return { action: 'remove_failed', at: now(), detail: `the source stays: ${end.error}` };
     });
+  }
+
+  /** The plan's starter as this daemon's keys have it now (authentication on): a key removed since the start is
+   *  no caller (why, as a string), one given another role acts with that role; otherwise the recorded starter. */
+  private starterNow(p: Plan): Caller | null | string {
+    const starter = jobCallerOf(p);
+    if (!starter || !this.d.auth?.enabled) return starter;
+    const key = this.d.auth.keys.find((k) => k.name === starter.name);
+    if (!key) return `the plan's starter "${starter.name}" has no API key on this daemon any more`;
+    return { name: starter.name, role: key.role };
   }
 
   /** A running VM's end (or its return to pending), with the events it causes, in one fenced write; a VM that

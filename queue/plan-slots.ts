@@ -34,5 +34,3 @@ export async function takePlanSlots(store: JobStore, jobId: string, plan: PlanPa
   return { ok: true, release: async () => { await Promise.all(held.map((h) => h.release())); } };
 }
 
-/** Live holders of one slot name (for tests and the plan view). */
-export const slotHolders = (store: JobStore, name: string) => new Slots(store.redis, store.k).holders(name);

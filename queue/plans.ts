@@ -7,65 +7,16 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, conflict, fieldError, notFound } from '../shared/errors';
 import { config } from '../shared/config';
 import type { Keys, RedisClient } from '../shared/redis';
-import type { Finding } from '../shared/plans/rules';
-import type { TargetNameRule } from '../shared/plans/names';
-import type { Caller, KeyRole } from '../shared/auth';
+import type { Caller } from '../shared/auth';
+import type { Plan, PlanCaller, PlanCreate, PlanOptions, PlanVm } from '../shared/plans/types';
 import { publish } from './bus';
 import { createLogger, dropped } from '../shared/log';
 
 const log = createLogger('queue');
 
-export interface Override { by: string; at: string; reason: string }
-/** A plan's options, or a VM's overrides of them (planOptions in shared/schemas/plans.ts): the shape B job's
- *  options, which the runner passes on to the job, and the plan's own (PLAN_ONLY_OPTIONS). */
-export interface PlanOptions {
-  rollback?: boolean; remove_source?: boolean; target_name?: TargetNameRule; guest_preflight?: boolean; power_off?: string;
-  [option: string]: unknown;
-}
-export interface PlanVm {
-  vm_path: string; options?: PlanOptions; status: string; job_id: string | null; jobs: string[];
-  findings: (Finding & { overridden?: Override })[]; overrides: Record<string, Override>;
-  error: string | null; waiting_reason: string | null; stage: string | null; claimed_at?: string;
-  /** a cancel was asked for this VM's current job (the runner cancels it once the job exists) */
-  cancel_requested?: boolean;
-  placement?: { esxi_host: string; datastores: string[]; virt_uri: string; pool: string; domain: string; target_existed: boolean; source_was_on: boolean };
-  rollback?: { at: string; detail: string } | null;
-  /** the selectors (their index) that chose this VM; absent for a VM the plan lists */
-  selected_by?: number[];
-  /** what was done with the source after success (options.remove_source) */
-  source?: { action: 'removed' | 'kept' | 'remove_failed'; at: string; detail: string };
-  /** every side effect done for this VM, each claimed (recorded here) before it was done (queue/plan-runner.ts) */
-  actions?: PlanAction[];
-}
-/** One side effect, claimed in the plan's compare-and-set before it is done, and marked done after: `key` is the
- *  job it is for (`api-<time>-<random>` for a rollback asked through the API); `fence` is the leader lease's fencing token
- *  (null: an API call); a claim left undone by a leader that died is resumed by the next (`resumed`). */
-export interface PlanAction {
-  action: 'submit' | 'rollback' | 'remove_source'; key: string; claimed_by: string; fence: number | null; at: string;
-  done_at: string | null; result?: unknown; resumed?: number;
-}
-/** A plan webhook event, written in the same compare-and-set as the change it tells of, then queued under its
- *  deterministic id (a second queueing of the same id is a no-op) and moved to events_sent. */
-export interface PlanOutboxEntry { id: string; event: string; data: Record<string, unknown> }
-export interface PlanSelector { folder?: string; name?: string; power_state?: string }
-/** Who created or started a plan: the API key's name and role; with authentication off "anonymous", role null. */
-export interface PlanCaller { name: string; role: KeyRole | null }
-export interface Plan {
-  id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
-  destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
-  options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
-  status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
-  created_by: PlanCaller; started_by?: PlanCaller | null; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];
-  outbox?: PlanOutboxEntry[];
-}
-
-/** A new plan as POST /plans gives it, validated by planCreateSchema (its defaults filled in). */
-export interface PlanCreate {
-  id?: string; name: string; description?: string; source?: Plan['source']; destination: Plan['destination'];
-  vms?: (string | { vm_path: string; options?: PlanOptions })[]; selectors?: PlanSelector[];
-  network_map: Record<string, string>; storage_map: Record<string, string>; options?: PlanOptions; limits: Record<string, number>;
-  start_at?: Date | string; windows?: { start: Date | string; end: Date | string }[];
-}
+// The plan types live in shared/plans/types.ts, below the rules, the schemas and this store that all use them;
+// re-exported here for the code that imported them from the store.
+export type { Override, PlanOptions, PlanVm, PlanAction, PlanOutboxEntry, PlanSelector, PlanCaller, Plan, PlanCreate } from '../shared/plans/types';
 
 /** The record of a request's caller (callerOf(ctx): null with authentication off). */
 export const planCallerOf = (key: Caller | null | undefined): PlanCaller => (key ? { name: key.name, role: key.role } : { name: 'anonymous', role: null });
@@ -76,6 +27,20 @@ export const planCallerOf = (key: Caller | null | undefined): PlanCaller => (key
 export function jobCallerOf(p: Pick<Plan, 'started_by'>): Caller | null {
   if (!p.started_by) return { name: '(unknown starter)', role: 'submit' };
   return p.started_by.role ? { name: p.started_by.name, role: p.started_by.role } : null;
+}
+
+/** A plan as stored, read: the one place a stored plan is parsed (get, list, mutate). Plans stored before callers
+ *  were records kept `created_by` as the key's name (a string; "anonymous" with authentication off): it is read as
+ *  {name, role: 'submit'}, the least role that may create a plan (role null for "anonymous", as with authentication
+ *  off), so nothing reads a plain string. A string `started_by` (never written by Ferry) is likewise {name, role:
+ *  'submit'}, never more: the jobs of such a plan act as submit, as a plan with no starter does (jobCallerOf). */
+export function storedPlan(raw: string): Plan {
+  const stored = JSON.parse(raw) as Omit<Plan, 'created_by' | 'started_by'> & { created_by: PlanCaller | string; started_by?: PlanCaller | string | null };
+  if (typeof stored.created_by !== 'string' && typeof stored.started_by !== 'string') return stored as Plan;
+  const { created_by: c, started_by: st, ...p } = stored;
+  const created_by: PlanCaller = typeof c === 'string' ? { name: c, role: c === 'anonymous' ? null : 'submit' } : c;
+  const started_by: PlanCaller | null | undefined = typeof st === 'string' ? { name: st, role: 'submit' } : st;
+  return { ...p, created_by, ...(started_by !== undefined ? { started_by } : {}) };
 }
 
 export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:${id}`, index: `${k.prefix}:plans`, running: `${k.prefix}:plans:running` });
@@ -159,7 +124,7 @@ export class PlanStore {
 
   async get(id: string): Promise<Plan | null> {
     const raw = await this.redis.get(this.pk.plan(id));
-    return raw ? JSON.parse(raw) as Plan : null; // written by create and mutate
+    return raw ? storedPlan(raw) : null;
   }
 
   async must(id: string): Promise<Plan> {
@@ -188,7 +153,7 @@ export class PlanStore {
     const ids = await this.ids();
     if (!ids.length) return [];
     const raws = await this.redis.mget(...ids.map((i) => this.pk.plan(i)));
-    return raws.filter((r): r is string => !!r).map((r) => JSON.parse(r) as Plan).filter((p) => p.archived === archived);
+    return raws.filter((r): r is string => !!r).map(storedPlan).filter((p) => p.archived === archived);
   }
 
   /** Applies `fn` to the stored plan and writes it back unless another writer changed it meanwhile (then again):
@@ -200,9 +165,10 @@ export class PlanStore {
     for (let attempt = 0; attempt < 20; attempt++) {
       const raw = await this.redis.get(key);
       if (!raw) throw notFound(`plan ${id} not found`);
-      const p = JSON.parse(raw) as Plan;
+      const p = storedPlan(raw);
+      const read = JSON.stringify(p); // a plan stored in an older form is written back only with a real change
       await fn(p);
-      if (JSON.stringify(p) === raw) return p;
+      if (JSON.stringify(p) === read) return p;
       p.updated_at = new Date().toISOString();
       const r = Number(await this.redis.eval(CAS, 3, key, this.pk.running, fence?.key ?? key, raw, JSON.stringify(p), id, p.status, fence?.value ?? ''));
       if (r === -1) throw new LeaseLost(`plan ${id}: the plan leader's lease is no longer this process's; nothing written`);

@@ -13,9 +13,12 @@ import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
 const SOURCES = ['shared', 'queue', 'services'];
+/** Data files outside SOURCES that the compiled code reads, copied to the same place under the output: the
+ *  programs list (shared/programs.ts: a worker checks its capabilities' programs at start). */
+const DATA = ['scripts/programs.txt'];
 /** Files outside SOURCES the output depends on: the compiler's settings, the entry point, this script, the types
  *  the installed packages bring (pinned by the lock file). */
-const INPUTS = ['scripts/cluster.ts', 'scripts/build.ts', 'tsconfig.json', 'tsconfig.build.json', 'package-lock.json'];
+const INPUTS = ['scripts/cluster.ts', 'scripts/build.ts', 'tsconfig.json', 'tsconfig.build.json', 'package-lock.json', ...DATA];
 export const BUILD_STAMP = '.ferry-build.json';
 
 function walk(dir: string): string[] {
@@ -61,6 +64,11 @@ export function build(out: string, opts: { force?: boolean } = {}): boolean {
       cpSync(f, to, { preserveTimestamps: true });
       n++;
     }
+  }
+  for (const f of DATA) {
+    mkdirSync(path.dirname(path.join(out, f)), { recursive: true });
+    cpSync(path.join(ROOT, f), path.join(out, f), { preserveTimestamps: true });
+    n++;
   }
   // Written last: an interrupted build has no stamp, so the next one starts again from nothing.
   writeFileSync(path.join(out, BUILD_STAMP), JSON.stringify({ key, built: new Date().toISOString() }) + '\n');

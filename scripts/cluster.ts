@@ -39,6 +39,7 @@ function portOpen(port: number): Promise<boolean> {
 
 async function main() {
   const children: { svc: Svc; proc: ChildProcess }[] = [];
+  let stopping = false;
   let redis: ChildProcess | undefined;
   if (!env.REDIS_URL) {
     const port = Number(env.FERRY_REDIS_PORT || 6379);
@@ -76,13 +77,18 @@ async function main() {
         for (const l of lines) if (!l.startsWith('npm warn')) process.stdout.write(prefix + l + '\n');
       });
     }
-    proc.on('exit', (code, sig) => { if (!stopping) console.log(`[cluster] ${svc.name} exited (${sig || code})`); });
+    // A service that dies is never silent, and the cluster does not run on without it (issue 38: workers that
+    // died on a port in use left jobs queued forever): everything stops and `npm start` exits 1, naming it.
+    proc.on('exit', (code, sig) => {
+      if (stopping) return;
+      console.log(`[cluster] ${svc.name} exited unexpectedly (${sig || `exit code ${code}`}): stopping every service; npm start exits 1`);
+      void stopAll(1);
+    });
     children.push({ svc, proc });
   }
   console.log(`[cluster] gateway on http://localhost:${env.GATEWAY_PORT || 8000}${SERVICES.some((s) => s.name === 'daemon') ? `, daemon on http://localhost:${env.DAEMON_PORT || 8080}` : ''}; Ctrl-C stops everything`);
 
-  let stopping = false;
-  const stopAll = async () => {
+  const stopAll = async (exitCode = 0) => {
     if (stopping) return;
     stopping = true;
     console.log('[cluster] stopping: workers finish or hand back their jobs, then the other services');
@@ -98,11 +104,11 @@ async function main() {
       await new Promise<void>((r) => { redis.once('exit', () => r()); redis.kill('SIGTERM'); });
       console.log('[cluster] redis-server stopped');
     }
-    process.exit(0);
+    process.exit(exitCode);
   };
   // stopAll only waits for exits: it has nothing that rejects
-  process.on('SIGINT', () => void stopAll());
-  process.on('SIGTERM', () => void stopAll());
+  process.on('SIGINT', () => void stopAll(0));
+  process.on('SIGTERM', () => void stopAll(0));
 }
 
 if (require.main === module) main().catch((e: Error) => { console.error(`[cluster] could not start: ${e.stack || e.message}`); process.exit(1); });

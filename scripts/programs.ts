@@ -1,26 +1,18 @@
-// scripts/programs.txt as data (the one list of programs Ferry needs), and its table in docs/testing.md.
+// scripts/programs.txt's table in docs/testing.md (the list read as data: shared/programs.ts).
 // `npx tsx scripts/programs.ts` rewrites that table after the list changed; test/deploy/programs.test.ts checks it.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { programList, PROGRAMS_FILE, type ProgramEntry } from '../shared/programs';
 
+export { programList, PROGRAMS_FILE, type ProgramEntry };
 const ROOT = path.resolve(__dirname, '..');
-export const PROGRAMS_FILE = path.join(ROOT, 'scripts', 'programs.txt');
 export const TESTING_DOC = path.join(ROOT, 'docs', 'testing.md');
 const BEGIN = '<!-- programs: generated from scripts/programs.txt by `npx tsx scripts/programs.ts` -->';
 const END = '<!-- /programs -->';
 
-export interface ProgramEntry { check: string; names: string[]; package: string; group: string; why: string }
-
-export function programList(file = PROGRAMS_FILE): ProgramEntry[] {
-  return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() && !l.trimStart().startsWith('#')).map((line) => {
-    const [check, pkg, group, ...why] = line.trim().split(/\s+/);
-    return { check, names: check.startsWith('/') ? [] : check.split(','), package: pkg, group, why: why.join(' ') };
-  });
-}
-
 export function programsTable(list = programList()): string {
-  const rows = list.map((e) => `| ${e.names.length ? e.names.map((n) => `\`${n}\``).join(', ') : `\`${e.check}\``} | ${e.package === '-' ? '(before set-up)' : `\`${e.package}\``} | ${e.group} | ${e.why} |`);
-  return [BEGIN, '| program or file | Debian package | group | who needs it |', '|---|---|---|---|', ...rows, END].join('\n');
+  const rows = list.map((e) => `| ${e.names.length ? e.names.map((n) => `\`${n}\``).join(', ') : `\`${e.check}\``} | ${e.package === '-' ? '(before set-up)' : `\`${e.package}\``} | ${e.group} | ${e.capabilities.join(', ')} | ${e.why} |`);
+  return [BEGIN, '| program or file | Debian package | group | worker capabilities | who needs it |', '|---|---|---|---|---|', ...rows, END].join('\n');
 }
 
 /** docs/testing.md's table as it stands (undefined when the markers are missing). */

@@ -59,7 +59,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # npm packages exactly as package-lock.json pins them: installed when missing or when the lock file changed since.
-if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+# A node_modules that is a link (a worktree sharing another checkout's packages) is never reinstalled from here:
+# npm ci would empty the folder it points to, under every checkout that shares it.
+if [ -L node_modules ] && [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: node_modules links to $(readlink node_modules), shared with another checkout: not reinstalled here (run npm ci there if package-lock.json changed)" >&2
+elif [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: installing npm packages (npm ci)" >&2
   npm ci --no-audit --no-fund --loglevel=error
 fi

@@ -42,12 +42,12 @@ function walkTs(dir: string): string[] {
   }).sort();
 }
 
-/** What the typed lint of any file may depend on: every TypeScript file tsconfig.json includes, the settings and
- *  the lock file. */
+/** What the typed lint of any file may depend on: every TypeScript file tsconfig.json includes, the settings (the
+ *  layer rules' own file among them: they read other files' imports too) and the lock file. */
 function typedLintKey(): string {
   const h = createHash('sha256');
   const files = [...['shared', 'queue', 'services', 'scripts', 'test'].flatMap((d) => walkTs(path.join(ROOT, d))),
-    ...['tsconfig.json', 'eslint.config.mjs', 'package-lock.json'].map((f) => path.join(ROOT, f))];
+    ...['tsconfig.json', 'eslint.config.mjs', 'scripts/eslint-layers.mjs', 'package-lock.json'].map((f) => path.join(ROOT, f))];
   for (const f of files) h.update(path.relative(ROOT, f)).update('\0').update(readFileSync(f)).update('\0');
   return h.digest('hex');
 }

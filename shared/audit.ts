@@ -116,17 +116,29 @@ export class AuditLog {
   /** A WebSocket upgrade, which no koa middleware sees: a refused one (401, 403), or one that may change state
    *  (a console writer, status 101), with the key as authentication found it or as presented. */
   async upgrade(req: http.IncomingMessage, auth: Auth, u: { path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
+    if (u.status !== 401 && u.status !== 403 && u.status !== 101) return;
+    await this.outside(req, auth, { ...u, method: 'WEBSOCKET' });
+  }
+
+  /** A plain port's request (a metrics port, no koa app either), when refused (401, 403) or past the refusal
+   *  budget (429): kept with the refusals, as the APIs' are. */
+  async plain(req: http.IncomingMessage, auth: Auth, u: { method: string; path: string; status: number; reason?: string }): Promise<void> {
+    if (u.status !== 401 && u.status !== 403 && u.status !== 429) return;
+    await this.outside(req, auth, u);
+  }
+
+  /** The record of a request no koa middleware saw. */
+  private async outside(req: http.IncomingMessage, auth: Auth, u: { method: string; path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
     const refused = u.status === 401 || u.status === 403;
-    if (!refused && u.status !== 101) return;
     let key = u.caller;
     if (key === undefined && auth.enabled) { const p = presentedKey(req.headers); key = p ? identify(auth, p) ?? null : null; }
     const now = Date.now();
     await this.store({
       id: `${now.toString(36)}-${randomBytes(4).toString('hex')}`, time: new Date(now).toISOString(), service: this.service,
-      key_name: key?.name ?? null, role: key?.role ?? null, method: 'WEBSOCKET', route: u.path, path: u.path.slice(0, 1024),
-      targets: redact(u.targets ?? {}), status: u.status, outcome: refused ? 'refused' : 'ok',
+      key_name: key?.name ?? null, role: key?.role ?? null, method: u.method, route: u.path, path: u.path.slice(0, 1024),
+      targets: redact(u.targets ?? {}), status: u.status, outcome: refused ? 'refused' : u.status >= 400 ? 'rejected' : 'ok',
       ...(refused && u.reason ? { reason: u.reason.slice(0, 512) } : {}), ip: clientAddress(req), duration_ms: 0,
-    }, refused);
+    }, u.status >= 400);
   }
 
   /** The log line first, then Redis; the caller waits at most WRITE_WAIT_MS for Redis. A refusal's log line is

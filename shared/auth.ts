@@ -9,7 +9,6 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import { CAPABILITY_PATTERN, PRIVILEGED } from './capabilities';
-import { browserRefusal, browserRule } from './browser';
 import { keys } from './redis';
 
 export const ROLES = ['read', 'submit', 'worker', 'admin'] as const;
@@ -154,19 +153,6 @@ export type Caller = Pick<ApiKey, 'name' | 'role'>;
 export function mayRunPrivileged(key: Caller | null, executionMode: string | undefined, operationCaps: string[]): boolean {
   if (executionMode !== PRIVILEGED || !key || key.role === 'admin') return true;
   return operationCaps.some((c) => DEVICE_CAPABILITIES.includes(c));
-}
-
-/** Node http servers that are not koa apps (metrics ports): answers 401/403 itself and returns false. */
-export function guardPlain(auth: Auth, req: http.IncomingMessage, res: http.ServerResponse, need: Need,
-  envelope: (status: number, message: string, path: string) => unknown): boolean {
-  const refused = browserRefusal(browserRule(process.env.FERRY_HOST), req.method || 'GET', req.headers); // the browser rule, as on the APIs
-  const v: { status: number; message?: string } = refused ? { status: refused.status, message: refused.message } : authorize(auth, req.headers, need);
-  if (v.status === 0) return true;
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (v.status === 401) headers['www-authenticate'] = 'Bearer';
-  res.writeHead(v.status, headers);
-  res.end(JSON.stringify(envelope(v.status, v.message || '', (req.url || '/').split('?')[0])));
-  return false;
 }
 
 // Safe by default: without keys, listening beyond loopback is refused unless FERRY_INSECURE_NO_AUTH=1.

@@ -88,6 +88,9 @@ export const config = {
   get guestAppliances() { return { perCaller: num('FERRY_GUEST_APPLIANCES_PER_CALLER', 2), total: num('FERRY_GUEST_APPLIANCES', 4) }; },
   /** nbdkit processes serving source disks to those appliances, each counted, per caller and in this process. */
   get nbdkitProcesses() { return { perCaller: num('FERRY_NBDKIT_PROCESSES_PER_CALLER', 64), total: num('FERRY_NBDKIT_PROCESSES', 128) }; },
+  /** How long POST /vms/shutdown and /vms/poweroff wait for their vm_power job (a worker with vsphere_access);
+   *  past it the job is cancelled and the answer is 504. */
+  get vmActionWaitSeconds() { return Math.max(1, num('FERRY_VM_ACTION_WAIT_SECONDS', 120)); },
   get hostname() { return os.hostname(); },
   version: '1.0.0',
 };

@@ -45,6 +45,18 @@ function defaultsFor(given: string | undefined, env: ReturnType<typeof managerDe
   return { username: own ? env.username : undefined, insecure: configuredInsecure(given) };
 }
 
+/** The manager fields of a job the daemon builds from a request or a plan (managerRef in shared/operations.ts),
+ *  as shape A fills them: the environment's defaults where they go; of the password only where it comes from
+ *  (a given one is stored sealed beside the job, shared/vsphere/job-credentials.ts). */
+export function managerJobFields(given: { manager_url?: string; username?: string; password?: string; insecure?: boolean }) {
+  const env = managerDefaults();
+  const d = defaultsFor(given.manager_url, env);
+  return clean({
+    manager_url: given.manager_url ?? env.manager_url, username: given.username ?? d.username, insecure: given.insecure ?? d.insecure,
+    credentials: given.password ? 'job' : env.hasPassword ? 'environment' : 'none',
+  });
+}
+
 export function shapeOf(def: unknown): 'A' | 'B' | 'operation' {
   if (def && typeof def === 'object' && 'operation' in def) return 'operation';
   return def && typeof def === 'object' && ('source' in def || 'destination' in def) ? 'B' : 'A';

@@ -4,10 +4,10 @@ import Koa from 'koa';
 import Router from '@koa/router';
 import bodyParser from 'koa-bodyparser';
 import Joi from 'joi';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, badRequest, errorText, fieldError } from './errors';
 import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } from './body-budget';
-import { toJsonSchema, type JsonSchema } from './openapi';
+import { headersOf, toJsonSchema, type JsonSchema } from './openapi';
 import { ApiKey, Auth, authorize, Need } from './auth';
 import { config } from './config';
 import { browserRefusal, browserRule } from './browser';
@@ -30,6 +30,9 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
   tags?: string[];
   params?: Joi.ObjectSchema<P>;
   query?: Joi.ObjectSchema<Q>;
+  /** Request headers the route reads, keyed by their canonical names: validated (400 naming the header) and listed
+   *  as OpenAPI header parameters. Default: the ones its query schema declares (declareHeaders, shared/openapi.ts). */
+  headers?: Joi.ObjectSchema;
   body?: Joi.Schema<B>;
   bodyRequired?: boolean;
   requestTypes?: string[];
@@ -47,6 +50,11 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
 
 /** A route as the API lists it, whatever its input types. */
 export type DeclaredRoute = Omit<RouteDef, 'params' | 'query' | 'body' | 'handler'> & { params?: Joi.ObjectSchema<unknown>; query?: Joi.ObjectSchema<unknown>; body?: Joi.Schema<unknown> };
+
+/** The declared headers' values in a request (absent and empty ones left out), under their canonical names. */
+function pickHeaders(ctx: Koa.Context, names: string[]): Record<string, string> {
+  return Object.fromEntries(names.map((n): [string, string] => [n, ctx.get(n)]).filter(([, v]) => v !== ''));
+}
 
 /** A joi result: checked, not typed yet (the caller of validate() names its type). */
 type Checked = { error?: Joi.ValidationError; value: unknown };
@@ -156,6 +164,8 @@ export class Api {
     // A route without a role would be reachable by whatever a default said: refused at registration instead.
     if (!def.role) throw new Error(`route ${def.method.toUpperCase()} ${def.path} declares no role (RouteDef.role)`);
     if (def.body && !def.requestTypes) def.requestTypes = this.requestTypes;
+    def.headers ??= headersOf(def.query);
+    const headerNames = Object.keys((def.headers?.describe() as { keys?: Record<string, unknown> } | undefined)?.keys ?? {});
     this.routes.push(def);
     const yamlBody = !!def.requestTypes?.some((t) => YAML_TYPES.test(t));
     const literal = !def.path.includes(':');
@@ -174,6 +184,7 @@ export class Api {
         if (shadowed) throw methodNotAllowed(ctx.method, ctx.path, [...shadowed]);
         const warnings = this.unknownFields === 'warn' ? [] as string[] : undefined;
         // Without a schema a part is what the router parsed: P and Q are then their defaults (strings, the query).
+        if (def.headers) validate(def.headers, pickHeaders(ctx, headerNames), 'headers');
         const input: Input<P, Q, B | undefined> = {
           params: def.params ? validate<P>(def.params, ctx.params, 'path parameters') : ctx.params as P,
           query: def.query ? validate<Q>(def.query, ctx.query, 'query', '', warnings) : ctx.query as Q,
@@ -199,7 +210,7 @@ export class Api {
       const p = r.path.replace(/:([A-Za-z_]+)/g, '{$1}');
       const op: Record<string, unknown> = { summary: r.summary, tags: r.tags, operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_: string, c: string | undefined) => (c ? c.toUpperCase() : ''))}` };
       const parameters: Record<string, unknown>[] = [];
-      for (const [where, schema] of [['path', r.params], ['query', r.query]] as const) {
+      for (const [where, schema] of [['path', r.params], ['query', r.query], ['header', r.headers]] as const) {
         if (!schema) continue;
         const js = toJsonSchema(schema);
         for (const [name, s] of Object.entries(js.properties || {})) {
@@ -294,11 +305,18 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
 }
 
 let rateLimitDownLogged = 0;
+/** Redis commands wait through an outage (ioredis queues them): a count the request waits for gets a second, then
+ *  the request goes on without it, so no request hangs on a Redis that is away. */
+async function answeredWithinASecond<T>(p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
 /** Counts the request; over the limit a 429 with Retry-After. Redis away: the request passes (availability over
  *  the limit), logged at most once a minute. */
 async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, log: Logger) {
   let v;
-  try { v = await limiter.hit(who); } catch (e) {
+  try { v = await answeredWithinASecond(limiter.hit(who)); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
     return;
   }
@@ -316,11 +334,13 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
  *  counted here, so other clients, and this one with a good key, are not slowed. Redis away: the refusal stands. */
 async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logger) {
   ctx.state.refusal = true; // the audit keeps it in the refusal stream (shared/audit.ts)
+  await countRefusal(ctx.req, refusals, log);
+}
+
+/** The refusal budget's count for one refused request, on an API or a plain port (guardPlain): throws the 429. */
+async function countRefusal(req: IncomingMessage, refusals: RateLimiter, log: Logger) {
   let v;
-  // Redis commands wait through an outage: a refusal waits at most a second for its count, then stands.
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
-  try { v = await Promise.race([refusals.hit(`addr:${clientAddress(ctx.req)}`), late]).finally(() => clearTimeout(timer)); } catch (e) {
+  try { v = await answeredWithinASecond(refusals.hit(`addr:${clientAddress(req)}`)); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
     return;
   }
@@ -337,6 +357,48 @@ export const SECURITY_HEADERS: Record<string, string> = {
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
 };
+
+/** A plain node http server that is no koa app (the daemon's and the workers' metrics ports), gated as the APIs
+ *  are: `refusals` counts its 401/403 against the client address's refusal budget (the APIs' count, in Redis),
+ *  `audit` records them with the APIs' refusals. */
+export interface PlainPort {
+  auth: Auth; log: Logger; refusals?: RateLimiter; audit?: AuditLog;
+  envelope: (status: number, message: string, path: string) => unknown;
+}
+
+/** The APIs' SECURITY_HEADERS on a plain port's answer (before anything is written). */
+export function plainHeaders(res: ServerResponse): void {
+  for (const [k, v] of Object.entries(SECURITY_HEADERS)) res.setHeader(k, v);
+}
+
+/** A plain port's request: the APIs' headers, the browser rule, then the role `need`. A refusal (401, 403) counts
+ *  against the client address's refusal budget, past which the answer is the APIs' 429 with Retry-After; it is
+ *  audited as theirs are. Answers a refusal itself and returns false. */
+export async function guardPlain(port: PlainPort, req: IncomingMessage, res: ServerResponse, need: Need): Promise<boolean> {
+  plainHeaders(res);
+  const browser = browserRefusal(browserRule(process.env.FERRY_HOST), req.method || 'GET', req.headers); // as on the APIs
+  const v: { status: number; message?: string } = browser ? { status: browser.status, message: browser.message } : authorize(port.auth, req.headers, need);
+  if (v.status === 0) return true;
+  let { status } = v;
+  let message = v.message || '';
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  // Only the key's refusals are counted, as on the APIs (a browser refusal is answered before authentication).
+  if (!browser && port.refusals) {
+    try { await countRefusal(req, port.refusals, port.log); } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      status = e.status;
+      message = e.message;
+      headers['retry-after'] = String((e.details as { retryAfter: number }).retryAfter);
+    }
+  }
+  if (status === 401) headers['www-authenticate'] = 'Bearer';
+  const path = (req.url || '/').split('?')[0];
+  await port.audit?.plain(req, port.auth, { method: req.method || 'GET', path, status, reason: message })
+    .catch((e) => port.log.warn('audit record of a refused metrics request not stored in Redis; its log line stands', { error: errorText(e) }));
+  res.writeHead(status, headers);
+  res.end(JSON.stringify(port.envelope(status, message, path)));
+  return false;
+}
 
 /** The outermost middleware: the browser rule and CORS, then every error answered in the API's envelope (a storage
  *  outage as 503), each request measured and, when it changed state or was refused, audited. */
@@ -402,7 +464,8 @@ function authenticate(api: Api, opts: AppOptions): Koa.Middleware {
     }
     const apiKey = ctx.state.apiKey as ApiKey | null | undefined; // Koa's state is untyped; set just above
     const who = apiKey ? `key:${apiKey.name}` : `addr:${clientAddress(ctx.req)}`;
-    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/health\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
+    // Probes are not rate limited: the limiter counts in Redis, and liveness must answer while Redis does not.
+    if (opts.limiter && !(ctx.method === 'GET' && /^(\/api\/v1)?\/(health|livez)\/?$/.test(ctx.path))) await rateLimit(ctx, opts.limiter, who, opts.log);
     // Spawn caps (shared/limits.ts) count what this request starts against its caller.
     await runAs(who, next);
   };

@@ -1,6 +1,9 @@
 // Prometheus metrics: a registry per process, request metrics by route template, and metrics whose values
 // are read from Redis at scrape time (so every replica reports the same cluster-wide truth).
 import client from 'prom-client';
+import { createLogger } from './log';
+
+const log = createLogger('metrics');
 
 export function createRegistry(service: string) {
   const registry = new client.Registry();
@@ -73,14 +76,31 @@ export class HttpMetrics {
 
 export interface Sample { labels?: Record<string, string | number>; value: number; metricName?: string }
 
-/** A metric computed when scraped. */
+/** A metric computed when scraped. A computation that fails or takes over COMPUTE_TIMEOUT_MS leaves the metric
+ *  without values in that scrape (Prometheus then shows a gap, not a stale figure), and is logged: the first
+ *  failure at warn, saying so, the following ones (every scrape while Redis is away) at debug, and the first
+ *  success after them at info. */
 export function registerComputed(registry: client.Registry, name: string, help: string, type: 'gauge' | 'counter' | 'histogram', get: () => Promise<Sample[]>) {
+  let failing = false;
+  const values = async (): Promise<Sample[]> => {
+    try {
+      const v = await withTimeout(get(), COMPUTE_TIMEOUT_MS);
+      if (failing) log.info(`metric ${name} is computed again`, { metric: name });
+      failing = false;
+      return v;
+    } catch (e) {
+      const next = `metric ${name} could not be computed: this scrape reports it without values, and the next scrape tries again`;
+      (failing ? log.debug : log.warn)(next, { metric: name, error: (e as Error).message });
+      failing = true;
+      return [];
+    }
+  };
   registry.registerMetric({
     name,
     help,
     type,
     // Bounded: with Redis away a scrape still answers (without these values) instead of hanging until timeout.
-    get: async () => ({ name, help, type, aggregator: 'sum', values: await withTimeout(get(), COMPUTE_TIMEOUT_MS).catch(() => []) }),
+    get: async () => ({ name, help, type, aggregator: 'sum', values: await values() }),
     // A collector object: the registry only calls its get() (and reads name); prom-client's type asks for one of
     // its metric classes.
   } as unknown as client.Metric);
@@ -89,5 +109,5 @@ export function registerComputed(registry: client.Registry, name: string, help: 
 const COMPUTE_TIMEOUT_MS = 2000;
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let t: NodeJS.Timeout;
-  return Promise.race([p, new Promise<T>((_, reject) => { t = setTimeout(() => reject(new Error('timeout')), ms); })]).finally(() => clearTimeout(t));
+  return Promise.race([p, new Promise<T>((_, reject) => { t = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms); })]).finally(() => clearTimeout(t));
 }

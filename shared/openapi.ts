@@ -23,6 +23,19 @@ export interface JsonSchema { description?: string; properties?: Record<string, 
 /** A default joi computes (Joi.ref, a function's result) is described as `{ special: ... }`: no literal value. */
 const isSpecial = (v: unknown) => typeof v === 'object' && v !== null && 'special' in v && !!v.special;
 
+/** Request headers a query schema goes with (declareHeaders): every route that takes that query reads them. */
+const HEADERS_OF = new WeakMap<Joi.Schema, Joi.ObjectSchema>();
+
+/** Declares the request headers (keyed by their canonical names) that go with `query`, wherever it is used: the
+ *  HTTP layer validates them (400 naming the header) and lists them as OpenAPI header parameters. Call it on the
+ *  finished schema (a joi method returns a new one, which would not carry them). */
+export function declareHeaders<T extends Joi.ObjectSchema>(query: T, headers: Joi.ObjectSchema): T {
+  HEADERS_OF.set(query, headers);
+  return query;
+}
+
+export const headersOf = (query: Joi.Schema | undefined): Joi.ObjectSchema | undefined => (query ? HEADERS_OF.get(query) : undefined);
+
 export function toJsonSchema(schema: Joi.Schema | JsonSchema): JsonSchema {
   const d = (typeof schema.describe === 'function' ? (schema as Joi.Schema).describe() : schema) as Described;
   return convert(d);

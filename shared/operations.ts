@@ -2,7 +2,7 @@
 // them in services/worker/operations; this table is what the API validates against and routes by.
 import path from 'node:path';
 import Joi from 'joi';
-import { absolutePath, OUTPUT_FORMATS, regexString } from './schemas/common';
+import { absolutePath, jobId, OUTPUT_FORMATS, regexString } from './schemas/common';
 import { manifestSchema } from './schemas/manifest';
 import { domainName } from './libvirt/names';
 import { virtUriSchema } from './libvirt/uri';
@@ -34,6 +34,13 @@ export interface OperationDef {
   paths?: (spec: { job_id: string; image?: { path: string }; parameters: Parameters }) => JobPath[];
   /** The input images among them, whose headers and references are checked too (shared/image-confine.ts). */
   images?: (spec: { image?: { path: string; format: string }; parameters: Parameters }) => JobImage[];
+  /** Who submits it, when no caller may (checkCaller refuses it from the job APIs, schedules and plans, 400 naming
+   *  operation): `daemon`, its own routes, which check the role and caps the action needs (a plan's guest read, a
+   *  power action); `plan`, the plan runner, for a side effect acting only on what the job it names (of_job)
+   *  recorded. Either way it cannot be used to skip the rules of the action it does. */
+  submittedBy?: 'daemon' | 'plan';
+  /** The role the caller (for a plan: its starter) needs beyond submit, as the same direct action needs it. */
+  role?: 'admin';
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -104,6 +111,12 @@ const managerParameters = {
   parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
 };
 
+/** Which manager a daemon-side job talks to and where its password comes from (never the password itself). */
+const managerRef = {
+  manager_url: managerUrlSchema, username: Joi.string().max(256), insecure: Joi.boolean().default(false),
+  credentials: managerParameters.credentials,
+};
+
 /** migrate: every stage runs qemu-img (inspect: info; fix: the overlay) so img_tool always; fix (or inspect with
  *  collect_guest_info) also needs mount_operations. */
 export function migrateCapabilities(p: { manifest?: { pipeline?: PipelineFlags } }): string[] {
@@ -113,6 +126,9 @@ export function migrateCapabilities(p: { manifest?: { pipeline?: PipelineFlags }
   if (st.fix?.enabled || (st.inspect?.enabled && st.inspect?.collect_guest_info)) caps.add('mount_operations');
   return [...caps];
 }
+
+/** The job a plan side effect acts on: what it recorded (its ledger, its source), never a name given here. */
+const ofJob = jobId.required().description('the plan VM\'s shape B job whose record (ledger, source VM) this acts on');
 
 export const OPERATIONS: Record<string, OperationDef> = {
   import_kvm: {
@@ -217,6 +233,52 @@ export const OPERATIONS: Record<string, OperationDef> = {
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
+  },
+  guest_preflight: {
+    // nbdkit serves each disk from the datastore over NBD (nbd_access), a read-only libguestfs appliance reads it
+    // (mount_operations, as the repair), both reaching the manager (vsphere_access): docs/plans.md.
+    capabilities: ['vsphere_access', 'mount_operations', 'nbd_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerRef,
+      vm_paths: Joi.array().items(Joi.string().max(1024)).min(1).max(10_000).unique().required().description('the VMs whose guests are read; their disks are looked up on the manager by the worker'),
+      seconds: Joi.number().integer().min(1).max(86_400).required().description('the bound the daemon waits (FERRY_GUEST_PREFLIGHT_SECONDS), named in the findings'),
+      deadline: Joi.number().integer().min(0).required().description('epoch ms: VMs not read by then get a guest_unreadable finding'),
+    }),
+    description: 'a plan preflight\'s guest read: each VM\'s disks read in place on its datastore, inspected and the repair run dry; the result is the guest findings per VM (submitted by the daemon only)',
+  },
+  vm_power: {
+    capabilities: ['vsphere_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      ...managerRef,
+      vm_path: Joi.string().max(1024).required(),
+      action: Joi.string().valid('shutdown', 'poweroff').required().description('shutdown: ask the guest (VMware Tools); poweroff: forced, the task waited on'),
+    }),
+    description: 'POST /vms/shutdown and /vms/poweroff as a job (submitted by the daemon only, for an admin)',
+  },
+  // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
+  // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
+  rollback_kvm: {
+    capabilities: ['libvirt_access'],
+    capabilitiesFor: (p) => ((p as { power_on_source?: boolean }).power_on_source ? ['libvirt_access', 'vsphere_access'] : ['libvirt_access']),
+    needsImage: false,
+    submittedBy: 'plan',
+    parameters: Joi.object({
+      of_job: ofJob,
+      power_on_source: Joi.boolean().default(false).description('power the named job\'s source VM back on (it was on before the plan powered it off)'),
+    }),
+    description: 'a plan VM\'s rollback: removes what the named job\'s ledger lists (domains by UUID, volumes by key) and powers its source back on; only the plan runner submits it',
+  },
+  remove_source: {
+    capabilities: ['vsphere_access'],
+    needsImage: false,
+    submittedBy: 'plan',
+    role: 'admin',
+    parameters: Joi.object({ of_job: ofJob }),
+    description: 'a plan VM\'s options.remove_source: deletes the source VM of the named completed migrate_vm job on its manager; only the plan runner submits it, as a starter with the admin role',
   },
 };
 

@@ -37,11 +37,6 @@ export function isHeld(s: string | undefined): boolean {
   return (HELD as readonly string[]).includes(s ?? '');
 }
 
-/** The states from which `to` may be entered. */
-export function allowedFrom(to: JobState): JobState[] {
-  return STATES.filter((s) => TRANSITIONS[s].includes(to));
-}
-
 /** The daemon API's lowercase view of a state (docs/states.md). */
 export function daemonStatus(s: string): DaemonStatus {
   switch (s) {

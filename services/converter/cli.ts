@@ -9,23 +9,20 @@ import path from 'node:path';
 import yaml from 'js-yaml';
 import { inspectImage } from '../../shared/image-format';
 import { imageInfo } from '../../shared/qemu';
-import { ConfigError, ConverterConfig, MigrationEntry, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
+import { ConfigError, ConverterConfig, MigrationEntry, MigrationSettings, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { runPipeline, StageName } from '../../shared/converter/pipeline';
 import type { PipelineReport } from '../../shared/converter/stages/report';
 import { errorText } from '../../shared/errors';
 import { fetchRemote } from './fetch';
 import { exportForConvert, withExport } from './manager-export';
+import { logoutAll } from '../../shared/vsphere/client';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
 const FORMAT_BY_EXT: Record<string, string> = { '.vmdk': 'vmdk', '.qcow2': 'qcow2', '.raw': 'raw', '.img': 'raw', '.vhd': 'vhd', '.vhdx': 'vhdx', '.vdi': 'vdi' };
 const VERBOSE: Record<string, number> = { DEBUG: 3, INFO: 1, WARNING: 1, ERROR: 0 };
 
-/** One migration's settings: the configuration's keys less the batch's own, a batch entry's over them, and (in a
- *  batch) the entry's own report file. Keys a mode requires (vmdk, output_dir, host...) are checked by the
- *  configuration schema or batchSettings before a run, hence the non-null assertions where they are read. */
-export type Settings = Omit<ConverterConfig, 'batch_manifest' | 'batch_parallel' | 'batch_continue_on_error'> & { report_path?: string };
 
 interface Out { line(s: string): void; progress(label: string, pct: number, msg: string): void; done(): void }
 
@@ -53,7 +50,7 @@ function output(stream: NodeJS.WriteStream, logFile?: string): Out {
 }
 
 /** One migration's settings (config keys, then the batch entry's overrides) as a manifest. */
-export async function manifestFromSettings(s: Settings, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
+export async function manifestFromSettings(s: MigrationSettings, baseDir: string, extraWarnings: string[] = []): Promise<Manifest> {
   const src = path.resolve(baseDir, s.vmdk!);
   // The format from the header, read by Ferry: qemu-img is told it, never left to probe (docs/security.md).
   const bad = (e: Error) => { throw new ConfigError(`vmdk: ${e.message}`, [{ path: 'vmdk', message: e.message }]); };
@@ -96,7 +93,7 @@ export async function manifestFromSettings(s: Settings, baseDir: string, extraWa
   return m;
 }
 
-async function runOne(label: string, s: Settings, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: PipelineReport; error?: string }> {
+async function runOne(label: string, s: MigrationSettings, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: PipelineReport; error?: string }> {
   let fetched: string | undefined;
   try {
     const warn: string[] = [];
@@ -153,9 +150,9 @@ async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promis
 
 /** Each batch entry's settings. Precedence: batch entry > configuration file; each entry gets its own report file.
  *  Every entry is checked before any starts, so a structural mistake is exit 2 with nothing run. */
-function batchSettings(migrations: MigrationEntry[], common: Settings, baseDir: string) {
+function batchSettings(migrations: MigrationEntry[], common: MigrationSettings, baseDir: string) {
   const settings = migrations.map((entry, i) => {
-    const s: Settings = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
+    const s: MigrationSettings = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
     if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
     if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
     if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
@@ -172,7 +169,17 @@ function batchSettings(migrations: MigrationEntry[], common: Settings, baseDir: 
   return settings;
 }
 
+/** The command: its exit status. The vSphere sessions a manager_export opened are logged out at the end, however
+ *  the run ended, rather than left to expire on the manager. */
 export async function main(argv: string[], stdout = process.stdout, stderr = process.stderr): Promise<number> {
+  try {
+    return await run(argv, stdout, stderr);
+  } finally {
+    await logoutAll();
+  }
+}
+
+async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof process.stderr): Promise<number> {
   const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
   const configPath = arg('--config');
   const manifestPath = arg('--manifest');

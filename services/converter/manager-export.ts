@@ -2,16 +2,15 @@
 // code as the workers' export jobs (shared/vsphere/export.ts), into conversion_dir (default
 // <output_dir>/.ferry-export/<vm_name>); its manifest's disks and VM facts then go through the local pipeline.
 import path from 'node:path';
-import { ConfigError } from '../../shared/schemas/converter-config';
+import { ConfigError, type MigrationSettings } from '../../shared/schemas/converter-config';
 import type { Manifest } from '../../shared/schemas/manifest';
 import { managerFor } from '../../shared/vsphere/client';
 import { resolveCredentials } from '../../shared/vsphere/credentials';
 import { VsphereError } from '../../shared/vsphere/errors';
 import { exportVm, ExportResult } from '../../shared/vsphere/export';
 import { pathByName } from '../../shared/vsphere/inventory';
-import type { Settings } from './cli';
 
-export async function exportForConvert(s: Settings, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
+export async function exportForConvert(s: MigrationSettings, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
   if (!s.output_dir) throw new ConfigError('output_dir is required in mode manager_export', [{ path: 'output_dir', message: 'is required' }]);
   // manager_user / manager_password fall back to GOVC_USERNAME / GOVC_PASSWORD (with ${ENV} in the file too).
   const creds = resolveCredentials({ manager_url: s.manager_host, username: s.manager_user, password: s.manager_password, insecure: s.manager_insecure }, process.env, true);

@@ -14,7 +14,8 @@ import { listenHost } from '../../shared/auth';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import type { DaemonConfig } from '../../shared/daemon-config';
-import { buildDaemonApi } from './routes';
+import { buildDaemonApi, type RouteDeps } from './routes';
+import { shownUri } from '../../shared/libvirt/uri';
 import type { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
 import { ScheduleStore } from '../../queue/schedules';
@@ -59,12 +60,12 @@ type Stores = ReturnType<typeof openStores>;
 async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
   const { q, live } = s;
   const plans = new PlanStore(q.redis, q.store.k);
-  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms });
+  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms, auth: cfg.keys });
   const hub = new PlanHub({
     bus: s.bus, store: q.store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
     wsWants: () => !!live.hub?.hasEventClients(), toWs: (id, view) => live.hub?.planUpdate(id, view),
   });
-  addPlanRoutes(api, { plans, runner, jobs: q.store, events: hub });
+  addPlanRoutes(api, { plans, runner, jobs: q.store, events: hub, work: { life: q.life, bus: s.bus } });
   registerPlanMetrics(metrics, plans, q.store);
   await runner.begin();
   return { runner, hub };
@@ -72,8 +73,7 @@ async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Regis
 
 /** The virtualization host: one URI (FERRY_LIBVIRT_URI). The daemon starts without it; its /virt routes answer
  *  503 naming the URI while no libvirtd answers there. */
-function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Virsh {
-  const virsh = new Virsh(configuredUri());
+function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, virsh: Virsh): Virsh {
   registerVirt({
     api, virsh,
     submitConvert: async (def) => {
@@ -82,8 +82,30 @@ function addVirt(api: Api, cfg: DaemonConfig, life: Lifecycle, log: Logger): Vir
       return { job_id: b.spec.job_id };
     },
   });
-  void virsh.reachable().then((up) => (up ? log.info('libvirt answers', { uri: virsh.uri }) : log.warn(`no libvirtd answers at ${virsh.uri}: /virt routes answer 503 until one does`)));
   return virsh;
+}
+
+/** The libvirt connection's state for /health's body: probed at start, and again in the background when /health
+ *  asks and the last answer is over 30 s old (the probe runs virsh, so it is never awaited by the route). */
+function libvirtState(virsh: Virsh, log: Logger): RouteDeps['libvirt'] {
+  const s: ReturnType<RouteDeps['libvirt']> = { uri: shownUri(virsh.uri), state: 'unknown', checked_at: null };
+  let probing = false;
+  const probe = () => {
+    probing = true;
+    // reachable() answers false on any failure; it never rejects
+    void virsh.reachable().then((up) => {
+      const changed = s.state !== (up ? 'reachable' : 'unreachable');
+      s.state = up ? 'reachable' : 'unreachable';
+      s.checked_at = new Date().toISOString();
+      if (changed && up) log.info('libvirt answers', { uri: s.uri });
+      else if (changed) log.warn(`no libvirtd answers at ${s.uri}: /virt routes answer 503 until one does`);
+    }).finally(() => { probing = false; });
+  };
+  probe();
+  return () => {
+    if (!probing && (!s.checked_at || Date.now() - Date.parse(s.checked_at) > 30_000)) probe();
+    return { ...s };
+  };
 }
 
 /** Static mounts (Swagger UI now, the dashboard's files later) under both path forms. They hold no data and stay
@@ -144,9 +166,10 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const { metrics, httpMetrics } = daemonMetrics(q, wsClients);
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
-  const api = buildDaemonApi({ life: q.life, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status });
+  const virsh = new Virsh(configuredUri());
+  const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
-  const virsh = addVirt(api, cfg, q.life, log);
+  addVirt(api, cfg, q.life, virsh);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });
   const statics = staticMounts();
@@ -156,7 +179,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   opts.extend?.({ api, app, life: q.life, mountStatic: statics.mountStatic });
 
   const server = await listenWith(app, hub, plans.hub, opts.port ?? config.daemonPort, host);
-  const metricsServer = await serveMetricsPort(cfg, metrics, host, log);
+  const metricsServer = await serveMetricsPort(cfg, metrics, host, { log, audit, refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') });
   const port = (server.address() as AddressInfo).port; // a TCP listener: an address, never a pipe's path
   log.info('daemon listening', { port, host, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
   return { port, server, api, app, life: q.life, mountStatic: statics.mountStatic, close: closer(s, { hub, plans, dashboard, server, metricsServer }) };

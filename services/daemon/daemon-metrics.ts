@@ -3,9 +3,8 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { config } from '../../shared/config';
-import { guardPlain } from '../../shared/auth';
+import { guardPlain, type PlainPort } from '../../shared/http';
 import { daemonEnvelope } from '../../shared/errors';
-import type { Logger } from '../../shared/log';
 import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
 import { countByDaemonStatus } from '../../shared/states';
 import { DaemonConfig, formatDuration } from '../../shared/daemon-config';
@@ -54,11 +53,14 @@ export function statusReports(q: QueueLayer, started: number, wsClients: () => n
   return { status, wsMetrics };
 }
 
-/** /metrics alone on metrics.port (same keys as the API); undefined when metrics are off or served by the API. */
-export async function serveMetricsPort(cfg: DaemonConfig, metrics: Registry, host: string, log: Logger): Promise<http.Server | undefined> {
+/** /metrics alone on metrics.port (same keys, headers and refusal budget as the API, refusals audited with its
+ *  own: `gate`); undefined when metrics are off or served by the API. */
+export async function serveMetricsPort(cfg: DaemonConfig, metrics: Registry, host: string, gate: Omit<PlainPort, 'auth' | 'envelope'>): Promise<http.Server | undefined> {
   if (!cfg.metrics.enabled || cfg.metrics.port === undefined) return undefined;
+  const { log } = gate;
+  const port: PlainPort = { ...gate, auth: cfg.keys, envelope: daemonEnvelope };
   const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (!guardPlain(cfg.keys, req, res, 'read', daemonEnvelope)) return;
+    if (!(await guardPlain(port, req, res, 'read'))) return;
     if ((req.url || '').split('?')[0] !== '/metrics') { res.writeHead(404, { 'content-type': 'application/json' }); res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || ''))); return; }
     const text = await metrics.metrics();
     res.writeHead(200, { 'content-type': metrics.contentType });

@@ -5,6 +5,7 @@ import { startDaemon } from './app';
 import { ConfigError, configPath, loadConfig } from '../../shared/daemon-config';
 import { onShutdown } from '../../shared/process';
 import { errorText } from '../../shared/errors';
+import { logoutAll } from '../../shared/vsphere/client';
 
 function addrOption(argv: string[]): string | undefined {
   const i = argv.findIndex((a) => a === '-addr' || a === '--addr');
@@ -22,7 +23,9 @@ try {
   const cfg = loadConfig(configPath());
   const addr = addrOption(process.argv.slice(2)) ?? cfg.daemon.addr;
   const listen = addr ? { ...parseAddr(addr), hostSetting: addrOption(process.argv.slice(2)) ? '-addr' : 'daemon.addr' } : {};
-  startDaemon(cfg, listen).then((d) => onShutdown(() => d.close())).catch((e) => {
+  // The vSphere sessions this process opened (its /vms calls, plan preflights) are logged out last, once nothing
+  // uses them, rather than left to expire on the manager.
+  startDaemon(cfg, listen).then((d) => onShutdown(async () => { try { await d.close(); } finally { await logoutAll(); } })).catch((e) => {
     process.stderr.write(`daemon failed to start: ${errorText(e)}\n`);
     process.exit(1);
   });

@@ -17,6 +17,8 @@ import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
 import type { PlanHub } from '../../queue/plan-events';
 import { callerOf } from './route-kit';
+import { guestReader } from '../../queue/guest-read';
+import type { WorkerJobDeps } from '../../queue/worker-jobs';
 import { vmMayMove } from '../../shared/plan-states';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
@@ -31,7 +33,8 @@ function vmOf(p: Plan, vm: string) {
   return v;
 }
 
-type PlanDeps = { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub };
+/** `work`: the lifecycle and bus the guest read's worker job goes through (queue/guest-read.ts). */
+type PlanDeps = { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub; work: WorkerJobDeps };
 type Role = 'read' | 'submit' | 'admin';
 type PlanId = { id: string };
 /** What a route of the kit may set beside its path; params default to planIdParams. */
@@ -126,6 +129,8 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
 /** What a plan does: preflight, overrides, start, cancel, retry, and one VM's rollback. */
 function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: ReturnType<typeof planRouteKit>) {
   const { plans, runner } = d;
+  // The guest read is a worker's job, submitted as this request's caller.
+  const preflightAs = (ctx: Koa.Context, p: Plan) => preflight(p, guestReader(d.work, callerOf(ctx) ?? null));
   api.add({
     method: 'post', path: '/plans/:id/validate', summary: 'Preflight: per VM findings {rule, severity blocker|warning|info, message, fix}, before any copy: vSphere properties, the target, and the guest read in place on its datastore (docs/plans.md)', tags: ['plans'], role: 'submit', params: planIdParams,
     responses: { 200: { description: 'findings per VM', schema: validateResponseSchema }, 403: err('the plan asks for what this key may not (names the field)'), 404: err('unknown plan'), 502: err('the vSphere manager cannot be reached') },
@@ -134,7 +139,7 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
       const stored = await plans.must(params.id);
       checkPlanCaller(stored, callerOf(ctx));
       const p = await select(stored);
-      const results = await preflight(p);
+      const results = await preflightAs(ctx, p);
       await plans.mutate(p.id, (q) => {
         for (const r of results) { const v = q.vms.find((x) => x.vm_path === r.vm_path); if (v && !v.job_id) { v.findings = r.findings; if (r.placement) v.placement = r.placement; } }
         q.validated_at = new Date().toISOString();
@@ -159,7 +164,7 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
     checkPlanCaller(p, callerOf(ctx));
     const q = await select(p);
     if (!q.vms.length) throw conflict(`plan ${p.id} has no VM: its selectors match none and it lists none`);
-    return view(await runner.start(q.id, await preflight(q), who(ctx)));
+    return view(await runner.start(q.id, await preflightAs(ctx, q), who(ctx)));
   });
   add('/plans/:id/cancel', 'Cancel the whole plan, or one VM ({vm_path}); what a cancelled VM made on the target is removed', 'submit', { body: planVmCancelSchema, bodyRequired: false },
     async (_ctx, { params, body }) => view(await runner.cancel(params.id, body?.vm_path)));
@@ -167,14 +172,17 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
     const p = await plans.must(params.id);
     if (p.status === 'pending') throw conflict(`plan ${p.id} has not started`);
     checkPlanCaller(p, callerOf(ctx));
-    return view(await runner.retry(p.id, await preflight(p), who(ctx)));
+    return view(await runner.retry(p.id, await preflightAs(ctx, p), who(ctx)));
   });
-  add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: remove the domain, volumes and NVRAM Ferry created on the target, power the source on (idempotent)', 'admin', { params: vmParams },
-    async (_ctx, { params }) => {
+  add('/plans/:id/vms/:vm/rollback', 'Roll one VM back: a rollback_kvm job removes the domain, volumes and NVRAM its last job recorded it created on the target and powers the source on (idempotent); 202 when the job has not ended within two minutes (the VM\'s actions name it; calling again records its end)', 'admin',
+    { params: vmParams, responses: { 202: { description: 'the rollback job is queued or running (the VM\'s rollback claim names it)', schema: planSchema }, 502: err('the rollback job failed (its error)') } },
+    async (ctx, { params }) => {
       const p = await plans.must(params.id);
       const v = vmOf(p, decodeURIComponent(params.vm));
       if (!vmMayMove(v.status, 'rolled_back')) throw conflict(`${v.vm_path} is ${v.status}; cancel it first`);
       if (!v.job_id) throw new ApiError(409, `${v.vm_path} never ran: nothing to roll back`);
-      return view(await runner.rollback(p.id, v.vm_path, 'rolled back through the API'));
+      const r = await runner.rollback(p.id, v.vm_path, 'rolled back through the API', callerOf(ctx) ?? null);
+      if (r.pending) ctx.status = 202;
+      return view(r.plan);
     });
 }

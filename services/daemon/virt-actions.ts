@@ -1,10 +1,10 @@
 // The virtualization host's larger actions: batches over many domains, clones and templates, and the
-// conversion and import routes (POST /import/kvm, POST /convert/vm). Routes are added with virt.ts's adder.
+// conversion and import routes (POST /import/kvm, POST /convert/vm). Routes are added with virt-route.ts's adder.
 import Joi from 'joi';
 import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { confineRequestImage } from '../../shared/image-confine';
-import type { AddVirt, VirtDeps } from './virt';
+import type { AddVirt, VirtDeps } from './virt-route';
 
 function addBatchRoutes(add: AddVirt, v: L.Virsh) {
   // Batch actions: the seed's batch result object as data.

@@ -10,11 +10,14 @@ import { listResources } from '../../shared/vsphere/resources';
 import { configuredManagers, resolveCredentials } from '../../shared/vsphere/credentials';
 import { checkInsecure } from '../../shared/vsphere/job-credentials';
 import type { ApiKey } from '../../shared/auth';
-import type { JobStore } from '../../queue/store';
+import { config } from '../../shared/config';
+import { managerJobFields } from '../../shared/daemon-jobs';
+import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
 import { refuseGuarded } from '../../queue/vm-guard';
-import { httpStatusOf, VsphereError } from '../../shared/vsphere/errors';
+import { internalSpec, runWorkerJob, VSPHERE_ERROR_FIELD, type WorkerJobDeps } from '../../queue/worker-jobs';
+import { httpStatusOf, VsphereError, type VsphereErrorKind } from '../../shared/vsphere/errors';
 import { listVms, pathByName, vmDetail, type VmDetail } from '../../shared/vsphere/inventory';
-import { powerOff, removeCdroms, shutdownGuest } from '../../shared/vsphere/actions';
+import { removeCdroms } from '../../shared/vsphere/actions';
 import { daemonErrorSchema } from '../../shared/schemas/daemon';
 import { CREDENTIAL_HEADERS, vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../shared/schemas/vms';
 import { callerOf } from './route-kit';
@@ -56,7 +59,32 @@ const detail = ({ moref: _m, ...d }: VmDetail) => ({
   ...d, disks: d.disks.map(({ key: _k, controller_key: _c, unit_number: _u, ...x }) => x), nics: d.nics.map(({ key: _k, ...x }) => x), cdroms: d.cdroms.map(({ key: _k, ...x }) => x),
 });
 
-export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
+type VmAction = Omit<ManagerInput, 'server'> & { vm_path: string };
+
+/** A power action as the job of the internal operation vm_power, run by a worker with vsphere_access (the daemon
+ *  stays Node only, issue 38 item 2), awaited up to FERRY_VM_ACTION_WAIT_SECONDS: the answer comes once it is done,
+ *  as when the daemon acted itself. A password given is stored sealed beside the job, never in clear in Redis. */
+async function powerJob(d: WorkerJobDeps, body: VmAction, action: 'shutdown' | 'poweroff', caller: ApiKey | null): Promise<string> {
+  checkPasswordStorable('password', body.password);
+  const wait = config.vmActionWaitSeconds;
+  const spec = internalSpec('vm_power', { ...managerJobFields(body), vm_path: body.vm_path, action }, { timeoutSeconds: wait });
+  const { redis, k } = d.life.store;
+  const what = `${action === 'poweroff' ? 'the power-off' : 'the guest shutdown'} of ${body.vm_path}`;
+  const end = await runWorkerJob(d, spec, {
+    caller, waitMs: wait * 1000, meta: { vm_path: body.vm_path },
+    beforeSubmit: async () => { if (body.password) await storePassword(redis, k, spec.job_id, body.password, wait + 600); },
+  });
+  if (end.outcome === 'unserved') throw new ApiError(503, `${what} was not done: it runs as a job for a worker with vsphere_access, and ${end.reason}`, { retryAfter: 30 });
+  if (end.outcome === 'timeout') throw new ApiError(504, `${what} did not finish within ${wait} s (FERRY_VM_ACTION_WAIT_SECONDS); its job ${end.job_id} was cancelled${end.waiting_reason ? ` (it was waiting: ${end.waiting_reason})` : ''}`);
+  if (end.state === 'COMPLETED') return String((end.result as { message?: string } | null)?.message ?? `${what} is done`);
+  if (end.state === 'CANCELLED') throw new ApiError(409, `${what} was not done: its job ${end.job_id} was cancelled`);
+  // vSphere's refusal, as the daemon answered it when it acted itself (401, 404, 409, 502).
+  const kind = end.record[VSPHERE_ERROR_FIELD] as VsphereErrorKind | undefined;
+  throw new ApiError(kind ? httpStatusOf(new VsphereError(kind, '')) : 502, end.error ?? `${what} failed (job ${end.job_id})`);
+}
+
+export function addVmRoutes(api: Api, d: WorkerJobDeps) {
+  const store = d.life.store;
   const errors = { 400: err('invalid input (names the field)'), 401: err('the manager refused the login (the password is never echoed)'), 404: err('no VM at that path'), 502: err('the manager cannot be reached or its certificate is not trusted (names the manager)') };
   api.add({
     method: 'get', role: 'read', path: '/vms/list', summary: 'VMs of a vSphere manager (query server, insecure; headers X-VSphere-Username, X-VSphere-Password; defaults GOVC_*; credentials in the query are refused, 400)', tags: ['vms'], query: vmListQuery,
@@ -91,18 +119,21 @@ export function addVmRoutes(api: Api, store: Pick<JobStore, 'redis' | 'k'>) {
   // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
   // environment, with the daemon's default credentials when none are given: admin (docs/security.md).
   // A VM a job is exporting is refused with a 409 naming that job (queue/vm-guard.ts).
-  const action = (path: string, summary: string, run: (m: ReturnType<typeof manager>, vmPath: string) => Promise<string>) => api.add({
+  type Run = (m: ReturnType<typeof manager>, body: VmAction, caller: ApiKey | null) => Promise<string>;
+  const action = (path: string, summary: string, run: Run, more: Record<number, ReturnType<typeof err>> = {}) => api.add({
     method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,
-    responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running), or a job is exporting it (names the job)') },
+    responses: { 200: { description: 'done', schema: message }, ...errors, 409: err('the VM is in the wrong state for this (already off, tools not running), or a job is exporting it (names the job)'), ...more },
     handler: async (ctx, { body }) => {
       const m = manager(body, callerOf(ctx));
       await refuseGuarded(store.redis, store.k, m.name, body.vm_path, `${path.slice(1)} of ${body.vm_path}`);
-      return { message: await vsphere(() => run(m, body.vm_path)) };
+      return { message: await vsphere(() => run(m, body, callerOf(ctx) ?? null)) };
     },
   });
-  action('/vms/shutdown', 'Graceful guest shutdown (needs VMware Tools running); returns once the guest is asked', async (m, p) => { await shutdownGuest(m, p); return `guest shutdown of ${p} initiated`; });
-  action('/vms/poweroff', 'Forced power-off (a task, waited on)', async (m, p) => { await powerOff(m, p); return `${p} powered off`; });
-  action('/vms/remove-cdrom', 'Remove every CD-ROM device (one reconfigure task)', async (m, p) => {
+  const powerErrors = { 503: err('no active worker has vsphere_access: nothing was done'), 504: err('not done within FERRY_VM_ACTION_WAIT_SECONDS: its job was cancelled') };
+  const power = (path: string, summary: string, act: 'shutdown' | 'poweroff') => action(path, summary, (_m, body, caller) => powerJob(d, body, act, caller), powerErrors);
+  power('/vms/shutdown', 'Graceful guest shutdown (needs VMware Tools running); returns once the guest is asked. Runs as a vm_power job on a worker with vsphere_access', 'shutdown');
+  power('/vms/poweroff', 'Forced power-off (a task, waited on). Runs as a vm_power job on a worker with vsphere_access', 'poweroff');
+  action('/vms/remove-cdrom', 'Remove every CD-ROM device (one reconfigure task)', async (m, { vm_path: p }) => {
     const removed = await removeCdroms(m, p);
     return removed.length ? `removed ${removed.length} CD-ROM device(s) from ${p}: ${removed.join(', ')}` : `${p} has no CD-ROM devices`;
   });

@@ -33,6 +33,11 @@ function addSystemRoutes(api: Api, deps: ApiDeps) {
     },
   });
   api.add({
+    method: 'get', role: 'public', path: '/livez', summary: 'Liveness: the process answers (readiness is /health)', tags: ['system'],
+    responses: { 200: { description: 'alive', schema: Joi.object({ status: Joi.string().valid('alive') }) } },
+    handler: () => ({ status: 'alive' }),
+  });
+  api.add({
     method: 'get', role: 'read', path: '/metrics', summary: 'Prometheus metrics', tags: ['system'],
     responses: { 200: { description: 'text exposition format', type: 'text/plain', schema: { type: 'string' } } },
     handler: async (ctx) => {

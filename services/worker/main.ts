@@ -11,6 +11,8 @@ import { config } from '../../shared/config';
 import { onShutdown } from '../../shared/process';
 import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
 import { errorText } from '../../shared/errors';
+import { logoutAll } from '../../shared/vsphere/client';
+import { missingTools } from './tools';
 
 const { values } = parseArgs({
   options: {
@@ -25,16 +27,22 @@ const concurrency = Number(values.concurrency ?? env.FERRY_WORKER_CONCURRENCY ??
 const mp = values['metrics-port'] ?? env.FERRY_WORKER_METRICS_PORT;
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
-for (const c of caps) if (!CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c)) die(`invalid capability "${c}": known are ${allowedCapabilities().join(', ')} (others with FERRY_EXTRA_CAPABILITIES)`);
+const unknown = caps.filter((c) => !CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c));
+if (unknown.length) die(`unknown capabilit${unknown.length > 1 ? 'ies' : 'y'} ${unknown.map((c) => `"${c}"`).join(', ')}: known are ${allowedCapabilities().join(', ')} (others with FERRY_EXTRA_CAPABILITIES)`);
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
 
-// Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it.
+// What the capabilities need is checked before registering: a worker without it would take jobs and fail each.
+const missing = missingTools(caps);
+if (missing.length) die(`refusing to start: this host lacks what the declared capabilities need:\n${missing.map((m) => `  - ${m.what}, needed by ${m.capability}`).join('\n')}\n(install them, see scripts/programs.txt, or drop the capability from FERRY_WORKER_CAPABILITIES)`);
+
+// Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it. The vSphere
+// sessions the jobs opened (exports, power actions) are logged out once the jobs are done.
 startWorker({
   workerId: values.id ?? env.FERRY_WORKER_ID ?? `${os.hostname()}-${process.pid}`,
   capabilities: caps,
   executionMode: mode,
   concurrency,
   metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
-}).then((w) => onShutdown(() => w.stop(), (config.shutdownGraceSeconds + 10) * 1000))
+}).then((w) => onShutdown(async () => { try { await w.stop(); } finally { await logoutAll(); } }, (config.shutdownGraceSeconds + 10) * 1000))
   .catch((e: unknown) => die(`failed to start: ${errorText(e)}`));

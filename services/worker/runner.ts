@@ -11,6 +11,8 @@ import { Bus } from '../../queue/bus';
 import { connectQueue, QueueLayer } from '../../queue/connect';
 import { execute, ExecDeps, Running } from './execute';
 import { serveWorkerMetrics, workerMetrics } from './worker-metrics';
+import { AuditLog } from '../../shared/audit';
+import { RateLimiter } from '../../shared/limits';
 
 export interface WorkerOptions {
   workerId: string;
@@ -96,6 +98,8 @@ export async function startWorker(o: WorkerOptions) {
   let stopping = false;
   const idle = sleepers();
   const metrics = workerMetrics(o, () => running.size);
+  // The metrics port first: a worker that cannot open it stops before it registers or takes a job.
+  const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0 ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, { log, audit: new AuditLog(q.redis, q.store.k.prefix, log, 'worker'), refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') }, () => q.redis.ping()).catch((e: Error) => { q.redis.disconnect(); throw e; }) : undefined;
   await registerAs(q, me)();
   const stopKeepAlive = keepAlive(q, me, running, log);
   await bus.on('cancel', (id) => {
@@ -107,7 +111,6 @@ export async function startWorker(o: WorkerOptions) {
   const d: ExecDeps = { workerId: o.workerId, log, life: q.life, store: q.store, running, metrics };
   const myQueues = queuesOf(q, me);
   const slots = Array.from({ length: o.concurrency }, () => slot(d, me, myQueues, idle, () => stopping));
-  const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0 ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, log) : undefined;
   const metricsPort = metricsServer ? (metricsServer.address() as AddressInfo).port : undefined;
   log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsPort ?? null });
 

@@ -4,9 +4,10 @@ import http from 'node:http';
 import client from 'prom-client';
 import { config } from '../../shared/config';
 import { jobApiEnvelope } from '../../shared/errors';
-import { guardPlain, listenHost, processAuth } from '../../shared/auth';
-import type { Logger } from '../../shared/log';
+import { listenHost, processAuth } from '../../shared/auth';
+import { guardPlain, plainHeaders, type PlainPort } from '../../shared/http';
 import { createRegistry } from '../../shared/metrics';
+import { answersWithin } from '../../shared/health';
 
 export interface WorkerIdentity { workerId: string; capabilities: string[]; executionMode: string }
 
@@ -22,14 +23,27 @@ export function workerMetrics(o: WorkerIdentity, active: () => number) {
 }
 export type WorkerMetrics = ReturnType<typeof workerMetrics>;
 
-/** /metrics (a read key when keys are configured) and /health (public: liveness probes) on `port`. */
-export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, log: Logger) {
+/** /metrics (a read key when keys are configured), /health (public: readiness, 503 while Redis does not answer
+ *  `redisUp` within 2 s, since the worker can then neither claim nor report) and /livez (public: liveness, the
+ *  process answers) on `port`, with the APIs' headers on every answer and refusals counted against the APIs'
+ *  refusal budget and audited (`gate`). A port that cannot be opened (in use) rejects, naming the port. */
+export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, gate: Omit<PlainPort, 'auth' | 'envelope'>, redisUp: () => Promise<unknown>) {
+  const { log } = gate;
   const auth = processAuth();
   const host = listenHost(auth, config.host, 'FERRY_HOST');
+  const plain: PlainPort = { ...gate, auth, envelope: jobApiEnvelope };
   const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (req.url === '/metrics' && !guardPlain(auth, req, res, 'read', jobApiEnvelope)) return;
+    plainHeaders(res);
+    if (req.url === '/metrics' && !(await guardPlain(plain, req, res, 'read'))) return;
     if (req.url === '/metrics') { const text = await metrics.metrics(); res.setHeader('Content-Type', metrics.contentType); res.end(text); return; }
-    if (req.url === '/health') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'healthy', worker_id: o.workerId, active_jobs: active() })); return; }
+    if (req.url === '/health') {
+      const up = await answersWithin(redisUp());
+      res.statusCode = up ? 200 : 503;
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify({ status: up ? 'healthy' : 'unhealthy', worker_id: o.workerId, active_jobs: active(), redis: up ? 'reachable' : 'unreachable' }));
+      return;
+    }
+    if (req.url === '/livez') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'alive', worker_id: o.workerId })); return; }
     res.statusCode = 404; res.end();
   };
   const server = http.createServer((req, res) => {
@@ -39,6 +53,11 @@ export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metric
       res.end();
     });
   });
-  await new Promise<void>((r) => server.listen(port, host, r));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e: Error) => reject(new Error(`metrics port ${port} could not be opened: ${e.message}`)));
+    server.listen(port, host, resolve);
+  });
+  // Once listening an error is not expected; it is logged, and /health stops answering, so the probe restarts us.
+  server.on('error', (e: Error) => log.error('the metrics server failed; /health no longer answers, so the orchestrator restarts this worker', { error: e.message }));
   return server;
 }

@@ -3,9 +3,8 @@
 // the disk allows both. A UEFI guest gets the fallback loader \EFI\BOOT\BOOTX64.EFI: its boot entry lives in the
 // source VM's NVRAM, which stays behind on VMware, and a fresh NVRAM boots only the fallback path.
 import type { GuestSession } from './guestfs';
-import type { FixAction } from './types';
+import type { Firmware, FixAction, GuestBoot } from './types';
 
-export type Firmware = 'bios' | 'uefi';
 /** OVMF without Secure Boot (the secure-boot builds need SMM, which TCG guests here do not get), and the template
  *  every fresh NVRAM is copied from. */
 export const OVMF_CODE = process.env.FERRY_OVMF_CODE || '/usr/share/OVMF/OVMF_CODE_4M.fd';
@@ -16,20 +15,6 @@ const ESP_GUID = 'C12A7328-F81F-11D2-BA4B-00A0C93EC93B';
 const BIOS_BOOT_GUID = '21686148-6449-6E6F-744E-656564454649';
 const FALLBACK_DIR = 'EFI/BOOT';
 const FALLBACK = 'BOOTX64.EFI';
-
-export interface GuestBoot {
-  /** gpt or msdos, of the first disk. */
-  partition_table?: string;
-  /** The EFI system partition (appliance name) and where the guest mounts it (fstab), if it has one. */
-  esp?: string; esp_mount?: string;
-  /** EFI loaders on the ESP, by vendor directory: `debian: [shimx64.efi, grubx64.efi]`. */
-  efi_loaders: Record<string, string[]>;
-  /** The guest path of \EFI\BOOT\BOOTX64.EFI when present. */
-  fallback?: string;
-  /** GRUB for BIOS is installed (/boot/grub/i386-pc or /boot/grub2/i386-pc) where it can boot: an MBR disk, or
-   *  a GPT disk with a BIOS boot partition (a UEFI guest that once had grub-pc keeps the directory). */
-  bios_loader: boolean;
-}
 
 export interface FirmwareChoice { firmware: Firmware; reason: string }
 

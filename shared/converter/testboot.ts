@@ -9,7 +9,8 @@ import path from 'node:path';
 import { kvmUsable } from './guestfs';
 import { bootDomain, Virsh } from '../libvirt';
 import { judgeAdded, printableConsole, timeoutVerdict } from './boot-judge';
-import { OVMF_CODE, OVMF_VARS, type Firmware } from './firmware';
+import { OVMF_CODE, OVMF_VARS } from './firmware';
+import type { Firmware } from './types';
 
 export interface TestBootOptions {
   /** Disks in boot order; the first is the boot disk. `bus` puts one disk on another controller than `bus` below

@@ -1,8 +1,26 @@
 // The types the converter's steps share: what inspection found (GuestInfo), what the fix stage was asked
 // (FixOptions) and what each repair did (FixAction, FixResult). They live apart from the steps and from the
-// orchestrator (guest.ts) so every step imports them without importing the others: no import cycle.
+// orchestrator (guest.ts) so every step imports them without importing the others: no import cycle. How the guest
+// boots (GuestBoot) and the firmware its domain gets are here too: firmware.ts reads and repairs them.
 import type { FixStage } from '../schemas/manifest';
-import type { Firmware, GuestBoot } from './firmware';
+
+/** The firmware a KVM domain boots with (firmware.ts chooseFirmware). */
+export type Firmware = 'bios' | 'uefi';
+
+/** How a guest boots, read from its disk (firmware.ts detectBoot). */
+export interface GuestBoot {
+  /** gpt or msdos, of the first disk. */
+  partition_table?: string;
+  /** The EFI system partition (appliance name) and where the guest mounts it (fstab), if it has one. */
+  esp?: string; esp_mount?: string;
+  /** EFI loaders on the ESP, by vendor directory: `debian: [shimx64.efi, grubx64.efi]`. */
+  efi_loaders: Record<string, string[]>;
+  /** The guest path of \EFI\BOOT\BOOTX64.EFI when present. */
+  fallback?: string;
+  /** GRUB for BIOS is installed (/boot/grub/i386-pc or /boot/grub2/i386-pc) where it can boot: an MBR disk, or
+   *  a GPT disk with a BIOS boot partition (a UEFI guest that once had grub-pc keeps the directory). */
+  bios_loader: boolean;
+}
 
 export interface GuestInfo {
   os: string; distro?: string; version?: string; product_name?: string; hostname?: string;

@@ -6,7 +6,8 @@
 // cloned from one template carry the same file system and LVM UUIDs, and libguestfs resolves a guest's fstab
 // (UUID=, /dev/sdX) against every disk of the appliance. So after the launch the VMs whose UUIDs clash, or whose
 // mount points resolve to a disk that is not theirs, are left for a later round that holds no clash (alone if
-// need be). The whole preflight is bounded in time (FERRY_GUEST_PREFLIGHT_SECONDS).
+// need be). The whole preflight is bounded in time (FERRY_GUEST_PREFLIGHT_SECONDS). It runs on a worker with
+// the tools (the guest_preflight job), never in the daemon, whose image is Node only.
 import { pipelineSchema } from '../schemas/manifest';
 import { GuestSession } from '../converter/guestfs';
 import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type GuestScope } from '../converter/guest';
@@ -17,13 +18,11 @@ import { datacenterOf } from '../vsphere/inventory';
 import type { Logger } from '../log';
 import type { VmFacts } from './facts';
 import type { Finding } from './rules';
-import { ApiError } from '../errors';
-import { spawnSlots } from '../limits';
 import { diskData, serveDisk, type DiskData, type NbdSource } from './guest-source';
 import { guestFindings, noOsFindings, unreadable, type GuestRead } from './guest-rules';
 
-const MAX_DRIVES = 64;
-const isCapRefusal = (e: unknown) => e instanceof ApiError && (e.status === 429 || e.status === 503);
+/** Disks of one appliance round (the daemon counts the nbdkit processes of a read by it, queue/guest-read.ts). */
+export const MAX_DRIVES = 64;
 export const guestPreflightSeconds = () => Number(process.env.FERRY_GUEST_PREFLIGHT_SECONDS || 600);
 /** Whether validate and start read the guests (FERRY_GUEST_PREFLIGHT=0 turns it off for the daemon; a plan's or
  *  VM's options.guest_preflight decides over it). */
@@ -148,22 +147,18 @@ function regroup(vms: Vm[]): Vm[][] {
 }
 
 /** Guest findings per VM path for `facts`; every VM gets an answer (a guest_unreadable warning when the read
- *  failed or the time bound passed). */
-export async function guestPreflight(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, outer?: AbortSignal): Promise<Map<string, Finding[]>> {
-  // One appliance at a time per request, capped per caller and in all (config.guestAppliances): 429/503.
-  return spawnSlots.appliance.run(() => readGuests(m, facts, log, outer));
-}
-
-async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, outer?: AbortSignal): Promise<Map<string, Finding[]>> {
-  const seconds = guestPreflightSeconds();
-  const signal = outer ? AbortSignal.any([outer, AbortSignal.timeout(seconds * 1000)]) : AbortSignal.timeout(seconds * 1000);
+ *  failed or `signal` ended it: the time bound, `seconds`, is named then). Runs on a worker, as the job of the
+ *  internal operation guest_preflight (services/worker/operations/guest-preflight.ts); the daemon submits it and
+ *  applies the per-caller and total caps at submission (queue/guest-read.ts). */
+export async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, bound: { signal: AbortSignal; seconds: number }): Promise<Map<string, Finding[]>> {
+  const { signal, seconds } = bound;
   const out = new Map<string, Finding[]>();
   const vms: Vm[] = [];
   for (const x of facts) {
     try {
       if (!x.disks.length) { out.set(x.vm_path, [unreadable('the VM has no virtual disk')]); continue; }
       vms.push({ facts: x, uuids: new Set(), disks: await Promise.all(x.disks.map((d) => diskData(m, d.file, datacenterOf(x.vm_path), signal))) });
-    } catch (e) { out.set(x.vm_path, [unreadable((e as Error).message)]); }
+    } catch (e) { out.set(x.vm_path, [unreadable(signal.aborted ? timedOut(seconds) : (e as Error).message)]); }
   }
   let todo: Vm[][] = regroup(vms);
   while (todo.length) {
@@ -175,11 +170,12 @@ async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'
       // UUIDs now known, so the rounds end.
       todo = [...regroup(r.again), ...r.alone.map((v) => [v]), ...todo];
     } catch (e) {
-      if (isCapRefusal(e)) throw e; // nbdkit past its cap: the caller's answer is 429/503, not a finding
-      const why = signal.aborted ? `the guest preflight did not finish within ${seconds} s (FERRY_GUEST_PREFLIGHT_SECONDS)` : (e as Error).message;
+      const why = signal.aborted ? timedOut(seconds) : (e as Error).message;
       log.warn('guest preflight could not read VMs; they get a guest_unreadable warning', { vms: group.map((v) => v.facts.vm_path), error: why });
       for (const v of group) out.set(v.facts.vm_path, [unreadable(why)]);
     }
   }
   return out;
 }
+
+export const timedOut = (seconds: number) => `the guest preflight did not finish within ${seconds} s (FERRY_GUEST_PREFLIGHT_SECONDS)`;

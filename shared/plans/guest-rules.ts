@@ -99,3 +99,7 @@ export function noOsFindings(luks: string[]): Finding[] {
 
 /** The read failed or did not finish: the vSphere checks stand, the guest was not seen. */
 export const unreadable = (why: string): Finding => f('guest_unreadable', 'warning', `the guest could not be read in place before the copy: ${why}`, 'nothing blocks the migration; the repair finds the same during the job. Fix the cause (credentials, a locked disk of a running VM, the time bound FERRY_GUEST_PREFLIGHT_SECONDS) to see the guest findings');
+
+/** No active worker could run the guest read (the guest_preflight job, shared/operations.ts): said as such, so an
+ *  operator starts one rather than looking for a fault in the guest. */
+export const noGuestWorker = (why: string): Finding => f('guest_preflight_no_worker', 'warning', `the guest was not read before the copy: ${why}; the guest read runs as a worker job`, 'start a worker with those capabilities (docs/deploy.md: worker-migrate), or set options.guest_preflight to false for this plan; nothing blocks the migration, the repair finds the same during the job');

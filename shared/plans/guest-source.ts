@@ -13,7 +13,6 @@ import tls from 'node:tls';
 import type { Manager } from '../vsphere/client';
 import { folderUrl, remoteHead, remoteSize } from '../vsphere/download';
 import { VsphereError } from '../vsphere/errors';
-import { spawnSlots } from '../limits';
 import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from '../vsphere/vmdk';
 
 export const NBDKIT = process.env.NBDKIT || 'nbdkit';
@@ -63,7 +62,6 @@ export interface NbdSource { uri: string; format: string; stop: () => Promise<vo
 
 /** Starts nbdkit for one disk; resolves once its socket accepts connections (or rejects with nbdkit's words). */
 export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal): Promise<NbdSource> {
-  const release = spawnSlots.nbdkit.take(); // 429/503 past the caller's or the process's cap (config.nbdkitProcesses)
   const dir = privateDir();
   const sock = path.join(dir, 'nbd.sock');
   const args = ['--readonly', '--foreground', '--exit-with-parent', '--unix', sock, '--filter=cache', 'curl', `url=${folderUrl(m, d).href}`,
@@ -75,7 +73,7 @@ export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal): 
     args.push(`cainfo=${path.join(dir, 'ca.pem')}`);
   }
   let cookie: string;
-  try { cookie = await m.sessionCookie(); } catch (e) { release(); rmSync(dir, { recursive: true, force: true }); throw e; }
+  try { cookie = await m.sessionCookie(); } catch (e) { rmSync(dir, { recursive: true, force: true }); throw e; }
   const child: ChildProcess = spawn(NBDKIT, args, { env: { ...process.env, TMPDIR: dir }, stdio: ['ignore', 'ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (s: string) => { err = (err + s).slice(-4000); });
@@ -88,7 +86,6 @@ export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal): 
   const gone = new Promise<void>((resolve) => child.on('close', () => { exited = true; resolve(); }));
   const stop = async () => {
     if (!exited && !spawnErr) { child.kill('SIGTERM'); await gone; }
-    release();
     rmSync(dir, { recursive: true, force: true });
   };
   child.on('error', (e: NodeJS.ErrnoException) => { spawnErr = e.code === 'ENOENT' ? 'nbdkit is not installed (Debian package nbdkit)' : e.message; });

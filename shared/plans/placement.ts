@@ -5,7 +5,7 @@
 // memory of the plan's VMs already placed there. Unreachable hosts are skipped while another answers.
 import { configuredUri } from '../libvirt/virsh';
 import { targetFacts, type TargetFacts } from './target';
-import type { Plan } from '../../queue/plans';
+import type { Plan } from './types';
 
 export const planUris = (p: Pick<Plan, 'destination'>): string[] =>
   p.destination.virt_uris?.length ? p.destination.virt_uris : [p.destination.virt_uri || configuredUri()];

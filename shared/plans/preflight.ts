@@ -9,9 +9,11 @@ import { vmFacts, type VmFacts } from './facts';
 import { checkVm, planMacClashes, type Finding } from './rules';
 import { nameCollisions, targetName } from './names';
 import { Placer } from './placement';
-import { guestPreflight, guestPreflightDefault } from './guest-preflight';
-import { createLogger } from '../log';
-import type { Override, Plan, PlanOptions } from '../../queue/plans';
+import { guestPreflightDefault } from './guest-preflight';
+import type { Override, Plan, PlanOptions } from './types';
+
+/** Reads the guests of `facts` (queue/guest-read.ts: a worker job), giving each VM its guest findings. */
+export type ReadGuests = (p: Plan, facts: VmFacts[]) => Promise<Map<string, Finding[]>>;
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
 export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
@@ -28,11 +30,11 @@ export const vmOption = <K extends string>(p: Plan, vmPath: string, key: K): Pla
   return own !== undefined ? own : p.options[key];
 };
 
-const log = createLogger('plans');
 // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
 const withOverrides = (v: Plan['vms'][number], findings: Finding[]) => findings.map((f) => withOverride(f, v.overrides[f.rule]));
 
-export async function preflight(p: Plan): Promise<VmResult[]> {
+/** `readGuests`: the guest read, which runs on a worker (the daemon passes queue/guest-read.ts's reader). */
+export async function preflight(p: Plan, readGuests: ReadGuests): Promise<VmResult[]> {
   const m = planManager(p);
   const placer = await Placer.of(p);
   const facts = new Map<string, VmFacts | Finding>();
@@ -61,10 +63,10 @@ export async function preflight(p: Plan): Promise<VmResult[]> {
       placement: { esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain, target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn' },
     };
   });
-  // The guests of the VMs nothing else stops, read in place (guest-preflight.ts), unless the plan or VM says no.
+  // The guests of the VMs nothing else stops, read in place on a worker (guest-preflight.ts), unless the plan or VM says no.
   const read = results.filter((r) => !blocks(r) && (vmOption(p, r.vm_path, 'guest_preflight') ?? guestPreflightDefault()) !== false).map((r) => facts.get(r.vm_path) as VmFacts);
   if (read.length) {
-    const guest = await guestPreflight(m, read, log);
+    const guest = await readGuests(p, read);
     for (const r of results) r.findings.push(...withOverrides(p.vms.find((v) => v.vm_path === r.vm_path)!, guest.get(r.vm_path) ?? []));
   }
   return results;

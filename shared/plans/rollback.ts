@@ -10,8 +10,8 @@ import type { Manager } from '../vsphere/client';
 
 export interface RollbackTarget { source_was_on: boolean; vm_path: string }
 
-async function powerOnSource(m: Manager, t: RollbackTarget): Promise<string | null> {
-  if (!t.source_was_on) return null;
+async function powerOnSource(m: Manager | null, t: RollbackTarget): Promise<string | null> {
+  if (!t.source_was_on || !m) return null;
   const d = await vmDetail(m, t.vm_path);
   if (d.power_state === 'poweredOn') return `${t.vm_path} is on`;
   const vm = await findVm(m, t.vm_path);
@@ -19,8 +19,9 @@ async function powerOnSource(m: Manager, t: RollbackTarget): Promise<string | nu
   return `${t.vm_path} powered back on`;
 }
 
-/** `made`: the ledger of the VM's job (JobStore.made). */
-export async function rollbackVm(m: Manager, t: RollbackTarget, made: Made[]): Promise<string> {
+/** `made`: the ledger of the VM's job (JobStore.made); `m`: its source's manager (null: the source stays as it is).
+ *  Run by the worker's rollback_kvm job (services/worker/operations/plan-effects.ts), never in the daemon. */
+export async function rollbackVm(m: Manager | null, t: RollbackTarget, made: Made[]): Promise<string> {
   const did = await removeMade(made);
   const on = await powerOnSource(m, t);
   return [...(did.length ? did : ['nothing of Ferry\'s was on the target']), ...(on ? [on] : [])].join('; ');

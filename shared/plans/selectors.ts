@@ -5,7 +5,7 @@
 import { linearRegExp } from '../linear-regex';
 import { listVms } from '../vsphere/inventory';
 import type { Manager } from '../vsphere/client';
-import type { PlanSelector } from '../../queue/plans';
+import type { PlanSelector } from './types';
 
 const escape = (c: string) => c.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 

@@ -90,6 +90,12 @@ export interface ConverterConfig extends MigrationEntry {
   batch_manifest?: string; batch_parallel: number; batch_continue_on_error: boolean; dry_run: boolean;
 }
 
+/** One migration's settings: the configuration's keys less the batch's own, a batch entry's over them, and (in a
+ *  batch) the entry's own report file. Keys a mode requires (vmdk, output_dir, host...) are checked by the
+ *  configuration schema or the command-line tool's batchSettings before a run (services/converter/cli.ts), hence
+ *  the non-null assertions where they are read. */
+export type MigrationSettings = Omit<ConverterConfig, 'batch_manifest' | 'batch_parallel' | 'batch_continue_on_error'> & { report_path?: string };
+
 export class ConfigError extends Error {
   constructor(message: string, public problems: { path: string; message: string }[] = []) { super(message); this.name = 'ConfigError'; }
 }

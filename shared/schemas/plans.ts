@@ -5,7 +5,7 @@ import { migrationJobSchema } from './daemon';
 import { virtUriSchema } from '../libvirt/uri';
 import { confusableName, virtName } from '../libvirt/names';
 import { targetName as nameFor } from '../plans/names';
-import type { PlanCreate } from '../../queue/plans';
+import type { PlanCreate } from '../plans/types';
 import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../plan-states';
 import { ROLES } from '../auth';
 import type { TargetNameRule } from '../plans/names';

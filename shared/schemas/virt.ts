@@ -23,12 +23,6 @@ export const virtSuccessSchema = Joi.object({
   status: Joi.string().valid('success'), message: Joi.string(), data: Joi.any(), timestamp: Joi.string().isoDate(),
 }).label('VirtSuccess');
 
-export const batchResultSchema = Joi.object({
-  operation: Joi.string(), total: Joi.number().integer(), successful: Joi.number().integer(), failed: Joi.number().integer(),
-  results: Joi.array().items(Joi.object({ domain: Joi.string(), success: Joi.boolean(), error: Joi.string(), detail: Joi.string().description('how it went, where that is worth saying (a graceful stop: shut down by the guest, or destroyed after the timeout)') })),
-  start_time: Joi.string().isoDate(), end_time: Joi.string().isoDate(), duration: Joi.string(),
-}).label('BatchResult');
-
 export const nameQuery = Joi.object<NameInput>({ name });
 export const volumeQuery = Joi.object<VolumeRef>({ pool: name, volume: name });
 export const nameBody = Joi.object<NameInput>({ name });

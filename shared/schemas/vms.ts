@@ -1,6 +1,7 @@
 // The daemon's Remote VMs resources (/vms/*) as joi schemas: validation and /openapi.yaml from one source.
 import Joi from 'joi';
 import { refuseManagerScheme } from '../vsphere/credentials';
+import { declareHeaders } from '../openapi';
 
 const vmPath = Joi.string().pattern(/^\/[^/]+\/vm\/.+/).max(1024)
   .messages({ 'string.pattern.base': '{{#label}} must look like /<datacenter>/vm/<folder>/<vm-name>' });
@@ -19,6 +20,12 @@ const creds = {
 /** The headers a GET of /vms/* takes its credentials from: a query string is kept in proxy logs, browser
  *  histories and Referer headers, so credentials there are refused (400 naming the field), never read. */
 export const CREDENTIAL_HEADERS = { username: 'x-vsphere-username', password: 'x-vsphere-password' } as const;
+/** Those headers as the routes taking vmListQuery or vmInfoQuery declare them (declareHeaders): validated by the
+ *  HTTP layer and offered by Swagger UI as header parameters. */
+const credentialHeaders = Joi.object({
+  'X-VSphere-Username': creds.username.description('the vSphere user; default GOVC_USERNAME'),
+  'X-VSphere-Password': creds.password.description('its password; default GOVC_PASSWORD; never logged or returned'),
+}).label('VSphereCredentialHeaders');
 const notInQuery = (h: string) => Joi.any().forbidden()
   .messages({ 'any.unknown': `{{#label}} is never accepted in the query string (it would be kept in logs and histories): send the ${h} header (or a body on POST)` });
 const queryCreds = {
@@ -29,7 +36,7 @@ const queryCreds = {
 /** A manager and its credentials as a request names them (each defaults to GOVC_*; on a GET the credentials come
  *  from CREDENTIAL_HEADERS). */
 export interface ManagerInput { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }
-export const vmListQuery = Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...queryCreds }).oxor('server', 'manager_url').label('VmListQuery');
+export const vmListQuery = declareHeaders(Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...queryCreds }).oxor('server', 'manager_url').label('VmListQuery'), credentialHeaders);
 
 /** xor() below: a path or a name. */
 type VmInfoQuery = ManagerInput & ({ path: string; name?: undefined } | { path?: undefined; name: string });
@@ -39,6 +46,7 @@ export const vmInfoQuery = Joi.object<VmInfoQuery>({
 }).xor('path', 'name').oxor('server', 'manager_url')
   .messages({ 'object.missing': '{{#label}} must contain path or name', 'object.xor': '{{#label}} must contain only one of path or name' })
   .label('VmInfoQuery');
+declareHeaders(vmInfoQuery, credentialHeaders);
 
 export const vmActionBody = Joi.object<Omit<ManagerInput, 'server'> & { vm_path: string }>({ vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
 

@@ -7,7 +7,7 @@ import tls from 'node:tls';
 import { Agent, request } from 'undici';
 import { networkError, VsphereError } from './errors';
 import { arr, child, el, envelope, moref, MoRef, parseXml, text, XmlNode, XmlValue, xsiType } from './xml';
-import { ignoreError } from '../log';
+import { createLogger, ignoreError } from '../log';
 
 export interface ManagerCredentials {
   /** https://host[:port][/sdk]; a bare host means https://host/sdk. */
@@ -200,8 +200,18 @@ export function managerFor(given: ManagerCredentials): Manager {
   return m;
 }
 
-/** Logs every cached session out (process shutdown). */
-export async function logoutAll() {
-  await Promise.all([...managers.values()].map((m) => m.logout().catch(ignoreError('shutting down: could not log out of a vSphere session; it expires on the manager by itself'))));
+/** Logs every cached session out: called last by each process that opens sessions as it stops (the daemon and
+ *  worker shutdowns, the end of a ferry-convert run). Waits at most `boundMs`: a manager that does not answer must
+ *  not hold the exit (its session expires on the manager by itself). */
+export async function logoutAll(boundMs = 5000) {
+  const all = [...managers.values()];
   managers.clear();
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((res) => { timer = setTimeout(() => res('late'), boundMs); });
+  const done = Promise.all(all.map((m) => m.logout().catch(ignoreError('shutting down: could not log out of a vSphere session; it expires on the manager by itself', { manager: m.name }))));
+  const outcome = await Promise.race([done.then(() => 'done' as const), late]);
+  clearTimeout(timer);
+  if (outcome === 'late') {
+    createLogger('vsphere').warn(`vSphere logout took more than ${boundMs} ms: shutting down without waiting longer; the sessions not logged out yet expire on their managers by themselves`, { managers: all.map((m) => m.name) });
+  }
 }

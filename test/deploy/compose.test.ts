@@ -24,9 +24,12 @@ interface DashboardProviders { providers: { options: { path: string } }[] }
 const ROOT = path.resolve(__dirname, '..', '..');
 const COMPOSE = path.join(ROOT, 'compose.yaml');
 const SECRETS = { FERRY_SECRET_KEY: 'test-only-secret-value', GRAFANA_ADMIN_PASSWORD: 'test-only-grafana-value', FERRY_API_KEYS: 'ops:admin:test-only-api-key-value' };
+/** What an operator configures beside the secrets: the default libvirt host, and the files the migration worker
+ *  gets as secrets (any existing file resolves here; nothing is mounted). */
+const CONFIG = { FERRY_LIBVIRT_URI: 'qemu+ssh://root@kvm1.example/system', FERRY_VSPHERE_CA_FILE: COMPOSE, FERRY_LIBVIRT_SSH_KEY_FILE: COMPOSE, FERRY_LIBVIRT_KNOWN_HOSTS_FILE: COMPOSE };
 const compose = (args: string[], env: Record<string, string> = {}) => {
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !(k in SECRETS)));
-  return spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...clean, ...env } });
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !(k in SECRETS) && !(k in CONFIG)));
+  return spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...clean, ...CONFIG, ...env } });
 };
 
 describe('deploy: compose.yaml and Dockerfile', function () {
@@ -58,12 +61,12 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     const r = compose(['config', '-q'], others);
     expect(r.status).to.not.equal(0);
     expect(r.stderr).to.include('FERRY_API_KEYS');
-    for (const name of ['gateway', 'daemon', 'worker', 'worker-guest']) expect(resolved.services[name].environment.FERRY_API_KEYS, name).to.equal(SECRETS.FERRY_API_KEYS);
+    for (const name of ['gateway', 'daemon', 'worker', 'worker-guest', 'worker-migrate']) expect(resolved.services[name].environment.FERRY_API_KEYS, name).to.equal(SECRETS.FERRY_API_KEYS);
   });
 
   it('has every service, with health checks, Redis append-only with noeviction', () => {
     const s = resolved.services;
-    expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'prometheus', 'grafana']);
+    expect(Object.keys(s)).to.include.members(['redis', 'gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-guest', 'worker-migrate', 'prometheus', 'grafana']);
     for (const [name, svc] of Object.entries(s)) expect(svc.healthcheck?.test, `${name} health check`).to.not.be.oneOf([null, undefined]);
     const redisCmd = s.redis.command.join(' ');
     expect(redisCmd).to.match(/--appendonly yes/).and.to.match(/--maxmemory-policy noeviction/).and.to.match(/--hash-max-listpack-value 1024/);
@@ -84,7 +87,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     // Prometheus finds the replicas through the compose DNS names of both worker services.
     const prom = yaml.load(readFileSync(path.join(ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8')) as PromConfig;
     const job = prom.scrape_configs.find((j) => j.job_name === 'worker')!;
-    expect(job.dns_sd_configs![0].names).to.have.members(['worker', 'worker-guest']);
+    expect(job.dns_sd_configs![0].names).to.have.members(['worker', 'worker-guest', 'worker-migrate']);
     expect(job.dns_sd_configs![0].port).to.equal(Number(w.environment.FERRY_WORKER_METRICS_PORT));
   });
 
@@ -100,15 +103,17 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(promVols.some((v) => v.endsWith('deploy/prometheus:/etc/prometheus'))).to.equal(true);
   });
 
-  it('the Dockerfile is multi-stage, runs the compiled code as non-root, and the worker image has qemu-utils and libguestfs', () => {
+  it("the Dockerfile is multi-stage, runs the compiled code as non-root, and the worker images install their capabilities' packages", () => {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const stages = [...text.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gmi)].map((m) => m[1]);
-    expect(stages).to.include.members(['deps', 'app', 'worker']);
+    expect(stages).to.include.members(['deps', 'app', 'worker', 'worker-migrate']);
     const targets = new Set(Object.values(resolved.services).map((s) => s.build?.target).filter(Boolean));
     for (const t of targets) expect(stages, `compose target ${t}`).to.include(t);
     const stage = (name: string) => text.split(/^FROM /m).find((s) => new RegExp(`AS ${name}\\s`).test(s))!;
     expect(stage('app')).to.match(/^USER node$/m);
-    expect(stage('worker')).to.match(/qemu-utils/).and.to.match(/libguestfs-tools/);
+    // The worker stages install their capabilities' packages from scripts/programs.txt (test/deploy/workers.test.ts
+    // runs that line and checks what it installs).
+    for (const t of ['worker', 'worker-migrate']) expect(stage(t), t).to.match(/apt-get install -y --no-install-recommends \$\(node dist\/shared\/programs\.js packages "\$FERRY_IMAGE_CAPABILITIES"\)/);
     expect(stage('worker').trim().split('\n').filter((l) => /^USER /.test(l)).pop()).to.equal('USER node');
     // Everything COPY'd into the image exists.
     for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);

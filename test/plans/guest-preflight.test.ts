@@ -2,8 +2,10 @@
 // curl plugin under a read-only libguestfs appliance) and says, before any copy, what the guest is and what the
 // repair would change. The real Debian guest (test/fixtures/debian-guest.ts) is one VM, a clone of it (same file
 // system UUIDs: it must not share the appliance with it) another, and a disk with a LUKS root made here (a text
-// descriptor with a flat extent) a third. Nothing of the disks may land on this host's disks: the daemon's TMPDIR
-// and export folder stay empty, no nbdkit outlives the validation, no cache directory stays in /dev/shm.
+// descriptor with a flat extent) a third. The read runs on a worker with the guest-read capabilities, as a
+// guest_preflight job (the daemon is Node only). Nothing of the disks may land on this host's disks: the worker's
+// and daemon's TMPDIR and the export folder stay empty, no nbdkit outlives the validation, no cache directory
+// stays in /dev/shm.
 // The validation is a reused proof (test/helpers/proofs.ts; the simulator, libvirtd and the daemon start only when it
 // runs): with every input unchanged (the code the daemon loads, the LUKS disk's recipe in this file, the fixture, the
 // simulator's build and the tools among them) the same check() re-asserts the evidence of the last passing run.
@@ -18,9 +20,9 @@ import { guestfsEnv } from '../../shared/guestfs-env';
 import { managerFor } from '../../shared/vsphere/client';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
-import type { PlanView, Validation } from '../helpers/api-types';
+import type { DaemonJobList, PlanView, Validation } from '../helpers/api-types';
 import type { VmResult } from '../../shared/plans/preflight';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
@@ -70,10 +72,11 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   let v: Vcsim;
   let lv: TestLibvirt;
   let daemon: Proc & { url: string };
+  let worker: Proc;
   const shmBefore = new Set(shmLeft());
 
-  /** The simulator with the three VMs, a private Redis, the run's libvirtd and the daemon: started only when the
-   *  proof runs (a reused one needs none of them). */
+  /** The simulator with the three VMs, a private Redis, the run's libvirtd, the daemon and the guest-read worker:
+   *  started only when the proof runs (a reused one needs none of them). */
   async function start() {
     [v, lv] = await Promise.all([startVcsim(), useLibvirt(), redis.start()]);
     const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
@@ -93,17 +96,21 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     await lv.virsh(['net-start', NET]);
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    daemon = await startDaemonProc({
+    const env = {
       ...testEnv(redis.url, 'gpre'), FERRY_GUEST_PREFLIGHT: '1', FERRY_HOST: '127.0.0.1',
       // Three appliance launches on a shared, loaded host (load 50-70 here) outlast the default bound of 600 s.
       FERRY_GUEST_PREFLIGHT_SECONDS: '3000',
       GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: v.password, FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
       FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_EXPORT_DIR: exports,
-      // The daemon's own temporary folder, to see that nothing lands there; libguestfs's appliance cache stays shared.
+      // The daemon's and the worker's own temporary folder, to see that nothing lands there; libguestfs's appliance cache stays shared.
       TMPDIR: tmp, LIBGUESTFS_CACHEDIR: process.env.LIBGUESTFS_CACHEDIR || '/var/tmp',
-    }, cfg);
+    };
+    daemon = await startDaemonProc(env, cfg);
+    worker = await startWorkerProc(env, 'gpre-guest', ['vsphere_access', 'mount_operations', 'nbd_access']);
+    await awaitWorkers(daemon.url, [worker]);
   }
   after(async () => {
+    await worker?.stop();
     await daemon?.stop();
     await lv?.virsh(['net-destroy', NET]).catch(tolerate(`net-destroy ${NET}`)); // only when before() got that far
     await lv?.virsh(['net-undefine', NET]).catch(tolerate(`net-undefine ${NET}`));
@@ -118,6 +125,8 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   interface Evidence {
     created: { status: number; text: string }; validated: { status: number; text: string }; plan: PlanView;
     tmpBefore: string[]; tmpAfter: string[]; exportBytes: number; most: number; shmNew: string[]; nbdkit: string;
+    /** the states of the guest_preflight jobs the validation made */
+    reads: string[];
   }
 
   async function validate(): Promise<Evidence> {
@@ -139,10 +148,12 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     sampling = false;
     await sampler;
     const plan = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
+    const jobs = (await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=50')).body.jobs;
     return {
       created: { status: c.status, text: c.text }, validated: { status: res.statusCode, text }, plan, tmpBefore, tmpAfter: readdirSync(tmp).sort(),
       exportBytes: bytesUnder(exports), most, shmNew: shmLeft().filter((n) => !shmBefore.has(n)),
-      nbdkit: spawnSync('pgrep', ['-P', String(daemon.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim(),
+      nbdkit: [daemon, worker].map((p) => spawnSync('pgrep', ['-P', String(p.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim()).join(''),
+      reads: jobs.filter((j) => j.definition.operation === 'guest_preflight').map((j) => j.status),
     };
   }
 
@@ -176,13 +187,15 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     // In the plan's record too, and the LUKS VM would be blocked at start.
     expect(e.plan.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
 
-    // Nothing downloaded: the daemon's TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
+    // Nothing downloaded: the TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
     // sockets and logs meanwhile), no cache folder is left in /dev/shm, no nbdkit outlives the validation.
     expect(e.tmpAfter).to.deep.equal(e.tmpBefore);
     expect(e.exportBytes).to.equal(0);
     expect(e.most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
     expect(e.shmNew).to.deep.equal([]);
     expect(e.nbdkit).to.equal('');
+    // Read by the worker, as one guest_preflight job.
+    expect(e.reads).to.deep.equal(['completed']);
   }
 
   it('names the OS, boot loader and files the repair would change; a LUKS root is a blocker; nothing is downloaded', async () => {

@@ -5,7 +5,8 @@
 // real guest, which completes (repaired, imported, its boot check passed on the guest's marker) and whose source is
 // removed (options.remove_source). The daemon leading the plans is SIGKILLed mid-plan, as soon as it has
 // claimed a rollback or a source removal and not yet marked it done when the test sees one (else once the first
-// VM has settled). The other daemon takes the lease and finishes the plan. Then: every VM final; each job's
+// VM has settled). The other daemon takes the lease and finishes the plan. Rollbacks and the removal are worker
+// jobs (rollback_kvm, remove_source) under ids derived from their claims. Then: every VM final; each job's
 // rollback and the source removal claimed and done exactly once in the plan's record; the target and the
 // simulator as those effects leave them (no domain or volume of the failed and cancelled VMs, their sources
 // powered back on, the completed VM running on the target and gone from vSphere); and each plan webhook
@@ -125,6 +126,13 @@ describe('plans: two daemons, one plan, the leader killed mid-plan', function ()
     expect(once(by.s0, 'rollback')).to.deep.equal([]);
     expect(once(by.s0, 'remove_source').map((a) => a.key)).to.deep.equal([by.s0.job_id]);
     expect(by.s0.source).to.include({ action: 'removed' });
+    // Each rollback and the removal done by one worker job, its id derived from the claim, which ended completed.
+    for (const [n, x] of Object.entries(by)) {
+      for (const a of (x.actions ?? []).filter((y) => y.action !== 'submit')) {
+        expect(a.job_id, `${n} ${a.action} job`).to.equal(`${x.job_id}.${a.action}`);
+        expect(await s.rc.hget(`${PREFIX}:job:${a.job_id}`, 'state'), `${n} ${a.action} job`).to.equal('COMPLETED');
+      }
+    }
 
     // The target and the simulator as the effects leave them.
     const domains = await s.domains();

@@ -13,7 +13,7 @@ import { createRedis, RedisClient } from '../../shared/redis';
 import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
 import { HELD, STATES, TRANSITIONS } from '../../shared/states';
 import { commandFiles, rulesLua } from '../../queue/scripts';
-import { DURATION_BUCKETS, STAT_FIELDS } from '../../queue/metrics';
+import { DURATION_BUCKETS, STAT_FIELDS } from '../../queue/stat-fields';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';

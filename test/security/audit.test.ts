@@ -3,13 +3,12 @@
 // in a body is in neither Redis nor the log line; filters work on both path forms; only admin reads it; records
 // older than the retention are gone after the next write; refused WebSocket upgrades are recorded as well.
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import IORedis from 'ioredis';
+import type IORedis from 'ioredis';
 import WebSocket from 'ws';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
+import type { TestRedis } from '../helpers/redis';
+import type { Proc } from '../helpers/procs';
+import { useStack, type Stack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { AuditRecord } from '../../shared/audit';
@@ -23,12 +22,19 @@ const SECRET = 'Hunter2-audit-pw-never-stored';
 
 describe('security: the audit log', function () {
   this.timeout(120_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-sec-audit-'));
-  const procs: Proc[] = [];
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  let dm: Awaited<ReturnType<typeof startDaemonProc>>;
+  const s = useStack({
+    name: 'sec-audit', prefix: 'aud',
+    env: {
+      FERRY_SECRET_KEY: 'audit-test-secret-key', FERRY_VSPHERE_MANAGERS: 'vc.example.test', LOG_LEVEL: 'warn',
+      FERRY_API_KEYS: `ops:admin:${K.ops},ci:submit:${K.ci},viewer:read:${K.viewer},fleet:worker:${K.fleet}`,
+    },
+  });
+  let gw: Stack['gw'];
+  let dm: Stack['dm'];
   let rc: IORedis;
+  let redis: TestRedis;
+  let dir: string;
+  before(() => { ({ gw, dm, rc, redis, dir } = s); });
   const as = (k: string) => ({ 'x-api-key': k });
   /** Every record in Redis, oldest first: the accepted requests' sorted set and the refusals' stream (sampled). */
   const stored = async () => [
@@ -56,26 +62,6 @@ describe('security: the audit log', function () {
     }
     return out.join('\n');
   }
-
-  before(async () => {
-    await redis.start();
-    rc = new IORedis(redis.url);
-    rc.on('error', () => undefined); // the last test stops Redis on purpose; this client reconnects by itself
-    const env = {
-      ...testEnv(redis.url, 'aud'), FERRY_SECRET_KEY: 'audit-test-secret-key', FERRY_VSPHERE_MANAGERS: 'vc.example.test', LOG_LEVEL: 'warn',
-      FERRY_API_KEYS: `ops:admin:${K.ops},ci:submit:${K.ci},viewer:read:${K.viewer},fleet:worker:${K.fleet}`,
-    };
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    [gw, dm] = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
-    procs.push(gw, dm);
-  });
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    rc?.disconnect();
-    await redis.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
 
   it('a POST /jobs on the gateway leaves one record: time, key name and role, method, route and path, job id, status, outcome', async () => {
     const t0 = Date.now();

@@ -4,11 +4,11 @@
 // come from the keys file (gateway, worker) and FERRY_API_KEYS (daemon); a key never works from a URL; without
 // keys a wider listen address is refused, naming the setting; and the legitimate flows pass with auth on.
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync, existsSync } from 'node:fs';
 import path from 'node:path';
-import { TestRedis, freePort, waitForPort } from '../helpers/redis';
-import { awaitWorkers, exitCode, Proc, startDaemonProc, startGatewayProc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
+import { freePort, waitForPort, type TestRedis } from '../helpers/redis';
+import { useStack, type Stack } from '../helpers/stack';
+import { awaitWorkers, exitCode, Proc, startProcess, startWorkerWithMetrics, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { DaemonError, JobApiError, Res } from '../helpers/http';
 import { openWs } from '../helpers/ws';
@@ -32,43 +32,35 @@ const key = (r: Role | 'unknown') => ({ 'X-API-Key': K[r] });
 
 describe('security: one authentication layer for both APIs, SSE, WebSocket and metrics ports', function () {
   this.timeout(120_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-sec-auth-'));
-  const procs: Proc[] = [];
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  let dm: Awaited<ReturnType<typeof startDaemonProc>>;
-  let worker: Awaited<ReturnType<typeof startWorkerWithMetrics>>;
-  let dmMetrics: number;
-  let env: Record<string, string>;
-  const keysFile = path.join(dir, 'keys');
-
-  before(async () => {
-    await redis.start();
-    writeFileSync(keysFile, [
+  let dmMetrics = 0;
+  before(async () => { dmMetrics = await freePort(); });
+  const keysFile = (st: Stack) => path.join(st.dir, 'keys');
+  // The gateway and the worker read the keys file; the daemon FERRY_API_KEYS.
+  const s = useStack({
+    name: 'sec-auth', prefix: 'sec', daemonYaml: () => `metrics:\n  enabled: true\n  port: ${dmMetrics}\n`,
+    prepare: (st) => writeFileSync(keysFile(st), [
       '# name role key [capabilities]',
       `reader   read   ${K.read}`,
       `ci       submit ${K.submit}`,
       `workers  worker ${K.worker}   img_tool   # conversion workers only`,
       '',
       `ops      admin  ${K.admin}`,
-    ].join('\n'));
-    env = { ...testEnv(redis.url, 'sec'), FERRY_API_KEYS_FILE: keysFile };
-    dmMetrics = await freePort();
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, `metrics:\n  enabled: true\n  port: ${dmMetrics}\n`);
-    const daemonEnv = { ...testEnv(redis.url, 'sec'), FERRY_API_KEYS: `reader:read:${K.read},ci:submit:${K.submit},workers:worker:${K.worker},ops:admin:${K.admin}` };
-    [gw, dm, worker] = await Promise.all([
-      startGatewayProc(env),
-      startDaemonProc(daemonEnv, cfg),
-      startWorkerWithMetrics(env, 'sec-native', ['img_tool']),
-    ]);
-    procs.push(gw, dm, worker);
-    await awaitWorkers(gw.url, [worker], key('read'));
+    ].join('\n')),
+    env: (st) => ({ FERRY_API_KEYS_FILE: keysFile(st) }),
+    daemon: { FERRY_API_KEYS_FILE: '', FERRY_API_KEYS: `reader:read:${K.read},ci:submit:${K.submit},workers:worker:${K.worker},ops:admin:${K.admin}` },
   });
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await redis.stop();
-    rmSync(dir, { recursive: true, force: true });
+  let gw: Stack['gw'];
+  let dm: Stack['dm'];
+  let worker: Awaited<ReturnType<typeof startWorkerWithMetrics>>;
+  let env: Record<string, string>;
+  let redis: TestRedis;
+  let dir: string;
+  let procs: Proc[];
+
+  before(async () => {
+    ({ gw, dm, env, redis, dir, procs } = s);
+    worker = await s.add(startWorkerWithMetrics(env, 'sec-native', ['img_tool']));
+    await awaitWorkers(gw.url, [worker], key('read'));
   });
 
   /** 401 without a key, 403 with an unknown key and with each role that lacks `need`, and never 401/403 with

@@ -4,7 +4,8 @@
 // never runs; the operator's own URIs (FERRY_LIBVIRT_URI, with its socket=, and FERRY_LIBVIRT_URIS) still work;
 // a job already in Redis from before a configuration change is refused again on the worker, not retried.
 import { expect } from 'chai';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createRedis } from '../../shared/redis';
@@ -44,7 +45,12 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
     try { return (await r.keys(`${PREFIX}:job:*`)).length; } finally { r.disconnect(); }
   };
 
+  // Something listens on the operator's socket: a libvirt_access worker with a local URI refuses to start
+  // without it (services/worker/tools.ts). No job here reaches it.
+  const sock = net.createServer((c) => c.destroy());
   before(async () => {
+    mkdirSync(path.join(dir, 'sock'));
+    await new Promise<void>((r) => sock.listen(path.join(dir, 'sock', 'libvirt-sock'), r));
     writeFileSync(program, `#!/bin/sh\ntouch ${marker}\n`);
     chmodSync(program, 0o755);
     await redis.start();
@@ -60,6 +66,7 @@ describe('security: libvirt destinations come from the operator\'s allow-list', 
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));
     await redis.stop();
+    sock.close();
     rmSync(dir, { recursive: true, force: true });
   });
 

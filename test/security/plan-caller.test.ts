@@ -5,7 +5,8 @@
 // an admin's plan with it: the source VM stays in the simulator's inventory. The plan's jobs carry its starter:
 // a plan running in Redis as a submit key's gets no job that asks for more. A caller's parameters.plan naming a
 // VM's source guard is refused, so an admin's power-off of that VM is not blocked; a host bridge is a network_map
-// target only when the operator listed it (FERRY_LIBVIRT_BRIDGES).
+// target only when the operator listed it (FERRY_LIBVIRT_BRIDGES). The plan's own side-effect operations
+// (rollback_kvm, remove_source) cannot be submitted by any key.
 import { expect } from 'chai';
 import { keys } from '../../shared/redis';
 import { planKeys } from '../../queue/plans';
@@ -16,6 +17,7 @@ import type { DaemonError } from '../helpers/http';
 import type { PlanView, Validation } from '../helpers/api-types';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, startPlanStack, type PlanStack } from '../plans/fixture';
+import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
 
 const K = { submit: 'pc-submit-key-0123456789ab', admin: 'pc-admin-key-0123456789abc' };
 const PREFIX = 'plancaller';
@@ -24,6 +26,7 @@ const BRIDGE = 'br-pc-listed';
 describe('security: a plan acts as its caller (insecure, remove_source, plan slots, bridges)', function () {
   this.timeout(300_000);
   let s: PlanStack;
+  let power: Proc;
   const as = (key: string) => ({ 'x-api-key': key });
   const get = async (id: string) => (await req<PlanView>(s.url, 'GET', `/plans/${id}`, undefined, as(K.admin))).body;
   const fields = (e: DaemonError) => (e.fields ?? []).map((f) => f.field);
@@ -40,8 +43,11 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     for (const [i, name] of ['pc-a', 'pc-b', 'pc-victim'].entries()) {
       await createPlanVm(s.m, { name, disks: [{ ds: 'LocalDS_0', file: `${name}/${name}.vmdk`, bytes: 1 << 20 }], mac: `00:50:56:07:00:${(0x10 + i).toString(16)}` });
     }
+    // The power actions are vm_power jobs: a worker with vsphere_access alone (it takes no plan VM's shape B job).
+    power = await startWorkerProc(s.env, 'pc-power', ['vsphere_access']);
+    await awaitWorkers(s.url, [power], as(K.admin));
   });
-  after(async () => { await s?.stop(); });
+  after(async () => { await power?.kill(); await s?.stop(); });
 
   it('the reported attack: source.insecure through a plan is a 403 naming source.insecure for a submit key (create, change, validate, start); an admin\'s plan runs its job with it', async () => {
     const insecure = s.plan('pc-insecure', ['pc-a'], { source: { insecure: true } });
@@ -64,7 +70,8 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     expect(started.status, started.text).to.equal(200);
     expect(started.body.started_by).to.deep.equal({ name: 'ops', role: 'admin' });
     const job = await until(async () => (await get('pc-insecure')).vms[0].job_id, 30_000, 'the VM\'s job');
-    const spec = JSON.parse((await s.rc.hget(keys(PREFIX).job(job), 'spec'))!) as { parameters: { insecure: boolean } };
+    // The VM's job id is claimed in the plan just before its job is created: wait for the record.
+    const spec = JSON.parse(await until(() => s.rc.hget(keys(PREFIX).job(job), 'spec'), 30_000, 'the job\'s record')) as { parameters: { insecure: boolean } };
     expect(spec.parameters.insecure).to.equal(true);
     expect((await req(s.url, 'POST', '/plans/pc-insecure/cancel', undefined, as(K.admin))).status).to.equal(200);
   });
@@ -110,6 +117,23 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     const off = await req(s.url, 'POST', '/vms/poweroff', { vm_path: victim }, as(K.admin));
     expect(off.status, off.text).to.equal(200);
     expect((await vmDetail(s.m, victim)).power_state).to.equal('poweredOff');
+  });
+
+  it('a plan\'s side-effect operations (rollback_kvm, remove_source) are refused from every caller, admin included: no job is made and the source stays', async () => {
+    // What an attacker would aim them at: another job's ledger, or any VM's source through a job of its choosing.
+    const victim = s.vm('pc-victim');
+    const jobKeys = async () => (await s.rc.keys(keys(PREFIX).job('*'))).sort();
+    const before = await jobKeys();
+    for (const [operation, parameters] of [['rollback_kvm', { of_job: 'someone-elses-job', power_on_source: true }], ['remove_source', { of_job: 'someone-elses-job' }]] as const) {
+      for (const [who, key] of [['submit', K.submit], ['admin', K.admin]] as const) {
+        const r = await req<DaemonError>(s.url, 'POST', '/jobs/operation', { operation, parameters }, as(key));
+        expect(r.status, `${operation} as ${who}: ${r.text}`).to.equal(400);
+        expect(fields(r.body), r.text).to.include('operation');
+        expect(r.body.error).to.include('plan runner');
+      }
+    }
+    expect(await jobKeys(), 'no job made').to.deep.equal(before);
+    expect((await vmDetail(s.m, victim)).name, 'the source VM in the simulator').to.equal('pc-victim');
   });
 
   it('a host bridge is a network_map target only when listed in FERRY_LIBVIRT_BRIDGES: br-mgmt is a blocker, the listed one is not', async () => {

@@ -5,12 +5,10 @@
 // privilege attacks: a submit key listing nbd_access on a noop to get the privileged mode, and a schedule whose
 // template asks for it, refused at creation, at a change and when it fires (counted as a failed run, no job).
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import IORedis from 'ioredis';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startGatewayProc, startProcess, testEnv } from '../helpers/procs';
+import { readFileSync } from 'node:fs';
+import type IORedis from 'ioredis';
+import { startProcess } from '../helpers/procs';
+import { useStack, type Stack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import type { DaemonError, JobApiError } from '../helpers/http';
 import type { Schedule, ScheduleCreated, ScheduleView, Triggered } from '../helpers/api-types';
@@ -30,30 +28,20 @@ const concrete = (p: string) => p.replace(/\{index\}/g, '0').replace(/\{[^}]+\}/
 
 describe('security: roles as the doc says, declared once per route', function () {
   this.timeout(180_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-sec-roles-'));
-  const procs: Proc[] = [];
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  let dm: Awaited<ReturnType<typeof startDaemonProc>>;
+  // The walk below is hundreds of refusals from one address by design: the refusal budget (429 past it,
+  // test/security/edges.test.ts) is off here, so each answer is the role's own.
+  const st = useStack({
+    name: 'sec-roles', prefix: 'roles', daemonYaml: '{}\n',
+    env: { FERRY_API_KEYS: ROLES.map((role) => `${role}-key:${role}:${K[role]}`).join(','), FERRY_API_KEYS_FILE: '', FERRY_REFUSAL_LIMIT: '0' },
+  });
+  let gw: Stack['gw'];
+  let dm: Stack['dm'];
   let r: IORedis;
   const k = keys('roles');
 
-  before(async () => {
-    await redis.start();
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, '{}\n');
-    // The walk below is hundreds of refusals from one address by design: the refusal budget (429 past it,
-    // test/security/edges.test.ts) is off here, so each answer is the role's own.
-    const env = { ...testEnv(redis.url, 'roles'), FERRY_API_KEYS: ROLES.map((role) => `${role}-key:${role}:${K[role]}`).join(','), FERRY_API_KEYS_FILE: '', FERRY_REFUSAL_LIMIT: '0' };
-    [gw, dm] = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
-    procs.push(gw, dm, startProcess('services/scheduler/main.ts', ['--config', cfg], env));
-    r = new IORedis(redis.url);
-  });
-  after(async () => {
-    r?.disconnect();
-    await Promise.all(procs.map((p) => p.kill()));
-    await redis.stop();
-    rmSync(dir, { recursive: true, force: true });
+  before(() => {
+    ({ gw, dm, rc: r } = st);
+    st.procs.push(startProcess('services/scheduler/main.ts', ['--config', st.config], st.env));
   });
 
   it('the table in docs/security.md is the one the route declarations generate', async () => {

@@ -3,8 +3,6 @@
 // both services; they are kept encrypted in Redis and only the worker that claims the job receives them. One definition (shared/sensitive.ts) serves
 // logs, webhooks and responses.
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { isSensitiveKey, redact } from '../../shared/sensitive';
 import { createRedis } from '../../shared/redis';
@@ -12,8 +10,8 @@ import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
-import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startGatewayProc, testEnv } from '../helpers/procs';
+import type { TestRedis } from '../helpers/redis';
+import { useStack, type Stack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import { openWs } from '../helpers/ws';
 import type { DaemonJob, JobStatus, WsMessage } from '../helpers/api-types';
@@ -27,25 +25,15 @@ const TOKEN = 'tok-e1b2c3d4-private-api-token';
 
 describe('security: secrets are redacted in every response and message', function () {
   this.timeout(60_000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-sec-secrets-'));
-  const procs: Proc[] = [];
-  let gw: Awaited<ReturnType<typeof startGatewayProc>>;
-  let dm: Awaited<ReturnType<typeof startDaemonProc>>;
-
-  before(async () => {
-    await redis.start();
-    const env = { ...testEnv(redis.url, 'secrets'), LOG_LEVEL: 'debug', FERRY_SECRET_KEY: 'secrets-test-secret-key' };
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'websocket:\n  status_interval_seconds: 0.5\n');
-    [gw, dm] = await Promise.all([startGatewayProc(env), startDaemonProc(env, cfg)]);
-    procs.push(gw, dm);
+  const s = useStack({
+    name: 'sec-secrets', prefix: 'secrets', daemonYaml: 'websocket:\n  status_interval_seconds: 0.5\n',
+    env: { LOG_LEVEL: 'debug', FERRY_SECRET_KEY: 'secrets-test-secret-key' },
   });
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await redis.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  let gw: Stack['gw'];
+  let dm: Stack['dm'];
+  let redis: TestRedis;
+  let dir: string;
+  before(() => { ({ gw, dm, redis, dir } = s); });
 
   it('one definition: password_hash, tokens, keys and authorization are sensitive; `credentials: job` is not', () => {
     for (const k of ['password', 'password_hash', 'api_key', 'X-API-Key', 'Authorization', 'lease_token', 'client_secret', 'private_key', 'Cookie', 'ticket']) expect(isSensitiveKey(k), k).to.equal(true);

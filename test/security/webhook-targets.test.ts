@@ -5,12 +5,11 @@
 // traffic goes anywhere but loopback: refused addresses are never connected to.
 import { expect } from 'chai';
 import http from 'node:http';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startProcess, testEnv, Proc } from '../helpers/procs';
+import { useStack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { DeliveryLog, WebhookAdded, WebhookList } from '../helpers/api-types';
@@ -25,9 +24,11 @@ const REFUSED = [
 
 describe('security: webhook targets', function () {
   this.timeout(60000);
-  const redis = new TestRedis();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-ssrf-'));
-  const procs: Proc[] = [];
+  // Two daemons on one Redis: the strict one as shipped, the other with the loopback opt-in.
+  const s = useStack({
+    name: 'ssrf', gateway: false, daemon: false, daemonYaml: 'webhooks:\n  backoff_ms: 100\n',
+    env: (st) => ({ FERRY_CONFIG: st.config, FERRY_HOST: '127.0.0.1' }),
+  });
   let strict: Proc & { url: string };
   let open: Proc & { url: string };
   let receiver: http.Server;
@@ -37,7 +38,6 @@ describe('security: webhook targets', function () {
 
   before(async function () {
     this.timeout(90000);
-    await redis.start();
     receiver = http.createServer((rq, rs) => {
       hits.push(rq.url!);
       rq.resume();
@@ -49,18 +49,9 @@ describe('security: webhook targets', function () {
     receiver.on('connection', () => connections++);
     await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
     R = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
-    const cfg = path.join(dir, 'daemon.yaml');
-    writeFileSync(cfg, 'webhooks:\n  backoff_ms: 100\n');
-    const env = { ...testEnv(redis.url), FERRY_CONFIG: cfg, FERRY_HOST: '127.0.0.1' };
-    [strict, open] = await Promise.all([startDaemonProc(env, cfg), startDaemonProc({ ...env, FERRY_WEBHOOK_ALLOW_LOOPBACK: '1' }, cfg)]);
-    procs.push(strict, open);
+    [strict, open] = await Promise.all([s.add(startDaemonProc(s.env, s.config)), s.add(startDaemonProc({ ...s.env, FERRY_WEBHOOK_ALLOW_LOOPBACK: '1' }, s.config))]);
   });
-  after(async () => {
-    await Promise.all(procs.map((p) => p.stop()));
-    receiver?.close();
-    await redis.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  after(() => { receiver?.close(); });
 
   it('refuses every private, loopback, link-local, metadata, unspecified, CGNAT, unique-local and multicast form with a 400 naming url', async () => {
     for (const url of REFUSED) {
@@ -117,10 +108,9 @@ describe('security: webhook targets', function () {
   });
 
   it('a notifier without the opt-in refuses a loopback webhook stored by a daemon with it, and logs why', async () => {
-    const cfg = path.join(dir, 'notifier.yaml');
+    const cfg = path.join(s.dir, 'notifier.yaml');
     writeFileSync(cfg, 'webhooks:\n  backoff_ms: 100\n');
-    const notifier = startProcess('services/notifier/main.ts', [], { ...testEnv(redis.url), FERRY_CONFIG: cfg });
-    procs.push(notifier);
+    s.procs.push(startProcess('services/notifier/main.ts', [], { ...testEnv(s.redis.url), FERRY_CONFIG: cfg }));
     {
       const port = (receiver.address() as AddressInfo).port;
       const add = await req<WebhookAdded>(open.url, 'POST', '/webhooks', { url: `http://localhost:${port}/stored`, events: ['job.completed'], retry_count: 2 });

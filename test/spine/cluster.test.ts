@@ -92,3 +92,32 @@ describe('npm start: the whole local cluster (scripts/cluster.ts)', function () 
     expect(existsSync(path.join(dir, 'data', 'redis', 'appendonlydir'))).to.equal(true);
   });
 });
+
+describe('npm start: a service that dies stops the cluster, naming it (issue 38)', function () {
+  this.timeout(240_000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-cluster-clash-'));
+  let blocker: net.Server;
+  after(() => { blocker?.close(); rmSync(dir, { recursive: true, force: true }); });
+
+  it("worker-1's metrics port already in use: the worker exits naming the port, npm start exits 1 naming worker-1, nothing keeps running", async () => {
+    const ports: Record<string, number> = {};
+    for (const k of ['redis', 'gateway', 'daemon', 'w1', 'w2']) ports[k] = await freePort();
+    // Another program holds worker-1's metrics port (as under the reported `npm start`, where both workers died).
+    blocker = net.createServer();
+    await new Promise<void>((r) => blocker.listen(ports.w1, '127.0.0.1', r));
+    const env: Record<string, string> = {
+      PATH: process.env.PATH!, HOME: process.env.HOME || '/root', FERRY_DATA_DIR: path.join(dir, 'data'), FERRY_REDIS_PORT: String(ports.redis),
+      GATEWAY_PORT: String(ports.gateway), DAEMON_PORT: String(ports.daemon), WORKER1_METRICS_PORT: String(ports.w1), WORKER2_METRICS_PORT: String(ports.w2),
+    };
+    const proc = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    for (const s of [proc.stdout, proc.stderr]) s.setEncoding('utf8').on('data', (d: string) => { out += d; });
+    const code = await new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+    expect(code, out).to.equal(1);
+    expect(out).to.match(new RegExp(`\\[worker-1\\] worker: failed to start: metrics port ${ports.w1} could not be opened: listen EADDRINUSE`));
+    expect(out).to.match(/\[cluster\] worker-1 exited unexpectedly \(exit code 2\): stopping every service; npm start exits 1/);
+    expect(out).to.contain('[cluster] redis-server stopped');
+    // Everything the cluster started is gone: the gateway, the daemon, worker-2 and the private Redis.
+    for (const k of ['redis', 'gateway', 'daemon', 'w2']) expect(await listening(ports[k]), `port ${k} still open`).to.equal(false);
+  });
+});

@@ -19,7 +19,7 @@ import { managerFor } from '../../shared/vsphere/client';
 import { vmDetail } from '../../shared/vsphere/inventory';
 import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
 import type { ExportResult } from '../../shared/vsphere/export';
-import { createVm, makeDisks, makeSnapshotChain, powerOn, sha256, tinyVm, upload } from './fixture';
+import { createVm, makeDisks, makeSnapshotChain, otherSessions, powerOn, sha256, tinyVm, upload } from './fixture';
 
 /** An export job's result (services/worker/operations/export.ts runExportOp), its manifest read as one. */
 type ExportJobResult = Omit<ExportResult, 'manifest'> & { manifest: Manifest; output_path: string; throughput_bytes_per_second: number | null };
@@ -199,6 +199,8 @@ describe('vSphere export jobs (vcsim)', function () {
     writeFileSync(cfg, [
       'command: manager_export', `manager_host: ${v.url}`, `manager_user: ${v.username}`, 'manager_password: ${VC_PW}', 'vm_name: tiny',
       `output_dir: ${out}`, 'parallel_streams: 2', 'out_format: raw', 'fstab_mode: preserve', 'update_grub: false', 'regen_initramfs: false', ''].join('\n'));
+    const m = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
+    const openBefore = await otherSessions(m);
     const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
       const child = spawn(path.resolve(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js'), ['--config', cfg], { env: { PATH: process.env.PATH!, HOME: process.env.HOME || '/root', TMPDIR: os.tmpdir(), VC_PW: PASSWORD, FERRY_VSPHERE_CA: v.caFile }, stdio: ['ignore', 'pipe', 'pipe'] });
       let stdout = ''; let stderr = '';
@@ -215,6 +217,8 @@ describe('vSphere export jobs (vcsim)', function () {
     execFileSync('qemu-img', ['compare', '-f', 'raw', '-F', 'raw', path.join(out, 'tiny.raw'), tiny.raw]);
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as unknown;
     expect(JSON.stringify(report)).to.include('vsphere');
+    // Its vSphere session is logged out at the end of the run, not left to expire on the manager.
+    expect((await otherSessions(m)).filter((k) => !openBefore.includes(k)), 'sessions ferry-convert left open').to.deep.equal([]);
   });
 
   it('refuses a running VM by default with a clear reason; power_off=force powers it off (recorded) and exports', async () => {

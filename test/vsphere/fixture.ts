@@ -8,7 +8,8 @@ import path from 'node:path';
 import { request } from 'undici';
 import { agentFor, Manager } from '../../shared/vsphere/client';
 import { waitForTask } from '../../shared/vsphere/actions';
-import { el, esc, moref } from '../../shared/vsphere/xml';
+import { arr, child, el, esc, moref, text } from '../../shared/vsphere/xml';
+import { retrieve } from '../../shared/vsphere/properties';
 import type { Vcsim } from '../helpers/vcsim';
 
 export const DC = 'DC0';
@@ -108,4 +109,13 @@ export async function tinyVm(v: Vcsim, m: Manager, dir: string, name: string, mi
   const p = await createVm(m, { name, disks: [{ file: `${name}/${name}.vmdk`, bytes: disks.bytes }] });
   await upload(v, disks.sparse, `${name}/${name}.vmdk`);
   return { path: p, sparse: disks.sparse, raw: disks.raw };
+}
+
+/** The sessions open on a simulator other than `m`'s own (SessionManager.sessionList less currentSession): what
+ *  other processes (a daemon, ferry-convert) hold there. */
+export async function otherSessions(m: Manager): Promise<string[]> {
+  const sc = await m.serviceContent();
+  const [o] = await retrieve(m, [sc.sessionManager], [{ type: 'SessionManager', paths: ['sessionList', 'currentSession'] }]);
+  const own = text(child(o.props.currentSession, 'key'));
+  return arr(child(o.props.sessionList, 'UserSession')).map((x) => text(child(x, 'key'))!).filter((k) => k !== own);
 }

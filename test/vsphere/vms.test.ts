@@ -1,21 +1,24 @@
 // The daemon's Remote VMs endpoints against the vSphere simulator, as an operator calls them: both path forms,
 // the default manager (GOVC_* with the simulator's certificate as CA) and per-request credentials (a second
 // simulator whose certificate is not trusted: refused, then accepted with insecure), a wrong password, an
-// unknown path, an unreachable manager; power actions and CD-ROM removal checked on the simulator afterwards.
+// unknown path, an unreachable manager; power actions and CD-ROM removal checked on the simulator afterwards. The
+// power actions run as vm_power jobs on a worker with vsphere_access (the daemon stays Node only): the job list
+// shows them, and a password given for one is kept sealed (FERRY_SECRET_KEY), never in a log.
 import { expect } from 'chai';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { TestRedis, freePort } from '../helpers/redis';
-import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
+import { createRedis, keys } from '../../shared/redis';
+import { awaitWorkers, Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { managerFor } from '../../shared/vsphere/client';
 import { listVms, vmDetail } from '../../shared/vsphere/inventory';
 import type { VmCdrom, VmDetail, VmDisk, VmNic } from '../../shared/vsphere/inventory';
 import type { DaemonError } from '../helpers/http';
-import { createVm, makeDisks, powerOn, upload } from './fixture';
-import type { VmList } from '../helpers/api-types';
+import { createVm, makeDisks, otherSessions, powerOn, upload } from './fixture';
+import type { DaemonJobList, VmList } from '../helpers/api-types';
 
 const PASSWORD = 'vcsim-default-pw-31';
 const OTHER_PASSWORD = 'vcsim-other-pw-62';
@@ -27,6 +30,20 @@ interface VmDiscovery extends VmList { by_power_state: Record<string, number>; d
 type VmInfo = Omit<VmDetail, 'moref' | 'disks' | 'nics' | 'cdroms'> & {
   disks: Array<Omit<VmDisk, 'key' | 'controller_key' | 'unit_number'>>; nics: Array<Omit<VmNic, 'key'>>; cdroms: Array<Omit<VmCdrom, 'key'>>;
 };
+/** The Redis keys whose value (string, hash, list, set, sorted set, stream) holds `text`. */
+async function redisKeysHolding(url: string, text: string): Promise<string[]> {
+  const r = createRedis({ url });
+  try {
+    const found: string[] = [];
+    for (const key of await r.keys('*')) {
+      const t = await r.type(key);
+      const v = t === 'string' ? await r.get(key) : t === 'hash' ? await r.hgetall(key) : t === 'list' ? await r.lrange(key, 0, -1)
+        : t === 'set' ? await r.smembers(key) : t === 'zset' ? await r.zrange(key, 0, -1) : t === 'stream' ? await r.xrange(key, '-', '+') : null;
+      if (JSON.stringify(v ?? '').includes(text)) found.push(key);
+    }
+    return found;
+  } finally { r.disconnect(); }
+}
 /** POST /vms/shutdown, /vms/poweroff, /vms/remove-cdrom. */
 interface VmMessage { message: string }
 
@@ -37,6 +54,7 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
   let v: Vcsim;
   let v2: Vcsim;
   let daemon: Proc & { url: string };
+  let worker: Proc;
   let B: string;
   let m: ReturnType<typeof managerFor>;
   const q = (o: Record<string, string | boolean>) => '?' + new URLSearchParams(Object.entries(o).map(([k, x]): [string, string] => [k, String(x)])).toString();
@@ -55,10 +73,14 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     await powerOn(m, '/DC0/vm/notools');
     const cfg = path.join(dir, 'daemon.yaml');
     writeFileSync(cfg, 'daemon:\n  job_timeout: 1h\n');
-    daemon = await startDaemonProc({ ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1', GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD }, cfg);
+    const env = { ...testEnv(redis.url), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1', GOVC_URL: v.url, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD, FERRY_SECRET_KEY: 'vms-test-secret-key-0123456789' };
+    daemon = await startDaemonProc(env, cfg);
     B = daemon.url;
+    worker = await startWorkerProc(env, 'vms-power', ['vsphere_access']);
+    await awaitWorkers(B, [worker]);
   });
   after(async () => {
+    await worker?.stop();
     await daemon?.stop();
     await Promise.all([v?.stop(), v2?.stop()]);
     await redis.stop();
@@ -105,12 +127,18 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     expect(away.status).to.equal(502);
     expect(away.body.error).to.include(`vSphere manager https://127.0.0.1:${port} cannot be reached`);
     expect(away.text).to.not.include('secret-away-pw');
+    // The password travelled to the worker sealed beside its job: in Redis only encrypted.
+    const awayJob = (await req<DaemonJobList>(B, 'GET', '/jobs?limit=100')).body.jobs.find((j) => j.definition.operation === 'vm_power' && j.status === 'failed')!;
+    expect(awayJob.error).to.include('cannot be reached');
+    expect(await redisKeysHolding(redis.url, 'secret-away-pw')).to.deep.equal([]);
+    const rc = createRedis({ url: redis.url });
+    try { expect(await rc.get(keys('ferry').credentials(awayJob.id))).to.match(/^v1:/); } finally { rc.disconnect(); }
     // Only managers the deployment names (GOVC_URL, FERRY_VSPHERE_MANAGERS) are contacted: no arbitrary hosts.
     const elsewhere = await req<DaemonError>(B, 'GET', `/vms/list${q({ server: 'https://10.9.8.7/sdk' })}`, undefined, creds('u', 'secret-elsewhere-pw'));
     expect(elsewhere.status).to.equal(400);
     expect(elsewhere.body.error).to.match(/^server 10\.9\.8\.7:443 is not a vSphere manager this service may contact/);
     expect(elsewhere.text).to.not.include('secret-elsewhere-pw');
-    expect(daemon.logs.join('')).to.not.include('not-the-password-55').and.not.include('secret-away-pw').and.not.include(PASSWORD);
+    expect(daemon.logs.join('') + worker.logs.join('')).to.not.include('not-the-password-55').and.not.include('secret-away-pw').and.not.include(PASSWORD);
   });
 
   it('GET /vms/info by path and by name: hardware, disks, NICs, firmware, CD-ROMs, snapshots; 404 for an unknown path; 400 naming the field', async () => {
@@ -164,6 +192,11 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     const again = await req<DaemonError>(B, 'POST', '/vms/poweroff', { vm_path: '/DC0/vm/notools' });
     expect(again.status).to.equal(409);
     expect(again.body.error).to.include('already powered off');
+    // Each action was a vm_power job on the worker: the shutdown and two power-offs completed, the refusals failed.
+    const jobs = (await req<DaemonJobList>(B, 'GET', '/jobs?limit=100')).body.jobs.filter((j) => j.definition.operation === 'vm_power');
+    const byPath = (status: string) => jobs.filter((j) => j.status === status).map((j) => j.definition.vm_path).sort();
+    expect(byPath('completed')).to.deep.equal(['/DC0/vm/DC0_C0_RP0_VM0', '/DC0/vm/DC0_H0_VM0', '/DC0/vm/notools']);
+    expect(byPath('failed')).to.include.members(['/DC0/vm/notools']);
   });
 
   it('GET /vms/discover: the whole inventory of the default manager, both path forms', async () => {
@@ -187,5 +220,21 @@ describe('remote VMs endpoints (/vms/*) against vcsim', function () {
     const vms = await listVms(mm);
     expect(vms.length).to.be.greaterThan(4);
     expect(await mm.sessionCookie()).to.not.equal(cookie);
+  });
+
+  // Last: it stops the daemon and the worker (whose vm_power jobs above opened sessions of their own).
+  it('a daemon and a worker stopped with SIGTERM log out of the vSphere sessions they opened, on each manager used', async () => {
+    const m2 = managerFor({ url: v2.url, username: v2.username, password: OTHER_PASSWORD, insecure: true });
+    expect((await req(B, 'GET', '/vms/list')).status).to.equal(200);
+    expect((await req(B, 'GET', `/vms/list${q({ server: v2.url, insecure: true })}`, undefined, creds(v2.username, OTHER_PASSWORD))).status).to.equal(200);
+    const [daemon1, daemon2] = [await otherSessions(m), await otherSessions(m2)];
+    expect(daemon1, "the daemon's and the worker's sessions on the default manager").to.have.length.above(1);
+    expect(daemon2, "the daemon's session on the per-request manager").to.have.length.above(0);
+    await daemon.stop('SIGTERM');
+    expect(daemon.proc.exitCode, 'a clean exit, within the shutdown bound').to.equal(0);
+    await worker.stop('SIGTERM');
+    expect(worker.proc.exitCode, "the worker's clean exit").to.equal(0);
+    expect((await otherSessions(m)).filter((k) => daemon1.includes(k)), 'still open on the default manager').to.deep.equal([]);
+    expect((await otherSessions(m2)).filter((k) => daemon2.includes(k)), 'still open on the per-request manager').to.deep.equal([]);
   });
 });

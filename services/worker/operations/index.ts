@@ -8,6 +8,9 @@ import { migrate, cleanupMigrate } from './migrate';
 import { cleanupImport, importKvm } from './import';
 import { admitExport, cleanupExport, runExportOp } from './export';
 import { admitMigration, migrateVm } from './migrate-vm';
+import { guestPreflightOp } from './guest-preflight';
+import { vmPower } from './vm-power';
+import { removeSource, rollbackKvm } from './plan-effects';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
@@ -16,4 +19,8 @@ export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: 
   migrate: { run: migrate, cleanup: cleanupMigrate },
   export: { run: runExportOp, cleanup: cleanupExport, admit: admitExport },
   migrate_vm: { run: migrateVm, cleanup: cleanupImport, admit: admitMigration },
+  guest_preflight: { run: guestPreflightOp },
+  vm_power: { run: vmPower },
+  rollback_kvm: { run: rollbackKvm },
+  remove_source: { run: removeSource },
 };

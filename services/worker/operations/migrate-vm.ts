@@ -21,8 +21,6 @@ export function exportBase(env: NodeJS.ProcessEnv = process.env): string {
   return path.join(os.tmpdir(), `ferry-${process.getuid?.() ?? 'user'}`, 'exports');
 }
 
-export const exportDirOf = (jobId: string) => path.join(exportBase(), jobId);
-
 /** Makes `dir` (0700) or accepts it only when it is a real folder of this user; a looser mode is tightened. */
 async function privateDir(dir: string): Promise<void> {
   await fs.mkdir(dir, { mode: 0o700 }).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw e; });
