@@ -10,18 +10,21 @@
 //   with rootflags=subvol=@, the source VMDK is byte-identical.
 // That this guest's MODULES=dep initramfs has no virtio is checked by its build (btrfs.sh), as for plain. Serial
 // logs of a failed check stay in test/artifacts/guest-btrfs-*.log.
+// The conversion, the output's boot and its read-back are a reused proof (test/helpers/proofs.ts): with every input
+// unchanged the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
-import { keepOnFailure } from '../helpers/boot-logs';
-import { ferryConvert } from '../helpers/procs';
+import { keepTextOnFailure } from '../helpers/boot-logs';
+import { CommandRun, ferryConvert } from '../helpers/procs';
+import { consoleOf, fixtureInputs, reusedProof } from '../helpers/proofs';
 import type { PipelineReport } from '../../shared/converter/stages/report';
 import type { FixAction } from '../../shared/converter/types';
 
@@ -34,8 +37,23 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
 
   it('the source boots on SATA; ferry-convert\'s output boots on virtio with / and /home on their subvolumes', async () => {
     const g = await ensureDebianGuest('btrfs');
-    const before = await sha256File(g.vmdk);
     const ready = new RegExp(`${g.ready.source} mounts=/,/home`);
+    // The source's boot (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    const sourceBoot = async () => {
+      await provedSourceBoot(g, 'sata', asOnVmware(g, ready), (r) => {
+        expect(r, 'the source on SATA').to.include({ status: 'passed' });
+        expect(ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
+      });
+    };
+    const spec = { name: 'guest-btrfs-output', entries: [__filename], extra: fixtureInputs(g.vmdk) };
+    if (await reusedProof(spec, () => convert(g, ready, sourceBoot), (e) => check(ready, e)) === 'reused') await sourceBoot();
+  });
+
+  /** What the check reads: ferry-convert's exit and report, the output's serial console, the output read back. */
+  interface Evidence { cli: CommandRun; report: PipelineReport; console: string; readback?: { uuid: string; fstab: string; grubCfg: string }; source: string[] }
+
+  async function convert(g: DebianGuest, ready: RegExp, sourceBoot: () => Promise<void>): Promise<Evidence> {
+    const before = await sha256File(g.vmdk);
     const out = path.join(dir, 'out');
     mkdirSync(out);
     const cfg = path.join(out, 'ferry.yaml');
@@ -43,32 +61,39 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'btrfs.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready.source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
-    await provedSourceBoot(g, 'sata', asOnVmware(g, ready), (r) => {
-      expect(r, 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
-    });
+    await sourceBoot();
     const cli = await ferryConvert(['--config', cfg]);
-
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as PipelineReport;
-    keepOnFailure('guest-btrfs-output', report.test_boot?.console_log ?? '', () => {
+    // Read back independently (when there is an output: the check says why not).
+    const output = path.join(out, 'btrfs.qcow2');
+    let readback: Evidence['readback'];
+    if (existsSync(output)) {
+      const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
+      try {
+        const uuid = (await s.cmd('vfs-uuid', '/dev/sda1')).trim();
+        await s.cmd('mount-options', 'subvol=@,ro', '/dev/sda1', '/');
+        readback = { uuid, fstab: await s.read('/etc/fstab'), grubCfg: await s.read('/boot/grub/grub.cfg') };
+      } finally { await s.close(); }
+    }
+    return { cli, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+  }
+
+  /** The assertions, on a fresh run's evidence or on the record's. */
+  function check(ready: RegExp, e: Evidence) {
+    const { report, readback } = e;
+    keepTextOnFailure('guest-btrfs-output', e.console, () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
       expect(ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
-    expect(cli.code, cli.stderr).to.equal(0);
+    expect(e.cli.code, e.cli.stderr).to.equal(0);
     const actions = report.stages.fix.result!.actions as FixAction[];
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
-
-    // Read back independently: UUID= with each subvol= kept, GRUB's kernel line on the UUID and the subvolume.
-    const s = await GuestSession.open([{ path: path.join(out, 'btrfs.qcow2'), format: 'qcow2' }], { readonly: true });
-    try {
-      const uuid = (await s.cmd('vfs-uuid', '/dev/sda1')).trim();
-      await s.cmd('mount-options', 'subvol=@,ro', '/dev/sda1', '/');
-      const fstab = s.lines(await s.read('/etc/fstab')).filter((l) => !l.startsWith('#')).map((l) => l.split(/\s+/).slice(0, 4));
-      expect(fstab).to.deep.equal([[`UUID=${uuid}`, '/', 'btrfs', 'subvol=@'], [`UUID=${uuid}`, '/home', 'btrfs', 'subvol=@home']]);
-      const grubCfg = await s.read('/boot/grub/grub.cfg');
-      expect(grubCfg).to.match(new RegExp(`root=UUID=${uuid} ro rootflags=subvol=@ `)).and.not.match(/root=\/dev\/sd/);
-    } finally { await s.close(); }
-    expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
-  });
+    // Read back: UUID= with each subvol= kept, GRUB's kernel line on the UUID and the subvolume.
+    if (!readback) expect.fail('no output to read back');
+    const { uuid } = readback;
+    const fstab = readback.fstab.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#')).map((l) => l.split(/\s+/).slice(0, 4));
+    expect(fstab).to.deep.equal([[`UUID=${uuid}`, '/', 'btrfs', 'subvol=@'], [`UUID=${uuid}`, '/home', 'btrfs', 'subvol=@home']]);
+    expect(readback.grubCfg).to.match(new RegExp(`root=UUID=${uuid} ro rootflags=subvol=@ `)).and.not.match(/root=\/dev\/sd/);
+    expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+  }
 });

@@ -11,18 +11,21 @@
 // Then the output is read back: fstab and grub.cfg name no /dev/sd*, ifupdown names the new interface, the
 // initramfs holds virtio_blk and virtio_pci, open-vm-tools is gone, and the source is byte-identical.
 // Serial logs of a failed check stay in test/artifacts/guest-<release>-*.log.
+// Each release's conversion, output boot and read-back are a reused proof (test/helpers/proofs.ts): with every input
+// unchanged the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { run, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
-import { ensureDebianGuest } from '../fixtures/debian-guest';
+import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
-import { keepOnFailure } from '../helpers/boot-logs';
-import { ferryConvert } from '../helpers/procs';
+import { keepTextOnFailure } from '../helpers/boot-logs';
+import { CommandRun, ferryConvert } from '../helpers/procs';
+import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import type { FixedReport } from '../helpers/api-types';
 
 const BOOT_TIMEOUT = 900;
@@ -35,59 +38,87 @@ for (const variant of ['debian11', 'debian13'] as const) {
 
     it('the source boots on SATA only; ferry-convert\'s output boots on virtio-blk with its static address on the renamed NIC', async () => {
       const g = await ensureDebianGuest(variant);
-      const before = await sha256File(g.vmdk);
-      const out = path.join(dir, 'out');
-      mkdirSync(out);
-      const cfg = path.join(out, 'ferry.yaml');
-      writeFileSync(cfg, yaml.dump({
-        command: 'local', vmdk: g.vmdk, output_dir: out, to_output: `${variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true,
-        regen_initramfs: true, remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT,
-        memory: 1024,
-      }));
-      // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
-      await provedSourceBoot(g, 'sata', asOnVmware(g, g.ready), (r, text) => {
-        expect(r, 'the source on SATA').to.include({ status: 'passed' });
-        expect(g.ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
-        expect(text).to.contain(`root=${g.rootDevice}`);
-      });
-      // Stops at the marker (a fixture that is wrong) or the initramfs giving up, whichever comes first.
-      await provedSourceBoot(g, 'virtio', asOnKvm(g, new RegExp(`${g.ready.source}|${INITRAMFS_GAVE_UP.source}`)), (_r, text) => {
-        expect(text, 'the source on virtio-blk').to.match(INITRAMFS_GAVE_UP);
-        expect(text).not.to.contain(g.marker);
-      });
-      const cli = await ferryConvert(['--config', cfg]);
-
-      const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
-      keepOnFailure(`guest-${variant}-output`, report.test_boot?.console_log ?? '', () => {
-        expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
-        expect(g.ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
-      });
-      expect(cli.code, cli.stderr).to.equal(0);
-      const actions = report.stages.fix.result.actions;
-      expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
-
-      // Read back independently, in one read-only appliance.
-      const s = await GuestSession.open([{ path: path.join(out, `${variant}.qcow2`), format: 'qcow2' }], { readonly: true });
-      const initrd = path.join(dir, 'initrd.img');
-      let builtin: string | undefined;
-      try {
-        await s.cmd('mount-ro', '/dev/sda1', '/');
-        expect(await s.read('/etc/fstab')).not.to.match(/^\/dev\/sd/m);
-        expect(await s.read('/boot/grub/grub.cfg')).to.match(/root=UUID=/).and.not.match(/root=\/dev\/sd/);
-        const interfaces = await s.read('/etc/network/interfaces');
-        expect(interfaces).to.contain(`iface ${kvmNicName(0)} inet static`).and.not.contain(g.vmwareNic);
-        expect(await s.exists('/usr/bin/vmtoolsd'), 'open-vm-tools removed').to.equal(false);
-        const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
-        await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
-        builtin = await s.read(`/lib/modules/${kernel}/modules.builtin`);
-      } finally { await s.close(); }
-      const listing = await run('lsinitramfs', [initrd]);
-      expect(listing.code, listing.stderr).to.equal(0);
-      // In the image, or built into the kernel (Debian 13's kernel has virtio_pci built in).
-      for (const m of ['virtio_blk', 'virtio_pci', 'virtio_net']) {
-        expect(`${listing.stdout}\n${builtin ?? ''}`, m).to.match(new RegExp(`/${m}\\.ko(\\.[a-z]+)?$`, 'm'));
-      }
-      expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+      // The source's boots (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+      const sourceBoots = async () => {
+        await provedSourceBoot(g, 'sata', asOnVmware(g, g.ready), (r, text) => {
+          expect(r, 'the source on SATA').to.include({ status: 'passed' });
+          expect(g.ready.exec(r.matched!)![1]).to.equal(g.vmwareNic);
+          expect(text).to.contain(`root=${g.rootDevice}`);
+        });
+        // Stops at the marker (a fixture that is wrong) or the initramfs giving up, whichever comes first.
+        await provedSourceBoot(g, 'virtio', asOnKvm(g, new RegExp(`${g.ready.source}|${INITRAMFS_GAVE_UP.source}`)), (_r, text) => {
+          expect(text, 'the source on virtio-blk').to.match(INITRAMFS_GAVE_UP);
+          expect(text).not.to.contain(g.marker);
+        });
+      };
+      const spec = { name: `guest-${variant}-output`, entries: [__filename], extra: fixtureInputs(g.vmdk) };
+      if (await reusedProof(spec, () => convert(g, dir, sourceBoots), (e) => check(g, e)) === 'reused') await sourceBoots();
     });
   });
+}
+
+/** What the check reads: ferry-convert's exit and report, the output's console, the output read back (files, whether
+ *  vmtoolsd is there, the kernel's modules.builtin, this host's listing of the initramfs). */
+interface Evidence {
+  cli: CommandRun; report: FixedReport; console: string; source: string[];
+  readback?: { files: Record<string, string | null>; vmtoolsd: boolean; builtin?: string; listing: CommandRun };
+}
+
+async function convert(g: DebianGuest, dir: string, sourceBoots: () => Promise<void>): Promise<Evidence> {
+  const before = await sha256File(g.vmdk);
+  const out = path.join(dir, 'out');
+  mkdirSync(out);
+  const cfg = path.join(out, 'ferry.yaml');
+  writeFileSync(cfg, yaml.dump({
+    command: 'local', vmdk: g.vmdk, output_dir: out, to_output: `${g.variant}.qcow2`, fstab_mode: 'stabilize-all', update_grub: true,
+    regen_initramfs: true, remove_source_hv_tools: true, virt_test: true, virt_test_expect: g.ready.source, virt_test_timeout: BOOT_TIMEOUT,
+    memory: 1024,
+  }));
+  await sourceBoots();
+  const cli = await ferryConvert(['--config', cfg]);
+  const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
+  const output = path.join(out, `${g.variant}.qcow2`);
+  let readback: Evidence['readback'];
+  if (existsSync(output)) {
+    // Read back independently, in one read-only appliance.
+    const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
+    const initrd = path.join(dir, 'initrd.img');
+    let builtin: string | undefined;
+    let files: Record<string, string | null>;
+    let vmtoolsd: boolean;
+    try {
+      await s.cmd('mount-ro', '/dev/sda1', '/');
+      files = await readBack(s, ['/etc/fstab', '/boot/grub/grub.cfg', '/etc/network/interfaces']);
+      vmtoolsd = await s.exists('/usr/bin/vmtoolsd');
+      const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
+      await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
+      builtin = await s.read(`/lib/modules/${kernel}/modules.builtin`);
+    } finally { await s.close(); }
+    readback = { files, vmtoolsd, builtin, listing: await run('lsinitramfs', [initrd]) };
+  }
+  return { cli, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+}
+
+/** The assertions, on a fresh run's evidence or on the record's. */
+function check(g: DebianGuest, e: Evidence) {
+  const { report } = e;
+  keepTextOnFailure(`guest-${g.variant}-output`, e.console, () => {
+    expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
+    expect(g.ready.exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
+  });
+  expect(e.cli.code, e.cli.stderr).to.equal(0);
+  const actions = report.stages.fix.result.actions;
+  expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
+  if (!e.readback) expect.fail('no output to read back');
+  const { files, listing, builtin } = e.readback;
+  expect(files['/etc/fstab']).not.to.match(/^\/dev\/sd/m);
+  expect(files['/boot/grub/grub.cfg']).to.match(/root=UUID=/).and.not.match(/root=\/dev\/sd/);
+  expect(files['/etc/network/interfaces']).to.contain(`iface ${kvmNicName(0)} inet static`).and.not.contain(g.vmwareNic);
+  expect(e.readback.vmtoolsd, 'open-vm-tools removed').to.equal(false);
+  expect(listing.code, listing.stderr).to.equal(0);
+  // In the image, or built into the kernel (Debian 13's kernel has virtio_pci built in).
+  for (const m of ['virtio_blk', 'virtio_pci', 'virtio_net']) {
+    expect(`${listing.stdout}\n${builtin ?? ''}`, m).to.match(new RegExp(`/${m}\\.ko(\\.[a-z]+)?$`, 'm'));
+  }
+  expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
 }

@@ -7,15 +7,18 @@
 // rhel-shaped, releases), so these two are the job path's. That the source itself does not boot on virtio-blk is
 // shown by test/guest/fixture.test.ts. Each output is then read back in a read-only appliance. Serial logs of a
 // failed boot are kept in test/artifacts/.
+// Each variant's job, boot and read-back are a reused proof (test/helpers/proofs.ts; the gateway and worker start
+// only when one runs): with every input unchanged the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { imageInfo, sha256File } from '../../shared/qemu';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
-import { keepOnFailure } from '../helpers/boot-logs';
+import { keepTextOnFailure } from '../helpers/boot-logs';
+import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
@@ -24,16 +27,16 @@ import type { FixAction } from '../../shared/converter/types';
 
 const BOOT_TIMEOUT = 420;
 
-/** The boot judged in the report: passed on the marker, naming the interface the guest configured, with its address. */
-function expectBooted(name: string, g: DebianGuest, report: PipelineReport) {
-  keepOnFailure(`guest-repair-${name}`, report?.test_boot?.console_log, () => {
+/** The boot judged in the report: passed on the marker, naming the interface the guest configured, with its address
+ *  (`consoleText`: the boot's whole serial console). */
+function expectBooted(name: string, g: DebianGuest, report: PipelineReport, consoleText: string) {
+  keepTextOnFailure(`guest-repair-${name}`, consoleText, () => {
     expect(report.test_boot, 'test boot').to.include({ status: 'passed' });
     const m = g.ready.exec(report.test_boot!.matched!);
     expect(m, `marker ${report.test_boot!.matched}`).to.not.equal(null);
     // The interface is renamed to what the virtio NIC is called on KVM (in Ferry's layout, where the test boot
     // puts it) and comes up configured as before, with its static address.
     expect(m![1]).to.equal(kvmNicName(0));
-    const consoleText = readFileSync(report.test_boot!.console_log, 'latin1');
     expect(consoleText).to.match(g.ready);
     expect(consoleText).to.match(new RegExp(`virtio_net \\S+ ${kvmNicName(0)}: renamed from eth0`));
   });
@@ -42,14 +45,8 @@ function expectBooted(name: string, g: DebianGuest, report: PipelineReport) {
 describe('Ferry on the real Debian 12 guest: the output boots on virtio', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-repair-'));
+  // Started only when a proof runs (a reused one needs no gateway nor worker).
   let stack: Awaited<ReturnType<typeof startStack>> | undefined;
-  let gw: Awaited<ReturnType<typeof startStack>>['gw'];
-
-  before(async () => {
-    // The cached fixture lies outside the default storage roots (the temp dir, /srv): the job may read it.
-    stack = await startStack('guest-worker', ['img_tool', 'mount_operations'], { FERRY_INPUT_ROOTS: [os.tmpdir(), GUEST_CACHE].join(':') });
-    gw = stack.gw;
-  });
   after(async () => {
     await stack?.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -57,9 +54,15 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
 
   /** The two base variants (each layer on the plain disk has its own file in test/guest/). */
   type BiosVariant = Extract<DebianVariant, 'plain' | 'lvm'>;
-  /** One variant end to end: the migrate job, its boot judged, the read-back. Throws on the first failed check. */
-  async function convertAndCheck(variant: BiosVariant) {
-    const g = await ensureDebianGuest(variant);
+  /** What the check reads: the job's submission and end, its report, the output's console, the output read back. */
+  interface Evidence {
+    sub: { status: number; text: string }; final: Pick<JobStatus, 'state' | 'error' | 'result'>; report: PipelineReport; console: string;
+    readback?: { files: Record<string, string | null>; unitLink?: string; etcNetwork: string; systemdNetwork: string }; source: string[];
+  }
+  const FILES = ['/var/lib/dpkg/status', '/etc/fstab', '/boot/grub/grub.cfg', '/etc/default/grub', '/etc/network/interfaces', '/ferry-backup/etc/network/interfaces'];
+
+  /** One variant's migrate job and the read-back of its output. */
+  async function migrate(g: DebianGuest, variant: BiosVariant): Promise<Evidence> {
     const before = await sha256File(g.vmdk);
     const jobOut = path.join(dir, `${variant}-job`);
     const jobId = `guest-${variant}`;
@@ -69,51 +72,69 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
       pipeline: { inspect: { enabled: true }, convert: { enabled: true }, fix: { enabled: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true, remove_source_hv_tools: true }, validate: { enabled: true } },
       output: { directory: jobOut, format: 'qcow2', filename: `${variant}.qcow2` },
     };
+    // The cached fixture lies outside the default storage roots (the temp dir, /srv): the job may read it.
+    stack ??= await startStack('guest-worker', ['img_tool', 'mount_operations'], { FERRY_INPUT_ROOTS: [os.tmpdir(), GUEST_CACHE].join(':') });
+    const gw = stack.gw;
     const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: jobId, operation: 'migrate', parameters: { manifest, virt_test: { expect: g.ready.source, timeout_seconds: BOOT_TIMEOUT, memory_mib: 1024 } } });
     expect(sub.status, sub.text).to.equal(201);
     const final = await until(async () => { const j = (await req<JobStatus>(gw.url, 'GET', `/jobs/${jobId}`)).body; return ['COMPLETED', 'FAILED', 'CANCELLED'].includes(j.state) && j; }, 40 * 60_000, `job ${jobId} finished`);
-
     const report = JSON.parse(readFileSync(path.join(jobOut, 'report.json'), 'utf8')) as PipelineReport;
-    expectBooted(`${variant}-job`, g, report);
-    expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');
+    const output = path.join(jobOut, `${variant}.qcow2`);
+    let readback: Evidence['readback'];
+    if (existsSync(output)) {
+      // Read back independently, in a read-only appliance.
+      const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
+      try {
+        if (variant === 'lvm') await s.cmd('vg-activate-all', 'true');
+        await s.cmd('mount-ro', variant === 'lvm' ? '/dev/vgferry/root' : '/dev/sda1', '/');
+        if (variant === 'lvm') await s.cmd('mount-ro', '/dev/sda1', '/boot');
+        readback = {
+          files: await readBack(s, FILES), unitLink: await s.tryCmd('is-symlink', '/etc/systemd/system/multi-user.target.wants/open-vm-tools.service'),
+          etcNetwork: await s.cmd('ls', '/etc/network'), systemdNetwork: await s.cmd('ls', '/etc/systemd/network'),
+        };
+      } finally { await s.close(); }
+    }
+    return { sub: { status: sub.status, text: sub.text }, final: { state: final.state, error: final.error, result: final.result }, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+  }
 
+  /** The assertions, on a fresh run's evidence or on the record's. */
+  function check(g: DebianGuest, variant: BiosVariant, e: Evidence) {
+    const { report, final } = e;
+    expect(e.sub.status, e.sub.text).to.equal(201);
+    expectBooted(`${variant}-job`, g, report, e.console);
+    expect(final.state, JSON.stringify(final.error || final.result?.errors)).to.equal('COMPLETED');
     // What the report says held at the end, read back by Ferry itself: every check done, none failed.
     const verify = (report.stages.fix.result!.actions as FixAction[]).filter((a) => a.action === 'verify');
     expect(verify.filter((a) => a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(verify.map((a) => a.check)).to.include.members(['/etc/fstab', '/etc/default/grub', '/boot/grub/grub.cfg', 'source hypervisor tools']);
-
-    // Read back independently, in a read-only appliance.
-    const output = path.join(jobOut, `${variant}.qcow2`);
-    const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
-    try {
-      if (variant === 'lvm') await s.cmd('vg-activate-all', 'true');
-      await s.cmd('mount-ro', variant === 'lvm' ? '/dev/vgferry/root' : '/dev/sda1', '/');
-      if (variant === 'lvm') await s.cmd('mount-ro', '/dev/sda1', '/boot');
-      const status = await s.read('/var/lib/dpkg/status');
-      expect(status, output).not.to.match(/^Package: open-vm-tools\nStatus: install ok installed/m);
-      expect(await s.tryCmd('is-symlink', '/etc/systemd/system/multi-user.target.wants/open-vm-tools.service')).to.not.match(/true/);
-      expect(await s.read('/etc/fstab'), output).not.to.match(/^\/dev\/sd/m);
-      const grubCfg = await s.read('/boot/grub/grub.cfg');
-      expect(grubCfg, output).not.to.match(/root=\/dev\/sd/);
-      expect(grubCfg).to.match(variant === 'lvm' ? /root=\/dev\/mapper\/vgferry-root/ : /root=UUID=[0-9a-f-]{36}/);
-      expect(await s.read('/etc/default/grub')).not.to.match(/^GRUB_DISABLE_LINUX_UUID=true/m);
-      const ifaces = await s.read('/etc/network/interfaces');
-      expect(ifaces).to.match(new RegExp(`iface ${kvmNicName(0)} inet static`));
-      expect(ifaces).not.to.contain(g.vmwareNic);
-      // The original is kept in Ferry's backup tree, not beside the file where ifupdown or initscripts would read it.
-      expect(await s.read('/ferry-backup/etc/network/interfaces')).to.match(new RegExp(`iface ${g.vmwareNic} inet static`));
-      expect(s.lines(await s.cmd('ls', '/etc/network')).filter((f) => f.includes('ferry-backup'))).to.deep.equal([]);
-      expect(s.lines(await s.cmd('ls', '/etc/systemd/network'))).to.include(`10-ferry-${kvmNicName(0)}.link`);
-    } finally { await s.close(); }
-
-    expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
+    // Read back independently.
+    if (!e.readback) expect.fail('no output to read back');
+    const { files } = e.readback;
+    const lines = (t: string) => t.split('\n').map((l) => l.trim()).filter(Boolean);
+    expect(files['/var/lib/dpkg/status']).not.to.match(/^Package: open-vm-tools\nStatus: install ok installed/m);
+    expect(e.readback.unitLink).to.not.match(/true/);
+    expect(files['/etc/fstab']).not.to.match(/^\/dev\/sd/m);
+    const grubCfg = files['/boot/grub/grub.cfg'];
+    expect(grubCfg).not.to.match(/root=\/dev\/sd/);
+    expect(grubCfg).to.match(variant === 'lvm' ? /root=\/dev\/mapper\/vgferry-root/ : /root=UUID=[0-9a-f-]{36}/);
+    expect(files['/etc/default/grub']).not.to.match(/^GRUB_DISABLE_LINUX_UUID=true/m);
+    const ifaces = files['/etc/network/interfaces'];
+    expect(ifaces).to.match(new RegExp(`iface ${kvmNicName(0)} inet static`));
+    expect(ifaces).not.to.contain(g.vmwareNic);
+    // The original is kept in Ferry's backup tree, not beside the file where ifupdown or initscripts would read it.
+    expect(files['/ferry-backup/etc/network/interfaces']).to.match(new RegExp(`iface ${g.vmwareNic} inet static`));
+    expect(lines(e.readback.etcNetwork).filter((f) => f.includes('ferry-backup'))).to.deep.equal([]);
+    expect(lines(e.readback.systemdNetwork)).to.include(`10-ferry-${kvmNicName(0)}.link`);
+    expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
   }
 
   // One after the other: one emulated VM at a time per test file, so the suite's two files at once keep two on the
-  // two cores (more starved the guests past systemd's 90 s device timeouts).
+  // two cores (more starved the guests past systemd's 90 s device timeouts). Each variant is a reused proof.
   for (const variant of ['plain', 'lvm'] as BiosVariant[]) {
     it(`${variant}: a migrate job makes an output that boots on virtio-blk with its network as before; open-vm-tools gone; source unchanged`, async () => {
-      await convertAndCheck(variant);
+      const g = await ensureDebianGuest(variant);
+      const spec = { name: `guest-repair-${variant}`, entries: [__filename], extra: fixtureInputs(g.vmdk) };
+      await reusedProof(spec, () => migrate(g, variant), (e) => check(g, variant, e));
     });
   }
 });

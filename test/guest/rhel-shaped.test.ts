@@ -12,8 +12,10 @@
 // Then the output is read back: the devices file is gone, dracut's configuration carries the virtio drivers and the
 // image holds them, the keyfile names the new interface, fstab names no /dev/sd*, and the source is unchanged.
 // Serial logs of a failed check stay in test/artifacts/guest-rhel-shaped-*.log.
+// The conversion, the output's boot and its read-back are a reused proof (test/helpers/proofs.ts): with every input
+// unchanged the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
@@ -22,8 +24,9 @@ import { GuestSession } from '../../shared/converter/guestfs';
 import { kvmNicName } from '../../shared/converter/nic-names';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
-import { keepOnFailure } from '../helpers/boot-logs';
-import { ferryConvert } from '../helpers/procs';
+import { keepTextOnFailure } from '../helpers/boot-logs';
+import { CommandRun, ferryConvert } from '../helpers/procs';
+import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import type { FixedReport } from '../helpers/api-types';
 
 const BOOT_TIMEOUT = 900;
@@ -39,6 +42,33 @@ describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devi
 
   it('the source boots on SATA only; Ferry\'s output boots on virtio-blk with a virtio NIC and its static address', async () => {
     const g = await ensureDebianGuest('rhel-shaped');
+    // The source's boots (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
+    const sourceBoots = async () => {
+      await provedSourceBoot(g, 'sata', asOnVmware(g, ready(g)), (r, text) => {
+        expect(r, 'the source on SATA').to.include({ status: 'passed' });
+        expect(ready(g).exec(r.matched!)![1]).to.equal(g.vmwareNic);
+        expect(text).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
+      });
+      await provedSourceBoot(g, 'virtio', asOnKvm(g, ready(g)), (r, text) => {
+        expect(r, 'the source on virtio-blk').to.include({ status: 'failed' });
+        expect(r.detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
+        expect(text).not.to.contain(g.marker);
+      });
+    };
+    const spec = { name: 'guest-rhel-shaped-output', entries: [__filename], extra: fixtureInputs(g.vmdk) };
+    if (await reusedProof(spec, () => convert(g, sourceBoots), (e) => check(g, e)) === 'reused') await sourceBoots();
+  });
+
+  /** What the check reads: ferry-convert's exit and report, the output's console, the output read back (files,
+   *  whether the devices file exists, this host's listing of the initramfs). */
+  interface Evidence {
+    cli: CommandRun; report: FixedReport; console: string; source: string[];
+    readback?: { files: Record<string, string | null>; devicesFile: boolean; listing: CommandRun };
+  }
+  const FILES = ['/ferry-backup/etc/lvm/devices/system.devices', '/etc/dracut.conf.d/ferry-virtio.conf', '/etc/dracut.conf.d/10-hostonly.conf',
+    '/etc/NetworkManager/system-connections/ens192.nmconnection', '/etc/fstab'];
+
+  async function convert(g: DebianGuest, sourceBoots: () => Promise<void>): Promise<Evidence> {
     const before = await sha256File(g.vmdk);
     const out = path.join(dir, 'out');
     mkdirSync(out);
@@ -47,55 +77,60 @@ describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devi
       command: 'local', vmdk: g.vmdk, output_dir: out, to_output: 'rhel.qcow2', fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true,
       remove_source_hv_tools: true, virt_test: true, virt_test_expect: ready(g).source, virt_test_timeout: BOOT_TIMEOUT, memory: 1024,
     }));
-    // The source's boots first (recorded: nothing to boot), then Ferry's: one emulated VM at a time.
-    await provedSourceBoot(g, 'sata', asOnVmware(g, ready(g)), (r, text) => {
-      expect(r, 'the source on SATA').to.include({ status: 'passed' });
-      expect(ready(g).exec(r.matched!)![1]).to.equal(g.vmwareNic);
-      expect(text).to.match(/root=\/dev\/mapper\/rhel-root .*rd\.lvm\.lv=rhel\/root/);
-    });
-    await provedSourceBoot(g, 'virtio', asOnKvm(g, ready(g)), (r, text) => {
-      expect(r, 'the source on virtio-blk').to.include({ status: 'failed' });
-      expect(r.detail).to.match(/^(dracut could not boot the root device|systemd timed out waiting for a device|systemd emergency mode)/);
-      expect(text).not.to.contain(g.marker);
-    });
+    await sourceBoots();
     const cli = await ferryConvert(['--config', cfg]);
-
     const report = JSON.parse(readFileSync(path.join(out, 'report.json'), 'utf8')) as FixedReport;
-    keepOnFailure('guest-rhel-shaped-output', report.test_boot?.console_log ?? '', () => {
+    const output = path.join(out, 'rhel.qcow2');
+    let readback: Evidence['readback'];
+    if (existsSync(output)) {
+      // Read back independently, in one read-only appliance.
+      const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
+      const initrd = path.join(dir, 'initrd.img');
+      let files: Record<string, string | null>;
+      let devicesFile: boolean;
+      try {
+        await s.cmd('vg-activate-all', 'true');
+        await s.cmd('mount-ro', '/dev/rhel/root', '/');
+        await s.cmd('mount-ro', '/dev/sda1', '/boot');
+        devicesFile = await s.exists('/etc/lvm/devices/system.devices');
+        files = await readBack(s, FILES);
+        const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
+        await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
+      } finally { await s.close(); }
+      readback = { files, devicesFile, listing: await run('lsinitramfs', [initrd]) };
+    }
+    return { cli, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+  }
+
+  /** The assertions, on a fresh run's evidence or on the record's. */
+  function check(g: DebianGuest, e: Evidence) {
+    const { report } = e;
+    keepTextOnFailure('guest-rhel-shaped-output', e.console, () => {
       expect(report.test_boot, 'the output\'s test boot').to.include({ status: 'passed' });
       expect(ready(g).exec(report.test_boot!.matched!)![1]).to.equal(kvmNicName(0));
     });
-    expect(cli.code, cli.stderr).to.equal(0);
+    expect(e.cli.code, e.cli.stderr).to.equal(0);
     const actions = report.stages.fix.result.actions;
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(actions.filter((a) => a.action === 'disk_pins' && a.status === 'done').map((a) => a.file)).to.include('/etc/lvm/devices/system.devices');
     expect(actions.filter((a) => a.action === 'regen_initramfs' && a.status === 'done').map((a) => a.detail)).to.include.members([
       '/etc/dracut.conf.d/ferry-virtio.conf: added virtio_pci, virtio_blk, virtio_scsi, virtio_net',
     ]);
-
-    // Read back independently, in one read-only appliance.
-    const s = await GuestSession.open([{ path: path.join(out, 'rhel.qcow2'), format: 'qcow2' }], { readonly: true });
-    const initrd = path.join(dir, 'initrd.img');
-    try {
-      await s.cmd('vg-activate-all', 'true');
-      await s.cmd('mount-ro', '/dev/rhel/root', '/');
-      await s.cmd('mount-ro', '/dev/sda1', '/boot');
-      expect(await s.exists('/etc/lvm/devices/system.devices'), 'the devices file').to.equal(false);
-      expect(await s.read('/ferry-backup/etc/lvm/devices/system.devices')).to.match(/DEVNAME=\/dev\/sda2/);
-      expect(await s.read('/etc/dracut.conf.d/ferry-virtio.conf')).to.match(/^add_drivers\+=" virtio_pci virtio_blk virtio_scsi virtio_net "$/m);
-      expect(await s.read('/etc/dracut.conf.d/10-hostonly.conf'), 'still host-only').to.match(/^hostonly="yes"$/m);
-      const keyfile = await s.read('/etc/NetworkManager/system-connections/ens192.nmconnection');
-      expect(keyfile).to.contain(`interface-name=${kvmNicName(0)}`);
-      expect(keyfile).to.contain('address1=10.0.2.15/24,10.0.2.2');
-      const fstab = await s.read('/etc/fstab');
-      expect(fstab).not.to.match(/^\/dev\/sd/m);
-      expect(fstab).to.match(/^\/dev\/mapper\/rhel-home\s+\/home\s+xfs/m);
-      const kernel = s.lines(await s.cmd('ls', '/lib/modules'))[0];
-      await s.cmd('download', `/boot/initrd.img-${kernel}`, initrd);
-    } finally { await s.close(); }
-    const listing = await run('lsinitramfs', [initrd]);
+    // Read back: the devices file gone (kept in the backup), dracut's drivers, the keyfile, fstab, the image.
+    if (!e.readback) expect.fail('no output to read back');
+    const { files, listing } = e.readback;
+    expect(e.readback.devicesFile, 'the devices file').to.equal(false);
+    expect(files['/ferry-backup/etc/lvm/devices/system.devices']).to.match(/DEVNAME=\/dev\/sda2/);
+    expect(files['/etc/dracut.conf.d/ferry-virtio.conf']).to.match(/^add_drivers\+=" virtio_pci virtio_blk virtio_scsi virtio_net "$/m);
+    expect(files['/etc/dracut.conf.d/10-hostonly.conf'], 'still host-only').to.match(/^hostonly="yes"$/m);
+    const keyfile = files['/etc/NetworkManager/system-connections/ens192.nmconnection'];
+    expect(keyfile).to.contain(`interface-name=${kvmNicName(0)}`);
+    expect(keyfile).to.contain('address1=10.0.2.15/24,10.0.2.2');
+    const fstab = files['/etc/fstab'];
+    expect(fstab).not.to.match(/^\/dev\/sd/m);
+    expect(fstab).to.match(/^\/dev\/mapper\/rhel-home\s+\/home\s+xfs/m);
     expect(listing.code, listing.stderr).to.equal(0);
     for (const m of ['virtio_blk', 'virtio_pci', 'virtio_net', 'xfs']) expect(listing.stdout, m).to.match(new RegExp(`/${m}\\.ko`));
-    expect(await sha256File(g.vmdk), 'the source VMDK is byte-identical').to.equal(before);
-  });
+    expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+  }
 });

@@ -3,6 +3,10 @@
 // hivexregedit) need no appliance. On the real phony Windows Server 2019 guest (test/fixtures/windows.ts), appliance
 // launches: fixture build (cached across runs), one pipeline run through the CLI (ferry-convert --config), and one
 // read-only read-back session, which also runs the dry-run and missing-tree cases (they write nothing).
+// Not a reused proof (test/helpers/proofs.ts) yet: its appliance part (one ferry-convert pipeline and one read-only
+// read-back, no emulated boot: the cheapest of the heavy files) feeds eight checks whose expected values name this
+// run's temporary folder (the driver tree's and the missing tree's paths) and compare raw registry bytes, so its
+// evidence would first have to be made independent of the folder and stored with its bytes; not done.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, promises as fs } from 'node:fs';

@@ -6,6 +6,9 @@
 // guest_preflight job (the daemon is Node only). Nothing of the disks may land on this host's disks: the worker's
 // and daemon's TMPDIR and the export folder stay empty, no nbdkit outlives the validation, no cache directory
 // stays in /dev/shm.
+// The validation is a reused proof (test/helpers/proofs.ts; the simulator, libvirtd and the daemon start only when it
+// runs): with every input unchanged (the code the daemon loads, the LUKS disk's recipe in this file, the fixture, the
+// simulator's build and the tools among them) the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -25,6 +28,7 @@ import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
+import { fixtureInputs, reusedProof } from '../helpers/proofs';
 
 /** The guest_inspected finding's `guest` (shared/plans/guest-rules.ts), with the fields read here. */
 interface InspectedGuest { os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[] }
@@ -71,8 +75,9 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   let worker: Proc;
   const shmBefore = new Set(shmLeft());
 
-  before(async function () {
-    g = await ensureDebianGuest('plain');
+  /** The simulator with the three VMs, a private Redis, the run's libvirtd, the daemon and the guest-read worker:
+   *  started only when the proof runs (a reused one needs none of them). */
+  async function start() {
     [v, lv] = await Promise.all([startVcsim(), useLibvirt(), redis.start()]);
     const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
     const bytes = (await imageInfo(g.vmdk, 'vmdk'))['virtual-size'];
@@ -103,7 +108,7 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     daemon = await startDaemonProc(env, cfg);
     worker = await startWorkerProc(env, 'gpre-guest', ['vsphere_access', 'mount_operations', 'nbd_access']);
     await awaitWorkers(daemon.url, [worker]);
-  });
+  }
   after(async () => {
     await worker?.stop();
     await daemon?.stop();
@@ -115,14 +120,24 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('names the OS, boot loader and files the repair would change; a LUKS root is a blocker; nothing is downloaded', async () => {
+  /** What the check reads: the plan's creation, the validation's answer, the plan's record after it, and what the
+   *  host held before, during (the most bytes added) and after it. */
+  interface Evidence {
+    created: { status: number; text: string }; validated: { status: number; text: string }; plan: PlanView;
+    tmpBefore: string[]; tmpAfter: string[]; exportBytes: number; most: number; shmNew: string[]; nbdkit: string;
+    /** the states of the guest_preflight jobs the validation made */
+    reads: string[];
+  }
+
+  async function validate(): Promise<Evidence> {
+    await start();
     const c = await req(daemon.url, 'POST', '/plans', {
       id: 'gp', name: 'guest preflight', vms: ['/DC0/vm/debian12', '/DC0/vm/clone12', '/DC0/vm/luks'], destination: { type: 'kvm', virt_uri: lv.uri },
       network_map: { 'VM Network': NET }, storage_map: { LocalDS_0: lv.pool }, options: { power_off: 'none' },
     });
     expect(c.status, c.text).to.equal(201);
     // Validate runs for minutes under TCG: no client-side timeout; meanwhile the folders are sampled.
-    // That TMPDIR already holds tsx's compile cache: what validate adds is measured against it.
+    // The daemon's TMPDIR already holds tsx's compile cache: what validate adds is measured against it.
     const tmpBefore = readdirSync(tmp).sort();
     const base = bytesUnder(tmp);
     let most = 0;
@@ -132,8 +147,21 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     const text = await res.body.text();
     sampling = false;
     await sampler;
-    expect(res.statusCode, text).to.equal(200);
-    const body = JSON.parse(text) as Validation;
+    const plan = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
+    const jobs = (await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=50')).body.jobs;
+    return {
+      created: { status: c.status, text: c.text }, validated: { status: res.statusCode, text }, plan, tmpBefore, tmpAfter: readdirSync(tmp).sort(),
+      exportBytes: bytesUnder(exports), most, shmNew: shmLeft().filter((n) => !shmBefore.has(n)),
+      nbdkit: [daemon, worker].map((p) => spawnSync('pgrep', ['-P', String(p.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim()).join(''),
+      reads: jobs.filter((j) => j.definition.operation === 'guest_preflight').map((j) => j.status),
+    };
+  }
+
+  /** The assertions, on a fresh run's evidence or on the record's. */
+  function check(e: Evidence) {
+    expect(e.created.status, e.created.text).to.equal(201);
+    expect(e.validated.status, e.validated.text).to.equal(200);
+    const body = JSON.parse(e.validated.text) as Validation;
     const by = Object.fromEntries(body.vms.map((x) => [x.vm_path.split('/').pop()!, x.findings]));
     const rules = (n: string) => by[n].map((f) => `${f.rule}:${f.severity}`);
 
@@ -157,18 +185,22 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     expect(body.blockers, JSON.stringify(body)).to.equal(1);
 
     // In the plan's record too, and the LUKS VM would be blocked at start.
-    const p = (await req<PlanView>(daemon.url, 'GET', '/plans/gp')).body;
-    expect(p.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
+    expect(e.plan.vms.find((x) => x.vm_path === '/DC0/vm/luks')!.findings.map((f) => f.rule)).to.include('guest_luks');
 
     // Nothing downloaded: the TMPDIR and export folder hold nothing new (and gained at most libguestfs's small
     // sockets and logs meanwhile), no cache folder is left in /dev/shm, no nbdkit outlives the validation.
-    expect(readdirSync(tmp).sort()).to.deep.equal(tmpBefore);
-    expect(bytesUnder(exports)).to.equal(0);
-    expect(most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
-    expect(shmLeft().filter((n) => !shmBefore.has(n))).to.deep.equal([]);
-    for (const p of [daemon, worker]) expect(spawnSync('pgrep', ['-P', String(p.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim()).to.equal('');
+    expect(e.tmpAfter).to.deep.equal(e.tmpBefore);
+    expect(e.exportBytes).to.equal(0);
+    expect(e.most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
+    expect(e.shmNew).to.deep.equal([]);
+    expect(e.nbdkit).to.equal('');
     // Read by the worker, as one guest_preflight job.
-    const reads = (await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=50')).body.jobs.filter((j) => j.definition.operation === 'guest_preflight');
-    expect(reads.map((j) => j.status)).to.deep.equal(['completed']);
+    expect(e.reads).to.deep.equal(['completed']);
+  }
+
+  it('names the OS, boot loader and files the repair would change; a LUKS root is a blocker; nothing is downloaded', async () => {
+    g = await ensureDebianGuest('plain');
+    const spec = { name: 'plans-guest-preflight', entries: [__filename], extra: fixtureInputs(g.vmdk) };
+    await reusedProof(spec, validate, check);
   });
 });

@@ -5,6 +5,10 @@
 // window that closes, and a cancel mid-plan leaving nothing on the target. One VM is the tiny real guest, which
 // gets all the way to the target's boot check and fails it there: its rollback removes a real domain and volume,
 // those its job's ledger lists (test/security/ledger.test.ts has the attacks on rollback).
+// Not a reused proof (test/helpers/proofs.ts), on purpose: it proves the live orchestration itself. The test acts on
+// what it observes while the plans run (a cancel mid-plan, a window that closes, a rollback after a failure it waits
+// for), so there is no output separate from the run to store and check again; limits sampled during a past run say
+// nothing about this one's interleaving. It runs every time.
 import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
