@@ -11,7 +11,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import os from 'node:os';
 import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
-import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
+import { awaitWorkers, Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { DaemonJob, PlanView, Validation } from '../helpers/api-types';
@@ -83,8 +83,11 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
       FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_URIS: lv2.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir, FERRY_EXPORT_DIR: path.join(dir, 'exports'),
     };
     const daemon = await startDaemonProc(env, cfg);
-    procs.push(daemon, await startWorkerProc(env, 'w1', CAPS, ['--concurrency', '2']));
+    const worker = await startWorkerProc(env, 'w1', CAPS, ['--concurrency', '2']);
+    procs.push(daemon, worker);
     B = daemon.url;
+    // Registered before the first test: /vms/poweroff runs as a vm_power job, answered 503 while no worker can take it.
+    await awaitWorkers(B, [worker]);
     rc = new IORedis(redis.url);
   });
   after(async () => {
@@ -120,7 +123,8 @@ describe('plans: selectors, destinations, names, the source guard and remove_sou
     expect(byName(await get('sel2'))['Big Guy'].selected_by).to.equal(undefined);
 
     // Re-resolved while the plan has not started: app-01 powered off leaves it.
-    await req(B, 'POST', '/vms/poweroff', { vm_path: vm('app-01') });
+    const off = await req(B, 'POST', '/vms/poweroff', { vm_path: vm('app-01') });
+    expect(off.status, off.text).to.equal(200);
     expect((await validate('sel')).vms.map((x) => x.vm_path).sort()).to.deep.equal([vm('web/web-01'), vm('web/web-02')]);
 
     const bad = await req(B, 'POST', '/plans', base('bad', { selectors: [{ power_state: 'on' }] }));
