@@ -94,7 +94,7 @@ describe('plans and /vms: the guest read and the power actions run as worker job
     expect((await validate('gj')).map((x) => x.rule)).to.include('guest_preflight_no_worker');
   });
 
-  it('with a worker that can read guests: validate reads the blank disk in place on that worker (guest_no_os) through a guest_preflight job', async () => {
+  it('with a worker that can read guests: validate reads the blank disk in place on that worker (guest_no_os) through a guest_preflight job @vm', async () => {
     const w = await startWorkerProc(s.env, 'gj-guest', GUEST_CAPS);
     workers.push(w);
     await awaitWorkers(s.url, workers);

@@ -17,7 +17,7 @@ import type { PlanView } from '../helpers/api-types';
 const PREFIX = 'planrsstarter';
 const K = { ops: 'rs-ops-admin-key-0123456789', ops2: 'rs-ops2-admin-key-012345678', opsNow: 'rs-ops-submit-key-012345678' };
 
-describe('plans: remove_source needs the starter to be admin when the source would go, not only at start', function () {
+describe('plans: remove_source needs the starter to be admin when the source would go, not only at start @vm', function () {
   this.timeout(1_800_000);
   let s: PlanStack;
   const as = (key: string) => ({ 'x-api-key': key });

@@ -24,7 +24,7 @@ const PREFIX = 'planresume';
 type Vm = PlanView['vms'][number];
 type Daemon = PlanStack['daemons'][number];
 
-describe('plans: a new leader resumes a rollback and a source removal whose jobs no worker could run yet', function () {
+describe('plans: a new leader resumes a rollback and a source removal whose jobs no worker could run yet @vm', function () {
   this.timeout(4_800_000);
   let s: PlanStack;
   const k = keys(PREFIX);
