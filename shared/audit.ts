@@ -127,6 +127,17 @@ export class AuditLog {
     await this.outside(req, auth, u);
   }
 
+  /** A plan's side effect a worker has done (a rollback, a source removal): no request carries it, so its record
+   *  names the key it acted as (the plan's starter, or the admin who asked for the rollback) and what it acted on. */
+  async effect(e: { operation: string; job_id: string; acting_as: { name: string; role: string | null } | null; targets: Record<string, string> }): Promise<void> {
+    const now = Date.now();
+    await this.store({
+      id: `${now.toString(36)}-${randomBytes(4).toString('hex')}`, time: new Date(now).toISOString(), service: this.service,
+      key_name: e.acting_as?.name ?? null, role: e.acting_as?.role ?? null, method: 'EFFECT', route: e.operation, path: `job/${e.job_id}`.slice(0, 1024),
+      targets: redact({ ...e.targets, job_id: e.job_id }), status: 200, outcome: 'ok', ip: '', duration_ms: 0,
+    });
+  }
+
   /** The record of a request no koa middleware saw. */
   private async outside(req: http.IncomingMessage, auth: Auth, u: { method: string; path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
     const refused = u.status === 401 || u.status === 403;

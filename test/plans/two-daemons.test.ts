@@ -12,6 +12,7 @@
 // powered back on, the completed VM running on the target and gone from vSphere); and each plan webhook
 // delivered exactly once to a receiver on 127.0.0.1.
 import { expect } from 'chai';
+import type { AuditRecord } from '../../shared/audit';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -133,6 +134,13 @@ describe('plans: two daemons, one plan, the leader killed mid-plan', function ()
         expect(await s.rc.hget(`${PREFIX}:job:${a.job_id}`, 'state'), `${n} ${a.action} job`).to.equal('COMPLETED');
       }
     }
+
+    // The audit log: one record of each effect, by the worker that did it, acting as the plan's starter.
+    const effects = (await s.rc.zrange(`${PREFIX}:audit`, 0, -1)).map((r) => JSON.parse(r) as AuditRecord).filter((r) => r.method === 'EFFECT');
+    const audited = effects.map((r) => `${r.route} ${String(r.targets.of_job)}`).sort();
+    expect(audited).to.deep.equal([...['f0', 'f1', 'c0'].map((n) => `rollback_kvm ${by[n].job_id}`), `remove_source ${by.s0.job_id}`].sort());
+    // Authentication is off in this stack: the starter is no key, so key_name is null, as in every request's record.
+    for (const r of effects) expect({ service: r.service, key_name: r.key_name, outcome: r.outcome }).to.deep.equal({ service: 'worker', key_name: null, outcome: 'ok' });
 
     // The target and the simulator as the effects leave them.
     const domains = await s.domains();

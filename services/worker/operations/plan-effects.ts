@@ -14,10 +14,21 @@ import { rollbackVm } from '../../../shared/plans/rollback';
 import { vmGuardHolder } from '../../../queue/vm-guard';
 import type { JobRecord } from '../../../queue/store';
 import { asOperationError } from './export';
+import { AuditLog } from '../../../shared/audit';
 import type { OpContext, Operation } from './types';
 
 /** The source side of a shape B job's spec, as its schema (migrate_vm) validated it. */
 type SourceParameters = { vm_path: string; manager_url?: string; username?: string; insecure?: boolean; credentials?: string };
+
+/** The audit log's record of the effect, once it is done (shared/audit.ts, AuditLog.effect): the key it acted as
+ *  comes from the job's meta, written by the plan runner or the rollback route that submitted it. */
+async function audited(ctx: OpContext, targets: Record<string, string>): Promise<void> {
+  const meta = ctx.job.meta as { acting_as?: { name: string; role: string | null } | null; plan_id?: string };
+  await new AuditLog(ctx.store.redis, ctx.store.k.prefix, ctx.log, 'worker').effect({
+    operation: ctx.spec.operation, job_id: ctx.spec.job_id, acting_as: meta.acting_as ?? null,
+    targets: { ...(meta.plan_id ? { plan_id: meta.plan_id } : {}), ...targets },
+  });
+}
 
 /** The named job, ended: a rollback or a removal never acts while that job may still make or export something. */
 async function namedJob(ctx: OpContext, id: string): Promise<JobRecord> {
@@ -45,6 +56,7 @@ export const rollbackKvm: Operation = async (ctx) => {
   // No manager is contacted when the source stays off (source_was_on false): the target alone is rolled back.
   const detail = await rollbackVm(src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger).catch((e) => { throw asOperationError(e); });
   await ctx.progress('rollback', 100, detail);
+  await audited(ctx, { of_job: of, vm_path: (job.spec.parameters as SourceParameters).vm_path });
   return { of_job: of, detail, ledger: job.ledger.map((e) => ({ kind: e.kind, id: e.id, name: e.name, virt_uri: e.virt_uri })) };
 };
 
@@ -62,6 +74,7 @@ export const removeSource: Operation = async (ctx) => {
   if (holder) throw new OperationError(`${p.vm_path} is being exported by job ${holder}; the source stays`, false);
   await ctx.progress('remove_source', 0, `deleting ${p.vm_path} on ${manager}`);
   await destroyVm(m, p.vm_path, ctx.signal).catch((e) => { throw asOperationError(e); });
+  await audited(ctx, { of_job: of, vm_path: p.vm_path, manager });
   const detail = `${p.vm_path} deleted on ${manager} after job ${of} migrated it`;
   await ctx.progress('remove_source', 100, detail);
   return { of_job: of, vm_path: p.vm_path, manager, removed: true, detail };
