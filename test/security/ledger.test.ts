@@ -24,7 +24,7 @@ const as = (key: string) => ({ 'x-api-key': key });
 const FINAL = ['completed', 'failed', 'cancelled'];
 const CAS = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0`;
 
-describe('security: rollback, cancel clean-up and retries act only on the ledger of what Ferry made', function () {
+describe('security: rollback, cancel clean-up and retries act only on the ledger of what Ferry made @vm', function () {
   this.timeout(600_000);
   let s: PlanStack;
   let B: string;
