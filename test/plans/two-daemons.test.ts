@@ -30,7 +30,7 @@ type Vm = PlanView['vms'][number];
 type Action = NonNullable<Vm['actions']>[number];
 interface Hook { delivery_id: string; event: string; data: { vm_path?: string; status?: string } }
 
-describe('plans: two daemons, one plan, the leader killed mid-plan', function () {
+describe('plans: two daemons, one plan, the leader killed mid-plan @vm', function () {
   this.timeout(2_400_000);
   let s: PlanStack;
   let notifier: Proc;
