@@ -4,9 +4,13 @@
 // and never restarts it.
 export const READY_TIMEOUT_MS = 2000;
 
-/** Whether `p` settles without error within `ms`. */
-export async function answersWithin(p: Promise<unknown>, ms = READY_TIMEOUT_MS): Promise<boolean> {
+/** `p`'s value, or a rejection once `ms` pass first: a Redis command waits through an outage (ioredis queues it),
+ *  so whatever must answer meanwhile bounds its wait with this. */
+export async function within<T>(p: Promise<T>, ms: number): Promise<T> {
   let t: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((r) => { t = setTimeout(() => r(false), ms); });
-  try { return await Promise.race([p.then(() => true, () => false), timeout]); } finally { clearTimeout(t); }
+  const late = new Promise<never>((_r, reject) => { t = setTimeout(() => reject(new Error(`Redis did not answer within ${ms / 1000} s`)), ms); });
+  try { return await Promise.race([p, late]); } finally { clearTimeout(t); }
 }
+
+/** Whether `p` settles without error within `ms`. */
+export const answersWithin = (p: Promise<unknown>, ms = READY_TIMEOUT_MS): Promise<boolean> => within(p, ms).then(() => true, () => false);

@@ -10,6 +10,7 @@ import { checkTree, loadYamlBody, MAX_BODY_BYTES, readBodyText, readJsonBody } f
 import { headersOf, toJsonSchema, type JsonSchema } from './openapi';
 import { ApiKey, Auth, authorize, Need } from './auth';
 import { config } from './config';
+import { within } from './health';
 import { browserRefusal, browserRule } from './browser';
 import { RateLimiter, runAs } from './limits';
 import { clientAddress, trustedRanges } from './client-address';
@@ -305,18 +306,13 @@ function cors(ctx: Koa.Context, origins: string[]): boolean {
 }
 
 let rateLimitDownLogged = 0;
-/** Redis commands wait through an outage (ioredis queues them): a count the request waits for gets a second, then
- *  the request goes on without it, so no request hangs on a Redis that is away. */
-async function answeredWithinASecond<T>(p: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new Error('Redis did not answer within 1 s')), 1000); });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
-}
+/** A count the request waits for gets a second with Redis away, then the request goes on without it. */
+const COUNT_WAIT_MS = 1000;
 /** Counts the request; over the limit a 429 with Retry-After. Redis away: the request passes (availability over
  *  the limit), logged at most once a minute. */
 async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, log: Logger) {
   let v;
-  try { v = await answeredWithinASecond(limiter.hit(who)); } catch (e) {
+  try { v = await within(limiter.hit(who), COUNT_WAIT_MS); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
     return;
   }
@@ -340,7 +336,7 @@ async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logge
 /** The refusal budget's count for one refused request, on an API or a plain port (guardPlain): throws the 429. */
 async function countRefusal(req: IncomingMessage, refusals: RateLimiter, log: Logger) {
   let v;
-  try { v = await answeredWithinASecond(refusals.hit(`addr:${clientAddress(req)}`)); } catch (e) {
+  try { v = await within(refusals.hit(`addr:${clientAddress(req)}`), COUNT_WAIT_MS); } catch (e) {
     if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
     return;
   }
