@@ -1,7 +1,8 @@
 // Issue 35, items 2 and 6: the docs describe the tree as it is. The README's "What is where" names every
 // top-level folder of the repository and every folder under shared/, queue/ and services/ (and no folder that is
 // gone); docs/glossary.md defines every capability, operation, state, role and execution mode the code declares,
-// and the terms the docs use. Each check is planted to fail in a temporary repository, then run on this one.
+// and the terms the docs use; a reference to a doc's section names a heading that exists. Each check is planted
+// to fail in a temporary repository, then run on this one.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -70,6 +71,30 @@ function glossaryGaps(glossary: string, names = codeNames(), terms = TERMS): str
   return [...new Set(names)].filter((n) => !glossary.includes('`' + n + '`')).concat(terms.filter((t) => !bold.has(t.toLowerCase())));
 }
 
+/** Section references such as (docs/testing.md, "Tiers and order") in the repository's text files whose
+ *  document has no heading containing the quoted words. Line breaks in comments are joined first. */
+function staleSectionRefs(root: string): string[] {
+  const files = execFileSync('git', ['ls-files', '-z'], { cwd: root, encoding: 'utf8' }).split('\0')
+    .filter((f) => /\.(ts|js|mjs|cjs|md|sh|lua|ya?ml|txt)$/.test(f) && !f.startsWith('node_modules/'));
+  const headings = new Map<string, string[]>();
+  const headingsOf = (doc: string) => {
+    if (!headings.has(doc)) {
+      let text = '';
+      try { text = readFileSync(path.join(root, 'docs', `${doc}.md`), 'utf8'); } catch { /* a missing doc: no headings */ }
+      headings.set(doc, text.split('\n').filter((l) => l.startsWith('#')).map((l) => l.replace(/^#+\s*/, '').toLowerCase()));
+    }
+    return headings.get(doc)!;
+  };
+  const stale: string[] = [];
+  for (const f of files) {
+    const text = readFileSync(path.join(root, f), 'utf8').replace(/\s*\n\s*(?:\/\/|\*|#|--)?\s*/g, ' ');
+    for (const m of text.matchAll(/docs\/([\w-]+)\.md[,:]?\s*"([^"]+)"/g)) {
+      if (!headingsOf(m[1]).some((h) => h.includes(m[2].toLowerCase()))) stale.push(`${f}: docs/${m[1]}.md "${m[2]}"`);
+    }
+  }
+  return stale;
+}
+
 describe('the docs map the tree (README "What is where", docs/glossary.md)', function () {
   this.timeout(60_000);
   const roots: string[] = [];
@@ -120,5 +145,15 @@ describe('the docs map the tree (README "What is where", docs/glossary.md)', fun
   it('docs/glossary.md defines every capability, operation, job and plan state, role and execution mode the code declares, and the terms the docs use', () => {
     expect(Object.keys(OPERATIONS), 'the operations are read from the code').to.include.members(['convert', 'migrate_vm']);
     expect(glossaryGaps(readFileSync(path.join(ROOT, 'docs/glossary.md'), 'utf8'))).to.deep.equal([]);
+  });
+
+  it('every reference to a section of a doc, such as (docs/testing.md, "Tiers and order"), names a heading that exists', () => {
+    const root = plant(['docs'], '# A repository\n');
+    writeFileSync(path.join(root, 'docs', 'a.md'), '# A\n\n## Tiers and order\n');
+    const ref = (section: string) => `docs/a${'.md'} "${section}"`; // not written out, or this file would hold them
+    writeFileSync(path.join(root, 'docs', 'x.ts'), `// see ${ref('Tiers and order')} and ${ref('Gone section')}\n`);
+    execFileSync('git', ['add', '-A'], { cwd: root });
+    expect(staleSectionRefs(root)).to.deep.equal([`docs/x.ts: ${ref('Gone section')}`]);
+    expect(staleSectionRefs(ROOT)).to.deep.equal([]);
   });
 });
