@@ -1,4 +1,4 @@
-// Two daemons, one plan (docs/plans.md "One leader, claims"): two daemon replicas, a worker and a notifier on one
+// Two daemons, one plan (docs/plans.md "Claims: each side effect once"): two daemon replicas, a worker and a notifier on one
 // Redis run a plan of four VMs: two whose jobs fail (their disk is a VMDK descriptor naming a host file, which
 // the export refuses right after the download: a failure that costs no appliance) and are rolled back, one
 // cancelled while its job waits for the ESXi host's slot (limits.per_esxi_host 1) the fourth holds, and the tiny
