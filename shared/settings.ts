@@ -3,8 +3,10 @@
 // never a NaN); every service checks them all when it starts (exitOnBadSettings, from shared/check-settings.ts),
 // and docs/configuration.md is generated from this table (scripts/gen-settings-doc.ts; test/deploy/settings.test.ts
 // fails while it is stale). Variables that only tests, benchmarks, the image build or compose itself read are in
-// NOT_SETTINGS below, with where they are read. This module imports nothing of Ferry's own: everything may use it.
+// NOT_SETTINGS below, with where they are read. It imports nothing of Ferry's own (joi and ipaddr.js only), so
+// every layer may use it.
 import path from 'node:path';
+import ipaddr from 'ipaddr.js';
 import Joi from 'joi';
 
 export type Group = 'process' | 'api' | 'limits' | 'jobs' | 'storage' | 'vsphere' | 'libvirt' | 'guest' | 'programs' | 'cli';
@@ -98,6 +100,11 @@ const duration = (def: string, o: Opts) => decl<number>(Joi.string().custom((v: 
 }), 'a duration such as 7d, 12h, 90s or 1h30m (plain numbers are seconds)', parseDurationMs(def)!, o, def);
 
 const HOST_ITEM = Joi.string().pattern(/^[^\s/]+$/);
+/** An IP address or a CIDR, as shared/client-address.ts parses them (ipaddr.js). */
+const ADDRESS_OR_CIDR = Joi.string().custom((v: string, h) => {
+  try { if (v.includes('/')) ipaddr.parseCIDR(v); else if (!ipaddr.isValid(v)) return h.error('any.invalid'); } catch { return h.error('any.invalid'); }
+  return v;
+});
 const CAPABILITY = Joi.string().pattern(/^[a-z][a-z0-9_]{0,63}$/);
 const ABSOLUTE = Joi.string().custom((v: string, h) => (path.isAbsolute(v) ? v : h.error('any.invalid')));
 const URI = /^[a-z][a-z0-9+.-]*:\/\/\S*$/i;
@@ -132,7 +139,7 @@ export const SETTINGS = {
   FERRY_SECRET_KEY: text(undefined, { group: A, secret: true, doc: 'key that encrypts per-job passwords, webhook secrets and sensitive spec values in Redis; the same on every service' }),
   FERRY_ALLOWED_HOSTS: list(',', HOST_ITEM, 'host names, ".suffix" or "*"', { group: A, doc: 'Host header names accepted beside IP addresses and localhost (others: 421)' }),
   FERRY_CORS_ORIGINS: list(',', Joi.alternatives(Joi.string().valid('*'), Joi.string().pattern(/^[a-z][a-z0-9+.-]*:\/\/[^\s/]+\/*$/i)), 'origins (scheme://host[:port]) or "*"', { group: A, doc: 'browser origins allowed to call the APIs (CORS); none by default' }),
-  FERRY_TRUSTED_PROXIES: list(',', Joi.string().pattern(/^[0-9a-f.:]+(\/\d{1,3})?$/i), 'IP addresses or CIDRs', { group: A, doc: 'peers whose X-Forwarded-For is believed; none by default' }),
+  FERRY_TRUSTED_PROXIES: list(',', ADDRESS_OR_CIDR, 'IP addresses or CIDRs', { group: A, doc: 'peers whose X-Forwarded-For is believed; none by default' }),
   FERRY_SSE_HEARTBEAT_SECONDS: num(15, 0.1, 3600, { group: A, doc: 'seconds between SSE keep-alive comments' }),
   FERRY_VM_ACTION_WAIT_SECONDS: int(120, 1, 86_400, { group: A, doc: 'how long POST /vms/shutdown and /vms/poweroff wait for their job before 504' }),
   FERRY_WEBHOOK_ALLOW_LOOPBACK: bool(undefined, { group: A, doc: 'allow webhook targets on loopback (overrides webhooks.allow_loopback)' }),

@@ -55,6 +55,8 @@ describe('settings: the declaration (shared/settings.ts)', () => {
     expect(() => setting('FERRY_LIBVIRT_URI', { FERRY_LIBVIRT_URI: 'kvm1.example' })).to.throw('FERRY_LIBVIRT_URI must be a libvirt URI');
     expect(() => setting('FERRY_LIBVIRT_POOL_DIR', { FERRY_LIBVIRT_POOL_DIR: 'images' })).to.throw('FERRY_LIBVIRT_POOL_DIR must be an absolute path');
     expect(setting('LOG_LEVEL', { LOG_LEVEL: 'WARN' })).to.equal('warn');
+    expect(setting('FERRY_TRUSTED_PROXIES', { FERRY_TRUSTED_PROXIES: '10.0.0.0/8, ::1' })).to.deep.equal(['10.0.0.0/8', '::1']);
+    expect(() => setting('FERRY_TRUSTED_PROXIES', { FERRY_TRUSTED_PROXIES: '10.0.0.300' })).to.throw('FERRY_TRUSTED_PROXIES must be IP addresses or CIDRs');
   });
 
   it('never shows a secret\'s value in its error', () => {
@@ -170,7 +172,7 @@ describe('settings: compose.yaml and deploy/k8s name declared settings with vali
 
   it('compose.yaml: every Ferry service\'s environment', () => {
     const doc = yaml.load(readFileSync(path.join(ROOT, 'compose.yaml'), 'utf8')) as { services: Record<string, Record<string, unknown>> };
-    const services = Object.entries(doc.services).map(([name, s]) => [name, merged(s)] as const).filter(([, s]) => String(s.image ?? '').includes('ferry'));
+    const services = Object.entries(doc.services).map(([name, s]) => [name, merged(s)] as const).filter(([, s]) => typeof s.image === 'string' && s.image.includes('ferry'));
     expect(services.map(([name]) => name)).to.include.members(['gateway', 'daemon', 'scheduler', 'notifier', 'worker', 'worker-migrate']);
     const entries = services.flatMap(([svc, s]) => Object.entries(merged((s.environment ?? {}) as Record<string, unknown>)).map(([name, v]) => ({ where: svc, name, value: composeValue(v) })));
     expect(entries.length).to.be.greaterThan(30);
