@@ -3,10 +3,12 @@
 // (workers first, so they finish or hand back their jobs, then the rest, then Redis).
 // Compiled (dist/scripts/cluster.js, what `npm start` runs after `npm run build`) it starts each service as
 // `node dist/services/<name>/main.js`, as the image does; from source (`npm run dev`) through tsx.
+import '../shared/check-settings'; // first: a bad setting stops the cluster before any service starts
 import { spawn, ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { isSet, setting } from '../shared/settings';
 
 const COMPILED = __filename.endsWith('.js');
 /** Where the services' code is (the checkout, or dist/), and the package root (.data lives there). */
@@ -25,8 +27,8 @@ export const SERVICES: Svc[] = [
   { name: 'daemon', script: 'services/daemon/main.ts' },
   { name: 'scheduler', script: 'services/scheduler/main.ts' },
   { name: 'notifier', script: 'services/notifier/main.ts' },
-  { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool,vsphere_access', '--metrics-port', env.WORKER1_METRICS_PORT || '9101'], stopFirst: true },
-  { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools,libvirt_access,vsphere_access', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', env.WORKER2_METRICS_PORT || '9102'], stopFirst: true },
+  { name: 'worker-1', script: 'services/worker/main.ts', args: ['--id', 'local-worker-1', '--capabilities', 'img_tool,vsphere_access', '--metrics-port', String(setting('WORKER1_METRICS_PORT'))], stopFirst: true },
+  { name: 'worker-2', script: 'services/worker/main.ts', args: ['--id', 'local-worker-2', '--capabilities', 'img_tool,nbd_access,mount_operations,lvm_tools,libvirt_access,vsphere_access', '--execution-mode', 'PRIVILEGED_CONTAINER', '--metrics-port', String(setting('WORKER2_METRICS_PORT'))], stopFirst: true },
 ];
 
 function portOpen(port: number): Promise<boolean> {
@@ -41,13 +43,13 @@ async function main() {
   const children: { svc: Svc; proc: ChildProcess }[] = [];
   let stopping = false;
   let redis: ChildProcess | undefined;
-  if (!env.REDIS_URL) {
-    const port = Number(env.FERRY_REDIS_PORT || 6379);
+  if (!isSet('REDIS_URL')) {
+    const port = setting('FERRY_REDIS_PORT');
     if (await portOpen(port)) {
       console.log(`[cluster] REDIS_URL is not set and port ${port} is taken; set REDIS_URL or FERRY_REDIS_PORT`);
       process.exit(1);
     }
-    const dir = path.join(env.FERRY_DATA_DIR ? path.resolve(env.FERRY_DATA_DIR) : path.join(ROOT, '.data'), 'redis');
+    const dir = path.join(path.resolve(setting('FERRY_DATA_DIR') ?? path.join(ROOT, '.data')), 'redis');
     mkdirSync(dir, { recursive: true });
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction',
       // Job records (hashes with a spec and a history of a few hundred bytes) stay compact: docs/queue.md.
@@ -56,12 +58,13 @@ async function main() {
     env.REDIS_URL = `redis://127.0.0.1:${port}`;
     console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in ${dir.startsWith(ROOT + path.sep) ? path.relative(ROOT, dir) : dir})`);
   } else {
-    console.log(`[cluster] using REDIS_URL ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')}`);
+    console.log(`[cluster] using REDIS_URL ${setting('REDIS_URL').replace(/\/\/[^@]*@/, '//***@')}`);
   }
-  if (env.GOVC_URL) {
-    let shown = env.GOVC_URL;
+  const govcUrl = setting('GOVC_URL');
+  if (govcUrl) {
+    let shown = govcUrl;
     try { const u = new URL(/^[a-z]+:\/\//i.test(shown) ? shown : `https://${shown}`); u.username = ''; u.password = ''; shown = u.href; } catch { /* shown as given */ }
-    console.log(`[cluster] vSphere manager from GOVC_URL: ${shown} (user ${env.GOVC_USERNAME || 'from GOVC_URL'}${/^(1|true|yes|on)$/i.test(env.GOVC_INSECURE || '') ? ', insecure TLS' : ''})`);
+    console.log(`[cluster] vSphere manager from GOVC_URL: ${shown} (user ${setting('GOVC_USERNAME') || 'from GOVC_URL'}${setting('GOVC_INSECURE') ? ', insecure TLS' : ''})`);
   } else {
     console.log('[cluster] no GOVC_URL: /vms/* and export jobs need a manager_url per request or job');
   }
@@ -86,7 +89,7 @@ async function main() {
     });
     children.push({ svc, proc });
   }
-  console.log(`[cluster] gateway on http://localhost:${env.GATEWAY_PORT || 8000}${SERVICES.some((s) => s.name === 'daemon') ? `, daemon on http://localhost:${env.DAEMON_PORT || 8080}` : ''}; Ctrl-C stops everything`);
+  console.log(`[cluster] gateway on http://localhost:${setting('GATEWAY_PORT')}${SERVICES.some((s) => s.name === 'daemon') ? `, daemon on http://localhost:${setting('DAEMON_PORT')}` : ''}; Ctrl-C stops everything`);
 
   const stopAll = async (exitCode = 0) => {
     if (stopping) return;

@@ -20,6 +20,7 @@ import { errorText } from './errors';
 import type { Logger } from './log';
 import type { RedisClient } from './redis';
 import { redact } from './sensitive';
+import { setting } from './settings';
 
 export interface AuditRecord {
   id: string;
@@ -61,7 +62,7 @@ redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'r', ARGV[5])
 redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[4])
 return 1`;
 /** A count cap beside the retention, so a flood of refused requests cannot grow Redis without end. */
-export const auditMaxEntries = () => Math.max(1000, Number(process.env.FERRY_AUDIT_MAX_ENTRIES || 200_000));
+export const auditMaxEntries = () => setting('FERRY_AUDIT_MAX_ENTRIES');
 
 function pick(into: Record<string, string | string[]>, from: unknown) {
   if (!from || typeof from !== 'object' || Object.getPrototypeOf(from) !== Object.prototype) return; // plain objects: never a stream's fields

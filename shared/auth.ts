@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import { CAPABILITY_PATTERN, PRIVILEGED } from './capabilities';
 import { keys } from './redis';
+import { setting as declared } from './settings';
 
 export const ROLES = ['read', 'submit', 'worker', 'admin'] as const;
 export type KeyRole = (typeof ROLES)[number];
@@ -78,13 +79,14 @@ export function parseKeysFile(text: string, file: string): ApiKey[] {
 /** Keys from the environment (FERRY_API_KEYS, FERRY_API_KEYS_FILE) plus `extra` (the daemon's auth.api_keys). */
 export function loadAuth(env: NodeJS.ProcessEnv = process.env, extra: string[] = []): Auth {
   const keys: ApiKey[] = extra.map((e, i) => parseKeyEntry(e.trim(), i, 'auth.api_keys'));
-  const list = (env.FERRY_API_KEYS || '').split(',').map((s) => s.trim()).filter(Boolean);
+  const list = (declared('FERRY_API_KEYS', env) ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   keys.push(...list.map((e, i) => parseKeyEntry(e, i, 'FERRY_API_KEYS')));
-  if (env.FERRY_API_KEYS_FILE) {
+  const file = declared('FERRY_API_KEYS_FILE', env);
+  if (file) {
     let text: string;
-    try { text = readFileSync(env.FERRY_API_KEYS_FILE, 'utf8'); } catch (e) { throw new AuthConfigError(`FERRY_API_KEYS_FILE: cannot read ${env.FERRY_API_KEYS_FILE}: ${(e as Error).message}`); }
-    const fromFile = parseKeysFile(text, env.FERRY_API_KEYS_FILE);
-    if (!fromFile.length) throw new AuthConfigError(`FERRY_API_KEYS_FILE: ${env.FERRY_API_KEYS_FILE} holds no key`);
+    try { text = readFileSync(file, 'utf8'); } catch (e) { throw new AuthConfigError(`FERRY_API_KEYS_FILE: cannot read ${file}: ${(e as Error).message}`); }
+    const fromFile = parseKeysFile(text, file);
+    if (!fromFile.length) throw new AuthConfigError(`FERRY_API_KEYS_FILE: ${file} holds no key`);
     keys.push(...fromFile);
   }
   return { enabled: keys.length > 0, keys };
@@ -93,7 +95,7 @@ export function loadAuth(env: NodeJS.ProcessEnv = process.env, extra: string[] =
 let cached: { sig: string; auth: Auth } | undefined;
 /** The process's keys (read once per distinct setting). */
 export function processAuth(extra: string[] = []): Auth {
-  const sig = JSON.stringify([process.env.FERRY_API_KEYS, process.env.FERRY_API_KEYS_FILE, extra]);
+  const sig = JSON.stringify([declared('FERRY_API_KEYS'), declared('FERRY_API_KEYS_FILE'), extra]);
   if (!cached || cached.sig !== sig) cached = { sig, auth: loadAuth(process.env, extra) };
   return cached.auth;
 }
@@ -169,7 +171,7 @@ export function isLoopback(host: string): boolean {
  */
 export function listenHost(auth: Auth, requested: string | undefined, setting: string, env: NodeJS.ProcessEnv = process.env): string {
   if (!requested) return auth.enabled ? '0.0.0.0' : '127.0.0.1';
-  if (auth.enabled || isLoopback(requested) || env.FERRY_INSECURE_NO_AUTH === '1') return requested;
+  if (auth.enabled || isLoopback(requested) || declared('FERRY_INSECURE_NO_AUTH', env)) return requested;
   throw new AuthConfigError(`${setting}=${requested} would expose Ferry without authentication: configure API keys (FERRY_API_KEYS or FERRY_API_KEYS_FILE), listen on 127.0.0.1, or set FERRY_INSECURE_NO_AUTH=1 to accept the risk`);
 }
 

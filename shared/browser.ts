@@ -13,6 +13,7 @@ import { isIP } from 'node:net';
 import type { IncomingHttpHeaders } from 'node:http';
 import { config } from './config';
 import { fieldError, ApiError } from './errors';
+import { setting } from './settings';
 
 export interface BrowserRule { names: Set<string>; suffixes: string[]; anyHost: boolean; origins: string[] }
 
@@ -26,7 +27,7 @@ export function browserRule(listenHost?: string, env: NodeJS.ProcessEnv = proces
   const suffixes = ['.localhost'];
   let anyHost = false;
   if (listenHost && !WILDCARD.has(listenHost)) names.add(hostname(listenHost));
-  for (const raw of (env.FERRY_ALLOWED_HOSTS || '').split(',').map((h) => h.trim().toLowerCase()).filter(Boolean)) {
+  for (const raw of setting('FERRY_ALLOWED_HOSTS', env).map((h) => h.toLowerCase())) {
     if (raw === '*') anyHost = true;
     else if (raw.startsWith('.')) { suffixes.push(raw); names.add(raw.slice(1)); } else names.add(hostname(raw));
   }

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import Joi from 'joi';
 import yaml from 'js-yaml';
 import { Auth, AuthConfigError, loadAuth } from './auth';
+import { SettingError, setting } from './settings';
 
 /** Go-style durations: 48h, 1h30m, 90s, 500ms. */
 export function parseDuration(s: string): number | null {
@@ -70,6 +71,11 @@ export interface DaemonConfig {
 
 export class ConfigError extends Error {}
 
+/** A declared setting (shared/settings.ts); a bad value is this module's ConfigError, naming the variable. */
+function envSetting<K extends 'JOB_TIMEOUT' | 'FERRY_WEBHOOK_ALLOW_LOOPBACK' | 'FERRY_WEBHOOK_ALLOW_PRIVATE' | 'FERRY_CONFIG'>(name: K, env: NodeJS.ProcessEnv = process.env) {
+  try { return setting(name, env); } catch (e) { throw e instanceof SettingError ? new ConfigError(e.message) : e; }
+}
+
 /** Reads the file (or nothing), validates it, then applies environment overrides. */
 export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env): DaemonConfig {
   let raw: unknown = {};
@@ -82,18 +88,13 @@ export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env):
   const { error, value } = schema.validate(raw, { abortEarly: false, errors: { wrap: { label: '' } } }) as { error?: Joi.ValidationError; value: unknown };
   if (error) throw new ConfigError(`invalid config${file ? ` in ${file}` : ''}: ${error.details.map((d) => `${d.path.join('.')}: ${d.message}`).join('; ')}`);
   const cfg = value as DaemonConfig;
-  if (env.JOB_TIMEOUT) {
-    const n = parseDuration(env.JOB_TIMEOUT);
-    if (n === null || n <= 0 || n > 7 * 24 * 3600) throw new ConfigError(`JOB_TIMEOUT must be a duration such as 48h (at most 168h), got "${env.JOB_TIMEOUT}"`);
-    cfg.daemon.job_timeout = env.JOB_TIMEOUT;
-  }
+  const jobTimeout = envSetting('JOB_TIMEOUT', env);
+  if (jobTimeout) cfg.daemon.job_timeout = jobTimeout;
   cfg.jobTimeoutSeconds = Math.ceil(parseDuration(cfg.daemon.job_timeout)!);
   // The explicit opt-in for webhook receivers on this host or the operator's network (the tests use loopback).
   for (const [name, key] of [['FERRY_WEBHOOK_ALLOW_LOOPBACK', 'allow_loopback'], ['FERRY_WEBHOOK_ALLOW_PRIVATE', 'allow_private']] as const) {
-    const v = env[name];
-    if (v === undefined || v === '') continue;
-    if (!/^(1|0|true|false)$/.test(v)) throw new ConfigError(`${name} must be 1 or 0, got "${v}"`);
-    cfg.webhooks[key] = v === '1' || v === 'true';
+    const v = envSetting(name, env);
+    if (v !== undefined) cfg.webhooks[key] = v;
   }
   try { cfg.keys = loadAuth(env, cfg.auth.api_keys); } catch (e) { throw new ConfigError((e as AuthConfigError).message); }
   if (cfg.auth.enabled && !cfg.keys.enabled) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys, FERRY_API_KEYS or FERRY_API_KEYS_FILE)');
@@ -106,5 +107,5 @@ export function configPath(argv: string[] = process.argv.slice(2)): string | und
   const i = argv.findIndex((a) => a === '--config' || a === '-config');
   if (i >= 0) return argv[i + 1];
   const eq = argv.find((a) => a.startsWith('--config='));
-  return eq ? eq.slice('--config='.length) : process.env.FERRY_CONFIG || undefined;
+  return eq ? eq.slice('--config='.length) : envSetting('FERRY_CONFIG');
 }

@@ -1,7 +1,8 @@
 // How libguestfs and qemu are told whether KVM works here; shared by the converter and the libvirt layer's
 // virt-sysprep and virt-customize runs.
+import { setting } from './settings';
 /** Whether qemu may use KVM here (the appliance and virt_test's boot): only when FERRY_GUESTFS_KVM=1 says so. */
-export function kvmUsable(env: NodeJS.ProcessEnv = process.env): boolean { return env.FERRY_GUESTFS_KVM === '1'; }
+export function kvmUsable(env: NodeJS.ProcessEnv = process.env): boolean { return setting('FERRY_GUESTFS_KVM', env); }
 
 /**
  * Environment for libguestfs. On these machines /dev/kvm opens but qemu aborts when it uses it, so opening the
@@ -10,7 +11,7 @@ export function kvmUsable(env: NodeJS.ProcessEnv = process.env): boolean { retur
  */
 export function guestfsEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const env = { ...base };
-  if (!env.LIBGUESTFS_BACKEND_SETTINGS && !kvmUsable(base)) env.LIBGUESTFS_BACKEND_SETTINGS = 'force_tcg';
-  if (!env.LIBGUESTFS_BACKEND) env.LIBGUESTFS_BACKEND = 'direct';
+  if (!setting('LIBGUESTFS_BACKEND_SETTINGS', env) && !kvmUsable(base)) env.LIBGUESTFS_BACKEND_SETTINGS = 'force_tcg';
+  if (!setting('LIBGUESTFS_BACKEND', env)) env.LIBGUESTFS_BACKEND = 'direct';
   return env;
 }

@@ -372,7 +372,7 @@ export function plainHeaders(res: ServerResponse): void {
  *  audited as theirs are. Answers a refusal itself and returns false. */
 export async function guardPlain(port: PlainPort, req: IncomingMessage, res: ServerResponse, need: Need): Promise<boolean> {
   plainHeaders(res);
-  const browser = browserRefusal(browserRule(process.env.FERRY_HOST), req.method || 'GET', req.headers); // as on the APIs
+  const browser = browserRefusal(browserRule(config.host), req.method || 'GET', req.headers); // as on the APIs
   const v: { status: number; message?: string } = browser ? { status: browser.status, message: browser.message } : authorize(port.auth, req.headers, need);
   if (v.status === 0) return true;
   let { status } = v;

@@ -9,6 +9,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { ApiError } from './errors';
 import { config } from './config';
+import { setting, settingNamed } from './settings';
 
 /** The current request: who it acts for (`key:<name>` or `addr:<address>`) and the slots it holds; unset outside
  *  requests. */
@@ -16,20 +17,12 @@ export interface Caller { who: string; held: Map<Slots, { n: number; release: ()
 export const caller = new AsyncLocalStorage<Caller>();
 export const runAs = <T>(who: string, fn: () => T): T => caller.run({ who, held: new Map() }, fn);
 
-function envInt(name: string, def: number): number {
-  const raw = process.env[name];
-  const n = raw === undefined || raw === '' ? def : Number(raw);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`environment variable ${name} must be a whole number, got "${raw}"`);
-  return n;
-}
-
 export class Slots {
   private byCaller = new Map<string, number>();
   private total = 0;
-  /** Caps read from FERRY_<env>_PER_CALLER and FERRY_<env> on each take (0 = no cap), with `defaults`, or as the
-   *  configuration module declares them (a function). `each`: every take counts one (processes), rather than
-   *  one per request however many it runs. */
-  constructor(readonly what: string, private env: string, private defaults: { perCaller: number; total: number } | (() => { perCaller: number; total: number }), private each = false) {}
+  /** Caps read from FERRY_<env>_PER_CALLER and FERRY_<env> on each take (0 = no cap), as shared/settings.ts
+   *  declares them. `each`: every take counts one (processes), rather than one per request however many it runs. */
+  constructor(readonly what: string, private env: string, private each = false) {}
 
   /** Takes a slot for the current request and returns its release (idempotent); throws 429/503 with Retry-After
    *  when a cap is reached. A request counts once however many calls it runs in parallel (a batch's lanes share
@@ -54,9 +47,8 @@ export class Slots {
   }
 
   private count(who: string): () => void {
-    const declared = typeof this.defaults === 'function' ? this.defaults() : undefined;
-    const perCaller = declared ? declared.perCaller : envInt(`FERRY_${this.env}_PER_CALLER`, (this.defaults as { perCaller: number }).perCaller);
-    const total = declared ? declared.total : envInt(`FERRY_${this.env}`, (this.defaults as { total: number }).total);
+    const perCaller = settingNamed(`FERRY_${this.env}_PER_CALLER`) as number;
+    const total = settingNamed(`FERRY_${this.env}`) as number;
     const mine = this.byCaller.get(who) || 0;
     if (perCaller && mine >= perCaller) throw new ApiError(429, `too many ${this.what} at once for this caller (${perCaller}, FERRY_${this.env}_PER_CALLER): retry when one ends`, { retryAfter: 2 });
     if (total && this.total >= total) throw new ApiError(503, `too many ${this.what} at once on this service (${total}, FERRY_${this.env}): retry in a few seconds`, { retryAfter: 2 });
@@ -83,13 +75,13 @@ export class Slots {
 
 /** The spawn caps every service shares (one instance per process). */
 export const spawnSlots = {
-  console: new Slots('console sessions', 'CONSOLE_SESSIONS', { perCaller: 4, total: 32 }),
-  libvirt: new Slots('libvirt calls', 'VIRT_CALLS', { perCaller: 32, total: 64 }),
-  probe: new Slots('image probes', 'PROBES', { perCaller: 16, total: 32 }),
+  console: new Slots('console sessions', 'CONSOLE_SESSIONS'),
+  libvirt: new Slots('libvirt calls', 'VIRT_CALLS'),
+  probe: new Slots('image probes', 'PROBES'),
   /** A plan's guest preflight (validate, start, retry): one appliance at a time per request. */
-  appliance: new Slots('guest preflight appliances', 'GUEST_APPLIANCES', () => config.guestAppliances),
+  appliance: new Slots('guest preflight appliances', 'GUEST_APPLIANCES'),
   /** Each nbdkit the guest preflight starts (one per source disk). */
-  nbdkit: new Slots('nbdkit processes', 'NBDKIT_PROCESSES', () => config.nbdkitProcesses, true),
+  nbdkit: new Slots('nbdkit processes', 'NBDKIT_PROCESSES', true),
 };
 
 /** The script: one INCR per request in the caller's current window, the window's expiry set by its first. */
@@ -107,8 +99,8 @@ export interface RateVerdict { limit: number; remaining: number; retryAfterSecon
 export class RateLimiter {
   constructor(private redis: RateRedis, private prefix: string, readonly kind: 'requests' | 'refusals' = 'requests') {}
 
-  get limit() { return this.kind === 'refusals' ? config.refusalLimit : envInt('FERRY_RATE_LIMIT', 60000); }
-  get windowSeconds() { return this.kind === 'refusals' ? config.refusalWindowSeconds : Math.max(1, envInt('FERRY_RATE_WINDOW_SECONDS', 60)); }
+  get limit() { return this.kind === 'refusals' ? config.refusalLimit : setting('FERRY_RATE_LIMIT'); }
+  get windowSeconds() { return this.kind === 'refusals' ? config.refusalWindowSeconds : setting('FERRY_RATE_WINDOW_SECONDS'); }
 
   /** The same store counting the other kind. */
   sibling(kind: 'requests' | 'refusals') { return new RateLimiter(this.redis, this.prefix, kind); }

@@ -1,11 +1,12 @@
 // Structured JSON logs on stderr. Values under sensitive keys (shared/sensitive.ts) are replaced before they are
 // written.
 import { redact } from './sensitive';
+import { setting } from './settings';
 const LEVELS = { debug: 10, info: 20, warn: 30, error: 40 } as const;
 type Level = keyof typeof LEVELS;
 
 export function createLogger(service: string) {
-  const min = LEVELS[(process.env.LOG_LEVEL || 'info').toLowerCase() as Level] ?? LEVELS.info;
+  const min = LEVELS[setting('LOG_LEVEL') as Level];
   // 'audit' lines (shared/audit.ts) are written whatever LOG_LEVEL says: an audit trail is not a verbosity.
   const write = (level: Level | 'audit', msg: string, fields?: Record<string, unknown>) => {
     if (level !== 'audit' && LEVELS[level] < min) return;

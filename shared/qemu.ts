@@ -5,8 +5,9 @@ import { open, readFile, stat } from 'node:fs/promises';
 import { OperationError } from './errors';
 import { expectedError, ignoreError } from './log';
 import { spawnSlots } from './limits';
+import { setting } from './settings';
 
-export const QEMU_IMG = process.env.QEMU_IMG || 'qemu-img';
+export const QEMU_IMG = setting('QEMU_IMG');
 
 export interface ImageInfo {
   format: string;

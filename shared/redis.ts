@@ -1,6 +1,7 @@
 // Redis connections: one factory, so every service connects the same way (single node, Sentinel or Cluster).
 import IORedis, { Cluster, Redis, RedisOptions } from 'ioredis';
 import { config } from './config';
+import { setting } from './settings';
 
 export type RedisClient = Redis | Cluster;
 
@@ -46,9 +47,9 @@ export function createRedis(opts: { blocking?: boolean; url?: string } = {}): Re
       return { host, port: Number(port) };
     });
     if (m[1] === 'sentinel') {
-      return new IORedis({ ...base, sentinels: nodes, name: m[3] || 'mymaster', password: process.env.REDIS_PASSWORD });
+      return new IORedis({ ...base, sentinels: nodes, name: m[3] || 'mymaster', password: setting('REDIS_PASSWORD') });
     }
-    return new Cluster(nodes, { ...CLUSTER_FAILOVER, redisOptions: { ...base, password: process.env.REDIS_PASSWORD } });
+    return new Cluster(nodes, { ...CLUSTER_FAILOVER, redisOptions: { ...base, password: setting('REDIS_PASSWORD') } });
   }
   return new IORedis(url, base);
 }

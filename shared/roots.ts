@@ -9,6 +9,7 @@ import { promises as fs, realpathSync, Stats } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ApiError, OperationError } from './errors';
+import { setting } from './settings';
 
 /** input_tree: read from an input root, a directory or a regular file (a driver tree, or the ISO image holding it). */
 export type PathKind = 'input' | 'input_tree' | 'output' | 'output_dir';
@@ -23,20 +24,19 @@ function realOrResolved(p: string): string {
   try { return realpathSync(p); } catch { return path.resolve(p); }
 }
 
-function list(raw: string | undefined, dflt: string[], setting: string): string[] {
-  const items = raw === undefined || raw.trim() === '' ? dflt : raw.split(':').map((s) => s.trim()).filter(Boolean);
-  for (const r of items) if (!path.isAbsolute(r)) throw new Error(`${setting}: "${r}" is not an absolute path`);
-  return [...new Set(items.map(realOrResolved))];
+/** The roots a setting lists (absolute paths, shared/settings.ts), or `dflt` when it lists none. */
+function list(given: string[], dflt: string[]): string[] {
+  return [...new Set((given.length ? given : dflt).map(realOrResolved))];
 }
 
 export function defaultRoots(env: NodeJS.ProcessEnv = process.env): string[] {
-  return [os.tmpdir(), '/srv', ...(env.FERRY_DATA_DIR ? [path.resolve(env.FERRY_DATA_DIR)] : [])];
+  return [os.tmpdir(), '/srv', ...(setting('FERRY_DATA_DIR', env) ? [path.resolve(setting('FERRY_DATA_DIR', env)!)] : [])];
 }
 
 export function configuredRoots(env: NodeJS.ProcessEnv = process.env): Roots {
   return {
-    input: list(env.FERRY_INPUT_ROOTS, defaultRoots(env), 'FERRY_INPUT_ROOTS'),
-    output: list(env.FERRY_OUTPUT_ROOTS, defaultRoots(env), 'FERRY_OUTPUT_ROOTS'),
+    input: list(setting('FERRY_INPUT_ROOTS', env), defaultRoots(env)),
+    output: list(setting('FERRY_OUTPUT_ROOTS', env), defaultRoots(env)),
   };
 }
 

@@ -1,12 +1,13 @@
 // Secrets Ferry must keep (per-job manager passwords, webhook secrets and sensitive headers, the sensitive values
 // of a job's spec) are stored only encrypted: AES-256-GCM with a key derived from FERRY_SECRET_KEY.
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { setting } from './settings';
 
 // The key derived last: every submission seals its spec, and deriving the same key again each time showed in the
 // gateway's profile.
 let derived: { from: string; key: Buffer } | undefined;
 function key(env: NodeJS.ProcessEnv = process.env): Buffer | null {
-  const k = env.FERRY_SECRET_KEY;
+  const k = setting('FERRY_SECRET_KEY', env);
   if (!k) return null;
   if (derived?.from !== k) derived = { from: k, key: createHash('sha256').update(k).digest() };
   return derived.key;

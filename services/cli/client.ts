@@ -1,6 +1,7 @@
 // The daemon client of the `ferry` command: FERRY_URL (default http://localhost:8080) and FERRY_API_KEY from the
 // environment, the key sent as a header (never in a URL or argv), and the daemon's error envelope turned into one
 // line that names the status.
+import { setting } from '../../shared/settings';
 export interface ClientOptions { url?: string; key?: string }
 
 export class DaemonError extends Error {
@@ -11,8 +12,8 @@ export class DaemonClient {
   readonly base: string;
   private key?: string;
   constructor(opts: ClientOptions = {}, env: NodeJS.ProcessEnv = process.env) {
-    this.base = (opts.url || env.FERRY_URL || 'http://localhost:8080').replace(/\/+$/, '');
-    this.key = opts.key || env.FERRY_API_KEY || undefined;
+    this.base = (opts.url || setting('FERRY_URL', env)).replace(/\/+$/, '');
+    this.key = opts.key || setting('FERRY_API_KEY', env);
   }
 
   async call<T = unknown>(method: string, path: string, body?: unknown, type = 'application/json'): Promise<T> {

@@ -1,6 +1,7 @@
 // Daemon process: the daemon API on port 8080. Options:
 //   -addr HOST:PORT | :PORT   listen address (also daemon.addr in the config file, or DAEMON_PORT)
 //   --config FILE             YAML configuration (also FERRY_CONFIG); validated at start
+import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import { startDaemon } from './app';
 import { ConfigError, configPath, loadConfig } from '../../shared/daemon-config';
 import { onShutdown } from '../../shared/process';

@@ -1,4 +1,5 @@
 // Gateway process: the worker job protocol on GATEWAY_PORT (default 8000).
+import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import { startGateway } from './app';
 import { onShutdown } from '../../shared/process';
 import { errorText } from '../../shared/errors';

@@ -1,6 +1,7 @@
 // Notifier process: turns job state changes and schedule events (Redis pub/sub) into webhook deliveries on a
 // BullMQ queue, and delivers them. Deliveries never touch job processing, so a slow or dead webhook slows
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
+import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
 import { createLogger, expected } from '../../shared/log';

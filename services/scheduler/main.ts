@@ -1,5 +1,6 @@
 // Scheduler process: runs the cron schedules. Each iteration is a BullMQ job produced by the schedule's job
 // scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
+import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import { Worker } from 'bullmq';
 import { createRedis } from '../../shared/redis';
 import { createLogger, dropped, expected } from '../../shared/log';

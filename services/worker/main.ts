@@ -4,6 +4,7 @@
 //   --id NAME                            FERRY_WORKER_ID (default <hostname>-<pid>)
 //   --concurrency N                      FERRY_WORKER_CONCURRENCY (default 1)
 //   --metrics-port N                     FERRY_WORKER_METRICS_PORT (0 = any free port; unset = none)
+import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startWorker } from './runner';
@@ -13,6 +14,7 @@ import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../
 import { errorText } from '../../shared/errors';
 import { logoutAll } from '../../shared/vsphere/client';
 import { missingTools } from './tools';
+import { setting } from '../../shared/settings';
 
 const { values } = parseArgs({
   options: {
@@ -20,11 +22,11 @@ const { values } = parseArgs({
     concurrency: { type: 'string' }, 'metrics-port': { type: 'string' },
   },
 });
-const env = process.env;
-const caps = (values.capabilities ?? env.FERRY_WORKER_CAPABILITIES ?? 'img_tool').split(',').map((s) => s.trim()).filter(Boolean);
-const mode = values['execution-mode'] ?? env.FERRY_EXECUTION_MODE ?? 'PROCESS';
-const concurrency = Number(values.concurrency ?? env.FERRY_WORKER_CONCURRENCY ?? 1);
-const mp = values['metrics-port'] ?? env.FERRY_WORKER_METRICS_PORT;
+// Options override the settings (shared/settings.ts: validated before this module runs, shared/check-settings.ts).
+const caps = values.capabilities !== undefined ? values.capabilities.split(',').map((s) => s.trim()).filter(Boolean) : setting('FERRY_WORKER_CAPABILITIES');
+const mode = values['execution-mode'] ?? setting('FERRY_EXECUTION_MODE');
+const concurrency = values.concurrency !== undefined ? Number(values.concurrency) : setting('FERRY_WORKER_CONCURRENCY');
+const mp = values['metrics-port'] ?? setting('FERRY_WORKER_METRICS_PORT');
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
 const unknown = caps.filter((c) => !CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c));
@@ -39,7 +41,7 @@ if (missing.length) die(`refusing to start: this host lacks what the declared ca
 // Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it. The vSphere
 // sessions the jobs opened (exports, power actions) are logged out once the jobs are done.
 startWorker({
-  workerId: values.id ?? env.FERRY_WORKER_ID ?? `${os.hostname()}-${process.pid}`,
+  workerId: values.id ?? setting('FERRY_WORKER_ID') ?? `${os.hostname()}-${process.pid}`,
   capabilities: caps,
   executionMode: mode,
   concurrency,

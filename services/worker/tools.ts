@@ -6,6 +6,7 @@ import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readdirSync,
 import os from 'node:os';
 import path from 'node:path';
 import { programsFor } from '../../shared/programs';
+import { setting } from '../../shared/settings';
 
 export interface Missing { what: string; capability: string }
 
@@ -50,20 +51,23 @@ function writable(dir: string): boolean {
  *  scratch folder (LIBGUESTFS_TMPDIR and LIBGUESTFS_CACHEDIR, each TMPDIR unless set). */
 function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
   const out: Missing[] = [];
-  if (caps.includes('libvirt_access') && env.FERRY_LIBVIRT_URI) {
-    const socks = localLibvirtSockets(env.FERRY_LIBVIRT_URI, env);
-    if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${env.FERRY_LIBVIRT_URI.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
-    if (socks && env.FERRY_LIBVIRT_DOMAIN_TYPE === 'kvm' && !existsSync('/dev/kvm')) out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
+  const uri = setting('FERRY_LIBVIRT_URI', env);
+  if (caps.includes('libvirt_access') && uri) {
+    const socks = localLibvirtSockets(uri, env);
+    if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${uri.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
+    if (socks && setting('FERRY_LIBVIRT_DOMAIN_TYPE', env) === 'kvm' && !existsSync('/dev/kvm')) out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
   }
-  if (caps.includes('vsphere_access') && env.FERRY_EXPORT_DIR) {
-    const dir = path.resolve(env.FERRY_EXPORT_DIR);
+  const exportDir = setting('FERRY_EXPORT_DIR', env);
+  if (caps.includes('vsphere_access') && exportDir) {
+    const dir = path.resolve(exportDir);
     try { mkdirSync(dir, { recursive: true, mode: 0o700 }); } catch { /* judged by the write below */ }
     if (!writable(dir)) out.push({ what: `a writable export folder (FERRY_EXPORT_DIR ${dir})`, capability: 'vsphere_access' });
   }
   // libguestfs keeps its appliance in LIBGUESTFS_CACHEDIR and the disks' overlays in LIBGUESTFS_TMPDIR (each
   // TMPDIR unless set).
   const tmp = env.TMPDIR || os.tmpdir();
-  const scratch = new Map([[env.LIBGUESTFS_TMPDIR || tmp, env.LIBGUESTFS_TMPDIR ? 'LIBGUESTFS_TMPDIR' : 'TMPDIR'], [env.LIBGUESTFS_CACHEDIR || tmp, env.LIBGUESTFS_CACHEDIR ? 'LIBGUESTFS_CACHEDIR' : 'TMPDIR']]);
+  const [lgTmp, lgCache] = [setting('LIBGUESTFS_TMPDIR', env), setting('LIBGUESTFS_CACHEDIR', env)];
+  const scratch = new Map([[lgTmp || tmp, lgTmp ? 'LIBGUESTFS_TMPDIR' : 'TMPDIR'], [lgCache || tmp, lgCache ? 'LIBGUESTFS_CACHEDIR' : 'TMPDIR']]);
   for (const [dir, name] of scratch) {
     if (writable(dir)) continue;
     for (const c of ['mount_operations', 'nbd_access']) if (caps.includes(c)) out.push({ what: `a writable scratch folder (${name} ${dir})`, capability: c });

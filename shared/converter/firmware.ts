@@ -4,11 +4,12 @@
 // source VM's NVRAM, which stays behind on VMware, and a fresh NVRAM boots only the fallback path.
 import type { GuestSession } from './guestfs';
 import type { Firmware, FixAction, GuestBoot } from './types';
+import { setting } from '../settings';
 
 /** OVMF without Secure Boot (the secure-boot builds need SMM, which TCG guests here do not get), and the template
  *  every fresh NVRAM is copied from. */
-export const OVMF_CODE = process.env.FERRY_OVMF_CODE || '/usr/share/OVMF/OVMF_CODE_4M.fd';
-export const OVMF_VARS = process.env.FERRY_OVMF_VARS || '/usr/share/OVMF/OVMF_VARS_4M.fd';
+export const OVMF_CODE = setting('FERRY_OVMF_CODE');
+export const OVMF_VARS = setting('FERRY_OVMF_VARS');
 
 const ESP_GUID = 'C12A7328-F81F-11D2-BA4B-00A0C93EC93B';
 /** GRUB for BIOS on a GPT disk has nowhere to put its core image but this partition. */

@@ -13,9 +13,10 @@ import { OperationError } from '../errors';
  *  interfaces.d), and a copy there, whatever its suffix, would be read as configuration too. */
 export const BACKUP_ROOT = '/ferry-backup';
 export const backupPath = (p: string): string => BACKUP_ROOT + p;
-export const GUESTFISH = process.env.GUESTFISH || 'guestfish';
+export const GUESTFISH = setting('GUESTFISH');
 
 import { guestfsEnv } from '../guestfs-env';
+import { setting } from '../settings';
 export { kvmUsable, guestfsEnv } from '../guestfs-env';
 
 export interface GuestDisk { path: string; format: string; readonly?: boolean }
@@ -29,8 +30,7 @@ export class GuestfsError extends OperationError {
 /** Seconds an appliance launch may take: ~15-30 s here, one or two minutes on a busy host. libguestfs's own limit
  *  (20 min) would hold a job that long on a hung boot. FERRY_GUESTFS_LAUNCH_SECONDS sets it. */
 export function launchSeconds(env: NodeJS.ProcessEnv = process.env): number {
-  const n = Number(env.FERRY_GUESTFS_LAUNCH_SECONDS);
-  return Number.isFinite(n) && n > 0 ? n : 300;
+  return setting('FERRY_GUESTFS_LAUNCH_SECONDS', env);
 }
 /** Launches per session before a hung one fails the caller. */
 export const LAUNCH_TRIES = 2;

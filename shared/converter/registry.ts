@@ -4,8 +4,9 @@
 // cannot carry a NUL byte, and every REG_SZ (UTF-16LE) and most REG_DWORDs contain one: hence the .reg file.
 import { execFile } from 'node:child_process';
 import type { GuestSession } from './guestfs';
+import { setting } from '../settings';
 
-export const HIVEXREGEDIT = process.env.HIVEXREGEDIT || 'hivexregedit';
+export const HIVEXREGEDIT = setting('HIVEXREGEDIT');
 const one = (s: string | undefined) => (s ?? '').trim();
 
 export const REG = { SZ: 1, EXPAND_SZ: 2, BINARY: 3, DWORD: 4, MULTI_SZ: 7 } as const;

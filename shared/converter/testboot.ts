@@ -11,6 +11,7 @@ import { bootDomain, Virsh } from '../libvirt';
 import { judgeAdded, printableConsole, timeoutVerdict } from './boot-judge';
 import { OVMF_CODE, OVMF_VARS } from './firmware';
 import type { Firmware } from './types';
+import { setting } from '../settings';
 
 export interface TestBootOptions {
   /** Disks in boot order; the first is the boot disk. `bus` puts one disk on another controller than `bus` below
@@ -56,12 +57,12 @@ export interface TestBootResult {
 /** Linux milestones on a serial console that only a booted system prints (systemd's multi-user target, a getty's
  *  login prompt). Not the kernel banner or systemd's welcome line: the initramfs prints those too. */
 export const DEFAULT_EXPECT = /\slogin: |Reached target[^\n]*(?:Multi-User System|Graphical Interface)/;
-const QEMU = process.env.FERRY_QEMU_SYSTEM || 'qemu-system-x86_64';
+const QEMU = setting('FERRY_QEMU_SYSTEM');
 
 /** With a libvirt URI (the option `virtUri`, else FERRY_LIBVIRT_URI) the boot runs on the virtualization host as
  *  a transient libvirt domain (shared/libvirt/boot.ts); otherwise, or for VMware-shaped hardware, qemu runs here. */
 export function testBoot(o: TestBootOptions): Promise<TestBootResult> {
-  const uri = o.virtUri || process.env.FERRY_LIBVIRT_URI;
+  const uri = o.virtUri || setting('FERRY_LIBVIRT_URI');
   // VMware's hardware (a SATA disk, a NIC in a given slot or model) is the qemu runner's alone.
   const vmwareShaped = (o.bus && o.bus !== 'virtio') || (o.nic && o.nic !== 'virtio') || o.nicSlot !== undefined;
   return againAfterTimerPanic(() => (uri && !vmwareShaped ? testBootLibvirt(o, new Virsh(uri)) : testBootQemu(o)));

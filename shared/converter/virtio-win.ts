@@ -5,6 +5,7 @@ import { promises as fs, Dirent } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { statIfExists } from '../files';
+import { setting } from '../settings';
 
 export const VIRTIO_WIN_DEFAULT = '/usr/share/virtio-win';
 
@@ -99,7 +100,7 @@ export async function driverSet(tree: string, version: string, arch: string): Pr
 /** Where the driver tree may be, in order: the virtio_win config key, FERRY_VIRTIO_WIN, the default. */
 export function virtioWinCandidates(configured: string | undefined, env: NodeJS.ProcessEnv = process.env): { path: string; from: string }[] {
   const c = [
-    { path: configured, from: 'virtio_win' }, { path: env.FERRY_VIRTIO_WIN, from: 'FERRY_VIRTIO_WIN' }, { path: VIRTIO_WIN_DEFAULT, from: 'default' },
+    { path: configured, from: 'virtio_win' }, { path: setting('FERRY_VIRTIO_WIN', env), from: 'FERRY_VIRTIO_WIN' }, { path: VIRTIO_WIN_DEFAULT, from: 'default' },
   ].filter((x): x is { path: string; from: string } => !!x.path);
   return c.filter((x, i) => c.findIndex((y) => path.resolve(y.path) === path.resolve(x.path)) === i);
 }

@@ -3,6 +3,7 @@
 import { checkName } from './names';
 import { createSnapshot, domainState, listSnapshots } from './domains';
 import { Virsh } from './virsh';
+import { setting } from '../settings';
 
 export interface BatchResult {
   operation: string; total: number; successful: number; failed: number;
@@ -10,7 +11,7 @@ export interface BatchResult {
   start_time: string; end_time: string; duration: string;
 }
 
-export const batchConcurrency = () => Math.max(1, Number(process.env.FERRY_VIRT_BATCH_CONCURRENCY) || 4);
+export const batchConcurrency = () => setting('FERRY_VIRT_BATCH_CONCURRENCY');
 
 export async function runBatch(operation: string, domains: string[], each: (domain: string) => Promise<unknown>, limit = batchConcurrency()): Promise<BatchResult> {
   const t0 = Date.now();

@@ -5,8 +5,9 @@ import { spawn, ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { checkName } from './names';
 import { Virsh } from './virsh';
+import { setting } from '../settings';
 
-const PYTHON = process.env.FERRY_PYTHON || '/usr/bin/python3';
+const PYTHON = setting('FERRY_PYTHON');
 const PTY = 'import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)';
 /** virsh's own lines around the guest's text. */
 export const CONSOLE_BANNER = /Connected to domain '.*'\r?\nEscape character is .*\r?\n/;

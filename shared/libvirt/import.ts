@@ -19,11 +19,12 @@ import { copyIntoPool, ensureDirPool, isLocalUri, poolTarget, putFile, volumeExi
 import { parseXml, list, Many, XmlAttrs } from './xml';
 import { configuredUri, LibvirtError, Virsh } from './virsh';
 import { NO_LEDGER, type Ledger, type Made } from './ledger';
+import { setting } from '../settings';
 
 /** The pool imports go to unless a request names one: FERRY_LIBVIRT_POOL (default "ferry"), a dir pool at
  *  FERRY_LIBVIRT_POOL_DIR (default /var/lib/libvirt/images/ferry) created on first use. */
-export const defaultPool = () => process.env.FERRY_LIBVIRT_POOL || 'ferry';
-export const defaultPoolDir = () => process.env.FERRY_LIBVIRT_POOL_DIR || '/var/lib/libvirt/images/ferry';
+export const defaultPool = () => setting('FERRY_LIBVIRT_POOL');
+export const defaultPoolDir = () => setting('FERRY_LIBVIRT_POOL_DIR');
 
 export interface ImportSpec {
   /** Disk images, boot disk first (a local path on the machine running this). */
@@ -55,8 +56,8 @@ interface CapabilitiesDoc { capabilities: { guest?: Many<{ arch?: XmlAttrs & { d
  *  capabilities`) and KVM is known to work (FERRY_GUESTFS_KVM=1, as for libguestfs: /dev/kvm can exist and still
  *  not run guests), else `qemu` (TCG). */
 export async function domainType(v: Virsh): Promise<string> {
-  const forced = process.env.FERRY_LIBVIRT_DOMAIN_TYPE;
-  if (forced === 'kvm' || forced === 'qemu') return forced;
+  const forced = setting('FERRY_LIBVIRT_DOMAIN_TYPE');
+  if (forced) return forced;
   if (!kvmUsable()) return 'qemu';
   const caps = parseXml<CapabilitiesDoc>(await v.run(['capabilities'])).capabilities;
   const guest = list(caps.guest).find((g) => g.arch?.['@_name'] === 'x86_64');

@@ -5,6 +5,7 @@
 // is trusted as the operator wrote it, anything else is refused, with the reason when a part is dangerous.
 import Joi from 'joi';
 import { OperationError } from '../errors';
+import { setting } from '../settings';
 
 const DEFAULT_URI = 'qemu:///system';
 
@@ -13,8 +14,8 @@ const DEFAULT_URI = 'qemu:///system';
 const HOST_PARAMETERS = ['command', 'netcat', 'socket', 'no_verify', 'keyfile', 'pkipath', 'known_hosts', 'known_hosts_verify', 'proxy'];
 
 export function allowedUris(env: NodeJS.ProcessEnv = process.env): string[] {
-  const own = env.FERRY_LIBVIRT_URI || DEFAULT_URI;
-  const listed = (env.FERRY_LIBVIRT_URIS || '').split(',').map((s) => s.trim()).filter(Boolean);
+  const own = setting('FERRY_LIBVIRT_URI', env) || DEFAULT_URI;
+  const listed = setting('FERRY_LIBVIRT_URIS', env);
   return [own, ...listed.filter((u) => u !== own)];
 }
 
@@ -43,7 +44,7 @@ export const virtUriSchema = Joi.string().max(1024).custom((v: string, h) => {
 /** The URI a job connects to: its own, checked again here (a job in Redis may predate a configuration change),
  *  or the worker's FERRY_LIBVIRT_URI. A refusal fails the job without retry. */
 export function jobUri(given: string | undefined, field: string, env: NodeJS.ProcessEnv = process.env): string {
-  if (!given) return env.FERRY_LIBVIRT_URI || DEFAULT_URI;
+  if (!given) return setting('FERRY_LIBVIRT_URI', env) || DEFAULT_URI;
   const r = refuseUri(given, env);
   if (r) throw new OperationError(`${field} ${shownUri(given)} ${r}`, false);
   return given;

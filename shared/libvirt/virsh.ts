@@ -6,12 +6,13 @@ import { execFile } from 'node:child_process';
 import { ApiError } from '../errors';
 import { SessionEnded, sessionSafe, virshSession } from './virsh-session';
 import { spawnSlots } from '../limits';
+import { setting } from '../settings';
 
 export const DEFAULT_URI = 'qemu:///system';
 
 /** The configured connection URI (FERRY_LIBVIRT_URI, default qemu:///system). */
 export function configuredUri(): string {
-  return process.env.FERRY_LIBVIRT_URI || DEFAULT_URI;
+  return setting('FERRY_LIBVIRT_URI') || DEFAULT_URI;
 }
 
 export class LibvirtError extends ApiError {
@@ -61,7 +62,7 @@ export class Virsh {
   /** Runs `virsh -q -c <uri> ...args` and returns stdout; libvirt's failure is a LibvirtError. Short commands go
    *  through the URI's long-lived virsh (FERRY_VIRSH_SESSION=0: a virsh per command, as before). */
   run(args: string[], opts: RunOptions = {}): Promise<string> {
-    if (opts.input === undefined && SESSION_COMMANDS.has(args[0]) && sessionSafe(args) && process.env.FERRY_VIRSH_SESSION !== '0') return this.onSession(args, opts);
+    if (opts.input === undefined && SESSION_COMMANDS.has(args[0]) && sessionSafe(args) && setting('FERRY_VIRSH_SESSION')) return this.onSession(args, opts);
     return runTool('virsh', ['-q', '-c', this.uri, ...args], this.uri, opts);
   }
 

@@ -20,13 +20,14 @@ import type { VmFacts } from './facts';
 import type { Finding } from './rules';
 import { diskData, serveDisk, type DiskData, type NbdSource } from './guest-source';
 import { guestFindings, noOsFindings, unreadable, type GuestRead } from './guest-rules';
+import { setting } from '../settings';
 
 /** Disks of one appliance round (the daemon counts the nbdkit processes of a read by it, queue/guest-read.ts). */
 export const MAX_DRIVES = 64;
-export const guestPreflightSeconds = () => Number(process.env.FERRY_GUEST_PREFLIGHT_SECONDS || 600);
+export const guestPreflightSeconds = () => setting('FERRY_GUEST_PREFLIGHT_SECONDS');
 /** Whether validate and start read the guests (FERRY_GUEST_PREFLIGHT=0 turns it off for the daemon; a plan's or
  *  VM's options.guest_preflight decides over it). */
-export const guestPreflightDefault = () => !/^(0|off|false|no)$/i.test(process.env.FERRY_GUEST_PREFLIGHT ?? '');
+export const guestPreflightDefault = () => setting('FERRY_GUEST_PREFLIGHT');
 
 interface Vm { facts: VmFacts; disks: DiskData[]; uuids: Set<string> }
 

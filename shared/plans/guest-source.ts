@@ -14,9 +14,10 @@ import type { Manager } from '../vsphere/client';
 import { folderUrl, remoteHead, remoteSize } from '../vsphere/download';
 import { VsphereError } from '../vsphere/errors';
 import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from '../vsphere/vmdk';
+import { setting } from '../settings';
 
-export const NBDKIT = process.env.NBDKIT || 'nbdkit';
-const cacheMiB = () => Math.max(16, Number(process.env.FERRY_GUEST_PREFLIGHT_CACHE_MB || 256));
+export const NBDKIT = setting('NBDKIT');
+const cacheMiB = () => setting('FERRY_GUEST_PREFLIGHT_CACHE_MB');
 
 /** The file that holds a disk's blocks and how qemu reads it. */
 export interface DiskData { datastore: string; path: string; dcPath: string; format: 'raw' | 'vmdk'; size: number; notes: string[] }

@@ -8,6 +8,7 @@ import { Agent, request } from 'undici';
 import { networkError, VsphereError } from './errors';
 import { arr, child, el, envelope, moref, MoRef, parseXml, text, XmlNode, XmlValue, xsiType } from './xml';
 import { createLogger, ignoreError } from '../log';
+import { setting } from '../settings';
 
 export interface ManagerCredentials {
   /** https://host[:port][/sdk]; a bare host means https://host/sdk. */
@@ -35,7 +36,7 @@ export const managerName = (raw: string) => { try { return sdkUrl(raw).origin; }
 
 const agents = new Map<string, Agent>();
 function caFromEnv(): string | undefined {
-  const f = process.env.FERRY_VSPHERE_CA;
+  const f = setting('FERRY_VSPHERE_CA');
   if (!f) return undefined;
   try { return readFileSync(f, 'utf8'); } catch (e) { throw new VsphereError('tls', `FERRY_VSPHERE_CA (${f}) cannot be read: ${(e as Error).message}`); }
 }

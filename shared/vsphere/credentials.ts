@@ -5,15 +5,14 @@ import type { Keys, RedisClient } from '../redis';
 import { decryptSecret } from '../secretbox';
 import { VsphereError } from './errors';
 import type { ManagerCredentials } from './client';
+import { setting } from '../settings';
 
 export interface ManagerEnv { url?: string; username?: string; password?: string; insecure: boolean }
 
-const truthy = (v: string | undefined) => /^(1|true|yes|on)$/i.test(v || '');
-
 export function managerEnv(env: NodeJS.ProcessEnv = process.env): ManagerEnv {
-  let url = env.GOVC_URL || undefined;
-  let username = env.GOVC_USERNAME || undefined;
-  let password = env.GOVC_PASSWORD || undefined;
+  let url = setting('GOVC_URL', env);
+  let username = setting('GOVC_USERNAME', env);
+  let password = setting('GOVC_PASSWORD', env);
   if (url) {
     try {
       const u = new URL(/^[a-z]+:\/\//i.test(url) ? url : `https://${url}`);
@@ -23,7 +22,7 @@ export function managerEnv(env: NodeJS.ProcessEnv = process.env): ManagerEnv {
       url = u.href;
     } catch { /* left as given: the client reports it */ }
   }
-  return { url, username, password, insecure: truthy(env.GOVC_INSECURE) };
+  return { url, username, password, insecure: setting('GOVC_INSECURE', env) };
 }
 
 export interface CredentialOverrides { manager_url?: string; username?: string; password?: string; insecure?: boolean }
@@ -40,7 +39,7 @@ function endpoint(raw: string): Endpoint | null {
 }
 
 const same = (a: Endpoint | null, b: Endpoint | null) => !!a && !!b && a.scheme === b.scheme && a.host === b.host && a.port === b.port;
-const listed = (env: NodeJS.ProcessEnv) => (env.FERRY_VSPHERE_MANAGERS || '').split(',').map((x) => x.trim()).filter(Boolean);
+const listed = (env: NodeJS.ProcessEnv) => setting('FERRY_VSPHERE_MANAGERS', env);
 
 /** Why a manager URL cannot be used, or null: credentials only travel over TLS, so anything but https:// (or a
  *  bare host, which means https) is refused by name rather than sent in clear. */

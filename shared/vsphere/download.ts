@@ -10,6 +10,7 @@ import type { Manager } from './client';
 import { networkError, VsphereError } from './errors';
 import { ignoreError, awaitedLater } from '../log';
 import { feed, FileJob, label, openFile, readRange, RemoteFile, saveState, sliceFrom, PART, STATE, WRITE_BATCH } from './download-file';
+import { setting } from '../settings';
 
 export { PART, removePartial } from './download-file';
 export type { RemoteFile } from './download-file';
@@ -98,8 +99,8 @@ function settingsOf(o: DownloadOptions): Settings {
   const streams = Math.max(1, o.streams);
   return {
     streams,
-    chunkBytes: o.chunkBytes ?? Number(process.env.FERRY_EXPORT_CHUNK_BYTES || 8 * 1024 * 1024),
-    maxRetries: o.maxRetries ?? Number(process.env.FERRY_EXPORT_RETRIES || 5),
+    chunkBytes: o.chunkBytes ?? setting('FERRY_EXPORT_CHUNK_BYTES'),
+    maxRetries: o.maxRetries ?? setting('FERRY_EXPORT_RETRIES'),
     retryDelay: o.retryDelayMs ?? 500,
     window: streams * 2,
   };

@@ -6,6 +6,7 @@ import type { Manager } from './client';
 import { VsphereError } from './errors';
 import { vmDetail, type VmDetail, type VmSnapshot } from './inventory';
 import type { Logger } from '../log';
+import { setting } from '../settings';
 
 export interface SourceFingerprint { power_state: string; snapshots: string[]; current_snapshot: string | null; disks: Record<string, number> }
 
@@ -33,7 +34,7 @@ export function sourceChange(was: SourceFingerprint, now: SourceFingerprint): st
   return out.length ? out.join('; ') : null;
 }
 
-export const sourceCheckMs = () => Math.max(0.2, Number(process.env.FERRY_SOURCE_CHECK_SECONDS || 5)) * 1000;
+export const sourceCheckMs = () => setting('FERRY_SOURCE_CHECK_SECONDS') * 1000;
 
 /** Watches the VM from `was` on: `signal` aborts (with the reason) the moment a reading differs; `final()` reads
  *  once more and throws when anything changed. A reading that fails is logged and the next one tries again. */

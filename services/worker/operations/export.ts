@@ -14,6 +14,7 @@ import type { JobStore } from '../../../queue/store';
 import { config } from '../../../shared/config';
 import type { Admit, OpContext, Operation } from './types';
 import { dropped } from '../../../shared/log';
+import { setting } from '../../../shared/settings';
 
 // A type literal, not an interface, so a job's `parameters` (Record<string, unknown>) can be read as it.
 export type ExportParameters = {
@@ -22,7 +23,7 @@ export type ExportParameters = {
   shutdown_timeout_seconds?: number;
 };
 
-export const exportsPerManager = () => Math.max(1, Number(process.env.FERRY_EXPORTS_PER_MANAGER || 4));
+export const exportsPerManager = () => setting('FERRY_EXPORTS_PER_MANAGER');
 export const slotLeaseMs = () => Math.max(3, config.leaseSeconds * 3) * 1000;
 
 function managerOf(p: ExportParameters) {

@@ -11,13 +11,15 @@ import type { Admit, Operation } from './types';
 import { admitExport, slotLeaseMs } from './export';
 import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
 import { jobUri } from '../../../shared/libvirt/uri';
+import { setting } from '../../../shared/settings';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
  *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there
  *  any local user could plant files or symlinks where the next export writes. */
 export function exportBase(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.FERRY_EXPORT_DIR) return path.resolve(env.FERRY_EXPORT_DIR);
-  if (env.FERRY_DATA_DIR) return path.join(path.resolve(env.FERRY_DATA_DIR), 'exports');
+  const [exportDir, dataDir] = [setting('FERRY_EXPORT_DIR', env), setting('FERRY_DATA_DIR', env)];
+  if (exportDir) return path.resolve(exportDir);
+  if (dataDir) return path.join(path.resolve(dataDir), 'exports');
   return path.join(os.tmpdir(), `ferry-${process.getuid?.() ?? 'user'}`, 'exports');
 }
 
@@ -35,7 +37,7 @@ async function privateDir(dir: string): Promise<void> {
 /** The job's export folder, every folder Ferry makes on the way private to its user. */
 export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   const base = exportBase(env);
-  if (!env.FERRY_EXPORT_DIR && !env.FERRY_DATA_DIR) await privateDir(path.dirname(base));
+  if (!setting('FERRY_EXPORT_DIR', env) && !setting('FERRY_DATA_DIR', env)) await privateDir(path.dirname(base));
   else await fs.mkdir(path.dirname(base), { recursive: true, mode: 0o700 });
   await privateDir(base);
   const dir = path.join(base, jobId);
