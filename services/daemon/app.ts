@@ -23,7 +23,8 @@ import { WebhookStore } from '../../queue/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../shared/daemon-jobs';
-import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
+import { configuredUri, type Virsh } from '../../shared/libvirt/virsh';
+import { daemonVirsh } from '../../queue/virsh-jobs';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
 import { RateLimiter } from '../../shared/limits';
@@ -166,7 +167,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const { metrics, httpMetrics } = daemonMetrics(q, wsClients);
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
-  const virsh = new Virsh(configuredUri());
+  const virsh = daemonVirsh({ life: q.life, bus: s.bus }, configuredUri());
   const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
   addVirt(api, cfg, q.life, virsh);
