@@ -3,7 +3,7 @@
 // through virsh_call jobs and change the host as virsh then shows; libvirt's refusals keep their status and text,
 // exactly as a daemon running virsh itself (direct mode, started beside it on the same libvirtd) answers them;
 // with no worker able to take the call the answer is a 503 that says so and no job is made; a caller cannot
-// submit virsh_call with a key of any role; the routes that need local files or tools, and the console, are a
+// submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; the routes that need local files or tools, and the console, are a
 // clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md).
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
@@ -44,6 +44,8 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
   const workers: Proc[] = [];
   const jobsOf = async (op: string) => ((await req<{ jobs: { id: string; definition: { operation: string } }[] }>(B, 'GET', '/jobs?limit=1000', undefined, admin)).body.jobs || []).filter((j) => j.definition.operation === op);
 
+  type Targets = { data: { targets: { virt_uri: string; reachable: boolean; error: string | null; networks: string[]; pools: { name: string }[] }[] } };
+
   before(async function () {
     this.timeout(300_000);
     s = await startVirtStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_LIBVIRT_VIA: 'worker', FERRY_REFUSAL_LIMIT: '0' }, '{}\n');
@@ -75,6 +77,11 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     const n = await req<DaemonError>(B, 'POST', '/virt/network/create', { name: 'vj-none' }, admin);
     expect(n.status, n.text).to.equal(503);
     expect(await virshNames(s.lv, ['net-list', '--all', '--name'])).to.not.include('vj-none');
+    // a plan's target inventory goes the same way: the target is unreachable, saying why
+    const t = await req<Targets>(B, 'GET', '/virt/targets', undefined, admin);
+    expect(t.status, t.text).to.equal(200);
+    expect(t.body.data.targets[0]).to.include({ virt_uri: s.lv.uri, reachable: false });
+    expect(t.body.data.targets[0].error).to.include('libvirt_access');
     expect(await jobsOf('virsh_call')).to.deep.equal([]);
   });
 
@@ -98,6 +105,11 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     const made = await req(B, 'POST', '/virt/network/create', { name: 'vj-net', subnet: '10.79.0.0/24', ip_start: '10.79.0.10', ip_end: '10.79.0.20' }, admin);
     expect(made.status, made.text).to.equal(201);
     expect(await s.lv.virsh(['net-dumpxml', 'vj-net'])).to.include("<ip address='10.79.0.1'");
+    const t = await req<Targets>(B, 'GET', '/virt/targets', undefined, admin);
+    expect(t.status, t.text).to.equal(200);
+    expect(t.body.data.targets[0]).to.include({ virt_uri: s.lv.uri, reachable: true, error: null });
+    expect(t.body.data.targets[0].networks).to.include('vj-net');
+    expect(t.body.data.targets[0].pools.map((x) => x.name)).to.include(s.lv.pool);
     const st = await req(B, 'POST', '/virt/domain/start', { name: 'vj-off', paused: true }, admin);
     expect(st.status, st.text).to.equal(200);
     expect(await domState(s.lv, 'vj-off')).to.equal('paused');
