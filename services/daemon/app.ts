@@ -24,7 +24,7 @@ import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, type Virsh } from '../../shared/libvirt/virsh';
-import { daemonVirsh } from '../../queue/virsh-jobs';
+import { daemonVirsh, JobVirsh } from '../../queue/virsh-jobs';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
 import { RateLimiter } from '../../shared/limits';
@@ -99,7 +99,7 @@ function libvirtState(virsh: Virsh, log: Logger): RouteDeps['libvirt'] {
       s.state = up ? 'reachable' : 'unreachable';
       s.checked_at = new Date().toISOString();
       if (changed && up) log.info('libvirt answers', { uri: s.uri });
-      else if (changed) log.warn(`no libvirtd answers at ${s.uri}: /virt routes answer 503 until one does`);
+      else if (changed) log.warn(`no libvirtd answers at ${s.uri}${virsh instanceof JobVirsh ? ' (or no worker with libvirt_access takes its calls: FERRY_LIBVIRT_VIA=worker)' : ''}: /virt routes answer 503 until one does`);
     }).finally(() => { probing = false; });
   };
   probe();
