@@ -47,7 +47,7 @@ export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', op
   const opField = [where, 'operation'].filter(Boolean).join('.');
   // Operations no caller submits: they skip nothing, because their submitter applies the action's own rules.
   if (op?.submittedBy === 'daemon' && !opts.internal) {
-    throw fieldError(400, opField, 'is submitted only by the daemon', `${opField} ${spec.operation} is submitted only by the daemon's own routes (a plan's validate, start and retry; POST /vms/shutdown and /vms/poweroff), which apply that action's role and limits; use those`);
+    throw fieldError(400, opField, 'is submitted only by the daemon', `${opField} ${spec.operation} is submitted only by the daemon's own routes (a plan's validate, start and retry; POST /vms/shutdown and /vms/poweroff; the /virt routes), which apply that action's role and limits; use those`);
   }
   // A plan's side effects (rollback_kvm, remove_source) act on what another job recorded: only its runner asks.
   if (op?.submittedBy === 'plan' && !opts.planRunner) {

@@ -259,6 +259,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
     }),
     description: 'POST /vms/shutdown and /vms/poweroff as a job (submitted by the daemon only, for an admin)',
   },
+  virsh_call: {
+    // The daemon's libvirt calls when FERRY_LIBVIRT_VIA=worker (queue/virsh-jobs.ts): the daemon builds the argv from
+    // a request it validated and authorized, a worker with virsh runs it (services/worker/operations/virsh-call.ts).
+    capabilities: ['libvirt_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
+      args: Joi.array().items(Joi.string().max(65_536)).min(1).max(512).required().description('virsh\'s arguments after -q -c <uri>'),
+      input: Joi.string().max(16 << 20).allow('').description('what virsh reads on stdin (define and create with XML on "/dev/stdin")'),
+      timeout_ms: Joi.number().integer().min(1000).max(6 * 3_600_000).default(600_000),
+    }),
+    description: 'one virsh command for the daemon\'s /virt routes, its health probe and a plan\'s target checks, run by a worker with libvirt_access (submitted by the daemon only)',
+  },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
   rollback_kvm: {

@@ -23,7 +23,8 @@ import { WebhookStore } from '../../queue/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../shared/daemon-jobs';
-import { configuredUri, Virsh } from '../../shared/libvirt/virsh';
+import { configuredUri, type Virsh } from '../../shared/libvirt/virsh';
+import { daemonVirsh, JobVirsh } from '../../queue/virsh-jobs';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
 import { RateLimiter } from '../../shared/limits';
@@ -98,7 +99,7 @@ function libvirtState(virsh: Virsh, log: Logger): RouteDeps['libvirt'] {
       s.state = up ? 'reachable' : 'unreachable';
       s.checked_at = new Date().toISOString();
       if (changed && up) log.info('libvirt answers', { uri: s.uri });
-      else if (changed) log.warn(`no libvirtd answers at ${s.uri}: /virt routes answer 503 until one does`);
+      else if (changed) log.warn(`no libvirtd answers at ${s.uri}${virsh instanceof JobVirsh ? ' (or no worker with libvirt_access takes its calls: FERRY_LIBVIRT_VIA=worker)' : ''}: /virt routes answer 503 until one does`);
     }).finally(() => { probing = false; });
   };
   probe();
@@ -166,7 +167,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const { metrics, httpMetrics } = daemonMetrics(q, wsClients);
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
-  const virsh = new Virsh(configuredUri());
+  const virsh = daemonVirsh({ life: q.life, bus: s.bus }, configuredUri());
   const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
   addVirt(api, cfg, q.life, virsh);

@@ -15,6 +15,7 @@ import type { ConsoleSession } from '../../shared/libvirt/console';
 import { ApiError } from '../../shared/errors';
 import { spawnSlots } from '../../shared/limits';
 import { refuseUpgrade } from './ws';
+import { JobVirsh } from '../../queue/virsh-jobs';
 
 /** What each console action needs, declared once (listed in docs/security.md's role table). */
 export const CONSOLE_ROLES: Record<'view' | 'input' | 'force', KeyRole> = { view: 'read', input: 'admin', force: 'admin' };
@@ -112,7 +113,9 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
       refuse(ws, 4000, (e as Error).message);
     }
   }
-  const handle = upgradeWith((req, socket, head, caller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller)));
+  // Through workers (FERRY_LIBVIRT_VIA=worker) there is no virsh here to run the console: a clear 503 (docs/virt.md).
+  const noConsole: Upgrade = (_req, socket) => refuseUpgrade(socket, 503, 'the VM console needs virsh on the daemon; with FERRY_LIBVIRT_VIA=worker it is not bridged to a worker yet (docs/virt.md, "Through workers")');
+  const handle = v instanceof JobVirsh ? noConsole : upgradeWith((req, socket, head, caller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller)));
   return { '/virt/console': handle, '/api/v1/virt/console': handle };
 }
 

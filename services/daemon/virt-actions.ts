@@ -5,6 +5,7 @@ import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { confineRequestImage } from '../../shared/image-confine';
 import type { AddVirt, VirtDeps } from './virt-route';
+import { refuseLocalWork } from '../../queue/virsh-jobs';
 
 function addBatchRoutes(add: AddVirt, v: L.Virsh) {
   // Batch actions: the seed's batch result object as data.
@@ -25,31 +26,39 @@ function addBatchRoutes(add: AddVirt, v: L.Virsh) {
 function addCloneRoutes(add: AddVirt, v: L.Virsh) {
   // Clones and templates
   add('post', 'admin', '/virt/clone', 'Clone a shut-off or paused domain with virt-clone', { body: S.cloneBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/clone');
     for (const [i, f] of (body.files || []).entries()) await L.confinePath(f, 'output', `files[${i}]`);
     return [`domain ${body.source} cloned to ${body.target}`, await L.cloneDomain(v, body)];
   });
   add('post', 'admin', '/virt/clone/multiple', 'count clones named <name_prefix>-<n>, n from start_index (default 1)', { body: S.cloneMultipleBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/clone/multiple');
     const r = await L.cloneMany(v, body);
     return [`${r.successful} of ${r.total} clones of ${body.source} created`, r];
   });
   add('post', 'admin', '/virt/template/create', 'Mark a domain (or a clone of it named name) as a template in its <metadata>; seal runs virt-sysprep', { body: S.templateCreateBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/template/create');
     const r = await L.createTemplate(v, body);
     return [`template ${r.name} created`, r];
   });
-  add('post', 'admin', '/virt/template/deploy', 'A new domain from a template: clone, memory (MiB), vCPUs, network, autostart, virt-customize', { body: S.templateDeployBody, created: true }, async ({ body }) =>
-    [`domain ${body.name} deployed from ${body.template}`, await L.deployTemplate(v, body)]);
+  add('post', 'admin', '/virt/template/deploy', 'A new domain from a template: clone, memory (MiB), vCPUs, network, autostart, virt-customize', { body: S.templateDeployBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/template/deploy');
+    return [`domain ${body.name} deployed from ${body.template}`, await L.deployTemplate(v, body)];
+  });
   add('get', 'read', '/virt/template/list', 'Marked templates, plus domains named with the word template or shut off (reason says which)', {}, async () => {
     const t = await L.listTemplates(v);
     return [`${t.length} templates`, { templates: t, total: t.length }];
   });
   // Admin only (it writes host files): VNC/SPICE passwords only when the admin asks with security_info.
-  add('post', 'admin', '/virt/template/export', 'Domain XML and disk images (compress: qcow2 compressed) into export_path/<template>/, files 0600; security_info: with VNC/SPICE passwords', { body: S.templateExportBody, created: true }, async ({ body }) =>
-    [`template ${body.template} exported`, await L.exportTemplate(v, body)]);
+  add('post', 'admin', '/virt/template/export', 'Domain XML and disk images (compress: qcow2 compressed) into export_path/<template>/, files 0600; security_info: with VNC/SPICE passwords', { body: S.templateExportBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/template/export');
+    return [`template ${body.template} exported`, await L.exportTemplate(v, body)];
+  });
 }
 
 function addConversionRoutes(add: AddVirt, v: L.Virsh, submitConvert: VirtDeps['submitConvert']) {
   // Conversion and import
   add('post', 'admin', '/import/kvm', 'Import a disk image: a volume in the pool and a domain with virtio disk and NIC, serial console, BIOS or UEFI', { body: S.importKvmBody, created: true }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /import/kvm');
     const image = await L.confinePath(body.image_path, 'input', 'image_path');
     // Copied into the pool, a reference would resolve against the pool's folder: the disk must reference nothing.
     const { format } = await confineRequestImage({ field: 'image_path', path: image, selfContained: true });

@@ -10,6 +10,7 @@ import { addVirtActions } from './virt-actions';
 import { virtAdder, type AddVirt, type VirtDeps } from './virt-route';
 import { allowedUris } from '../../shared/libvirt/uri';
 import { targetInventory } from '../../shared/plans/target';
+import { refuseLocalWork } from '../../queue/virsh-jobs';
 
 function addHostRoutes(add: AddVirt, v: L.Virsh) {
   // Domains and snapshots
@@ -52,6 +53,7 @@ function addVolumeRoutes(add: AddVirt, v: L.Virsh) {
   add('post', 'admin', '/virt/volume/resize', 'Set a volume\'s capacity in bytes; a smaller one needs shrink: true', { body: S.volumeResizeBody }, async ({ body }) => [`volume ${body.volume} resized`, await L.resizeVolume(v, body)]);
   add('post', 'admin', '/virt/volume/delete', 'Delete a volume', { body: S.volumeBody }, async ({ body }) => [`volume ${body.volume} deleted`, await L.deleteVolume(v, body.pool, body.volume)]);
   add('post', 'admin', '/virt/volume/upload', 'Fill a volume from a local image (converted when format differs; created when missing)', { body: S.volumeUploadBody }, async ({ body }) => {
+    refuseLocalWork(v, 'POST /virt/volume/upload');
     const source_path = await L.confinePath(body.source_path, 'input', 'source_path');
     return [`volume ${body.volume} uploaded`, await L.uploadVolume(v, { ...body, source_path })];
   });

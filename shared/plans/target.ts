@@ -1,6 +1,6 @@
 // What preflight needs to know about the target host, in a few virsh calls: its pools with their free bytes,
 // its domains' names and MACs, its networks, and whether it offers UEFI (an OVMF loader in domcapabilities).
-import { LibvirtError, Virsh } from '../libvirt/virsh';
+import { LibvirtError, Virsh, virshFor } from '../libvirt/virsh';
 import { checkDomainName } from '../libvirt/names';
 import { conflict } from '../errors';
 import { DomainDoc, listDomains } from '../libvirt/domains';
@@ -56,7 +56,7 @@ export interface TargetInventory {
 /** The right side of a plan's maps on one target: its networks and pools (two virsh calls and one per pool); an
  *  unreachable target says why instead of failing the listing of the others. */
 export async function targetInventory(uri: string, isDefault: boolean): Promise<TargetInventory> {
-  const v = new Virsh(uri);
+  const v = virshFor(uri);
   try {
     const [p, n] = await Promise.all([pools(v), v.run(['net-list', '--all', '--name'])]);
     return { virt_uri: uri, default: isDefault, reachable: true, error: null, networks: lines(n).sort(), pools: [...p].map(([name, x]) => ({ name, ...x })).sort((a, b) => a.name.localeCompare(b.name)) };
@@ -74,7 +74,7 @@ async function freeMemory(v: Virsh) {
 }
 
 export async function targetFacts(uri: string): Promise<TargetFacts> {
-  const v = new Virsh(uri);
+  const v = virshFor(uri);
   const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false, free_memory_bytes: 0 };
   try {
     const doms = (await listDomains(v)).map((d) => d.name);
@@ -92,6 +92,6 @@ export async function targetFacts(uri: string): Promise<TargetFacts> {
  *  name argument as an ID or UUID first. Throws (409) when it is taken; the VM then fails without a job. */
 export async function recheckTarget(placement: { virt_uri: string; domain: string }): Promise<void> {
   checkDomainName(placement.domain, 'options.target_name');
-  const names = lines(await new Virsh(placement.virt_uri).run(['list', '--all', '--name']));
+  const names = lines(await virshFor(placement.virt_uri).run(['list', '--all', '--name']));
   if (names.includes(placement.domain)) throw conflict(`${placement.virt_uri} has had a domain named ${placement.domain} since the plan's preflight found the name free: not migrated, so nothing of that domain is touched`);
 }

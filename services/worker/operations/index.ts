@@ -11,6 +11,7 @@ import { admitMigration, migrateVm } from './migrate-vm';
 import { guestPreflightOp } from './guest-preflight';
 import { vmPower } from './vm-power';
 import { removeSource, rollbackKvm } from './plan-effects';
+import { virshCall } from './virsh-call';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
@@ -23,4 +24,5 @@ export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: 
   vm_power: { run: vmPower },
   rollback_kvm: { run: rollbackKvm },
   remove_source: { run: removeSource },
+  virsh_call: { run: virshCall },
 };

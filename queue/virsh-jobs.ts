@@ -1,0 +1,66 @@
+// The daemon's libvirt through workers (issue 38 item 2): with FERRY_LIBVIRT_VIA=worker (the shipped compose and
+// Kubernetes), every `Virsh.run` of the daemon (its /virt routes, health probe, a plan's target inventory and
+// recheck) is a job of the internal operation virsh_call, run by a worker with libvirt_access and virsh, so the
+// daemon's image needs no libvirt client. The worker's answer is rebuilt into what virsh gave: stdout, or the
+// LibvirtError with the same status and message (404, 400, 409, 503, 500). No worker able to take it: 503 saying
+// why; no end within the bound: 504, the job cancelled. Commands that read or write a local file (vol-upload,
+// vol-download) are refused (503): their route must run whole on a worker, which is not built yet (docs/virt.md).
+import { shownUri } from '../shared/libvirt/uri';
+import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
+import { ApiError } from '../shared/errors';
+import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
+
+/** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
+export const LIBVIRT_ERROR_FIELD = 'libvirt_error';
+
+/** virsh commands that are no single call: a file of the machine running virsh (vol-upload, vol-download) or a live stream (console). */
+export const NOT_CALLS = new Set(['vol-upload', 'vol-download', 'console']);
+
+/** How the daemon reaches libvirt: `direct` (virsh on its own PATH, `npm start` and most tests) or `worker`. */
+export function libvirtVia(env: NodeJS.ProcessEnv = process.env): 'direct' | 'worker' {
+  const v = env.FERRY_LIBVIRT_VIA || 'direct';
+  if (v !== 'direct' && v !== 'worker') throw new Error(`FERRY_LIBVIRT_VIA must be direct or worker, got "${v}"`);
+  return v;
+}
+
+/** Time past a command's own timeout for the queue and the worker's start. */
+const GRACE_MS = 30_000;
+
+/** A Virsh whose commands run on a worker; every shared/libvirt function takes it unchanged. */
+export class JobVirsh extends Virsh {
+  constructor(uri: string, private d: WorkerJobDeps) { super(uri); }
+
+  override async run(args: string[], opts: RunOptions = {}): Promise<string> {
+    if (NOT_CALLS.has(args[0])) {
+      throw new LibvirtError(503, `virsh ${args[0]} needs the machine running it (a local file or a live stream): with FERRY_LIBVIRT_VIA=worker this is not available yet (it must run whole on a worker; docs/virt.md)`, 'local file');
+    }
+    const timeout = opts.timeoutMs ?? 600_000;
+    const spec = internalSpec('virsh_call', { uri: this.uri, args, ...(opts.input !== undefined ? { input: opts.input } : {}), timeout_ms: Math.max(1000, timeout) }, { timeoutSeconds: (timeout + GRACE_MS) / 1000 });
+    const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeout + GRACE_MS, meta: { virsh: args[0] } });
+    const uri = shownUri(this.uri);
+    if (end.outcome === 'unserved') throw new LibvirtError(503, `libvirt at ${uri} is reached through a worker with libvirt_access (FERRY_LIBVIRT_VIA=worker), and none can take virsh ${args[0]} now: ${end.reason}`, end.reason);
+    if (end.outcome === 'timeout') throw new LibvirtError(504, `virsh ${args[0]} at ${uri} did not end within ${Math.round((timeout + GRACE_MS) / 1000)} s on a worker (job ${end.job_id} cancelled${end.waiting_reason ? `; it was waiting: ${end.waiting_reason}` : ''})`, 'timeout');
+    if (end.state === 'COMPLETED') {
+      const out = (end.result as { stdout?: unknown } | null)?.stdout;
+      return typeof out === 'string' ? out : '';
+    }
+    const kept = end.record[LIBVIRT_ERROR_FIELD];
+    if (kept) {
+      const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
+      throw new LibvirtError(e.status, e.message, e.libvirt);
+    }
+    throw new LibvirtError(500, `virsh ${args[0]} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
+  }
+}
+
+/** The daemon's Virsh for FERRY_LIBVIRT_URI, and every virshFor() of its code, as FERRY_LIBVIRT_VIA says. */
+export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
+  setVirshFactory(libvirtVia() === 'worker' ? (u) => new JobVirsh(u, d) : undefined);
+  return virshFor(uri);
+}
+
+/** A 503 for a route that runs more than virsh calls on the daemon's machine (a local file, virt-clone,
+ *  virt-sysprep, virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). */
+export function refuseLocalWork(v: Virsh, route: string): void {
+  if (v instanceof JobVirsh) throw new ApiError(503, `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route is not a worker job yet (docs/virt.md, "Through workers")`);
+}
