@@ -8,6 +8,7 @@
 import { shownUri } from '../shared/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
 import { ApiError } from '../shared/errors';
+import { setting } from '../shared/settings';
 import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
 
 /** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
@@ -18,9 +19,7 @@ export const NOT_CALLS = new Set(['vol-upload', 'vol-download', 'console']);
 
 /** How the daemon reaches libvirt: `direct` (virsh on its own PATH, `npm start` and most tests) or `worker`. */
 export function libvirtVia(env: NodeJS.ProcessEnv = process.env): 'direct' | 'worker' {
-  const v = env.FERRY_LIBVIRT_VIA || 'direct';
-  if (v !== 'direct' && v !== 'worker') throw new Error(`FERRY_LIBVIRT_VIA must be direct or worker, got "${v}"`);
-  return v;
+  return setting('FERRY_LIBVIRT_VIA', env);
 }
 
 /** Time past a command's own timeout for the queue and the worker's start. */

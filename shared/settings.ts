@@ -209,6 +209,7 @@ export const SETTINGS = {
   FERRY_LIBVIRT_BRIDGES: list(',', Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,15}$/), 'bridge names', { group: LV, doc: 'host bridges a NIC may name directly; none by default (libvirt networks only)' }),
   FERRY_LIBVIRT_POOL: text('ferry', { group: LV, max: 255, pattern: /^[^\s/]+$/, expect: 'a pool name without spaces or "/"', doc: 'storage pool imported volumes go to' }),
   FERRY_LIBVIRT_POOL_DIR: file('/var/lib/libvirt/images/ferry', { group: LV, absolute: true, doc: 'its folder, when Ferry creates the pool' }),
+  FERRY_LIBVIRT_VIA: oneOf(['direct', 'worker'] as const, 'direct', { group: LV, doc: 'how the daemon reaches libvirt: direct (virsh on its own PATH) or worker (each virsh command a virsh_call job on a worker with libvirt_access; the shipped compose and Kubernetes daemon)' }),
   FERRY_LIBVIRT_DOMAIN_TYPE: oneOf(['kvm', 'qemu'] as const, undefined, { group: LV, doc: 'domain type of imported guests; unset: kvm when the host offers it and FERRY_GUESTFS_KVM=1, else qemu' }),
   FERRY_VIRSH_SESSION: bool(true, { group: LV, doc: 'run read-only virsh commands in one long-lived virsh session rather than a process each' }),
   FERRY_VIRT_BATCH_CONCURRENCY: int(4, 1, 64, { group: LV, doc: 'lanes of a /virt batch request' }),
