@@ -217,7 +217,10 @@ describe('deploy: the topology as processes (compose.yaml and deploy/k8s, issue 
       expect(t.sshd.log()).to.include(`Accepted publickey for root from ${ran.ip}`);
       // The source is untouched on the simulator: there, and still powered off.
       expect((await vmDetail(t.m, '/DC0/vm/direct0')).power_state).to.equal('poweredOff');
-      t.sizing = { ...sizing(ran), worker: ran.name };
+      const measured = sizing(ran);
+      // The worker's own process, and below it the repair's appliance (a qemu far larger than the worker).
+      expect(measured.host_peak_rss_mib, JSON.stringify(measured)).to.be.greaterThan(measured.worker_vmhwm_mib);
+      t.sizing = { ...measured, worker: ran.name };
       console.log(`      sizing, one migration of the tiny guest (${TINY_GUEST_BYTES >> 20} MiB disk) on ${ran.name}: ${JSON.stringify(t.sizing)}`);
     });
 
@@ -415,18 +418,26 @@ const workerLogs = (t: Topology) => `\n${t.procs.filter((p) => /^worker/.test(p.
 
 // ---- Sizing: what one migration takes on the worker that runs it ---------------------------------------------
 
-/** Samples, every 500 ms until stopped, each migration worker's process tree (resident memory, summed) and the
- *  scratch it writes (the shared scratch volume and the host's own /tmp, allocated blocks). On stop: a function
- *  giving one host's peaks with its worker's VmHWM and CPU time (its own and its reaped children's: qemu-img,
- *  guestfish and the appliance's qemu). */
+/** Samples, every 500 ms until stopped, each migration worker host as a container's figures would be taken: every
+ *  process in the host's network namespace but its vSphere forwarder (the worker, qemu-img, and the guestfish
+ *  server that forks away from the worker with its appliance's qemu): resident memory summed, and each process's
+ *  CPU time as last seen (a process that lives less than a sample is missed: a lower bound); and the scratch it
+ *  writes (the shared scratch volume and the host's own /tmp, allocated blocks). On stop: a function giving one
+ *  host's figures with its worker process's VmHWM. */
 function startSampling(t: Topology) {
   const peaks = new Map<string, { rss: number; scratch: number }>();
-  const workerOf = (h: Host) => t.procs.find((p) => p.host === h.name)!.proc.pid!;
+  const cpu = new Map<string, Map<number, number>>();
+  const hosts = t.workerHosts.filter((x) => x.name.startsWith('worker-migrate'));
+  const pidOf = (h: Host, worker: boolean) => t.procs.find((p) => p.host === h.name && p.proc.spawnargs.some((a) => a.endsWith('/worker/main.js')) === worker)!.proc.pid!;
   const tick = () => {
-    const tree = processTree();
+    const byNs = processesByNetns();
     const scratch0 = du(path.join(t.dir, 'volumes', 'scratch'));
-    for (const h of t.workerHosts.filter((x) => x.name.startsWith('worker-migrate'))) {
-      const rss = descendants(tree, workerOf(h)).reduce((sum, pid) => sum + rssOf(pid), 0);
+    for (const h of hosts) {
+      const pids = (byNs.get(readlinkSync(`/proc/${h.pid}/ns/net`)) ?? []).filter((pid) => pid !== pidOf(h, false) && pid !== h.pid);
+      const seen = cpu.get(h.name) ?? new Map<number, number>();
+      for (const pid of pids) seen.set(pid, Math.max(seen.get(pid) ?? 0, cpuTicks(pid)));
+      cpu.set(h.name, seen);
+      const rss = pids.reduce((sum, pid) => sum + rssOf(pid), 0);
       const scratch = scratch0 + du(path.join(t.dir, 'tmp', h.name));
       const was = peaks.get(h.name) ?? { rss: 0, scratch: 0 };
       peaks.set(h.name, { rss: Math.max(was.rss, rss), scratch: Math.max(was.scratch, scratch) });
@@ -438,29 +449,28 @@ function startSampling(t: Topology) {
       clearInterval(timer);
       tick();
       return (h: Host) => {
-        const pid = workerOf(h);
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-        const ticks = [11, 12, 13, 14].reduce((s, i) => s + Number(stat[i]), 0); // utime, stime, cutime, cstime
-        const hwm = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+        const hwm = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pidOf(h, true)}/status`, 'utf8'))![1]);
         const mib = (b: number) => Math.round(b / 1048576);
-        return { worker_vmhwm_mib: Math.round(hwm / 1024), tree_peak_rss_mib: mib(peaks.get(h.name)!.rss), cpu_seconds: ticks / 100, scratch_peak_mib: mib(peaks.get(h.name)!.scratch) };
+        const ticks = [...cpu.get(h.name)!.values()].reduce((a, b) => a + b, 0);
+        return { worker_vmhwm_mib: Math.round(hwm / 1024), host_peak_rss_mib: mib(peaks.get(h.name)!.rss), host_cpu_seconds: ticks / 100, scratch_peak_mib: mib(peaks.get(h.name)!.scratch) };
       };
     },
   };
 }
 
-function processTree(): Map<number, number[]> {
-  const children = new Map<number, number[]>();
-  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
-    try {
-      const ppid = Number(readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(p)]);
-    } catch { /* a process that ended */ }
-  }
-  return children;
+/** utime + stime of a process, in clock ticks (0 once it has ended). */
+function cpuTicks(pid: number): number {
+  try { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' '); return Number(f[11]) + Number(f[12]); } catch { return 0; }
 }
 
-const descendants = (tree: Map<number, number[]>, pid: number): number[] => [pid, ...(tree.get(pid) ?? []).flatMap((c) => descendants(tree, c))];
+/** Every process, by the network namespace it is in. */
+function processesByNetns(): Map<string, number[]> {
+  const out = new Map<string, number[]>();
+  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try { const ns = readlinkSync(`/proc/${p}/ns/net`); out.set(ns, [...(out.get(ns) ?? []), Number(p)]); } catch { /* a process that ended */ }
+  }
+  return out;
+}
 
 function rssOf(pid: number): number {
   try { return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024; } catch { return 0; }
