@@ -81,11 +81,6 @@ const NOT_RUN: Record<string, string> = {
 const REDIS_EXTRA = (dir: string) => ['--protected-mode', 'no', '--port', '6379', '--dir', dir];
 /** Replicas beyond one, as compose.yaml's own example scales them (`--scale worker-migrate=2`). */
 const REPLICAS: Record<string, number> = { 'worker-migrate': 2 };
-/** Not declared, and needed: the plan preflight's target checks run virsh in the daemon (docs/deploy.md, "What the
- *  daemon runs": not moved yet), so the daemon needs the libvirt key and known_hosts, which neither compose nor
- *  Kubernetes gives it (its image has no virsh either). The test shows the shipped daemon refused (target_unreachable),
- *  then places the migration worker's key and known_hosts in the control host's /root/.ssh for the plan. */
-const DAEMON_GAP = ['libvirt_ssh_key', 'libvirt_known_hosts'];
 /** Environment names only one of compose and Kubernetes declares for a service, and why. */
 const ONLY_IN: Record<'compose' | 'k8s', Record<string, string>> = {
   compose: { HEALTH_PORT: 'read by the Dockerfile\'s HEALTHCHECK, which compose runs; Kubernetes probes /health with httpGet on the port' },
@@ -224,18 +219,22 @@ describe('deploy: the topology as processes (compose.yaml and deploy/k8s, issue 
       console.log(`      sizing, one migration of the tiny guest (${TINY_GUEST_BYTES >> 20} MiB disk) on ${ran.name}: ${JSON.stringify(t.sizing)}`);
     });
 
-    it('a plan of two VMs: refused by the daemon as shipped (no libvirt key), then completed on the migration workers', async () => {
+    it('a plan of two VMs as shipped: the daemon (no libvirt key, FERRY_LIBVIRT_VIA=worker) validates through the migration workers, which then run both VMs', async () => {
       const vms = ['plan0', 'plan1'].map((n) => ({ vm_path: `/DC0/vm/${n}`, options: { virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 600 } } }));
       const c = await req(t.daemon, 'POST', '/plans', { id: 'topo', name: 'topo', vms, destination: { type: 'kvm', virt_uri: LIBVIRT_URI },
         // guest_preflight off: the guest read (an appliance per VM, per validate) is test/plans/guest-read-job's; CPU is scarce here.
         network_map: { 'VM Network': NETWORK }, storage_map: { LocalDS_0: t.lv.pool }, options: { power_off: 'force', guest_preflight: false } }, ADMIN);
       expect(c.status, c.text).to.equal(201);
-      const shipped = await req<Validation>(t.daemon, 'POST', '/plans/topo/validate', undefined, ADMIN);
-      expect(shipped.status, shipped.text).to.equal(200);
-      expect(shipped.body.vms.flatMap((v) => v.findings.map((f) => f.rule)), shipped.text).to.include('target_unreachable');
-      placeSecrets(t.control, t.compose, DAEMON_GAP, '/root/.ssh');
+      // The daemon holds no libvirt key: its target checks are virsh_call jobs on the migration workers (issue 38 item 2).
+      expect(t.control.sh('ls -A /root/.ssh 2>/dev/null || true').trim(), 'the control host has no ssh key').to.equal('');
       const v = await req<Validation>(t.daemon, 'POST', '/plans/topo/validate', undefined, ADMIN);
+      expect(v.status, v.text).to.equal(200);
       expect(v.body.blockers, v.text).to.equal(0);
+      const jobs = new JobStore(t.rc, 'ferry');
+      const recs = await Promise.all((await jobs.list({ limit: 10_000 })).ids.map((id) => jobs.get(id)));
+      const calls = recs.filter((r) => r?.spec.operation === 'virsh_call');
+      expect(calls.length, 'virsh_call jobs of the validation').to.be.greaterThan(0);
+      for (const r of calls) expect(r!.worker_id, r!.job_id).to.match(/^worker-migrate-[12]-/);
       const st = await req(t.daemon, 'POST', '/plans/topo/start', undefined, ADMIN);
       expect(st.status, st.text).to.equal(200);
       const p = await until(async () => { const x = (await req<PlanView>(t.daemon, 'GET', '/plans/topo', undefined, ADMIN)).body; return ['completed', 'failed', 'cancelled'].includes(x.status) && x; }, 1_500_000, 'the plan to end');
