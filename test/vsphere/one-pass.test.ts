@@ -8,7 +8,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomFillSync } from 'node:crypto';
-import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { awaitWorkers, type Proc, startWorkerProc } from '../helpers/procs';
@@ -30,7 +30,7 @@ interface JobResult {
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
 const qemuImg = (args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
 /** qemu-img compare's verdict: exit 0 identical, 1 different. */
-const identical = (args: string[]) => { try { qemuImg(['compare', ...args]); return true; } catch (e) { if ((e as { status?: number }).status === 1) return false; throw e; } };
+const identical = (args: string[]) => { try { qemuImg(['compare', '-U', ...args]); return true; } catch (e) { if ((e as { status?: number }).status === 1) return false; throw e; } };
 
 /** The tiny guest grown to 48 MiB with random data after its partition (bytes a real disk has beyond the zeros),
  *  as a monolithicFlat pair <dir>/<name>.vmdk + <name>-flat.vmdk. Returns the raw source too. */
@@ -99,7 +99,9 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     qemuImg(['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', path.join(huge, 'huge.vmdk'), '15T']);
     await createPlanVm(s.m, { name: 'huge', mac: '00:50:56:36:00:03', disks: [{ ds: 'LocalDS_0', file: 'huge/huge.vmdk', bytes: 15 * 2 ** 40 }] });
     await upload(s.v, path.join(huge, 'huge.vmdk'), 'huge/huge.vmdk');
-    execFileSync('truncate', ['-s', '15T', path.join(s.v.datastores.LocalDS_0, 'huge', 'huge-flat.vmdk')]);
+    const extent = path.join(s.v.datastores.LocalDS_0, 'huge', 'huge-flat.vmdk');
+    closeSync(openSync(extent, 'w'));
+    truncateSync(extent, 15 * 2 ** 40);
     await worker('op-1');
   });
   after(async () => {
