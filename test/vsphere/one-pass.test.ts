@@ -50,14 +50,14 @@ async function flatBootDisk(dir: string, name: string) {
 const walk = (d: string): string[] => (existsSync(d) ? readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : [path.join(d, e.name)])) : []);
 
 describe('one pass: shape B writes each disk straight into its target volume (issue 36) @vm', function () {
-  this.timeout(900_000);
+  this.timeout(1_800_000);
   let s: PlanStack;
   let proxy: ProxyControl;
   const workers: Proc[] = [];
   let boot: Awaited<ReturnType<typeof flatBootDisk>>;
   let chain: ReturnType<typeof makeSnapshotChain>;
   const record = async (id: string) => (await req<Rec>(s.url, 'GET', `/jobs/${id}/record`)).body;
-  const finished = (id: string, ms = 600_000) => until(async () => { const r = await record(id); return ['completed', 'failed', 'cancelled'].includes(r.status) && r; }, ms, `job ${id} to end`);
+  const finished = (id: string, ms = 1_500_000) => until(async () => { const r = await record(id); return ['completed', 'failed', 'cancelled'].includes(r.status) && r; }, ms, `job ${id} to end`);
   const worker = async (id: string) => {
     const w = await startWorkerProc({ ...s.env, GOVC_URL: `https://127.0.0.1:${proxy.port}/sdk`, FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${proxy.port}` }, id, PLAN_CAPS);
     workers.push(w);
