@@ -27,8 +27,10 @@ export const defaultPool = () => setting('FERRY_LIBVIRT_POOL');
 export const defaultPoolDir = () => setting('FERRY_LIBVIRT_POOL_DIR');
 
 export interface ImportSpec {
-  /** Disk images, boot disk first (a local path on the machine running this). */
-  disks: { path: string; format?: string }[];
+  /** Disk images, boot disk first (a local path on the machine running this). `inPool`: the image is already a
+   *  partial file in the local dir pool's folder, recorded in the ledger by its maker (one pass): it is taken
+   *  under its volume name as it is, never copied. */
+  disks: { path: string; format?: string; inPool?: boolean }[];
   /** The request field that named disk i, for a 400 about it (default `disks[i].path`). */
   diskField?: (i: number) => string;
   name: string;
@@ -155,6 +157,10 @@ async function placeOne(v: Virsh, ledger: Ledger, p: Placing): Promise<() => Pro
 function earlyCopies(v: Virsh, s: ImportSpec, pool: string, targetP: Promise<{ type: string; path: string | null } | null>, signal: AbortSignal) {
   const ledger = s.ledger ?? NO_LEDGER;
   return awaitedLater(targetP.then((t) => (t?.type === 'dir' && t.path ? s.disks.map((d) => {
+    if (d.inPool) {
+      if (path.dirname(d.path) !== t.path) throw new ApiError(500, `${d.path} is not in the folder of pool ${pool} (${t.path})`);
+      return { part: d.path, done: Promise.resolve() };
+    }
     const part = path.join(t.path!, `.${s.name}.${randomUUID().slice(0, 8)}.ferry-partial`);
     const made = ledger.record({ kind: 'volume', id: part, name: path.basename(part), virt_uri: v.uri, pool });
     return { part, done: awaitedLater(made.then(() => copyIntoPool(d.path, part, pool, signal))) };
@@ -191,6 +197,7 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
       if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
     }
     const copies = await early;
+    if (!copies && s.disks.some((d) => d.inPool)) throw new ApiError(500, `pool ${pool} is not a local dir pool, so a disk already in its folder cannot be taken`);
     for (const [i, d] of s.disks.entries()) {
       s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
       if (copies) await copies[i].done;
@@ -250,7 +257,7 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
  *  `options.network_mapping` onto a target network or bridge. A source network without a mapping keeps its name
  *  when the target has a network of that name; otherwise the job fails naming it. */
 export async function importForMigration(o: {
-  virtUri?: string; name: string; disks: { path: string; format?: string }[]; memoryMiB: number; cpus: number;
+  virtUri?: string; name: string; disks: ImportSpec['disks']; memoryMiB: number; cpus: number;
   sourceNetworks: string[]; sourceMacs?: (string | undefined)[]; networkMapping: Record<string, string>; firmware?: 'bios' | 'uefi'; pool?: string;
   onProgress?: (stage: string, pct: number) => void; ledger?: Ledger;
 }): Promise<ImportResult & { virt_uri: string }> {

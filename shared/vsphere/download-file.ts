@@ -10,9 +10,15 @@ export interface RemoteFile {
   path: string;
   dcPath: string;
   size: number;
-  /** where it goes (absolute) */
+  /** where it goes (absolute); with `target`, where its resume state is kept */
   local: string;
+  /** One pass (docs/pipeline.md): the bytes are written in place into this file (a target volume, already made and
+   *  recorded by the caller) at their own offsets, zero runs left as holes, instead of into `<local>.ferry-part`. */
+  target?: string;
 }
+
+/** The file a download writes its bytes into: the target volume, or the partial file renamed at the end. */
+export const dataPath = (f: RemoteFile) => f.target ?? f.local + PART;
 
 export const PART = '.ferry-part';
 export const STATE = '.ferry-part.json';
@@ -48,7 +54,7 @@ async function resume(j: FileJob) {
   let st: { size?: number; source?: string; runs?: [number, number][] };
   try {
     st = JSON.parse(await fs.readFile(f.local + STATE, 'utf8')) as typeof st; // checked field by field below
-    await fs.stat(f.local + PART);
+    await fs.stat(dataPath(f));
   } catch {
     return; // no usable partial file: start from zero
   }
@@ -74,7 +80,9 @@ export async function openFile(f: RemoteFile, streams: number, chunkBytes: numbe
   await fs.mkdir(path.dirname(f.local), { recursive: true });
   await resume(j);
   j.bytes = j.resumedFrom;
-  j.fh = await fs.open(f.local + PART, j.resumedFrom > 0 ? 'r+' : 'w');
+  j.fh = await fs.open(dataPath(f), j.resumedFrom > 0 ? 'r+' : 'w');
+  // A target starts at its full size with no block allocated: what the download skips (zeros) stays a hole.
+  if (f.target && j.resumedFrom === 0) await j.fh.truncate(f.size);
   return j;
 }
 
@@ -109,6 +117,35 @@ export async function readRange(fh: fs.FileHandle, start: number, len: number, e
     if (bytesRead !== n) throw new Error('partial file is shorter than its state says');
     each(b);
   }
+}
+
+const ZEROS = Buffer.alloc(WRITE_BATCH);
+
+/** Whether a buffer holds only zero bytes (memcmp against a zero buffer, a slice at a time). */
+export function allZero(b: Buffer): boolean {
+  for (let i = 0; i < b.length; i += ZEROS.length) {
+    const n = Math.min(ZEROS.length, b.length - i);
+    if (!b.subarray(i, i + n).equals(ZEROS.subarray(0, n))) return false;
+  }
+  return true;
+}
+
+/** Writes `bufs` at `at`; with `holes`, each buffer of zeros is skipped (left a hole in a sparse target).
+ *  Returns the bytes skipped. */
+export async function writeAt(fh: fs.FileHandle, bufs: Buffer[], at: number, holes: boolean): Promise<number> {
+  if (!holes) {
+    const n = bufs.reduce((a, b) => a + b.length, 0);
+    for (let w = 0; w < n;) w += (await fh.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
+    return 0;
+  }
+  let off = at;
+  let skipped = 0;
+  for (const b of bufs) {
+    if (allZero(b)) skipped += b.length;
+    else for (let w = 0; w < b.length;) w += (await fh.write(b, w, b.length - w, off + w)).bytesWritten;
+    off += b.length;
+  }
+  return skipped;
 }
 
 /** The buffers from byte `from` on (after a short writev). */

@@ -9,7 +9,7 @@ import { request } from 'undici';
 import type { Manager } from './client';
 import { networkError, VsphereError } from './errors';
 import { ignoreError, awaitedLater } from '../log';
-import { feed, FileJob, label, openFile, readRange, RemoteFile, saveState, sliceFrom, PART, STATE, WRITE_BATCH } from './download-file';
+import { dataPath, feed, FileJob, label, openFile, readRange, RemoteFile, saveState, writeAt, PART, STATE, WRITE_BATCH } from './download-file';
 import { setting } from '../settings';
 
 export { PART, removePartial } from './download-file';
@@ -27,13 +27,15 @@ export interface DownloadStats {
 }
 
 export interface DownloadResult {
-  files: { local: string; size: number; sha256: string; resumed_from: number }[];
+  files: { local: string; size: number; sha256: string; resumed_from: number; target?: string }[];
   /** Range requests made to continue after a dropped connection. */
   resumes: number;
   /** Bytes received twice (a server that ignored a Range). */
   bytes_refetched: number;
   /** Bytes written by an earlier attempt, read back once to carry the checksum on. */
   bytes_rehashed: number;
+  /** Bytes of zeros served for a target (RemoteFile.target) and left as holes, never written. */
+  bytes_sparse: number;
 }
 
 export interface DownloadOptions {
@@ -46,7 +48,7 @@ export interface DownloadOptions {
   signal: AbortSignal;
   onProgress?: (s: DownloadStats) => void;
   /** Called when a file is complete under its final name (the caller records it for a later attempt). */
-  onFile?: (f: { local: string; size: number; sha256: string }) => Promise<void> | void;
+  onFile?: (f: { local: string; size: number; sha256: string; target?: string }) => Promise<void> | void;
 }
 
 export function folderUrl(m: Manager, f: { datastore: string; path: string; dcPath: string }): URL {
@@ -110,7 +112,7 @@ function settingsOf(o: DownloadOptions): Settings {
 interface RangeCursor { j: FileJob; i: number; pos: number; end: number }
 
 class Download {
-  readonly result: DownloadResult = { files: [], resumes: 0, bytes_refetched: 0, bytes_rehashed: 0 };
+  readonly result: DownloadResult = { files: [], resumes: 0, bytes_refetched: 0, bytes_rehashed: 0, bytes_sparse: 0 };
   jobs: FileJob[] = [];
   /** Work list: ranges in file order; a stream takes the next range within the hash window of its file. */
   private queue: { j: FileJob; i: number }[] = [];
@@ -168,12 +170,13 @@ class Download {
     await j.fh!.sync();
     await j.fh!.close();
     j.fh = undefined;
-    const st = await fs.stat(j.f.local + PART);
+    const st = await fs.stat(dataPath(j.f));
     if (st.size !== j.f.size) throw new VsphereError('http', `${label(j.f)}: wrote ${st.size} bytes, expected ${j.f.size}`);
-    await fs.rename(j.f.local + PART, j.f.local);
+    // A target is already where it belongs; a partial file takes its final name.
+    if (!j.f.target) await fs.rename(j.f.local + PART, j.f.local);
     await fs.rm(j.f.local + STATE, { force: true });
-    this.result.files.push({ local: j.f.local, size: j.f.size, sha256: j.sha256, resumed_from: j.resumedFrom });
-    await this.o.onFile?.({ local: j.f.local, size: j.f.size, sha256: j.sha256 });
+    this.result.files.push({ local: j.f.local, size: j.f.size, sha256: j.sha256, resumed_from: j.resumedFrom, ...(j.f.target ? { target: j.f.target } : {}) });
+    await this.o.onFile?.({ local: j.f.local, size: j.f.size, sha256: j.sha256, target: j.f.target });
     this.report();
   }
 
@@ -239,7 +242,7 @@ class Download {
       for (const b of bufs) feed(j, i, b);
       await inflight;
       const write = (async () => {
-        for (let w = 0; w < n;) w += (await j.fh!.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
+        this.result.bytes_sparse += await writeAt(j.fh!, bufs, at, !!j.f.target);
         c.pos = at + n;
         j.written[i] += n;
         j.bytes += n;

@@ -9,7 +9,21 @@ import type { RemoteFile } from './download';
 
 export const MANIFEST_FILE = 'manifest.json';
 
-export interface PlannedDisk { disk: VmDetail['disks'][number]; top: RemoteFile; files: RemoteFile[]; chainLength: number }
+export interface PlannedDisk {
+  disk: VmDetail['disks'][number]; top: RemoteFile; files: RemoteFile[]; chainLength: number;
+  /** The one flat extent that holds the disk's bytes as they are (byte i of the disk is byte i of the file): what
+   *  one pass can write straight into a raw target volume (extent.target, set by ExportRequest.place). */
+  extent?: RemoteFile;
+  /** Why this disk goes through the export folder instead (docs/pipeline.md, one pass). */
+  fallback?: string;
+}
+
+/** The manifest's account of how a disk's bytes travel (docs/pipeline.md, one pass): straight into `volume`
+ *  (raw), its sha256 taken over the bytes as they were served, in disk order; or through the export folder. */
+export function dataPath(x: PlannedDisk, sums: Map<string, { sha256: string }>) {
+  if (x.extent?.target) return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sums.get(x.extent.local)!.sha256}`, source: `[${x.extent.datastore}] ${x.extent.path}` };
+  return { mode: 'export_folder', reason: x.fallback ?? 'one pass was not asked for' };
+}
 
 export function osHint(guestId: string): string {
   if (/^win/i.test(guestId)) return 'windows';
@@ -32,7 +46,7 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
       id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
       checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
       // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
-      source_path: x.disk.file_path, chain_length: x.chainLength,
+      source_path: x.disk.file_path, chain_length: x.chainLength, data_path: dataPath(x, sums),
       files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
     })),
     nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),

@@ -13,7 +13,7 @@ import { powerOff, removeCdroms, shutdownGuest, waitPoweredOff } from './actions
 import { fingerprint, watchSource } from './source-watch';
 import { vmDetail, VmDetail } from './inventory';
 import { downloadFiles, DownloadStats, PART, remoteHead, remoteSize, removePartial, RemoteFile } from './download';
-import { parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
+import { DescriptorInfo, parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffVmdk } from './vmdk';
 
 import type { PowerOption } from './options';
 import { createLogger, ignoreError } from '../log';
@@ -42,6 +42,9 @@ export interface ExportRequest {
   onProgress?: (p: ExportProgress) => void;
   /** Changes made to the source VM, as they happen (the job's history records them). */
   onAction?: (message: string) => void | Promise<void>;
+  /** One pass (a migration job): after the plan, before any byte moves. Sets `extent.target` on the disks whose
+   *  bytes go straight into a volume, `fallback` on the others, and refuses what does not fit (it throws). */
+  place?: (disks: PlannedDisk[]) => Promise<void>;
 }
 
 export interface ExportProgress extends DownloadStats {
@@ -126,16 +129,20 @@ async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: st
     const files: RemoteFile[] = [];
     const chain = disk.chain.map(parseDatastorePath);
     let top: RemoteFile | undefined;
+    let topInfo: DescriptorInfo | undefined;
+    const topExtents: RemoteFile[] = [];
     for (let i = 0; i < chain.length && i < 256; i++) {
       const c = chain[i];
       const f = await add(c.datastore, c.path);
       top ??= f;
       if (!files.includes(f)) files.push(f);
       const info = sniffVmdk(await remoteHead(m, f, Math.min(SNIFF_BYTES, Math.max(1, f.size)), signal));
+      topInfo ??= info;
       if (info.kind === 'other') warnings.push(`disk ${disk.label}: [${c.datastore}] ${c.path} is neither a VMDK descriptor nor a sparse VMDK; exported as it is`);
       for (const e of info.extents) {
         const x = resolveSibling(c, e.file);
         const xf = await add(x.datastore, x.path);
+        if (i === 0) topExtents.push(xf);
         if (!files.includes(xf)) files.push(xf);
       }
       if (info.parentHint) {
@@ -143,24 +150,41 @@ async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: st
         if (!chain.some((q) => q.datastore === parent.datastore && q.path === parent.path)) chain.push(parent);
       }
     }
-    if (!top) throw new VsphereError('state', `disk ${disk.label} of ${d.path} has no backing file`);
-    out.push({ disk, top, files, chainLength: chain.length });
+    if (!top || !topInfo) throw new VsphereError('state', `disk ${disk.label} of ${d.path} has no backing file`);
+    out.push({ disk, top, files, chainLength: chain.length, ...flatExtent(chain.length, topInfo, topExtents, disk.capacity_bytes) });
   }
   return out;
 }
 
+/** Whether one pass can take a disk (docs/pipeline.md): no parent, and one flat extent whose bytes are the
+ *  disk's, byte for byte. Anything else (a snapshot delta, a sparse VMDK's grains, several extents) is named. */
+function flatExtent(chainLength: number, info: DescriptorInfo, extents: RemoteFile[], capacity: number): { extent: RemoteFile } | { fallback: string } {
+  if (chainLength > 1) return { fallback: `a snapshot delta chain of ${chainLength} files: its bytes are the merge of the chain` };
+  if (info.kind === 'sparse') return { fallback: 'a sparse VMDK: its bytes are grains behind a grain table, not the disk in order' };
+  if (info.kind !== 'text') return { fallback: 'not a VMDK descriptor Ferry reads' };
+  const e = info.extents;
+  if (e.length !== 1) return { fallback: `${e.length} extents (${info.createType ?? 'unknown createType'})` };
+  if (e[0].offset) return { fallback: `its flat extent starts at sector ${e[0].offset} of its file` };
+  if (!/^(FLAT|VMFS)$/.test(e[0].type)) return { fallback: `a ${e[0].type} extent (${info.createType ?? 'unknown createType'}): only a flat extent is the disk in order` };
+  const x = extents[0];
+  if (e[0].sectors * 512 !== capacity || x.size !== capacity) return { fallback: `its flat extent holds ${x.size} bytes (${e[0].sectors} sectors) for a disk of ${capacity} bytes` };
+  return { extent: x };
+}
 
 export interface ExportResult {
   manifest_path: string;
   manifest: Record<string, unknown>;
   vm_path: string;
-  files: { path: string; bytes: number; sha256: string }[];
+  /** `target`: the volume a one-pass file was written into (`path` is then where its resume state was kept) */
+  files: { path: string; bytes: number; sha256: string; target?: string }[];
   total_bytes: number;
   streams: number;
   resumes: number;
   bytes_refetched: number;
   bytes_rehashed: number;
   bytes_reused: number;
+  /** zeros served for one-pass volumes and left as holes */
+  bytes_sparse: number;
   actions: string[];
   warnings: string[];
   seconds: number;
@@ -233,7 +257,9 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
   const fresh: string[] = [];
   for (const f of all) {
     const mine = owned.has(f.local);
-    const st = await fs.lstat(f.local).catch(() => null);
+    const st = await fs.lstat(f.target ?? f.local).catch(() => null);
+    // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
+    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && st?.size === f.size)) { if (!mine) fresh.push(f.local); continue; }
     if (st && mine && st.isFile() && st.size === f.size) {
       // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
       const rec = prev?.files?.[f.local];
@@ -303,7 +329,8 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
  *  this export's own folder (docs/security.md, the image rule); a descriptor naming anything else fails here. */
 async function checkDisks(outputDir: string, disks: PlannedDisk[]) {
   const own = { input: [await fs.realpath(outputDir)], output: [] };
-  for (const x of disks) {
+  // A one-pass disk's descriptor is read by Ferry alone (plan); no tool opens it, its bytes are in the volume.
+  for (const x of disks.filter((y) => !y.extent?.target)) {
     await confineImage(x.top.local, undefined, own).catch((e) => { throw e instanceof ImageRefused ? new VsphereError('state', `disk ${x.disk.label}: ${e.message}`) : e; });
   }
 }
@@ -321,6 +348,7 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const d = await prepareVm(m, r, act);
   await fs.mkdir(r.outputDir, { recursive: true });
   const disks = await plan(m, d, r.outputDir, r.signal, warnings);
+  await r.place?.(disks);
   const all = [...new Set(disks.flatMap((x) => x.files))];
   const claim = await claimFiles(r, all);
   const todo = all.filter((f) => !claim.have.has(f.local));
@@ -340,8 +368,8 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const mp = await writeManifest(r.outputDir, manifest);
   return {
     manifest_path: mp, manifest, vm_path: r.vmPath,
-    files: all.map((f) => ({ path: f.local, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
+    files: all.map((f) => ({ path: f.local, bytes: f.size, sha256: sums.get(f.local)!.sha256, ...(f.target ? { target: f.target } : {}) })),
     total_bytes: totalBytes, streams: r.parallel, resumes: dl.resumes, bytes_refetched: dl.bytes_refetched, bytes_rehashed: dl.bytes_rehashed,
-    bytes_reused: claim.reused, actions, warnings, seconds: (Date.now() - t0) / 1000,
+    bytes_reused: claim.reused, bytes_sparse: dl.bytes_sparse, actions, warnings, seconds: (Date.now() - t0) / 1000,
   };
 }

@@ -6,7 +6,7 @@ export interface DescriptorInfo {
   /** 'text': a descriptor file; 'sparse': a hosted sparse file with an embedded descriptor; 'other': neither. */
   kind: 'text' | 'sparse' | 'other';
   createType?: string;
-  extents: { access: string; sectors: number; type: string; file: string }[];
+  extents: { access: string; sectors: number; type: string; file: string; offset?: number }[];
   parentHint?: string;
 }
 
@@ -25,8 +25,8 @@ function parseDescriptorText(t: string): Omit<DescriptorInfo, 'kind'> {
       if (kv[1] === 'parentFileNameHint') parentHint = kv[2];
       continue;
     }
-    const ex = /^(RW|RDONLY|NOACCESS)\s+(\d+)\s+(\w+)(?:\s+"([^"]+)")?/.exec(line);
-    if (ex && ex[4]) extents.push({ access: ex[1], sectors: Number(ex[2]), type: ex[3], file: ex[4] });
+    const ex = /^(RW|RDONLY|NOACCESS)\s+(\d+)\s+(\w+)(?:\s+"([^"]+)")?(?:\s+(\d+))?/.exec(line);
+    if (ex && ex[4]) extents.push({ access: ex[1], sectors: Number(ex[2]), type: ex[3], file: ex[4], ...(ex[5] ? { offset: Number(ex[5]) } : {}) });
   }
   return { createType, extents, parentHint };
 }

@@ -8,7 +8,7 @@ import { takeVmGuard } from '../../../queue/vm-guard';
 import { managerName } from '../../../shared/vsphere/client';
 import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
 import { VsphereError } from '../../../shared/vsphere/errors';
-import { ExportLedger, exportVm, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
+import { ExportLedger, exportVm, ExportRequest, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
 import { checkRunPath } from '../../../shared/roots';
 import type { JobStore } from '../../../queue/store';
 import { config } from '../../../shared/config';
@@ -71,7 +71,7 @@ export function jobLedger(store: JobStore, jobId: string): ExportLedger {
 const cancelled = (signal: AbortSignal) => signal.aborted && (signal.reason as Error)?.message === 'cancelled';
 
 /** The export stage, shared by "export" and "migrate_vm": progress as the daemon seed's shape A record. */
-export async function runExport(ctx: OpContext, p: ExportParameters, named: string, phase = 'exporting', field = 'output_path'): Promise<ExportResult> {
+export async function runExport(ctx: OpContext, p: ExportParameters, named: string, phase = 'exporting', field = 'output_path', place?: ExportRequest['place']): Promise<ExportResult> {
   // Checked again here, on the resolved path, right before anything is written (the roots may differ from the
   // submitting process's, and the folder may have changed since).
   const outputDir = await checkRunPath({ field, path: named, kind: 'output_dir' });
@@ -83,7 +83,7 @@ export async function runExport(ctx: OpContext, p: ExportParameters, named: stri
     const creds = resolveCredentials({ manager_url: p.manager_url, username: p.username, password, insecure: p.insecure });
     return await exportVm({
       creds, vmPath: p.vm_path, outputDir, exportId: ctx.spec.job_id, ledger, parallel: p.parallel_downloads,
-      removeCdrom: p.remove_cdrom, powerOff: p.power_off, shutdownTimeoutSeconds: p.shutdown_timeout_seconds, signal: ctx.signal,
+      removeCdrom: p.remove_cdrom, powerOff: p.power_off, shutdownTimeoutSeconds: p.shutdown_timeout_seconds, signal: ctx.signal, place,
       onAction: (msg) => ctx.progress('preparing', 0, msg),
       onProgress: (s) => {
         const now = Date.now();

@@ -19,9 +19,11 @@ type ImportParameters = {
 
 /** Before an import, what the job's earlier attempts recorded they made (a worker that died or was stopped
  *  half-way) is removed, found by UUID and key, and nothing else: the import then starts afresh and still refuses
- *  any name that is taken. Nothing of this attempt is in the ledger yet when this runs. */
-export async function clearEarlierAttempts(ctx: OpContext, phase: string): Promise<void> {
-  const earlier = await ctx.store.made(ctx.spec.job_id);
+ *  any name that is taken. Nothing of this attempt is in the ledger yet when this runs, except the one-pass
+ *  volumes it keeps. */
+export async function clearEarlierAttempts(ctx: OpContext, phase: string, keep: Set<string> = new Set()): Promise<void> {
+  // `keep`: volumes this attempt has resumed into (one pass's partial volumes, by path), made by this job.
+  const earlier = (await ctx.store.made(ctx.spec.job_id)).filter((e) => !(e.kind === 'volume' && keep.has(e.id)));
   if (!earlier.length) return;
   const did = await removeMade(earlier);
   await ctx.progress(phase, 0, did.length ? `removed what an earlier attempt made: ${did.join('; ')}` : 'nothing an earlier attempt made is left');

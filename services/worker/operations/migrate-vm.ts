@@ -12,6 +12,8 @@ import { admitExport, slotLeaseMs } from './export';
 import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { setting } from '../../../shared/settings';
+import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
+import { placeForOnePass } from './one-pass';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
  *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there
@@ -50,7 +52,10 @@ export const migrateVm: Operation = async (ctx) => {
   const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
   jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
-  const exported = await runExport(ctx, p, dir, 'export', 'export folder');
+  // One pass (docs/pipeline.md): the disks that can go straight into their volumes are chosen, and the space
+  // checked, after the export's plan and before any byte moves.
+  const place = (disks: PlannedDisk[]) => placeForOnePass(ctx, { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir }, disks);
+  const exported = await runExport(ctx, p, dir, 'export', 'export folder', place);
   return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test });
 };
 

@@ -10,17 +10,23 @@ import { outputNames, runPipeline } from '../../../shared/converter/pipeline';
 import { OPERATIONS } from '../../../shared/operations';
 import { checkRunPath } from '../../../shared/roots';
 import { checkRunImage } from '../../../shared/image-confine';
-import { throttle, type Operation } from './types';
+import { throttle, type OpContext, type Operation } from './types';
+import type { PipelineReport } from '../../../shared/converter/stages/report';
 import { dropped } from '../../../shared/log';
 
-export const migrate: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
-  const vt = p.virt_test;
+type MigrateParams = { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
+
+export const migrate: Operation = (ctx) => migrateManifest(ctx, new Set());
+
+/** The migrate operation. `made`: disk paths Ferry made itself for this job (one pass: its partial volumes in the
+ *  pool folder, docs/pipeline.md), which are not the job's input and so are not held to the input roots. */
+export async function migrateManifest(ctx: OpContext, made: Set<string>): Promise<PipelineReport> {
+  const p = ctx.spec.parameters as MigrateParams;
   // The storage roots again, on the real paths, before the pipeline opens anything; it runs on those paths.
   const real = new Map<string, string>();
-  for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, await checkRunPath(jp));
+  for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, made.has(jp.path) ? jp.path : await checkRunPath(jp));
   // Each disk's header and everything it references (an export's delta chain, extents) before any tool opens it.
-  for (const img of OPERATIONS.migrate.images!(ctx.spec)) await checkRunImage({ ...img, path: real.get(img.field)! });
+  for (const img of OPERATIONS.migrate.images!(ctx.spec)) await checkRunImage({ ...img, path: real.get(img.field)!, ...(made.has(img.path) ? { selfContained: true } : {}) });
   const m: Manifest = {
     ...p.manifest,
     disks: p.manifest.disks.map((d, i) => ({ ...d, local_path: real.get(`parameters.manifest.disks[${i}].local_path`)! })),
@@ -28,11 +34,19 @@ export const migrate: Operation = async (ctx) => {
     // The driver tree checked above, by its real path: what the repair copies into the guest comes from there.
     ...(p.manifest.pipeline?.fix?.virtio_win ? { pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } } } : {}),
   };
+  const report = await runManifest(ctx, m, p, p.output_dir && real.get('parameters.output_dir'));
+  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, false);
+  return report;
+}
+
+/** The pipeline on a checked manifest, its stages' progress published in order. */
+async function runManifest(ctx: OpContext, m: Manifest, p: MigrateParams, outputDir: string | undefined): Promise<PipelineReport> {
+  const vt = p.virt_test;
   const due = throttle(250);
   let last: Promise<void> = Promise.resolve();
   let lastStage = '';
   const report = await runPipeline(m, {
-    outputDir: p.output_dir && real.get('parameters.output_dir'),
+    outputDir,
     overwrite: p.overwrite,
     claims: ctx.claims,
     signal: ctx.signal,
@@ -43,12 +57,11 @@ export const migrate: Operation = async (ctx) => {
       lastStage = stage;
       last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(dropped(ctx.log, 'could not publish a progress event; the next one supersedes it', { job_id: ctx.spec.job_id }));
     },
-    log: (_l, m) => ctx.log.info(m, { job_id: ctx.spec.job_id }),
+    log: (_l, msg) => ctx.log.info(msg, { job_id: ctx.spec.job_id }),
   });
   await last;
-  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, false);
   return report;
-};
+}
 
 /** The pipeline removes its own partial files; on cancel after completion the outputs go too. */
 export async function cleanupMigrate(spec: { parameters: Record<string, unknown> }, includeOutput: boolean) {

@@ -7,16 +7,18 @@
 // left defined and shut off for a look.
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
-import { importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
+import { promises as fs } from 'node:fs';
+import { defaultPool, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
+import { writeManifest } from '../../../shared/vsphere/export-manifest';
+import { mergeIntoPool } from './one-pass';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
 import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
-import { migrate } from './migrate';
+import { migrateManifest } from './migrate';
 import { clearEarlierAttempts, finalRefusal } from './import';
-import type { PipelineReport } from '../../../shared/converter/stages/report';
 import type { OpContext } from './types';
 import { dropped } from '../../../shared/log';
 
@@ -34,30 +36,67 @@ export interface AfterExportInput {
   virt_test?: { expect?: string; timeout_seconds?: number };
 }
 
+/** How each exported disk's bytes travelled (the manifest's data_path, shared/vsphere/export-manifest.ts). */
+type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; source: string } | { mode: 'export_folder'; reason: string };
+type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
+
+/** The pipeline's manifest for the exported disks: every repair a VMware guest needs on KVM, the outputs beside the
+ *  export. One pass: the repair-only mode (qcow2 overlays, no conversion) with each one-pass disk read from its
+ *  volume (raw; its checksum, the stream's, is verified by the inspect stage's read of the volume). */
+function pipelineManifest(input: AfterExportInput, dir: string, volumes: (string | undefined)[]) {
+  const raw = input.exported.manifest as { disks: (ExportedDisk & Record<string, unknown>)[] };
+  const onePass = volumes.some(Boolean);
+  return validateManifest({
+    ...raw,
+    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: d.data_path.sha256 } : d)),
+    pipeline: { inspect: { enabled: true }, convert: { enabled: !onePass }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
+    output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
+  });
+}
+
+/** The repair (and, without one pass, the conversion) of the exported disks, then each disk as the import takes
+ *  it: converted in the export folder (today's path), or already in the pool (one pass: mergeIntoPool). */
+async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string, v: Virsh) {
+  const disks = (input.exported.manifest as { disks: ExportedDisk[] }).disks;
+  const volumes = disks.map((d) => (d.data_path?.mode === 'one_pass' ? d.data_path.volume : undefined));
+  const manifest = pipelineManifest(input, dir, volumes);
+  // migrate's result is the pipeline's report (runPipeline); one pass's volumes are Ferry's own, not job input.
+  const report = await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }, new Set(volumes.filter((x): x is string => !!x)));
+  const artifacts = [...(report.artifacts as { disk_id: string; path: string; format: string; boot_order: number; modified_by_fix?: boolean }[])].sort((a, b) => a.boot_order - b.boot_order);
+  // What an earlier attempt made goes, except the volumes this attempt resumed into and has just repaired.
+  await clearEarlierAttempts(ctx, 'import', new Set(volumes.filter((x): x is string => !!x)));
+  if (!volumes.some(Boolean)) return { report, importDisks: artifacts.map((a) => ({ path: a.path, format: a.format })), dataPath: disks };
+  const poolDir = path.dirname(volumes.find(Boolean)!);
+  const index = new Map(disks.map((d, i) => [d.id, i]));
+  const importDisks = await mergeIntoPool(ctx, { virtUri: v.uri, pool: input.pool || defaultPool(), poolDir }, artifacts.map((a) => ({ overlay: a.path, volume: volumes[index.get(a.disk_id)!], modified: !!a.modified_by_fix })));
+  const verified = disks.map((d) => (d.data_path?.mode === 'one_pass' ? { ...d, data_path: { ...d.data_path, verified: 'the volume read back (inspect stage) has the sha256 of the bytes as served' } } : d));
+  await recordDataPath(input.exported.manifest_path, report.report_path, verified);
+  return { report, importDisks, dataPath: verified };
+}
+
+/** The data path and its integrity check into the manifest and report.json, for a user who reads them later. */
+async function recordDataPath(manifestPath: string, reportPath: string | undefined, disks: ExportedDisk[]) {
+  const m = JSON.parse(await fs.readFile(manifestPath, 'utf8')) as { disks: ExportedDisk[] };
+  m.disks = m.disks.map((d, i) => ({ ...d, data_path: disks[i].data_path }));
+  await writeManifest(path.dirname(manifestPath), m);
+  if (!reportPath) return;
+  const r = JSON.parse(await fs.readFile(reportPath, 'utf8')) as Record<string, unknown>;
+  r.data_path = disks.map((d) => ({ disk_id: d.id, label: d.label, ...d.data_path }));
+  await fs.writeFile(`${reportPath}.tmp`, JSON.stringify(r, null, 2));
+  await fs.rename(`${reportPath}.tmp`, reportPath);
+}
+
 export async function afterExport(ctx: OpContext, input: AfterExportInput): Promise<Record<string, unknown>> {
   const exported = validateManifest(input.exported.manifest);
   const dir = path.dirname(input.exported.manifest_path);
-  // Every repair a VMware guest needs on KVM; the outputs beside the export, in qcow2.
-  const manifest = validateManifest({
-    ...input.exported.manifest,
-    pipeline: {
-      inspect: { enabled: true }, convert: { enabled: true }, validate: { enabled: true },
-      fix: MIGRATION_REPAIR,
-    },
-    output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
-  });
-  // migrate's result is the pipeline's report (runPipeline).
-  const report = await migrate({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }) as PipelineReport;
-  const artifacts = [...(report.artifacts as { path: string; format: string; boot_order: number }[])].sort((a, b) => a.boot_order - b.boot_order);
-
   const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
+  const { report, importDisks, dataPath } = await repairDisks(ctx, input, dir, v);
   const vmName: unknown = exported.source?.vm_name;
   const name = input.domain_name || (typeof vmName === 'string' && vmName ? vmName : path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
-  await clearEarlierAttempts(ctx, 'import');
   await ctx.progress('import', 0, `importing ${name} into ${v.uri}`);
   const imported = await importForMigration({
-    virtUri: v.uri, name, disks: artifacts.map((a) => ({ path: a.path, format: a.format })),
+    virtUri: v.uri, name, disks: importDisks,
     memoryMiB: (exported.vm?.mem_gb || 1) * 1024, cpus: exported.vm?.cpu || 1,
     sourceNetworks: nics.map((n) => n.network!), sourceMacs: nics.map((n) => n.mac),
     // The firmware the conversion found the guest needs (report.firmware), else the VM's own.
@@ -84,7 +123,8 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   return {
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
     firmware: imported.firmware, firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`, domain_type: imported.domain_type, boot,
-    export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched },
+    export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched, bytes_rehashed: input.exported.bytes_rehashed, bytes_sparse: input.exported.bytes_sparse },
+    data_path: dataPath.map((d) => ({ disk_id: d.id, label: d.label, ...d.data_path })),
     conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
   };
 }

@@ -1,0 +1,96 @@
+// One pass for shape B (issue 36, docs/pipeline.md): a disk whose bytes on the datastore are the disk in order (one
+// flat extent, no parent) is downloaded straight into its target volume in a local dir pool, a raw file written at
+// the ranges' own offsets with zero runs left as holes, under a partial name only this job uses (so a retry
+// resumes into the same file). The guest repair then runs on qcow2 overlays over those volumes (the pipeline's
+// repair-only mode) and its writes are committed into them; a disk one pass cannot take (a snapshot delta, a
+// sparse VMDK, another host) goes through the export folder, and its repaired overlay is converted straight into
+// the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { OperationError } from '../../../shared/errors';
+import { defaultPool, defaultPoolDir, Virsh } from '../../../shared/libvirt';
+import { ensureDirPool, isLocalUri, poolTarget, type PoolDoc } from '../../../shared/libvirt/volumes';
+import { parseXml, sizeBytes } from '../../../shared/libvirt/xml';
+import { convert, run as runTool, QEMU_IMG } from '../../../shared/qemu';
+import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
+import type { OpContext } from './types';
+
+/** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
+export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') => `.ferry-${jobId}-disk${i}.${format}.ferry-partial`;
+
+const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB (${n} bytes)`;
+
+/** Bytes a file already takes on its device (0 when it is not there). */
+const allocated = (f: string) => fs.stat(f).then((s) => s.blocks * 512, () => 0);
+
+export interface Placement { virtUri: string; pool?: string; exportDir: string }
+
+/** ExportRequest.place for a migration job: which disks go straight into the pool, then the space check, then the
+ *  partial volumes recorded in the job's ledger (before the download creates them). */
+export async function placeForOnePass(ctx: OpContext, o: Placement, disks: PlannedDisk[]): Promise<void> {
+  const v = new Virsh(o.virtUri);
+  const pool = o.pool || defaultPool();
+  if (!o.pool) await ensureDirPool(v, pool, defaultPoolDir());
+  const local = isLocalUri(v.uri);
+  const t = local ? await poolTarget(v, pool) : null;
+  const dir = t?.type === 'dir' && t.path ? t.path : null;
+  for (const [i, x] of disks.entries()) {
+    if (!x.extent) continue;
+    if (!dir) { x.fallback = local ? `pool ${pool} is a ${t?.type} pool; one pass writes into local dir pools` : `${v.uri} is another host; one pass writes into local dir pools`; continue; }
+    x.extent.target = path.join(dir, partialName(ctx.spec.job_id, i, 'raw'));
+  }
+  await checkSpace(v, pool, disks, o.exportDir);
+  for (const x of disks) {
+    if (x.extent?.target) await ctx.ledger.record({ kind: 'volume', id: x.extent.target, name: path.basename(x.extent.target), virt_uri: v.uri, pool });
+  }
+}
+
+/** Refuses, naming the numbers, a job whose disks do not fit the target pool (each disk ends there at up to its
+ *  capacity) or whose downloads do not fit the worker's scratch folder (the export folder: the files of the disks
+ *  one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
+ *  attempts already wrote there counts as room. */
+async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch: string): Promise<void> {
+  await v.run(['pool-refresh', pool]);
+  const free = sizeBytes(parseXml<PoolDoc>(await v.run(['pool-dumpxml', pool])).pool.available) ?? 0;
+  let own = 0;
+  for (const x of disks) if (x.extent?.target) own += await allocated(x.extent.target);
+  const need = disks.reduce((a, x) => a + x.disk.capacity_bytes, 0);
+  if (need > free + own) {
+    const each = disks.map((x) => `${x.disk.label} ${gib(x.disk.capacity_bytes)}`).join(', ');
+    throw new OperationError(`the disks need ${gib(need)} in pool ${pool} (${each}), which has ${gib(free + own)} free: refused before any byte moved`, false);
+  }
+  const onePass = disks.some((x) => x.extent?.target);
+  const through = disks.filter((x) => !x.extent?.target);
+  let have = 0;
+  for (const f of new Set(through.flatMap((x) => x.files))) have += await allocated(f.local) + await allocated(`${f.local}.ferry-part`);
+  const want = through.reduce((a, x) => a + x.files.reduce((b, f) => b + f.size, 0) + (onePass ? 0 : x.disk.capacity_bytes), 0);
+  const st = await fs.statfs(scratch);
+  const room = st.bavail * st.bsize + have;
+  if (want > room) {
+    throw new OperationError(`the export folder ${scratch} (the worker's scratch space) has ${gib(room)} free; the disks that go through it need ${gib(want)} (${through.map((x) => `${x.disk.label}: ${x.fallback ?? 'export folder'}`).join('; ')}): refused before any byte moved`, false);
+  }
+}
+
+/** What the repair left in each disk's overlay, merged into the pool: committed into a one-pass volume (`-d`
+ *  keeps the overlay, the record of exactly what the repair wrote), converted into a new qcow2 partial volume
+ *  otherwise. Returns each disk for the import, boot order kept. */
+export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: string; poolDir: string }, disks: { overlay: string; volume?: string; modified: boolean }[]) {
+  const out: { path: string; format: string; inPool: true }[] = [];
+  for (const [i, d] of disks.entries()) {
+    await ctx.progress('merge', Math.round((i / disks.length) * 100), d.volume ? `committing the repair of disk ${i} into its volume` : `converting disk ${i} with its repair into the pool`);
+    if (d.volume) {
+      if (d.modified) {
+        const r = await runTool(QEMU_IMG, ['commit', '-q', '-d', '-f', 'qcow2', d.overlay], { signal: ctx.signal });
+        if (r.code !== 0) throw new OperationError(`disk ${i}: qemu-img commit of the repair into ${d.volume}: ${r.stderr.trim()}`, false);
+      }
+      out.push({ path: d.volume, format: 'raw', inPool: true });
+      continue;
+    }
+    const part = path.join(o.poolDir, partialName(ctx.spec.job_id, i, 'qcow2'));
+    await ctx.ledger.record({ kind: 'volume', id: part, name: path.basename(part), virt_uri: o.virtUri, pool: o.pool });
+    await fs.rm(part, { force: true });
+    await convert({ src: d.overlay, srcFormat: 'qcow2', dest: part, destFormat: 'qcow2' }, (pct) => void ctx.progress('merge', Math.round(((i + pct / 100) / disks.length) * 100), `converting disk ${i} into the pool`), ctx.signal);
+    out.push({ path: part, format: 'qcow2', inPool: true });
+  }
+  return out;
+}

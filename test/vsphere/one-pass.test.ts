@@ -1,0 +1,200 @@
+// Issue 36: disks of real size in one pass. Shape B jobs against the simulator, the tests' libvirtd and real
+// workers, with the bytes checked on disk afterwards: a two-disk VM (a flat boot disk holding the tiny guest, a
+// snapshot-delta data disk) whose boot disk goes straight into its raw volume (holes kept, no copy in the export
+// folder) and equals its source with exactly the repair's writes, while the delta disk falls back to the export
+// folder, named in the result, the report and the manifest, and equals its source; a dropped connection and a
+// worker killed mid-copy, after which the job resumes into the same volume file; and a pool too small for the
+// disk, refused before any byte moves with both sizes named.
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { createHash, randomFillSync } from 'node:crypto';
+import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { req, until } from '../helpers/http';
+import { awaitWorkers, type Proc, startWorkerProc } from '../helpers/procs';
+import { startProxy, type ProxyControl } from '../helpers/tcp-proxy';
+import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import { createPlanVm, PLAN_CAPS, type PlanStack, startPlanStack } from '../plans/fixture';
+import { makeSnapshotChain, upload } from './fixture';
+import { tolerate } from '../helpers/teardown';
+
+const MIB = 1024 * 1024;
+const BOOT_BYTES = 48 * MIB;
+interface Rec { status: string; attempts: number; state_history: { state: string; reason?: string }[]; result?: Record<string, unknown> & JobResult; error?: string; ledger: { id: string; kind: string }[] }
+interface JobResult {
+  volumes: { path: string; format: string }[]; data_path: { mode: string; reason?: string; volume?: string; sha256?: string; verified?: string }[];
+  conversion: { report_path: string; artifacts: { disk_id: string; path: string; modified_by_fix?: boolean }[] };
+  export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number }; boot: { status: string };
+}
+
+const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
+const qemuImg = (args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
+/** qemu-img compare's verdict: exit 0 identical, 1 different. */
+const identical = (args: string[]) => { try { qemuImg(['compare', '-U', ...args]); return true; } catch (e) { if ((e as { status?: number }).status === 1) return false; throw e; } };
+
+/** The tiny guest grown to 48 MiB with random data after its partition (bytes a real disk has beyond the zeros),
+ *  as a monolithicFlat pair <dir>/<name>.vmdk + <name>-flat.vmdk. Returns the raw source too. */
+async function flatBootDisk(dir: string, name: string) {
+  const raw = path.join(dir, `${name}.raw`);
+  qemuImg(['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
+  qemuImg(['resize', '-q', '-f', 'raw', raw, String(BOOT_BYTES)]);
+  const fd = openSync(raw, 'r+');
+  try { const b = Buffer.alloc(16 * MIB); randomFillSync(b); writeSync(fd, b, 0, b.length, 24 * MIB); } finally { closeSync(fd); }
+  const flatDir = path.join(dir, name);
+  mkdirSync(flatDir, { recursive: true });
+  const desc = path.join(flatDir, `${name}.vmdk`);
+  qemuImg(['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, desc]);
+  return { raw, desc, extent: path.join(flatDir, `${name}-flat.vmdk`) };
+}
+
+const walk = (d: string): string[] => (existsSync(d) ? readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : [path.join(d, e.name)])) : []);
+
+describe('one pass: shape B writes each disk straight into its target volume (issue 36) @vm', function () {
+  this.timeout(1_800_000);
+  let s: PlanStack;
+  let proxy: ProxyControl;
+  const workers: Proc[] = [];
+  let boot: Awaited<ReturnType<typeof flatBootDisk>>;
+  let chain: ReturnType<typeof makeSnapshotChain>;
+  const record = async (id: string) => (await req<Rec>(s.url, 'GET', `/jobs/${id}/record`)).body;
+  const finished = (id: string, ms = 1_500_000) => until(async () => { const r = await record(id); return ['completed', 'failed', 'cancelled'].includes(r.status) && r; }, ms, `job ${id} to end`);
+  const worker = async (id: string) => {
+    const w = await startWorkerProc({ ...s.env, GOVC_URL: `https://127.0.0.1:${proxy.port}/sdk`, FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${proxy.port}` }, id, PLAN_CAPS);
+    workers.push(w);
+    await awaitWorkers(s.url, [w]);
+    return w;
+  };
+  const submit = async (vm: string) => {
+    const parameters = { vm_path: s.vm(vm), source_type: 'vsphere', destination: { type: 'kvm', virt_uri: s.lv.uri }, network_mapping: { 'VM Network': s.net }, pool: s.lv.pool, power_off: 'force', parallel_downloads: 4, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 300 } };
+    const r = await req<{ job_id: string }>(s.url, 'POST', '/jobs/operation', { operation: 'migrate_vm', parameters });
+    expect(r.status, r.text).to.equal(201);
+    return r.body.job_id;
+  };
+  const addVm = async (name: string, mac: string, disks: { file: string; bytes: number; local: [string, string][] }[]) => {
+    await createPlanVm(s.m, { name, mac, disks: disks.map((d) => ({ ds: 'LocalDS_0', file: `${name}/${d.file}`, bytes: d.bytes })) });
+    for (const d of disks) for (const [local, remote] of d.local) await upload(s.v, local, `${name}/${remote}`);
+  };
+  /** The boot volume equals its source with exactly the repair's writes: the repair's own overlay, put over the
+   *  source instead of the volume it was committed into, reads the same as the volume. */
+  const repairedExactly = (volume: string, overlay: string) => {
+    const copy = path.join(s.dir, `check-${path.basename(overlay)}`);
+    copyFileSync(overlay, copy);
+    qemuImg(['rebase', '-u', '-f', 'qcow2', '-b', boot.raw, '-F', 'raw', copy]);
+    return identical(['-f', 'qcow2', '-F', 'raw', copy, volume]);
+  };
+
+  before(async function () {
+    this.timeout(300_000);
+    s = await startPlanStack({ prefix: 'onepass', workers: {}, env: { FERRY_EXPORT_CHUNK_BYTES: String(MIB) } });
+    proxy = await startProxy(s.v.port);
+    boot = await flatBootDisk(s.dir, 'boot');
+    chain = makeSnapshotChain(s.dir, 8);
+    const flat = (name: string) => ({ file: `${name}.vmdk`, bytes: BOOT_BYTES, local: [[boot.desc, `${name}.vmdk`], [boot.extent, `${name}-flat.vmdk`]] as [string, string][] });
+    // The descriptor names its extent "boot-flat.vmdk": each VM's files keep those names in its own folder.
+    await addVm('od', '00:50:56:36:00:01', [flat('boot'), { file: 'base-000001.vmdk', bytes: chain.bytes, local: [[chain.delta, 'base-000001.vmdk'], [chain.base, 'base.vmdk'], [chain.baseExtent, 'base-flat.vmdk']] }]);
+    await addVm('kr', '00:50:56:36:00:02', [flat('boot')]);
+    // 15 TiB of flat disk, sparse on the simulator's datastore: more than any pool here holds.
+    const huge = path.join(s.dir, 'huge');
+    mkdirSync(huge, { recursive: true });
+    qemuImg(['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', path.join(huge, 'huge.vmdk'), '15T']);
+    await createPlanVm(s.m, { name: 'huge', mac: '00:50:56:36:00:03', disks: [{ ds: 'LocalDS_0', file: 'huge/huge.vmdk', bytes: 15 * 2 ** 40 }] });
+    await upload(s.v, path.join(huge, 'huge.vmdk'), 'huge/huge.vmdk');
+    const extent = path.join(s.v.datastores.LocalDS_0, 'huge', 'huge-flat.vmdk');
+    closeSync(openSync(extent, 'w'));
+    truncateSync(extent, 15 * 2 ** 40);
+    await worker('op-1');
+  });
+  after(async () => {
+    await Promise.all(workers.map((w) => w.kill()));
+    await proxy?.close();
+    for (const d of ['od', 'kr']) {
+      await s.lv.virsh(['destroy', d]).catch(tolerate(`destroy ${d}`));
+      await s.lv.virsh(['undefine', d, '--remove-all-storage']).catch(tolerate(`undefine ${d}`));
+    }
+    await s?.stop();
+  });
+
+  it('a flat boot disk goes straight into its raw volume, holes kept, repaired exactly; the snapshot-delta disk falls back, named; both compare equal', async () => {
+    const id = await submit('od');
+    const r = await finished(id);
+    expect(r.status, JSON.stringify(r.state_history)).to.equal('completed');
+    const res = r.result!;
+    expect(res.boot.status).to.equal('passed');
+    const [b, d] = res.data_path;
+    expect(b.mode).to.equal('one_pass');
+    expect(b.sha256, 'the stream hash is the sha256 a user recomputes over the source disk').to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(b.verified).to.be.a('string');
+    expect(d.mode).to.equal('export_folder');
+    expect(d.reason).to.include('snapshot delta chain of 2 files');
+    // The report and the manifest say the same.
+    const report = JSON.parse(readFileSync(res.conversion.report_path, 'utf8')) as { data_path: { mode: string; reason?: string }[] };
+    expect(report.data_path.map((x) => x.mode)).to.deep.equal(['one_pass', 'export_folder']);
+    const manifest = JSON.parse(readFileSync(res.export.manifest_path, 'utf8')) as { disks: { data_path: { mode: string; sha256?: string; verified?: string } }[] };
+    expect(manifest.disks[0].data_path).to.include({ mode: 'one_pass', sha256: b.sha256 });
+    expect(manifest.disks[0].data_path.verified).to.be.a('string');
+
+    // The boot volume: raw, in the pool, its zero runs holes, equal to source + the repair's writes and nothing else.
+    const [bv, dv] = res.volumes;
+    expect(bv.format).to.equal('raw');
+    expect(path.dirname(bv.path)).to.equal(s.lv.poolDir);
+    expect(statSync(bv.path).size).to.equal(BOOT_BYTES);
+    expect(statSync(bv.path).blocks * 512, 'zeros left as holes').to.be.below(BOOT_BYTES - 8 * MIB);
+    expect(res.export.bytes_sparse).to.be.above(8 * MIB);
+    const overlay = res.conversion.artifacts.find((a) => a.disk_id === 'disk-0')!;
+    expect(overlay.modified_by_fix).to.equal(true);
+    expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, bv.path]), 'the repair wrote into the volume').to.equal(false);
+    expect(repairedExactly(bv.path, overlay.path)).to.equal(true);
+    // The data disk: its whole chain as the source reads.
+    expect(identical(['-f', 'vmdk', '-F', dv.format, chain.delta, dv.path])).to.equal(true);
+    // No copy of the boot disk in the worker's scratch space: its flat extent was never written there.
+    const exportDir = path.join(s.env.FERRY_EXPORT_DIR, id);
+    const files = walk(exportDir);
+    expect(files.filter((f) => /boot-flat\.vmdk/.test(f))).to.deep.equal([]);
+    expect(files.some((f) => f.endsWith('base-flat.vmdk')), 'the delta disk went through the export folder').to.equal(true);
+    expect(files.filter((f) => statSync(f).size >= BOOT_BYTES)).to.deep.equal([]);
+    // The source's files on the datastore are as uploaded.
+    expect(sha256(path.join(s.v.datastores.LocalDS_0, 'od', 'boot-flat.vmdk'))).to.equal(sha256(boot.extent));
+  });
+
+  it('a dropped connection and a worker killed mid-copy: the job resumes into the same volume file and the result still compares equal', async () => {
+    proxy.throttle(1024 * 1024); // 1 MiB/s per connection: the 48 MiB disk takes about 12 s on 4 streams
+    proxy.cutAfter(3 * MIB, 1);
+    const before = proxy.bytesDown;
+    const id = await submit('kr');
+    const partial = await until(() => readdirSync(s.lv.poolDir).find((f) => f.startsWith(`.ferry-${id}-disk0.raw`)), 120_000, 'the partial volume');
+    const file = path.join(s.lv.poolDir, partial);
+    await until(() => proxy.bytesDown - before >= 16 * MIB, 120_000, '16 MiB through the proxy');
+    const inode = statSync(file).ino;
+    expect(proxy.cuts).to.equal(1);
+    await workers[0].kill();
+    proxy.throttle(0);
+    await worker('op-2');
+    const r = await finished(id);
+    expect(r.status, JSON.stringify(r.state_history)).to.equal('completed');
+    expect(r.attempts).to.be.at.least(2);
+    expect(r.state_history.map((h) => h.reason ?? '').join('\n')).to.match(/op-1 lost/);
+    const res = r.result!;
+    expect(res.data_path[0].mode).to.equal('one_pass');
+    // The same file, continued: what the killed worker wrote was read back for the hash, not fetched again.
+    expect(statSync(res.volumes[0].path).ino).to.equal(inode);
+    expect(res.export.bytes_rehashed).to.be.at.least(4 * MIB);
+    expect(proxy.bytesDown - before, 'the disk was not downloaded twice').to.be.below(BOOT_BYTES * 1.6);
+    expect(res.data_path[0].sha256).to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(repairedExactly(res.volumes[0].path, res.conversion.artifacts[0].path)).to.equal(true);
+    expect(r.ledger.map((e) => e.id)).to.include(file);
+  });
+
+  it('a pool too small for the disk: refused before any byte moves, naming both sizes', async () => {
+    const before = proxy.bytesDown;
+    const id = await submit('huge');
+    const r = await finished(id, 120_000);
+    expect(r.status).to.equal('failed');
+    const msg = JSON.stringify(r.state_history) + (r.error ?? '');
+    expect(msg).to.include('15360.00 GiB (16492674416640 bytes)').and.include(`in pool ${s.lv.pool}`).and.match(/which has \d+\.\d\d GiB \(\d+ bytes\) free: refused before any byte moved/);
+    // Nothing written: no volume, no partial file in the pool, no disk file in the export folder, no range fetched.
+    expect(readdirSync(s.lv.poolDir).filter((f) => f.includes(id))).to.deep.equal([]);
+    expect(walk(path.join(s.env.FERRY_EXPORT_DIR, id)).filter((f) => /huge-flat/.test(f))).to.deep.equal([]);
+    expect(r.ledger).to.deep.equal([]);
+    expect(proxy.bytesDown - before).to.be.below(MIB);
+  });
+});
