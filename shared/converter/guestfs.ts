@@ -6,6 +6,8 @@ import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rm
 import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../errors';
+import { guestfsEnv } from '../guestfs-env';
+import { setting } from '../settings';
 
 /** Where the fix stage keeps originals: one tree at the guest's root that mirrors their paths
  *  (`/ferry-backup/etc/fstab`; on Windows `C:\ferry-backup\Windows\System32\config\SYSTEM`). Not beside the file:
@@ -15,8 +17,6 @@ export const BACKUP_ROOT = '/ferry-backup';
 export const backupPath = (p: string): string => BACKUP_ROOT + p;
 export const GUESTFISH = setting('GUESTFISH');
 
-import { guestfsEnv } from '../guestfs-env';
-import { setting } from '../settings';
 export { kvmUsable, guestfsEnv } from '../guestfs-env';
 
 export interface GuestDisk { path: string; format: string; readonly?: boolean }
