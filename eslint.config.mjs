@@ -23,6 +23,12 @@ export default tseslint.config(
         argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_',
         destructuredArrayIgnorePattern: '^_', ignoreRestSiblings: true,
       }],
+      // Imports first: tsc's CommonJS output (dist/) keeps each import where it is written, so a top-level use above
+      // its import reads an uninitialised binding at start, while tsx (the tests) hoists it and hides the fault.
+      'no-restricted-syntax': ['error', {
+        selector: 'Program > :not(ImportDeclaration) ~ ImportDeclaration',
+        message: 'Put every import above the first statement: dist/ (tsc, CommonJS) runs imports in place, tsx hoists them',
+      }],
       // The `any` rules hold in test/ too: a test names the type of each answer it reads (`req<T>` in
       // test/helpers/http.ts answers `unknown` until it does), so a renamed field fails tsc, not a run.
     },
