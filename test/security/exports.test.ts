@@ -17,6 +17,7 @@ import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
 import { managerFor } from '../../shared/vsphere/client';
 import { tinyVm } from '../vsphere/fixture';
 import { makeExportDir } from '../../services/worker/operations/migrate-vm';
+import { releaseLibvirt, useLibvirt, type TestLibvirt } from '../helpers/libvirt';
 
 const PASSWORD = 'vcsim-sec-exports-pw';
 
@@ -34,6 +35,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
   let rc: IORedis;
   let big: Awaited<ReturnType<typeof tinyVm>>;
   let tiny: Awaited<ReturnType<typeof tinyVm>>;
+  let lv: TestLibvirt;
 
   const job = async (id: string) => (await req<JobStatus>(gw.url, 'GET', `/jobs/${id}`)).body;
   const finished = (id: string) => until(async () => { const j = await job(id); return j.is_terminal && j; }, 90000, `job ${id} to finish`);
@@ -74,6 +76,9 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     this.timeout(300_000);
     for (const d of [OUT, ELSE]) mkdirSync(d);
     v = await startVcsim({ password: PASSWORD });
+    // migrate_vm places its disks in the target pool before any byte moves: the tests' own libvirtd, never the
+    // machine's (CI's machine has none at qemu:///system).
+    lv = await useLibvirt();
     await redis.start();
     rc = new IORedis(redis.url);
     const m = managerFor({ url: v.url, username: v.username, password: PASSWORD, ca: readFileSync(v.caFile, 'utf8') });
@@ -85,6 +90,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
       ...testEnv(redis.url, 'secexp'), FERRY_HOST: '127.0.0.1', FERRY_VSPHERE_CA: v.caFile, FERRY_VSPHERE_MANAGERS: '127.0.0.1',
       GOVC_URL: `https://127.0.0.1:${proxy.port}/sdk`, GOVC_USERNAME: v.username, GOVC_PASSWORD: PASSWORD, FERRY_EXPORT_CHUNK_BYTES: String(256 * 1024),
       FERRY_OUTPUT_ROOTS: `${OUT}:${DATA}`, FERRY_INPUT_ROOTS: `${OUT}:${DATA}`, FERRY_DATA_DIR: DATA,
+      FERRY_LIBVIRT_URI: lv.uri, FERRY_LIBVIRT_POOL: lv.pool, FERRY_LIBVIRT_POOL_DIR: lv.poolDir,
     };
     gw = await startGatewayProc(env);
     const worker = await startWorkerProc(env, 'exp-w', ['vsphere_access', 'img_tool', 'mount_operations', 'libvirt_access'], ['--concurrency', '2']);
@@ -95,6 +101,7 @@ describe('security: exports confined and cleaned up by what the job owns', funct
     await Promise.all(procs.map((p) => p.kill()));
     await proxy?.close();
     await v?.stop();
+    if (lv) await releaseLibvirt();
     rc?.disconnect();
     await redis.stop();
     rmSync(dir, { recursive: true, force: true });
