@@ -39,10 +39,28 @@ export class LaunchTimeout extends OperationError {
   constructor(seconds: number) { super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); its server and appliance were killed`, true); }
 }
 
+/** The emulated appliance died at launch (qemu exited, the appliance closed its connection): a fault of the host or
+ *  its load, not of the guest; seen once under CI's load in a plan of eight (2026-11-29, qemu exit status 1). */
+export function applianceCrashed(e: unknown): boolean {
+  return e instanceof GuestfsError && e.command[0] === 'run' && !(e instanceof ApplianceCrash)
+    && /appliance closed the connection unexpectedly|exited with error status|appliance crashed|guestfs_launch failed/.test(e.message);
+}
+
+/** A second crash, reported with what qemu and libguestfs said about it (from the launch's debug output), not the
+ *  hundreds of lines of the appliance's console. */
+export class ApplianceCrash extends GuestfsError {
+  constructor(e: GuestfsError) {
+    const said = e.stderr.split('\n').filter((l) => /qemu-system|qemu:|libguestfs: error:|Could not|Failed to|cannot /i.test(l) && !/^libguestfs: trace/.test(l));
+    super(e.command, `the appliance crashed at launch twice; libguestfs and qemu said:\n${said.slice(-20).join('\n') || e.stderr.slice(-2000)}`);
+  }
+}
+
 export class GuestSession {
   private constructor(readonly pid: number, private env: NodeJS.ProcessEnv, private onAbort?: () => void, private signal?: AbortSignal) {}
   closed = false;
   errFile?: string;
+  /** While true (a launch with libguestfs's debug on), the server's stderr is a log: only its errors fail a command. */
+  private verboseLaunch = false;
   private watchdog?: ChildProcess;
   /** Commands run so far (for the report's "appliance" note and for tests counting launches). */
   commands = 0;
@@ -57,17 +75,21 @@ export class GuestSession {
    * said through `log`.
    */
   static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal; log?: (line: string) => void } = {}): Promise<GuestSession> {
+    let debug = false;
     for (let attempt = 1; ; attempt++) {
       try {
-        return await GuestSession.launch(disks, opts);
+        return await GuestSession.launch(disks, opts, debug);
       } catch (e) {
-        if (!(e instanceof LaunchTimeout) || attempt >= LAUNCH_TRIES) throw e;
-        opts.log?.(`${e.message}: launching again (try ${attempt + 1} of ${LAUNCH_TRIES})`);
+        const crashed = applianceCrashed(e);
+        if (!(e instanceof LaunchTimeout || crashed) || attempt >= LAUNCH_TRIES) throw e;
+        // A crash says nothing of the guest; the next launch keeps qemu's own words in case it crashes again.
+        debug = crashed;
+        opts.log?.(`${(e as Error).message.split('\n')[0]}: launching again (try ${attempt + 1} of ${LAUNCH_TRIES}${crashed ? ', with libguestfs\'s debug output kept' : ''})`);
       }
     }
   }
 
-  private static async launch(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal }): Promise<GuestSession> {
+  private static async launch(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal }, debug = false): Promise<GuestSession> {
     const env = guestfsEnv();
     const args = ['--listen', ...(opts.readonly ? ['--ro'] : [])];
     for (const d of disks) args.push(`--format=${d.format}`, '-a', d.path);
@@ -107,11 +129,17 @@ export class GuestSession {
       // zstd -T0, and under load two vCPU threads get more of the host than one (update-initramfs in the
       // appliance on the Debian guest at load 11-19: 288 s wall with two, 305 s with one).
       if (os.cpus().length >= 2) await s.cmd('set-smp', '2');
+      // Debug output goes to the server's stderr, where commands' errors are read: only for the launch, then off.
+      s.verboseLaunch = debug;
+      if (debug) await s.cmd('set-verbose', 'true');
       await s.cmd('run');
       if (hung) throw new LaunchTimeout(seconds);
+      if (debug) await s.cmd('set-verbose', 'false');
+      s.verboseLaunch = false;
     } catch (e) {
       await s.close();
-      throw hung ? new LaunchTimeout(seconds) : e;
+      if (hung) throw new LaunchTimeout(seconds);
+      throw debug && e instanceof GuestfsError ? new ApplianceCrash(e) : e;
     } finally {
       clearTimeout(deadline);
     }
@@ -175,7 +203,9 @@ export class GuestSession {
       if (size <= from) return '';
       const b = Buffer.alloc(Math.min(size - from, 64 * 1024));
       readSync(fd, b, 0, b.length, from);
-      return b.toString('utf8').split('\n').filter((l) => l.trim() && !/^libguestfs: warning:/.test(l)).join('\n');
+      const text = b.toString('utf8');
+      if (this.verboseLaunch) return /^libguestfs: error:/m.test(text) ? text : '';
+      return text.split('\n').filter((l) => l.trim() && !/^libguestfs: warning:/.test(l)).join('\n');
     } catch { return ''; } finally { if (fd !== undefined) closeSync(fd); }
   }
 

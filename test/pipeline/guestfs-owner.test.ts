@@ -4,11 +4,11 @@
 // opened by a real child process that is then SIGKILLed.
 import { expect } from 'chai';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
-import { GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converter/guestfs';
+import { ApplianceCrash, GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converter/guestfs';
 
 const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
 const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
@@ -76,6 +76,56 @@ GuestSession.open([{ path: ${JSON.stringify(disk)}, format: 'qcow2' }]).then((s)
     expect(said).to.deep.equal([`${(failure as Error).message}: launching again (try 2 of ${LAUNCH_TRIES})`]);
     expect(Date.now() - t, 'two tries of one second each, not a whole launch').to.be.below(15_000);
     // Nothing of either try is left: no server, no qemu on the disk, no stderr file of this process.
+    await until(() => pgrep('-f', disk).length === 0, 30_000, 'every process naming the disk to go');
+    expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${process.pid}-`))).to.deep.equal([]);
+  });
+
+  /** A qemu that fails to start the appliance (the launch, the one run with -kernel) `times` times, then is qemu;
+   *  libguestfs's own probes (-help, -version) reach the real one. Through LIBGUESTFS_HV, as libguestfs documents. */
+  const flakyQemu = (name: string, times: number) => {
+    const count = path.join(dir, `${name}.count`);
+    const hv = path.join(dir, `${name}.sh`);
+    writeFileSync(hv, `#!/bin/sh
+case " $* " in *" -kernel "*)
+  n=$(cat ${count} 2>/dev/null || echo 0); echo $((n + 1)) > ${count}
+  if [ "$n" -lt ${times} ]; then echo "qemu-system-x86_64: ferry test: the emulator failed to start (${name})" >&2; exit 1; fi;;
+esac
+exec qemu-system-x86_64 "$@"
+`);
+    chmodSync(hv, 0o755);
+    return { hv, launches: () => (existsSync(count) ? Number(execFileSync('cat', [count], { encoding: 'utf8' })) : 0) };
+  };
+  const openWith = async (hv: string, disk: string, said: string[]) => {
+    const before = process.env.LIBGUESTFS_HV;
+    process.env.LIBGUESTFS_HV = hv;
+    try { return await GuestSession.open([{ path: disk, format: 'qcow2' }], { log: (l) => said.push(l) }); } finally {
+      if (before === undefined) delete process.env.LIBGUESTFS_HV; else process.env.LIBGUESTFS_HV = before;
+    }
+  };
+
+  it('an appliance that crashes at launch is launched once more, and the session works', async () => {
+    const disk = path.join(dir, 'crash-once.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    const q = flakyQemu('crash-once', 1);
+    const said: string[] = [];
+    const s = await openWith(q.hv, disk, said);
+    try {
+      expect(await s.cmd('blockdev-getsize64', '/dev/sda')).to.equal(String(16 * 1024 * 1024) + '\n');
+    } finally { await s.close(); }
+    expect(q.launches(), 'two launches').to.equal(2);
+    expect(said).to.have.length(1);
+    expect(said[0]).to.match(/^guestfish run: .*: launching again \(try 2 of 2, with libguestfs's debug output kept\)$/);
+  });
+
+  it('an appliance that crashes at every launch fails after two, with what qemu said, and leaves nothing running', async () => {
+    const disk = path.join(dir, 'crash-always.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    const q = flakyQemu('crash-always', 99);
+    let failure: unknown;
+    try { await openWith(q.hv, disk, []); } catch (e) { failure = e; }
+    expect(failure).to.be.instanceOf(ApplianceCrash);
+    expect((failure as Error).message).to.include('the appliance crashed at launch twice').and.include('ferry test: the emulator failed to start (crash-always)');
+    expect(q.launches()).to.equal(LAUNCH_TRIES);
     await until(() => pgrep('-f', disk).length === 0, 30_000, 'every process naming the disk to go');
     expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${process.pid}-`))).to.deep.equal([]);
   });
