@@ -52,6 +52,7 @@ export class ApplianceCrash extends GuestfsError {
   constructor(e: GuestfsError) {
     const said = e.stderr.split('\n').filter((l) => /qemu-system|qemu:|libguestfs: error:|Could not|Failed to|cannot /i.test(l) && !/^libguestfs: trace/.test(l));
     super(e.command, `the appliance crashed at launch twice; libguestfs and qemu said:\n${said.slice(-20).join('\n') || e.stderr.slice(-2000)}`);
+    this.retryable = true; // the host's fault, not the guest's: the job's retry_count decides
   }
 }
 

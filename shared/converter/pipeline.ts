@@ -30,8 +30,7 @@ export async function runPipeline(m: Manifest, opts: PipelineOptions = {}): Prom
     await testBootOutputs(run);
   } catch (e) {
     if (opts.signal?.aborted) { await cleanup(run.work, run.session); throw e; }
-    run.errors.push((e as Error).message);
-    run.failed = true;
+    run.fail((e as Error).message, e);
   } finally {
     // Whatever ended the run, the repair beside the conversion does not outlive it.
     await stopRepairBesideConvert(run, 'the repair beside the conversion: its outcome went into the fix stage, or it was stopped');

@@ -21,6 +21,7 @@ export const reportSchema = Joi.object({
   duration_seconds: Joi.number().min(0).required(),
   dry_run: Joi.boolean().required(),
   success: Joi.boolean().required(),
+  retryable: Joi.boolean().description('only when success is false: whether every failure may pass when tried again (a hung or crashed appliance launch, not a broken guest); a migration job is retried on it while its retry_count allows'),
   source: Joi.object().unknown(true),
   stages: Joi.object({ inspect: stageReport, convert: stageReport, fix: stageReport, validate: stageReport }).required(),
   artifacts: Joi.array().items(Joi.object({

@@ -9,6 +9,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
 import { ApplianceCrash, GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converter/guestfs';
+import { runPipeline } from '../../shared/converter/pipeline';
+import { validateManifest } from '../../shared/schemas/manifest';
 
 const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
 const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
@@ -128,5 +130,28 @@ exec qemu-system-x86_64 "$@"
     expect(q.launches()).to.equal(LAUNCH_TRIES);
     await until(() => pgrep('-f', disk).length === 0, 30_000, 'every process naming the disk to go');
     expect(readdirSync(os.tmpdir()).filter((f) => f.startsWith(`ferry-guestfish-${process.pid}-`))).to.deep.equal([]);
+  });
+
+  it('a run lost to appliance crashes says it may be tried again (retryable); a disk with no system says it may not', async () => {
+    const disk = path.join(dir, 'blank.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    const m = (out: string) => validateManifest({
+      manifest_version: '1.0', disks: [{ id: 'a', source_format: 'qcow2', bytes: 16 * 1024 * 1024, local_path: disk }],
+      pipeline: { inspect: { enabled: true, collect_guest_info: true }, convert: { enabled: true }, fix: { enabled: true } }, output: { directory: path.join(dir, out), format: 'qcow2' },
+    });
+    const q = flakyQemu('crash-pipeline', 99);
+    const before = process.env.LIBGUESTFS_HV;
+    process.env.LIBGUESTFS_HV = q.hv;
+    let crashed;
+    try { crashed = await runPipeline(m('crashed')); } finally {
+      if (before === undefined) delete process.env.LIBGUESTFS_HV; else process.env.LIBGUESTFS_HV = before;
+    }
+    expect(crashed.success).to.equal(false);
+    expect(crashed.errors.join('\n')).to.include('the appliance crashed at launch twice');
+    expect(crashed.retryable, 'a crash is the host\'s, not the guest\'s').to.equal(true);
+    const blank = await runPipeline(m('blank'));
+    expect(blank.success).to.equal(false);
+    expect(blank.errors.join('\n')).to.not.include('crashed');
+    expect(blank.retryable, blank.errors.join('; ')).to.equal(false);
   });
 });

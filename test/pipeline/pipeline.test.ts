@@ -295,6 +295,7 @@ describe('pipeline on real guests (libguestfs) @vm', function () {
     expect(r.success).to.equal(false);
     expect(r.stages.convert).to.include({ success: false });
     expect(r.stages.convert.error).to.match(/checksum mismatch/);
+    expect(r.retryable, 'the same bytes fail the same way').to.equal(false);
     expect(r.stages.validate.skipped_reason).to.equal('an earlier stage failed');
     expect((await fs.readdir(dir)).sort()).to.deep.equal(['report.json']);
     const onDisk = JSON.parse(await fs.readFile(path.join(dir, 'report.json'), 'utf8')) as Report;

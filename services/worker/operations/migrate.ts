@@ -1,6 +1,6 @@
 // Operation "migrate": runs a manifest through the pipeline on this worker; each stage's progress becomes a
 // ProgressEvent (phase = stage name) and report.json is the job's result. A failed stage fails the job
-// (not retryable: the same manifest would fail again) with the report still written.
+// (retryable only when each of its failures was: report.retryable) with the report still written.
 import { jobPattern } from '../../../shared/linear-regex';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -35,7 +35,8 @@ export async function migrateManifest(ctx: OpContext, made: Set<string>): Promis
     ...(p.manifest.pipeline?.fix?.virtio_win ? { pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } } } : {}),
   };
   const report = await runManifest(ctx, m, p, p.output_dir && real.get('parameters.output_dir'));
-  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, false);
+  // Retryable only when every failure said so (a hung or crashed appliance launch), as the report records.
+  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, report.retryable === true);
   return report;
 }
 

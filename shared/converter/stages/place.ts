@@ -44,5 +44,5 @@ export async function testBootOutputs(run: Run) {
   run.testBootResult = { ...tb, console_log: consoleLog };
   run.log(1, `test boot (${tb.accelerator}, ${tb.firmware}): ${tb.status}: ${tb.detail}`);
   if (tb.status === 'inconclusive') run.warnings.push(`virt_test: inconclusive: ${tb.detail}`);
-  if (tb.status === 'failed') { run.errors.push(`virt_test: the test boot failed: ${tb.detail}`); run.failed = true; }
+  if (tb.status === 'failed') run.fail(`virt_test: the test boot failed: ${tb.detail}`);
 }

@@ -8,6 +8,7 @@ import type { GuestSession } from '../guestfs';
 import type { TestBootOptions, TestBootResult } from '../testboot';
 import type { FixResult, GuestInfo } from '../types';
 import type { FirmwareChoice } from '../firmware';
+import { OperationError } from '../../errors';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
 export const STAGES: StageName[] = ['inspect', 'convert', 'fix', 'validate'];
@@ -79,6 +80,9 @@ export class Run {
   session?: GuestSession;
   guest?: GuestInfo;
   failed = false;
+  /** Whether every failure so far says it may pass when tried again (an OperationError marked retryable, such as a
+   *  hung or crashed appliance launch); a broken guest or a bad manifest does not. The job runner honours it. */
+  retryable = true;
   /** The outputs are renamed into place; the report lists them even if a later step (the test boot) fails. */
   written = false;
   testBootResult?: TestBootResult & { console_log: string };
@@ -115,6 +119,13 @@ export class Run {
     return w.overlay ? 'qcow2' : this.m.output.format;
   }
 
+  /** Records a failure of the run: its message among the errors, and whether its kind may pass on a retry. */
+  fail(message: string, e?: unknown) {
+    this.errors.push(message);
+    this.failed = true;
+    this.retryable &&= e instanceof OperationError && e.retryable;
+  }
+
   /** Runs stage `s` unless it is off or an earlier stage failed. A failure is recorded in its report and ends the
    *  run's stages (later ones are skipped), but is thrown on only when the run was aborted. */
   async stage(s: StageName, fn: (r: StageReport) => Promise<Record<string, unknown> | void>) {
@@ -133,8 +144,7 @@ export class Run {
       if (this.opts.signal?.aborted) throw e;
       r.success = false;
       r.error = (e as Error).message;
-      this.errors.push(`${s}: ${r.error}`);
-      this.failed = true;
+      this.fail(`${s}: ${r.error}`, e);
       this.log(0, `${s}: FAILED: ${r.error}`);
     } finally {
       r.duration_seconds = (Date.now() - t) / 1000;
