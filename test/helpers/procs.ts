@@ -9,7 +9,7 @@ import { req, until } from './http';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
-export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void> }
+export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(signal?: NodeJS.Signals): Promise<void>; kill(): Promise<void>; workerId?: string }
 
 /** `script` is relative to the checkout, or absolute; a .js file (the compiled build) runs with plain node. */
 export function startProcess(script: string, args: string[], env: Record<string, string>, cwd = ROOT): Proc {
@@ -68,18 +68,23 @@ export async function startDaemonProc(env: Record<string, string>, config: strin
 
 export function startWorkerProc(env: Record<string, string>, id: string, caps: string[], extra: string[] = []): Promise<Proc> {
   // a promise like the other start helpers (callers await them alike); a worker has no port to wait for
-  return Promise.resolve(startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env }));
+  return Promise.resolve(Object.assign(startProcess('services/worker/main.ts', ['--id', id, '--capabilities', caps.join(','), ...extra], { ...env }), { workerId: id }));
 }
 
-/** Waits until `base`'s GET /workers (the gateway's or the daemon's; `headers`: a key when auth is on) counts
- *  every one of `workers` active. A worker starting on a loaded machine can take a minute (tsx compiles it on
- *  load); one that exits fails the wait at once, and any failure carries the workers' own output. */
+/** Waits until `base`'s GET /workers (the gateway's or the daemon's; `headers`: a key when auth is on) lists
+ *  every one of `workers` active, by its id (a worker killed earlier stays listed active until its heartbeat is
+ *  stale, 300 s, so a count would be met by the dead one: it once made a test wait 280 s, another pass too early);
+ *  by the count when a worker's id is unknown. A worker starting on a loaded machine can take a minute (tsx
+ *  compiles it on load); one that exits fails the wait at once, and any failure carries the workers' own output. */
 export async function awaitWorkers(base: string, workers: Proc[], headers: Record<string, string> = {}, timeoutMs = 120000): Promise<void> {
   const output = () => workers.map((w) => `--- worker (exit ${w.proc.exitCode ?? w.proc.signalCode ?? 'none'}):\n${w.logs.join('')}`).join('\n');
   await until(async () => {
     const dead = workers.find((w) => w.proc.exitCode !== null || w.proc.signalCode);
     if (dead) throw Object.assign(new Error('a worker exited before registering'), { fatal: true });
-    return (await req<{ active?: number } | undefined>(base, 'GET', '/workers', undefined, headers)).body?.active === workers.length;
+    const body = (await req<{ active?: number; workers?: { worker_id?: string; active?: boolean }[] } | undefined>(base, 'GET', '/workers', undefined, headers)).body;
+    if (!workers.every((w) => w.workerId) || !Array.isArray(body?.workers)) return body?.active === workers.length;
+    const live = new Set(body.workers.filter((w) => w.active).map((w) => w.worker_id));
+    return workers.every((w) => live.has(w.workerId));
   }, timeoutMs, `${workers.length} worker(s) registered`).catch((e: Error) => { throw new Error(`${e.message}\n${output()}`); });
 }
 

@@ -131,14 +131,17 @@ describe('security: a retried import removes what its first attempt recorded, an
     const c = await req(s.gw.url, 'DELETE', `/jobs/${id}`);
     expect(c.status, c.text).to.equal(200);
     expect((await final(id)).state).to.equal('CANCELLED');
-    const made = await ledger(id);
+    // Every entry gone, found by its key or UUID: the worker's clean-up and the import's own undo, whichever ran.
+    // The ledger is read again each time: the worker learns of the cancel after the API has answered, and what its
+    // copy recorded meanwhile must go too.
+    let made: MadeEntry[] = [];
+    await until(async () => {
+      made = await ledger(id);
+      for (const e of made) if ((await gone(e.kind === 'domain' ? ['dominfo', e.id] : ['vol-key', e.id])) !== 'gone') return false;
+      return readdirSync(lv.poolDir).sort().join() === before.join();
+    }, 60_000, 'every ledger entry removed, and the pool as it was').catch((e: Error) => { throw new Error(`${e.message}: ${JSON.stringify(readdirSync(lv.poolDir).sort())} against ${JSON.stringify(before)}`); });
     console.log(`      ledger: ${made.map((e) => `${e.kind} ${path.basename(e.id)}`).join(', ')}`);
     expect(made.map((e) => e.id)).to.include(vol0);
-    // Every entry gone, found by its key or UUID: the worker's clean-up and the import's own undo, whichever ran.
-    await until(async () => {
-      for (const e of made) if ((await gone(e.kind === 'domain' ? ['dominfo', e.id] : ['vol-key', e.id])) !== 'gone') return false;
-      return true;
-    }, 60_000, 'every ledger entry removed');
     // The look-alikes stay, and the pool holds what it held before.
     expect(readdirSync(lv.poolDir).sort()).to.deep.equal(before);
     expect(before).to.include.members([path.basename(fake), `${name}-disk2.qcow2`]);
