@@ -83,6 +83,24 @@ func selfSigned() (tls.Certificate, []byte, error) {
 	return c, certPEM, err
 }
 
+// startFront serves the simulator's mux on the address clients are given, with the CBT tracker in front. The
+// simulator's own server listens on a loopback port nobody is told about; clients reach its mux through this one,
+// which answers QueryChangedDiskAreas itself (no proxy hop: the same mux is called).
+func startFront(mux http.Handler, cert tls.Certificate, listen string, maxAreas int) (*http.Server, net.Listener, error) {
+	cbt := &cbtTracker{maxAreas: maxAreas, disks: map[string]*cbtDisk{}, snaps: map[string][]*cbtFrozen{}, vmsn: map[string]string{}}
+	if cbt.maxAreas < 1 {
+		cbt.maxAreas = 1
+	}
+	simulator.Map.AddHandler(cbt)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	front := &http.Server{Handler: cbtHandler(cbt, mux), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
+	go func() { _ = front.ServeTLS(ln, "", "") }()
+	return front, ln, nil
+}
+
 func main() {
 	listen := flag.String("l", "127.0.0.1:0", "listen address")
 	certOut := flag.String("cert-out", "", "write the server certificate (PEM) to this file")
@@ -132,24 +150,14 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	cbt := &cbtTracker{maxAreas: *maxAreas, disks: map[string]*cbtDisk{}, snaps: map[string][]*cbtFrozen{}, vmsn: map[string]string{}}
-	if cbt.maxAreas < 1 {
-		cbt.maxAreas = 1
-	}
-	simulator.Map.AddHandler(cbt)
-
-	// The simulator's own server listens on a loopback port nobody is told about; clients reach its mux through
-	// the front server below, which answers QueryChangedDiskAreas itself (no proxy hop: the same mux is called).
 	model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	model.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(*username, *password)}
 	server := model.Service.NewServer()
-	ln, err := net.Listen("tcp", *listen)
+	front, ln, err := startFront(model.Service.ServeMux, cert, *listen, *maxAreas)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vcsim: listen:", err)
 		os.Exit(1)
 	}
-	front := &http.Server{Handler: cbtHandler(cbt, model.Service.ServeMux), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
-	go func() { _ = front.ServeTLS(ln, "", "") }()
 	simulator.Map.SessionManager().ServiceHostName = ln.Addr().String()
 
 	dirs := map[string]string{}
@@ -353,7 +361,7 @@ func (c *cbtTracker) freeze(vm *simulator.VirtualMachine, snap string, key int32
 	if err != nil {
 		return nil, err
 	}
-	text, err := ioutil.ReadFile(desc)
+	text, err := readHead(desc, 64*1024) // a descriptor is small; a sparse or raw disk is not read whole
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +402,20 @@ func (c *cbtTracker) freeze(vm *simulator.VirtualMachine, snap string, key int32
 	d.hashes = hashes
 	f.id, f.epoch = d.id, d.epoch
 	return f, nil
+}
+
+func readHead(file string, n int) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	got, err := io.ReadFull(f, b)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, err
+	}
+	return b[:got], nil
 }
 
 func newTrackingID() string {
