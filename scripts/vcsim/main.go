@@ -209,10 +209,12 @@ func main() {
 //     names that descriptor and a changeId "<tracking id>/<n>". The VM keeps writing to its own file. (A real
 //     ESXi freezes the base and redirects writes to a new delta; its frozen state is a sparse delta chain read
 //     through VDDK/NFC, which the datastore file service cannot serve as a flat disk.)
-//   - Tracking granularity is CBT_BLOCK bytes. At each snapshot the frozen copy is hashed block by block and
+//   - Tracking granularity is cbtBlock (64 KiB). At each snapshot the frozen copy is hashed block by block and
 //     compared with the previous snapshot's hashes; a differing block is marked changed at snapshot n. A query
 //     with change id .../k answers every block marked after k: a superset (false positives allowed, nothing
-//     missed), also after the snapshot that issued k was removed (change ids outlive snapshots).
+//     missed), also after the snapshot that issued k was removed (change ids outlive snapshots). Content is
+//     compared, not writes counted: a write of the bytes already there is not listed (a real CBT lists it; the
+//     copy is the same either way).
 //   - Each answer lists at most -cbt-max-areas areas; its length covers what was examined, so a caller pages.
 //   - RemoveSnapshot_Task / RemoveAllSnapshots_Task delete the frozen files. A snapshot taken with CBT off
 //     forgets the VM's tracking, so older change ids become invalid (vSphere resets CBT when it is disabled).
@@ -489,7 +491,7 @@ func copyRange(in, out *os.File, start, end int64) error {
 	return nil
 }
 
-// blockHashes hashes each CBT_BLOCK of a frozen copy; a block in a hole hashes as zeros without being read.
+// blockHashes hashes each cbtBlock of a frozen copy; a block in a hole hashes as zeros without being read.
 func blockHashes(file string, size int64, alloc [][2]int64) ([][32]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
