@@ -15,6 +15,10 @@ export interface RemoteFile {
   /** One pass (docs/pipeline.md): the bytes are written in place into this file (a target volume, already made and
    *  recorded by the caller) at their own offsets, zero runs left as holes, instead of into `<local>.ferry-part`. */
   target?: string;
+  /** A delta round of warm migration (cbt.ts): only the ranges of these byte ranges [start, end) are fetched,
+   *  into `target`, which already holds the earlier rounds (never truncated); zeros are written, not skipped,
+   *  since they replace older data. The sha256 then covers the fetched ranges only, in file order. */
+  ranges?: [number, number][];
 }
 
 /** The file a download writes its bytes into: the target volume, or the partial file renamed at the end. */
@@ -74,16 +78,27 @@ async function resume(j: FileJob) {
 /** A file's ranges, resumed from its partial file when one fits, with the partial file open for writing.
  *  One stream: one range per file (a plain sequential GET). Several: ranges of chunkBytes. */
 export async function openFile(f: RemoteFile, streams: number, chunkBytes: number): Promise<FileJob> {
-  const chunk = streams === 1 ? Math.max(1, f.size) : Math.max(64 * 1024, chunkBytes);
+  if (f.ranges && !f.target) throw new Error(`${label(f)}: a ranged download writes into an existing target`);
+  const chunk = streams === 1 && !f.ranges ? Math.max(1, f.size) : Math.max(64 * 1024, chunkBytes);
   const chunks = Math.max(1, Math.ceil(f.size / chunk));
   const j: FileJob = { f, name: path.basename(f.local), chunk, chunks, written: new Array<number>(chunks).fill(0), done: new Array<boolean>(chunks).fill(false), hash: createHash('sha256'), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0, finished: false, stateDirty: false, lock: Promise.resolve() };
   await fs.mkdir(path.dirname(f.local), { recursive: true });
   await resume(j);
   j.bytes = j.resumedFrom;
-  j.fh = await fs.open(dataPath(f), j.resumedFrom > 0 ? 'r+' : 'w');
+  if (f.ranges) skipOutside(j, f.ranges);
+  j.fh = await fs.open(dataPath(f), j.resumedFrom > 0 || f.ranges ? 'r+' : 'w');
   // A target starts at its full size with no block allocated: what the download skips (zeros) stays a hole.
-  if (f.target && j.resumedFrom === 0) await j.fh.truncate(f.size);
+  if (f.target && j.resumedFrom === 0 && !f.ranges) await j.fh.truncate(f.size);
   return j;
+}
+
+/** A ranged download: every range of the file that meets none of `ranges` counts as done, nothing to fetch. */
+function skipOutside(j: FileJob, ranges: [number, number][]) {
+  for (let i = 0; i < j.chunks; i++) {
+    const s = i * j.chunk;
+    const e = Math.min(j.f.size, s + j.chunk);
+    if (!j.done[i] && !ranges.some(([a, b]) => a < e && s < b)) { j.done[i] = true; j.written[i] = e - s; }
+  }
 }
 
 /** Contiguous runs of written bytes; written to a temporary name and renamed, so it is never half-written. */

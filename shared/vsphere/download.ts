@@ -36,6 +36,8 @@ export interface DownloadResult {
   bytes_rehashed: number;
   /** Bytes of zeros served for a target (RemoteFile.target) and left as holes, never written. */
   bytes_sparse: number;
+  /** Bytes received from the manager and written by this call (a ranged delta's cost). */
+  bytes_fetched: number;
 }
 
 export interface DownloadOptions {
@@ -112,7 +114,7 @@ function settingsOf(o: DownloadOptions): Settings {
 interface RangeCursor { j: FileJob; i: number; pos: number; end: number }
 
 class Download {
-  readonly result: DownloadResult = { files: [], resumes: 0, bytes_refetched: 0, bytes_rehashed: 0, bytes_sparse: 0 };
+  readonly result: DownloadResult = { files: [], resumes: 0, bytes_refetched: 0, bytes_rehashed: 0, bytes_sparse: 0, bytes_fetched: 0 };
   jobs: FileJob[] = [];
   /** Work list: ranges in file order; a stream takes the next range within the hash window of its file. */
   private queue: { j: FileJob; i: number }[] = [];
@@ -242,7 +244,8 @@ class Download {
       for (const b of bufs) feed(j, i, b);
       await inflight;
       const write = (async () => {
-        this.result.bytes_sparse += await writeAt(j.fh!, bufs, at, !!j.f.target);
+        this.result.bytes_sparse += await writeAt(j.fh!, bufs, at, !!j.f.target && !j.f.ranges);
+        this.result.bytes_fetched += n;
         c.pos = at + n;
         j.written[i] += n;
         j.bytes += n;

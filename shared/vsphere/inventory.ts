@@ -97,7 +97,7 @@ const DETAIL_PATHS = ['name', 'config.uuid', 'config.instanceUuid', 'runtime.pow
  *  parser's strings. */
 export interface DeviceBackingXml {
   '@_type'?: string; fileName?: XmlValue; parent?: DeviceBackingXml; diskMode?: XmlValue; sharing?: XmlValue;
-  deviceName?: XmlValue; opaqueNetworkId?: XmlValue; port?: { portgroupKey?: XmlValue };
+  deviceName?: XmlValue; opaqueNetworkId?: XmlValue; port?: { portgroupKey?: XmlValue }; changeId?: XmlValue;
 }
 export interface VirtualDeviceXml {
   '@_type'?: string; key?: XmlValue; deviceInfo?: { label?: XmlValue }; backing?: DeviceBackingXml; macAddress?: XmlValue;
