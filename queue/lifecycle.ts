@@ -35,6 +35,7 @@ export function requirementsOf(spec: JobSpec): Requirements {
   return {
     capabilities: normalizeCaps([...operationCapabilities(spec), ...(spec.requirements?.capabilities || [])]),
     execution_mode: spec.requirements?.execution_mode,
+    ...(OPERATIONS[spec.operation]?.lane ? { lane: OPERATIONS[spec.operation].lane } : {}),
   };
 }
 

@@ -41,6 +41,9 @@ export interface OperationDef {
   submittedBy?: 'daemon' | 'plan';
   /** The role the caller (for a plan: its starter) needs beyond submit, as the same direct action needs it. */
   role?: 'admin';
+  /** `call`: a short call the daemon waits on, queued on the call lane ("calls.*", shared/capabilities.ts) that
+   *  every worker serves with slots of its own (FERRY_WORKER_CALL_SLOTS), so it never waits behind long jobs. */
+  lane?: 'call';
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -264,6 +267,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     // a request it validated and authorized, a worker with virsh runs it (services/worker/operations/virsh-call.ts).
     capabilities: ['libvirt_access'],
     submittedBy: 'daemon',
+    lane: 'call',
     needsImage: false,
     parameters: Joi.object({
       uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
