@@ -9,7 +9,10 @@ import { shownUri } from '../shared/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
 import { ApiError } from '../shared/errors';
 import { setting } from '../shared/settings';
+import type { Logger } from '../shared/log';
 import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
+import { Leader } from './leader';
+import type { JobStore } from './store';
 
 /** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
 export const LIBVIRT_ERROR_FIELD = 'libvirt_error';
@@ -62,4 +65,16 @@ export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
  *  virt-sysprep, virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). */
 export function refuseLocalWork(v: Virsh, route: string): void {
   if (v instanceof JobVirsh) throw new ApiError(503, `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route is not a worker job yet (docs/virt.md, "Through workers")`);
+}
+
+/** The call lane's own retention, on the one daemon holding the `calls` lease: a completed call leaves Redis
+ *  FERRY_CALL_RETENTION after it ended, a failed or cancelled one FERRY_CALL_FAILED_RETENTION after (the records
+ *  of thousands of /virt calls an hour would otherwise stay the FERRY_JOB_RETENTION of an operator's job). */
+export function callRetention(store: JobStore, log: Logger): Leader {
+  const done = setting('FERRY_CALL_RETENTION');
+  const failed = setting('FERRY_CALL_FAILED_RETENTION');
+  return new Leader(store.redis, store.k, 'calls', log).every('call-retention', Math.min(30_000, Math.max(500, Math.min(done, failed) / 4)), async (still) => {
+    const n = await store.purgeCalls(done, failed, still);
+    if (n) log.debug('calls past their retention removed', { count: n });
+  }).start();
 }

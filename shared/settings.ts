@@ -178,6 +178,8 @@ export const SETTINGS = {
   FERRY_TIMEOUT_SWEEP_SECONDS: int(5, 1, 86_400, { group: J, doc: 'how often the gateway ends HTTP workers\' attempts past their timeout' }),
   FERRY_EVENTS_PER_JOB: int(10_000, 1, 10_000_000, { group: J, doc: 'progress events kept per job' }),
   FERRY_JOB_RETENTION: duration('7d', { group: J, doc: 'how long a finished job\'s record, history and events stay in Redis' }),
+  FERRY_CALL_RETENTION: duration('2m', { group: J, doc: 'how long a completed call of the call lane (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker) stays in Redis after it ended; the daemon has read its answer by then. Listed only with GET /jobs?internal=true (admin)' }),
+  FERRY_CALL_FAILED_RETENTION: duration('1h', { group: J, doc: 'how long a failed or cancelled call of the call lane stays in Redis, to be looked at (GET /jobs?internal=true, GET /jobs/{id})' }),
   FERRY_WORKER_PRUNE_AFTER: duration('1d', { group: J, doc: 'a worker record idle this long (holding no job) is removed' }),
   FERRY_EXTRA_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)', { group: J, doc: 'capability names accepted beside the known set' }),
   FERRY_WORKER_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)', { group: J, doc: 'a worker\'s capabilities (--capabilities overrides)' }, ['img_tool']),
