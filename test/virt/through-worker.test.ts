@@ -3,8 +3,9 @@
 // through virsh_call jobs and change the host as virsh then shows; libvirt's refusals keep their status and text,
 // exactly as a daemon running virsh itself (direct mode, started beside it on the same libvirtd) answers them;
 // with no worker able to take the call the answer is a 503 that says so and no job is made; a caller cannot
-// submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; the routes that need local files or tools, and the console, are a
-// clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
+// submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; clones
+// and templates run whole on the worker (virt_clone); the routes that need local files or libguestfs, and the
+// console, are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
 // daemon's plumbing: job lists on both APIs leave them out unless an admin asks (?internal=true), and Redis keeps a
 // completed one FERRY_CALL_RETENTION, a failed one FERRY_CALL_FAILED_RETENTION (short here), then holds none.
 import { expect } from 'chai';
@@ -200,13 +201,47 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     await s.lv.virsh(['destroy', 'vj-off']);
   });
 
-  it('the routes that need local files or tools, and the console, are a clear 503; the host is unchanged', async () => {
+  it('clones and templates run whole on a worker (virt_clone): the host has them as virsh shows, refusals as a daemon running virt-clone answers', async () => {
+    const srcDisk = (await s.lv.virsh(['domblklist', 'vj-off', '--details'])).split('\n').find((l) => /\sdisk\s/.test(l))!.trim().split(/\s+/).pop()!;
+    const cl = await req<{ data: { target: string; uuid: string; disks: { source: string }[] } }>(B, 'POST', '/virt/clone', { source: 'vj-off', target: 'vj-clone' }, admin);
+    expect(cl.status, cl.text).to.equal(201);
+    expect(await domState(s.lv, 'vj-clone')).to.equal('shut off');
+    expect((await s.lv.virsh(['domuuid', 'vj-clone'])).trim()).to.equal(cl.body.data.uuid);
+    const cloneDisk = (await s.lv.virsh(['domblklist', 'vj-clone', '--details'])).split('\n').find((l) => /\sdisk\s/.test(l))!.trim().split(/\s+/).pop()!;
+    expect(cloneDisk).to.not.equal(srcDisk); // a copy of its own, not the source's disk
+    expect(cl.body.data.disks.map((d) => d.source)).to.deep.equal([cloneDisk]);
+    // The same refusals as a daemon running virt-clone itself: an existing target (409), an unknown source (404).
+    for (const body of [{ source: 'vj-off', target: 'vj-clone' }, { source: 'vj-nope', target: 'vj-clone2' }]) {
+      const viaWorker = await req<DaemonError>(B, 'POST', '/virt/clone', body, admin);
+      const viaVirsh = await req<DaemonError>(direct.url, 'POST', '/virt/clone', body, admin);
+      expect(viaWorker.status, viaWorker.text).to.equal(viaVirsh.status);
+      expect(viaWorker.body.error).to.equal(viaVirsh.body.error);
+    }
+    expect(await domState(s.lv, 'vj-clone2')).to.equal('absent');
+    // A template (a marked clone), then a domain deployed from it with its own memory.
+    const t = await req(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-tpl', description: 'through a worker' }, admin);
+    expect(t.status, t.text).to.equal(201);
+    expect(await s.lv.virsh(['metadata', 'vj-tpl', '--uri', 'https://ferry.dev/xmlns/libvirt/template/1', '--config'])).to.include('through a worker');
+    const d = await req(B, 'POST', '/virt/template/deploy', { template: 'vj-tpl', name: 'vj-dep', memory: 96 }, admin);
+    expect(d.status, d.text).to.equal(201);
+    expect(await s.lv.virsh(['dominfo', 'vj-dep'])).to.match(/Max memory:\s+98304 KiB/);
+    const listed = await req<{ data: { templates: { name: string; marked: boolean }[] } }>(B, 'GET', '/virt/template/list', undefined, admin);
+    expect(listed.body.data.templates.find((x) => x.name === 'vj-tpl')?.marked).to.equal(true);
+    // Each ran as a virt_clone job on the worker (not on the call lane: an operator's job, listed).
+    const jobs = (await jobsOf('virt_clone')).filter((j) => j.status === 'completed');
+    expect(jobs.length).to.be.at.least(3);
+    for (const j of jobs) expect(await rc.hget(`ferry:job:${j.id}`, 'queue')).to.equal('jobs.libvirt_access');
+    for (const n of ['vj-clone', 'vj-tpl', 'vj-dep']) await s.lv.virsh(['undefine', n, '--remove-all-storage']);
+  });
+
+  it('the routes that need local files or libguestfs, and the console, are a clear 503; the host is unchanged', async () => {
     const imp = await req<DaemonError>(B, 'POST', '/import/kvm', { image_path: '/nonexistent.qcow2', vm_name: 'vj-imp' }, admin);
     expect(imp.status, imp.text).to.equal(503);
     expect(imp.body.error).to.include('POST /import/kvm').and.include('FERRY_LIBVIRT_VIA=worker');
-    const cl = await req<DaemonError>(B, 'POST', '/virt/clone', { source: 'vj-off', target: 'vj-clone' }, admin);
-    expect(cl.status, cl.text).to.equal(503);
-    expect(await domState(s.lv, 'vj-clone')).to.equal('absent');
+    const seal = await req<DaemonError>(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-sealed', seal: true }, admin);
+    expect(seal.status, seal.text).to.equal(503);
+    expect(seal.body.error).to.include('seal').and.include('FERRY_LIBVIRT_VIA=worker');
+    expect(await domState(s.lv, 'vj-sealed')).to.equal('absent');
     const con = openWs(`${B.replace('http', 'ws')}/virt/console?name=vj-off`, admin);
     const refused = await con.opened.then(() => 'opened', (e: Error) => e.message);
     expect(refused).to.equal('HTTP 503');
