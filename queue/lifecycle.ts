@@ -35,6 +35,7 @@ export function requirementsOf(spec: JobSpec): Requirements {
   return {
     capabilities: normalizeCaps([...operationCapabilities(spec), ...(spec.requirements?.capabilities || [])]),
     execution_mode: spec.requirements?.execution_mode,
+    ...(OPERATIONS[spec.operation]?.lane ? { lane: OPERATIONS[spec.operation].lane } : {}),
   };
 }
 
@@ -108,6 +109,9 @@ export class Lifecycle {
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;
+    // A call of the call lane is noted before its record exists, so none escapes its own short retention
+    // (JobStore.purgeCalls) or shows in the job lists: an id whose record never came is forgotten by the sweep.
+    if (req.lane === 'call') await this.store.redis.zadd(this.store.k.jobsCalls, Date.now(), spec.job_id);
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {

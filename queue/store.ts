@@ -217,22 +217,41 @@ export class JobStore {
     }
   }
 
-  /** Ids newest first (by submission sequence, so the order is stable), optionally of one state. */
-  async list(opts: { state?: string; states?: string[]; limit: number; offset?: number }): Promise<{ total: number; ids: string[] }> {
+  /** Ids newest first (by submission sequence, so the order is stable), optionally of some states. The call lane's
+   *  jobs (jobs:calls: the daemon's virsh_call, kept minutes) are left out unless `internal`: they are the daemon's
+   *  plumbing, not an operator's jobs. */
+  async list(opts: { state?: string; states?: string[]; limit: number; offset?: number; internal?: boolean }): Promise<{ total: number; ids: string[] }> {
     const off = opts.offset || 0;
     const states = opts.states || (opts.state ? [opts.state] : [...STATES]);
+    const skip = opts.internal ? new Set<string>() : await this.callIds();
+    if (!skip.size) return this.listIn(states, off, opts.limit);
+    // Read past the page by as many ids as there are calls, then leave them out: the page stays full and exact.
+    const calls = [...skip];
+    const all = await this.listIn(states, 0, off + opts.limit + calls.length);
+    const p = this.redis.pipeline();
+    for (const s of states) p.zmscore(this.k.jobsInState(s), ...calls);
+    const listed = ((await p.exec()) || []).reduce((n, [, v]) => n + (v as (string | null)[]).filter((x) => x !== null).length, 0);
+    return { total: all.total - listed, ids: all.ids.filter((id) => !skip.has(id)).slice(off, off + opts.limit) };
+  }
+
+  /** The call lane's jobs still in Redis (jobs:calls; a few minutes' worth, failed ones an hour's). */
+  async callIds(): Promise<Set<string>> {
+    return new Set(await this.redis.zrange(this.k.jobsCalls, 0, -1));
+  }
+
+  private async listIn(states: string[], off: number, limit: number): Promise<{ total: number; ids: string[] }> {
     if (states.length === 1) {
       const key = this.k.jobsInState(states[0]);
-      const [total, ids] = await Promise.all([this.redis.zcard(key), this.redis.zrevrange(key, off, off + opts.limit - 1)]);
+      const [total, ids] = await Promise.all([this.redis.zcard(key), this.redis.zrevrange(key, off, off + limit - 1)]);
       return { total, ids };
     }
     // Several states: merge the per-state indexes by sequence (each already sorted).
-    const per = await Promise.all(states.map((s) => this.redis.zrevrange(this.k.jobsInState(s), 0, off + opts.limit - 1, 'WITHSCORES')));
+    const per = await Promise.all(states.map((s) => this.redis.zrevrange(this.k.jobsInState(s), 0, off + limit - 1, 'WITHSCORES')));
     const totals = await Promise.all(states.map((s) => this.redis.zcard(this.k.jobsInState(s))));
     const all: [string, number][] = [];
     for (const arr of per) for (let i = 0; i < arr.length; i += 2) all.push([arr[i], Number(arr[i + 1])]);
     all.sort((a, b) => b[1] - a[1]);
-    return { total: totals.reduce((a, b) => a + b, 0), ids: all.slice(off, off + opts.limit).map((x) => x[0]) };
+    return { total: totals.reduce((a, b) => a + b, 0), ids: all.slice(off, off + limit).map((x) => x[0]) };
   }
 
   /** Several records' hashes in one round trip (history left out). */
@@ -310,6 +329,37 @@ export class JobStore {
         total += Number(n);
       }
       if (ids.length < batch) return total;
+    }
+  }
+
+  /** Removes the call lane's jobs (jobs:calls) once `completedMs` (COMPLETED) or `failedMs` (FAILED, CANCELLED,
+   *  kept longer to be looked at) have passed since they ended, with removeJob-8.lua as the retention sweep does,
+   *  and forgets the ids whose record is gone; returns how many it removed. A call not ended yet stays: its own
+   *  timeout_seconds ends it. */
+  async purgeCalls(completedMs: number, failedMs: number, still: () => Promise<boolean> = () => Promise.resolve(true), page = 500): Promise<number> {
+    const k = this.k;
+    const terminal = TERMINAL.map((s) => k.jobsInState(s));
+    const now = Date.now();
+    let removed = 0;
+    // By score (submission time): a call ends after it was submitted, so none younger than the shorter age is due.
+    for (let after = '-inf'; ;) {
+      if (!(await still())) return removed; // the sweep's lease is gone: its new holder carries on
+      const flat = await this.redis.zrangebyscore(k.jobsCalls, after, now - Math.min(completedMs, failedMs), 'WITHSCORES', 'LIMIT', 0, page);
+      const ids = flat.filter((_, i) => i % 2 === 0);
+      if (!ids.length) return removed;
+      const hs = await this.many(ids, ['state', 'finished_at']);
+      const due = ids.filter((_, i) => { const h = hs[i]; return h && isTerminal(h.state) && now - Number(h.finished_at) >= (h.state === 'COMPLETED' ? completedMs : failedMs); });
+      const gone = ids.filter((_, i) => !hs[i]);
+      const p = this.redis.pipeline() as unknown as FerryCommands & { zrem(key: string, ...m: string[]): unknown; exec(): Promise<[Error | null, unknown][] | null> };
+      for (const id of due) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
+      if (due.length + gone.length) p.zrem(k.jobsCalls, ...due, ...gone);
+      const res = (await p.exec()) || [];
+      for (const [i, [err, n]] of res.entries()) {
+        if (err) throw err;
+        if (i < due.length) removed += Number(n);
+      }
+      if (ids.length < page) return removed;
+      after = `(${flat[flat.length - 1]}`;
     }
   }
 }

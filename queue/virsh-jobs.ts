@@ -5,11 +5,15 @@
 // LibvirtError with the same status and message (404, 400, 409, 503, 500). No worker able to take it: 503 saying
 // why; no end within the bound: 504, the job cancelled. Commands that read or write a local file (vol-upload,
 // vol-download) are refused (503): their route must run whole on a worker, which is not built yet (docs/virt.md).
+// The clone and template routes do run whole on a worker, as one virt_clone job (JobVirsh.onWorker).
 import { shownUri } from '../shared/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
 import { ApiError } from '../shared/errors';
 import { setting } from '../shared/settings';
-import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
+import type { Logger } from '../shared/log';
+import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
+import { Leader } from './leader';
+import type { JobStore } from './store';
 
 /** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
 export const LIBVIRT_ERROR_FIELD = 'libvirt_error';
@@ -36,20 +40,32 @@ export class JobVirsh extends Virsh {
     const timeout = opts.timeoutMs ?? 600_000;
     const spec = internalSpec('virsh_call', { uri: this.uri, args, ...(opts.input !== undefined ? { input: opts.input } : {}), timeout_ms: Math.max(1000, timeout) }, { timeoutSeconds: (timeout + GRACE_MS) / 1000 });
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeout + GRACE_MS, meta: { virsh: args[0] } });
-    const uri = shownUri(this.uri);
-    if (end.outcome === 'unserved') throw new LibvirtError(503, `libvirt at ${uri} is reached through a worker with libvirt_access (FERRY_LIBVIRT_VIA=worker), and none can take virsh ${args[0]} now: ${end.reason}`, end.reason);
-    if (end.outcome === 'timeout') throw new LibvirtError(504, `virsh ${args[0]} at ${uri} did not end within ${Math.round((timeout + GRACE_MS) / 1000)} s on a worker (job ${end.job_id} cancelled${end.waiting_reason ? `; it was waiting: ${end.waiting_reason}` : ''})`, 'timeout');
-    if (end.state === 'COMPLETED') {
-      const out = (end.result as { stdout?: unknown } | null)?.stdout;
-      return typeof out === 'string' ? out : '';
-    }
-    const kept = end.record[LIBVIRT_ERROR_FIELD];
-    if (kept) {
-      const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
-      throw new LibvirtError(e.status, e.message, e.libvirt);
-    }
-    throw new LibvirtError(500, `virsh ${args[0]} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
+    const out = (answerOf(end, `virsh ${args[0]}`, this.uri, timeout + GRACE_MS) as { stdout?: unknown } | null)?.stdout;
+    return typeof out === 'string' ? out : '';
   }
+
+  /** A clone or template route run whole on a worker (operation virt_clone, services/worker/operations/virt-clone.ts):
+   *  the route's data, or the error it would have answered running virt-clone itself. Not on the call lane. */
+  async onWorker(action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy', body: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
+    const spec = internalSpec('virt_clone', { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
+    const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeoutMs + GRACE_MS, meta: { virt: action } });
+    return (answerOf(end, action.replace('_', ' '), this.uri, timeoutMs + GRACE_MS) ?? {}) as Record<string, unknown>;
+  }
+}
+
+/** A worker job's end as the daemon answers it: its result, or the error the daemon would have given running the
+ *  work itself (kept by the worker in `libvirt_error`), 503 when no worker could take it, 504 past the bound. */
+function answerOf(end: WorkerJobEnd, what: string, uriText: string, boundMs: number): unknown {
+  const uri = shownUri(uriText);
+  if (end.outcome === 'unserved') throw new LibvirtError(503, `libvirt at ${uri} is reached through a worker with libvirt_access (FERRY_LIBVIRT_VIA=worker), and none can take ${what} now: ${end.reason}`, end.reason);
+  if (end.outcome === 'timeout') throw new LibvirtError(504, `${what} at ${uri} did not end within ${Math.round(boundMs / 1000)} s on a worker (job ${end.job_id} cancelled${end.waiting_reason ? `; it was waiting: ${end.waiting_reason}` : ''})`, 'timeout');
+  if (end.state === 'COMPLETED') return end.result;
+  const kept = end.record[LIBVIRT_ERROR_FIELD];
+  if (kept) {
+    const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
+    throw new LibvirtError(e.status, e.message, e.libvirt);
+  }
+  throw new LibvirtError(500, `${what} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
 }
 
 /** The daemon's Virsh for FERRY_LIBVIRT_URI, and every virshFor() of its code, as FERRY_LIBVIRT_VIA says. */
@@ -58,8 +74,21 @@ export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
   return virshFor(uri);
 }
 
-/** A 503 for a route that runs more than virsh calls on the daemon's machine (a local file, virt-clone,
- *  virt-sysprep, virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). */
+/** A 503 for a route that runs more than virsh calls on the daemon's machine (a local file, virt-sysprep,
+ *  virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). virt-clone's
+ *  routes run whole on a worker instead (JobVirsh.onWorker). */
 export function refuseLocalWork(v: Virsh, route: string): void {
   if (v instanceof JobVirsh) throw new ApiError(503, `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route is not a worker job yet (docs/virt.md, "Through workers")`);
+}
+
+/** The call lane's own retention, on the one daemon holding the `calls` lease: a completed call leaves Redis
+ *  FERRY_CALL_RETENTION after it ended, a failed or cancelled one FERRY_CALL_FAILED_RETENTION after (the records
+ *  of thousands of /virt calls an hour would otherwise stay the FERRY_JOB_RETENTION of an operator's job). */
+export function callRetention(store: JobStore, log: Logger): Leader {
+  const done = setting('FERRY_CALL_RETENTION');
+  const failed = setting('FERRY_CALL_FAILED_RETENTION');
+  return new Leader(store.redis, store.k, 'calls', log).every('call-retention', Math.min(30_000, Math.max(500, Math.min(done, failed) / 4)), async (still) => {
+    const n = await store.purgeCalls(done, failed, still);
+    if (n) log.debug('calls past their retention removed', { count: n });
+  }).start();
 }

@@ -16,23 +16,30 @@ export const PRIVILEGED = 'PRIVILEGED_CONTAINER';
 export interface Requirements {
   capabilities: string[];
   execution_mode?: string;
+  /** `call`: a short internal call the daemon waits on (virsh_call, shared/operations.ts `lane`), queued apart
+   *  ("calls.*") and taken by a worker's call slots, which long jobs never occupy (services/worker/runner.ts). */
+  lane?: 'call';
 }
 
 export function normalizeCaps(caps: Iterable<string>): string[] {
   return [...new Set(caps)].sort();
 }
 
-/** One BullMQ queue per requirement set: "jobs.img_tool+nbd_access" or "jobs.any", "@MODE" when a mode is required. */
+/** One BullMQ queue per requirement set: "jobs.img_tool+nbd_access" or "jobs.any", "@MODE" when a mode is
+ *  required; the call lane's are "calls.libvirt_access". */
 export function queueName(req: Requirements): string {
   const caps = normalizeCaps(req.capabilities);
-  return `jobs.${caps.length ? caps.join('+') : 'any'}${req.execution_mode ? '@' + req.execution_mode : ''}`;
+  return `${req.lane === 'call' ? 'calls' : 'jobs'}.${caps.length ? caps.join('+') : 'any'}${req.execution_mode ? '@' + req.execution_mode : ''}`;
 }
 
 export function parseQueueName(name: string): Requirements | null {
-  const m = /^jobs\.([a-z0-9_+]+)(?:@([A-Z_]+))?$/.exec(name);
+  const m = /^(jobs|calls)\.([a-z0-9_+]+)(?:@([A-Z_]+))?$/.exec(name);
   if (!m) return null;
-  return { capabilities: m[1] === 'any' ? [] : m[1].split('+'), execution_mode: m[2] };
+  return { capabilities: m[2] === 'any' ? [] : m[2].split('+'), execution_mode: m[3], ...(m[1] === 'calls' ? { lane: 'call' as const } : {}) };
 }
+
+/** True for a queue of the call lane (taken only by a worker's call slots). */
+export const isCallQueue = (name: string): boolean => name.startsWith('calls.');
 
 /** The capability match, the one rule every part uses (dequeue, GET /queue, metrics, the queue position): the
  *  worker has every required capability, and the required execution mode, if any, is its own or the worker is
@@ -60,12 +67,13 @@ export function servedQueues(worker: { capabilities: string[]; execution_mode?: 
 
 /** The queues whose jobs are taken before `queue`'s by workers that serve both: every worker able to run their
  *  jobs can run `queue`'s (a worker with exactly their requirements, execution mode included, serves `queue`),
- *  and they come first in servedQueues' order. The queue position counts their waiting jobs as ahead. */
+ *  and they come first in servedQueues' order; only queues of the same lane (a worker's call slots and its job
+ *  slots take apart). The queue position counts their waiting jobs as ahead. */
 export function queuesTakenBefore(queue: string, queues: string[]): string[] {
   const mine = parsed(queue);
   if (!mine) return [];
   return queues
     .map(parsed)
-    .filter((x): x is Parsed => !!x && x.q !== queue && canServe({ capabilities: x.r.capabilities, execution_mode: x.r.execution_mode }, mine.r) && takeOrder(x, mine) < 0)
+    .filter((x): x is Parsed => !!x && x.q !== queue && x.r.lane === mine.r.lane && canServe({ capabilities: x.r.capabilities, execution_mode: x.r.execution_mode }, mine.r) && takeOrder(x, mine) < 0)
     .map((x) => x.q);
 }

@@ -41,6 +41,9 @@ export interface OperationDef {
   submittedBy?: 'daemon' | 'plan';
   /** The role the caller (for a plan: its starter) needs beyond submit, as the same direct action needs it. */
   role?: 'admin';
+  /** `call`: a short call the daemon waits on, queued on the call lane ("calls.*", shared/capabilities.ts) that
+   *  every worker serves with slots of its own (FERRY_WORKER_CALL_SLOTS), so it never waits behind long jobs. */
+  lane?: 'call';
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -264,6 +267,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     // a request it validated and authorized, a worker with virsh runs it (services/worker/operations/virsh-call.ts).
     capabilities: ['libvirt_access'],
     submittedBy: 'daemon',
+    lane: 'call',
     needsImage: false,
     parameters: Joi.object({
       uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
@@ -272,6 +276,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
       timeout_ms: Joi.number().integer().min(1000).max(6 * 3_600_000).default(600_000),
     }),
     description: 'one virsh command for the daemon\'s /virt routes, its health probe and a plan\'s target checks, run by a worker with libvirt_access (submitted by the daemon only)',
+  },
+  virt_clone: {
+    // POST /virt/clone, /virt/clone/multiple, /virt/template/create and /deploy when FERRY_LIBVIRT_VIA=worker: virt-clone
+    // runs whole on a worker with libvirt_access (services/worker/operations/virt-clone.ts), its virsh there too.
+    // Not on the call lane: a clone copies disks. Sealing and customizing (libguestfs) stay refused in that mode.
+    capabilities: ['libvirt_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
+      action: Joi.string().valid('clone', 'clone_multiple', 'template_create', 'template_deploy').required(),
+      body: Joi.object().unknown(true).required().description('the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
+    }),
+    description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone (submitted by the daemon only, for an admin)',
   },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.

@@ -63,6 +63,9 @@ export function keys(prefix = config.prefix) {
     jobsInState: (s: string) => `${prefix}:jobs:state:${s}`,
     /** Finished jobs by finish time (ms), for the retention sweep. */
     jobsFinished: `${prefix}:jobs:finished`,
+    /** The call lane's jobs (the daemon's virsh_call) by submission time (ms): kept out of job lists, removed
+     *  after their own short retention (JobStore.purgeCalls). */
+    jobsCalls: `${prefix}:jobs:calls`,
     job: (id: string) => `${prefix}:job:${id}`,
     /** The state history list of the layout before it became the record's `history` field (read and purged only). */
     history: (id: string) => `${prefix}:job:${id}:history`,

@@ -24,7 +24,8 @@ import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../shared/daemon-jobs';
 import { configuredUri, type Virsh } from '../../shared/libvirt/virsh';
-import { daemonVirsh, JobVirsh } from '../../queue/virsh-jobs';
+import { callRetention, daemonVirsh, JobVirsh } from '../../queue/virsh-jobs';
+import type { Leader } from '../../queue/leader';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../shared/audit';
 import { RateLimiter } from '../../shared/limits';
@@ -141,9 +142,10 @@ async function listenWith(app: Koa, hub: WsHub, planHub: PlanHub, port: number, 
 }
 
 /** Stops what the steps started, the servers first, Redis last. */
-function closer(s: Stores, parts: { hub: WsHub; plans: Awaited<ReturnType<typeof startPlans>>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server }) {
+function closer(s: Stores, parts: { hub: WsHub; plans: Awaited<ReturnType<typeof startPlans>>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server; calls: Leader }) {
   return async () => {
     parts.hub.close();
+    await parts.calls.stop();
     await parts.plans.runner.stop();
     parts.plans.hub.stop();
     parts.dashboard.stop();
@@ -170,6 +172,7 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const virsh = daemonVirsh({ life: q.life, bus: s.bus }, configuredUri());
   const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
   const plans = await startPlans(api, cfg, s, metrics, log);
+  const calls = callRetention(q.store, log); // the call lane's records: minutes, not FERRY_JOB_RETENTION
   addVirt(api, cfg, q.life, virsh);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });
@@ -183,5 +186,5 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const metricsServer = await serveMetricsPort(cfg, metrics, host, { log, audit, refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') });
   const port = (server.address() as AddressInfo).port; // a TCP listener: an address, never a pipe's path
   log.info('daemon listening', { port, host, auth: cfg.auth.enabled, job_timeout: cfg.daemon.job_timeout });
-  return { port, server, api, app, life: q.life, mountStatic: statics.mountStatic, close: closer(s, { hub, plans, dashboard, server, metricsServer }) };
+  return { port, server, api, app, life: q.life, mountStatic: statics.mountStatic, close: closer(s, { hub, plans, dashboard, server, metricsServer, calls }) };
 }

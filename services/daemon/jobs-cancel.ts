@@ -14,8 +14,9 @@ const cancelled = Joi.object({ cancelled: Joi.array().items(Joi.string()), faile
 async function cancelAll(life: Lifecycle, status: string) {
   let count = 0;
   const errors: Record<string, string> = {};
+  const calls = await life.store.callIds(); // the daemon's own calls (virsh_call) are not an operator's jobs
   for await (const ids of life.store.idsIn(statesOf(status) ?? [])) {
-    for (const id of ids) {
+    for (const id of ids.filter((x) => !calls.has(x))) {
       try {
         await life.cancel(id, `cancelled through the daemon API (all ${status} jobs)`);
         count++;

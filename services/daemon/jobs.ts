@@ -8,7 +8,10 @@ import { jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema } from '.
 import { statesForDaemonStatus } from '../../shared/states';
 import type { JobStore } from '../../queue/store';
 import { jobViews, progressView } from '../../queue/daemon-views';
-import { err } from './route-kit';
+import { callerOf, err } from './route-kit';
+import { adminOnly } from '../../shared/admin-only';
+import { INTERNAL_JOBS_WHY } from '../../shared/schemas/job';
+import type Koa from 'koa';
 
 const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
@@ -18,32 +21,35 @@ export const statesOf = (status: string | string[] | undefined) => (status === u
 
 /** Query routes come before /jobs/:id, which would otherwise claim /jobs/query. */
 export function addJobRoutes(api: Api, store: JobStore) {
-  async function page(states: string[] | undefined, limit: number, offset: number) {
-    const { total, ids } = await store.list({ states, limit, offset });
+  /** A page of the job lists; `internal` (admin only) includes the daemon's calls (store.list). */
+  async function page(ctx: Koa.Context, states: string[] | undefined, q: { limit: number; offset: number; internal: boolean }) {
+    if (q.internal) adminOnly(callerOf(ctx), 'internal', INTERNAL_JOBS_WHY);
+    const { limit, offset } = q;
+    const { total, ids } = await store.list({ states, limit, offset, internal: q.internal });
     return { jobs: await jobViews(store, ids), total, limit, offset };
   }
   api.add({
     method: 'post', role: 'read', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema, bodyRequired: false,
     responses: { ...listResponse, 400: err('invalid query') },
-    handler: async (_ctx, { body }) => {
+    handler: async (ctx, { body }) => {
       if (body.job_ids) {
         const jobs = await jobViews(store, body.job_ids);
         const want = body.status ? new Set([body.status].flat()) : null;
         const sel = want ? jobs.filter((j) => want.has(j.status)) : jobs;
         return { jobs: sel.slice(body.offset, body.offset + body.limit), total: sel.length, limit: body.limit, offset: body.offset, not_found: body.job_ids.filter((id: string) => !jobs.some((j) => j.id === id)) };
       }
-      return page(statesOf(body.status), body.limit, body.offset);
+      return page(ctx, statesOf(body.status), body);
     },
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/query', summary: 'Jobs with a status (?status=running or a comma list)', tags: ['jobs'], query: jobListQuery,
     responses: { ...listResponse, 400: err('invalid query') },
-    handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
+    handler: (ctx, { query }) => page(ctx, statesOf(query.status?.split(',')), query),
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs', summary: 'Jobs, newest first, paged (limit, offset, optional status)', tags: ['jobs'], query: jobListQuery,
     responses: listResponse,
-    handler: (_ctx, { query }) => page(statesOf(query.status?.split(',')), query.limit, query.offset),
+    handler: (ctx, { query }) => page(ctx, statesOf(query.status?.split(',')), query),
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/:id', summary: 'One job', tags: ['jobs'], params: idParams,

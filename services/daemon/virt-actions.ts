@@ -5,7 +5,10 @@ import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { confineRequestImage } from '../../shared/image-confine';
 import type { AddVirt, VirtDeps } from './virt-route';
-import { refuseLocalWork } from '../../queue/virsh-jobs';
+import { JobVirsh, refuseLocalWork } from '../../queue/virsh-jobs';
+
+/** How long a clone route waits for its worker job (FERRY_LIBVIRT_VIA=worker): virt-clone's own bound, per clone. */
+const CLONE_MS = 3_600_000;
 
 function addBatchRoutes(add: AddVirt, v: L.Virsh) {
   // Batch actions: the seed's batch result object as data.
@@ -24,25 +27,25 @@ function addBatchRoutes(add: AddVirt, v: L.Virsh) {
 }
 
 function addCloneRoutes(add: AddVirt, v: L.Virsh) {
-  // Clones and templates
+  // Clones and templates. With FERRY_LIBVIRT_VIA=worker (v a JobVirsh) each runs whole on a worker (virt_clone),
+  // where virt-clone is; sealing and customizing (libguestfs on this machine) are still refused there.
+  const w = v instanceof JobVirsh ? v : null;
   add('post', 'admin', '/virt/clone', 'Clone a shut-off or paused domain with virt-clone', { body: S.cloneBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/clone');
     for (const [i, f] of (body.files || []).entries()) await L.confinePath(f, 'output', `files[${i}]`);
-    return [`domain ${body.source} cloned to ${body.target}`, await L.cloneDomain(v, body)];
+    return [`domain ${body.source} cloned to ${body.target}`, w ? await w.onWorker('clone', body, CLONE_MS) : await L.cloneDomain(v, body)];
   });
   add('post', 'admin', '/virt/clone/multiple', 'count clones named <name_prefix>-<n>, n from start_index (default 1)', { body: S.cloneMultipleBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/clone/multiple');
-    const r = await L.cloneMany(v, body);
+    const r = w ? (await w.onWorker('clone_multiple', body, CLONE_MS * body.count)) as Awaited<ReturnType<typeof L.cloneMany>> : await L.cloneMany(v, body);
     return [`${r.successful} of ${r.total} clones of ${body.source} created`, r];
   });
   add('post', 'admin', '/virt/template/create', 'Mark a domain (or a clone of it named name) as a template in its <metadata>; seal runs virt-sysprep', { body: S.templateCreateBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/template/create');
-    const r = await L.createTemplate(v, body);
+    if (body.seal) refuseLocalWork(v, 'POST /virt/template/create with seal (virt-sysprep)');
+    const r = w ? (await w.onWorker('template_create', body, CLONE_MS)) as Awaited<ReturnType<typeof L.createTemplate>> : await L.createTemplate(v, body);
     return [`template ${r.name} created`, r];
   });
   add('post', 'admin', '/virt/template/deploy', 'A new domain from a template: clone, memory (MiB), vCPUs, network, autostart, virt-customize', { body: S.templateDeployBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/template/deploy');
-    return [`domain ${body.name} deployed from ${body.template}`, await L.deployTemplate(v, body)];
+    if (body.customize) refuseLocalWork(v, 'POST /virt/template/deploy with customize (virt-customize)');
+    return [`domain ${body.name} deployed from ${body.template}`, w ? await w.onWorker('template_deploy', body, CLONE_MS) : await L.deployTemplate(v, body)];
   });
   add('get', 'read', '/virt/template/list', 'Marked templates, plus domains named with the word template or shut off (reason says which)', {}, async () => {
     const t = await L.listTemplates(v);

@@ -4,7 +4,8 @@ import { randomUUID } from 'node:crypto';
 import type { Api } from '../../shared/http';
 import { notFound } from '../../shared/errors';
 import { redact } from '../../shared/sensitive';
-import { eventsQuery, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, JobSpec } from '../../shared/schemas/job';
+import { eventsQuery, INTERNAL_JOBS_WHY, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, JobSpec } from '../../shared/schemas/job';
+import { adminOnly } from '../../shared/admin-only';
 import { jobStatusSchema, jobSummarySchema, submitResponse } from '../../shared/schemas/responses';
 import { isTerminal } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
@@ -52,8 +53,9 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
   api.add({
     method: 'get', role: 'read', path: '/jobs', summary: 'List jobs, newest first', tags: ['jobs'], query: listJobsQuery,
     responses: { 200: { description: 'jobs', schema: Joi.object({ total: Joi.number().integer(), jobs: Joi.array().items(jobSummarySchema) }) } },
-    handler: async (_ctx, { query }) => {
-      const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset });
+    handler: async (ctx, { query }) => {
+      if (query.internal) adminOnly(apiKeyOf(ctx), 'internal', INTERNAL_JOBS_WHY);
+      const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset, internal: query.internal });
       const hs = await store.many(ids, ['state', 'created_at']);
       return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i].state, created_at: hs[i].created_at, is_terminal: isTerminal(hs[i].state) }).filter(Boolean) };
     },

@@ -3,6 +3,7 @@
 //   --execution-mode PROCESS             FERRY_EXECUTION_MODE (PROCESS, CONTAINER, PRIVILEGED_CONTAINER)
 //   --id NAME                            FERRY_WORKER_ID (default <hostname>-<pid>)
 //   --concurrency N                      FERRY_WORKER_CONCURRENCY (default 1)
+//   --call-slots N                       FERRY_WORKER_CALL_SLOTS (default 2: the daemon's virsh_call, beside the jobs)
 //   --metrics-port N                     FERRY_WORKER_METRICS_PORT (0 = any free port; unset = none)
 import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
 import os from 'node:os';
@@ -19,13 +20,14 @@ import { setting } from '../../shared/settings';
 const { values } = parseArgs({
   options: {
     capabilities: { type: 'string' }, 'execution-mode': { type: 'string' }, id: { type: 'string' },
-    concurrency: { type: 'string' }, 'metrics-port': { type: 'string' },
+    concurrency: { type: 'string' }, 'call-slots': { type: 'string' }, 'metrics-port': { type: 'string' },
   },
 });
 // Options override the settings (shared/settings.ts: validated before this module runs, shared/check-settings.ts).
 const caps = values.capabilities !== undefined ? values.capabilities.split(',').map((s) => s.trim()).filter(Boolean) : setting('FERRY_WORKER_CAPABILITIES');
 const mode = values['execution-mode'] ?? setting('FERRY_EXECUTION_MODE');
 const concurrency = values.concurrency !== undefined ? Number(values.concurrency) : setting('FERRY_WORKER_CONCURRENCY');
+const callSlots = values['call-slots'] !== undefined ? Number(values['call-slots']) : setting('FERRY_WORKER_CALL_SLOTS');
 const mp = values['metrics-port'] ?? setting('FERRY_WORKER_METRICS_PORT');
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
@@ -33,6 +35,7 @@ const unknown = caps.filter((c) => !CAPABILITY_PATTERN.test(c) || !allowedCapabi
 if (unknown.length) die(`unknown capabilit${unknown.length > 1 ? 'ies' : 'y'} ${unknown.map((c) => `"${c}"`).join(', ')}: known are ${allowedCapabilities().join(', ')} (others with FERRY_EXTRA_CAPABILITIES)`);
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
+if (!Number.isInteger(callSlots) || callSlots < 1 || callSlots > 16) die('--call-slots must be an integer from 1 to 16');
 
 // What the capabilities need is checked before registering: a worker without it would take jobs and fail each.
 const missing = missingTools(caps);
@@ -45,6 +48,7 @@ startWorker({
   capabilities: caps,
   executionMode: mode,
   concurrency,
+  callSlots,
   metricsPort: mp === undefined || mp === '' ? undefined : Number(mp),
 }).then((w) => onShutdown(async () => { try { await w.stop(); } finally { await logoutAll(); } }, (config.shutdownGraceSeconds + 10) * 1000))
   .catch((e: unknown) => die(`failed to start: ${errorText(e)}`));

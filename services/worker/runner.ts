@@ -1,11 +1,13 @@
 // A worker process: registers with its capabilities, claims only jobs it can run (most specific queue first),
-// runs them with a lease it keeps renewing, reports progress, and obeys cancel, timeout and shutdown. One attempt
-// of a job: execute.ts; the worker's metrics: worker-metrics.ts.
+// runs them with a lease it keeps renewing, reports progress, and obeys cancel, timeout and shutdown. Its job slots
+// (concurrency) take the "jobs.*" queues; its call slots (callSlots) take only the call lane ("calls.*": the
+// daemon's virsh_call), so a short call the daemon waits on starts at once even while long migrations hold every
+// job slot. One attempt of a job: execute.ts; the worker's metrics: worker-metrics.ts.
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { config } from '../../shared/config';
 import { createLogger, dropped, Logger } from '../../shared/log';
-import { servedQueues } from '../../shared/capabilities';
+import { isCallQueue, servedQueues } from '../../shared/capabilities';
 import type { Lease } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { connectQueue, QueueLayer } from '../../queue/connect';
@@ -19,6 +21,8 @@ export interface WorkerOptions {
   capabilities: string[];
   executionMode: string;
   concurrency: number;
+  /** Slots for the call lane only (FERRY_WORKER_CALL_SLOTS), beside the `concurrency` job slots. */
+  callSlots: number;
   metricsPort?: number;
 }
 
@@ -58,13 +62,18 @@ function sleepers() {
   };
 }
 
-/** The queues this worker serves, from the known ones, refreshed at most once a second. */
+/** The queues this worker serves, from the known ones, refreshed at most once a second: `jobs` for its job
+ *  slots, `calls` (the call lane) for its call slots. */
 function queuesOf(q: QueueLayer, me: Me) {
   let queues: string[] = [];
   let at = 0;
-  return async () => {
+  const served = async () => {
     if (Date.now() - at > 1000) { queues = servedQueues(me, await q.router.knownQueues()); at = Date.now(); }
     return queues;
+  };
+  return {
+    jobs: async () => (await served()).filter((n) => !isCallQueue(n)),
+    calls: async () => (await served()).filter(isCallQueue),
   };
 }
 
@@ -97,6 +106,7 @@ export async function startWorker(o: WorkerOptions) {
   const running = new Map<string, Running>();
   let stopping = false;
   const idle = sleepers();
+  const idleCalls = sleepers(); // the call slots sleep apart: a job's wake-up never lands on them, nor a call's on a job slot
   const metrics = workerMetrics(o, () => running.size);
   // The metrics port first: a worker that cannot open it stops before it registers or takes a job.
   const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0 ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, { log, audit: new AuditLog(q.redis, q.store.k.prefix, log, 'worker'), refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') }, () => q.redis.ping()).catch((e: Error) => { q.redis.disconnect(); throw e; }) : undefined;
@@ -106,13 +116,16 @@ export async function startWorker(o: WorkerOptions) {
     const r = running.get(String(id));
     if (r) { r.why = 'cancel'; r.abort.abort(new Error('cancelled')); }
   });
-  await bus.on('enqueued', () => idle.wakeOne());
+  await bus.on('enqueued', (queue) => (isCallQueue(String(queue)) ? idleCalls : idle).wakeOne());
 
   const d: ExecDeps = { workerId: o.workerId, log, life: q.life, store: q.store, running, metrics };
   const myQueues = queuesOf(q, me);
-  const slots = Array.from({ length: o.concurrency }, () => slot(d, me, myQueues, idle, () => stopping));
+  const slots = [
+    ...Array.from({ length: o.concurrency }, () => slot(d, me, myQueues.jobs, idle, () => stopping)),
+    ...Array.from({ length: o.callSlots }, () => slot(d, me, myQueues.calls, idleCalls, () => stopping)),
+  ];
   const metricsPort = metricsServer ? (metricsServer.address() as AddressInfo).port : undefined;
-  log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, metrics_port: metricsPort ?? null });
+  log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, call_slots: o.callSlots, metrics_port: metricsPort ?? null });
 
   return {
     metricsPort,
@@ -121,6 +134,7 @@ export async function startWorker(o: WorkerOptions) {
     async stop(graceSeconds = config.shutdownGraceSeconds) {
       stopping = true;
       idle.wakeAll();
+      idleCalls.wakeAll();
       const deadline = Date.now() + graceSeconds * 1000;
       while (running.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       for (const r of running.values()) { r.why = 'shutdown'; r.abort.abort(new Error('shutdown')); }

@@ -4,6 +4,7 @@ import { virtName } from '../libvirt/names';
 import { DAEMON_STATUSES } from '../states';
 import { operationNames, virtTestSchema } from '../operations';
 import { absolutePath, jobId } from './common';
+import { internalJobsFlag } from './job';
 import { POWER_OPTIONS } from '../vsphere/options';
 import { virtUriSchema } from '../libvirt/uri';
 import { managerUrlSchema } from './vms';
@@ -98,15 +99,17 @@ export const submitBodySchema = Joi.alternatives().conditional<SubmitBody, Submi
 export const templateSchema = Joi.alternatives().conditional(hasKey('operation'), { then: operationTemplateSchema, otherwise: jobDefinitionSchema });
 
 const statusName = Joi.string().valid(...DAEMON_STATUSES);
-export const jobQuerySchema = Joi.object<{ all: boolean; status?: string | string[]; job_ids?: string[]; limit: number; offset: number }>({
+export const jobQuerySchema = Joi.object<{ all: boolean; status?: string | string[]; job_ids?: string[]; limit: number; offset: number; internal: boolean }>({
   all: Joi.boolean().default(false),
+  internal: internalJobsFlag,
   status: Joi.alternatives().try(statusName, Joi.array().items(statusName).min(1)),
   job_ids: Joi.array().items(jobId).max(1000),
   limit: Joi.number().integer().min(1).max(1000).default(100),
   offset: Joi.number().integer().min(0).default(0),
 }).label('JobQuery');
 
-export const jobListQuery = Joi.object<{ status?: string; limit: number; offset: number }>({
+export const jobListQuery = Joi.object<{ status?: string; limit: number; offset: number; internal: boolean }>({
+  internal: internalJobsFlag,
   status: Joi.string().pattern(/^(pending|running|completed|failed|cancelled)(,(pending|running|completed|failed|cancelled))*$/)
     .messages({ 'string.pattern.base': `{{#label}} must be one or more (comma-separated) of ${DAEMON_STATUSES.join(', ')}` }),
   limit: Joi.number().integer().min(1).max(1000).default(100),

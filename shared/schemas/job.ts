@@ -115,11 +115,19 @@ export const dequeueSchema = Joi.object<DequeueRequest>({
   execution_mode: Joi.string().valid(...EXECUTION_MODES).default('PROCESS'),
 }).label('DequeueRequest');
 
-export interface ListJobsQuery { state?: string; limit: number; offset: number }
+/** `internal`: job lists on both APIs leave out the call lane's jobs (the daemon's virsh_call, kept minutes:
+ *  FERRY_CALL_RETENTION) unless an admin asks for them. */
+export const internalJobsFlag = Joi.boolean().truthy('1').falsy('0').default(false)
+  .description('true: include the daemon\'s internal calls (virsh_call with FERRY_LIBVIRT_VIA=worker, kept FERRY_CALL_RETENTION, failed ones FERRY_CALL_FAILED_RETENTION); admin only');
+/** Why `internal` needs an admin key (adminOnly's 403). */
+export const INTERNAL_JOBS_WHY = 'the daemon\'s internal calls carry the libvirt commands it ran for every caller';
+
+export interface ListJobsQuery { state?: string; limit: number; offset: number; internal: boolean }
 export const listJobsQuery = Joi.object<ListJobsQuery>({
   state: Joi.string().valid(...STATES),
   limit: Joi.number().integer().min(1).max(1000).default(100),
   offset: Joi.number().integer().min(0).default(0),
+  internal: internalJobsFlag,
 });
 
 export interface EventsQuery { since?: string; after_id?: string }

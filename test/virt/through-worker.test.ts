@@ -3,22 +3,29 @@
 // through virsh_call jobs and change the host as virsh then shows; libvirt's refusals keep their status and text,
 // exactly as a daemon running virsh itself (direct mode, started beside it on the same libvirtd) answers them;
 // with no worker able to take the call the answer is a 503 that says so and no job is made; a caller cannot
-// submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; the routes that need local files or tools, and the console, are a
-// clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md).
+// submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; clones
+// and templates run whole on the worker (virt_clone); the routes that need local files or libguestfs, and the
+// console, are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
+// daemon's plumbing: job lists on both APIs leave them out unless an admin asks (?internal=true), and Redis keeps a
+// completed one FERRY_CALL_RETENTION, a failed one FERRY_CALL_FAILED_RETENTION (short here), then holds none.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
+import IORedis from 'ioredis';
 import { mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { req } from '../helpers/http';
+import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import { defineGuest, domState, guestXml, virshNames } from '../helpers/libvirt';
-import { awaitWorkers, startDaemonProc, startWorkerProc, type Proc } from '../helpers/procs';
+import { awaitWorkers, startDaemonProc, startGatewayProc, startWorkerProc, type Proc } from '../helpers/procs';
 import { openWs } from '../helpers/ws';
 import { startVirtStack, type VirtStack } from './stack';
 
 const K = { read: 'vjob-reader-0123456789abcdef', submit: 'vjob-submitter-0123456789ab', worker: 'vjob-worker-0123456789abcdef', admin: 'vjob-admin-0123456789abcdef' };
 const KEYS = Object.entries(K).map(([role, key]) => `${role}-key:${role}:${key}`).join(',');
 const admin = { 'X-API-Key': K.admin };
+/** The call lane's retention here: short enough to see both ages pass, far enough apart to tell them apart. */
+const CALL_RETENTION_S = 15;
+const CALL_FAILED_RETENTION_S = 45;
 
 /** A PATH of symlinks to every program of this one but virsh: the daemon then has no libvirt client at all. */
 function pathWithoutVirsh(dir: string): string {
@@ -41,14 +48,30 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
   let B: string;
   let direct: Proc & { url: string };
   let daemon: Proc & { url: string };
+  let gw: Proc & { url: string };
+  let rc: IORedis;
   const workers: Proc[] = [];
-  const jobsOf = async (op: string) => ((await req<{ jobs: { id: string; definition: { operation: string } }[] }>(B, 'GET', '/jobs?limit=1000', undefined, admin)).body.jobs || []).filter((j) => j.definition.operation === op);
+  type DaemonJobs = { jobs: { id: string; status: string; definition: { operation: string } }[]; total: number };
+  /** The daemon's job list as an admin asking for the internal calls too. */
+  const jobsOf = async (op: string) => ((await req<DaemonJobs>(B, 'GET', '/jobs?limit=1000&internal=true', undefined, admin)).body.jobs || []).filter((j) => j.definition.operation === op);
+  /** Every virsh_call record Redis holds (scanned, not listed: what is really there). */
+  const callRecords = async () => {
+    const out: Record<string, string>[] = [];
+    for (const key of await rc.keys('ferry:job:*')) {
+      if (key.split(':').length !== 3) continue; // a record's events or history, not the record
+      const h = await rc.hgetall(key);
+      if ((JSON.parse(h.spec || '{}') as { operation?: string }).operation === 'virsh_call') out.push({ id: key.split(':')[2], ...h });
+    }
+    return out;
+  };
 
   type Targets = { data: { targets: { virt_uri: string; reachable: boolean; error: string | null; networks: string[]; pools: { name: string }[] }[] } };
 
   before(async function () {
     this.timeout(300_000);
-    s = await startVirtStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_LIBVIRT_VIA: 'worker', FERRY_REFUSAL_LIMIT: '0' }, '{}\n');
+    s = await startVirtStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_LIBVIRT_VIA: 'worker', FERRY_REFUSAL_LIMIT: '0', FERRY_CALL_RETENTION: `${CALL_RETENTION_S}s`, FERRY_CALL_FAILED_RETENTION: `${CALL_FAILED_RETENTION_S}s` }, '{}\n');
+    rc = new IORedis(s.redis.url);
+    gw = await startGatewayProc(s.env);
     // startVirtStack's daemon has virsh: stop it, start one with a PATH without virsh on the same Redis.
     await s.daemon.stop();
     const noVirsh = pathWithoutVirsh(s.dir);
@@ -67,6 +90,8 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     await Promise.all(workers.map((w) => w.kill()));
     await direct?.stop();
     await daemon?.stop();
+    await gw?.kill();
+    rc?.disconnect();
     await s?.stop();
   });
 
@@ -117,6 +142,45 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     expect((await jobsOf('virsh_call')).length).to.be.greaterThan(2);
   });
 
+  it('job lists leave the calls out on both APIs; an admin lists them with ?internal=true, another role gets 403 naming internal', async () => {
+    // An operator's job beside the calls, so that what the lists keep is seen as well as what they leave out.
+    const sub = await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'vj-noop', operation: 'noop', parameters: {} }, { 'X-API-Key': K.submit });
+    expect(sub.status, sub.text).to.equal(201);
+    await until(async () => (await req<{ state: string }>(gw.url, 'GET', '/jobs/vj-noop', undefined, admin)).body.state === 'COMPLETED', 30_000, 'the noop job done');
+    const known = new Set((await callRecords()).map((c) => c.id));
+    expect((await req(B, 'GET', '/virt/domains', undefined, admin)).status).to.equal(200);
+    const fresh = (await callRecords()).filter((c) => !known.has(c.id)).map((c) => c.id);
+    expect(fresh.length, 'GET /virt/domains made a virsh_call').to.be.greaterThan(0);
+    for (const id of fresh) expect(await rc.zscore('ferry:jobs:calls', id), id).to.not.equal(null);
+    // The daemon's lists (GET /jobs, GET and POST /jobs/query) and the gateway's GET /jobs: the noop job only.
+    const lists = [
+      await req<DaemonJobs>(B, 'GET', '/jobs?limit=1000', undefined, admin),
+      await req<DaemonJobs>(B, 'GET', '/jobs/query?status=completed,failed&limit=1000', undefined, admin),
+      await req<DaemonJobs>(B, 'POST', '/jobs/query', { limit: 1000 }, admin),
+    ];
+    for (const l of lists) {
+      expect(l.status, l.text).to.equal(200);
+      expect(l.body.jobs.map((j) => j.id), l.text).to.deep.equal(['vj-noop']);
+      expect(l.body.total, l.text).to.equal(1);
+    }
+    const g = await req<{ jobs: { job_id: string }[]; total: number }>(gw.url, 'GET', '/jobs?limit=1000', undefined, admin);
+    expect(g.status, g.text).to.equal(200);
+    expect(g.body.jobs.map((j) => j.job_id)).to.deep.equal(['vj-noop']);
+    expect(g.body.total).to.equal(1);
+    // An admin asking for them sees them on both APIs.
+    const di = await req<DaemonJobs>(B, 'GET', '/jobs?limit=1000&internal=true', undefined, admin);
+    expect(di.body.jobs.map((j) => j.id)).to.include.members([...fresh, 'vj-noop']);
+    const gi = await req<{ jobs: { job_id: string }[] }>(gw.url, 'GET', '/jobs?limit=1000&internal=true', undefined, admin);
+    expect(gi.body.jobs.map((j) => j.job_id)).to.include.members([...fresh, 'vj-noop']);
+    // Other roles: 403 naming the field, on both APIs.
+    const dr = await req<DaemonError>(B, 'GET', '/jobs?internal=true', undefined, { 'X-API-Key': K.read });
+    expect(dr.status, dr.text).to.equal(403);
+    expect(dr.body.error).to.include('internal').and.include('admin');
+    const gr = await req(gw.url, 'GET', '/jobs?internal=true', undefined, { 'X-API-Key': K.submit });
+    expect(gr.status, gr.text).to.equal(403);
+    expect(gr.text).to.include('internal');
+  });
+
   it('libvirt\'s refusals keep the status and text a daemon running virsh itself answers (404, 400, 409)', async () => {
     await s.lv.virsh(['start', 'vj-off', '--paused']);
     const cases: [string, string, unknown, number][] = [
@@ -137,13 +201,47 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     await s.lv.virsh(['destroy', 'vj-off']);
   });
 
-  it('the routes that need local files or tools, and the console, are a clear 503; the host is unchanged', async () => {
+  it('clones and templates run whole on a worker (virt_clone): the host has them as virsh shows, refusals as a daemon running virt-clone answers', async () => {
+    const srcDisk = (await s.lv.virsh(['domblklist', 'vj-off', '--details'])).split('\n').find((l) => /\sdisk\s/.test(l))!.trim().split(/\s+/).pop()!;
+    const cl = await req<{ data: { target: string; uuid: string; disks: { source: string }[] } }>(B, 'POST', '/virt/clone', { source: 'vj-off', target: 'vj-clone' }, admin);
+    expect(cl.status, cl.text).to.equal(201);
+    expect(await domState(s.lv, 'vj-clone')).to.equal('shut off');
+    expect((await s.lv.virsh(['domuuid', 'vj-clone'])).trim()).to.equal(cl.body.data.uuid);
+    const cloneDisk = (await s.lv.virsh(['domblklist', 'vj-clone', '--details'])).split('\n').find((l) => /\sdisk\s/.test(l))!.trim().split(/\s+/).pop()!;
+    expect(cloneDisk).to.not.equal(srcDisk); // a copy of its own, not the source's disk
+    expect(cl.body.data.disks.map((d) => d.source)).to.deep.equal([cloneDisk]);
+    // The same refusals as a daemon running virt-clone itself: an existing target (409), an unknown source (404).
+    for (const body of [{ source: 'vj-off', target: 'vj-clone' }, { source: 'vj-nope', target: 'vj-clone2' }]) {
+      const viaWorker = await req<DaemonError>(B, 'POST', '/virt/clone', body, admin);
+      const viaVirsh = await req<DaemonError>(direct.url, 'POST', '/virt/clone', body, admin);
+      expect(viaWorker.status, viaWorker.text).to.equal(viaVirsh.status);
+      expect(viaWorker.body.error).to.equal(viaVirsh.body.error);
+    }
+    expect(await domState(s.lv, 'vj-clone2')).to.equal('absent');
+    // A template (a marked clone), then a domain deployed from it with its own memory.
+    const t = await req(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-tpl', description: 'through a worker' }, admin);
+    expect(t.status, t.text).to.equal(201);
+    expect(await s.lv.virsh(['metadata', 'vj-tpl', '--uri', 'https://ferry.dev/xmlns/libvirt/template/1', '--config'])).to.include('through a worker');
+    const d = await req(B, 'POST', '/virt/template/deploy', { template: 'vj-tpl', name: 'vj-dep', memory: 96 }, admin);
+    expect(d.status, d.text).to.equal(201);
+    expect(await s.lv.virsh(['dominfo', 'vj-dep'])).to.match(/Max memory:\s+98304 KiB/);
+    const listed = await req<{ data: { templates: { name: string; marked: boolean }[] } }>(B, 'GET', '/virt/template/list', undefined, admin);
+    expect(listed.body.data.templates.find((x) => x.name === 'vj-tpl')?.marked).to.equal(true);
+    // Each ran as a virt_clone job on the worker (not on the call lane: an operator's job, listed).
+    const jobs = (await jobsOf('virt_clone')).filter((j) => j.status === 'completed');
+    expect(jobs.length).to.be.at.least(3);
+    for (const j of jobs) expect(await rc.hget(`ferry:job:${j.id}`, 'queue')).to.equal('jobs.libvirt_access');
+    for (const n of ['vj-clone', 'vj-tpl', 'vj-dep']) await s.lv.virsh(['undefine', n, '--remove-all-storage']);
+  });
+
+  it('the routes that need local files or libguestfs, and the console, are a clear 503; the host is unchanged', async () => {
     const imp = await req<DaemonError>(B, 'POST', '/import/kvm', { image_path: '/nonexistent.qcow2', vm_name: 'vj-imp' }, admin);
     expect(imp.status, imp.text).to.equal(503);
     expect(imp.body.error).to.include('POST /import/kvm').and.include('FERRY_LIBVIRT_VIA=worker');
-    const cl = await req<DaemonError>(B, 'POST', '/virt/clone', { source: 'vj-off', target: 'vj-clone' }, admin);
-    expect(cl.status, cl.text).to.equal(503);
-    expect(await domState(s.lv, 'vj-clone')).to.equal('absent');
+    const seal = await req<DaemonError>(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-sealed', seal: true }, admin);
+    expect(seal.status, seal.text).to.equal(503);
+    expect(seal.body.error).to.include('seal').and.include('FERRY_LIBVIRT_VIA=worker');
+    expect(await domState(s.lv, 'vj-sealed')).to.equal('absent');
     const con = openWs(`${B.replace('http', 'ws')}/virt/console?name=vj-off`, admin);
     const refused = await con.opened.then(() => 'opened', (e: Error) => e.message);
     expect(refused).to.equal('HTTP 503');
@@ -164,5 +262,35 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     const w = await time(B);
     const v = await time(direct.url);
     console.log(`      GET /virt/domains, 20 calls: through a worker median ${w.median} ms p95 ${w.p95} ms; virsh in the daemon median ${v.median} ms p95 ${v.p95} ms`);
+  });
+
+  it('Redis keeps a completed call FERRY_CALL_RETENTION and a failed one FERRY_CALL_FAILED_RETENTION after it ended, then holds none', async () => {
+    const known = new Set((await callRecords()).map((c) => c.id));
+    expect((await req(B, 'GET', '/virt/domains', undefined, admin)).status).to.equal(200);
+    expect((await req(B, 'GET', '/virt/stats?name=vj-gone', undefined, admin)).status).to.equal(404);
+    const fresh = (await callRecords()).filter((c) => !known.has(c.id));
+    const done = fresh.filter((c) => c.state === 'COMPLETED');
+    const failed = fresh.filter((c) => c.state === 'FAILED');
+    expect(done.length, JSON.stringify(fresh)).to.be.greaterThan(0);
+    expect(failed.length, JSON.stringify(fresh)).to.be.greaterThan(0);
+    const present = async () => new Set((await callRecords()).map((c) => c.id));
+    await until(async () => { const ids = await present(); return done.every((c) => !ids.has(c.id)); }, (CALL_RETENTION_S + 20) * 1000, 'the completed calls removed');
+    const goneAt = Date.now();
+    for (const c of done) expect(goneAt - Number(c.finished_at), 'not removed before its age').to.be.at.least(CALL_RETENTION_S * 1000);
+    // The failed ones, younger than their own age, are still there to be looked at.
+    const ids = await present();
+    for (const c of failed) {
+      expect(ids.has(c.id), `failed call ${c.id} kept`).to.equal(true);
+      const one = await req<{ status: string }>(B, 'GET', `/jobs/${c.id}`, undefined, admin);
+      expect(one.body.status, one.text).to.equal('failed');
+    }
+    // Past the failed age Redis holds no call at all: no record, no id in the calls set or any state index.
+    await until(async () => (await callRecords()).length === 0 && (await rc.zcard('ferry:jobs:calls')) === 0, (CALL_FAILED_RETENTION_S + 30) * 1000, 'every call removed');
+    for (const c of [...done, ...failed]) {
+      for (const st of ['COMPLETED', 'FAILED', 'CANCELLED']) expect(await rc.zscore(`ferry:jobs:state:${st}`, c.id), `${c.id} in ${st}`).to.equal(null);
+      expect(await rc.zscore('ferry:jobs:finished', c.id)).to.equal(null);
+    }
+    // The operator's job is kept as every job is (FERRY_JOB_RETENTION).
+    expect(await rc.hget('ferry:job:vj-noop', 'state')).to.equal('COMPLETED');
   });
 });

@@ -12,6 +12,7 @@ import { guestPreflightOp } from './guest-preflight';
 import { vmPower } from './vm-power';
 import { removeSource, rollbackKvm } from './plan-effects';
 import { virshCall } from './virsh-call';
+import { virtClone } from './virt-clone';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
@@ -25,4 +26,5 @@ export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: 
   rollback_kvm: { run: rollbackKvm },
   remove_source: { run: removeSource },
   virsh_call: { run: virshCall },
+  virt_clone: { run: virtClone },
 };

@@ -1,0 +1,52 @@
+// Operation "virt_clone" (internal: the daemon's clone and template routes when FERRY_LIBVIRT_VIA=worker,
+// queue/virsh-jobs.ts): the route's work run whole here, where virt-clone and virsh are, against one of the
+// operator's URIs. The body is validated again with the route's own schema, and the files a clone names are
+// confined to this worker's output roots. A refusal (libvirt's, or the route's own: 400, 404, 409) fails the job
+// and its status and message are kept in the record (`libvirt_error`), so the daemon answers what it answered
+// when it ran virt-clone itself. Sealing and customizing (libguestfs) are refused before anything is made.
+import type Joi from 'joi';
+import { jobUri } from '../../../shared/libvirt/uri';
+import { Virsh } from '../../../shared/libvirt/virsh';
+import { cloneDomain, cloneMany } from '../../../shared/libvirt/clone';
+import { createTemplate, deployTemplate } from '../../../shared/libvirt/templates';
+import { confinePath } from '../../../shared/libvirt/paths';
+import { cloneBody, cloneMultipleBody, templateCreateBody, templateDeployBody } from '../../../shared/schemas/virt';
+import { ApiError, OperationError } from '../../../shared/errors';
+import { validate } from '../../../shared/http';
+import { LIBVIRT_ERROR_FIELD } from '../../../queue/virsh-jobs';
+import type { Operation } from './types';
+
+/** The parameters as shared/operations.ts's virt_clone schema gives them. */
+type VirtCloneParameters = { uri: string; action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy'; body: Record<string, unknown> };
+
+const SCHEMAS: Record<VirtCloneParameters['action'], Joi.ObjectSchema> = { clone: cloneBody, clone_multiple: cloneMultipleBody, template_create: templateCreateBody, template_deploy: templateDeployBody };
+
+/** The route's work for `action` on `v`; what the route answers as data. */
+async function act(v: Virsh, action: VirtCloneParameters['action'], raw: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const body = validate<Record<string, unknown>>(SCHEMAS[action], raw, 'body');
+  if (action === 'clone') {
+    const b = body as unknown as Parameters<typeof cloneDomain>[1];
+    for (const [i, f] of (b.files || []).entries()) await confinePath(f, 'output', `files[${i}]`); // this machine's roots
+    return cloneDomain(v, b);
+  }
+  if (action === 'clone_multiple') return cloneMany(v, body as unknown as Parameters<typeof cloneMany>[1]);
+  if (action === 'template_create') {
+    if (body.seal) throw new ApiError(503, 'seal runs virt-sysprep, which is not run on a worker yet (FERRY_LIBVIRT_VIA=worker)');
+    return createTemplate(v, body as unknown as Parameters<typeof createTemplate>[1]);
+  }
+  if (body.customize) throw new ApiError(503, 'customize runs virt-customize, which is not run on a worker yet (FERRY_LIBVIRT_VIA=worker)');
+  return deployTemplate(v, body as unknown as Parameters<typeof deployTemplate>[1]);
+}
+
+export const virtClone: Operation = async (ctx) => {
+  const p = ctx.spec.parameters as VirtCloneParameters;
+  const uri = jobUri(p.uri, 'parameters.uri'); // again here: the worker's own FERRY_LIBVIRT_URIS decide
+  try {
+    return await act(new Virsh(uri), p.action, p.body);
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    const kept = JSON.stringify({ status: e.status, message: e.message, libvirt: (e as { libvirtMessage?: string }).libvirtMessage ?? '' });
+    await ctx.store.redis.hset(ctx.store.k.job(ctx.spec.job_id), LIBVIRT_ERROR_FIELD, kept);
+    throw new OperationError(e.message, false);
+  }
+};
