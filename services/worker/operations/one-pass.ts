@@ -2,9 +2,9 @@
 // flat extent, no parent) is downloaded straight into its target volume in a local dir pool, a raw file written at
 // the ranges' own offsets with zero runs left as holes, under a partial name only this job uses (so a retry
 // resumes into the same file). The guest repair then runs on qcow2 overlays over those volumes (the pipeline's
-// repair-only mode) and its writes are committed into them; a disk one pass cannot take (a snapshot delta, a
-// sparse VMDK, another host) goes through the export folder, and its repaired overlay is converted straight into
-// the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
+// repair-only mode) and its writes are committed into them, every block checked against the block hash list of
+// the bytes as served (commitChecked); a disk one pass cannot take (a snapshot delta, a sparse VMDK, another
+// host) goes through the export folder, and its repaired overlay is converted straight into the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
@@ -45,9 +45,9 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   }
 }
 
-/** Refuses, naming the numbers, a job whose disks do not fit the target pool (each disk ends there at up to its
- *  capacity) or whose downloads do not fit the worker's scratch folder (the export folder: the files of the disks
- *  one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
+/** Refuses, naming the numbers, a job whose disks do not fit the target pool (shared/libvirt/space.ts, the rule a
+ *  plan's preflight applies too) or whose downloads do not fit the worker's scratch folder (the export folder: the
+ *  files of the disks one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
  *  attempts already wrote there counts as room. */
 async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch: string): Promise<void> {
   await v.run(['pool-refresh', pool]);
