@@ -198,6 +198,7 @@ export const SETTINGS = {
   FERRY_EXPORTS_PER_MANAGER: int(4, 1, 1000, { group: S, doc: 'exports one worker runs at once against one vSphere manager' }),
   FERRY_EXPORT_CHUNK_BYTES: int(8 * 1024 * 1024, 4096, 1024 * 1024 * 1024, { group: S, doc: 'size of one ranged request of a datastore download' }),
   FERRY_EXPORT_RETRIES: int(5, 0, 100, { group: S, doc: 'retries of one failed download chunk' }),
+  FERRY_ONE_PASS_BLOCK_BYTES: int(64 * 1024 * 1024, 65_536, 1024 * 1024 * 1024, { group: S, doc: 'block of a one-pass disk\'s block hash list (sha256 per block of the bytes as served, checked after the repair\'s merge)' }),
   // vSphere
   GOVC_URL: text(undefined, { group: V, secret: true, pattern: /^\S+$/, expect: 'a host or https:// URL of the manager', doc: 'the default vSphere manager (govc\'s name; may carry user:password@)' }),
   GOVC_USERNAME: text(undefined, { group: V, doc: 'its user name' }),

@@ -3,6 +3,7 @@
 // Forklift's where one exists, so operators who know those read these.
 import { confusableName, NAME_PATTERN } from '../libvirt/names';
 import { bridgeAllowed } from '../libvirt/networks';
+import { poolShortfall, type SpaceDisk } from '../libvirt/space';
 import { osHint } from '../vsphere/export';
 import type { VmFacts } from './facts';
 import type { TargetFacts } from './target';
@@ -22,7 +23,6 @@ export interface RuleContext {
 
 const B = 'blocker', W = 'warning';
 const f = (rule: string, severity: Finding['severity'], message: string, fix: string): Finding => ({ rule, severity, message, fix });
-const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
 
 function deviceRules(x: VmFacts): Finding[] {
   const out: Finding[] = [];
@@ -63,23 +63,21 @@ function mapRules(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
     const owner = t.macs.get(n.mac);
     if (owner) out.push(f('duplicate_mac', B, `${n.label}'s MAC ${n.mac} is already used by domain ${owner} on ${t.uri}`, `remove or re-address ${owner}, or change the VM's MAC`));
   }
-  const need = new Map<string, { provisioned: number; used: number }>();
+  const need = new Map<string, SpaceDisk[]>();
   for (const d of x.disks) {
     const pool = c.storage_map[d.datastore];
     if (pool === undefined) { out.push(f('datastore_unmapped', B, `${d.label} is on datastore "${d.datastore}", which storage_map does not map`, `add "${d.datastore}" to storage_map`)); continue; }
-    const share = x.provisioned_bytes ? d.capacity_bytes / x.provisioned_bytes : 0;
-    const n = need.get(pool) ?? { provisioned: 0, used: 0 };
-    // A manager that reports nothing committed (0) is taken at the provisioned size: never under-counted.
-    need.set(pool, { provisioned: n.provisioned + d.capacity_bytes, used: n.used + (x.committed_bytes ? Math.round(x.committed_bytes * share) : d.capacity_bytes) });
+    need.set(pool, [...(need.get(pool) ?? []), d]);
   }
-  for (const [pool, n] of need) {
+  for (const [pool, disks] of need) {
     const p = t.pools.get(pool);
     if (!t.reachable) continue;
     if (!p) { out.push(f('pool_missing', B, `storage_map names pool "${pool}", which ${t.uri} does not have`, `create pool "${pool}" on the target or change storage_map`)); continue; }
     const earlier = c.poolUse.get(pool) ?? 0;
-    c.poolUse.set(pool, earlier + n.used);
-    if (earlier + n.used > p.available) out.push(f('pool_space', B, `pool "${pool}" has ${gib(p.available)} free; this VM's disks use ${gib(n.used)}${earlier ? ` after ${gib(earlier)} for the plan's earlier VMs` : ''}`, `free space in "${pool}" or map the datastore to a larger pool`));
-    else if (earlier + n.provisioned > p.available) out.push(f('pool_space_provisioned', W, `pool "${pool}" (${gib(p.available)} free) holds what the disks use but not their provisioned ${gib(n.provisioned)}: the guest can fill it later`, `grow "${pool}" before the guests grow`));
+    c.poolUse.set(pool, earlier + disks.reduce((a, d) => a + d.capacity_bytes, 0));
+    // The job's own check before any byte moves (one-pass.ts), on the same figures: what passes here starts.
+    const short = poolShortfall(pool, disks, p.available, earlier);
+    if (short) out.push(f('pool_space', B, short, `free space in "${pool}" or map the datastore to a larger pool`));
   }
   return out;
 }

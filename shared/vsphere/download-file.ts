@@ -1,8 +1,9 @@
 // One file of a datastore download on disk: its ranges, the partial file (`<name>.ferry-part`) and the state file
 // beside it that lets another process continue, and the sha256 fed in file order. download.ts schedules the ranges.
-import { createHash, Hash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
+import { setting } from '../settings';
+import { StreamHash } from './block-hash';
 
 export interface RemoteFile {
   datastore: string;
@@ -38,7 +39,8 @@ export interface FileJob {
   written: number[];
   done: boolean[];
   fh?: fs.FileHandle;
-  hash: Hash;
+  /** with a target, also the block hash list (block-hash.ts) */
+  hash: StreamHash;
   /** first chunk not yet hashed, and the bytes of it already hashed */
   frontier: number;
   pending: Map<number, Buffer[]>;
@@ -81,7 +83,7 @@ export async function openFile(f: RemoteFile, streams: number, chunkBytes: numbe
   if (f.ranges && !f.target) throw new Error(`${label(f)}: a ranged download writes into an existing target`);
   const chunk = streams === 1 && !f.ranges ? Math.max(1, f.size) : Math.max(64 * 1024, chunkBytes);
   const chunks = Math.max(1, Math.ceil(f.size / chunk));
-  const j: FileJob = { f, name: path.basename(f.local), chunk, chunks, written: new Array<number>(chunks).fill(0), done: new Array<boolean>(chunks).fill(false), hash: createHash('sha256'), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0, finished: false, stateDirty: false, lock: Promise.resolve() };
+  const j: FileJob = { f, name: path.basename(f.local), chunk, chunks, written: new Array<number>(chunks).fill(0), done: new Array<boolean>(chunks).fill(false), hash: new StreamHash(f.target ? setting('FERRY_ONE_PASS_BLOCK_BYTES') : 0), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0, finished: false, stateDirty: false, lock: Promise.resolve() };
   await fs.mkdir(path.dirname(f.local), { recursive: true });
   await resume(j);
   j.bytes = j.resumedFrom;

@@ -11,6 +11,7 @@ import { networkError, VsphereError } from './errors';
 import { ignoreError, awaitedLater } from '../log';
 import { dataPath, feed, FileJob, label, openFile, readRange, RemoteFile, saveState, writeAt, PART, STATE, WRITE_BATCH } from './download-file';
 import { setting } from '../settings';
+import type { BlockHashes } from './block-hash';
 
 export { PART, removePartial } from './download-file';
 export type { RemoteFile } from './download-file';
@@ -27,7 +28,7 @@ export interface DownloadStats {
 }
 
 export interface DownloadResult {
-  files: { local: string; size: number; sha256: string; resumed_from: number; target?: string }[];
+  files: { local: string; size: number; sha256: string; resumed_from: number; target?: string; blocks?: BlockHashes }[];
   /** Range requests made to continue after a dropped connection. */
   resumes: number;
   /** Bytes received twice (a server that ignored a Range). */
@@ -50,7 +51,7 @@ export interface DownloadOptions {
   signal: AbortSignal;
   onProgress?: (s: DownloadStats) => void;
   /** Called when a file is complete under its final name (the caller records it for a later attempt). */
-  onFile?: (f: { local: string; size: number; sha256: string; target?: string }) => Promise<void> | void;
+  onFile?: (f: { local: string; size: number; sha256: string; target?: string; blocks?: BlockHashes }) => Promise<void> | void;
 }
 
 export function folderUrl(m: Manager, f: { datastore: string; path: string; dcPath: string }): URL {
@@ -177,8 +178,9 @@ class Download {
     // A target is already where it belongs; a partial file takes its final name.
     if (!j.f.target) await fs.rename(j.f.local + PART, j.f.local);
     await fs.rm(j.f.local + STATE, { force: true });
-    this.result.files.push({ local: j.f.local, size: j.f.size, sha256: j.sha256, resumed_from: j.resumedFrom, ...(j.f.target ? { target: j.f.target } : {}) });
-    await this.o.onFile?.({ local: j.f.local, size: j.f.size, sha256: j.sha256, target: j.f.target });
+    const target = j.f.target ? { target: j.f.target, blocks: { block_bytes: j.hash.blockBytes, sha256: j.hash.blocks } } : {};
+    this.result.files.push({ local: j.f.local, size: j.f.size, sha256: j.sha256, resumed_from: j.resumedFrom, ...target });
+    await this.o.onFile?.({ local: j.f.local, size: j.f.size, sha256: j.sha256, ...target });
     this.report();
   }
 

@@ -6,6 +6,7 @@ import { config } from '../config';
 import { validateManifest } from '../schemas/manifest';
 import type { VmDetail } from './inventory';
 import type { RemoteFile } from './download';
+import type { BlockHashes } from './block-hash';
 
 export const MANIFEST_FILE = 'manifest.json';
 
@@ -18,10 +19,16 @@ export interface PlannedDisk {
   fallback?: string;
 }
 
+type Sums = Map<string, { sha256: string; blocks?: BlockHashes }>;
+
 /** The manifest's account of how a disk's bytes travel (docs/pipeline.md, one pass): straight into `volume`
- *  (raw), its sha256 taken over the bytes as they were served, in disk order; or through the export folder. */
-export function dataPath(x: PlannedDisk, sums: Map<string, { sha256: string }>) {
-  if (x.extent?.target) return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sums.get(x.extent.local)!.sha256}`, source: `[${x.extent.datastore}] ${x.extent.path}` };
+ *  (raw), its sha256 and its block hash list (`blocks`, block-hash.ts) taken over the bytes as they were served,
+ *  in disk order; or through the export folder. */
+export function dataPath(x: PlannedDisk, sums: Sums) {
+  if (x.extent?.target) {
+    const sum = sums.get(x.extent.local)!;
+    return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sum.sha256}`, blocks: sum.blocks, source: `[${x.extent.datastore}] ${x.extent.path}` };
+  }
   return { mode: 'export_folder', reason: x.fallback ?? 'one pass was not asked for' };
 }
 
@@ -32,7 +39,7 @@ export function osHint(guestId: string): string {
 }
 
 export interface ManifestInput {
-  d: VmDetail; disks: PlannedDisk[]; sums: Map<string, { sha256: string }>; notes: string[]; warnings: string[]; exportId: string;
+  d: VmDetail; disks: PlannedDisk[]; sums: Sums; notes: string[]; warnings: string[]; exportId: string;
 }
 
 export function buildManifest({ d, disks, sums, notes, warnings, exportId }: ManifestInput) {

@@ -19,6 +19,7 @@ import type { PowerOption } from './options';
 import { createLogger, ignoreError } from '../log';
 import { resolveReal } from '../roots';
 import { buildManifest, MANIFEST_FILE, PlannedDisk, writeManifest } from './export-manifest';
+import type { BlockHashes } from './block-hash';
 
 const log = createLogger('vsphere');
 
@@ -57,7 +58,9 @@ export interface ExportProgress extends DownloadStats {
 export const STATE_FILE = '.ferry-export.json';
 
 /** `planned`: the files the export meant to write (a state file of an older Ferry has none). */
-interface ExportState { export_id: string; vm_path: string; files: Record<string, { size: number; sha256: string }>; planned?: string[] }
+interface ExportState { export_id: string; vm_path: string; files: Record<string, FileSum>; planned?: string[] }
+/** A finished file's checksum; a one-pass target's also its block hash list (block-hash.ts). */
+type FileSum = { size: number; sha256: string; blocks?: BlockHashes };
 
 /** The files an export created (absolute paths): the only ones it resumes, replaces or removes. */
 export interface ExportLedger {
@@ -239,7 +242,7 @@ async function prepareVm(m: Manager, r: ExportRequest, act: (msg: string) => Pro
   return d;
 }
 
-type Sums = Map<string, { size: number; sha256: string }>;
+type Sums = Map<string, FileSum>;
 
 /** Which planned files this export may write, and which are complete already. Only what the ledger says this
  *  export created is continued or replaced: a file, a partial download or a state file it did not create
@@ -259,7 +262,8 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
     const mine = owned.has(f.local);
     const st = await fs.lstat(f.target ?? f.local).catch(() => null);
     // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
-    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && st?.size === f.size)) { if (!mine) fresh.push(f.local); continue; }
+    // (A record of an older Ferry, without the block hash list, is not complete: the target is fetched again.)
+    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && prev.files[f.local].blocks && st?.size === f.size)) { if (!mine) fresh.push(f.local); continue; }
     if (st && mine && st.isFile() && st.size === f.size) {
       // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
       const rec = prev?.files?.[f.local];
@@ -313,7 +317,7 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
   const dl = await downloadFiles(m, todo, {
     streams: r.parallel, signal: watch.signal, onProgress,
     onFile: (f) => {
-      state.files[f.local] = { size: f.size, sha256: f.sha256 };
+      state.files[f.local] = { size: f.size, sha256: f.sha256, ...(f.blocks ? { blocks: f.blocks } : {}) };
       stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('could not write the export state; it is written again after the next file and at the end (a missed write only costs a longer resume)'));
       return stateWrite;
     },
@@ -321,7 +325,7 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
   await watch.final();
   await stateWrite;
   const sums: Sums = new Map(claim.have);
-  for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256 });
+  for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256, ...(f.blocks ? { blocks: f.blocks } : {}) });
   return { dl, sums };
 }
 

@@ -175,6 +175,12 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     const usb = r.body.vms.find((x) => x.vm_path === vm('usb'))!.findings.find((f) => f.rule === 'network_unmapped')!;
     expect(usb.message).to.include('DC0_DVPG0');
     expect(usb.fix).to.include('network_map');
+    // A pool too small: blocked with the job's own arithmetic (shared/libvirt/space.ts), naming both sizes.
+    const huge = r.body.vms.find((x) => x.vm_path === vm('huge'))!.findings[0];
+    const free = Number(/<available unit='bytes'>(\d+)</.exec(await lv.virsh(['pool-dumpxml', POOL2]))![1]);
+    expect(huge.message).to.include(`the disks need 65536.00 GiB (${64 * 2 ** 40} bytes) in pool ${POOL2}`).and.match(/which has \d+\.\d\d GiB \((\d+) bytes\) free$/);
+    // The pool's free space as libvirt reports it, read at the same time give or take this test's own writes.
+    expect(Math.abs(Number(/\((\d+) bytes\) free$/.exec(huge.message)![1]) - free)).to.be.below(2 ** 30);
     const twin = r.body.vms.find((x) => x.vm_path === vm('twin'))!.findings[0];
     expect(twin.message).to.include(vm('ok1'));
     expect(r.body.blockers).to.equal(10);

@@ -21,8 +21,9 @@ import { tolerate } from '../helpers/teardown';
 const MIB = 1024 * 1024;
 const BOOT_BYTES = 48 * MIB;
 interface Rec { status: string; attempts: number; state_history: { state: string; reason?: string }[]; result?: Record<string, unknown> & JobResult; error?: string; ledger: { id: string; kind: string }[] }
+interface BlockCheck { block_bytes: number; blocks: number; checked_after_merge: number; repair_written: number[] }
 interface JobResult {
-  volumes: { path: string; format: string }[]; data_path: { mode: string; reason?: string; volume?: string; sha256?: string; verified?: string }[];
+  volumes: { path: string; format: string }[]; data_path: { mode: string; reason?: string; volume?: string; sha256?: string; verified?: string; block_check?: BlockCheck }[];
   conversion: { report_path: string; artifacts: { disk_id: string; path: string; modified_by_fix?: boolean }[] };
   export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number }; boot: { status: string };
 }
@@ -85,7 +86,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
 
   before(async function () {
     this.timeout(300_000);
-    s = await startPlanStack({ prefix: 'onepass', workers: {}, env: { FERRY_EXPORT_CHUNK_BYTES: String(MIB) } });
+    s = await startPlanStack({ prefix: 'onepass', workers: {}, env: { FERRY_EXPORT_CHUNK_BYTES: String(MIB), FERRY_ONE_PASS_BLOCK_BYTES: String(MIB) } });
     proxy = await startProxy(s.v.port);
     boot = await flatBootDisk(s.dir, 'boot');
     chain = makeSnapshotChain(s.dir, 8);
@@ -129,9 +130,22 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     // The report and the manifest say the same.
     const report = JSON.parse(readFileSync(res.conversion.report_path, 'utf8')) as { data_path: { mode: string; reason?: string }[] };
     expect(report.data_path.map((x) => x.mode)).to.deep.equal(['one_pass', 'export_folder']);
-    const manifest = JSON.parse(readFileSync(res.export.manifest_path, 'utf8')) as { disks: { data_path: { mode: string; sha256?: string; verified?: string } }[] };
+    const manifest = JSON.parse(readFileSync(res.export.manifest_path, 'utf8')) as { disks: { data_path: { mode: string; sha256?: string; verified?: string; blocks: { block_bytes: number; sha256: string[] }; block_check: BlockCheck } }[] };
     expect(manifest.disks[0].data_path).to.include({ mode: 'one_pass', sha256: b.sha256 });
     expect(manifest.disks[0].data_path.verified).to.be.a('string');
+    // The block hash list: each entry is what a user recomputes over the source, block by block.
+    const src = readFileSync(boot.raw);
+    const block = (buf: Buffer, i: number) => createHash('sha256').update(buf.subarray(i * MIB, (i + 1) * MIB)).digest('hex');
+    const list = manifest.disks[0].data_path.blocks;
+    expect(list.block_bytes).to.equal(MIB);
+    expect(list.sha256).to.deep.equal(Array.from({ length: BOOT_BYTES / MIB }, (_, i) => block(src, i)));
+    // The check after the merge: the blocks the repair wrote are named, every other one was re-hashed and matched.
+    const check = b.block_check!;
+    expect(check).to.deep.equal(manifest.disks[0].data_path.block_check);
+    expect(check.blocks).to.equal(48);
+    expect(check.repair_written.length).to.be.above(0).and.below(48);
+    expect(check.checked_after_merge).to.equal(48 - check.repair_written.length);
+    expect(report.data_path[0]).to.not.have.property('blocks');
 
     // The boot volume: raw, in the pool, its zero runs holes, equal to source + the repair's writes and nothing else.
     const [bv, dv] = res.volumes;
@@ -144,6 +158,11 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(overlay.modified_by_fix).to.equal(true);
     expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, bv.path]), 'the repair wrote into the volume').to.equal(false);
     expect(repairedExactly(bv.path, overlay.path)).to.equal(true);
+    // Every block where the volume now differs from the source is one the check names as the repair's.
+    const vol = readFileSync(bv.path);
+    const changed = Array.from({ length: 48 }, (_, i) => i).filter((i) => block(vol, i) !== list.sha256[i]);
+    expect(changed.length).to.be.above(0);
+    expect(check.repair_written).to.include.members(changed);
     // The data disk: its whole chain as the source reads.
     expect(identical(['-f', 'vmdk', '-F', dv.format, chain.delta, dv.path])).to.equal(true);
     // No copy of the boot disk in the worker's scratch space: its flat extent was never written there.

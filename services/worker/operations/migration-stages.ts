@@ -10,7 +10,8 @@ import { OperationError } from '../../../shared/errors';
 import { promises as fs } from 'node:fs';
 import { defaultPool, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { writeManifest } from '../../../shared/vsphere/export-manifest';
-import { mergeIntoPool } from './one-pass';
+import { mergeIntoPool, type BlockCheck } from './one-pass';
+import type { BlockHashes } from '../../../shared/vsphere/block-hash';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest } from '../../../shared/schemas/manifest';
@@ -37,18 +38,19 @@ export interface AfterExportInput {
 }
 
 /** How each exported disk's bytes travelled (the manifest's data_path, shared/vsphere/export-manifest.ts). */
-type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; source: string } | { mode: 'export_folder'; reason: string };
+type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 
 /** The pipeline's manifest for the exported disks: every repair a VMware guest needs on KVM, the outputs beside the
  *  export. One pass: the repair-only mode (qcow2 overlays, no conversion) with each one-pass disk read from its
- *  volume (raw; its checksum, the stream's, is verified by the inspect stage's read of the volume). */
+ *  volume (raw, no checksum for the inspect stage to read it whole for: the block check around the merge re-hashes
+ *  every block once, mergeIntoPool). */
 function pipelineManifest(input: AfterExportInput, dir: string, volumes: (string | undefined)[]) {
   const raw = input.exported.manifest as { disks: (ExportedDisk & Record<string, unknown>)[] };
   const onePass = volumes.some(Boolean);
   return validateManifest({
     ...raw,
-    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: d.data_path.sha256 } : d)),
+    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: undefined } : d)),
     pipeline: { inspect: { enabled: true }, convert: { enabled: !onePass }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
     output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
   });
@@ -68,20 +70,36 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
   if (!volumes.some(Boolean)) return { report, importDisks: artifacts.map((a) => ({ path: a.path, format: a.format })), dataPath: disks };
   const poolDir = path.dirname(volumes.find(Boolean)!);
   const index = new Map(disks.map((d, i) => [d.id, i]));
-  const importDisks = await mergeIntoPool(ctx, { virtUri: v.uri, pool: input.pool || defaultPool(), poolDir }, artifacts.map((a) => ({ overlay: a.path, volume: volumes[index.get(a.disk_id)!], modified: !!a.modified_by_fix })));
-  const verified = disks.map((d) => (d.data_path?.mode === 'one_pass' ? { ...d, data_path: { ...d.data_path, verified: 'the volume read back (inspect stage) has the sha256 of the bytes as served' } } : d));
+  const merged = await mergeIntoPool(ctx, { virtUri: v.uri, pool: input.pool || defaultPool(), poolDir }, artifacts.map((a) => {
+    const dp = disks[index.get(a.disk_id)!].data_path;
+    return { overlay: a.path, volume: volumes[index.get(a.disk_id)!], modified: !!a.modified_by_fix, blocks: dp?.mode === 'one_pass' ? dp.blocks : undefined };
+  }));
+  const checks = new Map(merged.map((m) => [m.path, m.check]));
+  const verified = disks.map((d) => (d.data_path?.mode === 'one_pass' ? { ...d, data_path: { ...d.data_path, ...verifiedBy(checks.get(d.data_path.volume)) } } : d));
   await recordDataPath(input.exported.manifest_path, report.report_path, verified);
-  return { report, importDisks, dataPath: verified };
+  return { report, importDisks: merged.map((m) => ({ path: m.path, format: m.format, inPool: m.inPool })), dataPath: verified };
 }
 
-/** The data path and its integrity check into the manifest and report.json, for a user who reads them later. */
+/** What a one-pass disk's block check showed, in words and figures (docs/pipeline.md, "Integrity"). */
+function verifiedBy(c: BlockCheck | undefined): { verified: string; block_check?: BlockCheck } {
+  if (!c) return { verified: 'not checked: this export recorded no block hash list' };
+  const wrote = c.repair_written.length;
+  return { verified: `every block (${c.blocks} of ${c.block_bytes} bytes) re-hashed from the volume matches the bytes as served: the ${wrote} the repair wrote before its merge, the other ${c.checked_after_merge} after it`, block_check: c };
+}
+
+/** A data path without its block hash list (thousands of entries on a large disk; the manifest keeps it). */
+const withoutList = (p: DataPath | undefined) => (p?.mode === 'one_pass' ? { ...p, blocks: undefined } : p);
+
+/** The data path and its integrity check into the manifest and report.json, for a user who reads them later (the
+ *  block hash list itself stays in the manifest, where the export put it; the job result and the report carry the
+ *  check). */
 async function recordDataPath(manifestPath: string, reportPath: string | undefined, disks: ExportedDisk[]) {
   const m = JSON.parse(await fs.readFile(manifestPath, 'utf8')) as { disks: ExportedDisk[] };
   m.disks = m.disks.map((d, i) => ({ ...d, data_path: disks[i].data_path }));
   await writeManifest(path.dirname(manifestPath), m);
   if (!reportPath) return;
   const r = JSON.parse(await fs.readFile(reportPath, 'utf8')) as Record<string, unknown>;
-  r.data_path = disks.map((d) => ({ disk_id: d.id, label: d.label, ...d.data_path }));
+  r.data_path = disks.map((d) => ({ disk_id: d.id, label: d.label, ...withoutList(d.data_path) }));
   await fs.writeFile(`${reportPath}.tmp`, JSON.stringify(r, null, 2));
   await fs.rename(`${reportPath}.tmp`, reportPath);
 }
@@ -124,7 +142,7 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
     firmware: imported.firmware, firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`, domain_type: imported.domain_type, boot,
     export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched, bytes_rehashed: input.exported.bytes_rehashed, bytes_sparse: input.exported.bytes_sparse },
-    data_path: dataPath.map((d) => ({ disk_id: d.id, label: d.label, ...d.data_path })),
+    data_path: dataPath.map((d) => ({ disk_id: d.id, label: d.label, ...withoutList(d.data_path) })),
     conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
   };
 }

@@ -2,23 +2,23 @@
 // flat extent, no parent) is downloaded straight into its target volume in a local dir pool, a raw file written at
 // the ranges' own offsets with zero runs left as holes, under a partial name only this job uses (so a retry
 // resumes into the same file). The guest repair then runs on qcow2 overlays over those volumes (the pipeline's
-// repair-only mode) and its writes are committed into them; a disk one pass cannot take (a snapshot delta, a
-// sparse VMDK, another host) goes through the export folder, and its repaired overlay is converted straight into
-// the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
+// repair-only mode) and its writes are committed into them, every block checked against the block hash list of
+// the bytes as served (commitChecked); a disk one pass cannot take (a snapshot delta, a sparse VMDK, another
+// host) goes through the export folder, and its repaired overlay is converted straight into the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { defaultPool, defaultPoolDir, Virsh } from '../../../shared/libvirt';
 import { ensureDirPool, isLocalUri, poolTarget, type PoolDoc } from '../../../shared/libvirt/volumes';
 import { parseXml, sizeBytes } from '../../../shared/libvirt/xml';
+import { poolShortfall, sizeText } from '../../../shared/libvirt/space';
 import { convert, run as runTool, QEMU_IMG } from '../../../shared/qemu';
 import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
+import { blocksWritten, checkBlocks, type BlockHashes } from '../../../shared/vsphere/block-hash';
 import type { OpContext } from './types';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
 export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') => `.ferry-${jobId}-disk${i}.${format}.ferry-partial`;
-
-const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB (${n} bytes)`;
 
 /** Bytes a file already takes on its device (0 when it is not there). */
 const allocated = (f: string) => fs.stat(f).then((s) => s.blocks * 512, () => 0);
@@ -45,20 +45,17 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   }
 }
 
-/** Refuses, naming the numbers, a job whose disks do not fit the target pool (each disk ends there at up to its
- *  capacity) or whose downloads do not fit the worker's scratch folder (the export folder: the files of the disks
- *  one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
+/** Refuses, naming the numbers, a job whose disks do not fit the target pool (shared/libvirt/space.ts, the rule a
+ *  plan's preflight applies too) or whose downloads do not fit the worker's scratch folder (the export folder: the
+ *  files of the disks one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
  *  attempts already wrote there counts as room. */
 async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch: string): Promise<void> {
   await v.run(['pool-refresh', pool]);
   const free = sizeBytes(parseXml<PoolDoc>(await v.run(['pool-dumpxml', pool])).pool.available) ?? 0;
   let own = 0;
   for (const x of disks) if (x.extent?.target) own += await allocated(x.extent.target);
-  const need = disks.reduce((a, x) => a + x.disk.capacity_bytes, 0);
-  if (need > free + own) {
-    const each = disks.map((x) => `${x.disk.label} ${gib(x.disk.capacity_bytes)}`).join(', ');
-    throw new OperationError(`the disks need ${gib(need)} in pool ${pool} (${each}), which has ${gib(free + own)} free: refused before any byte moved`, false);
-  }
+  const short = poolShortfall(pool, disks.map((x) => x.disk), free + own);
+  if (short) throw new OperationError(`${short}: refused before any byte moved`, false);
   const onePass = disks.some((x) => x.extent?.target);
   const through = disks.filter((x) => !x.extent?.target);
   let have = 0;
@@ -67,23 +64,42 @@ async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch:
   const st = await fs.statfs(scratch);
   const room = st.bavail * st.bsize + have;
   if (want > room) {
-    throw new OperationError(`the export folder ${scratch} (the worker's scratch space) has ${gib(room)} free; the disks that go through it need ${gib(want)} (${through.map((x) => `${x.disk.label}: ${x.fallback ?? 'export folder'}`).join('; ')}): refused before any byte moved`, false);
+    throw new OperationError(`the export folder ${scratch} (the worker's scratch space) has ${sizeText(room)} free; the disks that go through it need ${sizeText(want)} (${through.map((x) => `${x.disk.label}: ${x.fallback ?? 'export folder'}`).join('; ')}): refused before any byte moved`, false);
   }
 }
 
-/** What the repair left in each disk's overlay, merged into the pool: committed into a one-pass volume (`-d`
- *  keeps the overlay, the record of exactly what the repair wrote), converted into a new qcow2 partial volume
- *  otherwise. Returns each disk for the import, boot order kept. */
-export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: string; poolDir: string }, disks: { overlay: string; volume?: string; modified: boolean }[]) {
-  const out: { path: string; format: string; inPool: true }[] = [];
+/** What the block check found for one one-pass disk (the job result, report.json, the manifest). */
+export interface BlockCheck { block_bytes: number; blocks: number; checked_after_merge: number; repair_written: number[] }
+
+/** The repair's overlay committed into a one-pass volume (`-d` keeps the overlay, the record of exactly what the
+ *  repair wrote), with the block check around it (shared/vsphere/block-hash.ts): the blocks the repair wrote are
+ *  re-hashed from the volume before the commit (it still holds the bytes as served), every other block after. */
+async function commitChecked(ctx: OpContext, i: number, d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes }): Promise<BlockCheck | undefined> {
+  const list = d.blocks;
+  const written = list && d.modified ? await blocksWritten(d.overlay, list.block_bytes, ctx.signal) : new Set<number>();
+  const all = list ? list.sha256.map((_, k) => k) : [];
+  const repaired = all.filter((k) => written.has(k));
+  if (list) await checkBlocks(d.volume, list, repaired, 'before the repair was merged', ctx.signal);
+  if (d.modified) {
+    const r = await runTool(QEMU_IMG, ['commit', '-q', '-d', '-f', 'qcow2', d.overlay], { signal: ctx.signal });
+    if (r.code !== 0) throw new OperationError(`disk ${i}: qemu-img commit of the repair into ${d.volume}: ${r.stderr.trim()}`, false);
+  }
+  if (!list) return undefined;
+  const kept = all.filter((k) => !written.has(k));
+  await checkBlocks(d.volume, list, kept, 'after the repair was merged, a block the repair did not write,', ctx.signal);
+  return { block_bytes: list.block_bytes, blocks: all.length, checked_after_merge: kept.length, repair_written: repaired };
+}
+
+/** What the repair left in each disk's overlay, merged into the pool: committed into a one-pass volume
+ *  (commitChecked), converted into a new qcow2 partial volume otherwise. Returns each disk for the import, boot
+ *  order kept, with a one-pass disk's block check. */
+export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: string; poolDir: string }, disks: { overlay: string; volume?: string; modified: boolean; blocks?: BlockHashes }[]) {
+  const out: { path: string; format: string; inPool: true; check?: BlockCheck }[] = [];
   for (const [i, d] of disks.entries()) {
-    await ctx.progress('merge', Math.round((i / disks.length) * 100), d.volume ? `committing the repair of disk ${i} into its volume` : `converting disk ${i} with its repair into the pool`);
+    await ctx.progress('merge', Math.round((i / disks.length) * 100), d.volume ? `committing the repair of disk ${i} into its volume, its blocks checked` : `converting disk ${i} with its repair into the pool`);
     if (d.volume) {
-      if (d.modified) {
-        const r = await runTool(QEMU_IMG, ['commit', '-q', '-d', '-f', 'qcow2', d.overlay], { signal: ctx.signal });
-        if (r.code !== 0) throw new OperationError(`disk ${i}: qemu-img commit of the repair into ${d.volume}: ${r.stderr.trim()}`, false);
-      }
-      out.push({ path: d.volume, format: 'raw', inPool: true });
+      const check = await commitChecked(ctx, i, { ...d, volume: d.volume });
+      out.push({ path: d.volume, format: 'raw', inPool: true, ...(check ? { check } : {}) });
       continue;
     }
     const part = path.join(o.poolDir, partialName(ctx.spec.job_id, i, 'qcow2'));

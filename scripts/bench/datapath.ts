@@ -1,0 +1,230 @@
+// npm run -s bench:datapath (issue 36 item 6): what one pass costs against moving the bytes once. Its own stack
+// (test/plans/fixture.ts: Redis, the simulator, the tests' private libvirtd, a daemon, one shape B worker) and one
+// VM whose 12 GiB flat disk holds the tiny real guest (test/fixtures/tiny-guest.ts) plus 8 GiB of random data (the
+// rest zeros, holes on the datastore). In the same run:
+//   - bare download: the flat extent fetched with BENCH_STREAMS (default 4) parallel ranged GETs of
+//     FERRY_EXPORT_CHUNK_BYTES through Ferry's own HTTP agent, each range written at its offset (zeros left as holes,
+//     as one pass does), no hash, no state (the floor of moving the bytes once);
+//   - repair alone: the pipeline's repair-only mode (runPipeline in this process: qcow2 overlay, the migration's
+//     repairs) on the same guest, the same flat extent read as raw;
+//   - ferry: the shape B job (migrate_vm) of the VM into the pool, its wall time from submit until the boot check
+//     starts (the job's phase turns `boot`), so the boot check is not counted.
+// `written` is the sum of write_bytes in /proc/<pid>/io over the worker's process tree (a reaped child's count is
+// added to its parent's, so qemu-img is in it), after the job less before, plus the last count sampled of the
+// processes that detach from it (guestfish --listen and its appliance, found by the job's folder in their command
+// line), per byte of the source's data (its allocated bytes: zeros are holes on both sides, never written). `scratch peak` is the highest space taken (allocated blocks, sampled every 250 ms) outside the
+// target volume: the job's export folder, libguestfs's scratch folder and the pool's other files.
+import { execFileSync } from 'node:child_process';
+import { randomFillSync } from 'node:crypto';
+import { closeSync, existsSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync, ftruncateSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { request } from 'undici';
+import { req } from '../../test/helpers/http';
+import { ensureTinyGuest, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
+import { createPlanVm, type PlanStack, startPlanStack } from '../../test/plans/fixture';
+import { upload } from '../../test/vsphere/fixture';
+import { tolerate } from '../../test/helpers/teardown';
+import { folderUrl } from '../../shared/vsphere/download';
+import { runPipeline } from '../../shared/converter/pipeline';
+import { MIGRATION_REPAIR } from '../../shared/converter/guest';
+import { validateManifest } from '../../shared/schemas/manifest';
+
+const GIB = 2 ** 30;
+const MIB = 2 ** 20;
+const DISK = 12 * GIB;
+const RANDOM = 8 * GIB;
+const RANDOM_AT = 2 * GIB;
+const STREAMS = Number(process.env.BENCH_STREAMS || 4);
+const CHUNK = 8 * MIB;
+const FINAL = ['completed', 'failed', 'cancelled'];
+const ZERO = Buffer.alloc(4 * MIB);
+const load = () => os.loadavg().map((x) => x.toFixed(1)).join(' ');
+
+/** The source disk on the datastore: the tiny guest at offset 0, 8 GiB of random data from 2 GiB, holes elsewhere;
+ *  a monolithicFlat descriptor uploaded beside it. Returns its bytes of data (allocated blocks). */
+async function makeSource(s: PlanStack): Promise<{ extent: string; data: number }> {
+  const local = path.join(s.dir, 'src');
+  execFileSync('mkdir', ['-p', local]);
+  const raw = path.join(local, 'guest.raw');
+  execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
+  execFileSync('qemu-img', ['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', path.join(local, 'dp.vmdk'), String(DISK)]);
+  await createPlanVm(s.m, { name: 'dp', mac: '00:50:56:36:06:01', disks: [{ ds: 'LocalDS_0', file: 'dp/dp.vmdk', bytes: DISK }] });
+  await upload(s.v, path.join(local, 'dp.vmdk'), 'dp/dp.vmdk');
+  const extent = path.join(s.v.datastores.LocalDS_0, 'dp', 'dp-flat.vmdk');
+  const fd = openSync(extent, 'w');
+  try {
+    ftruncateSync(fd, DISK);
+    writeSync(fd, readFileSync(raw), 0, undefined, 0);
+    const b = Buffer.alloc(8 * MIB);
+    for (let at = RANDOM_AT; at < RANDOM_AT + RANDOM; at += b.length) { randomFillSync(b); writeSync(fd, b, 0, b.length, at); }
+  } finally { closeSync(fd); }
+  rmSync(local, { recursive: true, force: true });
+  return { extent, data: lstatSync(extent).blocks * 512 };
+}
+
+/** The floor: the flat extent in STREAMS parallel ranged GETs, each range written at its offset; seconds. */
+async function bareDownload(s: PlanStack, out: string): Promise<number> {
+  const u = folderUrl(s.m, { datastore: 'LocalDS_0', path: 'dp/dp-flat.vmdk', dcPath: 'DC0' });
+  const cookie = await s.m.sessionCookie();
+  const fh = await fsp.open(out, 'w');
+  const t0 = Date.now();
+  let next = 0;
+  const stream = async () => {
+    for (let at = next; at < DISK; at = next) {
+      next += CHUNK;
+      const r = await request(u, { dispatcher: s.m.agent, headers: { cookie, range: `bytes=${at}-${Math.min(DISK, at + CHUNK) - 1}` } });
+      if (r.statusCode !== 206) throw new Error(`range at ${at}: HTTP ${r.statusCode}`);
+      let pos = at;
+      // Zeros stay holes, as one pass leaves them: the same bytes land on disk on both sides.
+      for await (const c of r.body) { const b = c as Buffer; if (!b.equals(ZERO.subarray(0, b.length))) await fh.write(b, 0, b.length, pos); pos += b.length; }
+    }
+  };
+  await Promise.all(Array.from({ length: STREAMS }, stream));
+  await fh.sync();
+  await fh.close();
+  return (Date.now() - t0) / 1000;
+}
+
+/** The repair alone: the pipeline's repair-only mode on the same guest (the flat extent read as raw); seconds. */
+async function repairAlone(extent: string, dir: string): Promise<number> {
+  const manifest = validateManifest({
+    manifest_version: '1.0', source: { provider: 'vsphere', vm_name: 'dp' }, vm: { cpu: 1, mem_gb: 1, firmware: 'bios', os_hint: 'linux' },
+    disks: [{ id: 'disk-0', source_format: 'raw', bytes: DISK, local_path: extent, boot_order_hint: 0 }],
+    pipeline: { inspect: { enabled: true }, convert: { enabled: false }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
+    output: { directory: dir, format: 'qcow2' },
+  });
+  const t0 = Date.now();
+  const r = await runPipeline(manifest, {});
+  if (!r.success) throw new Error(`the repair alone failed: ${JSON.stringify(r.errors ?? r)}`);
+  return (Date.now() - t0) / 1000;
+}
+
+/** Every process below `root` (itself included), from /proc. */
+function tree(root: number): number[] {
+  const kids = new Map<number, number[]>();
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const ppid = Number(readFileSync(`/proc/${e}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
+      kids.set(ppid, [...(kids.get(ppid) ?? []), Number(e)]);
+    } catch { /* gone meanwhile */ }
+  }
+  const out: number[] = [];
+  for (let todo = [root]; todo.length;) { const p = todo.pop()!; out.push(p); todo.push(...(kids.get(p) ?? [])); }
+  return out;
+}
+
+/** write_bytes of a process tree (each process's count includes its reaped children). */
+const writeBytes = (root: number) => tree(root).reduce((a, p) => {
+  try { return a + Number(/write_bytes: (\d+)/.exec(readFileSync(`/proc/${p}/io`, 'utf8'))![1]); } catch { return a; }
+}, 0);
+
+/** Allocated bytes under `dir`, files whose inode is in `skip` left out. */
+function allocated(dir: string, skip: Set<number>): number {
+  if (!existsSync(dir)) return 0;
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    try {
+      if (e.isDirectory()) n += allocated(p, skip);
+      else { const st = lstatSync(p); if (!skip.has(st.ino)) n += st.blocks * 512; }
+    } catch { /* removed meanwhile */ }
+  }
+  return n;
+}
+
+interface JobView { status: string; progress?: { phase?: string }; error?: unknown }
+interface Run { seconds: number; written: number; scratchPeak: number; phases: string }
+
+/** Processes outside the worker's tree that work for the job: libguestfs's `guestfish --listen` detaches (its
+ *  parent becomes init) with the appliance below it; found by the job's export folder in their command line. */
+function detached(exportDir: string): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try { if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(exportDir)) out.push(...tree(Number(e))); } catch { /* gone meanwhile */ }
+  }
+  return out;
+}
+
+/** The last write_bytes seen of each process (a detached one's count is lost when it exits: the last sample stands;
+ *  a child reaped by a sampled parent may count twice, an upper bound of a few MiB here). */
+function sampleWrites(pids: number[], seen: Map<number, number>) {
+  for (const p of pids) {
+    try { seen.set(p, Number(/write_bytes: (\d+)/.exec(readFileSync(`/proc/${p}/io`, 'utf8'))![1])); } catch { /* gone meanwhile */ }
+  }
+}
+
+/** The shape B job of the VM, sampled every 250 ms: its time to the boot check, the worker tree's writes and the
+ *  scratch space outside the target volume (known by its inode: the import links it under the volume's name). */
+async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
+  const worker = s.workers.dp.proc.pid!;
+  const w0 = writeBytes(worker);
+  const t0 = Date.now();
+  const parameters = { vm_path: s.vm('dp'), source_type: 'vsphere', destination: { type: 'kvm', virt_uri: s.lv.uri }, network_mapping: { 'VM Network': s.net }, pool: s.lv.pool, power_off: 'force', parallel_downloads: STREAMS, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 900 } };
+  const r = await req<{ job_id: string }>(s.url, 'POST', '/jobs/operation', { operation: 'migrate_vm', parameters });
+  if (r.status !== 201) throw new Error(`submitting the job: ${r.status} ${r.text}`);
+  const id = r.body.job_id;
+  const exportDir = path.join(s.env.FERRY_EXPORT_DIR, id);
+  const volume = new Set<number>();
+  let bootAt = 0;
+  let peak = 0;
+  const phases: string[] = [];
+  const outside = new Map<number, number>();
+  for (;;) {
+    const j = (await req<JobView>(s.url, 'GET', `/jobs/${id}`)).body;
+    const phase = j.progress?.phase ?? '';
+    if (phase && !phases.some((x) => x.startsWith(`${phase} `))) phases.push(`${phase} ${((Date.now() - t0) / 1000).toFixed(0)}`);
+    if (!bootAt && phase === 'boot') bootAt = Date.now();
+    sampleWrites(detached(exportDir).filter((p) => !tree(worker).includes(p)), outside);
+    for (const f of readdirSync(s.lv.poolDir)) if (f.startsWith(`.ferry-${id}-disk0.raw`)) volume.add(lstatSync(path.join(s.lv.poolDir, f)).ino);
+    peak = Math.max(peak, allocated(exportDir, volume) + allocated(guestfsTmp, volume) + allocated(s.lv.poolDir, volume));
+    if (FINAL.includes(j.status)) {
+      if (j.status !== 'completed') throw new Error(`the job ended ${j.status}: ${JSON.stringify(j.error)}`);
+      break;
+    }
+    await new Promise((res) => setTimeout(res, 250));
+  }
+  if (!bootAt) throw new Error('the job never reported its boot phase');
+  const apart = [...outside.values()].reduce((a, b) => a + b, 0);
+  return { seconds: (bootAt - t0) / 1000, written: writeBytes(worker) - w0 + apart, scratchPeak: peak, phases: `${phases.join(' s, ')} s; detached processes wrote ${apart} bytes` };
+}
+
+const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
+
+async function main() {
+  const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  const guestfsTmp = mkdtempSync(path.join(os.tmpdir(), 'ferry-bench-dp-guestfs-'));
+  const s = await startPlanStack({ prefix: 'benchdp', workers: { dp: 1 }, env: { LIBGUESTFS_TMPDIR: guestfsTmp } });
+  try {
+    const { extent, data } = await makeSource(s);
+    const loads = [`before: ${load()}`];
+    const bareFile = path.join(s.dir, 'bare.raw');
+    const bare = await bareDownload(s, bareFile);
+    rmSync(bareFile, { force: true });
+    loads.push(`after the bare download: ${load()}`);
+    const repairDir = path.join(s.dir, 'repair-alone');
+    const repair = await repairAlone(extent, repairDir);
+    rmSync(repairDir, { recursive: true, force: true });
+    loads.push(`after the repair alone: ${load()}`);
+    const f = await ferryJob(s, guestfsTmp);
+    loads.push(`after ferry: ${load()}`);
+    const ratio = f.seconds / Math.max(bare, repair);
+    const written = f.written / data;
+    const scratch = (f.scratchPeak / DISK) * 100;
+    console.log(`bench:datapath, commit ${commit}, ${os.cpus().length} CPUs, ${STREAMS} streams, load average (1, 5, 15 min) ${loads.join('; ')}`);
+    console.log(`  bare download ${bare.toFixed(1)} s (${(DISK / MIB / bare).toFixed(0)} MiB/s of the disk); repair alone ${repair.toFixed(1)} s; ferry (to its boot check) ${f.seconds.toFixed(1)} s`);
+    console.log(`  ferry's phases, each from its first sample (seconds after submit): ${f.phases}`);
+    console.log(`  worker tree wrote ${f.written} bytes (${(f.written / DISK).toFixed(3)} per byte of the disk, ${written.toFixed(3)} per byte of its data); scratch peak ${f.scratchPeak} bytes`);
+    console.log(`  target ratio <= 1.2: ${verdict(ratio <= 1.2)}; written <= 1.1: ${verdict(written <= 1.1)}; scratch <= 5%: ${verdict(scratch <= 5)}`);
+    console.log(`datapath: disk ${(DISK / GIB).toFixed(0)} GiB (${(data / GIB).toFixed(2)} GiB data), ferry ${f.seconds.toFixed(1)} s, bare download ${bare.toFixed(1)} s, ratio ${ratio.toFixed(2)}x, written ${written.toFixed(3)} bytes per source byte, scratch peak ${scratch.toFixed(2)}% of the disk`);
+  } finally {
+    await s.lv.virsh(['destroy', 'dp']).catch(tolerate('destroy dp'));
+    await s.lv.virsh(['undefine', 'dp', '--remove-all-storage']).catch(tolerate('undefine dp'));
+    await s.stop();
+    rmSync(guestfsTmp, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

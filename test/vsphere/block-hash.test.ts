@@ -1,0 +1,65 @@
+// Issue 36 item 3: the block hash list of a one-pass disk and the check around the repair's merge, on real files
+// and a real qcow2 overlay (qemu-img, qemu-io): the list a user recomputes with dd | sha256sum, the blocks an
+// overlay wrote read from `qemu-img map`, and a changed byte in a block the repair did not write failing the check
+// with that block named.
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { createHash, randomFillSync } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { blocksWritten, checkBlocks, StreamHash } from '../../shared/vsphere/block-hash';
+
+const KIB = 1024;
+const BLOCK = 64 * KIB;
+
+describe('one pass: the block hash list (issue 36 item 3)', () => {
+  let dir: string;
+  let disk: string;
+  let bytes: Buffer;
+  before(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-blocks-'));
+    disk = path.join(dir, 'disk.raw');
+    bytes = Buffer.alloc(10 * BLOCK + 123);
+    randomFillSync(bytes, 0, 6 * BLOCK);
+    writeFileSync(disk, bytes);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('is the sha256 of each block as dd reads it, fed in pieces of any size; the whole-disk sha256 is unchanged', () => {
+    const h = new StreamHash(BLOCK);
+    for (let off = 0; off < bytes.length; off += 10_007) h.update(bytes.subarray(off, off + 10_007));
+    expect(h.digest('hex')).to.equal(createHash('sha256').update(bytes).digest('hex'));
+    expect(h.blocks).to.have.length(11);
+    for (const i of [0, 5, 9, 10]) {
+      const dd = execFileSync('sh', ['-c', `dd if="$0" bs=${BLOCK} skip=${i} count=1 status=none | sha256sum`, disk], { encoding: 'utf8' }).split(' ')[0];
+      expect(h.blocks[i], `block ${i}`).to.equal(dd);
+    }
+  });
+
+  it('names the blocks an overlay wrote, passes the others, and fails naming a block changed outside them', async () => {
+    const h = new StreamHash(BLOCK);
+    h.update(bytes);
+    h.digest('hex');
+    const list = { block_bytes: BLOCK, sha256: h.blocks };
+    const overlay = path.join(dir, 'repair.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', '-o', 'cluster_size=4096', '-b', disk, '-F', 'raw', overlay]);
+    // The "repair": 5 bytes inside block 2, a run across blocks 6 and 7, zeros written into block 4.
+    execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x41 ${2 * BLOCK + 100} 5`, '-c', `write -P 0x42 ${7 * BLOCK - 10} 20`, '-c', `write -z ${4 * BLOCK} 4096`, overlay]);
+    const written = await blocksWritten(overlay, BLOCK);
+    expect([...written].sort((a, b) => a - b)).to.deep.equal([2, 4, 6, 7]);
+    const others = list.sha256.map((_, i) => i).filter((i) => !written.has(i));
+    expect(await checkBlocks(disk, list, [...written], 'before')).to.equal(4 * BLOCK);
+    execFileSync('qemu-img', ['commit', '-q', '-d', '-f', 'qcow2', overlay]);
+    // After the merge: the repair's blocks differ from the list, as they must; every other block still matches.
+    await checkBlocks(disk, list, others, 'after');
+    const err = await checkBlocks(disk, list, [2], 'after').then(() => null, (e: Error) => e);
+    expect(err?.message).to.include('block 2 (bytes 131072-196607)');
+    // One byte changed in a block the repair did not write (block 9): the check fails naming it.
+    const fd = openSync(disk, 'r+');
+    try { writeSync(fd, Buffer.from([bytes[9 * BLOCK + 7] ^ 0xff]), 0, 1, 9 * BLOCK + 7); } finally { closeSync(fd); }
+    const bad = await checkBlocks(disk, list, others, 'after the merge').then(() => null, (e: Error) => e);
+    expect(bad?.message).to.match(/block 9 \(bytes 589824-655359\) after the merge has sha256 [0-9a-f]{64}, the bytes as served had [0-9a-f]{64}/);
+    expect(readFileSync(disk).length).to.equal(bytes.length);
+  });
+});
