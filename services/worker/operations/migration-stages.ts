@@ -80,7 +80,7 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
   return { report, importDisks: merged.map((m) => ({ path: m.path, format: m.format, inPool: m.inPool })), dataPath: verified };
 }
 
-/** What a one-pass disk's block check showed, in words and figures (docs/pipeline.md, "Integrity"). */
+/** What a one-pass disk's block check showed, in words and figures (docs/pipeline.md, "Shape B: one pass (issue 36)", its Integrity item). */
 function verifiedBy(c: BlockCheck | undefined): { verified: string; block_check?: BlockCheck } {
   if (!c) return { verified: 'not checked: this export recorded no block hash list' };
   const wrote = c.repair_written.length;
