@@ -55,6 +55,18 @@ describe('reused proofs: the key covers every input (issue 32)', function () {
     expect(proofKey(spec).key, 'the same inputs, the same key').to.equal(base);
   });
 
+  it('the heavy files of issue 32 item 2: the plan on the tiny guest keys the services it starts and the fixture; the in-process conversions key the converter', () => {
+    const scale = { name: 'plans-scale', entries: [path.join(ROOT, 'test/plans/scale.test.ts')], extra: { fixture: 'tiny-guest-x' } };
+    const pipeline = { name: 'pipeline-real-guests', entries: [path.join(ROOT, 'test/pipeline/pipeline.test.ts')], extra: { fixture: 'ferry-guest-fixtures-v7' } };
+    expect(rel(closure(scale.entries))).to.include.members(['services/daemon/main.ts', 'services/worker/main.ts', 'test/plans/fixture.ts', 'test/fixtures/tiny-guest.ts', 'queue/slots.ts', 'scripts/vcsim.sh', 'test/helpers/libvirtd-ns.sh']);
+    expect(rel(closure(pipeline.entries))).to.include.members(['shared/converter/pipeline.ts', 'shared/converter/fstab.ts', 'test/fixtures/guests.ts']);
+    for (const [spec, inputs] of [[scale, ['queue/slots.ts', 'services/worker/main.ts', 'test/fixtures/tiny-guest.ts', 'shared/converter/fstab.ts']], [pipeline, ['shared/converter/fstab.ts', 'test/fixtures/guests.ts']]] as const) {
+      const base = proofKey(spec).key;
+      for (const f of inputs) expect(proofKey(spec, changed(f)).key, `${spec.name}: ${f}`).to.not.equal(base);
+      expect(proofKey(spec, changed('docs/testing.md')).key, `${spec.name}: docs`).to.equal(base);
+    }
+  });
+
   it('another qemu, OVMF, libguestfs or kernel version, or another fixture, changes the key', () => {
     const tools = toolVersions();
     expect(tools['qemu-system-x86']).to.match(/^\d/);
