@@ -20,6 +20,7 @@ import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { createPlanVm, PLAN_CAPS, type PlanStack, startPlanStack } from '../plans/fixture';
 import { makeSnapshotChain, upload } from './fixture';
 import { tolerate } from '../helpers/teardown';
+import { keys } from '../../shared/redis';
 
 const MIB = 1024 * 1024;
 const BOOT_BYTES = 48 * MIB;
@@ -32,6 +33,7 @@ interface JobResult {
   repair_beside_copy: { ran: boolean; reason?: string; repair?: Span; copy?: Span; overlap_seconds?: number };
 }
 interface Span { started_at: string; finished_at: string }
+/** A progress event as the job store keeps it in its Redis stream (queue/store.ts). */
 interface StoredEvent { phase: string; timestamp: string; message: string }
 
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
@@ -200,8 +202,9 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(t(bc.repair!.started_at)).to.be.below(t(bc.copy!.finished_at));
     expect(t(bc.copy!.started_at)).to.be.below(t(bc.repair!.finished_at));
     expect(bc.overlap_seconds).to.be.above(0);
-    // The job's own progress events say the same: the repair's stages reported while the copy was still reporting.
-    const evs = (await req<StoredEvent[]>(s.url, 'GET', `/jobs/${id}/events`)).body;
+    // The job's progress events in Redis say the same: the repair's stages reported while the copy still reported.
+    const rows = (await s.rc.xrange(keys('onepass').events(id), '-', '+')) as [string, string[]][];
+    const evs = rows.map(([, f]) => JSON.parse(f[1]) as StoredEvent);
     const lastCopy = Math.max(...evs.filter((e) => e.phase === 'export').map((e) => t(e.timestamp)));
     const repairEvs = evs.filter((e) => e.phase === 'fix' && e.message.endsWith('(beside the copy)'));
     expect(repairEvs.length, JSON.stringify(evs.map((e) => [e.phase, e.message]))).to.be.above(0);
