@@ -63,7 +63,14 @@ export const migrateVm: Operation = async (ctx) => {
   const place = async (disks: PlannedDisk[], src: { manager: Manager; vm: VmDetail }) => {
     await placeForOnePass(ctx, { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir }, disks);
     refused = besideCopyRefused(disks);
-    if (!refused) beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks });
+    if (refused) return;
+    // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy.
+    beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks }).catch((e: Error) => {
+      if (ctx.signal.aborted) throw e;
+      refused = `the reader of the source did not start (${e.message}): the repair runs after the copy`;
+      ctx.log.warn(refused, { job_id: ctx.spec.job_id });
+      return undefined;
+    });
   };
   let exported: Awaited<ReturnType<typeof runExport>>;
   try {
