@@ -190,7 +190,7 @@ export const SETTINGS = {
   FERRY_WORKER_ID: text(undefined, { group: J, max: 200, pattern: /^\S+$/, expect: 'a name without spaces, at most 200 characters', doc: 'a worker\'s id (--id overrides); unset: <hostname>-<pid>' }),
   FERRY_GUEST_PREFLIGHT: bool(true, { group: J, doc: 'plans run the guest-level preflight (an appliance per VM) unless a plan says otherwise' }),
   FERRY_GUEST_PREFLIGHT_SECONDS: int(600, 1, 86_400, { group: J, doc: 'time limit of one plan\'s guest preflight' }),
-  FERRY_GUEST_PREFLIGHT_CACHE_MB: int(256, 16, 65_536, { group: J, doc: 'nbdkit cache (MiB) per source disk read by the guest preflight' }),
+  FERRY_GUEST_PREFLIGHT_CACHE_MB: int(256, 16, 65_536, { group: J, doc: 'nbdkit cache (MiB, in /dev/shm) per source disk read by the guest preflight or the repair beside the copy' }),
   // Storage and exports
   FERRY_INPUT_ROOTS: list(':', ABSOLUTE, 'absolute paths', { group: S, doc: 'folders jobs may read from; unset: the temp folder, /srv and FERRY_DATA_DIR' }),
   FERRY_OUTPUT_ROOTS: list(':', ABSOLUTE, 'absolute paths', { group: S, doc: 'folders jobs may write to; unset: as FERRY_INPUT_ROOTS' }),

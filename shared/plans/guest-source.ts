@@ -59,13 +59,17 @@ const connectable = (sock: string) => new Promise<boolean>((resolve) => {
   c.on('error', () => resolve(false));
 });
 
-export interface NbdSource { uri: string; format: string; stop: () => Promise<void> }
+/** `uri` for libguestfs, `qemuUri` for qemu's own block layer (an overlay's backing file). */
+export interface NbdSource { uri: string; qemuUri: string; format: string; stop: () => Promise<void> }
 
-/** Starts nbdkit for one disk; resolves once its socket accepts connections (or rejects with nbdkit's words). */
-export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal): Promise<NbdSource> {
+/** Starts nbdkit for one disk; resolves once its socket accepts connections (or rejects with nbdkit's words).
+ *  `retry`: the retry filter under the cache, as virt-v2v reads its sources, so a dropped connection or a
+ *  failed read is tried again on a fresh connection instead of failing the reader (the repair beside the copy,
+ *  which reads for minutes while the copy loads the same manager). */
+export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal, o: { retry?: boolean } = {}): Promise<NbdSource> {
   const dir = privateDir();
   const sock = path.join(dir, 'nbd.sock');
-  const args = ['--readonly', '--foreground', '--exit-with-parent', '--unix', sock, '--filter=cache', 'curl', `url=${folderUrl(m, d).href}`,
+  const args = ['--readonly', '--foreground', '--exit-with-parent', '--unix', sock, '--filter=cache', ...(o.retry ? ['--filter=retry'] : []), 'curl', `url=${folderUrl(m, d).href}`,
     'cookie=-3', 'protocols=https,http', 'followlocation=false', 'timeout=60', 'cache-on-read=true', `cache-max-size=${cacheMiB()}M`];
   if (m.creds.insecure) args.push('sslverify=false');
   else if (m.creds.ca) {
@@ -101,5 +105,5 @@ export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal): 
       await new Promise((r) => setTimeout(r, 50));
     }
   } catch (e) { await stop(); throw e; }
-  return { uri: `nbd://?socket=${sock}`, format: d.format, stop };
+  return { uri: `nbd://?socket=${sock}`, qemuUri: `nbd+unix:///?socket=${sock}`, format: d.format, stop };
 }

@@ -72,3 +72,13 @@ export async function writeManifest(outputDir: string, manifest: Record<string, 
   await fs.rename(`${mp}.tmp`, mp);
   return mp;
 }
+
+/** The manifest the repair beside the copy starts from (services/worker/operations/repair-beside-copy.ts), before
+ *  any byte is copied: the VM as the manifest describes it, each disk's local_path its target volume, and no
+ *  checksums (the copy computes them; the block check after the merge holds the repair to them). */
+export function repairManifest(d: VmDetail, disks: PlannedDisk[], exportId: string) {
+  const none = '0'.repeat(64); // placeholders for buildManifest's checksums, removed below
+  const sums: Sums = new Map(disks.flatMap((x) => x.files.map((f) => [f.local, { sha256: none }] as const)));
+  const m = buildManifest({ d, disks, sums, notes: ['the repair beside the copy: read from the source through nbdkit while the copy writes the volumes'], warnings: [], exportId });
+  return { ...m, disks: m.disks.map((x, i) => ({ ...x, local_path: disks[i].extent?.target ?? x.local_path, source_format: 'raw', checksum: undefined, files: undefined, data_path: undefined })) };
+}

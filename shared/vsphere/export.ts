@@ -44,8 +44,9 @@ export interface ExportRequest {
   /** Changes made to the source VM, as they happen (the job's history records them). */
   onAction?: (message: string) => void | Promise<void>;
   /** One pass (a migration job): after the plan, before any byte moves. Sets `extent.target` on the disks whose
-   *  bytes go straight into a volume, `fallback` on the others, and refuses what does not fit (it throws). */
-  place?: (disks: PlannedDisk[]) => Promise<void>;
+   *  bytes go straight into a volume, `fallback` on the others, and refuses what does not fit (it throws). It gets
+   *  the manager and the VM too: the repair beside the copy starts there, reading the source while it is copied. */
+  place?: (disks: PlannedDisk[], source: { manager: Manager; vm: VmDetail }) => Promise<void>;
 }
 
 export interface ExportProgress extends DownloadStats {
@@ -352,7 +353,7 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const d = await prepareVm(m, r, act);
   await fs.mkdir(r.outputDir, { recursive: true });
   const disks = await plan(m, d, r.outputDir, r.signal, warnings);
-  await r.place?.(disks);
+  await r.place?.(disks, { manager: m, vm: d });
   const all = [...new Set(disks.flatMap((x) => x.files))];
   const claim = await claimFiles(r, all);
   const todo = all.filter((f) => !claim.have.has(f.local));

@@ -4,7 +4,10 @@
 // folder) and equals its source with exactly the repair's writes, while the delta disk falls back to the export
 // folder, named in the result, the report and the manifest, and equals its source; a dropped connection and a
 // worker killed mid-copy, after which the job resumes into the same volume file; and a pool too small for the
-// disk, refused before any byte moves with both sizes named.
+// disk, refused before any byte moves with both sizes named. The repair beside the copy (issue 36 item 2): a flat
+// one-disk VM repaired on an overlay over an nbdkit reader of its source while the copy runs, the two overlapping
+// in the job's recorded spans and progress events, the volume equal to its source plus exactly the repair's writes,
+// the source's files unchanged.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomFillSync } from 'node:crypto';
@@ -17,6 +20,7 @@ import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { createPlanVm, PLAN_CAPS, type PlanStack, startPlanStack } from '../plans/fixture';
 import { makeSnapshotChain, upload } from './fixture';
 import { tolerate } from '../helpers/teardown';
+import { keys } from '../../shared/redis';
 
 const MIB = 1024 * 1024;
 const BOOT_BYTES = 48 * MIB;
@@ -26,7 +30,11 @@ interface JobResult {
   volumes: { path: string; format: string }[]; data_path: { mode: string; reason?: string; volume?: string; sha256?: string; verified?: string; block_check?: BlockCheck }[];
   conversion: { report_path: string; artifacts: { disk_id: string; path: string; modified_by_fix?: boolean }[] };
   export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number }; boot: { status: string };
+  repair_beside_copy: { ran: boolean; reason?: string; repair?: Span; copy?: Span; overlap_seconds?: number };
 }
+interface Span { started_at: string; finished_at: string }
+/** A progress event as the job store keeps it in its Redis stream (queue/store.ts). */
+interface StoredEvent { phase: string; timestamp: string; message: string }
 
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
 const qemuImg = (args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
@@ -94,6 +102,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     // The descriptor names its extent "boot-flat.vmdk": each VM's files keep those names in its own folder.
     await addVm('od', '00:50:56:36:00:01', [flat('boot'), { file: 'base-000001.vmdk', bytes: chain.bytes, local: [[chain.delta, 'base-000001.vmdk'], [chain.base, 'base.vmdk'], [chain.baseExtent, 'base-flat.vmdk']] }]);
     await addVm('kr', '00:50:56:36:00:02', [flat('boot')]);
+    await addVm('ov', '00:50:56:36:00:04', [flat('boot')]);
     // 15 TiB of flat disk, sparse on the simulator's datastore: more than any pool here holds.
     const huge = path.join(s.dir, 'huge');
     mkdirSync(huge, { recursive: true });
@@ -108,7 +117,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
   after(async () => {
     await Promise.all(workers.map((w) => w.kill()));
     await proxy?.close();
-    for (const d of ['od', 'kr']) {
+    for (const d of ['od', 'kr', 'ov']) {
       await s.lv.virsh(['destroy', d]).catch(tolerate(`destroy ${d}`));
       await s.lv.virsh(['undefine', d, '--remove-all-storage']).catch(tolerate(`undefine ${d}`));
     }
@@ -127,6 +136,9 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(b.verified).to.be.a('string');
     expect(d.mode).to.equal('export_folder');
     expect(d.reason).to.include('snapshot delta chain of 2 files');
+    // A disk through the export folder: the repair reads every disk, so it waited for the copy, saying why.
+    expect(res.repair_beside_copy.ran).to.equal(false);
+    expect(res.repair_beside_copy.reason).to.include('goes through the export folder').and.include('snapshot delta chain');
     // The report and the manifest say the same.
     const report = JSON.parse(readFileSync(res.conversion.report_path, 'utf8')) as { data_path: { mode: string; reason?: string }[] };
     expect(report.data_path.map((x) => x.mode)).to.deep.equal(['one_pass', 'export_folder']);
@@ -175,6 +187,52 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(sha256(path.join(s.v.datastores.LocalDS_0, 'od', 'boot-flat.vmdk'))).to.equal(sha256(boot.extent));
   });
 
+  it('the repair runs beside the copy, on an overlay over an nbdkit reader of the source: overlapped in time, the volume is source + exactly its writes, the source unchanged', async () => {
+    proxy.throttle(1024 * 1024); // 1 MiB/s per connection: the copy of 48 MiB takes about 12 s on 4 streams
+    const id = await submit('ov');
+    const r = await finished(id);
+    proxy.throttle(0);
+    expect(r.status, JSON.stringify(r.state_history)).to.equal('completed');
+    const res = r.result!;
+    expect(res.boot.status).to.equal('passed');
+    const bc = res.repair_beside_copy;
+    expect(bc.ran, JSON.stringify(bc)).to.equal(true);
+    const t = (x: string) => Date.parse(x);
+    // The recorded spans overlap: the repair started before the copy ended, and the copy before the repair ended.
+    expect(t(bc.repair!.started_at)).to.be.below(t(bc.copy!.finished_at));
+    expect(t(bc.copy!.started_at)).to.be.below(t(bc.repair!.finished_at));
+    expect(bc.overlap_seconds).to.be.above(0);
+    // The job's progress events in Redis say the same: the repair's stages reported while the copy still reported.
+    const rows = (await s.rc.xrange(keys('onepass').events(id), '-', '+')) as [string, string[]][];
+    const evs = rows.map(([, f]) => JSON.parse(f[1]) as StoredEvent);
+    const lastCopy = Math.max(...evs.filter((e) => e.phase === 'export').map((e) => t(e.timestamp)));
+    const repairEvs = evs.filter((e) => e.phase === 'fix' && e.message.endsWith('(beside the copy)'));
+    expect(repairEvs.length, JSON.stringify(evs.map((e) => [e.phase, e.message]))).to.be.above(0);
+    expect(Math.min(...repairEvs.map((e) => t(e.timestamp))), 'a repair event before the last copy event').to.be.below(lastCopy);
+    // The pipeline's report has the fix stage starting before the copy finished, on the source through nbdkit.
+    const report = JSON.parse(readFileSync(res.conversion.report_path, 'utf8')) as { stages: Record<string, { started_at?: string; result?: { disks?: { read_from?: string }[] } }> };
+    expect(t(report.stages.fix.started_at!)).to.be.below(t(bc.copy!.finished_at));
+    expect(report.stages.inspect.result!.disks![0].read_from).to.include('nbdkit');
+    // The merge: the blocks the repair wrote come from its overlay's map, every other block re-hashed as served.
+    const b = res.data_path[0];
+    expect(b.mode).to.equal('one_pass');
+    expect(b.sha256).to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(b.block_check!.repair_written.length).to.be.above(0).and.below(48);
+    expect(b.block_check!.checked_after_merge).to.equal(48 - b.block_check!.repair_written.length);
+    const overlay = res.conversion.artifacts[0];
+    expect(overlay.modified_by_fix).to.equal(true);
+    // The overlay was rebased onto the one-pass volume (by its partial name, which the import then renamed) before
+    // its merge: no reference to the nbdkit reader is left.
+    const info = JSON.parse(qemuImg(['info', '--output=json', '-U', '-f', 'qcow2', overlay.path])) as { 'backing-filename': string };
+    expect(info['backing-filename']).to.equal(b.volume);
+    expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, res.volumes[0].path]), 'the repair was merged').to.equal(false);
+    expect(repairedExactly(res.volumes[0].path, overlay.path)).to.equal(true);
+    // The source VM's files on the datastore are as uploaded: nbdkit read them, nothing wrote them.
+    const ds = path.join(s.v.datastores.LocalDS_0, 'ov');
+    expect(sha256(path.join(ds, 'boot-flat.vmdk'))).to.equal(sha256(boot.extent));
+    expect(sha256(path.join(ds, 'boot.vmdk'))).to.equal(sha256(boot.desc));
+  });
+
   it('a dropped connection and a worker killed mid-copy: the job resumes into the same volume file and the result still compares equal', async () => {
     proxy.throttle(1024 * 1024); // 1 MiB/s per connection: the 48 MiB disk takes about 12 s on 4 streams
     proxy.cutAfter(3 * MIB, 1);
@@ -194,6 +252,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(r.state_history.map((h) => h.reason ?? '').join('\n')).to.match(/op-1 lost/);
     const res = r.result!;
     expect(res.data_path[0].mode).to.equal('one_pass');
+    expect(res.repair_beside_copy.ran, 'the retry ran its repair beside the resumed copy').to.equal(true);
     // The same file, continued: what the killed worker wrote was read back for the hash, not fetched again.
     expect(statSync(res.volumes[0].path).ino).to.equal(inode);
     expect(res.export.bytes_rehashed).to.be.at.least(4 * MIB);

@@ -14,6 +14,9 @@ import { jobUri } from '../../../shared/libvirt/uri';
 import { setting } from '../../../shared/settings';
 import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
 import { placeForOnePass } from './one-pass';
+import { besideCopyRefused, besideCopyResult, startRepairBesideCopy, type BesideCopy } from './repair-beside-copy';
+import type { Manager } from '../../../shared/vsphere/client';
+import type { VmDetail } from '../../../shared/vsphere/inventory';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
  *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there
@@ -53,10 +56,38 @@ export const migrateVm: Operation = async (ctx) => {
   jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   // One pass (docs/pipeline.md): the disks that can go straight into their volumes are chosen, and the space
-  // checked, after the export's plan and before any byte moves.
-  const place = (disks: PlannedDisk[]) => placeForOnePass(ctx, { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir }, disks);
-  const exported = await runExport(ctx, p, dir, 'export', 'export folder', place);
-  return afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test });
+  // checked, after the export's plan and before any byte moves; when every disk goes one pass, the repair starts
+  // there too, beside the copy (repair-beside-copy.ts).
+  let beside: BesideCopy | undefined;
+  let refused: string | undefined;
+  const place = async (disks: PlannedDisk[], src: { manager: Manager; vm: VmDetail }) => {
+    await placeForOnePass(ctx, { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir }, disks);
+    refused = besideCopyRefused(disks);
+    if (refused) return;
+    // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy.
+    beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks }).catch((e: Error) => {
+      if (ctx.signal.aborted) throw e;
+      refused = `the reader of the source did not start (${e.message}): the repair runs after the copy`;
+      ctx.log.warn(refused, { job_id: ctx.spec.job_id });
+      return undefined;
+    });
+  };
+  let exported: Awaited<ReturnType<typeof runExport>>;
+  try {
+    exported = await runExport(ctx, p, dir, 'export', 'export folder', place);
+  } catch (e) {
+    await beside?.abort(`the copy failed: ${(e as Error).message}`);
+    throw e;
+  }
+  if (beside) beside.copy.finished_at = new Date().toISOString();
+  let result: Record<string, unknown>;
+  try {
+    result = await afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test, beside });
+  } catch (e) {
+    await beside?.abort(`the migration failed: ${(e as Error).message}`); // a no-op once the repair has finished
+    throw e;
+  }
+  return { ...result, repair_beside_copy: besideCopyResult(beside, refused) };
 };
 
 /** The manager's export slot, then a plan job's own slots (ESXi host, datastore, target host, plan); all or none. */

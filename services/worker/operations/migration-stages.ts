@@ -10,14 +10,14 @@ import { OperationError } from '../../../shared/errors';
 import { promises as fs } from 'node:fs';
 import { defaultPool, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
 import { writeManifest } from '../../../shared/vsphere/export-manifest';
-import { mergeIntoPool, type BlockCheck } from './one-pass';
+import { mergeIntoPool, pipelineManifest, type BlockCheck } from './one-pass';
+import { finishBesideCopy, type BesideCopy } from './repair-beside-copy';
 import type { BlockHashes } from '../../../shared/vsphere/block-hash';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { jobPattern } from '../../../shared/linear-regex';
 import { validateManifest } from '../../../shared/schemas/manifest';
 import type { ExportResult } from '../../../shared/vsphere/export';
 import { testBootLibvirt } from '../../../shared/converter/testboot';
-import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import { migrateManifest } from './migrate';
 import { clearEarlierAttempts, finalRefusal } from './import';
 import type { OpContext } from './types';
@@ -35,35 +35,22 @@ export interface AfterExportInput {
   domain_name?: string;
   conversion_method?: string;
   virt_test?: { expect?: string; timeout_seconds?: number };
+  /** The repair started beside the copy (repair-beside-copy.ts); without it the repair runs here, after the copy. */
+  beside?: BesideCopy;
 }
 
 /** How each exported disk's bytes travelled (the manifest's data_path, shared/vsphere/export-manifest.ts). */
 type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 
-/** The pipeline's manifest for the exported disks: every repair a VMware guest needs on KVM, the outputs beside the
- *  export. One pass: the repair-only mode (qcow2 overlays, no conversion) with each one-pass disk read from its
- *  volume (raw, no checksum for the inspect stage to read it whole for: the block check around the merge re-hashes
- *  every block once, mergeIntoPool). */
-function pipelineManifest(input: AfterExportInput, dir: string, volumes: (string | undefined)[]) {
-  const raw = input.exported.manifest as { disks: (ExportedDisk & Record<string, unknown>)[] };
-  const onePass = volumes.some(Boolean);
-  return validateManifest({
-    ...raw,
-    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: undefined } : d)),
-    pipeline: { inspect: { enabled: true }, convert: { enabled: !onePass }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
-    output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
-  });
-}
-
 /** The repair (and, without one pass, the conversion) of the exported disks, then each disk as the import takes
  *  it: converted in the export folder (today's path), or already in the pool (one pass: mergeIntoPool). */
 async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string, v: Virsh) {
   const disks = (input.exported.manifest as { disks: ExportedDisk[] }).disks;
   const volumes = disks.map((d) => (d.data_path?.mode === 'one_pass' ? d.data_path.volume : undefined));
-  const manifest = pipelineManifest(input, dir, volumes);
+  const manifest = pipelineManifest(input.exported.manifest, dir, volumes);
   // migrate's result is the pipeline's report (runPipeline); one pass's volumes are Ferry's own, not job input.
-  const report = await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }, new Set(volumes.filter((x): x is string => !!x)));
+  const report = input.beside ? await finishBesideCopy(ctx, input.beside) : await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }, new Set(volumes.filter((x): x is string => !!x)));
   const artifacts = [...(report.artifacts as { disk_id: string; path: string; format: string; boot_order: number; modified_by_fix?: boolean }[])].sort((a, b) => a.boot_order - b.boot_order);
   // What an earlier attempt made goes, except the volumes this attempt resumed into and has just repaired.
   await clearEarlierAttempts(ctx, 'import', new Set(volumes.filter((x): x is string => !!x)));

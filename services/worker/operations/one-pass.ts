@@ -15,6 +15,8 @@ import { poolShortfall, sizeText } from '../../../shared/libvirt/space';
 import { convert, run as runTool, QEMU_IMG } from '../../../shared/qemu';
 import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
 import { blocksWritten, checkBlocks, type BlockHashes } from '../../../shared/vsphere/block-hash';
+import { validateManifest } from '../../../shared/schemas/manifest';
+import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
 import type { OpContext } from './types';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
@@ -109,4 +111,19 @@ export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: 
     out.push({ path: part, format: 'qcow2', inPool: true });
   }
   return out;
+}
+
+/** The pipeline's manifest for the exported disks: every repair a VMware guest needs on KVM, the outputs beside the
+ *  export. One pass: the repair-only mode (qcow2 overlays, no conversion) with each one-pass disk read from its
+ *  volume (raw, no checksum for the inspect stage to read it whole for: the block check around the merge re-hashes
+ *  every block once, mergeIntoPool). */
+export function pipelineManifest(exported: Record<string, unknown>, dir: string, volumes: (string | undefined)[]) {
+  const raw = exported as { disks: ({ data_path?: { mode: string } } & Record<string, unknown>)[] };
+  const onePass = volumes.some(Boolean);
+  return validateManifest({
+    ...raw,
+    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: undefined } : d)),
+    pipeline: { inspect: { enabled: true }, convert: { enabled: !onePass }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
+    output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
+  });
 }

@@ -14,10 +14,11 @@ import { fixGuest, inspectAndMount } from '../guest';
 import { chooseFirmware } from '../firmware';
 import type { Repair, Run, StageReport } from './run';
 
-/** A qcow2 overlay at `file` whose backing file is the (untouched) source `src`. */
+/** A qcow2 overlay at `file` whose backing file is the (untouched) source `src`, a file or (the repair beside a
+ *  copy, PipelineOptions.sources) an NBD URI Ferry made. */
 async function sourceOverlay(file: string, src: string, srcFormat: string) {
   await fs.rm(file, { force: true });
-  const r = await runTool(QEMU_IMG, ['create', '-f', 'qcow2', '-b', path.resolve(src), '-F', srcFormat, file]);
+  const r = await runTool(QEMU_IMG, ['create', '-f', 'qcow2', '-b', src.startsWith('nbd+unix:') ? src : path.resolve(src), '-F', srcFormat, file]);
   if (r.code !== 0) throw new OperationError(`qemu-img create overlay: ${r.stderr.trim()}`, false);
 }
 
@@ -53,7 +54,10 @@ export async function startRepairBesideConvert(run: Run) {
 /** Fix without convert works on a qcow2 overlay of each source, written under the output's temporary name. */
 export async function overlaysForRepairOnly(run: Run) {
   if (!run.stages.fix.enabled || run.failed || run.dry || !run.work.some((w) => w.overlay)) return;
-  for (const w of run.work) await sourceOverlay(w.tmp, w.disk.local_path, w.sourceFormat);
+  for (const w of run.work) {
+    const src = run.opts.sources?.[w.disk.id];
+    await sourceOverlay(w.tmp, src?.qemuUri ?? w.disk.local_path, src?.format ?? w.sourceFormat);
+  }
 }
 
 /** Stops the repair running beside the conversion: `why` says why its outcome no longer matters. */

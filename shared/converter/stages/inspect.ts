@@ -14,6 +14,14 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
   const disksOut: Record<string, unknown>[] = [];
   for (const [i, w] of run.work.entries()) {
     const d = w.disk;
+    const src = opts.sources?.[d.id];
+    if (src) {
+      // Still being copied into local_path: qemu reads the source through its NBD reader; the copy hashes it.
+      const info = await run.timed('qemu_img_info', () => imageInfo(src.qemuUri, src.format));
+      w.sourceVirtual = info['virtual-size'];
+      disksOut.push({ disk_id: d.id, detected_format: info.format, virtual_size: info['virtual-size'], read_from: 'the source through nbdkit, while the copy writes local_path' });
+      continue;
+    }
     await fs.access(d.local_path).catch(() => { throw new Error(`disk ${d.id}: ${d.local_path} does not exist or cannot be read`); });
     // The format from the header, read by Ferry: qemu-img is never left to probe (docs/security.md).
     const header = await inspectImage(d.local_path);

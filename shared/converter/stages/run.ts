@@ -31,6 +31,10 @@ export interface PipelineOptions {
   claims?: OutputClaims;
   /** virt_test: boot the outputs once (snapshot=on, nothing written to them) after they are in place. */
   testBoot?: Omit<TestBootOptions, 'disks' | 'signal'>;
+  /** By disk id: a disk whose bytes are still being copied into its local_path (one pass, the repair beside the
+   *  copy): inspect and the repair's overlay read it from this NBD reader of the source instead, and nothing
+   *  opens local_path during the run. */
+  sources?: Record<string, { qemuUri: string; format: string }>;
 }
 
 export interface StageReport { enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>; error?: string; skipped_reason?: string }
