@@ -298,7 +298,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     // Not on the call lane: a clone copies disks. Sealing and customizing run virt-sysprep and virt-customize
     // (libguestfs, its appliance as for the repair): a worker with mount_operations too.
     capabilities: ['libvirt_access'],
-    capabilitiesFor: (p) => (virtCloneUsesGuestfs(p as { action?: string; body?: { seal?: unknown; customize?: unknown } }) ? ['libvirt_access', 'mount_operations'] : ['libvirt_access']),
+    capabilitiesFor: (p) => (virtCloneUsesGuestfs(p) ? ['libvirt_access', 'mount_operations'] : ['libvirt_access']),
     submittedBy: 'daemon',
     needsImage: false,
     parameters: Joi.object({

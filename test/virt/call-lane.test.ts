@@ -131,7 +131,7 @@ describe('the call lane: a daemon\'s virsh_call runs while long jobs hold every 
 
     // /ws: the calls' updates reach only the client that asked for internal jobs; both see the export's.
     const updates = (w: typeof plain, op: string) => w.msgs.filter((m) => m.type === 'job_update' && m.data.definition.operation === op);
-    const callIds = new Set(calls.map((c) => JSON.parse(c.spec).job_id as string));
+    const callIds = new Set(calls.map((c) => (JSON.parse(c.spec) as { job_id: string }).job_id));
     await until(() => callIds.size > 0 && [...callIds].every((id) => updates(internal, 'virsh_call').some((m) => m.data.id === id)), 30_000, 'every call on the internal /ws');
     await until(() => updates(plain, 'export').length > 0 && updates(internal, 'export').length > 0, 30_000, 'the export\'s updates on both /ws clients');
     expect(updates(plain, 'virsh_call').map((m) => m.data.id), 'calls on the plain /ws').to.deep.equal([]);
