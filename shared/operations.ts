@@ -253,7 +253,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     capabilities: ['vsphere_access', 'mount_operations', 'nbd_access'],
     submittedBy: 'daemon',
     // The daemon waits on it within FERRY_GUEST_PREFLIGHT_SECONDS: behind a long export it would find every guest
-    // unreadable. It holds one call slot for at most that bound (docs/deploy.md, "The call lane").
+    // unreadable. It holds one call slot for at most that bound (docs/deploy.md, "What the daemon runs", its call lane table).
     lane: 'call',
     needsImage: false,
     parameters: Joi.object({
