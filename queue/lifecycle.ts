@@ -109,9 +109,9 @@ export class Lifecycle {
     await checkSubmittedImages(OPERATIONS[spec.operation]?.images?.(spec) ?? []);
     const queue = queueName(req);
     const p = spec.execution_policy;
-    // A call of the call lane is noted before its record exists, so none escapes its own short retention
-    // (JobStore.purgeCalls) or shows in the job lists: an id whose record never came is forgotten by the sweep.
-    if (req.lane === 'call') await this.store.redis.zadd(this.store.k.jobsCalls, Date.now(), spec.job_id);
+    // The daemon's plumbing (OPERATIONS[op].brief) is noted before its record exists, so none escapes its own short
+    // retention (JobStore.purgeCalls) or shows in the job lists: an id whose record never came is forgotten by the sweep.
+    if (OPERATIONS[spec.operation]?.brief) await this.store.redis.zadd(this.store.k.jobsCalls, Date.now(), spec.job_id);
     const steps: Step[] = [{ to: 'VALIDATED', reason: 'specification validated' }];
     if (opts.enqueue) steps.push({ to: 'QUEUED', reason: `queued on ${queue} with priority ${p.priority}` });
     const { created } = await this.store.create(spec.job_id, {

@@ -16,7 +16,7 @@ export const PRIVILEGED = 'PRIVILEGED_CONTAINER';
 export interface Requirements {
   capabilities: string[];
   execution_mode?: string;
-  /** `call`: a short internal call the daemon waits on (virsh_call, shared/operations.ts `lane`), queued apart
+  /** `call`: internal work someone waits on (virsh_call, vm_power, guest_preflight, rollback_kvm: shared/operations.ts `lane`), queued apart
    *  ("calls.*") and taken by a worker's call slots, which long jobs never occupy (services/worker/runner.ts). */
   lane?: 'call';
 }

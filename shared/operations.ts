@@ -41,9 +41,14 @@ export interface OperationDef {
   submittedBy?: 'daemon' | 'plan';
   /** The role the caller (for a plan: its starter) needs beyond submit, as the same direct action needs it. */
   role?: 'admin';
-  /** `call`: a short call the daemon waits on, queued on the call lane ("calls.*", shared/capabilities.ts) that
-   *  every worker serves with slots of its own (FERRY_WORKER_CALL_SLOTS), so it never waits behind long jobs. */
+  /** `call`: work someone waits on that must not queue behind long jobs (the daemon's virsh_call and power
+   *  actions, a plan's guest read, a rollback), queued on the call lane ("calls.*", shared/capabilities.ts) that
+   *  every worker serves with slots of its own (FERRY_WORKER_CALL_SLOTS). Claims, leases, retries and audit are
+   *  the same as on the job lane: only which slots take it differs. */
   lane?: 'call';
+  /** The daemon's own plumbing (virsh_call): its record is kept minutes (FERRY_CALL_RETENTION) and left out of
+   *  job lists, the WebSocket and bulk cancel; without it a job is an operator's, listed and kept as any other. */
+  brief?: true;
 }
 
 /** What migrateCapabilities reads of a manifest's pipeline. */
@@ -128,6 +133,11 @@ export function migrateCapabilities(p: { manifest?: { pipeline?: PipelineFlags }
   if (!st) return [...caps];
   if (st.fix?.enabled || (st.inspect?.enabled && st.inspect?.collect_guest_info)) caps.add('mount_operations');
   return [...caps];
+}
+
+/** Whether a virt_clone job seals (template_create with seal) or customizes (template_deploy with customize). */
+export function virtCloneUsesGuestfs(p: { action?: string; body?: { seal?: unknown; customize?: unknown } }): boolean {
+  return (p.action === 'template_create' && !!p.body?.seal) || (p.action === 'template_deploy' && !!p.body?.customize);
 }
 
 /** The job a plan side effect acts on: what it recorded (its ledger, its source), never a name given here. */
@@ -242,6 +252,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
     // (mount_operations, as the repair), both reaching the manager (vsphere_access): docs/plans.md.
     capabilities: ['vsphere_access', 'mount_operations', 'nbd_access'],
     submittedBy: 'daemon',
+    // The daemon waits on it within FERRY_GUEST_PREFLIGHT_SECONDS: behind a long export it would find every guest
+    // unreadable. It holds one call slot for at most that bound (docs/deploy.md, "What the daemon runs", its call lane table).
+    lane: 'call',
     needsImage: false,
     parameters: Joi.object({
       ...managerRef,
@@ -254,6 +267,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
   vm_power: {
     capabilities: ['vsphere_access'],
     submittedBy: 'daemon',
+    lane: 'call', // the admin's request waits on it: a power action is a few vSphere calls, never behind an export
     needsImage: false,
     parameters: Joi.object({
       ...managerRef,
@@ -268,6 +282,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     capabilities: ['libvirt_access'],
     submittedBy: 'daemon',
     lane: 'call',
+    brief: true,
     needsImage: false,
     parameters: Joi.object({
       uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
@@ -280,8 +295,10 @@ export const OPERATIONS: Record<string, OperationDef> = {
   virt_clone: {
     // POST /virt/clone, /virt/clone/multiple, /virt/template/create and /deploy when FERRY_LIBVIRT_VIA=worker: virt-clone
     // runs whole on a worker with libvirt_access (services/worker/operations/virt-clone.ts), its virsh there too.
-    // Not on the call lane: a clone copies disks. Sealing and customizing (libguestfs) stay refused in that mode.
+    // Not on the call lane: a clone copies disks. Sealing and customizing run virt-sysprep and virt-customize
+    // (libguestfs, its appliance as for the repair): a worker with mount_operations too.
     capabilities: ['libvirt_access'],
+    capabilitiesFor: (p) => (virtCloneUsesGuestfs(p) ? ['libvirt_access', 'mount_operations'] : ['libvirt_access']),
     submittedBy: 'daemon',
     needsImage: false,
     parameters: Joi.object({
@@ -289,7 +306,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       action: Joi.string().valid('clone', 'clone_multiple', 'template_create', 'template_deploy').required(),
       body: Joi.object().unknown(true).required().description('the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
     }),
-    description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone (submitted by the daemon only, for an admin)',
+    description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone, with mount_operations too when it seals or customizes (virt-sysprep, virt-customize) (submitted by the daemon only, for an admin)',
   },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
@@ -298,6 +315,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
     capabilitiesFor: (p) => ((p as { power_on_source?: boolean }).power_on_source ? ['libvirt_access', 'vsphere_access'] : ['libvirt_access']),
     needsImage: false,
     submittedBy: 'plan',
+    // A rollback goes before the plan's next migrations and an admin's rollback call waits on it: a few virsh
+    // calls by UUID and key, on the call lane. Still claimed once, by the ledger only, and audited (plan-effects).
+    lane: 'call',
     parameters: Joi.object({
       of_job: ofJob,
       power_on_source: Joi.boolean().default(false).description('power the named job\'s source VM back on (it was on before the plan powered it off)'),

@@ -185,7 +185,7 @@ export const SETTINGS = {
   FERRY_WORKER_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)', { group: J, doc: 'a worker\'s capabilities (--capabilities overrides)' }, ['img_tool']),
   FERRY_EXECUTION_MODE: oneOf(['PROCESS', 'CONTAINER', 'PRIVILEGED_CONTAINER'] as const, 'PROCESS', { group: J, doc: 'a worker\'s execution mode (--execution-mode overrides)' }),
   FERRY_WORKER_CONCURRENCY: int(1, 1, 64, { group: J, doc: 'jobs one worker process runs at once (--concurrency overrides)' }),
-  FERRY_WORKER_CALL_SLOTS: int(2, 1, 16, { group: J, doc: 'slots of a worker process for the call lane only (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker), beside its FERRY_WORKER_CONCURRENCY job slots, so a call starts while long jobs hold every job slot (--call-slots overrides)' }),
+  FERRY_WORKER_CALL_SLOTS: int(2, 1, 16, { group: J, doc: 'slots of a worker process for the call lane only (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker, vm_power, guest_preflight, a plan\'s rollback_kvm), beside its FERRY_WORKER_CONCURRENCY job slots, so a call starts while long jobs hold every job slot (--call-slots overrides)' }),
   FERRY_WORKER_METRICS_PORT: port(undefined, { group: J, doc: 'a worker\'s /metrics port (0 = any free port; unset = none; --metrics-port overrides)' }),
   FERRY_WORKER_ID: text(undefined, { group: J, max: 200, pattern: /^\S+$/, expect: 'a name without spaces, at most 200 characters', doc: 'a worker\'s id (--id overrides); unset: <hostname>-<pid>' }),
   FERRY_GUEST_PREFLIGHT: bool(true, { group: J, doc: 'plans run the guest-level preflight (an appliance per VM) unless a plan says otherwise' }),

@@ -28,7 +28,7 @@ function addBatchRoutes(add: AddVirt, v: L.Virsh) {
 
 function addCloneRoutes(add: AddVirt, v: L.Virsh) {
   // Clones and templates. With FERRY_LIBVIRT_VIA=worker (v a JobVirsh) each runs whole on a worker (virt_clone),
-  // where virt-clone is; sealing and customizing (libguestfs on this machine) are still refused there.
+  // where virt-clone is; sealing and customizing on one that also has libguestfs (mount_operations).
   const w = v instanceof JobVirsh ? v : null;
   add('post', 'admin', '/virt/clone', 'Clone a shut-off or paused domain with virt-clone', { body: S.cloneBody, created: true }, async ({ body }) => {
     for (const [i, f] of (body.files || []).entries()) await L.confinePath(f, 'output', `files[${i}]`);
@@ -39,12 +39,10 @@ function addCloneRoutes(add: AddVirt, v: L.Virsh) {
     return [`${r.successful} of ${r.total} clones of ${body.source} created`, r];
   });
   add('post', 'admin', '/virt/template/create', 'Mark a domain (or a clone of it named name) as a template in its <metadata>; seal runs virt-sysprep', { body: S.templateCreateBody, created: true }, async ({ body }) => {
-    if (body.seal) refuseLocalWork(v, 'POST /virt/template/create with seal (virt-sysprep)');
     const r = w ? (await w.onWorker('template_create', body, CLONE_MS)) as Awaited<ReturnType<typeof L.createTemplate>> : await L.createTemplate(v, body);
     return [`template ${r.name} created`, r];
   });
   add('post', 'admin', '/virt/template/deploy', 'A new domain from a template: clone, memory (MiB), vCPUs, network, autostart, virt-customize', { body: S.templateDeployBody, created: true }, async ({ body }) => {
-    if (body.customize) refuseLocalWork(v, 'POST /virt/template/deploy with customize (virt-customize)');
     return [`domain ${body.name} deployed from ${body.template}`, w ? await w.onWorker('template_deploy', body, CLONE_MS) : await L.deployTemplate(v, body)];
   });
   add('get', 'read', '/virt/template/list', 'Marked templates, plus domains named with the word template or shut off (reason says which)', {}, async () => {

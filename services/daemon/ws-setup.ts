@@ -46,8 +46,8 @@ export function createWsHub(s: WsSetup): WsHub {
     pingIntervalMs: cfg.websocket.ping_interval_seconds * 1000,
     maxBufferedBytes: cfg.websocket.max_buffered_bytes,
     status: s.status,
-    firstPage: async () => {
-      const { total, ids } = await q.store.list({ limit: 100 });
+    firstPage: async (internal) => {
+      const { total, ids } = await q.store.list({ limit: 100, internal });
       return { jobs: await jobViews(q.store, ids), total, limit: 100 };
     },
     metrics: s.metrics,

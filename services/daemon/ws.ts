@@ -7,6 +7,8 @@
 // identical to the one sent before for that job is not sent again. Serialised once for all clients; under a steady
 // stream, the messages of up to 100 ms leave together, one write per client (FLUSH_GAP_MS); a slow client
 // keeps only the latest update per job instead of an unbounded buffer; clients that miss a ping are dropped.
+// The daemon's own plumbing (an operation marked `brief`: virsh_call) is left out of `jobs` and `job_update` as the
+// job lists leave it out, unless an admin connects with ?internal=true (another role: 403 naming internal).
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
@@ -21,15 +23,20 @@ import type { Caller } from '../../shared/auth';
 import { browserRefusal, BrowserRule } from '../../shared/browser';
 import { runAs } from '../../shared/limits';
 import { clientAddress } from '../../shared/client-address';
+import { adminOnly } from '../../shared/admin-only';
+import { ApiError } from '../../shared/errors';
+import { INTERNAL_JOBS_WHY } from '../../shared/schemas/job';
+import { OPERATIONS } from '../../shared/operations';
 
 /** `socket` is the connection ws writes to (handleUpgrade's): corked across a batch of updates (flush). */
-interface Client { ws: WebSocket; socket: Duplex; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, Buffer> }
+interface Client { ws: WebSocket; socket: Duplex; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, Buffer>; internal: boolean }
 
 export interface WsDeps {
   bus: Bus; store: JobStore;
   statusIntervalMs: number; pingIntervalMs: number; maxBufferedBytes: number;
   status: () => Promise<object>;
-  firstPage: () => Promise<object>;
+  /** The first page of jobs; `internal` includes the daemon's calls (store.list). */
+  firstPage: (internal: boolean) => Promise<object>;
   metrics: () => Promise<object>;
   /** status 401/403 refuses the upgrade with the message; 0 lets it through, with the caller (null: auth off) and
    *  `who` (the spawn caps' caller). */
@@ -62,6 +69,19 @@ export function refuseUpgrade(socket: Duplex, code: number, text: string, retryA
   const body = JSON.stringify(daemonEnvelope(code, text));
   const extra = (code === 401 ? 'WWW-Authenticate: Bearer\r\n' : '') + (retryAfter ? `Retry-After: ${retryAfter}\r\n` : '');
   socket.end(`HTTP/1.1 ${code} ${REASONS[code] || 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${extra}\r\n${body}`);
+}
+
+/** `?internal=true` on /ws: true for an admin (or with auth off), the 403's message for another role; false unasked. */
+function internalAsked(req: http.IncomingMessage, caller: Caller | null | undefined): boolean | string {
+  const v = new URL(req.url || '/', 'http://x').searchParams.get('internal');
+  if (v !== 'true' && v !== '1') return false;
+  try {
+    adminOnly(caller, 'internal', INTERNAL_JOBS_WHY);
+    return true;
+  } catch (e) {
+    if (e instanceof ApiError) return e.message;
+    throw e;
+  }
 }
 
 export class WsHub {
@@ -99,7 +119,9 @@ export class WsHub {
       this.d.authorize(req).then((v) => {
         if (v.status) { this.d.audit?.(req, { path, status: v.status, reason: v.message }); return refuseUpgrade(socket, v.status, v.message); }
         if (other) return runAs(v.who || `addr:${clientAddress(req)}`, () => other(req, socket, head, v.caller ?? null));
-        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, socket, kind));
+        const internal = internalAsked(req, v.caller);
+        if (typeof internal === 'string') { this.d.audit?.(req, { path, status: 403, reason: internal }); return refuseUpgrade(socket, 403, internal); }
+        this.wss.handleUpgrade(req, socket, head, (ws) => this.connected(ws, socket, kind, internal));
       }, () => refuseUpgrade(socket, 503, 'storage unavailable, retry'));
     });
     await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
@@ -110,8 +132,8 @@ export class WsHub {
     for (const t of this.timers) t.unref();
   }
 
-  private connected(ws: WebSocket, socket: Duplex, kind: Client['kind']) {
-    const c: Client = { ws, socket, kind, alive: true, pending: new Map() };
+  private connected(ws: WebSocket, socket: Duplex, kind: Client['kind'], internal: boolean) {
+    const c: Client = { ws, socket, kind, alive: true, pending: new Map(), internal };
     this.clients.add(c);
     ws.on('pong', () => { c.alive = true; });
     ws.on('close', () => this.clients.delete(c));
@@ -119,7 +141,7 @@ export class WsHub {
     ws.on('message', ignoreClientMessage);
     void (async () => {
       if (kind === 'events') {
-        this.send(c, msg('jobs', await this.d.firstPage()));
+        this.send(c, msg('jobs', await this.d.firstPage(internal)));
         this.send(c, msg('status', await this.d.status()));
       } else {
         this.send(c, msg('metrics', await this.d.metrics()));
@@ -205,7 +227,8 @@ export class WsHub {
       if (key !== seen.sent) {
         seen.sent = key;
         const text = msg('job_update', job);
-        for (const cl of this.clients) if (cl.kind === 'events') this.send(cl, text, job.id);
+        const brief = !!OPERATIONS[job.definition.operation ?? '']?.brief;
+        for (const cl of this.clients) if (cl.kind === 'events' && (!brief || cl.internal)) this.send(cl, text, job.id);
       }
       // A finished job changes no more: forget it (bounded memory).
       if (c.state && isTerminal(c.state)) this.seen.delete(c.id); else this.seen.set(c.id, seen);

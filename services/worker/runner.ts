@@ -1,7 +1,7 @@
 // A worker process: registers with its capabilities, claims only jobs it can run (most specific queue first),
 // runs them with a lease it keeps renewing, reports progress, and obeys cancel, timeout and shutdown. Its job slots
 // (concurrency) take the "jobs.*" queues; its call slots (callSlots) take only the call lane ("calls.*": the
-// daemon's virsh_call), so a short call the daemon waits on starts at once even while long migrations hold every
+// daemon's virsh_call and power actions, a plan's guest read and rollbacks), so work someone waits on starts at once even while long migrations hold every
 // job slot. One attempt of a job: execute.ts; the worker's metrics: worker-metrics.ts.
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';

@@ -5,6 +5,7 @@
 // keys a wider listen address is refused, naming the setting; and the legitimate flows pass with auth on.
 import { expect } from 'chai';
 import { writeFileSync, existsSync } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { freePort, waitForPort, type TestRedis } from '../helpers/redis';
 import { useStack, type Stack } from '../helpers/stack';
@@ -147,6 +148,25 @@ describe('security: one authentication layer for both APIs, SSE, WebSocket and m
       expect(await openWs(`${url}?ticket=${t.body.ticket}`).opened.then(() => 'open', (e: Error) => e.message), 'replayed ticket').to.equal('HTTP 401');
       expect(await openWs(`${url}?ticket=made-up-ticket-0123456789`).opened.then(() => 'open', (e: Error) => e.message)).to.equal('HTTP 401');
     }
+  });
+
+  it('/ws?internal=true (the daemon\'s calls in job_update, as GET /jobs?internal=true): 403 naming internal for every role but admin', async () => {
+    const url = `${dm.url.replace('http', 'ws')}/ws?internal=true`;
+    for (const r of ['read', 'submit', 'worker'] as const) expect(await openWs(url, key(r)).opened.then(() => 'open', (e: Error) => e.message), r).to.equal('HTTP 403');
+    // The refusal's body, in the daemon's envelope, names the field and the role it needs.
+    const refused = await new Promise<{ status?: number; body: string }>((resolve, reject) => {
+      const r = http.get(url.replace('ws', 'http'), { headers: { ...key('read'), Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==' } }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => { body += c.toString(); }).on('end', () => resolve({ status: res.statusCode, body }));
+      });
+      r.on('error', reject);
+    });
+    expect(refused.status).to.equal(403);
+    expect((JSON.parse(refused.body) as DaemonError).error).to.include('internal').and.include('admin');
+    const ok = openWs(url, key('admin'));
+    await ok.opened;
+    await until(() => ok.msgs.some((m) => m.type === 'jobs'), 10000, 'the first page');
+    ok.ws.close();
   });
 
   it('metrics ports (daemon, worker) need a read key; the worker\'s /health stays public', async () => {

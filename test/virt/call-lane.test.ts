@@ -3,7 +3,8 @@
 // libvirt_access and a single job slot, busy with an export of a 24 MiB VM from the simulator (one stream) through
 // a proxy throttled to 128 KiB/s (about two minutes). While that export holds the slot, the daemon's /virt routes answer within
 // a few seconds and change the host as virsh then shows; Redis shows the calls on the call lane's queue, run by
-// that same worker while its export was still RUNNING.
+// that same worker while its export was still RUNNING. /ws shows the calls as the job lists do: a plain client's
+// job_update messages leave them out (the export's come through), a client with ?internal=true gets them.
 import { expect } from 'chai';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -12,7 +13,8 @@ import IORedis from 'ioredis';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, startDaemonProc, startGatewayProc, startWorkerProc, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
-import type { JobStatus } from '../helpers/api-types';
+import type { DaemonJob, JobStatus, WsMessage } from '../helpers/api-types';
+import { openWs } from '../helpers/ws';
 import { startVcsim, type Vcsim } from '../helpers/vcsim';
 import { startProxy, type ProxyControl } from '../helpers/tcp-proxy';
 import { managerFor } from '../../shared/vsphere/client';
@@ -97,6 +99,9 @@ describe('the call lane: a daemon\'s virsh_call runs while long jobs hold every 
     // Redis: the export holds the worker's only job slot.
     expect(await rc.hmget(`${PREFIX}:job:lane-export`, 'state', 'worker_id')).to.deep.equal(['RUNNING', 'lane-w']);
 
+    const plain = openWs<WsMessage<DaemonJob>>(`${daemon.url.replace('http', 'ws')}/ws`);
+    const internal = openWs<WsMessage<DaemonJob>>(`${daemon.url.replace('http', 'ws')}/ws?internal=true`);
+    await Promise.all([plain.opened, internal.opened]);
     let t = Date.now();
     const d = await req<{ data: { domains: { name: string; state: string }[] } }>(daemon.url, 'GET', '/virt/domains');
     const readMs = Date.now() - t;
@@ -123,6 +128,17 @@ describe('the call lane: a daemon\'s virsh_call runs while long jobs hold every 
       expect(c.state === 'COMPLETED' || (c.state === 'FAILED' && (JSON.parse(c.libvirt_error || '{}') as { status?: number }).status === 404), JSON.stringify(c)).to.equal(true);
     }
     expect(calls.filter((c) => c.state === 'COMPLETED').length).to.be.greaterThan(1);
+
+    // /ws: the calls' updates reach only the client that asked for internal jobs; both see the export's.
+    const updates = (w: typeof plain, op: string) => w.msgs.filter((m) => m.type === 'job_update' && m.data.definition.operation === op);
+    const callIds = new Set(calls.map((c) => (JSON.parse(c.spec) as { job_id: string }).job_id));
+    await until(() => callIds.size > 0 && [...callIds].every((id) => updates(internal, 'virsh_call').some((m) => m.data.id === id)), 30_000, 'every call on the internal /ws');
+    await until(() => updates(plain, 'export').length > 0 && updates(internal, 'export').length > 0, 30_000, 'the export\'s updates on both /ws clients');
+    expect(updates(plain, 'virsh_call').map((m) => m.data.id), 'calls on the plain /ws').to.deep.equal([]);
+    const firstPage = plain.msgs.find((m) => m.type === 'jobs')?.data as unknown as { jobs: DaemonJob[] };
+    expect(firstPage.jobs.map((j) => j.definition.operation)).to.not.include('virsh_call');
+    plain.ws.close();
+    internal.ws.close();
 
     expect((await req(gw.url, 'DELETE', '/jobs/lane-export')).status).to.be.oneOf([200, 202]);
     await until(async () => (await job()).state === 'CANCELLED', 30_000, 'the export cancelled');

@@ -3,7 +3,8 @@
 // operator's URIs. The body is validated again with the route's own schema, and the files a clone names are
 // confined to this worker's output roots. A refusal (libvirt's, or the route's own: 400, 404, 409) fails the job
 // and its status and message are kept in the record (`libvirt_error`), so the daemon answers what it answered
-// when it ran virt-clone itself. Sealing and customizing (libguestfs) are refused before anything is made.
+// when it ran virt-clone itself. Sealing and customizing run virt-sysprep and virt-customize here too (this job
+// then needs mount_operations: shared/operations.ts).
 import type Joi from 'joi';
 import { jobUri } from '../../../shared/libvirt/uri';
 import { Virsh } from '../../../shared/libvirt/virsh';
@@ -30,11 +31,7 @@ async function act(v: Virsh, action: VirtCloneParameters['action'], raw: Record<
     return cloneDomain(v, b);
   }
   if (action === 'clone_multiple') return cloneMany(v, body as unknown as Parameters<typeof cloneMany>[1]);
-  if (action === 'template_create') {
-    if (body.seal) throw new ApiError(503, 'seal runs virt-sysprep, which is not run on a worker yet (FERRY_LIBVIRT_VIA=worker)');
-    return createTemplate(v, body as unknown as Parameters<typeof createTemplate>[1]);
-  }
-  if (body.customize) throw new ApiError(503, 'customize runs virt-customize, which is not run on a worker yet (FERRY_LIBVIRT_VIA=worker)');
+  if (action === 'template_create') return createTemplate(v, body as unknown as Parameters<typeof createTemplate>[1]);
   return deployTemplate(v, body as unknown as Parameters<typeof deployTemplate>[1]);
 }
 
