@@ -13,14 +13,14 @@ import path from 'node:path';
 import { GuestSession } from '../../shared/converter/guestfs';
 import { testBoot, type TestBootOptions, type TestBootResult } from '../../shared/converter/testboot';
 import { effectiveTree, InitrdParseError, readInitrd } from '../../shared/converter/initrd-image';
-import { initrdProblems, moduleClosure } from '../../shared/converter/linux/initrd-check';
+import { initrdProblems, moduleClosure, moduleName } from '../../shared/converter/linux/initrd-check';
 import { REBUILD_DONE, REBUILD_LINK, REBUILD_SCRIPT, REBUILD_UNIT } from '../../shared/converter/linux/initrd-firstboot';
 import { VIRTIO_MODULES } from '../../shared/converter/linux/tools';
 
 export interface Boot { result: TestBootResult; console: string }
 /** One kernel's image after the second boot: its archives' compressions, whether the last one is the generator's
  *  (it holds /init; Ferry's appended archive never does), and what it lacks. */
-export interface ImageAfter { kernel: string; image: string; compressions: string[]; lastHasInit: boolean; problems: string[] }
+export interface ImageAfter { kernel: string; image: string; compressions: string[]; lastHasInit: boolean; problems: string[]; modules: string[] }
 export interface TwoBoots { first: Boot; second: Boot; left: string[]; images: ImageAfter[] }
 
 /** A guest file's bytes through a temp file, or undefined when it is not a file. */
@@ -31,23 +31,24 @@ async function bytesOf(s: GuestSession, p: string, dir: string): Promise<Buffer 
   return readFileSync(local);
 }
 
-/** Each kernel's image read back as the kernel unpacks it. */
-async function imagesAfter(s: GuestSession, dir: string): Promise<ImageAfter[]> {
+/** Each kernel's image read back as the kernel unpacks it (an open session with the guest mounted). */
+export async function imagesAfter(s: GuestSession, dir: string): Promise<ImageAfter[]> {
   const out: ImageAfter[] = [];
   for (const k of s.lines(await s.cmd('ls', '/lib/modules'))) {
     let image: string | undefined;
     for (const p of [`/boot/initrd.img-${k}`, `/boot/initramfs-${k}.img`]) if (!image && await s.isFile(p)) image = p;
     const img = image ? await bytesOf(s, image, dir) : undefined;
-    if (!image || !img) { out.push({ kernel: k, image: image || '', compressions: [], lastHasInit: false, problems: ['no image'] }); continue; }
+    if (!image || !img) { out.push({ kernel: k, image: image || '', compressions: [], lastHasInit: false, problems: ['no image'], modules: [] }); continue; }
     try {
       const archives = await readInitrd(img);
       const dep = (await bytesOf(s, `/lib/modules/${k}/modules.dep`, dir))?.toString('utf8') ?? '';
       const builtin = (await bytesOf(s, `/lib/modules/${k}/modules.builtin`, dir))?.toString('utf8') ?? '';
+      const tree = effectiveTree(archives);
       out.push({ kernel: k, image, compressions: archives.map((a) => a.compression), lastHasInit: archives[archives.length - 1].entries.some((e) => e.name === 'init'),
-        problems: initrdProblems(effectiveTree(archives), k, moduleClosure(dep, builtin, VIRTIO_MODULES).files) });
+        problems: initrdProblems(tree, k, moduleClosure(dep, builtin, VIRTIO_MODULES).files), modules: [...tree.keys()].filter((n) => /\.ko(\.\w+)?$/.test(n)).map(moduleName).sort() });
     } catch (e) {
       if (!(e instanceof InitrdParseError)) throw e;
-      out.push({ kernel: k, image, compressions: [], lastHasInit: false, problems: [e.message] });
+      out.push({ kernel: k, image, compressions: [], lastHasInit: false, problems: [e.message], modules: [] });
     }
   }
   return out;
@@ -92,4 +93,11 @@ export function checkTwoBoots(e: TwoBoots, marker: RegExp): void {
     expect(i.problems, `${i.image} after the guest's own generator ran`).to.deep.equal([]);
     expect(i.lastHasInit, `${i.image} is the generator's own (no appended archive last): ${i.compressions.join(', ')}`).to.equal(true);
   }
+}
+
+/** The report's word that every kernel's image got the appended archive (none rebuilt in the appliance). */
+export function expectAppended(actions: { action: string; [k: string]: unknown }[]): void {
+  const regen = actions.filter((a) => a.action === 'regen_initramfs' && a.kernel);
+  expect(regen.length, 'images handled').to.be.greaterThan(0);
+  expect(regen.map((a) => [a.kernel, a.method, a.fallback])).to.deep.equal(regen.map((a) => [a.kernel, 'appended', undefined]));
 }
