@@ -55,22 +55,26 @@ export async function imagesAfter(s: GuestSession, dir: string): Promise<ImageAf
 }
 
 /**
- * Boots `output` twice on an overlay in `dir` with `opts` (disks, firmware, NIC as the test's own boot): the first
+ * Boots `output` (one disk or several, in order) twice on overlays in `dir` with `opts` (disks, firmware, NIC as the test's own boot): the first
  * until the first-boot unit is done, the second until `opts.expect`; `mount` mounts the guest's filesystems in the
  * read-only appliance that reads the overlay back.
  */
-export async function bootTwice(output: string, opts: Omit<TestBootOptions, 'disks'> & { expect: RegExp }, mount: (s: GuestSession) => Promise<void>, dir: string): Promise<TwoBoots> {
-  const overlay = path.join(dir, 'second-boot.qcow2');
-  execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', output, overlay]);
+export async function bootTwice(output: string | string[], opts: Omit<TestBootOptions, 'disks'> & { expect: RegExp }, mount: (s: GuestSession) => Promise<void>, dir: string): Promise<TwoBoots> {
+  // One overlay per disk (qcow2 outputs), in the outputs' order.
+  const disks = (Array.isArray(output) ? output : [output]).map((o, i) => {
+    const overlay = path.join(dir, `second-boot-${i}.qcow2`);
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', o, overlay]);
+    return { path: overlay, format: 'qcow2' as const };
+  });
   const boot = async (expect: RegExp, name: string): Promise<Boot> => {
     const log = path.join(dir, `${name}.log`);
-    const result = await testBoot({ ...opts, disks: [{ path: overlay, format: 'qcow2' }], expect, persist: true, consoleLog: log });
+    const result = await testBoot({ ...opts, disks, expect, persist: true, consoleLog: log });
     return { result, console: readFileSync(log, 'latin1') };
   };
   const first = await boot(new RegExp(REBUILD_DONE.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')), 'first-boot');
   const second = await boot(opts.expect, 'second-boot');
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'ferry-second-boot-'));
-  const s = await GuestSession.open([{ path: overlay, format: 'qcow2' }], { readonly: true });
+  const s = await GuestSession.open(disks, { readonly: true });
   try {
     await mount(s);
     const left: string[] = [];
