@@ -39,6 +39,9 @@ export interface TestBootOptions {
   firmware?: Firmware;
   /** UEFI: boot with a copy of this NVRAM (a VM's own variables) instead of the template (qemu runner only). */
   nvram?: string;
+  /** Write to the disks themselves, not to a throw-away snapshot (qemu runner only): for a caller's own overlay
+   *  whose writes a later boot must see (the guest tests' second boot). Never on a migration's output. */
+  persist?: boolean;
 }
 
 export interface TestBootResult {
@@ -169,7 +172,7 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     ...(o.bus === 'sata' ? ['-device', 'ahci,id=ahci0'] : []),
     ...(o.disks.some((d) => d.bus === 'pvscsi') ? ['-device', 'pvscsi,id=scsi0'] : []),
     ...o.disks.flatMap((d, i) => {
-      const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format},snapshot=on`;
+      const file = `file=${d.path.replace(/,/g, ',,')},format=${d.format}${o.persist ? '' : ',snapshot=on'}`;
       if (d.bus === 'pvscsi') return ['-drive', `${file},if=none,id=d${i}`, '-device', `scsi-hd,drive=d${i},bus=scsi0.0,scsi-id=${i}`];
       return o.bus === 'sata'
         ? ['-drive', `${file},if=none,id=d${i}`, '-device', `ide-hd,drive=d${i},bus=ahci0.${i}${i === 0 ? ',bootindex=0' : ''}`]

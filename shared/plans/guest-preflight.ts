@@ -64,7 +64,7 @@ function planned(actions: FixAction[], info: GuestInfo, initrds: string[]) {
     if (typeof a.file === 'string') files.add(a.file);
     for (const x of Array.isArray(a.files) ? a.files : []) files.add(String(x));
     if (a.action === 'fstab') files.add('/etc/fstab');
-    if (a.action === 'regen_initramfs' && /^would run/.test(a.detail)) initrds.forEach((x) => files.add(x));
+    if (a.action === 'regen_initramfs' && /^would (run|append)/.test(a.detail)) initrds.forEach((x) => files.add(x));
     const cfg = /^would run \S+ -o (\S+)/.exec(a.detail);
     if (a.action === 'update_grub' && cfg) files.add(cfg[1]);
     if (a.action === 'uefi_fallback' && info.boot?.esp_mount) files.add(`${info.boot.esp_mount}/EFI/BOOT/BOOTX64.EFI`);

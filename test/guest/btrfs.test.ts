@@ -8,6 +8,8 @@
 //   virtio NIC, both subvolumes mounted;
 // - read back: fstab names the file system by UUID with each `subvol=` kept as it was, grub.cfg boots root=UUID
 //   with rootflags=subvol=@, the source VMDK is byte-identical.
+// - then it boots twice more on overlays (test/helpers/second-boot.ts): the appended initramfs until the first-boot
+//   unit rebuilt it with the guest's own generator, then the generator's image to the marker (issue 34).
 // That this guest's MODULES=dep initramfs has no virtio is checked by its build (btrfs.sh), as for plain. Serial
 // logs of a failed check stay in test/artifacts/guest-btrfs-*.log.
 // The conversion, the output's boot and its read-back are a reused proof (test/helpers/proofs.ts): with every input
@@ -23,6 +25,7 @@ import { kvmNicName } from '../../shared/converter/nic-names';
 import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
+import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 import { CommandRun, ferryConvert } from '../helpers/procs';
 import { consoleOf, fixtureInputs, reusedProof } from '../helpers/proofs';
 import type { PipelineReport } from '../../shared/converter/stages/report';
@@ -50,7 +53,7 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
   });
 
   /** What the check reads: ferry-convert's exit and report, the output's serial console, the output read back. */
-  interface Evidence { cli: CommandRun; report: PipelineReport; console: string; readback?: { uuid: string; fstab: string; grubCfg: string }; source: string[] }
+  interface Evidence { cli: CommandRun; report: PipelineReport; console: string; readback?: { uuid: string; fstab: string; grubCfg: string }; source: string[]; twice?: TwoBoots }
 
   async function convert(g: DebianGuest, ready: RegExp, sourceBoot: () => Promise<void>): Promise<Evidence> {
     const before = await sha256File(g.vmdk);
@@ -75,7 +78,8 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
         readback = { uuid, fstab: await s.read('/etc/fstab'), grubCfg: await s.read('/boot/grub/grub.cfg') };
       } finally { await s.close(); }
     }
-    return { cli, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+    const twice = existsSync(output) ? await bootTwice(output, { expect: ready, timeoutSeconds: 2 * BOOT_TIMEOUT, memoryMiB: 1024 }, async (s) => { await s.cmd('mount-options', 'subvol=@,ro', '/dev/sda1', '/'); }, dir) : undefined;
+    return { cli, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)], twice };
   }
 
   /** The assertions, on a fresh run's evidence or on the record's. */
@@ -95,5 +99,10 @@ describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots 
     expect(fstab).to.deep.equal([[`UUID=${uuid}`, '/', 'btrfs', 'subvol=@'], [`UUID=${uuid}`, '/home', 'btrfs', 'subvol=@home']]);
     expect(readback.grubCfg).to.match(new RegExp(`root=UUID=${uuid} ro rootflags=subvol=@ `)).and.not.match(/root=\/dev\/sd/);
     expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+    // The test boot booted the appended image (issue 34); the first-boot unit then rebuilt it with the guest's own
+    // generator, and the next boot is on that image.
+    expectAppended(actions);
+    if (!e.twice) expect.fail('the output was not booted twice');
+    keepTextOnFailure('guest-btrfs-second-boot', `${e.twice.first.console}\n----- second boot -----\n${e.twice.second.console}`, () => checkTwoBoots(e.twice!, ready));
   }
 });

@@ -10,6 +10,8 @@
 // Then the control: the same output with Ferry's hold deleted (on an overlay) boots without the address on the
 // renamed NIC, since cloud-init renders the seed's ens192 again: the hold is what keeps the network. Its marker
 // waits as long as the held boot took (+30 s) instead of 180 s before saying NOT-READY.
+// Last, the held output boots twice more on an overlay (test/helpers/second-boot.ts): the appended image until the
+// first-boot unit rebuilt it with the guest's own generator, then the generator's image to the marker.
 // Serial logs of a failed check stay in test/artifacts/guest-cloud-init-*.log.
 // The conversion, the output's boot, its read-back and the control boot are a reused proof (test/helpers/proofs.ts):
 // with every input unchanged the same check() re-asserts the evidence of the last passing run.
@@ -26,6 +28,7 @@ import { testBoot, TestBootResult } from '../../shared/converter/testboot';
 import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
+import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 import { CommandRun, ferryConvert } from '../helpers/procs';
 import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import type { PipelineReport } from '../../shared/converter/stages/report';
@@ -59,7 +62,7 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
    *  control boot without the hold (its marker script as found, its result and console). */
   interface Evidence {
     cli: CommandRun; report: PipelineReport; console: string; readback?: Record<string, string | null>; source: string[];
-    control?: { made: CommandRun; marker: string | null; unheld?: TestBootResult; console: string };
+    control?: { made: CommandRun; marker: string | null; unheld?: TestBootResult; console: string }; twice?: TwoBoots;
   }
 
   async function convert(g: DebianGuest, ready: RegExp, sourceBoot: () => Promise<void>): Promise<Evidence> {
@@ -86,7 +89,8 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
     }
     // The control only after a passing output boot (the check stops before it otherwise).
     const control = report.test_boot?.status === 'passed' ? await unheldBoot(output, report.test_boot.seconds) : undefined;
-    return { cli, report, console: consoleOf(report), readback, control, source: [before, await sha256File(g.vmdk)] };
+    const twice = control ? await bootTwice(output, { expect: ready, timeoutSeconds: 2 * BOOT_TIMEOUT, memoryMiB: 1024 }, async (s) => { await s.cmd('mount-ro', '/dev/sda1', '/'); }, dir) : undefined;
+    return { cli, report, console: consoleOf(report), readback, control, source: [before, await sha256File(g.vmdk)], twice };
   }
 
   /** The control: without the hold, cloud-init renders ens192 again and the renamed NIC gets no address. The guest's
@@ -129,6 +133,7 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
     const actions = report.stages.fix.result!.actions as FixAction[];
     expect(actions.filter((a) => a.action === 'verify' && a.status !== 'done').map((a) => a.detail)).to.deep.equal([]);
     expect(actions.filter((a) => a.action === 'cloud_init').map((a) => a.status)).to.deep.equal(['done']);
+    expectAppended(actions);
     // Read back: cloud-init held, its rendered file naming the KVM NIC.
     if (!readback) expect.fail('no output to read back');
     expect(readback[CLOUD_INIT_HOLD]).to.match(/^network: \{config: disabled\}$/m);
@@ -144,5 +149,9 @@ describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init
       expect(control.unheld?.matched, 'the guest\'s own verdict without the hold').to.match(/^FERRY-GUEST-NOT-READY /);
     });
     expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+    // The held output again, twice (issue 34): the appended image until the first-boot unit rebuilt it with the
+    // guest's own generator, then that image to the marker with the address on the renamed NIC.
+    if (!e.twice) expect.fail('the output was not booted twice');
+    keepTextOnFailure('guest-cloud-init-second-boot', `${e.twice.first.console}\n----- second boot -----\n${e.twice.second.console}`, () => checkTwoBoots(e.twice!, ready));
   }
 });

@@ -9,6 +9,8 @@
 //   virtio disk;
 // - read back: fstab names each file system by the UUID its output disk holds, netplan's file names the KVM NIC
 //   (the original in /ferry-backup), and the source VMDKs are byte-identical.
+// - then it boots twice more on overlays (test/helpers/second-boot.ts): the appended initramfs until the first-boot
+//   unit rebuilt it with the guest's own generator, then the generator's image to the marker (issue 34).
 // That this guest's initramfs does not find its root on virtio-blk is the plain variant's (fixture.test.ts): the
 // netplan layer keeps the plain disk's boot loader and initramfs. Serial logs of a failed check stay in
 // test/artifacts/guest-netplan-*.log.
@@ -25,6 +27,7 @@ import { kvmNicName } from '../../shared/converter/nic-names';
 import { DebianGuest, ensureDebianGuest, GUEST_CACHE, repairManifest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
+import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -61,7 +64,7 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
   /** What the check reads: the job's submission and end, its report, the outputs' console, the outputs read back. */
   interface Evidence {
     sub: { status: number; text: string }; final: Pick<JobStatus, 'state' | 'error' | 'result'>; report: PipelineReport; console: string;
-    readback?: { rootUuid: string; dataUuid: string; files: Record<string, string | null> }; source: string[][];
+    readback?: { rootUuid: string; dataUuid: string; files: Record<string, string | null> }; source: string[][]; twice?: TwoBoots;
   }
   const PLAN = '/etc/netplan/01-vmware.yaml';
 
@@ -88,8 +91,9 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
         readback = { rootUuid, dataUuid, files: await readBack(s, ['/etc/fstab', PLAN, `/ferry-backup${PLAN}`]) };
       } finally { await s.close(); }
     }
+    const twice = readback ? await bootTwice(outs.map((o) => o.path), { expect: ready, timeoutSeconds: 2 * BOOT_TIMEOUT, memoryMiB: 1024 }, async (s) => { await s.cmd('mount-ro', '/dev/sda1', '/'); }, dir) : undefined;
     const source = [sums, await Promise.all([sha256File(g.vmdk), sha256File(data)])];
-    return { sub: { status: sub.status, text: sub.text }, final: { state: final.state, error: final.error, result: final.result }, report, console: consoleOf(report), readback, source };
+    return { sub: { status: sub.status, text: sub.text }, final: { state: final.state, error: final.error, result: final.result }, report, console: consoleOf(report), readback, source, twice };
   }
 
   /** The assertions, on a fresh run's evidence or on the record's. */
@@ -112,5 +116,10 @@ describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and 
     expect(files[PLAN]).to.match(new RegExp(`^    ${kvmNicName(0)}:$`, 'm')).and.not.contain(g.vmwareNic);
     expect(files[`/ferry-backup${PLAN}`]).to.match(new RegExp(`^    ${g.vmwareNic}:$`, 'm'));
     expect(e.source[1], 'the source VMDKs are byte-identical').to.deep.equal(e.source[0]);
+    // The test boot booted the appended image (issue 34); the first-boot unit then rebuilt it with the guest's own
+    // generator, and the next boot (both disks, /data mounted) is on that image.
+    expectAppended(actions);
+    if (!e.twice) expect.fail('the outputs were not booted twice');
+    keepTextOnFailure('guest-netplan-second-boot', `${e.twice.first.console}\n----- second boot -----\n${e.twice.second.console}`, () => checkTwoBoots(e.twice!, ready));
   }
 });

@@ -7,6 +7,9 @@
 // rhel-shaped, releases), so these two are the job path's. That the source itself does not boot on virtio-blk is
 // shown by test/guest/fixture.test.ts. Each output is then read back in a read-only appliance. Serial logs of a
 // failed boot are kept in test/artifacts/.
+// Then the output boots twice more on an overlay (test/helpers/second-boot.ts): first on the image Ferry appended
+// virtio to, until the first-boot unit has rebuilt it with the guest's own update-initramfs, then on that image; the
+// marker both times, the unit gone, every kernel's rebuilt image holding the virtio modules (issue 34).
 // Each variant's job, boot and read-back are a reused proof (test/helpers/proofs.ts; the gateway and worker start
 // only when one runs): with every input unchanged the same check() re-asserts the evidence of the last passing run.
 import { expect } from 'chai';
@@ -24,6 +27,7 @@ import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
 import type { PipelineReport } from '../../shared/converter/stages/report';
 import type { FixAction } from '../../shared/converter/types';
+import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 
 const BOOT_TIMEOUT = 420;
 
@@ -58,8 +62,17 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
   interface Evidence {
     sub: { status: number; text: string }; final: Pick<JobStatus, 'state' | 'error' | 'result'>; report: PipelineReport; console: string;
     readback?: { files: Record<string, string | null>; unitLink?: string; etcNetwork: string; systemdNetwork: string }; source: string[];
+    /** The output booted twice on an overlay: the appended image, then the guest generator's own (issue 34). */
+    twice?: TwoBoots;
   }
   const FILES = ['/var/lib/dpkg/status', '/etc/fstab', '/boot/grub/grub.cfg', '/etc/default/grub', '/etc/network/interfaces', '/ferry-backup/etc/network/interfaces'];
+
+  /** The output's filesystems, read-only. */
+  async function mountGuest(s: GuestSession, variant: BiosVariant) {
+    if (variant === 'lvm') await s.cmd('vg-activate-all', 'true');
+    await s.cmd('mount-ro', variant === 'lvm' ? '/dev/vgferry/root' : '/dev/sda1', '/');
+    if (variant === 'lvm') await s.cmd('mount-ro', '/dev/sda1', '/boot');
+  }
 
   /** One variant's migrate job and the read-back of its output. */
   async function migrate(g: DebianGuest, variant: BiosVariant): Promise<Evidence> {
@@ -85,16 +98,15 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
       // Read back independently, in a read-only appliance.
       const s = await GuestSession.open([{ path: output, format: 'qcow2' }], { readonly: true });
       try {
-        if (variant === 'lvm') await s.cmd('vg-activate-all', 'true');
-        await s.cmd('mount-ro', variant === 'lvm' ? '/dev/vgferry/root' : '/dev/sda1', '/');
-        if (variant === 'lvm') await s.cmd('mount-ro', '/dev/sda1', '/boot');
+        await mountGuest(s, variant);
         readback = {
           files: await readBack(s, FILES), unitLink: await s.tryCmd('is-symlink', '/etc/systemd/system/multi-user.target.wants/open-vm-tools.service'),
           etcNetwork: await s.cmd('ls', '/etc/network'), systemdNetwork: await s.cmd('ls', '/etc/systemd/network'),
         };
       } finally { await s.close(); }
     }
-    return { sub: { status: sub.status, text: sub.text }, final: { state: final.state, error: final.error, result: final.result }, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)] };
+    const twice = existsSync(output) ? await bootTwice(output, { expect: g.ready, timeoutSeconds: 2 * BOOT_TIMEOUT, memoryMiB: 1024 }, (s) => mountGuest(s, variant), dir) : undefined;
+    return { sub: { status: sub.status, text: sub.text }, final: { state: final.state, error: final.error, result: final.result }, report, console: consoleOf(report), readback, source: [before, await sha256File(g.vmdk)], twice };
   }
 
   /** The assertions, on a fresh run's evidence or on the record's. */
@@ -126,6 +138,11 @@ describe('Ferry on the real Debian 12 guest: the output boots on virtio', functi
     expect(lines(e.readback.etcNetwork).filter((f) => f.includes('ferry-backup'))).to.deep.equal([]);
     expect(lines(e.readback.systemdNetwork)).to.include(`10-ferry-${kvmNicName(0)}.link`);
     expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+    // The test boot above booted the appended image (issue 34): every kernel's image got the archive, none was
+    // rebuilt in the appliance; then the first-boot unit rebuilt them with the guest's own generator.
+    expectAppended(report.stages.fix.result!.actions as FixAction[]);
+    if (!e.twice) expect.fail('the output was not booted twice');
+    keepTextOnFailure(`guest-repair-${variant}-second-boot`, `${e.twice.first.console}\n----- second boot -----\n${e.twice.second.console}`, () => checkTwoBoots(e.twice!, g.ready));
   }
 
   // One after the other: one emulated VM at a time per test file, so the suite's two files at once keep two on the

@@ -9,6 +9,9 @@
 // One after the other; the source's two boots are properties of the cached fixture, booted once per fixture build
 // and their records re-checked after (test/fixtures/source-proof.ts). Serial logs of a failed check stay in
 // test/artifacts/guest-uefi-*.log.
+// Then the output boots twice more under OVMF with a fresh NVRAM on an overlay (test/helpers/second-boot.ts): on the
+// image Ferry appended virtio to until the first-boot unit rebuilt it with the guest's update-initramfs, then on
+// that; the marker both times, the unit gone (issue 34).
 // The conversion, the output's boot and its read-back are a reused proof (test/helpers/proofs.ts): with every input
 // unchanged (the code ferry-convert loads, this file and its helpers, the fixture, package-lock.json, qemu, OVMF,
 // libguestfs and the kernels) the same check() re-asserts the evidence of the last passing run.
@@ -26,6 +29,7 @@ import { keepTextOnFailure } from '../helpers/boot-logs';
 import { CommandRun, ferryConvert } from '../helpers/procs';
 import { consoleOf, fixtureInputs, reusedProof } from '../helpers/proofs';
 import type { FixedReport } from '../helpers/api-types';
+import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 
 const BOOT_TIMEOUT = 900;
 
@@ -53,7 +57,12 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
   });
 
   /** What the check reads: ferry-convert's exit and report, the output's serial console, the output read back. */
-  interface Evidence { cli: CommandRun; report: FixedReport; console: string; readback?: { bootx64: string; grubx64: string; fstab: string }; source: string[] }
+  interface Evidence {
+    cli: CommandRun; report: FixedReport; console: string; readback?: { bootx64: string; grubx64: string; fstab: string }; source: string[];
+    /** The output booted twice on an overlay under OVMF with a fresh NVRAM: the appended image, then the guest
+     *  generator's own (issue 34). */
+    twice?: TwoBoots;
+  }
 
   async function convert(g: DebianGuest, sourceBoots: () => Promise<void>): Promise<Evidence> {
     const before = await sha256File(g.vmdk);
@@ -80,7 +89,9 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
         readback = { bootx64: await s.cmd('checksum', 'sha256', '/boot/efi/EFI/BOOT/BOOTX64.EFI'), grubx64: await s.cmd('checksum', 'sha256', '/boot/efi/EFI/debian/grubx64.efi'), fstab: await s.read('/etc/fstab') };
       } finally { await s.close(); }
     }
-    return { cli, report, console: consoleText, readback, source: [before, await sha256File(g.vmdk)] };
+    const mount = async (s: GuestSession) => { await s.cmd('mount-ro', '/dev/sda2', '/'); await s.cmd('mount-ro', '/dev/sda1', '/boot/efi'); };
+    const twice = existsSync(output) ? await bootTwice(output, { expect: g.ready, firmware: 'uefi', timeoutSeconds: 2 * BOOT_TIMEOUT, memoryMiB: 1024 }, mount, dir) : undefined;
+    return { cli, report, console: consoleText, readback, source: [before, await sha256File(g.vmdk)], twice };
   }
 
   /** The assertions, on a fresh run's evidence or on the record's. */
@@ -101,5 +112,9 @@ describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', fu
     expect(readback.bootx64).to.equal(readback.grubx64);
     expect(readback.fstab).not.to.match(/^\/dev\/sd/m);
     expect(e.source[1], 'the source VMDK is byte-identical').to.equal(e.source[0]);
+    // The test boot booted the appended image; the first-boot unit then rebuilt it with update-initramfs.
+    expectAppended(actions);
+    if (!e.twice) expect.fail('the output was not booted twice');
+    keepTextOnFailure('guest-uefi-second-boot', `${e.twice.first.console}\n----- second boot -----\n${e.twice.second.console}`, () => checkTwoBoots(e.twice!, g.ready));
   }
 });

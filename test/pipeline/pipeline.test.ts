@@ -201,7 +201,7 @@ const RUN_CHECKS: Check[] = [
       ['remove_source_hv_tools', 'done', 'ran dpkg --purge open-vm-tools'],
       ['remove_source_hv_tools', 'done', 'disabled vmtoolsd.service (removed /etc/systemd/system/multi-user.target.wants/vmtoolsd.service)'],
       ['regen_initramfs', 'done', '/etc/initramfs-tools/modules: added virtio_pci, virtio_blk, virtio_scsi, virtio_net'],
-      ['regen_initramfs', 'done', 'ran update-initramfs -u -k 5.10.0-ferry'],
+      ['regen_initramfs', 'done', 'ran update-initramfs -u -k 5.10.0-ferry: rebuilt rather than appended, because the kernel has no image to append to'],
       ['update_grub', 'done', 'ran /usr/sbin/grub-mkconfig -o /boot/grub/grub.cfg'],
     ]);
     // Read back at the end: the package database no longer lists open-vm-tools, grub.cfg names no kernel device.

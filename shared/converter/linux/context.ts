@@ -1,6 +1,9 @@
 // What every Linux repair step shares: the fix in progress (LinuxFix), where the guest keeps what the steps
 // read, and the small helpers for reading and editing guest files. The steps are the other files of linux/;
 // index.ts runs them in order.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { GuestSession } from '../guestfs';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from '../types';
 import type { FstabContext, FstabMode } from '../fstab';
@@ -12,6 +15,11 @@ export interface LinuxFix {
   purged?: string[];
   /** Whether the guest has /usr/bin/env (asked once). */
   hasEnv?: boolean;
+  /** Per initramfs image that got Ferry's appended archive: the files placed in it (image path, guest path), read
+   *  back by verify.ts against the guest's files as they are at the end. */
+  initrdPlaced?: Record<string, { image: string; guest: string }[]>;
+  /** A kernel had no image and its generator made one: grub.cfg must list it (grub.ts). */
+  initrdCreated?: boolean;
 }
 export const CRYPTTAB = '/etc/crypttab';
 export const RESUME_FILES = ['/etc/initramfs-tools/conf.d/resume', '/etc/initramfs-tools/initramfs.conf'];
@@ -54,3 +62,36 @@ export async function runEnv(x: LinuxFix, env?: string[]): Promise<string[] | un
   return x.hasEnv ? env : undefined;
 }
 
+/** A guest file's bytes (downloaded through a private temp file), or undefined when it is not a file. */
+export async function guestBytes(g: GuestSession, p: string): Promise<Buffer | undefined> {
+  if (!(await g.isFile(p))) return undefined;
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-initrd-'));
+  try {
+    await g.cmd('download', p, path.join(dir, 'f'));
+    return readFileSync(path.join(dir, 'f'));
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+}
+
+/** Several guest files' bytes at once: one `copy-out` (one client call: each call costs 0.3-1 s under TCG and load)
+ *  when their names differ and all exist, else one by one. Only the files that exist are in the answer. */
+export async function guestFiles(g: GuestSession, paths: string[]): Promise<Map<string, Buffer>> {
+  const out = new Map<string, Buffer>();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-initrd-'));
+  try {
+    const names = paths.map((p) => path.posix.basename(p));
+    if (paths.length && new Set(names).size === paths.length && (await g.tryCmd('copy-out', ...paths, dir)) !== undefined) {
+      paths.forEach((p, i) => out.set(p, readFileSync(path.join(dir, names[i]))));
+      return out;
+    }
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+  for (const p of paths) { const b = await guestBytes(g, p); if (b) out.set(p, b); }
+  return out;
+}
+
+/** Each kernel in /lib/modules with its initramfs, and whether /boot has the kernel itself (a modules directory
+ *  left behind by a removed kernel boots nothing and is not checked). */
+export async function kernelsWithInitrd(x: LinuxFix): Promise<{ k: string; img?: string; installed: boolean }[]> {
+  return Promise.all(x.info.kernels.map(async (k) => ({
+    k, img: await x.g.firstFile(INITRD_NAMES(k)), installed: !!(await x.g.firstFile([`/boot/vmlinuz-${k}`, `/boot/vmlinuz-linux`, `/lib/modules/${k}/vmlinuz`])),
+  })));
+}

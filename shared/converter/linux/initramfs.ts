@@ -1,52 +1,20 @@
 // Step 5 (virt-v2v's configure_kernel_modules and rebuild_initrd): the virtio drivers go into the guest's own
 // initramfs generator's configuration (dracut add_drivers in /etc/dracut.conf.d, initramfs-tools' modules,
-// mkinitcpio's conf.d), so the next kernel update keeps them, and every installed kernel's image is rebuilt
-// into the file the boot loader loads (a host-only image is rebuilt as host-only, now with virtio). A generator
-// Ferry does not know is a failure naming it. verify.ts reads each image back.
-import { mkdtempSync, rmSync } from 'node:fs';
+// mkinitcpio's conf.d), so the next kernel update keeps them. Each installed kernel's image then gets virtio by an
+// appended archive (initrd-append.ts: seconds, where the guest's generator under TCG took 43-108 s), and a
+// first-boot unit (initrd-firstboot.ts) rebuilds the images with the guest's own generator on KVM, so the image is
+// the generator's own from the second boot on. Where appending cannot work the image is rebuilt here as before
+// (a host-only image stays host-only, now with virtio), and the report says why. A generator Ferry does not know is
+// a failure naming it. verify.ts reads each image back (initrd-verify.ts).
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { run } from '../../qemu';
-import type { GuestSession } from '../guestfs';
 import type { LinuxFix } from './context';
-import { INITRD_NAMES, runEnv } from './context';
-import { INITRAMFS_TOOLS, UNSUPPORTED_INITRAMFS_TOOLS, VIRTIO_BOOT_MODULES, withEnv } from './tools';
-import { expectedError } from '../../log';
-
-/** Which of the virtio boot modules an initramfs listing (or the kernel itself) lacks; undefined: unreadable. */
-export async function missingVirtio(x: LinuxFix, k: string, img: string): Promise<string[] | undefined> {
-  const listing = await initramfsListing(x.g, img);
-  if (!listing) return undefined;
-  const builtin = (await x.g.isFile(`/lib/modules/${k}/modules.builtin`)) ? await x.g.read(`/lib/modules/${k}/modules.builtin`) : '';
-  return VIRTIO_BOOT_MODULES.filter((m) => !new RegExp(`/${m}\\.ko(\\.[a-z]+)?$`, 'm').test(listing) && !new RegExp(`/${m}\\.ko$`, 'm').test(builtin));
-}
-
-/** The file list of an initramfs: the host's lsinitramfs on a downloaded copy (a second under TCG, against ~6 s
- *  for the guest's own lister run in the appliance), else the guest's own lister (a format the host's does not
- *  read, or no lsinitramfs on this host). */
-async function initramfsListing(g: GuestSession, img: string): Promise<string | undefined> {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-initrd-'));
-  try {
-    const local = path.join(dir, 'initrd');
-    await g.cmd('download', img, local);
-    const r = await run('lsinitramfs', [local]).catch(expectedError('no lsinitramfs on this host, or it failed: the guest\'s own lister is tried next'));
-    if (r && r.code === 0 && /\.ko/.test(r.stdout)) return r.stdout;
-  } finally { rmSync(dir, { recursive: true, force: true }); }
-  for (const [bin, cmd] of [['/usr/bin/lsinitramfs', 'lsinitramfs'], ['/usr/sbin/lsinitramfs', 'lsinitramfs'], ['/usr/bin/lsinitrd', 'lsinitrd']]) {
-    if (!(await g.isFile(bin))) continue;
-    const out = await g.tryCmd('command', `${cmd} ${img}`);
-    if (out && /\.ko/.test(out)) return out;
-  }
-  return undefined;
-}
-
-/** Each kernel in /lib/modules with its initramfs, and whether /boot has the kernel itself (a modules directory
- *  left behind by a removed kernel boots nothing and is not checked). */
-export async function kernelsWithInitrd(x: LinuxFix): Promise<{ k: string; img?: string; installed: boolean }[]> {
-  return Promise.all(x.info.kernels.map(async (k) => ({
-    k, img: await x.g.firstFile(INITRD_NAMES(k)), installed: !!(await x.g.firstFile([`/boot/vmlinuz-${k}`, `/boot/vmlinuz-linux`, `/lib/modules/${k}/vmlinuz`])),
-  })));
-}
+import { guestBytes, guestFiles, kernelsWithInitrd, runEnv } from './context';
+import { INITRAMFS_TOOLS, type InitramfsTool, UNSUPPORTED_INITRAMFS_TOOLS, VIRTIO_BOOT_MODULES, VIRTIO_MODULES, withEnv } from './tools';
+import { APPENDABLE, planAppend } from './initrd-append';
+import { installRebuildUnit } from './initrd-firstboot';
+import { imageProblems } from './initrd-verify';
 
 /** No generator Ferry drives: a known other one is a failure naming it (its image would keep lacking virtio);
  *  none at all is a warning (a guest whose kernels need no initramfs; verify.ts checks they have virtio built in). */
@@ -58,29 +26,69 @@ async function noKnownTool(x: LinuxFix): Promise<void> {
   x.act({ action: 'regen_initramfs', status: 'warning', detail: `no initramfs tool in the guest (${INITRAMFS_TOOLS.map((t) => t.tool).join(', ')}); initramfs not regenerated` });
 }
 
+/** The generator's configuration: the virtio modules it lacks added, so its next run (the first-boot unit, the next
+ *  kernel update) includes them. */
+async function configureGenerator(x: LinuxFix, t: InitramfsTool): Promise<void> {
+  const { g, o } = x;
+  if (!t.conf) return;
+  const cur = (await g.isFile(t.conf.path)) ? await g.read(t.conf.path) : '';
+  const add = t.conf.modules.filter((m) => !new RegExp(`(^|[\\s"])${m}($|[\\s"])`, 'm').test(cur.replace(/#.*/g, '')));
+  if (!add.length) return;
+  if (!o.dry_run) await g.cmd('mkdir-p', path.posix.dirname(t.conf.path));
+  await x.write(t.conf.path, cur.replace(/\n?$/, cur ? '\n' : '') + t.conf.text(add));
+  x.act({ action: 'regen_initramfs', status: o.dry_run ? 'would_do' : 'done', detail: `${t.conf.path}: added ${add.join(', ')}`, file: t.conf.path });
+}
+
+/** Appends the virtio archive to `img`; the reason when it cannot (the caller rebuilds). */
+async function appendTo(x: LinuxFix, t: InitramfsTool, k: string, img: string, baked: string[]): Promise<string | undefined> {
+  const { g } = x;
+  const before = await guestBytes(g, img);
+  if (!before) return `${img} cannot be read`;
+  const plan = await planAppend(before, k, t.tool, VIRTIO_MODULES, baked, (p) => guestFiles(g, p));
+  if ('why' in plan) return plan.why;
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-initrd-'));
+  try {
+    // Written beside the image with its mode, then renamed over it: an interrupted upload leaves the old image.
+    const mode = (await g.stat(img)).mode & 0o7777;
+    writeFileSync(path.join(dir, 'img'), plan.image);
+    await g.cmd('upload', path.join(dir, 'img'), `${img}.ferry-new`);
+    await g.cmd('chmod', `0${mode.toString(8)}`, `${img}.ferry-new`);
+    await g.cmd('mv', `${img}.ferry-new`, img);
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+  x.r.modified = true;
+  (x.initrdPlaced ??= {})[img] = plan.placed;
+  const placed = plan.placed.length ? `, and ${plan.placed.map((p) => p.guest).join(', ')}` : '';
+  x.act({ action: 'regen_initramfs', status: 'done', method: 'appended', kernel: k, image: img, added: plan.added, placed: plan.placed,
+    detail: `appended to ${img} an archive of ${Math.ceil(plan.bytes / 1024)} KiB: ${plan.added.join(', ') || 'no module'} (${plan.present.length} more needed modules already in it), the module index regenerated by depmod${placed}` });
+  return undefined;
+}
+
+/** The guest's generator for kernel `k` in the appliance (today's way; the fallback). */
+async function rebuild(x: LinuxFix, t: InitramfsTool, k: string, img: string | undefined, baked: string[], why: string | undefined): Promise<boolean> {
+  const args = t.args(k, img);
+  try {
+    await x.g.cmd('command', withEnv(args, await runEnv(x, t.env)));
+    x.r.modified = true;
+    x.act({ action: 'regen_initramfs', status: 'done', method: 'rebuilt', kernel: k, image: img, fallback: why,
+      detail: `ran ${args.join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}${why ? `: rebuilt rather than appended, because ${why}` : ''}` });
+    return true;
+  } catch (e) { x.act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} failed for ${k}: ${(e as Error).message}` }); return false; }
+}
+
 export async function regenInitramfs(x: LinuxFix, baked: string[]): Promise<void> {
-  const { g, info, o, act } = x;
+  const { info, o, act } = x;
   const t = INITRAMFS_TOOLS.find((y) => y.tool === info.initramfs_tool);
   if (!t) { await noKnownTool(x); return; }
   if (!info.kernels.length) { act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} is installed but /lib/modules has no kernel; nothing to regenerate` }); return; }
-  if (t.conf) {
-    const cur = (await g.isFile(t.conf.path)) ? await g.read(t.conf.path) : '';
-    const add = t.conf.modules.filter((m) => !new RegExp(`(^|[\\s"])${m}($|[\\s"])`, 'm').test(cur.replace(/#.*/g, '')));
-    if (add.length) {
-      if (!o.dry_run) await g.cmd('mkdir-p', path.posix.dirname(t.conf.path));
-      await x.write(t.conf.path, cur.replace(/\n?$/, cur ? '\n' : '') + t.conf.text(add));
-      act({ action: 'regen_initramfs', status: o.dry_run ? 'would_do' : 'done', detail: `${t.conf.path}: added ${add.join(', ')}`, file: t.conf.path });
-    }
-  }
-  if (o.dry_run) { act({ action: 'regen_initramfs', status: 'would_do', detail: `would run ${t.tool} for ${info.kernels.join(', ')} unless every initramfs already carries ${VIRTIO_BOOT_MODULES.join(', ')}` }); return; }
+  await configureGenerator(x, t);
+  if (o.dry_run) { act({ action: 'regen_initramfs', status: 'would_do', detail: `would ${APPENDABLE.includes(t.tool) ? `append ${VIRTIO_MODULES.join(', ')} to the image of` : `run ${t.tool} for`} ${info.kernels.join(', ')} unless every initramfs already carries them` }); return; }
+  const appended: { k: string; img: string }[] = [];
   for (const { k, img } of await kernelsWithInitrd(x)) {
-    // Skipped only when nothing the initramfs carries changed and it already has the virtio boot modules.
-    if (!baked.length && img) {
-      const missing = await missingVirtio(x, k, img);
-      if (missing && !missing.length) { act({ action: 'regen_initramfs', status: 'skipped', detail: `${img} already carries ${VIRTIO_BOOT_MODULES.join(', ')} and nothing it holds changed` }); continue; }
-    }
-    const args = t.args(k, img);
-    try { await g.cmd('command', withEnv(args, await runEnv(x, t.env))); x.r.modified = true; act({ action: 'regen_initramfs', status: 'done', detail: `ran ${args.join(' ')}${baked.length ? ` (also for ${baked.join(', ')})` : ''}`, kernel: k }); }
-    catch (e) { act({ action: 'regen_initramfs', status: 'warning', detail: `${t.tool} failed for ${k}: ${(e as Error).message}` }); }
+    // Left alone only when nothing the initramfs carries changed and it already has every virtio module.
+    if (!baked.length && img && (await imageProblems(x, k, [img]))?.length === 0) { act({ action: 'regen_initramfs', status: 'skipped', detail: `${img} already carries ${VIRTIO_MODULES.join(', ')} and nothing it holds changed` }); continue; }
+    const why = img ? await appendTo(x, t, k, img, baked) : 'the kernel has no image to append to';
+    if (!why && img) appended.push({ k, img });
+    else if (await rebuild(x, t, k, img, baked, why) && !img) x.initrdCreated = true;
   }
+  if (appended.length) await installRebuildUnit(x, t, appended);
 }

@@ -18,7 +18,7 @@ export const PURGE: Record<string, { bin: string[]; cmd: string; env?: string[] 
 /** The modules a guest needs in its initramfs to find its root on a virtio disk (virtio_pci brings the bus). */
 export const VIRTIO_BOOT_MODULES = ['virtio_pci', 'virtio_blk'];
 /** Added to the generator's module list: the boot modules, SCSI (virtio-scsi targets) and the NIC. */
-const VIRTIO_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'virtio_net'];
+export const VIRTIO_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'virtio_net'];
 
 export interface InitramfsTool {
   /** `img`: the kernel's image as the guest has it, rebuilt in place (the file the boot loader loads). */

@@ -5,9 +5,10 @@ import { blsFiles, CRYPTTAB, filesIn, RESUME_FILES, WANTS } from './context';
 import { rewriteFstab } from '../fstab';
 import { crypttabLeftovers, dracutDeviceLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers } from '../bootchain';
 import { namesInterface } from '../nic-names';
-import { HV_TOOL_UNITS, installedHvPackages, VIRTIO_BOOT_MODULES } from './tools';
+import { HV_TOOL_UNITS, installedHvPackages } from './tools';
 import { fallbackLeftovers } from '../firmware';
-import { kernelsWithInitrd, missingVirtio } from './initramfs';
+import { verifyInitrds } from './initrd-verify';
+import { verifyRebuildUnit } from './initrd-firstboot';
 
 /** Reads the guest back after the last step that could undo a repair; a repair that did not hold is `failed`. */
 export async function verifyLinux(x: LinuxFix): Promise<void> {
@@ -40,20 +41,8 @@ export async function verifyLinux(x: LinuxFix): Promise<void> {
       if (t !== undefined) check(f, kernelArgLeftovers(t).map((a) => `still has ${a}`), 'every root=/resume= names a stable device');
     }
   }
-  if (o.regen_initramfs) {
-    for (const { k, img, installed } of await kernelsWithInitrd(x)) {
-      if (!installed) continue;
-      if (!img) {
-        const builtin = (await g.isFile(`/lib/modules/${k}/modules.builtin`)) ? await g.read(`/lib/modules/${k}/modules.builtin`) : '';
-        const missing = VIRTIO_BOOT_MODULES.filter((m) => !new RegExp(`/${m}\\.ko$`, 'm').test(builtin));
-        check(`kernel ${k}`, missing.map((m) => `has no initramfs and ${m} is not built in`), `has no initramfs; ${VIRTIO_BOOT_MODULES.join(', ')} are built in`);
-        continue;
-      }
-      const missing = await missingVirtio(x, k, img);
-      if (!missing) act({ action: 'verify', status: 'warning', detail: `${img}: cannot list its contents (no lsinitramfs/lsinitrd in the guest or on this host understands it); the virtio modules are not verified`, check: 'initramfs' });
-      else check(img, missing.map((m) => `lacks ${m}`), `carries ${VIRTIO_BOOT_MODULES.join(', ')}`);
-    }
-  }
+  if (o.regen_initramfs) await verifyInitrds(x, check);
+  await verifyRebuildUnit(x, check);
   for (const a of x.r.actions.filter((y) => y.action === 'uefi_fallback' && y.status === 'done')) {
     const fallback = (a.files as string[])[0];
     check(fallback, await fallbackLeftovers(g, fallback, String(a.from)), `is ${String(a.from)}: a fresh NVRAM boots it`);
