@@ -96,7 +96,7 @@ describe('warm migration: rounds of changed blocks while the VM runs, then cutov
   after(async () => { await s?.stop(); });
 
   it('two VMs written between rounds: a manual cutover after three rounds, one by budget; targets equal the sources at power-off, guests boot, no snapshot left', async () => {
-    const body = plan('warm', ['wa', 'wb'], { warm: warmOpts }, [s.vm('wa'), { vm_path: s.vm('wb'), options: { warm: { ...warmOpts, downtime_budget_seconds: 100_000 } } }]);
+    const body = plan('warm', ['wa', 'wb'], { warm: warmOpts }, [s.vm('wa'), { vm_path: s.vm('wb'), options: { warm: { ...warmOpts, downtime_budget_seconds: 86_400 } } }]);
     const c = await req(s.url, 'POST', '/plans', body);
     expect(c.status, c.text).to.equal(201);
     const bad = await req<{ error: string }>(s.url, 'POST', '/plans/warm/cutover', { vm_path: s.vm('wa') });
@@ -124,7 +124,7 @@ describe('warm migration: rounds of changed blocks while the VM runs, then cutov
       const w = res.warm;
       expect(res.boot.status).to.equal('passed');
       expect(w.status).to.equal('completed');
-      expect(w.cutover!.reason).to.match(name === 'wa' ? /cutover requested/ : /within options\.warm\.downtime_budget_seconds 100000/);
+      expect(w.cutover!.reason).to.match(name === 'wa' ? /cutover requested/ : /within options\.warm\.downtime_budget_seconds 86400/);
       expect(w.rounds.length, `${name}: rounds before the cutover plus the last delta`).to.be.at.least(name === 'wa' ? 4 : 3);
       expect(w.rounds[0].bytes_copied, 'round 1 copies the whole disk').to.be.at.least(BOOT_BYTES / 2);
       for (const x of w.rounds.slice(1, -1)) expect(x.bytes_copied, `${name} round ${x.round}: only changed blocks`).to.be.below(BOOT_BYTES / 8);
