@@ -95,6 +95,26 @@ describe('warm migration: rounds of changed blocks while the VM runs, then cutov
   });
   after(async () => { await s?.stop(); });
 
+  it('bad warm options are refused with a 400 naming the field, before anything runs', async () => {
+    const def = (options: Record<string, unknown>) => ({ vm_path: s.vm('wk'), source: { type: 'vsphere' }, destination: { type: 'kvm', virt_uri: s.lv.uri }, options });
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ power_off: 'none', warm: {} }, /options\.power_off.*shutdown or force for a warm migration/],
+      [{ warm: { precopy_interval: 1 } }, /options\.warm\.precopy_interval.*greater than or equal to 5/],
+      [{ warm: { cutover_at: '2030-01-01T00:00:00Z', downtime_budget_seconds: 60 } }, /options\.warm.*cutover_at.*downtime_budget_seconds/],
+      [{ warm: { downtime_budget_seconds: 0 } }, /options\.warm\.downtime_budget_seconds/],
+    ];
+    for (const [options, msg] of cases) {
+      const r = await req<{ error: string }>(s.url, 'POST', '/jobs/submit', def(options));
+      expect(r.status, r.text).to.equal(400);
+      expect(r.body.error).to.match(msg);
+    }
+    const p = await req<{ error: string }>(s.url, 'POST', '/plans', plan('badwarm', ['wk'], { warm: { precopy_interval: 2 } }));
+    expect(p.status, p.text).to.equal(400);
+    expect(p.body.error).to.match(/options\.warm\.precopy_interval/);
+    expect((await req(s.url, 'POST', '/plans/nosuch/cutover')).status).to.equal(404);
+    expect((await vmDetail(s.m, s.vm('wk'))).snapshots, 'nothing touched the source').to.deep.equal([]);
+  });
+
   it('two VMs written between rounds: a manual cutover after three rounds, one by budget; targets equal the sources at power-off, guests boot, no snapshot left', async () => {
     const body = plan('warm', ['wa', 'wb'], { warm: warmOpts }, [s.vm('wa'), { vm_path: s.vm('wb'), options: { warm: { ...warmOpts, downtime_budget_seconds: 86_400 } } }]);
     const c = await req(s.url, 'POST', '/plans', body);
@@ -142,12 +162,15 @@ describe('warm migration: rounds of changed blocks while the VM runs, then cutov
       expect(JSON.parse((await s.rc.hget(`warm:job:${v.job_id}`, 'warm_snapshots')) ?? '[]')).to.deep.equal([]);
       console.log(`      ${name}: ${w.rounds.length} rounds, cut over (${w.cutover!.reason}); predicted ${w.prediction!.seconds} s, measured ${w.downtime!.seconds} s ${JSON.stringify(w.downtime!.parts)}; ${w.cutover!.last_delta_bytes} bytes after power-off`);
     }
-    const metrics = (await req(s.url, 'GET', '/metrics')).text;
-    expect(metrics).to.match(/ferry_plan_vm_downtime_seconds\{plan="warm",vm="0"\} [0-9.]+/);
-    expect(metrics).to.match(/ferry_plan_vm_predicted_downtime_seconds\{plan="warm",vm="1"\} [0-9.]+/);
+    // Computed at scrape time (within 2 s, else left out of that scrape): the next scrapes are read until both show.
+    let lines = '';
+    await until(async () => {
+      lines = (await req(s.url, 'GET', '/metrics')).text.split('\n').filter((l) => l.startsWith('ferry_plan_vm_')).join('\n');
+      return /ferry_plan_vm_downtime_seconds\{plan="warm",vm="0"\} [0-9.]+/.test(lines) && /ferry_plan_vm_predicted_downtime_seconds\{plan="warm",vm="1"\} [0-9.]+/.test(lines);
+    }, 60_000, 'the warm metrics in a scrape').catch((e: Error) => { throw new Error(`${e.message}; last scrape's ferry_plan_vm_ lines: ${lines || '(none)'}`); });
 
     // The same VM's cold migration, in the same run: its downtime is the whole job (power-off to the boot milestone).
-    const cold = await req<{ job_id: string }>(s.url, 'POST', '/jobs', { vm_path: s.vm('wk'), source: { type: 'vsphere' }, destination: { type: 'kvm', virt_uri: s.lv.uri }, options: { power_off: 'force', network_mapping: { 'VM Network': s.net }, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 300 } } });
+    const cold = await req<{ job_id: string }>(s.url, 'POST', '/jobs/submit', { vm_path: s.vm('wk'), source: { type: 'vsphere' }, destination: { type: 'kvm', virt_uri: s.lv.uri }, options: { power_off: 'force', network_mapping: { 'VM Network': s.net }, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 300 } } });
     expect(cold.status, cold.text).to.be.oneOf([200, 201]);
     const t0 = Date.now();
     const k = await until(async () => { const r = await record(cold.body.job_id); return ['completed', 'failed'].includes(r.status) && r; }, 1_200_000, 'the cold job');
