@@ -77,7 +77,7 @@ export async function removeRecordedSnapshots(ctx: Pick<OpContext, 'store' | 'sp
 async function prepare(ctx: OpContext, p: WarmParameters, m: Manager, dir: string, place: (disks: PlannedDisk[]) => Promise<void>) {
   const d = await vmDetail(m, p.vm_path);
   if (d.power_state !== 'poweredOn') throw new OperationError(`${p.vm_path} is ${d.power_state}: a warm migration copies a running VM; migrate it cold (without options.warm)`, false);
-  if (d.snapshots.length) throw new OperationError(`${p.vm_path} has ${d.snapshots.length} snapshot(s) Ferry did not make (${d.snapshots.map((s) => s.name).join(', ')}): its disks are delta chains, which a warm round cannot copy by changed areas; remove them first (preflight rule vm_snapshots)`, false);
+  if (d.snapshots.length) throw new OperationError(`${p.vm_path} has ${d.snapshots.length} snapshot(s) Ferry did not make (${d.snapshots.map((s) => s.name).join(', ')}): its disks are delta chains, which a warm round cannot copy by changed areas; remove them first (preflight rule warm_snapshots)`, false);
   let cbtByFerry = false;
   if (!(await cbtEnabled(m, d.moref))) {
     if (!p.warm.enable_cbt) throw new OperationError(`changed-block tracking is off on ${p.vm_path} and options.warm.enable_cbt is false: enable it on the VM, or let Ferry (enable_cbt true)`, false);
