@@ -166,7 +166,8 @@ describe('warm migration: rounds of changed blocks while the VM runs, then cutov
     let lines = '';
     await until(async () => {
       lines = (await req(s.url, 'GET', '/metrics')).text.split('\n').filter((l) => l.startsWith('ferry_plan_vm_')).join('\n');
-      return /ferry_plan_vm_downtime_seconds\{plan="warm",vm="0"\} [0-9.]+/.test(lines) && /ferry_plan_vm_predicted_downtime_seconds\{plan="warm",vm="1"\} [0-9.]+/.test(lines);
+      // (the daemon adds its own service label to every series)
+      return /ferry_plan_vm_downtime_seconds\{plan="warm",vm="0"[^}]*\} [0-9.]+/.test(lines) && /ferry_plan_vm_predicted_downtime_seconds\{plan="warm",vm="1"[^}]*\} [0-9.]+/.test(lines);
     }, 60_000, 'the warm metrics in a scrape').catch((e: Error) => { throw new Error(`${e.message}; last scrape's ferry_plan_vm_ lines: ${lines || '(none)'}`); });
 
     // The same VM's cold migration, in the same run: its downtime is the whole job (power-off to the boot milestone).
