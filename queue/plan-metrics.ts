@@ -9,6 +9,7 @@ import { PLAN_STATUSES, PLAN_VM_STATUSES as VM_STATUSES, isVmFinal } from '../sh
 import { parseField, type JobStore } from './store';
 import type { ProgressEvent } from '../shared/schemas/job';
 import type { Plan, PlanStore } from './plans';
+import type { WarmState } from '../shared/warm-predict';
 
 /** A VM's migration time (its last job, RUNNING to its end): seconds. */
 export const PLAN_DURATION_BUCKETS = [10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800];
@@ -58,7 +59,7 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
     const p = (async () => {
       const ps = await plans.list(false);
       const ids = [...new Set(ps.flatMap((x) => x.vms.flatMap((v) => v.jobs)))];
-      const hs = ids.length ? await store.many(ids, ['state', 'latest_event', 'created_at', 'started_at', 'finished_at']) : [];
+      const hs = ids.length ? await store.many(ids, ['state', 'latest_event', 'created_at', 'started_at', 'finished_at', 'warm']) : [];
       return { plans: ps, jobs: new Map(ids.map((id, i) => [id, hs[i]])) };
     })();
     cached = { at: Date.now(), p };
@@ -93,6 +94,10 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
   });
   registerComputed(registry, 'mtv_plan_findings', 'Preflight findings by plan, rule, severity and whether an override accepted them', 'gauge', async () =>
     findingSamples((await snapshot()).plans));
+  registerComputed(registry, 'ferry_plan_vm_predicted_downtime_seconds', 'A warm VM\'s predicted downtime of a cutover now (its last prediction), by plan and the VM\'s position in the plan', 'gauge', async () =>
+    warmSamples((await snapshot()), (w) => w.prediction?.seconds));
+  registerComputed(registry, 'ferry_plan_vm_downtime_seconds', 'A warm VM\'s measured downtime after its cutover (power-off to the boot milestone), by plan and the VM\'s position in the plan', 'gauge', async () =>
+    warmSamples((await snapshot()), (w) => w.downtime?.seconds));
   registerComputed(registry, 'mtv_plan_vm_stage_seconds', "How long the running VM that has been longest in its current stage has been there, by plan and stage (the job's phase; queued while it waits for a worker or a slot)", 'gauge', async () => {
     const { plans: ps, jobs } = await snapshot();
     return stageSamples(store, ps, jobs);
@@ -145,4 +150,17 @@ async function stageSamples(store: JobStore, ps: Plan[], jobs: Snapshot['jobs'])
     if ((max.get(key)?.value ?? -1) < value) max.set(key, { labels: { plan: p.id, stage: s.stage }, value });
   }
   return [...max.values()];
+}
+
+/** One sample per warm VM (its last job's `warm` field, queue/warm.ts) that has the figure; labelled by plan and the
+ *  VM's position in it (bounded, never its path). */
+function warmSamples(snap: Snapshot, pick: (w: WarmState) => number | undefined): Sample[] {
+  const out: Sample[] = [];
+  for (const p of snap.plans) for (const [i, v] of p.vms.entries()) {
+    const h = v.job_id ? snap.jobs.get(v.job_id) : null;
+    const w = h?.warm ? parseField<WarmState | null>(h.warm, null, { job_id: v.job_id!, field: 'warm' }) : null;
+    const value = w ? pick(w) : undefined;
+    if (value !== undefined) out.push({ labels: { plan: p.id, vm: String(i) }, value });
+  }
+  return out;
 }

@@ -3,6 +3,8 @@
 import type { Plan } from './plans';
 import type { JobStore } from './store';
 import { jobViews } from './daemon-views';
+import { parseField } from './store';
+import type { WarmState } from '../shared/warm-predict';
 
 /** A plan as GET /plans/:id answers it. */
 export type PlanView = Awaited<ReturnType<typeof planView>>;
@@ -10,6 +12,7 @@ export type PlanView = Awaited<ReturnType<typeof planView>>;
 export async function planView(store: JobStore, p: Plan) {
   const ids = p.vms.map((v) => v.job_id).filter((x): x is string => !!x);
   const jobs = new Map((await jobViews(store, ids)).map((j) => [j.id, j]));
+  const warm = await warmViews(store, ids);
   let done = 0, total = 0, rate = 0;
   const counts: Record<string, number> = {};
   const vms = p.vms.map((v) => {
@@ -24,6 +27,7 @@ export async function planView(store: JobStore, p: Plan) {
     return {
       ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
       waiting_reason: v.status === 'running' && j?.status === 'pending' ? j.waiting_reason ?? 'queued for a worker' : v.waiting_reason,
+      ...(v.job_id && warm.get(v.job_id) ? { warm: warm.get(v.job_id) } : {}),
       bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null, ...vmRate(v.status === 'running' ? pr?.rate_bytes_per_second : undefined, bytes, tb),
     };
   });
@@ -35,4 +39,16 @@ export async function planView(store: JobStore, p: Plan) {
 function vmRate(rate: number | null | undefined, done: number, total: number) {
   const r = rate && rate > 0 ? Math.round(rate) : null;
   return { rate_bytes_per_second: r, eta_seconds: r && total > done ? Math.round((total - done) / r) : null };
+}
+
+/** Each warm job's rounds, prediction and cutover (queue/warm.ts), with a pending manual cutover request. */
+async function warmViews(store: JobStore, ids: string[]) {
+  const hs = await store.many(ids, ['state', 'warm', 'warm_cutover']);
+  const out = new Map<string, WarmState & { cutover_requested?: unknown }>();
+  for (const [i, h] of hs.entries()) {
+    const w = parseField<WarmState | null>(h?.warm, null, { job_id: ids[i], field: 'warm' });
+    const req = parseField<unknown>(h?.warm_cutover, null, { job_id: ids[i], field: 'warm_cutover' });
+    if (w || req) out.set(ids[i], { ...(w ?? { status: 'copying', rounds: [], prediction: null }), ...(req ? { cutover_requested: req } : {}) });
+  }
+  return out;
 }

@@ -7,12 +7,13 @@ import { validate } from './http';
 import { exportJobSchema, migrationJobSchema, operationTemplateSchema } from './schemas/daemon';
 import { jobSpecSchema, JobSpec } from './schemas/job';
 import { managerDefaults } from './vsphere/job-credentials';
+import type { WarmOptions } from './schemas/warm';
 import { configuredInsecure, getsDefaultCredentials, managerAllowed } from './vsphere/credentials';
 
 /** Options every daemon job definition may carry (exportJobSchema, migrationJobSchema), defaults filled in. */
 interface JobOptions {
   parallel_downloads?: number; remove_cdrom: boolean; power_off: string; shutdown_timeout_seconds: number;
-  show_individual_progress?: boolean; conversion_method?: string; network_mapping?: Record<string, string>; virt_test?: Record<string, unknown>;
+  show_individual_progress?: boolean; conversion_method?: string; warm?: WarmOptions; network_mapping?: Record<string, string>; virt_test?: Record<string, unknown>;
 }
 /** Shape A as validated (exportJobSchema). */
 interface ExportJob {
@@ -102,7 +103,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
         conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping, virt_test: d.options.virt_test,
         power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,
-        parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads,
+        parallel_downloads: d.options.parallel_downloads ?? opts.parallelDownloads, warm: d.options.warm,
       }),
     };
     meta = { kind: 'migration', name, vm_path: d.vm_path, destination: d.destination };

@@ -10,6 +10,7 @@ import { managerUrlSchema } from './schemas/vms';
 import type { JobPath } from './roots';
 import type { JobImage } from './image-confine';
 import { POWER_OPTIONS } from './vsphere/options';
+import { warmOptionsSchema } from './schemas/warm';
 
 /** virt_test: one boot of the outputs, its serial console judged (shared/converter/boot-judge.ts). */
 export const virtTestSchema = Joi.object({
@@ -228,6 +229,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
+      power_off: managerParameters.power_off.when('warm', { is: Joi.exist(), then: Joi.invalid('none').default('shutdown').messages({ 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
       name: Joi.string().max(256),
       source_type: Joi.string().max(64).required(),
       datacenter: Joi.string().max(256),
@@ -235,6 +237,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
       conversion_method: Joi.string().max(64),
       network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
       virt_test: virtTestSchema,
+      warm: warmOptionsSchema,
       // Set by a plan (queue/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
       pool: Joi.string().max(200),
       domain_name: domainName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),

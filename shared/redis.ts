@@ -103,6 +103,9 @@ export function keys(prefix = config.prefix) {
     /** The lease of a group of periodic work (queue/leader.ts): `<holder>#<fence>`, and its fencing counter. */
     leader: (group: string) => `${prefix}:leader:${group}`,
     leaderFence: (group: string) => `${prefix}:leader:${group}:fence`,
+    /** The repair, import and boot seconds of recent migrations (a capped list, newest first): warm migration's
+     *  prediction (queue/warm.ts). */
+    warmStageTimes: `${prefix}:warm:stage_seconds`,
   };
 }
 export type Keys = ReturnType<typeof keys>;

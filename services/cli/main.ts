@@ -1,7 +1,7 @@
 // The `ferry` command: the daemon's inventory and migration plans for operators and scripts.
 //   ferry vms list [--server URL] [--name PATTERN] [--power on|off]    ferry vms info VM_PATH
 //   ferry plan create (--file plan.yaml | --name N --vm PATH... --virt-uri URI --network-map SRC=DST... --storage-map SRC=DST...)
-//   ferry plan list | status ID | validate ID | start ID [--wait] | cancel ID [--vm PATH] | retry ID | rollback ID VM_PATH
+//   ferry plan list | status ID | validate ID | start ID [--wait] | cancel ID [--vm PATH] | cutover ID [--vm PATH] | retry ID | rollback ID VM_PATH
 // Every command takes --json (the daemon's answer as JSON on stdout) and --url (else FERRY_URL); the key comes
 // from FERRY_API_KEY only, so it never shows in a process list. Exit codes: 0 done, 1 error, 2 blockers found
 // (validate), 3 the plan ended with VMs not migrated (start --wait).
@@ -189,6 +189,13 @@ const planCancel: Command = async (c, a, v, io) => {
   return EXIT.ok;
 };
 
+const planCutover: Command = async (c, a, v, io) => {
+  const [id] = need(a, 1, 'plan cutover ID [--vm VM_PATH]');
+  const plan = await c.call<PlanView>('POST', `/plans/${enc(id)}/cutover`, v.vm ? { vm_path: v.vm[0] } : undefined);
+  if (v.json) json(io, plan); else print(io, `plan ${id}: cutover asked${v.vm ? ` for ${v.vm[0]}` : ''}\n${planProgress(plan)}`);
+  return EXIT.ok;
+};
+
 const planRetry: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan retry ID');
   const r = await c.call<ActionAnswer>('POST', `/plans/${enc(id)}/retry`);
@@ -206,7 +213,7 @@ const planRollback: Command = async (c, a, v, io) => {
 const COMMANDS: Record<string, Command> = {
   'vms list': vmsList, 'vms info': vmsInfo,
   'plan create': planCreate, 'plan list': planList, 'plan status': planStatus, 'plan validate': planValidate,
-  'plan start': planStart, 'plan cancel': planCancel, 'plan retry': planRetry, 'plan rollback': planRollback,
+  'plan start': planStart, 'plan cancel': planCancel, 'plan cutover': planCutover, 'plan retry': planRetry, 'plan rollback': planRollback,
 };
 const HELP = `usage: ferry <command> [--json] [--url URL]   (FERRY_URL, FERRY_API_KEY from the environment)\n${Object.keys(COMMANDS).map((k) => `  ferry ${k}`).join('\n')}\n`;
 

@@ -38,6 +38,8 @@ export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce((n, v) =
 export interface PlanVmView {
   vm_path?: string; status?: string; total_bytes?: number | null; bytes_done?: number | null;
   waiting_reason?: string | null; error?: string | null; stage?: string | null;
+  /** a warm VM (docs/plans.md, Warm migration) */
+  warm?: { status?: string; rounds?: { bytes_copied?: number }[]; prediction?: { seconds?: number } | null; downtime?: { seconds?: number }; cutover_requested?: unknown };
 }
 /** What the CLI reads of a plan record (GET /plans/:id, POST /plans and its actions). */
 export interface PlanView {
@@ -52,10 +54,21 @@ export function planProgress(plan: PlanView): string {
   const lines = vms.map((v) => {
     const pct = v.total_bytes ? `${Math.floor((100 * (v.bytes_done || 0)) / v.total_bytes).toString().padStart(3)}%` : '    ';
     const detail = v.waiting_reason ? `waiting: ${v.waiting_reason}` : v.error || v.stage || '';
-    return `  ${String(v.vm_path).padEnd(30)} ${String(v.status).padEnd(11)} ${pct}  ${detail}`;
+    return `  ${String(v.vm_path).padEnd(30)} ${String(v.status).padEnd(11)} ${pct}  ${detail}${warmLine(v.warm)}`;
   });
   const rate = plan.rate_bytes_per_second ? ` ${bytes(plan.rate_bytes_per_second)}/s` : '';
   const eta = plan.eta_seconds !== undefined && plan.eta_seconds !== null ? ` ETA ${Math.round(plan.eta_seconds)} s` : '';
   const head = `plan ${plan.name || plan.id} ${plan.status}: ${done}/${vms.length} VMs done ${bar(vms.length ? done / vms.length : 0)}${rate}${eta}`;
   return [head, ...lines].join('\n');
+}
+
+/** A warm VM's rounds, prediction and (after cutover) measured downtime, on its status line. */
+function warmLine(w: PlanVmView['warm']): string {
+  if (!w) return '';
+  const rounds = w.rounds?.length ?? 0;
+  const parts = [`warm ${w.status ?? ''}`.trim(), `${rounds} round${rounds === 1 ? '' : 's'}`];
+  if (w.prediction?.seconds !== undefined) parts.push(`predicted downtime ${w.prediction.seconds} s`);
+  if (w.downtime?.seconds !== undefined) parts.push(`downtime ${w.downtime.seconds} s`);
+  if (w.cutover_requested && w.status === 'copying') parts.push('cutover requested');
+  return ` [${parts.join(', ')}]`;
 }

@@ -20,6 +20,7 @@ import { callerOf } from './route-kit';
 import { guestReader } from '../../queue/guest-read';
 import type { WorkerJobDeps } from '../../queue/worker-jobs';
 import { vmMayMove } from '../../shared/plan-states';
+import { addPlanCutoverRoute } from './plan-cutover';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });
 const one = { description: 'the plan', schema: planSchema };
@@ -60,6 +61,7 @@ export function addPlanRoutes(api: Api, d: PlanDeps) {
   const kit = planRouteKit(api, d);
   addPlanResourceRoutes(api, d, kit);
   addPlanActionRoutes(api, d, kit);
+  addPlanCutoverRoute(d, kit.add, kit.view, vmOf);
 }
 
 /** The plan as a resource: create, list, get, its event stream, change, delete, archive. */

@@ -19,6 +19,8 @@ export interface RuleContext {
   poolUse: Map<string, number>;
   /** the target domain name (options.target_name); default the VM's name */
   domain?: string;
+  /** options.warm is set for this VM (docs/plans.md, Warm migration) */
+  warm?: boolean;
 }
 
 const B = 'blocker', W = 'warning';
@@ -91,8 +93,17 @@ function nameRules(x: VmFacts, t: TargetFacts, name: string): Finding[] {
 }
 
 /** Every finding of one VM. */
+/** A warm VM copies while it runs, by changed areas of flat disks: a running VM without snapshots. */
+function warmRules(x: VmFacts, c: RuleContext): Finding[] {
+  if (!c.warm) return [];
+  const out: Finding[] = [];
+  if (x.power_state !== 'poweredOn') out.push(f('warm_vm_off', B, `the VM is ${x.power_state}: a warm migration copies a running VM`, 'migrate it cold (remove options.warm for this VM), or power it on'));
+  if (x.snapshots) out.push(f('warm_snapshots', B, `${x.snapshots} snapshot(s) Ferry did not make: the disks are delta chains, which warm rounds cannot copy by changed areas`, 'delete or consolidate the snapshots (left behind by a backup tool, or by hand) before a warm migration'));
+  return out;
+}
+
 export function checkVm(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
-  const out = [...deviceRules(x), ...configRules(x, t, c), ...mapRules(x, t, c), ...nameRules(x, t, c.domain ?? x.name)];
+  const out = [...deviceRules(x), ...configRules(x, t, c), ...warmRules(x, c), ...mapRules(x, t, c), ...nameRules(x, t, c.domain ?? x.name)];
   if (!t.reachable) out.push(f('target_unreachable', B, `the target host ${t.uri} does not answer: ${t.error ?? ''}`, 'start libvirtd there or fix destination.virt_uri'));
   return out;
 }

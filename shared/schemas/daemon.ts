@@ -8,6 +8,7 @@ import { internalJobsFlag } from './job';
 import { POWER_OPTIONS } from '../vsphere/options';
 import { virtUriSchema } from '../libvirt/uri';
 import { managerUrlSchema } from './vms';
+import { warmOptionsSchema } from './warm';
 
 export const WEBHOOK_EVENTS = ['job.created', 'job.started', 'job.completed', 'job.failed', 'job.cancelled', 'schedule.triggered',
   'plan.started', 'plan.vm_completed', 'plan.vm_failed', 'plan.vm_cancelled', 'plan.vm_rolled_back', 'plan.completed'] as const;
@@ -59,10 +60,12 @@ export const migrationJobSchema = Joi.object({
     virt_uri: virtUriSchema.description('connection URI of the target host: FERRY_LIBVIRT_URI (the default) or one of FERRY_LIBVIRT_URIS'),
   }).required(),
   options: Joi.object({
-    power_off: powerOff,
+    // A warm migration powers the VM off at cutover: a guest shutdown unless the operator says force (never "refuse").
+    power_off: powerOff.when('warm', { is: Joi.exist(), then: Joi.invalid('none').default('shutdown').messages({ 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
     shutdown_timeout_seconds: shutdownTimeout,
     remove_cdrom: Joi.boolean().default(false),
     parallel_downloads: Joi.number().integer().min(1).max(64),
+    warm: warmOptionsSchema,
     conversion_method: Joi.string().max(64),
     network_mapping: Joi.object().pattern(Joi.string().max(256), virtName).description('source network -> target network (a libvirt name Ferry accepts: no spaces)'),
     virt_test: virtTestSchema.keys({ memory_mib: Joi.forbidden(), vcpus: Joi.forbidden() }).description('extension: the imported domain\'s first start is watched on its serial console; the job completes only when `expect` (a regular expression; default: Linux boot milestones) shows within timeout_seconds'),

@@ -117,6 +117,7 @@ export const overrideSchema = Joi.object<{ vm_path: string; rule: string; reason
   vm_path: vmPath.required(), rule: Joi.string().max(64).required(), reason: Joi.string().allow('').max(1024).default(''),
 }).label('PlanOverride');
 
+export const planCutoverSchema = Joi.object<{ vm_path?: string }>({ vm_path: vmPath.description('only this VM; without it, every warm VM of the plan that is copying') }).label('PlanCutover');
 export const planVmCancelSchema = Joi.object<{ vm_path?: string }>({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
 
 const placementSchema = Joi.object({
@@ -130,6 +131,12 @@ export const planVmSchema = Joi.object({
   stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
   rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'), eta_seconds: Joi.number().integer().allow(null),
   placement: placementSchema,
+  warm: Joi.object({
+    status: Joi.string(), rounds: Joi.array().items(Joi.object().unknown(true)).description('each copy round: snapshot_at, changed_bytes, bytes_copied, copy_seconds, overhead_seconds'),
+    prediction: Joi.object().unknown(true).allow(null).description('predicted downtime of a cutover now (seconds, parts, change and copy rates, basis)'),
+    cutover: Joi.object().unknown(true).description('why and when the cutover began, the last delta'), cutover_requested: Joi.object().unknown(true).description('a manual cutover request (at, by)'),
+    downtime: Joi.object().unknown(true).description('measured: power-off to the boot milestone, split into power_off, last_delta, repair, import, boot'),
+  }).unknown(true).description('a warm VM (options.warm): its rounds, prediction and cutover (docs/plans.md, Warm migration)'),
   selected_by: Joi.array().items(Joi.number().integer()).description('the selectors (their index) that chose this VM; absent for a listed VM'),
   source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),

@@ -7,7 +7,10 @@ import path from 'node:path';
 import { OperationError } from '../../../shared/errors';
 import { afterExport } from './migration-stages';
 import { ExportParameters, runExport } from './export';
-import type { Admit, Operation } from './types';
+import type { Admit, OpContext, Operation } from './types';
+import type { ExportResult } from '../../../shared/vsphere/export';
+import type { WarmOptions } from '../../../shared/schemas/warm';
+import { measured, migrateWarm } from './warm-rounds';
 import { admitExport, slotLeaseMs } from './export';
 import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
 import { jobUri } from '../../../shared/libvirt/uri';
@@ -52,16 +55,27 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 }
 
 export const migrateVm: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number } };
+  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number }; warm?: WarmOptions; plan?: PlanParams };
   jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   // One pass (docs/pipeline.md): the disks that can go straight into their volumes are chosen, and the space
-  // checked, after the export's plan and before any byte moves; when every disk goes one pass, the repair starts
-  // there too, beside the copy (repair-beside-copy.ts).
+  // checked, after the export's plan and before any byte moves.
+  const target = { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir };
+  const stagesAfter = (c: OpContext, exported: ExportResult, beside?: BesideCopy) => afterExport(c, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test, beside });
+  // Warm (issue 37, warm-rounds.ts): rounds of changed areas into the same volumes while the VM runs, then the
+  // cold path's stages. The source changes until the last delta, so its repair runs after it, not beside a round.
+  if (p.warm) return migrateWarm(ctx, { p: { ...p, warm: p.warm }, dir, place: (disks) => placeForOnePass(ctx, target, disks), after: (c, e) => stagesAfter(c, e) });
+  return migrateCold(ctx, p, dir, target, stagesAfter);
+};
+
+/** The cold migration: when every disk goes one pass, the repair starts at the placement, beside the copy
+ *  (repair-beside-copy.ts); its repair, import and boot times are recorded for warm predictions (`measured`). */
+async function migrateCold(ctx: OpContext, p: ExportParameters, dir: string, target: Parameters<typeof placeForOnePass>[1],
+  stagesAfter: (c: OpContext, exported: ExportResult, beside?: BesideCopy) => Promise<Record<string, unknown>>): Promise<Record<string, unknown>> {
   let beside: BesideCopy | undefined;
   let refused: string | undefined;
   const place = async (disks: PlannedDisk[], src: { manager: Manager; vm: VmDetail }) => {
-    await placeForOnePass(ctx, { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir }, disks);
+    await placeForOnePass(ctx, target, disks);
     refused = besideCopyRefused(disks);
     if (refused) return;
     // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy.
@@ -72,23 +86,24 @@ export const migrateVm: Operation = async (ctx) => {
       return undefined;
     });
   };
-  let exported: Awaited<ReturnType<typeof runExport>>;
-  try {
-    exported = await runExport(ctx, p, dir, 'export', 'export folder', place);
-  } catch (e) {
-    await beside?.abort(`the copy failed: ${(e as Error).message}`);
-    throw e;
-  }
-  if (beside) beside.copy.finished_at = new Date().toISOString();
-  let result: Record<string, unknown>;
-  try {
-    result = await afterExport(ctx, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test, beside });
-  } catch (e) {
-    await beside?.abort(`the migration failed: ${(e as Error).message}`); // a no-op once the repair has finished
-    throw e;
-  }
-  return { ...result, repair_beside_copy: besideCopyResult(beside, refused) };
-};
+  const copy = async (c: OpContext) => {
+    try {
+      return await runExport(c, p, dir, 'export', 'export folder', place);
+    } catch (e) {
+      await beside?.abort(`the copy failed: ${(e as Error).message}`);
+      throw e;
+    }
+  };
+  return measured(ctx, copy, async (c, exported) => {
+    if (beside) beside.copy.finished_at = new Date().toISOString();
+    try {
+      return { ...await stagesAfter(c, exported, beside), repair_beside_copy: besideCopyResult(beside, refused) };
+    } catch (e) {
+      await beside?.abort(`the migration failed: ${(e as Error).message}`); // a no-op once the repair has finished
+      throw e;
+    }
+  });
+}
 
 /** The manager's export slot, then a plan job's own slots (ESXi host, datastore, target host, plan); all or none. */
 export const admitMigration: Admit = async (spec, store) => {

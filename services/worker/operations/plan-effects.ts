@@ -14,6 +14,8 @@ import { rollbackVm } from '../../../shared/plans/rollback';
 import { vmGuardHolder } from '../../../queue/vm-guard';
 import type { JobRecord } from '../../../queue/store';
 import { asOperationError } from './export';
+import { warmSnapshots } from '../../../queue/warm';
+import { removeRecordedSnapshots } from './warm-rounds';
 import { AuditLog } from '../../../shared/audit';
 import type { OpContext, Operation } from './types';
 
@@ -54,7 +56,11 @@ export const rollbackKvm: Operation = async (ctx) => {
   await ctx.progress('rollback', 0, `removing what job ${of} recorded it made (${job.ledger.length} ledger entries)`);
   const src = powerOn ? await sourceOf(ctx, job) : null;
   // No manager is contacted when the source stays off (source_was_on false): the target alone is rolled back.
-  const detail = await rollbackVm(src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger).catch((e) => { throw asOperationError(e); });
+  // A warm job's snapshots still recorded (its worker died before removing them) go first, by their references.
+  const snaps = (await warmSnapshots(ctx.store.redis, ctx.store.k, of)).length
+    ? await removeRecordedSnapshots({ store: ctx.store, spec: job.spec, log: ctx.log }, (src ?? await sourceOf(ctx, job)).m).catch((e) => { throw asOperationError(e); }) : [];
+  const rolled = await rollbackVm(src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger).catch((e) => { throw asOperationError(e); });
+  const detail = [...snaps, rolled].join('; ');
   await ctx.progress('rollback', 100, detail);
   await audited(ctx, { of_job: of, vm_path: (job.spec.parameters as SourceParameters).vm_path });
   return { of_job: of, detail, ledger: job.ledger.map((e) => ({ kind: e.kind, id: e.id, name: e.name, virt_uri: e.virt_uri })) };

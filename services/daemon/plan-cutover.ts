@@ -1,0 +1,35 @@
+// POST /plans/{id}/cutover (issue 37): the manual cutover of a warm plan's VMs, all of them or one. It asks each
+// VM's running migrate_vm job (queue/warm.ts, warm_cutover); the job sees it within a second while it waits
+// between rounds, or at the end of the round it is copying, then powers the VM off, copies the last delta and
+// goes on as a cold migration does.
+import type Koa from 'koa';
+import { conflict } from '../../shared/errors';
+import { planCutoverSchema } from '../../shared/schemas/plans';
+import { requestCutover } from '../../queue/warm';
+import type { Plan, PlanStore } from '../../queue/plans';
+import type { JobStore } from '../../queue/store';
+import { callerOf } from './route-kit';
+
+type Add = (path: string, summary: string, role: 'submit', extra: { body: typeof planCutoverSchema; bodyRequired: boolean }, handler: (ctx: Koa.Context, i: { params: { id: string }; body?: { vm_path?: string } }) => Promise<unknown>) => void;
+
+export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add: Add, view: (p: Plan) => Promise<unknown>, vmOf: (p: Plan, vm: string) => Plan['vms'][number]) {
+  add('/plans/:id/cutover', 'Cut a warm plan\'s VMs over now (all of them, or one: {vm_path}): each running warm job powers its VM off as options.power_off says, copies the last delta and repairs, imports and boots it (docs/plans.md, Warm migration)', 'submit', { body: planCutoverSchema, bodyRequired: false },
+    async (ctx, { params, body }) => {
+      const p = await d.plans.must(params.id);
+      if (p.status !== 'running') throw conflict(`plan ${p.id} is ${p.status}: only a running plan's VMs cut over`);
+      const chosen = body?.vm_path ? [vmOf(p, body.vm_path)] : p.vms.filter((v) => v.status === 'running' && v.job_id);
+      const asked: string[] = [];
+      for (const v of chosen) {
+        const job = v.status === 'running' && v.job_id ? await d.jobs.get(v.job_id) : null;
+        const warm = !!(job?.spec.parameters as { warm?: unknown } | undefined)?.warm;
+        if (!warm || !job || job.is_terminal) {
+          if (body?.vm_path) throw conflict(`${v.vm_path} is ${v.status}${job && !warm ? ' as a cold migration' : ''}: only a running warm VM cuts over`);
+          continue;
+        }
+        const by = callerOf(ctx);
+        if (await requestCutover(d.jobs.redis, d.jobs.k, job.job_id, by?.name ?? null)) asked.push(v.vm_path);
+      }
+      if (!asked.length) throw conflict(`plan ${p.id} has no running warm VM to cut over`);
+      return view(await d.plans.must(p.id));
+    });
+}
