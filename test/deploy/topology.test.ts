@@ -328,7 +328,8 @@ function startService(t: Topology, host: Host, s: ComposeService) {
 }
 
 /** The host's own /etc/hosts, /run, /root and /srv; the declared volumes and secrets at their targets; a worker's
- *  own /tmp last (the test's folder is under the machine's /tmp, which the host then no longer sees). */
+ *  own /tmp last (the test's folder is under the machine's /tmp, which the host then no longer sees; a checkout
+ *  there is bound back). */
 function prepareHost(t: Topology, host: Host, hostsFile: string, services: ComposeService[], ownTmp: boolean) {
   host.sh('mount --bind "$1" /etc/hosts && mount -t tmpfs -o mode=0755 ferry-run /run && mount -t tmpfs -o mode=0700 ferry-root /root && mount -t tmpfs ferry-srv /srv', hostsFile);
   for (const v of services.flatMap((s) => s.volumes ?? [])) {
@@ -342,7 +343,11 @@ function prepareHost(t: Topology, host: Host, hostsFile: string, services: Compo
   if (ownTmp) {
     const tmp = path.join(t.dir, 'tmp', host.name);
     mkdirSync(tmp, { recursive: true, mode: 0o1777 });
-    host.sh('mount --bind "$1" /tmp', tmp);
+    // A checkout under /tmp (a fresh clone there) stays visible at its path: kept aside on the host's /run, then
+    // bound back inside the host's own /tmp.
+    const under = path.relative('/tmp', ROOT);
+    if (under.startsWith('..') || path.isAbsolute(under)) host.sh('mount --bind "$1" /tmp', tmp);
+    else host.sh('mkdir -p /run/ferry-checkout && mount --bind "$2" /run/ferry-checkout && mount --bind "$1" /tmp && mkdir -p "$2" && mount --bind /run/ferry-checkout "$2"', tmp, ROOT);
   }
 }
 

@@ -56,11 +56,11 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 
 export const migrateVm: Operation = async (ctx) => {
   const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number }; warm?: WarmOptions; plan?: PlanParams };
-  jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
+  const virtUri = jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   // One pass (docs/pipeline.md): the disks that can go straight into their volumes are chosen, and the space
   // checked, after the export's plan and before any byte moves.
-  const target = { virtUri: jobUri(p.destination.virt_uri, 'destination.virt_uri'), pool: p.pool, exportDir: dir };
+  const target = { virtUri, pool: p.pool, exportDir: dir };
   const stagesAfter = (c: OpContext, exported: ExportResult, beside?: BesideCopy) => afterExport(c, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test, beside });
   // Warm (issue 37, warm-rounds.ts): rounds of changed areas into the same volumes while the VM runs, then the
   // cold path's stages. The source changes until the last delta, so its repair runs after it, not beside a round.
