@@ -16,7 +16,9 @@ import type { Override, Plan, PlanOptions } from './types';
 export type ReadGuests = (p: Plan, facts: VmFacts[]) => Promise<Map<string, Finding[]>>;
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
-export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
+export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running',
+  // The warm job itself refuses such a VM (services/worker/operations/warm-rounds.ts): accepting it changes nothing.
+  'warm_vm_off', 'warm_snapshots', 'warm_cbt_off']);
 
 export interface VmResult {
   vm_path: string; findings: (Finding & { overridable: boolean; overridden?: Override })[];

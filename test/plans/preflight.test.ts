@@ -253,6 +253,12 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     expect(snap.find((f) => f.rule === 'warm_snapshots')!.message).to.include('"before-upgrade"');
     expect(snap.find((f) => f.rule === 'warm_cbt_enable')!.message).to.include('Ferry will enable CBT');
     expect((await req<PlanView>(B, 'GET', '/plans/p-warm', undefined, alice)).body.vms.find((x) => x.vm_path === vm('snap'))!.findings.map((f) => f.rule), 'stored on the plan').to.include('warm_snapshots');
+    // What the warm job would refuse cannot be accepted by an override.
+    for (const [name, rule] of [['running', 'warm_cbt_off'], ['snap', 'warm_snapshots'], ['snap', 'warm_vm_off']]) {
+      const o = await req<DaemonError>(B, 'POST', '/plans/p-warm/overrides', { vm_path: vm(name), rule, reason: 'try' }, alice);
+      expect(o.status, `${rule}: ${o.text}`).to.equal(400);
+      expect(o.body.fields![0].field).to.equal('rule');
+    }
 
     // With enable_cbt true (the default) the same VM is told, not blocked; once CBT is on in vSphere, nothing is said.
     expect((await mk('p-warm2', [vm('running')], {}))('running').map((f) => `${f.rule}:${f.severity}`)).to.deep.equal(['warm_cbt_enable:info']);
