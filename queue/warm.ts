@@ -1,12 +1,14 @@
 // Warm migration's state beside a migrate_vm job's record (issue 37): the rounds and the prediction the worker
 // writes (`warm`), the snapshots it made on the source (`warm_snapshots`, recorded the moment each exists, so any
-// attempt, cancel or rollback removes exactly those), and a cutover request (`warm_cutover`, written by the daemon's
-// POST /plans/{id}/cutover). The prediction's repair, import and boot times come from recent migrations' measured
+// attempt, cancel or rollback removes exactly those), and a cutover request (`warm_cutover`, written by askCutover
+// for POST /plans/{id}/cutover and POST /jobs/{id}/cutover on both APIs). The prediction's repair, import and boot times come from recent migrations' measured
 // times (a capped list), the prediction rule itself from shared/warm-predict.ts.
 import type { RedisClient } from '../shared/redis';
 import type { Keys } from '../shared/redis';
 import { createLogger } from '../shared/log';
+import { conflict, notFound } from '../shared/errors';
 import type { StageSeconds, WarmState } from '../shared/warm-predict';
+import type { JobStore } from './store';
 
 const log = createLogger('queue');
 
@@ -37,12 +39,28 @@ export async function forgetSnapshot(redis: RedisClient, k: Keys, jobId: string,
 
 export interface CutoverRequest { at: string; by: string | null }
 export const cutoverRequest = (redis: RedisClient, k: Keys, jobId: string) => read<CutoverRequest | null>(redis, k.job(jobId), 'warm_cutover', null);
-/** Asks a running warm job to cut over at its next check (within a second while it waits between rounds). Only
- *  an existing job record gets the field. */
-export async function requestCutover(redis: RedisClient, k: Keys, jobId: string, by: string | null): Promise<boolean> {
-  if (!(await redis.exists(k.job(jobId)))) return false;
-  await redis.hset(k.job(jobId), 'warm_cutover', JSON.stringify({ at: new Date().toISOString(), by }));
-  return true;
+/** The one rule of a manual cutover, for a plan's VM and a job submitted directly alike: the job exists (404), is a
+ *  warm migrate_vm job (409), has not ended (409; one waiting for a worker cuts over when its first round ends)
+ *  and has not begun its cutover (409); then the request is recorded on it by the caller's key name. */
+export async function askCutover(store: JobStore, jobId: string, by: string | null): Promise<CutoverRequest> {
+  const job = await store.get(jobId);
+  if (!job) throw notFound(`job ${jobId} not found`);
+  if (!(job.spec.parameters as { warm?: unknown } | undefined)?.warm) throw conflict(`job ${jobId} is not a warm migration (options.warm): only a running warm job cuts over`);
+  if (job.is_terminal) throw conflict(`job ${jobId} is ${job.state}: only a running warm job cuts over`);
+  const w = await warmState(store.redis, store.k, jobId);
+  if (w && w.status !== 'copying') throw conflict(`job ${jobId} is already ${w.status.replace('_', ' ')}${w.cutover ? ` (${w.cutover.reason})` : ''}`);
+  const req = await requestCutover(store.redis, store.k, jobId, by);
+  if (!req) throw notFound(`job ${jobId} not found`);
+  return req;
+}
+
+/** Writes the request on an existing job record (null: none); the checks are askCutover's (the benchmark, which
+ *  knows its job, writes it directly). */
+export async function requestCutover(redis: RedisClient, k: Keys, jobId: string, by: string | null): Promise<CutoverRequest | null> {
+  if (!(await redis.exists(k.job(jobId)))) return null;
+  const req: CutoverRequest = { at: new Date().toISOString(), by };
+  await redis.hset(k.job(jobId), 'warm_cutover', JSON.stringify(req));
+  return req;
 }
 
 const STAGE_TIMES_KEPT = 20;

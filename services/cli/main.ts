@@ -2,6 +2,7 @@
 //   ferry vms list [--server URL] [--name PATTERN] [--power on|off]    ferry vms info VM_PATH
 //   ferry plan create (--file plan.yaml | --name N --vm PATH... --virt-uri URI --network-map SRC=DST... --storage-map SRC=DST...)
 //   ferry plan list | status ID | validate ID | start ID [--wait] | cancel ID [--vm PATH] | cutover ID [--vm PATH] | retry ID | rollback ID VM_PATH
+//   ferry job cutover ID    (a warm migration job submitted on its own)
 // Every command takes --json (the daemon's answer as JSON on stdout) and --url (else FERRY_URL); the key comes
 // from FERRY_API_KEY only, so it never shows in a process list. Exit codes: 0 done, 1 error, 2 blockers found
 // (validate), 3 the plan ended with VMs not migrated (start --wait).
@@ -196,6 +197,13 @@ const planCutover: Command = async (c, a, v, io) => {
   return EXIT.ok;
 };
 
+const jobCutover: Command = async (c, a, v, io) => {
+  const [id] = need(a, 1, 'job cutover JOB_ID');
+  const r = await c.call<ActionAnswer>('POST', `/jobs/${enc(id)}/cutover`);
+  if (v.json) json(io, r); else print(io, r.message ?? `job ${id}: cutover asked`);
+  return EXIT.ok;
+};
+
 const planRetry: Command = async (c, a, v, io) => {
   const [id] = need(a, 1, 'plan retry ID');
   const r = await c.call<ActionAnswer>('POST', `/plans/${enc(id)}/retry`);
@@ -214,6 +222,7 @@ const COMMANDS: Record<string, Command> = {
   'vms list': vmsList, 'vms info': vmsInfo,
   'plan create': planCreate, 'plan list': planList, 'plan status': planStatus, 'plan validate': planValidate,
   'plan start': planStart, 'plan cancel': planCancel, 'plan cutover': planCutover, 'plan retry': planRetry, 'plan rollback': planRollback,
+  'job cutover': jobCutover,
 };
 const HELP = `usage: ferry <command> [--json] [--url URL]   (FERRY_URL, FERRY_API_KEY from the environment)\n${Object.keys(COMMANDS).map((k) => `  ferry ${k}`).join('\n')}\n`;
 

@@ -1,4 +1,5 @@
-// The daemon's job reads: GET /jobs, GET and POST /jobs/query, GET /jobs/:id and /jobs/:id/progress. Records
+// The daemon's job reads: GET /jobs, GET and POST /jobs/query, GET /jobs/:id and /jobs/:id/progress; and a warm
+// job's manual cutover, POST /jobs/:id/cutover. Records
 // come from queue/daemon-views.ts, one schema for every operation (docs/daemon.md).
 import Joi from 'joi';
 import type { Api } from '../../shared/http';
@@ -12,12 +13,29 @@ import { callerOf, err } from './route-kit';
 import { adminOnly } from '../../shared/admin-only';
 import { INTERNAL_JOBS_WHY } from '../../shared/schemas/job';
 import type Koa from 'koa';
+import { askCutover } from '../../queue/warm';
 
 const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
 
 /** The queue states of one daemon status or a list of them (undefined: every state). */
 export const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
+
+const cutoverAnswer = Joi.object({
+  job_id: Joi.string(), cutover_requested: Joi.object({ at: Joi.string().isoDate(), by: Joi.string().allow(null).description('the caller\'s key name (null without keys)') }), message: Joi.string(),
+});
+
+/** A warm shape B job submitted on its own (not by a plan): the same request and rule as POST /plans/{id}/cutover. */
+function addCutoverRoute(api: Api, store: JobStore) {
+  api.add({
+    method: 'post', role: 'submit', path: '/jobs/:id/cutover', summary: 'Cut a running warm migration (options.warm) over now: the job powers its VM off as options.power_off says, copies the last delta, then repairs, imports and boots it (docs/plans.md, Warm migration)', tags: ['jobs'], params: idParams,
+    responses: { 200: { description: 'the request, recorded on the job (warm_cutover); the job acts on it within a second between rounds, or when its round ends', schema: cutoverAnswer }, 404: err('unknown job'), 409: err('not a warm job, already ended, or its cutover already began') },
+    handler: async (ctx, { params }) => {
+      const r = await askCutover(store, params.id, callerOf(ctx)?.name ?? null);
+      return { job_id: params.id, cutover_requested: r, message: `cutover of job ${params.id} requested${r.by ? ` by ${r.by}` : ''}` };
+    },
+  });
+}
 
 /** Query routes come before /jobs/:id, which would otherwise claim /jobs/query. */
 export function addJobRoutes(api: Api, store: JobStore) {
@@ -69,4 +87,5 @@ export function addJobRoutes(api: Api, store: JobStore) {
       return progressView(store, params.id, h);
     },
   });
+  addCutoverRoute(api, store);
 }

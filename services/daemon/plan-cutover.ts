@@ -1,11 +1,11 @@
 // POST /plans/{id}/cutover (issue 37): the manual cutover of a warm plan's VMs, all of them or one. It asks each
-// VM's running migrate_vm job (queue/warm.ts, warm_cutover); the job sees it within a second while it waits
+// VM's running migrate_vm job (queue/warm.ts askCutover, the rule POST /jobs/{id}/cutover shares); the job sees it within a second while it waits
 // between rounds, or at the end of the round it is copying, then powers the VM off, copies the last delta and
 // goes on as a cold migration does.
 import type Koa from 'koa';
-import { conflict } from '../../shared/errors';
+import { ApiError, conflict } from '../../shared/errors';
 import { planCutoverSchema } from '../../shared/schemas/plans';
-import { requestCutover } from '../../queue/warm';
+import { askCutover } from '../../queue/warm';
 import type { Plan, PlanStore } from '../../queue/plans';
 import type { JobStore } from '../../queue/store';
 import { callerOf } from './route-kit';
@@ -19,15 +19,13 @@ export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add
       if (p.status !== 'running') throw conflict(`plan ${p.id} is ${p.status}: only a running plan's VMs cut over`);
       const chosen = body?.vm_path ? [vmOf(p, body.vm_path)] : p.vms.filter((v) => v.status === 'running' && v.job_id);
       const asked: string[] = [];
+      const by = callerOf(ctx)?.name ?? null;
       for (const v of chosen) {
-        const job = v.status === 'running' && v.job_id ? await d.jobs.get(v.job_id) : null;
-        const warm = !!(job?.spec.parameters as { warm?: unknown } | undefined)?.warm;
-        if (!warm || !job || job.is_terminal) {
-          if (body?.vm_path) throw conflict(`${v.vm_path} is ${v.status}${job && !warm ? ' as a cold migration' : ''}: only a running warm VM cuts over`);
-          continue;
-        }
-        const by = callerOf(ctx);
-        if (await requestCutover(d.jobs.redis, d.jobs.k, job.job_id, by?.name ?? null)) asked.push(v.vm_path);
+        // One rule with POST /jobs/{id}/cutover (queue/warm.ts askCutover); asked for all, a VM it refuses is skipped.
+        const why = v.status === 'running' && v.job_id ? await askCutover(d.jobs, v.job_id, by).then(() => null, (e: Error) => e) : conflict(`${v.vm_path} is ${v.status}: only a running warm VM cuts over`);
+        if (!why) asked.push(v.vm_path);
+        else if (body?.vm_path) throw why instanceof ApiError ? conflict(`${v.vm_path}: ${why.message}`) : why;
+        else if (!(why instanceof ApiError)) throw why;
       }
       if (!asked.length) throw conflict(`plan ${p.id} has no running warm VM to cut over`);
       return view(await d.plans.must(p.id));

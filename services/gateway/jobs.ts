@@ -1,4 +1,5 @@
-// The job protocol's job routes: submit, list, status, cancel, queue, and the progress events (JSON and SSE).
+// The job protocol's job routes: submit, list, status, cancel, queue, a warm job's cutover, and the progress events
+// (JSON and SSE).
 import Joi from 'joi';
 import { randomUUID } from 'node:crypto';
 import type { Api } from '../../shared/http';
@@ -11,6 +12,7 @@ import { isTerminal } from '../../shared/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
 import type { StoredEvent } from '../../queue/store';
+import { askCutover } from '../../queue/warm';
 import { apiKeyOf, err, jobParams } from './route-kit';
 
 /** GET /jobs/{id}'s answer. */
@@ -74,6 +76,15 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
     method: 'post', role: 'submit', path: '/jobs/:job_id/queue', summary: 'Queue a job submitted without ?queue=true', tags: ['jobs'], params: jobParams,
     responses: { 200: { description: 'queued', schema: submitResponse }, 400: err('job is not VALIDATED'), 404: err('unknown job') },
     handler: async (_ctx, { params }) => ({ ...(await life.enqueueExisting(params.job_id)), message: `job ${params.job_id} queued` }),
+  });
+  api.add({
+    method: 'post', role: 'submit', path: '/jobs/:job_id/cutover', summary: 'Cut a running warm migrate_vm job (parameters.warm) over now: power-off, last delta, repair, import, boot (extension; the daemon\'s POST /jobs/{id}/cutover)', tags: ['jobs'], params: jobParams,
+    responses: { 200: { description: 'requested (recorded on the job as warm_cutover)', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), cutover_requested: Joi.object({ at: Joi.string(), by: Joi.string().allow(null) }), message: Joi.string() }) }, 404: err('unknown job'), 409: err('not a warm job, already terminal, or its cutover already began') },
+    handler: async (ctx, { params }) => {
+      const r = await askCutover(store, params.job_id, apiKeyOf(ctx)?.name ?? null);
+      const state = (await store.raw(params.job_id))?.state ?? null;
+      return { job_id: params.job_id, state, cutover_requested: r, message: `cutover of job ${params.job_id} requested${r.by ? ` by ${r.by}` : ''}` };
+    },
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,

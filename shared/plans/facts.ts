@@ -12,10 +12,14 @@ export interface VmFacts {
   esxi_host: string; disks: FactDisk[]; nics: { label: string; network: string; mac: string }[];
   devices: string[]; cpu_hot_add: boolean; memory_hot_add: boolean; fault_tolerance: boolean; encrypted: boolean;
   snapshots: number; committed_bytes: number; provisioned_bytes: number; memory_mb: number;
+  /** every snapshot's name, the whole tree (a backup tool's or an operator's; preflight names them) */
+  snapshot_names: string[];
+  /** config.changeTrackingEnabled: changed-block tracking, which warm rounds need */
+  cbt: boolean;
 }
 
 const EXTRA = ['config.hardware.device', 'runtime.host', 'config.cpuHotAddEnabled', 'config.memoryHotAddEnabled', 'config.ftInfo',
-  'config.keyId', 'config.bootOptions.efiSecureBootEnabled', 'summary.storage.committed', 'summary.storage.uncommitted'];
+  'config.keyId', 'config.bootOptions.efiSecureBootEnabled', 'summary.storage.committed', 'summary.storage.uncommitted', 'config.changeTrackingEnabled'];
 
 /** "[LocalDS_0] vm/disk.vmdk" -> "LocalDS_0". */
 export const datastoreOf = (file: string) => /^\[([^\]]+)\]/.exec(file)?.[1] ?? '';
@@ -49,10 +53,11 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
     devices: devs.map((x) => xsiType(x) ?? ''),
     cpu_hot_add: bool(p['config.cpuHotAddEnabled']) ?? false, memory_hot_add: bool(p['config.memoryHotAddEnabled']) ?? false,
     fault_tolerance: p['config.ftInfo'] !== undefined && p['config.ftInfo'] !== '', encrypted: p['config.keyId'] !== undefined && p['config.keyId'] !== '',
-    snapshots: countTree(d.snapshots),
+    snapshots: countTree(d.snapshots), snapshot_names: namesOf(d.snapshots), cbt: bool(p['config.changeTrackingEnabled']) ?? false,
     committed_bytes: committed, memory_mb: d.hardware.memory_mb, provisioned_bytes: disks.reduce((a, x) => a + x.capacity_bytes, 0),
   };
 }
 
-interface Tree { children: Tree[] }
+interface Tree { name: string; children: Tree[] }
 const countTree = (l: Tree[]): number => l.reduce((n, s) => n + 1 + countTree(s.children), 0);
+const namesOf = (l: Tree[]): string[] => l.flatMap((s) => [s.name, ...namesOf(s.children)]);

@@ -16,7 +16,9 @@ import type { Override, Plan, PlanOptions } from './types';
 export type ReadGuests = (p: Plan, facts: VmFacts[]) => Promise<Map<string, Finding[]>>;
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
-export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running']);
+export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running',
+  // The warm job itself refuses such a VM (services/worker/operations/warm-rounds.ts): accepting it changes nothing.
+  'warm_vm_off', 'warm_snapshots', 'warm_cbt_off']);
 
 export interface VmResult {
   vm_path: string; findings: (Finding & { overridable: boolean; overridden?: Override })[];
@@ -52,12 +54,13 @@ export async function preflight(p: Plan, readGuests: ReadGuests): Promise<VmResu
   const results: VmResult[] = p.vms.map((v) => {
     const x = facts.get(v.vm_path)!;
     if (!('disks' in x)) return { vm_path: v.vm_path, findings: [withOverride(x, undefined)] };
-    const warm = !!vmOption(p, v.vm_path, 'warm');
+    const warmOpts = vmOption(p, v.vm_path, 'warm') as { enable_cbt?: boolean } | undefined;
+    const warm = !!warmOpts;
     // A warm VM's power_off defaults to shutdown (shared/schemas/daemon.ts), a cold one's to none.
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? (warm ? 'shutdown' : 'none'));
     const target = placer.pick(x.memory_mb);
     const domain = names.get(v.vm_path)!;
-    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, warm, poolUse: placer.poolUse.get(target.uri)!, domain }), ...(clashes.get(v.vm_path) ?? []), ...(collisions.get(v.vm_path) ?? [])];
+    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, warm, enable_cbt: warmOpts?.enable_cbt !== false, poolUse: placer.poolUse.get(target.uri)!, domain }), ...(clashes.get(v.vm_path) ?? []), ...(collisions.get(v.vm_path) ?? [])];
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,

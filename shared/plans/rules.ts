@@ -21,15 +21,20 @@ export interface RuleContext {
   domain?: string;
   /** options.warm is set for this VM (docs/plans.md, Warm migration) */
   warm?: boolean;
+  /** options.warm.enable_cbt (default true): Ferry turns changed-block tracking on where it is off */
+  enable_cbt?: boolean;
 }
 
-const B = 'blocker', W = 'warning';
+const B = 'blocker', W = 'warning', I = 'info';
+/** The snapshots' names as a finding says them (the first 10, then how many more). */
+const snapNames = (x: VmFacts) => x.snapshot_names.slice(0, 10).map((n) => `"${n}"`).join(', ') + (x.snapshot_names.length > 10 ? ` and ${x.snapshot_names.length - 10} more` : '');
 const f = (rule: string, severity: Finding['severity'], message: string, fix: string): Finding => ({ rule, severity, message, fix });
 
-function deviceRules(x: VmFacts): Finding[] {
+function deviceRules(x: VmFacts, c: RuleContext): Finding[] {
   const out: Finding[] = [];
   const has = (re: RegExp) => x.devices.filter((d) => re.test(d));
-  if (x.snapshots) out.push(f('snapshot', W, `${x.snapshots} snapshot(s): the current state is copied, the snapshot tree is not carried over`, 'delete or consolidate the snapshots before the migration to keep the copy short'));
+  // A warm VM's snapshots are a blocker of their own (warmRules).
+  if (x.snapshots && !c.warm) out.push(f('snapshot', W, `${x.name} has ${x.snapshots} snapshot(s) (${snapNames(x)}): the current state is copied, the snapshot tree is not carried over`, 'delete or consolidate the snapshots before the migration to keep the copy short'));
   for (const d of x.disks) {
     if (/RawDiskMapping/.test(d.backing)) out.push(f('rdm_disk', B, `${d.label} is a raw device mapping (${d.file}): its LUN is not a file Ferry can copy`, 'migrate the LUN\'s data by storage means, or convert the RDM to a virtual disk (Storage vMotion)'));
     if (/^independent/.test(d.mode)) out.push(f('disk_mode', W, `${d.label} is ${d.mode}: it is copied as it is now, outside any snapshot`, 'switch it to persistent if its contents must be consistent with the other disks'));
@@ -92,18 +97,21 @@ function nameRules(x: VmFacts, t: TargetFacts, name: string): Finding[] {
   return [];
 }
 
-/** Every finding of one VM. */
-/** A warm VM copies while it runs, by changed areas of flat disks: a running VM without snapshots. */
+/** A warm VM copies while it runs, by changed areas of flat disks: a running VM without snapshots, with CBT on (or
+ *  Ferry allowed to turn it on). */
 function warmRules(x: VmFacts, c: RuleContext): Finding[] {
   if (!c.warm) return [];
   const out: Finding[] = [];
   if (x.power_state !== 'poweredOn') out.push(f('warm_vm_off', B, `the VM is ${x.power_state}: a warm migration copies a running VM`, 'migrate it cold (remove options.warm for this VM), or power it on'));
-  if (x.snapshots) out.push(f('warm_snapshots', B, `${x.snapshots} snapshot(s) Ferry did not make: the disks are delta chains, which warm rounds cannot copy by changed areas`, 'delete or consolidate the snapshots (left behind by a backup tool, or by hand) before a warm migration'));
+  if (x.snapshots) out.push(f('warm_snapshots', B, `${x.name} has ${x.snapshots} snapshot(s) Ferry did not make (${snapNames(x)}): the disks are delta chains, which warm rounds cannot copy by changed areas`, 'delete or consolidate the snapshots (left behind by a backup tool, or by hand) before a warm migration'));
+  if (!x.cbt && c.enable_cbt === false) out.push(f('warm_cbt_off', B, `${x.name} has changed-block tracking off (changeTrackingEnabled false) and options.warm.enable_cbt is false: the job would refuse it`, 'set options.warm.enable_cbt to true (Ferry turns CBT on, and off again if the job ends without cutover), or turn CBT on in vSphere'));
+  else if (!x.cbt) out.push(f('warm_cbt_enable', I, `${x.name} has changed-block tracking off: Ferry will enable CBT (a VM reconfiguration, undone if the job ends without cutover)`, 'none needed; set options.warm.enable_cbt to false to refuse such a VM instead'));
   return out;
 }
 
+/** Every finding of one VM. */
 export function checkVm(x: VmFacts, t: TargetFacts, c: RuleContext): Finding[] {
-  const out = [...deviceRules(x), ...configRules(x, t, c), ...warmRules(x, c), ...mapRules(x, t, c), ...nameRules(x, t, c.domain ?? x.name)];
+  const out = [...deviceRules(x, c), ...configRules(x, t, c), ...warmRules(x, c), ...mapRules(x, t, c), ...nameRules(x, t, c.domain ?? x.name)];
   if (!t.reachable) out.push(f('target_unreachable', B, `the target host ${t.uri} does not answer: ${t.error ?? ''}`, 'start libvirtd there or fix destination.virt_uri'));
   return out;
 }

@@ -17,7 +17,10 @@ import { ARTIFACTS, launchChromium } from '../helpers/browser';
 import { req, until } from '../helpers/http';
 import { startOwnLibvirt, virshNames as names, type TestLibvirt } from '../helpers/libvirt';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
-import { snapshot, startPlanStack, type PlanStack } from '../plans/fixture';
+import { createPlanVm, snapshot, startPlanStack, type PlanStack } from '../plans/fixture';
+import { powerOn, upload } from '../vsphere/fixture';
+import { execFileSync } from 'node:child_process';
+import type { WarmState } from '../../shared/warm-predict';
 import type { DaemonJob, PlanList, PlanView } from '../helpers/api-types';
 
 /** What the test reads of a DOM element in the page (tsconfig has no DOM lib). */
@@ -221,6 +224,57 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
     // The other VM is untouched.
     const other = (await api<PlanView>('GET', `/plans/${planId}`)).body.vms.find((x) => x.vm_path === vm('wz-app'))!;
     expect(other.status).to.equal('completed');
+  });
+
+  it('a warm plan\'s page: each VM\'s rounds, last change and predicted downtime as GET /plans/{id} says; Cut over for a submit key only, which asks the job', async () => {
+    // A running VM on a monolithicFlat disk (the simulator tracks changed blocks of flat disks), one hour between rounds.
+    const raw = path.join(s.dir, 'hot.raw');
+    execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
+    mkdirSync(path.join(s.dir, 'hot'), { recursive: true });
+    execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, path.join(s.dir, 'hot', 'boot.vmdk')]);
+    await createPlanVm(s.m, { name: 'wz-hot', mac: '00:50:56:04:00:09', network: NET, disks: [{ ds: 'LocalDS_0', file: 'wz-hot/boot.vmdk', bytes: TINY_GUEST_BYTES }] });
+    await upload(s.v, path.join(s.dir, 'hot', 'boot.vmdk'), 'wz-hot/boot.vmdk');
+    await upload(s.v, path.join(s.dir, 'hot', 'boot-flat.vmdk'), 'wz-hot/boot-flat.vmdk');
+    await powerOn(s.m, vm('wz-hot'));
+    const body = { ...s.plan('wz-warm', ['wz-hot']), network_map: { [NET]: NET }, options: { power_off: 'force', guest_preflight: false, warm: { precopy_interval: 3600 } } };
+    expect((await api('POST', '/plans', ADMIN, body)).status).to.equal(201);
+    expect((await api('POST', '/plans/wz-warm/start', ADMIN)).status).to.equal(200);
+    type WarmVm = PlanView['vms'][number] & { warm?: WarmState & { cutover_requested?: { by: string } } };
+    const view = async () => (await api<PlanView>('GET', '/plans/wz-warm')).body.vms[0] as WarmVm;
+    await until(async () => { const w = (await view()).warm; return w?.status === 'copying' && w.rounds.length >= 1 && !!w.prediction; }, 600_000, 'round 1 of wz-hot');
+
+    // What the page must say, from the plan view (the dashboard's own formats: dom.js bytes and duration).
+    const fmtBytes = (n: number) => { const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB']; let i = 0; while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; } return `${n.toFixed(i ? 1 : 0)} ${u[i]}`; };
+    const fmtSeconds = (x: number) => { const t = Math.round(x); return t < 60 ? `${t} s` : t < 3600 ? `${Math.floor(t / 60)} min ${t % 60} s` : `${Math.floor(t / 3600)} h ${Math.floor((t % 3600) / 60)} min`; };
+    const row = (p: Page) => p.locator(`tr[data-vm="${vm('wz-hot')}"]`);
+    const shows = (p: Page) => until(async () => {
+      const w = (await view()).warm!;
+      const last = w.rounds[w.rounds.length - 1];
+      const got = [await row(p).locator('.warm-rounds').textContent(), await row(p).locator('.warm-changed').textContent(), await row(p).locator('.warm-predicted').textContent()];
+      return JSON.stringify(got) === JSON.stringify([`${w.rounds.length} rounds`, `last: ${fmtBytes(last.changed_bytes)} changed`, `predicted downtime ${fmtSeconds(w.prediction!.seconds)}`]);
+    }, 30_000, 'the page showing the plan view\'s rounds, last change and prediction');
+
+    // A read key: the figures, no cutover button.
+    const p2 = await ctx.newPage();
+    await login(p2, READER, '#/plan/wz-warm');
+    await shows(p2);
+    expect(await p2.locator('#plan-cutover').count(), 'no "Cut over all" for a read key').to.equal(0);
+    expect(await row(p2).locator('button.vm-cutover').count(), 'no "Cut over" for a read key').to.equal(0);
+    await p2.close();
+
+    const p3 = await ctx.newPage();
+    await login(p3, ADMIN, '#/plan/wz-warm');
+    await shows(p3);
+    expect(await p3.locator('#plan-cutover').count(), '"Cut over all" for an admin key').to.equal(1);
+    await row(p3).locator('button.vm-cutover').click();
+    await p3.waitForSelector('#plan-msg:text("cutover of wz-hot requested")');
+    const asked = await view();
+    expect(asked.warm!.cutover_requested?.by, 'the plan view: asked by the admin key').to.equal('admin');
+    expect(JSON.parse((await s.rc.hget(`wizard:job:${asked.job_id!}`, 'warm_cutover'))!), 'on the job record in Redis').to.include({ by: 'admin' });
+    await until(async () => (await view()).warm!.status !== 'copying', 120_000, 'the job acting on the cutover');
+    await p3.close();
+    expect((await api('POST', '/plans/wz-warm/cancel', ADMIN)).status).to.equal(200);
+    await until(async () => FINAL.includes((await api<PlanView>('GET', '/plans/wz-warm')).body.status), 300_000, 'plan wz-warm to end');
   });
 
   it('a read key sees the pages, every action is disabled, and the API answers it 403', async () => {

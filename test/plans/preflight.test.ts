@@ -18,6 +18,8 @@ import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { managerFor } from '../../shared/vsphere/client';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, snapshot } from './fixture';
+import { vmDetail } from '../../shared/vsphere/inventory';
+import { cbtEnabled, enableCbt } from '../../shared/vsphere/cbt';
 import { tolerate } from '../helpers/teardown';
 
 const NET = 'ferry-plans';
@@ -33,6 +35,7 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   let daemon: Proc & { url: string };
   let B: string;
   let rc: IORedis;
+  let m: ReturnType<typeof managerFor>;
   const keys = 'alice:submit:alice-key-0123456789abcdef,reader:read:reader-key-0123456789abcdef,root:admin:root-key-0123456789abcdef';
   const as = (key: string) => ({ 'x-api-key': key });
   const alice = as('alice-key-0123456789abcdef');
@@ -45,7 +48,7 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
   before(async function () {
     this.timeout(300_000);
     [v, lv] = await Promise.all([startVcsim({ args: ['-ds', '2', '-vm', '0'] }), useLibvirt(), redis.start()]);
-    const m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
+    m = managerFor({ url: v.url, username: v.username, password: v.password, ca: readFileSync(v.caFile, 'utf8') });
     const d = (ds: string, n: string, bytes = 4 * MiB) => [{ ds, file: `${n}/${n}.vmdk`, bytes }];
     await createPlanVm(m, { name: 'ok1', disks: d('LocalDS_0', 'ok1'), mac: '00:50:56:01:00:01' });
     await createPlanVm(m, { name: 'ds1', host: 'DC0_C0_H1', disks: d('LocalDS_1', 'ds1'), mac: '00:50:56:01:00:02', firmware: 'efi' });
@@ -181,6 +184,7 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     expect(huge.message).to.include(`the disks need 65536.00 GiB (${64 * 2 ** 40} bytes) in pool ${POOL2}`).and.match(/which has \d+\.\d\d GiB \((\d+) bytes\) free$/);
     // The pool's free space as libvirt reports it, read at the same time give or take this test's own writes.
     expect(Math.abs(Number(/\((\d+) bytes\) free$/.exec(huge.message)![1]) - free)).to.be.below(2 ** 30);
+    expect(r.body.vms.find((x) => x.vm_path === vm('snap'))!.findings[0].message, 'the snapshots named').to.include('"before-upgrade"');
     const twin = r.body.vms.find((x) => x.vm_path === vm('twin'))!.findings[0];
     expect(twin.message).to.include(vm('ok1'));
     expect(r.body.blockers).to.equal(10);
@@ -227,6 +231,39 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     expect(d.status, d.text).to.equal(200);
     expect(await rc.exists('plans:plan:p-away')).to.equal(0);
     expect((await lv.virsh(['domstate', 'taken'])).trim()).to.equal('shut off');
+  });
+
+  it('warm plans: snapshots named and blocking, CBT off blocking without enable_cbt and announced with it, as the simulator says', async () => {
+    const mk = async (id: string, vms: unknown[], warm: Record<string, unknown>) => {
+      const c = await req(B, 'POST', '/plans', { ...base(), id, vms, options: { warm } }, alice);
+      expect(c.status, c.text).to.equal(201);
+      const r = await req<Validation>(B, 'POST', `/plans/${id}/validate`, undefined, alice);
+      expect(r.status, r.text).to.equal(200);
+      return (name: string) => r.body.vms.find((x) => x.vm_path === vm(name))!.findings;
+    };
+    const running = await vmDetail(m, vm('running'));
+    expect(await cbtEnabled(m, running.moref), 'the simulator: CBT off on "running"').to.equal(false);
+    const bad = await mk('p-warm', [{ vm_path: vm('running'), options: { warm: { enable_cbt: false } } }, vm('snap')], {});
+    const off = bad('running');
+    expect(off.map((f) => `${f.rule}:${f.severity}`)).to.deep.equal(['warm_cbt_off:blocker']);
+    expect(off[0].message).to.include('running').and.include('options.warm.enable_cbt').and.include('changeTrackingEnabled false');
+    // "snap": powered off, a snapshot someone made (its name said), CBT off with enable_cbt defaulting to true.
+    const snap = bad('snap');
+    expect(snap.map((f) => `${f.rule}:${f.severity}`).sort()).to.deep.equal(['warm_cbt_enable:info', 'warm_snapshots:blocker', 'warm_vm_off:blocker']);
+    expect(snap.find((f) => f.rule === 'warm_snapshots')!.message).to.include('"before-upgrade"');
+    expect(snap.find((f) => f.rule === 'warm_cbt_enable')!.message).to.include('Ferry will enable CBT');
+    expect((await req<PlanView>(B, 'GET', '/plans/p-warm', undefined, alice)).body.vms.find((x) => x.vm_path === vm('snap'))!.findings.map((f) => f.rule), 'stored on the plan').to.include('warm_snapshots');
+    // What the warm job would refuse cannot be accepted by an override.
+    for (const [name, rule] of [['running', 'warm_cbt_off'], ['snap', 'warm_snapshots'], ['snap', 'warm_vm_off']]) {
+      const o = await req<DaemonError>(B, 'POST', '/plans/p-warm/overrides', { vm_path: vm(name), rule, reason: 'try' }, alice);
+      expect(o.status, `${rule}: ${o.text}`).to.equal(400);
+      expect(o.body.fields![0].field).to.equal('rule');
+    }
+
+    // With enable_cbt true (the default) the same VM is told, not blocked; once CBT is on in vSphere, nothing is said.
+    expect((await mk('p-warm2', [vm('running')], {}))('running').map((f) => `${f.rule}:${f.severity}`)).to.deep.equal(['warm_cbt_enable:info']);
+    await enableCbt(m, running.moref);
+    expect((await mk('p-warm3', [vm('running')], { enable_cbt: false }))('running'), 'CBT on: no finding').to.deep.equal([]);
   });
 
   it('is in the daemon\'s OpenAPI document with its roles', async () => {

@@ -1,7 +1,8 @@
 // Plans, watched live: the list (GET /plans) and one plan's page (GET /plans/{id}), both changed in place by the
 // `plan_update` messages of /ws (the plan view, as GET answers it). Per VM: status, stage, bytes, rate, ETA, the
-// limit holding a waiting VM, its job; the actions are the plans API (retry the failed VMs, cancel the plan or
-// one VM, roll one VM back), disabled where the key's role does not reach them.
+// limit holding a waiting VM, its job, and a warm VM's rounds, last round's changed bytes and predicted downtime;
+// the actions are the plans API (retry the failed VMs, cancel the plan or one VM, roll one VM back), disabled where
+// the key's role does not reach them, and a warm VM's cutover (one or all), shown only to a key that may ask it.
 import { api } from './api.js';
 import { h, badge, bytes, duration, progressBar, say, time } from './dom.js';
 // The plan state table (shared/plan-states.ts), served by the daemon as a module: never copied here.
@@ -43,6 +44,22 @@ export class PlansList {
   plan(p) { const tr = this.rows.get(p.id); if (tr) this.fill(tr, p); else void this.load().catch((e) => console.warn(`plans not re-read: ${e.message}`)); }
 }
 
+/** A warm VM still copying in a running plan: what POST /plans/{id}/cutover acts on. */
+const cuttable = (p, v) => p.status === 'running' && v.status === 'running' && v.warm?.status === 'copying';
+
+/** A warm VM's figures (GET /plans/{id} per VM `warm`): rounds, the last round's changed bytes, the prediction. */
+function warmCell(v) {
+  const w = v.warm;
+  if (!w) return h('td', { class: 'warm' });
+  const last = w.rounds?.[w.rounds.length - 1];
+  return h('td', { class: 'warm' },
+    h('span', { class: 'warm-rounds' }, `${w.rounds?.length ?? 0} rounds`),
+    last ? h('small', { class: 'warm-changed' }, `last: ${bytes(last.changed_bytes)} changed`) : '',
+    w.downtime ? h('small', { class: 'warm-downtime' }, `down ${duration(w.downtime.seconds)}`)
+      : h('small', { class: 'warm-predicted', title: w.prediction?.basis ?? '' }, w.prediction ? `predicted downtime ${duration(w.prediction.seconds)}` : 'no prediction yet'),
+    w.cutover_requested && w.status === 'copying' ? h('small', { class: 'warm-asked' }, 'cutover requested') : '');
+}
+
 export class PlanPage {
   constructor(el, id, me) {
     Object.assign(this, { el, id, canSubmit: me.roles.includes('submit'), canAdmin: me.roles.includes('admin') });
@@ -66,6 +83,7 @@ export class PlanPage {
 
   show(p) {
     this.p = p;
+    this.warm = p.vms.some((v) => v.warm);
     const base = `/plans/${enc(p.id)}`;
     const retryable = p.vms.some((v) => VM_RETRYABLE.includes(v.status));
     this.box.replaceChildren(
@@ -77,9 +95,10 @@ export class PlanPage {
       h('div', { class: 'actions' },
         p.status === 'pending' ? h('button', { class: 'primary', id: 'plan-start', disabled: !this.canSubmit, onclick: this.act('POST', `${base}/start`, undefined, 'started') }, 'Start') : '',
         h('button', { id: 'plan-retry', disabled: !this.canSubmit || p.status === 'pending' || p.status === 'running' || !retryable, onclick: this.act('POST', `${base}/retry`, undefined, 'failed VMs run again') }, 'Retry failed VMs'),
-        h('button', { class: 'danger', id: 'plan-cancel', disabled: !this.canSubmit || FINAL.has(p.status), onclick: this.act('POST', `${base}/cancel`, undefined, 'cancel requested') }, 'Cancel plan')),
+        h('button', { class: 'danger', id: 'plan-cancel', disabled: !this.canSubmit || FINAL.has(p.status), onclick: this.act('POST', `${base}/cancel`, undefined, 'cancel requested') }, 'Cancel plan'),
+        this.canSubmit && p.vms.some((v) => cuttable(p, v)) ? h('button', { class: 'primary', id: 'plan-cutover', onclick: this.act('POST', `${base}/cutover`, undefined, 'cutover requested for every warm VM') }, 'Cut over all') : ''),
       h('div', { class: 'scroll' }, h('table', { class: 'plan-vms' },
-        h('thead', {}, h('tr', {}, ['VM', 'Status', 'Stage', 'Progress', 'Rate', 'ETA', 'Waiting for / error', ''].map((t) => h('th', {}, t)))),
+        h('thead', {}, h('tr', {}, ['VM', 'Status', 'Stage', 'Progress', 'Rate', 'ETA', ...(this.warm ? ['Warm'] : []), 'Waiting for / error', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, p.vms.map((v) => this.vmRow(base, v))))),
     );
   }
@@ -91,9 +110,10 @@ export class PlanPage {
       h('td', {}, name, v.job_id ? h('small', {}, h('a', { href: `#/job/${enc(v.job_id)}` }, 'job')) : ''),
       h('td', { class: 'vm-status' }, badge(v.status)), h('td', { class: 'stage' }, v.stage || ''),
       h('td', {}, progressBar(pct(v.bytes_done, v.total_bytes), v.status), h('small', {}, v.total_bytes ? `${bytes(v.bytes_done)} of ${bytes(v.total_bytes)}` : '')),
-      h('td', {}, rate(v.rate_bytes_per_second)), h('td', {}, duration(v.eta_seconds)),
+      h('td', {}, rate(v.rate_bytes_per_second)), h('td', {}, duration(v.eta_seconds)), this.warm ? warmCell(v) : '',
       h('td', { class: v.error ? 'err' : 'waiting' }, v.error || v.waiting_reason || (v.rollback?.detail ? `rolled back: ${v.rollback.detail}` : '')),
       h('td', { class: 'actions' },
+        this.canSubmit && cuttable(this.p, v) && !v.warm.cutover_requested ? h('button', { class: 'primary vm-cutover', onclick: this.act('POST', `${base}/cutover`, { vm_path: v.vm_path }, `cutover of ${name} requested`) }, 'Cut over') : '',
         ['running', 'pending'].includes(v.status) && this.p.status === 'running' ? h('button', { class: 'danger vm-cancel', disabled: !this.canSubmit, onclick: this.act('POST', `${base}/cancel`, { vm_path: v.vm_path }, `cancel of ${name} requested`) }, 'Cancel') : '',
         h('button', { class: 'danger rollback', disabled: !canRollback, title: this.canAdmin ? 'remove what Ferry created on the target, power the source back on' : 'needs an admin key',
           onclick: this.act('POST', `${base}/vms/${enc(v.vm_path)}/rollback`, undefined, `${name} rolled back`) }, 'Roll back')));
