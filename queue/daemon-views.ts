@@ -1,6 +1,6 @@
-// How the daemon API shows a job (the daemon and the notifier's webhook payloads: the Job record of the daemon seed: definition, lowercase status, progress) and
-// its progress with a smoothed rate and an ETA. Built from the raw Redis hash, so a page of jobs is one
-// pipelined read.
+// How the daemon API shows a job (the daemon and the notifier's webhook payloads: the Job record of the daemon seed:
+// definition, lowercase status, progress) and its progress with a smoothed rate and an ETA. Built from the raw Redis
+// hash, so a page of jobs is one pipelined read.
 import { parseField, type JobStore } from './store';
 import { Registry } from './registry';
 import { unservedReason } from './lifecycle';
@@ -16,7 +16,8 @@ const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString()
 const num = (v: unknown) => (v === undefined || v === null || v === '' || !Number.isFinite(Number(v)) ? undefined : Number(v));
 
 /** Fields a page of jobs needs (history and result stay in Redis). */
-export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason', 'queue'];
+export const VIEW_FIELDS = ['state', 'spec', 'meta', 'latest_event', 'created_at', 'updated_at', 'started_at', 'finished_at', 'error', 'waiting_reason',
+  'queue'];
 
 export function jobView(id: string, h: Record<string, string>) {
   const spec = parseField<StoredSpec>(h.spec, {}, { job_id: id, field: 'spec' });
@@ -95,7 +96,8 @@ export const RATE_WINDOW_SECONDS = 30;
  *  from it; null (never Infinity or NaN) when fewer than two samples or no advance. */
 export async function progressView(store: JobStore, id: string, h: Record<string, string>) {
   const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-  const evs = rows.map(([, f]) => parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })).filter((e): e is ProgressEvent => !!e).reverse();
+  const evs = rows.map(([, f]) => parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })).filter(
+    (e): e is ProgressEvent => !!e).reverse();
   const last = evs[evs.length - 1];
   const lastT = last ? Date.parse(last.timestamp) : 0;
   const win = evs.filter((e) => Date.parse(e.timestamp) >= lastT - RATE_WINDOW_SECONDS * 1000 && e.phase === last?.phase);
