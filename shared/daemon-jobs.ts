@@ -103,7 +103,7 @@ export function buildSpec(def: unknown, opts: { where: string; jobTimeoutSeconds
         vm_path: d.vm_path, name, source_type: d.source.type, datacenter: d.source.datacenter,
         manager_url: d.source.manager_url ?? env.manager_url, username: d.source.username ?? defaultsFor(d.source.manager_url, env).username,
         insecure: d.source.insecure ?? defaultsFor(d.source.manager_url, env).insecure,
-          credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
+        credentials: d.source.password ? 'job' : env.hasPassword ? 'environment' : 'none',
         destination: clean({ type: d.destination.type, virt_uri: d.destination.virt_uri }),
         conversion_method: d.options.conversion_method, network_mapping: d.options.network_mapping, virt_test: d.options.virt_test,
         power_off: d.options.power_off, shutdown_timeout_seconds: d.options.shutdown_timeout_seconds, remove_cdrom: d.options.remove_cdrom,

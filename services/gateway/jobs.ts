@@ -80,7 +80,7 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
   });
   api.add({
     method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams,
-      query: eventsQuery,
+    query: eventsQuery,
     responses: { 200: { description: 'events', schema: Joi.array().items(
       progressEventSchema.append<StoredEvent>({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
     handler: async (_ctx, { params, query }) => {

@@ -80,7 +80,7 @@ export function migrationJobToSpec(mj: MigrationJob): Record<string, unknown> {
 export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
   api.add({
     method: 'post', role: 'submit', path: '/migrationjobs', summary: 'Submit a Kubernetes MigrationJob resource (YAML or JSON) as a convert job',
-      tags: ['jobs'],
+    tags: ['jobs'],
     body: migrationJobSchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
     responses: { 201: { description: 'registered and queued', schema: submitResponse }, 400: { description: 'invalid MigrationJob', schema: errorSchema },
       409: { description: 'this MigrationJob was already submitted', schema: errorSchema } },

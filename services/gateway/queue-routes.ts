@@ -18,7 +18,7 @@ export function addQueueRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'post', role: 'worker', path: '/queue/dequeue', summary: 'Hand the caller the next job it can run (ASSIGNED under a lease), or null',
-      tags: ['queue'], body: dequeueSchema,
+    tags: ['queue'], body: dequeueSchema,
     responses: {
       200: { description: 'the JobSpec with lease_token (also in the X-Lease-Token header), or the JSON value null; every report-back must carry the token',
       schema: jobSpecSchema.keys({ lease_token: leaseToken }).allow(null) }, 400: err('invalid request'), 403: err('capabilities beyond what the key allows') },

@@ -11,7 +11,7 @@ import { err, jobParams } from './route-kit';
 export function addReportRoutes(api: Api, life: Lifecycle) {
   api.add({
     method: 'post', role: 'worker', path: '/jobs/:job_id/start', summary: 'Worker starts a job it was handed (ASSIGNED -> RUNNING)', tags: ['worker reports'],
-      params: jobParams, body: workerReportSchema,
+    params: jobParams, body: workerReportSchema,
     responses: { 200: { description: 'running', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'),
       409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
@@ -23,7 +23,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'],
-      params: jobParams, body: workerEventSchema,
+    params: jobParams, body: workerEventSchema,
     responses: { 201: { description: 'recorded', schema: Joi.object({ id: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
@@ -37,7 +37,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'post', role: 'worker', path: '/jobs/:job_id/complete', summary: 'Worker reports success', tags: ['worker reports'], params: jobParams,
-      body: workerCompleteSchema,
+    body: workerCompleteSchema,
     responses: { 200: { description: 'completed', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'),
       409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
@@ -49,7 +49,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'post', role: 'worker', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)',
-      tags: ['worker reports'], params: jobParams, body: workerFailSchema,
+    tags: ['worker reports'], params: jobParams, body: workerFailSchema,
     responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) },
       404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
@@ -62,7 +62,7 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
 
   api.add({
     method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/lease', summary: 'Worker renews the lease of a job it holds',
-      tags: ['worker reports'], params: jobParams, body: workerReportSchema,
+    tags: ['worker reports'], params: jobParams, body: workerReportSchema,
     responses: { 200: { description: 'renewed', schema: Joi.object({ job_id: Joi.string(), lease_seconds: Joi.number() }) }, 404: err('unknown job'),
       409: err('not held under this lease') },
     handler: async (_ctx, { params, body }) => {

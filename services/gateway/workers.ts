@@ -27,8 +27,8 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'post', role: 'worker', audit: 'refusals', path: '/workers/:worker_id/heartbeat',
-      summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema,
-      bodyRequired: false,
+    summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema,
+    bodyRequired: false,
     responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string(),
       renewed: Joi.array().items(Joi.string()) }) }, 404: err('unknown worker') },
     handler: async (ctx, { params, body }) => {
@@ -56,7 +56,7 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     role: 'admin', method: 'delete', path: '/workers/:worker_id', summary: 'Deregister a worker; the jobs it holds go back to the queue', tags: ['workers'],
-      params: workerParams,
+    params: workerParams,
     responses: { 200: { description: 'removed', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string() }) }, 404: err('unknown worker') },
     handler: async (_ctx, { params }) => {
       if (!(await registry.get(params.worker_id))) throw notFound(`worker ${params.worker_id} not found`);

@@ -98,7 +98,7 @@ export async function domainInfo(v: Virsh, name: string) {
     name, uuid,
     interfaces: list(x.devices?.interface).map((i) => ({
       type: i['@_type'], mac: i.mac?.['@_address'], source: i.source?.['@_network'] || i.source?.['@_bridge'], model: i.model?.['@_type'],
-        target: i.target?.['@_dev'],
+      target: i.target?.['@_dev'],
     })),
     disks: list(x.devices?.disk).map((d) => ({
       device: d['@_device'], target: d.target?.['@_dev'], bus: d.target?.['@_bus'], source: d.source?.['@_file'] || d.source?.['@_dev'] ||

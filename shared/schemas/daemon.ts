@@ -184,7 +184,7 @@ export const webhookCreateSchema = Joi.object<WebhookCreate>({
 export const webhookSchema = Joi.object({
   id: Joi.string(), index: Joi.number().integer(), url: Joi.string(), events: Joi.array().items(Joi.string()), enabled: Joi.boolean(),
   timeout: Joi.number().integer(), retry_count: Joi.number().integer(), has_secret: Joi.boolean(),
-    header_names: Joi.array().items(Joi.string()).description('names of the configured headers (values never shown)'),
+  header_names: Joi.array().items(Joi.string()).description('names of the configured headers (values never shown)'),
   created_at: Joi.string().isoDate(),
 }).label('Webhook');
 
@@ -215,9 +215,9 @@ export const jobRecordSchema = Joi.object(present({
   state: Joi.string().description('the 8000 API state'),
   progress: Joi.object(present({
     phase: Joi.string(), stage: Joi.string(), current_file: Joi.string().allow(null), files_downloaded: Joi.number().integer().allow(null),
-      total_files: Joi.number().integer().allow(null),
+    total_files: Joi.number().integer().allow(null),
     bytes_downloaded: Joi.number().integer().allow(null), current_bytes: Joi.number().integer().allow(null), total_bytes: Joi.number().integer().allow(null),
-      percent_complete: Joi.number(),
+    percent_complete: Joi.number(),
     rate_bytes_per_second: Joi.number().allow(null).description('export: download rate, smoothed (exponential moving average)'),
     eta_seconds: Joi.number().allow(null).description('export: remaining bytes / smoothed rate'),
     files: Joi.array().items(Joi.object({ name: Joi.string(), bytes_downloaded: Joi.number().integer(), total_bytes: Joi.number().integer(),

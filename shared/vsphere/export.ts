@@ -361,7 +361,7 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const act = async (msg: string) => { actions.push(msg); await r.onAction?.(msg); };
   const emit: Emit = (p) => r.onProgress?.({
     bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0,
-      eta_seconds: null, ...p,
+    eta_seconds: null, ...p,
   });
   emit({ phase: 'preparing' });
   const d = await prepareVm(m, r, act);

@@ -122,7 +122,7 @@ function backingChain(b: DeviceBackingXml | undefined): string[] {
 function snapshots(list: XmlValue | undefined): VmSnapshot[] {
   return arr(list).map((s) => ({
     name: text(child(s, 'name')) ?? '', description: text(child(s, 'description')) ?? '', created: text(child(s, 'createTime')) ?? '',
-      id: text(child(s, 'id')) ?? '',
+    id: text(child(s, 'id')) ?? '',
     children: snapshots(child(s, 'childSnapshotList')),
   }));
 }
