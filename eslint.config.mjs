@@ -7,6 +7,7 @@ import js from '@eslint/js';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
 import layers from './scripts/eslint-layers.mjs';
+import { boundsConfig } from './scripts/eslint-bounds.mjs';
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', '.data/', 'test/artifacts/'] },
@@ -40,6 +41,10 @@ export default tseslint.config(
     plugins: { layers },
     rules: { 'layers/downward': ['error', { root: import.meta.dirname }], 'layers/no-cycle': ['error', { root: import.meta.dirname }] },
   },
+  // Line length (160) and complexity (20) bounded in services/, queue/ and shared/, off per rule for the files
+  // scripts/lint-baseline.json lists with errors of it; test/deploy/lint-bounds.test.ts holds those to their counts,
+  // so the baseline only shrinks (scripts/eslint-bounds.mjs says why these bounds).
+  ...boundsConfig(),
   {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],
     extends: [js.configs.recommended],

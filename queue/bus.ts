@@ -15,7 +15,8 @@ export interface JobStateMessage { job_id: string; state: JobState; prev?: JobSt
 /** A progress event was recorded (includes/addEvent.lua); `id` is its stream id (the SSE id). */
 export interface JobEventMessage { job_id: string; id: string; event: ProgressEvent }
 /** A schedule ran or its job finished (services/scheduler). */
-export interface ScheduleMessage { schedule_id: string; event: 'triggered' | 'completed' | 'failed'; timestamp: string; job_id?: string; [extra: string]: unknown }
+export interface ScheduleMessage { schedule_id: string; event: 'triggered' | 'completed' | 'failed'; timestamp: string; job_id?: string;
+  [extra: string]: unknown }
 
 /** A migration plan was written (PlanStore: create, every mutate, remove): its id, its status (null: deleted) and
  *  the jobs of its running VMs, so a listener can tell which job changes belong to the plan without a read. */
@@ -26,7 +27,8 @@ export interface PlanMessage { plan_id: string; status: string | null; job_ids: 
 export const MESSAGE_FIELDS = {
   jobs: { required: ['job_id', 'state', 'timestamp', 'reason'], optional: ['prev'] },
   events: { required: ['job_id', 'id', 'event'], optional: [] },
-} satisfies { jobs: { required: (keyof JobStateMessage)[]; optional: (keyof JobStateMessage)[] }; events: { required: (keyof JobEventMessage)[]; optional: (keyof JobEventMessage)[] } };
+} satisfies { jobs: { required: (keyof JobStateMessage)[]; optional: (keyof JobStateMessage)[] };
+  events: { required: (keyof JobEventMessage)[]; optional: (keyof JobEventMessage)[] } };
 
 /** Channel -> message. */
 export interface BusMessages {
@@ -77,7 +79,9 @@ export class Bus {
     this.k = makeKeys(prefix);
     this.sub = createRedis({ url });
     // Errors show on reconnect; ioredis resubscribes by itself.
-    this.sub.on('error', (e: Error) => log.warn('the bus subscription lost Redis; ioredis reconnects and resubscribes, and messages published meanwhile are missed', { error: e.message }));
+    this.sub.on('error',
+      (e: Error) => log.warn('the bus subscription lost Redis; ioredis reconnects and resubscribes, and messages published meanwhile are missed',
+      { error: e.message }));
     this.sub.on('message', (channel: string, raw: string) => {
       const hs = this.handlers.get(channel);
       if (!hs) return;

@@ -56,7 +56,8 @@ export function guestReader(d: WorkerJobDeps, caller: Caller | null): ReadGuests
 export function findingsOf(end: WorkerJobEnd, facts: VmFacts[], seconds: number): Map<string, Finding[]> {
   const all = (f: Finding) => new Map(facts.map((x) => [x.vm_path, [f]]));
   if (end.outcome === 'unserved') return all(noGuestWorker(end.reason));
-  if (end.outcome === 'timeout') return all(unreadable(`${timedOut(seconds)}${end.waiting_reason ? `; its job ${end.job_id} was still waiting: ${end.waiting_reason}` : ''}`));
+  if (end.outcome === 'timeout') return all(
+    unreadable(`${timedOut(seconds)}${end.waiting_reason ? `; its job ${end.job_id} was still waiting: ${end.waiting_reason}` : ''}`));
   if (end.state === 'FAILED') return all(unreadable(`its guest read job ${end.job_id} failed: ${end.error ?? 'no reason given'}`));
   if (end.state === 'CANCELLED') return all(unreadable(`its guest read job ${end.job_id} was cancelled`));
   const got = new Map(((end.result as GuestReadResult | null)?.vms ?? []).filter((v) => Array.isArray(v?.findings)).map((v) => [v.vm_path, v.findings]));

@@ -76,7 +76,8 @@ export class Leader {
         if (fresh) this.took();
       }
     } catch (e) {
-      this.log.warn('could not take or renew the lease of periodic work; tried again in a third of the lease', { group: this.group, error: (e as Error).message });
+      this.log.warn('could not take or renew the lease of periodic work; tried again in a third of the lease',
+        { group: this.group, error: (e as Error).message });
       if (!this.leading) this.lost('lease expired while Redis did not answer');
     }
     this.later(() => { this.holding = this.hold(); }, Math.floor(this.ttlMs / 3));
@@ -132,6 +133,7 @@ export class Leader {
     const v = this.value;
     this.lost('stopping');
     if (v) await withCommands(this.redis).ferryDropLease(this.k.leader(this.group), v)
-      .catch((e) => this.log.warn('could not drop the lease on shutdown; another process takes it when it expires', { group: this.group, error: (e as Error).message }));
+      .catch((e) => this.log.warn('could not drop the lease on shutdown; another process takes it when it expires',
+        { group: this.group, error: (e as Error).message }));
   }
 }

@@ -48,21 +48,28 @@ export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', op
   const opField = [where, 'operation'].filter(Boolean).join('.');
   // Operations no caller submits: they skip nothing, because their submitter applies the action's own rules.
   if (op?.submittedBy === 'daemon' && !opts.internal) {
-    throw fieldError(400, opField, 'is submitted only by the daemon', `${opField} ${spec.operation} is submitted only by the daemon's own routes (a plan's validate, start and retry; POST /vms/shutdown and /vms/poweroff; the /virt routes), which apply that action's role and limits; use those`);
+    throw fieldError(400, opField, 'is submitted only by the daemon',
+      `${opField} ${spec.operation} is submitted only by the daemon's own routes (a plan's validate, start and retry; POST /vms/shutdown and /vms/poweroff; ` +
+      `the /virt routes), which apply that action's role and limits; use those`);
   }
   // A plan's side effects (rollback_kvm, remove_source) act on what another job recorded: only its runner asks.
   if (op?.submittedBy === 'plan' && !opts.planRunner) {
-    throw fieldError(400, opField, 'is run only by a plan (POST /plans), never submitted by a caller', `${opField} ${spec.operation} is a plan's own side effect, submitted only by the plan runner for a VM of a plan; use the plan's routes (cancel, rollback) instead`);
+    throw fieldError(400, opField, 'is run only by a plan (POST /plans), never submitted by a caller',
+      `${opField} ${spec.operation} is a plan's own side effect, submitted only by the plan runner for a VM of a plan; use the plan's routes (cancel, ` +
+      `rollback) instead`);
   }
   if (op?.role) adminOnly(caller, opField, `operation ${spec.operation} needs the ${op.role} role, as the same direct action does`);
   if (!opts.planRunner && (spec.parameters as { plan?: unknown } | undefined)?.plan !== undefined) {
     const field = [where, 'parameters.plan'].filter(Boolean).join('.');
-    throw fieldError(400, field, 'is set only by a plan (POST /plans), never by a caller', `${field} is set only by the plan runner for a plan's own jobs (its limits' slots and window); submit a plan (POST /plans) instead`);
+    throw fieldError(400, field, 'is set only by a plan (POST /plans), never by a caller',
+      `${field} is set only by the plan runner for a plan's own jobs (its limits' slots and window); submit a plan (POST /plans) instead`);
   }
   const mode = spec.requirements?.execution_mode;
   if (!mayRunPrivileged(caller, mode, operationCapabilities(spec))) {
     const field = [where, 'requirements.execution_mode'].filter(Boolean).join('.');
-    throw fieldError(403, field, 'needs an admin key', `${field} ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key "${caller!.name}" has role ${caller!.role}`);
+    throw fieldError(403, field, 'needs an admin key',
+      `${field} ${mode} needs an admin key: operation ${spec.operation} does not need device access (capabilities a job lists do not count), and the key ` +
+      `"${caller!.name}" has role ${caller!.role}`);
   }
   // Turning off TLS verification for a manager not configured as insecure is an admin's call, for a schedule's runs too.
   const mp = spec.parameters as { manager_url?: string; insecure?: boolean };
@@ -95,7 +102,8 @@ export function retryDelayMs(attempt: number): number {
 export class Lifecycle {
   constructor(readonly store: JobStore, readonly router: QueueRouter, readonly registry: Registry) {
     router.onStalled((q, id) => void this.leaseLost(id, 'its lease expired (no lock renewal or heartbeat)')
-      .catch((e) => log.warn('could not record a lost lease; the next claim of the job requeues or fails it', { job_id: id, queue: q, error: (e as Error).message })));
+      .catch((e) => log.warn('could not record a lost lease; the next claim of the job requeues or fails it',
+        { job_id: id, queue: q, error: (e as Error).message })));
   }
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
@@ -153,7 +161,8 @@ export class Lifecycle {
       await this.router.enqueue(queue, id, priority);
     } catch (e) {
       await this.store.transition(id, [{ to: 'FAILED', reason: `could not be placed in the queue: ${(e as Error).message}` }])
-        .catch((e2) => log.warn('could not record that a job failed to be queued; it stays QUEUED and the reconcile sweep puts it in its queue', { job_id: id, error: (e2 as Error).message }));
+        .catch((e2) => log.warn('could not record that a job failed to be queued; it stays QUEUED and the reconcile sweep puts it in its queue',
+          { job_id: id, error: (e2 as Error).message }));
       throw new ApiError(503, `job ${id} could not be queued (storage unavailable); retry with a new job_id`);
     }
   }
@@ -161,7 +170,8 @@ export class Lifecycle {
   /** Takes the next job this worker can run, most specific queue first, and moves it to ASSIGNED under a lease.
    *  `deadline`: record when the attempt's timeout_seconds run out, for reapTimedOut (HTTP pull workers; a worker
    *  process keeps its own timer and stops the operation itself). */
-  async claim(worker: { worker_id: string; capabilities: string[]; execution_mode?: string }, queues?: string[], opts: { deadline?: boolean } = {}): Promise<Lease | null> {
+  async claim(worker: { worker_id: string; capabilities: string[]; execution_mode?: string }, queues?: string[],
+    opts: { deadline?: boolean } = {}): Promise<Lease | null> {
     const served = queues || servedQueues(worker, await this.router.knownQueues());
     if (!served.length) return null;
     for (let tries = 0; tries < 50; tries++) {
@@ -179,7 +189,8 @@ export class Lifecycle {
       const max = Number(h.max_attempts || 1);
       const policy = policyOf(h);
       if (isHeld(h.state) && !policy.idempotent) {
-        await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost its lease; ${NOT_RETRIED}` }], { fields: { lease: null, error: `worker ${h.worker_id} lost` } });
+        await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost its lease; ${NOT_RETRIED}` }],
+          { fields: { lease: null, error: `worker ${h.worker_id} lost` } });
         await this.router.finish(got.queue, id, token);
         continue;
       }
@@ -195,7 +206,8 @@ export class Lifecycle {
         continue;
       }
       steps.push({ to: 'ASSIGNED', reason: `assigned to worker ${worker.worker_id} (attempt ${attempts + 1} of ${max})`, worker_id: worker.worker_id });
-      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, waiting_reason: null, deadline: opts.deadline ? Date.now() + policy.timeout_seconds * 1000 : null } });
+      const r = await this.store.transition(id, steps, { fields: { worker_id: worker.worker_id, lease: token, attempts: attempts + 1, waiting_reason: null,
+        deadline: opts.deadline ? Date.now() + policy.timeout_seconds * 1000 : null } });
       if (!r.ok) {
         await this.router.finish(got.queue, id, token);
         continue;
@@ -223,7 +235,9 @@ export class Lifecycle {
     const h = await this.store.raw(id);
     if (!h) throw notFound(`job ${id} not found`);
     if (!sameLease(h.lease, token) || h.worker_id !== workerId) {
-      throw conflict(`job ${id} is not held under this lease by worker ${workerId} (state ${h.state}): the lease token is unknown, or from an earlier claim of a job that was requeued or reassigned`);
+      throw conflict(
+        `job ${id} is not held under this lease by worker ${workerId} (state ${h.state}): the lease token is unknown, or from an earlier claim of a job that ` +
+        `was requeued or reassigned`);
     }
     return h;
   }
@@ -239,7 +253,8 @@ export class Lifecycle {
   }
 
   private event(id: string, ev: Omit<ProgressEvent, 'job_id' | 'timestamp'> & { timestamp?: string }): ProgressEvent {
-    return { job_id: id, timestamp: ev.timestamp || new Date().toISOString(), phase: ev.phase, percentage: ev.percentage, message: ev.message || '', details: ev.details || {} };
+    return { job_id: id, timestamp: ev.timestamp || new Date().toISOString(), phase: ev.phase, percentage: ev.percentage, message: ev.message || '',
+      details: ev.details || {} };
   }
 
   async progress(id: string, lease: string, ev: Omit<ProgressEvent, 'job_id' | 'timestamp'> & { timestamp?: string }) {
@@ -264,7 +279,8 @@ export class Lifecycle {
   }
 
   /** A failed attempt: back to QUEUED with backoff while retry_count allows, FAILED otherwise. */
-  async fail(id: string, workerId: string, lease: string, message: string, retryable: boolean): Promise<{ ok: boolean; state?: JobState; retry_in_ms?: number }> {
+  async fail(id: string, workerId: string, lease: string, message: string, retryable: boolean): Promise<{ ok: boolean; state?: JobState;
+    retry_in_ms?: number }> {
     const h = await this.store.raw(id);
     if (!h || !sameLease(h.lease, lease)) return { ok: false, state: (h?.state as JobState | undefined) };
     const attempts = Number(h.attempts || 1);
@@ -272,7 +288,9 @@ export class Lifecycle {
     const { idempotent } = policyOf(h);
     if (retryable && attempts < max && idempotent) {
       const delay = retryDelayMs(attempts);
-      const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }], { lease, fields: { lease: null, worker_id: null, error: message } });
+      const r = await this.store.transition(id,
+        [{ to: 'QUEUED', reason: `attempt ${attempts} of ${max} failed on worker ${workerId}: ${message}; retrying in ${(delay / 1000).toFixed(1)} s` }],
+        { lease, fields: { lease: null, worker_id: null, error: message } });
       if (!r.ok) return { ok: false, state: r.state ?? undefined }; // refused: the job is where it was (the state it is in now)
       await this.router.requeue(h.queue, id, lease, delay);
       return { ok: true, state: 'QUEUED', retry_in_ms: delay };
@@ -288,7 +306,8 @@ export class Lifecycle {
   async handBack(id: string, workerId: string, lease: string, reason: string, opts: { delayMs?: number; waitingReason?: string } = {}) {
     const h = await this.store.raw(id);
     if (!h || !sameLease(h.lease, lease)) return false;
-    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }], { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
+    const r = await this.store.transition(id, [{ to: 'QUEUED', reason: `handed back by worker ${workerId}: ${reason}` }],
+      { lease, fields: { lease: null, worker_id: null, attempts: Math.max(0, Number(h.attempts) - 1), waiting_reason: opts.waitingReason ?? null } });
     if (r.ok) await this.router.requeue(h.queue, id, lease, opts.delayMs ?? 0);
     return r.ok;
   }
@@ -302,13 +321,15 @@ export class Lifecycle {
     const { idempotent } = policyOf(h);
     if (attempts >= max || !idempotent) {
       const left = attempts >= max ? `no retries left (${attempts} of ${max})` : NOT_RETRIED;
-      await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost: ${why}; ${left}` }], { lease: h.lease, fields: { lease: null, error: `worker ${h.worker_id} lost` } });
+      await this.store.transition(id, [{ to: 'FAILED', reason: `worker ${h.worker_id} lost: ${why}; ${left}` }],
+        { lease: h.lease, fields: { lease: null, error: `worker ${h.worker_id} lost` } });
       // A worker still holding the BullMQ lock (a stale HTTP worker) keeps remove from working; end the lock first.
       if (h.lease) await this.router.finish(h.queue, id, h.lease);
       await this.router.remove(h.queue, id);
       return;
     }
-    await this.store.transition(id, [{ to: 'QUEUED', reason: `worker ${h.worker_id} lost: ${why}; requeued (attempt ${attempts} of ${max} used)` }], { lease: h.lease, fields: { lease: null, worker_id: null } });
+    await this.store.transition(id, [{ to: 'QUEUED', reason: `worker ${h.worker_id} lost: ${why}; requeued (attempt ${attempts} of ${max} used)` }],
+      { lease: h.lease, fields: { lease: null, worker_id: null } });
   }
 
   /** Returns the jobs a stale or removed HTTP worker held to the queue at once. */
@@ -319,7 +340,11 @@ export class Lifecycle {
         const lease = h.lease;
         await this.leaseLost(id, why);
         const after = await this.store.raw(id);
-        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease, 0).catch(expected(log, 'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the reconcile sweep', { job_id: id }));
+        if (after?.state === 'QUEUED') await this.router.requeue(h.queue, id, lease,
+          0).catch(
+          expected(log,
+          'the lease no longer holds the BullMQ lock (its stalled check moved the job back already); a QUEUED job missing from its queue is put back by the ' +
+          'reconcile sweep', { job_id: id }));
       }
     }
   }
@@ -339,7 +364,8 @@ export class Lifecycle {
       if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
       const full = await this.store.raw(ids[i]); // the spec, only for the few that ran out
       if (!full) continue;
-      const failed = await this.fail(ids[i], h.worker_id, h.lease, `timed out after ${policyOf(full).timeout_seconds} s (execution_policy.timeout_seconds)`, true);
+      const failed = await this.fail(ids[i], h.worker_id, h.lease, `timed out after ${policyOf(full).timeout_seconds} s (execution_policy.timeout_seconds)`,
+        true);
       if (failed.ok) ended.push(ids[i]);
     }
     return ended;

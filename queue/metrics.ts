@@ -16,7 +16,8 @@ const ran = (s: Record<string, string>, le: string, outcome: string) => Number(s
 
 /** Jobs finished by outcome: those that never ran (`total:<outcome>`) plus those counted in a duration bucket. */
 export function finishedTotals(s: Record<string, string>): Record<(typeof OUTCOMES)[number], number> {
-  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`${STAT_FIELDS.total}${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o), 0)])) as Record<(typeof OUTCOMES)[number], number>;
+  return Object.fromEntries(OUTCOMES.map((o) => [o, Number(s[`${STAT_FIELDS.total}${o}`] || 0) + BOUNDS.reduce((a, le) => a + ran(s, le, o),
+    0)])) as Record<(typeof OUTCOMES)[number], number>;
 }
 
 /** The run-time histogram: Prometheus buckets are cumulative, so the per-bucket fields are added up here. The
@@ -92,7 +93,8 @@ export function registerRedisHealth(registry: client.Registry, r: RedisClient) {
     const ok = await Promise.race([r.ping().then(() => true, () => false), new Promise<boolean>((res) => setTimeout(() => res(false), 1000).unref())]);
     return ok ? Number(process.hrtime.bigint() - t0) / 1e9 : null;
   };
-  registerComputed(registry, 'svc_redis_up', 'Whether Redis answered a PING within 1 s (1) or not (0)', 'gauge', async () => [{ value: (await ping()) === null ? 0 : 1 }]);
+  registerComputed(registry, 'svc_redis_up', 'Whether Redis answered a PING within 1 s (1) or not (0)', 'gauge',
+    async () => [{ value: (await ping()) === null ? 0 : 1 }]);
   registerComputed(registry, 'svc_redis_ping_seconds', 'Round trip of a Redis PING from this process', 'gauge', async () => {
     const s = await ping();
     return s === null ? [] : [{ value: s }];

@@ -11,7 +11,8 @@ export async function workersOverview(life: Lifecycle) {
 
 export async function queueOverview(life: Lifecycle) {
   const { store, router, registry } = life;
-  const [{ byPriority: byPrio }, names, active, queuedIds] = await Promise.all([store.queued(), router.knownQueues(), registry.active(), store.redis.zrange(store.k.jobsInState('QUEUED'), 0, 199)]);
+  const [{ byPriority: byPrio }, names, active, queuedIds] = await Promise.all(
+    [store.queued(), router.knownQueues(), registry.active(), store.redis.zrange(store.k.jobsInState('QUEUED'), 0, 199)]);
   // Jobs a worker handed back with a reason (a full per-manager export limit), per queue (the first 200 queued).
   const own = new Map<string, string[]>();
   for (const h of await store.many(queuedIds, ['state', 'queue', 'waiting_reason'])) {

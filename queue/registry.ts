@@ -92,7 +92,8 @@ export class Registry {
     const out: WorkerInfo[] = [];
     for (const [worker_id, capabilities, system_info, execution_mode, registered_at, last_heartbeat, kind] of rows) {
       // A record removed between the two reads (prune, deregister) is not a worker any more.
-      if (worker_id) out.push(this.toInfo({ worker_id, capabilities, system_info, execution_mode, registered_at, last_heartbeat, kind }, held.get(worker_id) ?? [], since));
+      if (worker_id) out.push(this.toInfo({ worker_id, capabilities, system_info, execution_mode, registered_at, last_heartbeat, kind }, held.get(worker_id) ??
+        [], since));
     }
     return out;
   }
@@ -154,7 +155,8 @@ export class Registry {
 
   async remove(id: string): Promise<boolean> {
     // The per-worker job set of the layout before held jobs were derived goes with its worker.
-    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id), this.k.workerJobs(id)).zrem(this.k.workers, id).exec()) as [[Error | null, number], [Error | null, number]]; // DEL and ZREM answer counts
+    const [[, n], [, z]] = (await this.redis.multi().del(this.k.worker(id), this.k.workerJobs(id)).zrem(this.k.workers, id).exec()) as [[Error | null, number],
+      [Error | null, number]]; // DEL and ZREM answer counts
     return n > 0 || z > 0;
   }
 

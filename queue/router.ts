@@ -83,7 +83,8 @@ export class QueueRouter {
       });
       w.on('error', onBullError('worker', name, 'its stalled check runs again at the next interval; BullMQ reconnects'));
       w.on('stalled', (bid: string) => this.stalledHandler?.(name, jobIdOf(bid)));
-      if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch((e) => log.warn('stalled-job check stopped on this queue; other processes serving it still check', { queue: name, error: (e as Error).message }));
+      if (this.opts.stalledCheck !== false) void w.startStalledCheckTimer().catch(
+        (e) => log.warn('stalled-job check stopped on this queue; other processes serving it still check', { queue: name, error: (e as Error).message }));
       this.workers.set(name, w);
     }
     return w;
@@ -113,7 +114,8 @@ export class QueueRouter {
     });
     // A wake-up hint for idle workers (they also poll): not awaited, so the caller's next command shares the
     // round trip; a lost hint costs at most the poll interval and must not fail a job that is already queued.
-    publish(this.redis, this.k, 'enqueued', queue).catch(dropped(log, 'could not publish the wake-up hint for a queued job; idle workers find it at their next poll', { queue }));
+    publish(this.redis, this.k, 'enqueued',
+      queue).catch(dropped(log, 'could not publish the wake-up hint for a queued job; idle workers find it at their next poll', { queue }));
   }
 
   async remove(queue: string, jobId: string): Promise<boolean> {
@@ -122,7 +124,8 @@ export class QueueRouter {
     } catch (e) {
       // Locked by a worker (BullMQ: "... is locked by another worker"): the claim sees the finished record and drops it.
       if (/locked/i.test((e as Error).message)) return false;
-      log.warn('could not remove a job from its BullMQ queue; a claim of it finds the record finished and drops it', { queue, job_id: jobId, error: (e as Error).message });
+      log.warn('could not remove a job from its BullMQ queue; a claim of it finds the record finished and drops it',
+        { queue, job_id: jobId, error: (e as Error).message });
       return false;
     }
   }
@@ -159,7 +162,8 @@ export class QueueRouter {
 
   async finish(queue: string, jobId: string, token: string) {
     const j = await this.heldJob(queue, jobId, token);
-    if (j) await j.moveToCompleted('done', token, false).catch(expected(log, 'the token no longer holds the BullMQ lock (lease lost, or the job already moved): nothing left to end', { queue, job_id: jobId }));
+    if (j) await j.moveToCompleted('done', token, false).catch(expected(log,
+      'the token no longer holds the BullMQ lock (lease lost, or the job already moved): nothing left to end', { queue, job_id: jobId }));
   }
 
   /** Back to the queue after `delayMs` (a retry) or at once (a hand-back). */

@@ -19,7 +19,8 @@ export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeout
 export function checkTemplate(deps: Pick<RunDeps, 'jobTimeoutSeconds' | 'parallelDownloads'>, template: unknown, caller: Caller | null, field: string) {
   if (!template) return;
   let built;
-  try { built = buildSpec(template, { where: field, jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads }); } catch { return; /* named above: each run reports why it does not build */ }
+  try { built = buildSpec(template, { where: field, jobTimeoutSeconds: deps.jobTimeoutSeconds, parallelDownloads: deps.parallelDownloads }); } catch {
+    return; /* named above: each run reports why it does not build */ }
   checkCaller(built.spec, caller, field);
 }
 
@@ -35,7 +36,8 @@ async function failedRun(deps: RunDeps, s: Schedule, jobId: string, manual: bool
   deps.log.warn('schedule run created no job: counted as failed, the schedule stays as it is', { schedule_id: s.id, job_id: jobId, error });
 }
 
-export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed', extra: Record<string, unknown> = {}) {
+export async function publishScheduleEvent(deps: RunDeps, schedule_id: string, event: 'triggered' | 'completed' | 'failed',
+  extra: Record<string, unknown> = {}) {
   const k = deps.schedules.k;
   await publish(deps.schedules.redis, k, 'schedules', { schedule_id, event, timestamp: new Date().toISOString(), ...extra });
 }
@@ -46,7 +48,8 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
   const r = schedules.redis;
   const k = schedules.k;
   const s = await schedules.get(scheduleId);
-  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(ignoreError('could not remove the job scheduler of a deleted schedule; its next iteration tries again', { schedule_id: scheduleId })); return null; }
+  if (!s) { await schedules.queue.removeJobScheduler(scheduleId).catch(ignoreError(
+    'could not remove the job scheduler of a deleted schedule; its next iteration tries again', { schedule_id: scheduleId })); return null; }
   if (!s.enabled && !how.manual) return null;
   const jobId = how.manual ? `sched-${s.id}-m${Date.now()}${Math.floor(Math.random() * 1000)}` : `sched-${s.id}-${how.iteration}`;
   const now = new Date().toISOString();
@@ -62,14 +65,16 @@ export async function runSchedule(deps: RunDeps, scheduleId: string, how: { manu
   await r.hset(k.scheduleRuns, jobId, s.id);
   try {
     // Checked again now, as its owner: a template stored before a rule existed, or changed in Redis, gets no more.
-    await life.submit(built.spec, { enqueue: true, meta: { ...built.meta, schedule_id: s.id, schedule_name: s.name, manual: how.manual }, caller: callerOf(s) });
+    await life.submit(built.spec, { enqueue: true, meta: { ...built.meta, schedule_id: s.id, schedule_name: s.name, manual: how.manual },
+      caller: callerOf(s) });
   } catch (e) {
     if (e instanceof ApiError && e.status === 409) return null; // another scheduler process ran this iteration
     await r.hdel(k.scheduleRuns, jobId);
     if (e instanceof ApiError && e.status < 500) { await failedRun(deps, s, jobId, how.manual, e.message); return null; }
     throw e;
   }
-  await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).hdel(k.scheduleStats(s.id), 'last_error').exec();
+  await r.multi().hincrby(k.scheduleStats(s.id), 'run_count', 1).hset(k.scheduleStats(s.id), { last_run: now, last_job_id: jobId }).hdel(k.scheduleStats(s.id),
+    'last_error').exec();
   await publishScheduleEvent(deps, s.id, 'triggered', { job_id: jobId, manual: how.manual });
   deps.log.info('schedule fired', { schedule_id: s.id, job_id: jobId, manual: how.manual });
   return jobId;

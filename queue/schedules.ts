@@ -35,8 +35,10 @@ export function callerOf(s: Schedule): Caller {
 /** Validates a cron expression (5 fields, or 6 with leading seconds) and a time zone; 400 with the reason. */
 export function checkCron(expr: string, tz: string, field = 'schedule') {
   const n = expr.trim().split(/\s+/).length;
-  if (n !== 5 && n !== 6) throw fieldError(400, field, 'wrong number of fields', `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`);
-  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw fieldError(400, 'timezone', 'unknown time zone', `timezone "${tz}" is not a known IANA time zone`); }
+  if (n !== 5 && n !== 6) throw fieldError(400, field, 'wrong number of fields',
+    `${field} "${expr}" must have 5 fields (minute hour day month weekday) or 6 with leading seconds`);
+  try { new Intl.DateTimeFormat('en', { timeZone: tz }); } catch { throw fieldError(400, 'timezone', 'unknown time zone',
+    `timezone "${tz}" is not a known IANA time zone`); }
   try { CronExpressionParser.parse(expr, { tz }); } catch (e) {
     throw fieldError(400, field, (e as Error).message, `${field} "${expr}" is not a valid cron expression: ${(e as Error).message}`);
   }
@@ -44,7 +46,8 @@ export function checkCron(expr: string, tz: string, field = 'schedule') {
 
 export function nextRun(s: Schedule): string | null {
   if (!s.enabled) return null;
-  try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch { return null; /* no next run: a cron without a future time (validated at creation) */ }
+  try { return CronExpressionParser.parse(s.schedule, { tz: s.timezone }).next().toISOString(); } catch {
+    return null; /* no next run: a cron without a future time (validated at creation) */ }
 }
 
 /** `o[key]` when `o` is an object, else undefined (a template is checked before it is validated). */
@@ -86,7 +89,8 @@ export class ScheduleStore {
     return { ...s, ...(await this.stats(s.id)), next_run: nextRun(s) };
   }
 
-  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean; job_template?: Record<string, unknown>; owner: ScheduleOwner }) {
+  async create(input: { id?: string; name: string; description?: string; schedule: string; timezone?: string; enabled: boolean;
+    job_template?: Record<string, unknown>; owner: ScheduleOwner }) {
     const now = new Date().toISOString();
     const s: Schedule = {
       id: input.id || `sch-${randomUUID().slice(0, 8)}`, name: input.name, description: input.description || '', schedule: input.schedule.trim(),
@@ -111,13 +115,17 @@ export class ScheduleStore {
   async remove(id: string) {
     const n = await this.redis.hdel(this.k.schedules, id);
     if (!n) throw new ApiError(404, `schedule ${id} not found`);
-    await this.queue.removeJobScheduler(id).catch(ignoreError('could not remove the job scheduler of a deleted schedule; it runs once more, finds no schedule and is removed then (runSchedule)', { schedule_id: id }));
+    await this.queue.removeJobScheduler(id).catch(
+      ignoreError('could not remove the job scheduler of a deleted schedule; it runs once more, finds no schedule and is removed then (runSchedule)',
+      { schedule_id: id }));
     await this.redis.del(this.k.scheduleStats(id));
   }
 
   /** Makes the BullMQ job scheduler match the schedule: present with its pattern when enabled, absent otherwise. */
   async sync(s: Schedule) {
-    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError('could not remove the job scheduler of a disabled schedule; it runs nothing (runSchedule skips it) and is synced again at the next start', { schedule_id: s.id })); return; }
+    if (!s.enabled) { await this.queue.removeJobScheduler(s.id).catch(ignoreError(
+      'could not remove the job scheduler of a disabled schedule; it runs nothing (runSchedule skips it) and is synced again at the next start',
+      { schedule_id: s.id })); return; }
     await this.queue.upsertJobScheduler(s.id, { pattern: s.schedule, tz: s.timezone }, {
       name: 'run', data: { schedule_id: s.id }, opts: { removeOnComplete: 200, removeOnFail: 200 },
     });

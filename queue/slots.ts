@@ -45,12 +45,14 @@ export class Slots {
     if (Number(got) !== 1) return null;
     let lost = false;
     const timer = setInterval(() => {
-      this.redis.eval(RENEW, 1, key, holder, String(leaseMs)).then((r) => { if (Number(r) !== 1) lost = true; }, dropped(log, 'could not renew a concurrency slot; tried again on the next tick, within its lease', { holder }));
+      this.redis.eval(RENEW, 1, key, holder, String(leaseMs)).then((r) => { if (Number(r) !== 1) lost = true; },
+        dropped(log, 'could not renew a concurrency slot; tried again on the next tick, within its lease', { holder }));
     }, Math.max(200, Math.floor(leaseMs / 3)));
     timer.unref();
     return {
       get lost() { return lost; },
-      release: async () => { clearInterval(timer); await this.redis.zrem(key, holder).catch(dropped(log, 'could not release a concurrency slot; it frees itself when its lease runs out', { holder })); },
+      release: async () => { clearInterval(timer); await this.redis.zrem(key,
+        holder).catch(dropped(log, 'could not release a concurrency slot; it frees itself when its lease runs out', { holder })); },
     };
   }
 

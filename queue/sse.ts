@@ -101,10 +101,12 @@ export class EventHub {
   }
 
   /** The route of a job's event stream on an API (`param`: the path parameter that names the job). */
-  route(o: { role: Need; path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[]; notFound: { description: string; schema: Joi.Schema } }): RouteDef {
+  route(o: { role: Need; path: string; param: string; params: Joi.ObjectSchema; summary: string; tags: string[];
+    notFound: { description: string; schema: Joi.Schema } }): RouteDef {
     return {
       method: 'get', role: o.role, path: o.path, summary: o.summary, tags: o.tags, params: o.params,
-      responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } }, 404: o.notFound },
+      responses: { 200: { description: 'event stream: progress events, then complete {state}', type: 'text/event-stream', schema: { type: 'string' } },
+        404: o.notFound },
       handler: async (ctx, { params }) => { await this.serve(ctx, params[o.param]); return undefined; },
     };
   }
@@ -119,7 +121,8 @@ export class EventHub {
     if (Array.isArray(q)) throw fieldError(400, 'last_event_id', 'given more than once', 'last_event_id must be given once');
     if (last && !isStreamId(last)) {
       const field = ctx.get('Last-Event-ID') ? 'Last-Event-ID' : 'last_event_id';
-      throw fieldError(400, field, 'not an event id', `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`);
+      throw fieldError(400, field, 'not an event id',
+        `${field} "${last.slice(0, 64)}" is not an event id (two unsigned 64-bit integers, such as 1700000000000-0)`);
     }
     if (last && isTerminal(h.state) && !after(parseId(completeId(parseId(h.latest_event_id || ''))), parseId(last))) {
       ctx.status = 204; // had `complete` already: EventSource stops reconnecting on 204

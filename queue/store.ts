@@ -54,7 +54,8 @@ export function parseField<T>(s: string | undefined | null, dflt: T, where: { jo
 /** A history entry as stored: [state, timestamp, reason, worker id?] (includes/history.lua), or an object (the
  *  layout before). */
 type StoredEntry = [JobState, string, string, string?] | HistoryEntry;
-const historyEntry = (e: StoredEntry): HistoryEntry => (Array.isArray(e) ? { state: e[0], timestamp: e[1], reason: e[2], ...(e[3] ? { worker_id: e[3] } : {}) } : e);
+const historyEntry = (e: StoredEntry): HistoryEntry => (Array.isArray(e) ? { state: e[0], timestamp: e[1], reason: e[2],
+  ...(e[3] ? { worker_id: e[3] } : {}) } : e);
 /** Names one call, so that a resend of it is recognised: this process's random name (10 characters, 60 bits) and
  *  a counter, unique across processes without asking the random generator for every call (a synchronous OpenSSL
  *  call that was 5% of a worker's CPU per job). Never secret: it only tells a resend from a new call. */
@@ -85,16 +86,19 @@ export class JobStore {
     const k = this.k;
     const [code, seq] = await this.redis.ferryCreateJob(k.job(id), k.seq, k.queues, ...this.stateKeys, ...args);
     // Lifecycle only asks for allowed walks: a refused one is a bug, not a job that exists.
-    if (code === 'conflict') throw new Error(`job ${id}: the walk CREATED -> ${steps.map((s) => s.to).join(' -> ')} is not in the transition table; nothing created`);
+    if (code === 'conflict') throw new Error(
+      `job ${id}: the walk CREATED -> ${steps.map((s) => s.to).join(' -> ')} is not in the transition table; nothing created`);
     return { created: code === 'ok', seq: Number(seq) };
   }
 
   /** Moves the job through `steps` atomically (transitionJob-13.lua). `event`, if given, is recorded in the same
    *  step, only when the move is allowed: before the state change (`before: true`, e.g. the last event of a
    *  completed job) or after. `op` names the call (see create). */
-  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>; event?: { ev: ProgressEvent; before: boolean }; op?: string } = {}): Promise<TransitionResult> {
+  async transition(id: string, steps: Step[], opts: { lease?: string; fields?: Record<string, string | number | null>;
+    event?: { ev: ProgressEvent; before: boolean }; op?: string } = {}): Promise<TransitionResult> {
     const now = new Date();
-    const args: (string | number)[] = [this.k.chanJobs, this.k.chanEvents, id, now.toISOString(), now.getTime(), opts.lease || '', opts.op || callId(), opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
+    const args: (string | number)[] = [this.k.chanJobs, this.k.chanEvents, id, now.toISOString(), now.getTime(), opts.lease || '', opts.op || callId(),
+      opts.fields ? JSON.stringify(opts.fields) : '', steps.length];
     for (const s of steps) args.push(s.to, s.reason, s.worker_id || '');
     if (opts.event) args.push(JSON.stringify(opts.event.ev), config.eventsKeptPerJob, opts.event.before ? 'before' : 'after');
     const [code, state, eventId] = await this.redis.ferryTransitionJob(this.k.job(id), this.k.events(id), ...this.stateKeys, ...args);
@@ -152,7 +156,8 @@ export class JobStore {
     const h = await this.redis.hgetall(this.k.job(id));
     if (!h || !h.state) return null;
     // A record of the layout before the history field keeps its history in a list of its own.
-    const stored = h.history ? parseField<StoredEntry[]>(h.history, [], { job_id: id, field: 'history' }) : (await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
+    const stored = h.history ? parseField<StoredEntry[]>(h.history, [], { job_id: id, field: 'history' }) : (
+      await this.redis.lrange(this.k.history(id), 0, -1)).map((e) => JSON.parse(e) as StoredEntry);
     return this.toRecord(id, h, stored.map(historyEntry));
   }
 
@@ -276,7 +281,8 @@ export class JobStore {
   }
 
   async appendEvent(id: string, ev: ProgressEvent, lease = ''): Promise<{ ok: boolean; id?: string; code?: string; state?: string }> {
-    const [code, val] = await this.redis.ferryAddEvent(this.k.job(id), this.k.events(id), this.k.chanEvents, id, JSON.stringify(ev), config.eventsKeptPerJob, lease);
+    const [code, val] = await this.redis.ferryAddEvent(this.k.job(id), this.k.events(id), this.k.chanEvents, id, JSON.stringify(ev), config.eventsKeptPerJob,
+      lease);
     return code === 'ok' ? { ok: true, id: val } : { ok: false, code, state: val };
   }
 
@@ -348,9 +354,11 @@ export class JobStore {
       const ids = flat.filter((_, i) => i % 2 === 0);
       if (!ids.length) return removed;
       const hs = await this.many(ids, ['state', 'finished_at']);
-      const due = ids.filter((_, i) => { const h = hs[i]; return h && isTerminal(h.state) && now - Number(h.finished_at) >= (h.state === 'COMPLETED' ? completedMs : failedMs); });
+      const due = ids.filter((_, i) => { const h = hs[i]; return h && isTerminal(h.state) &&
+        now - Number(h.finished_at) >= (h.state === 'COMPLETED' ? completedMs : failedMs); });
       const gone = ids.filter((_, i) => !hs[i]);
-      const p = this.redis.pipeline() as unknown as FerryCommands & { zrem(key: string, ...m: string[]): unknown; exec(): Promise<[Error | null, unknown][] | null> };
+      const p = this.redis.pipeline() as unknown as FerryCommands & { zrem(key: string, ...m: string[]): unknown;
+        exec(): Promise<[Error | null, unknown][] | null> };
       for (const id of due) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
       if (due.length + gone.length) p.zrem(k.jobsCalls, ...due, ...gone);
       const res = (await p.exec()) || [];

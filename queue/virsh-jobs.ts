@@ -35,10 +35,13 @@ export class JobVirsh extends Virsh {
 
   override async run(args: string[], opts: RunOptions = {}): Promise<string> {
     if (NOT_CALLS.has(args[0])) {
-      throw new LibvirtError(503, `virsh ${args[0]} needs the machine running it (a local file or a live stream): with FERRY_LIBVIRT_VIA=worker this is not available yet (it must run whole on a worker; docs/virt.md)`, 'local file');
+      throw new LibvirtError(503,
+        `virsh ${args[0]} needs the machine running it (a local file or a live stream): with FERRY_LIBVIRT_VIA=worker this is not available yet (it must run ` +
+        `whole on a worker; docs/virt.md)`, 'local file');
     }
     const timeout = opts.timeoutMs ?? 600_000;
-    const spec = internalSpec('virsh_call', { uri: this.uri, args, ...(opts.input !== undefined ? { input: opts.input } : {}), timeout_ms: Math.max(1000, timeout) }, { timeoutSeconds: (timeout + GRACE_MS) / 1000 });
+    const spec = internalSpec('virsh_call', { uri: this.uri, args, ...(opts.input !== undefined ? { input: opts.input } : {}),
+      timeout_ms: Math.max(1000, timeout) }, { timeoutSeconds: (timeout + GRACE_MS) / 1000 });
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeout + GRACE_MS, meta: { virsh: args[0] } });
     const out = (answerOf(end, `virsh ${args[0]}`, this.uri, timeout + GRACE_MS) as { stdout?: unknown } | null)?.stdout;
     return typeof out === 'string' ? out : '';
@@ -46,7 +49,8 @@ export class JobVirsh extends Virsh {
 
   /** A clone or template route run whole on a worker (operation virt_clone, services/worker/operations/virt-clone.ts):
    *  the route's data, or the error it would have answered running virt-clone itself. Not on the call lane. */
-  async onWorker(action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy', body: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
+  async onWorker(action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy', body: unknown,
+    timeoutMs: number): Promise<Record<string, unknown>> {
     const spec = internalSpec('virt_clone', { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeoutMs + GRACE_MS, meta: { virt: action } });
     return (answerOf(end, action.replace('_', ' '), this.uri, timeoutMs + GRACE_MS) ?? {}) as Record<string, unknown>;
@@ -57,15 +61,19 @@ export class JobVirsh extends Virsh {
  *  work itself (kept by the worker in `libvirt_error`), 503 when no worker could take it, 504 past the bound. */
 function answerOf(end: WorkerJobEnd, what: string, uriText: string, boundMs: number): unknown {
   const uri = shownUri(uriText);
-  if (end.outcome === 'unserved') throw new LibvirtError(503, `libvirt at ${uri} is reached through a worker with libvirt_access (FERRY_LIBVIRT_VIA=worker), and none can take ${what} now: ${end.reason}`, end.reason);
-  if (end.outcome === 'timeout') throw new LibvirtError(504, `${what} at ${uri} did not end within ${Math.round(boundMs / 1000)} s on a worker (job ${end.job_id} cancelled${end.waiting_reason ? `; it was waiting: ${end.waiting_reason}` : ''})`, 'timeout');
+  if (end.outcome === 'unserved') throw new LibvirtError(503,
+    `libvirt at ${uri} is reached through a worker with libvirt_access (FERRY_LIBVIRT_VIA=worker), and none can take ${what} now: ${end.reason}`, end.reason);
+  if (end.outcome === 'timeout') throw new LibvirtError(504,
+    `${what} at ${uri} did not end within ${Math.round(boundMs / 1000)} s on a worker (job ${end.job_id} ` +
+    `cancelled${end.waiting_reason ? `; it was waiting: ${end.waiting_reason}` : ''})`, 'timeout');
   if (end.state === 'COMPLETED') return end.result;
   const kept = end.record[LIBVIRT_ERROR_FIELD];
   if (kept) {
     const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
     throw new LibvirtError(e.status, e.message, e.libvirt);
   }
-  throw new LibvirtError(500, `${what} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
+  throw new LibvirtError(500,
+    `${what} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
 }
 
 /** The daemon's Virsh for FERRY_LIBVIRT_URI, and every virshFor() of its code, as FERRY_LIBVIRT_VIA says. */
@@ -78,7 +86,9 @@ export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
  *  virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). virt-clone's
  *  routes run whole on a worker instead (JobVirsh.onWorker). */
 export function refuseLocalWork(v: Virsh, route: string): void {
-  if (v instanceof JobVirsh) throw new ApiError(503, `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route is not a worker job yet (docs/virt.md, "Through workers")`);
+  if (v instanceof JobVirsh) throw new ApiError(503,
+    `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route ` +
+    `is not a worker job yet (docs/virt.md, "Through workers")`);
 }
 
 /** The call lane's own retention, on the one daemon holding the `calls` lease: a completed call leaves Redis

@@ -10,7 +10,8 @@ import { Slot, Slots } from './slots';
 const guardName = (manager: string, vmPath: string) => `vm:${manager}:${vmPath.replace(/\/+$/, '')}`;
 
 /** Takes the guard of `vmPath` for `jobId`; when another job holds it, that job's id. */
-export async function takeVmGuard(redis: RedisClient, k: Keys, manager: string, vmPath: string, jobId: string, leaseMs: number): Promise<{ slot: Slot } | { holder: string }> {
+export async function takeVmGuard(redis: RedisClient, k: Keys, manager: string, vmPath: string, jobId: string,
+  leaseMs: number): Promise<{ slot: Slot } | { holder: string }> {
   const slots = new Slots(redis, k);
   const slot = await slots.acquire(guardName(manager, vmPath), jobId, 1, leaseMs);
   if (slot) return { slot };

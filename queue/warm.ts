@@ -25,7 +25,8 @@ const read = async <T>(redis: RedisClient, key: string, field: string, dflt: T):
 };
 
 export const warmState = (redis: RedisClient, k: Keys, jobId: string) => read<WarmState | null>(redis, k.job(jobId), 'warm', null);
-export const writeWarmState = (redis: RedisClient, k: Keys, jobId: string, s: WarmState) => redis.hset(k.job(jobId), 'warm', JSON.stringify(s)).then(() => undefined);
+export const writeWarmState = (redis: RedisClient, k: Keys, jobId: string, s: WarmState) => redis.hset(k.job(jobId), 'warm',
+  JSON.stringify(s)).then(() => undefined);
 
 export const warmSnapshots = (redis: RedisClient, k: Keys, jobId: string) => read<WarmSnapshot[]>(redis, k.job(jobId), 'warm_snapshots', []);
 export async function recordSnapshot(redis: RedisClient, k: Keys, jobId: string, s: WarmSnapshot) {
@@ -45,7 +46,8 @@ export const cutoverRequest = (redis: RedisClient, k: Keys, jobId: string) => re
 export async function askCutover(store: JobStore, jobId: string, by: string | null): Promise<CutoverRequest> {
   const job = await store.get(jobId);
   if (!job) throw notFound(`job ${jobId} not found`);
-  if (!(job.spec.parameters as { warm?: unknown } | undefined)?.warm) throw conflict(`job ${jobId} is not a warm migration (options.warm): only a running warm job cuts over`);
+  if (!(job.spec.parameters as { warm?: unknown } | undefined)?.warm) throw conflict(
+    `job ${jobId} is not a warm migration (options.warm): only a running warm job cuts over`);
   if (job.is_terminal) throw conflict(`job ${jobId} is ${job.state}: only a running warm job cuts over`);
   const w = await warmState(store.redis, store.k, jobId);
   if (w && w.status !== 'copying') throw conflict(`job ${jobId} is already ${w.status.replace('_', ' ')}${w.cutover ? ` (${w.cutover.reason})` : ''}`);
@@ -71,7 +73,8 @@ export async function recordStageTimes(redis: RedisClient, k: Keys, t: StageSeco
 export async function recentStageTimes(redis: RedisClient, k: Keys): Promise<StageSeconds[]> {
   const out: StageSeconds[] = [];
   for (const raw of await redis.lrange(k.warmStageTimes, 0, STAGE_TIMES_KEPT - 1)) {
-    try { out.push(JSON.parse(raw) as StageSeconds); } catch { log.warn('a recorded stage time does not parse; left out of the prediction', { raw: raw.slice(0, 200) }); }
+    try { out.push(JSON.parse(raw) as StageSeconds); } catch { log.warn('a recorded stage time does not parse; left out of the prediction',
+      { raw: raw.slice(0, 200) }); }
   }
   return out;
 }

@@ -29,7 +29,8 @@ export interface Delivery {
 /** A webhook as the API shows it: header values never (the list, as the seed has it, shows no headers at all). */
 export function publicView(w: Webhook, index: number) {
   const header_names = [...Object.keys(w.headers), ...Object.keys(w.sealed_headers || {})].sort();
-  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, has_secret: !!w.secret_box, header_names, created_at: w.created_at };
+  return { id: w.id, index, url: w.url, events: w.events, enabled: w.enabled, timeout: w.timeout, retry_count: w.retry_count, has_secret: !!w.secret_box,
+    header_names, created_at: w.created_at };
 }
 
 /** The answer to POST /webhooks: the headers too, sensitive values as [redacted]. */
@@ -66,7 +67,8 @@ export class WebhookStore {
     }
     const sensitive = Object.keys(input.headers || {}).filter((h) => isSensitiveKey(h));
     if (sensitive.length && !canEncrypt()) {
-      throw new ApiError(400, `headers ${sensitive.join(', ')} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store them encrypted`, { fields: sensitive.map((h) => ({ field: `headers.${h}`, message: 'needs FERRY_SECRET_KEY' })) });
+      throw new ApiError(400, `headers ${sensitive.join(', ')} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store them encrypted`,
+        { fields: sensitive.map((h) => ({ field: `headers.${h}`, message: 'needs FERRY_SECRET_KEY' })) });
     }
     const { secret, ...rest } = input;
     const headers = Object.fromEntries(Object.entries(rest.headers || {}).filter(([h]) => !sensitive.includes(h)));
@@ -106,7 +108,8 @@ export class WebhookStore {
       .exec();
     // Keep the newest 500 per webhook.
     const old = await this.redis.zrange(this.k.webhookDeliveryOrder(d.webhook_id), 0, -501);
-    if (old.length) await this.redis.multi().zrem(this.k.webhookDeliveryOrder(d.webhook_id), ...old).hdel(this.k.webhookDeliveries(d.webhook_id), ...old).exec();
+    if (old.length) await this.redis.multi().zrem(this.k.webhookDeliveryOrder(d.webhook_id), ...old).hdel(this.k.webhookDeliveries(d.webhook_id),
+      ...old).exec();
   }
 
   async deliveries(webhookId: string, limit = 100): Promise<Delivery[]> {
@@ -128,7 +131,9 @@ export class WebhookStore {
         jobId: delivery_id, attempts: w.retry_count + 1, backoff: { type: 'exponential', delay: opts.backoffMs, jitter: 0.5 },
         removeOnComplete: { age: 3600, count: 10000 }, removeOnFail: { age: 3600, count: 10000 },
       });
-      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1, response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now }, true).catch(ignoreError('could not write the pending row of the delivery log; the delivery itself is queued and writes its outcome', { delivery_id }));
+      if (added) await this.record({ delivery_id, webhook_id: w.id, event, status: 'pending', attempts: 0, max_attempts: w.retry_count + 1,
+        response_status: null, last_error: null, duration_ms: null, created_at: now, updated_at: now },
+        true).catch(ignoreError('could not write the pending row of the delivery log; the delivery itself is queued and writes its outcome', { delivery_id }));
       ids.push(delivery_id);
     }
     return ids;

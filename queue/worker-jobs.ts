@@ -71,7 +71,8 @@ export async function awaitJobEnd(bus: Bus, store: JobStore, id: string, ms: num
 
 /** Submits `spec` as `caller` (no job when no active worker can take it; `beforeSubmit` runs just before) and waits up to `waitMs` for its end;
  *  past it the job is cancelled (a worker holding it stops it) and the answer says where it was waiting. */
-export async function runWorkerJob(d: WorkerJobDeps, spec: JobSpec, opts: { caller: Caller | null; waitMs: number; meta?: Record<string, unknown>; signal?: AbortSignal; beforeSubmit?: () => Promise<void> }): Promise<WorkerJobEnd> {
+export async function runWorkerJob(d: WorkerJobDeps, spec: JobSpec, opts: { caller: Caller | null; waitMs: number; meta?: Record<string, unknown>;
+  signal?: AbortSignal; beforeSubmit?: () => Promise<void> }): Promise<WorkerJobEnd> {
   const reason = await unserved(d.life, spec);
   if (reason) return { outcome: 'unserved', reason };
   await opts.beforeSubmit?.(); // what the job reads beside its spec (a sealed password), in place before a worker can claim it

@@ -47,7 +47,8 @@ function walkTs(dir: string): string[] {
 function typedLintKey(): string {
   const h = createHash('sha256');
   const files = [...['shared', 'queue', 'services', 'scripts', 'test'].flatMap((d) => walkTs(path.join(ROOT, d))),
-    ...['tsconfig.json', 'eslint.config.mjs', 'scripts/eslint-layers.mjs', 'package-lock.json'].map((f) => path.join(ROOT, f))];
+    ...['tsconfig.json', 'eslint.config.mjs', 'scripts/eslint-layers.mjs', 'scripts/eslint-bounds.mjs',
+      'scripts/lint-baseline.json', 'package-lock.json'].map((f) => path.join(ROOT, f))];
   for (const f of files) h.update(path.relative(ROOT, f)).update('\0').update(readFileSync(f)).update('\0');
   return h.digest('hex');
 }

@@ -49,7 +49,8 @@ const MAX_LIST = 50;
 const WRITE_WAIT_MS = 2000;
 
 export const auditKey = (prefix: string) => `${prefix}:audit`;
-export const refusalKeys = (prefix: string) => ({ stream: `${prefix}:audit:refusals`, seen: (ip: string) => `${prefix}:audit:refusals:seen:${ip}`, unwritten: `${prefix}:audit:refusals:unwritten` });
+export const refusalKeys = (prefix: string) => ({ stream: `${prefix}:audit:refusals`, seen: (ip: string) => `${prefix}:audit:refusals:seen:${ip}`,
+  unwritten: `${prefix}:audit:refusals:unwritten` });
 
 /** One refusal: written to the capped stream while its client address is within its sample for the window, else
  *  only counted. KEYS: stream, the address's count, the unwritten count; ARGV: window ms, sample, cap, oldest id
@@ -82,6 +83,19 @@ export function targetsOf(ctx: Koa.Context): Record<string, string | string[]> {
   return redact(out);
 }
 
+/** The caller's key: the one authentication accepted, else (a refusal, answered before it) the one presented. */
+function callerKey(ctx: Koa.Context, auth: Auth): { name: string; role: string } | null {
+  const key = ctx.state.apiKey as { name: string; role: string } | null | undefined;
+  if (key !== undefined || !auth.enabled) return key ?? null;
+  const p = presentedKey(ctx.req.headers);
+  return p ? identify(auth, p) ?? null : null;
+}
+
+function outcomeOf(status: number): AuditRecord['outcome'] {
+  if (status === 401 || status === 403) return 'refused';
+  return status >= 500 ? 'failed' : status >= 400 ? 'rejected' : 'ok';
+}
+
 export class AuditLog {
   readonly key: string;
   constructor(private redis: RedisClient, private prefix: string, private log: Logger, private service: string, private retentionMs = config.jobRetentionMs) {
@@ -99,15 +113,14 @@ export class AuditLog {
   async request(ctx: Koa.Context, auth: Auth, started: number, route: string | undefined, reason?: string, refusalsOnly = false): Promise<void> {
     const limited = ctx.state.refusal === true && ctx.status === 429; // a rate limit's answer (shared/http.ts)
     if (!AuditLog.wanted(ctx.method, ctx.status, refusalsOnly) && !limited) return;
-    let key = ctx.state.apiKey as { name: string; role: string } | null | undefined;
-    if (key === undefined && auth.enabled) { const p = presentedKey(ctx.req.headers); key = p ? identify(auth, p) ?? null : null; }
+    const key = callerKey(ctx, auth);
     const refused = ctx.status === 401 || ctx.status === 403;
     const rec: AuditRecord = {
       id: `${started.toString(36)}-${randomBytes(4).toString('hex')}`,
       time: new Date(started).toISOString(), service: this.service, key_name: key?.name ?? null, role: key?.role ?? null,
       method: ctx.method, route: route ?? null, path: ctx.path.slice(0, 1024),
       targets: targetsOf(ctx), status: ctx.status,
-      outcome: refused ? 'refused' : ctx.status >= 500 ? 'failed' : ctx.status >= 400 ? 'rejected' : 'ok',
+      outcome: outcomeOf(ctx.status),
       ...(refused && reason ? { reason: reason.slice(0, 512) } : {}),
       ip: clientAddress(ctx.req), duration_ms: Date.now() - started,
     };
@@ -116,7 +129,8 @@ export class AuditLog {
 
   /** A WebSocket upgrade, which no koa middleware sees: a refused one (401, 403), or one that may change state
    *  (a console writer, status 101), with the key as authentication found it or as presented. */
-  async upgrade(req: http.IncomingMessage, auth: Auth, u: { path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
+  async upgrade(req: http.IncomingMessage, auth: Auth, u: { path: string; status: number; caller?: { name: string; role: string } | null; reason?: string;
+    targets?: Record<string, string> }): Promise<void> {
     if (u.status !== 401 && u.status !== 403 && u.status !== 101) return;
     await this.outside(req, auth, { ...u, method: 'WEBSOCKET' });
   }
@@ -130,7 +144,8 @@ export class AuditLog {
 
   /** A plan's side effect a worker has done (a rollback, a source removal): no request carries it, so its record
    *  names the key it acted as (the plan's starter, or the admin who asked for the rollback) and what it acted on. */
-  async effect(e: { operation: string; job_id: string; acting_as: { name: string; role: string | null } | null; targets: Record<string, string> }): Promise<void> {
+  async effect(e: { operation: string; job_id: string; acting_as: { name: string; role: string | null } | null;
+    targets: Record<string, string> }): Promise<void> {
     const now = Date.now();
     await this.store({
       id: `${now.toString(36)}-${randomBytes(4).toString('hex')}`, time: new Date(now).toISOString(), service: this.service,
@@ -140,7 +155,8 @@ export class AuditLog {
   }
 
   /** The record of a request no koa middleware saw. */
-  private async outside(req: http.IncomingMessage, auth: Auth, u: { method: string; path: string; status: number; caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
+  private async outside(req: http.IncomingMessage, auth: Auth, u: { method: string; path: string; status: number;
+    caller?: { name: string; role: string } | null; reason?: string; targets?: Record<string, string> }): Promise<void> {
     const refused = u.status === 401 || u.status === 403;
     let key = u.caller;
     if (key === undefined && auth.enabled) { const p = presentedKey(req.headers); key = p ? identify(auth, p) ?? null : null; }
@@ -268,7 +284,9 @@ export function auditRoute(audit: AuditLog, errorSchema: Joi.Schema) {
     method: 'get' as const, role: 'admin' as const, path: '/audit', tags: ['audit'], query: auditQuerySchema,
     summary: 'The audit log: requests that changed state and refused ones, newest first (both APIs write it; kept for FERRY_JOB_RETENTION)',
     responses: {
-      200: { description: 'records, newest first', schema: Joi.object({ records: Joi.array().items(auditRecordSchema), count: Joi.number().integer(), retention_seconds: Joi.number().integer(), refusals_unwritten: Joi.number().integer().description('refused requests past their client address\'s sample (FERRY_REFUSAL_AUDIT_SAMPLE per FERRY_REFUSAL_WINDOW_SECONDS): counted, not written') }) },
+      200: { description: 'records, newest first', schema: Joi.object({ records: Joi.array().items(auditRecordSchema), count: Joi.number().integer(),
+        retention_seconds: Joi.number().integer(), refusals_unwritten: Joi.number().integer().description(
+        'refused requests past their client address\'s sample (FERRY_REFUSAL_AUDIT_SAMPLE per FERRY_REFUSAL_WINDOW_SECONDS): counted, not written') }) },
       400: { description: 'a bad filter, naming the field', schema: errorSchema },
       403: { description: 'not an admin key', schema: errorSchema },
     },

@@ -58,7 +58,8 @@ function makeKey(name: string, role: string, key: string, caps: string | undefin
 export function parseKeyEntry(entry: string, i: number, where: string): ApiKey {
   const parts = entry.split(':');
   if (parts.length >= 3 && (ROLES as readonly string[]).includes(parts[1])) return makeKey(parts[0], parts[1], parts.slice(2).join(':'), undefined, where);
-  if (parts.length >= 2 && (ROLES as readonly string[]).includes(parts[0])) return makeKey(`${parts[0]}-${i + 1}`, parts[0], parts.slice(1).join(':'), undefined, where);
+  if (parts.length >= 2 && (ROLES as readonly string[]).includes(parts[0])) return makeKey(`${parts[0]}-${i + 1}`, parts[0], parts.slice(1).join(':'),
+    undefined, where);
   return makeKey(`key-${i + 1}`, 'admin', entry, undefined, where);
 }
 
@@ -172,7 +173,9 @@ export function isLoopback(host: string): boolean {
 export function listenHost(auth: Auth, requested: string | undefined, setting: string, env: NodeJS.ProcessEnv = process.env): string {
   if (!requested) return auth.enabled ? '0.0.0.0' : '127.0.0.1';
   if (auth.enabled || isLoopback(requested) || declared('FERRY_INSECURE_NO_AUTH', env)) return requested;
-  throw new AuthConfigError(`${setting}=${requested} would expose Ferry without authentication: configure API keys (FERRY_API_KEYS or FERRY_API_KEYS_FILE), listen on 127.0.0.1, or set FERRY_INSECURE_NO_AUTH=1 to accept the risk`);
+  throw new AuthConfigError(
+    `${setting}=${requested} would expose Ferry without authentication: configure API keys (FERRY_API_KEYS or FERRY_API_KEYS_FILE), listen on 127.0.0.1, or ` +
+    `set FERRY_INSECURE_NO_AUTH=1 to accept the risk`);
 }
 
 /** A short-lived single-use ticket for a browser's WebSocket (browsers cannot set its headers, and a key must

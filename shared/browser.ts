@@ -63,14 +63,18 @@ const clip = (s: string) => s.slice(0, 200);
 /** Why a request (or, with `upgrade`, a WebSocket upgrade) is refused by the browser rule; undefined if it is not. */
 export function browserRefusal(rule: BrowserRule, method: string, headers: IncomingHttpHeaders, upgrade = false): ApiError | undefined {
   const host = one(headers.host);
-  if (!hostAllowed(rule, host)) return fieldError(421, 'Host', 'not a name this service answers to', `Host: ${clip(String(host))} is not a name this service answers to (localhost, an IP address, the listen host or FERRY_ALLOWED_HOSTS)`);
+  if (!hostAllowed(rule, host)) return fieldError(421, 'Host', 'not a name this service answers to',
+    `Host: ${clip(String(host))} is not a name this service answers to (localhost, an IP address, the listen host or FERRY_ALLOWED_HOSTS)`);
   const origin = one(headers.origin);
   const invited = origin !== undefined && originAllowed(rule, origin, host);
-  if (origin !== undefined && !invited) return fieldError(403, 'Origin', 'not this service nor in FERRY_CORS_ORIGINS', `Origin ${clip(origin)} is not this service's own nor in FERRY_CORS_ORIGINS`);
+  if (origin !== undefined && !invited) return fieldError(403, 'Origin', 'not this service nor in FERRY_CORS_ORIGINS',
+    `Origin ${clip(origin)} is not this service's own nor in FERRY_CORS_ORIGINS`);
   if (upgrade || SAFE.has(method.toUpperCase())) return undefined;
   const site = String(one(headers['sec-fetch-site']) || '').toLowerCase();
-  if ((site === 'cross-site' || site === 'same-site') && !invited) return fieldError(403, 'Sec-Fetch-Site', 'a cross-site request without an invited Origin', `Sec-Fetch-Site: ${clip(site)}: a cross-site request needs an Origin in FERRY_CORS_ORIGINS`);
+  if ((site === 'cross-site' || site === 'same-site') && !invited) return fieldError(403, 'Sec-Fetch-Site', 'a cross-site request without an invited Origin',
+    `Sec-Fetch-Site: ${clip(site)}: a cross-site request needs an Origin in FERRY_CORS_ORIGINS`);
   const type = String(one(headers['content-type']) || '');
-  if (SIMPLE_TYPES.test(type)) return fieldError(415, 'Content-Type', 'not accepted (send application/json or YAML)', `Content-Type: ${clip(type)} is not accepted on ${method} (a form can send it from any site): send application/json or YAML`);
+  if (SIMPLE_TYPES.test(type)) return fieldError(415, 'Content-Type', 'not accepted (send application/json or YAML)',
+    `Content-Type: ${clip(type)} is not accepted on ${method} (a form can send it from any site): send application/json or YAML`);
   return undefined;
 }

@@ -1,8 +1,9 @@
 // Capabilities, execution modes and how a job's requirements become a queue name (docs/worker-protocol.md: requirements).
 import { config } from './config';
 
-/** Capabilities Ferry's operations use (vsphere_access: the worker reaches vSphere managers and the export storage). Each requirement set is a BullMQ queue (and a Worker with its own Redis
- *  connection in every gateway), so names come from this set plus FERRY_EXTRA_CAPABILITIES, never from callers. */
+/** Capabilities Ferry's operations use (vsphere_access: the worker reaches vSphere managers and the export storage).
+ *  Each requirement set is a BullMQ queue (and a Worker with its own Redis connection in every gateway), so names
+ *  come from this set plus FERRY_EXTRA_CAPABILITIES, never from callers. */
 export const KNOWN_CAPABILITIES = ['img_tool', 'nbd_access', 'lvm_tools', 'mount_operations', 'vsphere_access', 'libvirt_access'] as const;
 export const CAPABILITY_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
 
@@ -53,7 +54,8 @@ export function canServe(worker: { capabilities: string[]; execution_mode?: stri
 
 type Parsed = { q: string; r: Requirements };
 /** The order a worker takes its queues in: most capabilities first, then a required mode before none, then name. */
-const takeOrder = (a: Parsed, b: Parsed) => b.r.capabilities.length - a.r.capabilities.length || Number(!!b.r.execution_mode) - Number(!!a.r.execution_mode) || a.q.localeCompare(b.q);
+const takeOrder = (a: Parsed, b: Parsed) => b.r.capabilities.length - a.r.capabilities.length || Number(!!b.r.execution_mode) - Number(!!a.r.execution_mode) ||
+  a.q.localeCompare(b.q);
 const parsed = (q: string): Parsed | null => { const r = parseQueueName(q); return r && { q, r }; };
 
 /** The queues a worker serves, most specific first so general workers do not starve specialised jobs. */
@@ -74,6 +76,7 @@ export function queuesTakenBefore(queue: string, queues: string[]): string[] {
   if (!mine) return [];
   return queues
     .map(parsed)
-    .filter((x): x is Parsed => !!x && x.q !== queue && x.r.lane === mine.r.lane && canServe({ capabilities: x.r.capabilities, execution_mode: x.r.execution_mode }, mine.r) && takeOrder(x, mine) < 0)
+    .filter((x): x is Parsed => !!x && x.q !== queue && x.r.lane === mine.r.lane &&
+      canServe({ capabilities: x.r.capabilities, execution_mode: x.r.execution_mode }, mine.r) && takeOrder(x, mine) < 0)
     .map((x) => x.q);
 }

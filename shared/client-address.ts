@@ -24,7 +24,8 @@ export function trustedRanges(list = config.trustedProxies): Range[] {
   if (key === parsedFrom) return ranges;
   ranges = list.map((e) => {
     try {
-      if (e.includes('/')) { const [ip, bits] = ipaddr.parseCIDR(e); return [parse(ip.toString()) ?? ip, ip.kind() === 'ipv6' && (ip as ipaddr.IPv6).isIPv4MappedAddress() ? bits - 96 : bits] as Range; }
+      if (e.includes('/')) { const [ip, bits] = ipaddr.parseCIDR(e); return [parse(ip.toString()) ?? ip, ip.kind() === 'ipv6' &&
+        (ip as ipaddr.IPv6).isIPv4MappedAddress() ? bits - 96 : bits] as Range; }
       const ip = parse(e);
       if (!ip) throw new Error('not an address');
       return [ip, ip.kind() === 'ipv4' ? 32 : 128] as Range;

@@ -42,10 +42,13 @@ const schema = Joi.object({
   }).default(),
   auth: Joi.object({
     enabled: Joi.boolean().default(false).description('true requires a key; any key configured turns auth on regardless'),
-    api_keys: Joi.array().items(Joi.string().min(16).max(300)).default([]).description('entries as in FERRY_API_KEYS: name:role:key, role:key or a bare key (admin); also FERRY_API_KEYS and FERRY_API_KEYS_FILE'),
+    api_keys: Joi.array().items(Joi.string().min(16).max(300)).default([]).description(
+      'entries as in FERRY_API_KEYS: name:role:key, role:key or a bare key (admin); also FERRY_API_KEYS and FERRY_API_KEYS_FILE'),
   }).default(),
   webhooks: Joi.object({
-    allow_private: Joi.boolean().default(false).description('allow targets on private addresses (RFC 1918, unique-local fc00::/7, CGNAT 100.64.0.0/10); also FERRY_WEBHOOK_ALLOW_PRIVATE=1. Link-local (169.254.169.254) is never allowed'),
+    allow_private: Joi.boolean().default(false).description(
+      'allow targets on private addresses (RFC 1918, unique-local fc00::/7, CGNAT 100.64.0.0/10); also FERRY_WEBHOOK_ALLOW_PRIVATE=1. Link-local ' +
+      '(169.254.169.254) is never allowed'),
     allow_loopback: Joi.boolean().default(false).description('allow targets on 127.0.0.0/8 and ::1; also FERRY_WEBHOOK_ALLOW_LOOPBACK=1'),
     concurrency: Joi.number().integer().min(1).max(1000).default(50),
     backoff_ms: Joi.number().integer().min(10).max(600_000).default(1000).description('first retry delay; doubles each attempt, with jitter'),
@@ -72,7 +75,8 @@ export interface DaemonConfig {
 export class ConfigError extends Error {}
 
 /** A declared setting (shared/settings.ts); a bad value is this module's ConfigError, naming the variable. */
-function envSetting<K extends 'JOB_TIMEOUT' | 'FERRY_WEBHOOK_ALLOW_LOOPBACK' | 'FERRY_WEBHOOK_ALLOW_PRIVATE' | 'FERRY_CONFIG'>(name: K, env: NodeJS.ProcessEnv = process.env) {
+function envSetting<K extends 'JOB_TIMEOUT' | 'FERRY_WEBHOOK_ALLOW_LOOPBACK' | 'FERRY_WEBHOOK_ALLOW_PRIVATE' | 'FERRY_CONFIG'>(name: K,
+  env: NodeJS.ProcessEnv = process.env) {
   try { return setting(name, env); } catch (e) { throw e instanceof SettingError ? new ConfigError(e.message) : e; }
 }
 
@@ -97,7 +101,8 @@ export function loadConfig(file?: string, env: NodeJS.ProcessEnv = process.env):
     if (v !== undefined) cfg.webhooks[key] = v;
   }
   try { cfg.keys = loadAuth(env, cfg.auth.api_keys); } catch (e) { throw new ConfigError((e as AuthConfigError).message); }
-  if (cfg.auth.enabled && !cfg.keys.enabled) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys, FERRY_API_KEYS or FERRY_API_KEYS_FILE)');
+  if (cfg.auth.enabled &&
+    !cfg.keys.enabled) throw new ConfigError('auth.enabled is true but no API key is configured (auth.api_keys, FERRY_API_KEYS or FERRY_API_KEYS_FILE)');
   cfg.auth.enabled = cfg.keys.enabled;
   return cfg;
 }

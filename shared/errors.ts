@@ -7,7 +7,8 @@ export class ApiError extends Error {
 }
 export const badRequest = (m: string, d?: unknown) => new ApiError(400, m, d);
 /** A 4xx about one field: `fields` names it for clients, `text` (default "field: message") for people. */
-export const fieldError = (status: number, field: string, message: string, text = `${field}: ${message}`) => new ApiError(status, text, { fields: [{ field, message }] });
+export const fieldError = (status: number, field: string, message: string, text = `${field}: ${message}`) => new ApiError(status, text,
+  { fields: [{ field, message }] });
 export const notFound = (m: string) => new ApiError(404, m);
 export const conflict = (m: string, d?: unknown) => new ApiError(409, m, d);
 

@@ -50,7 +50,8 @@ export interface RouteDef<P = Record<string, string>, Q = Record<string, unknown
 }
 
 /** A route as the API lists it, whatever its input types. */
-export type DeclaredRoute = Omit<RouteDef, 'params' | 'query' | 'body' | 'handler'> & { params?: Joi.ObjectSchema<unknown>; query?: Joi.ObjectSchema<unknown>; body?: Joi.Schema<unknown> };
+export type DeclaredRoute = Omit<RouteDef, 'params' | 'query' | 'body' | 'handler'> & { params?: Joi.ObjectSchema<unknown>; query?: Joi.ObjectSchema<unknown>;
+  body?: Joi.Schema<unknown> };
 
 /** The declared headers' values in a request (absent and empty ones left out), under their canonical names. */
 function pickHeaders(ctx: Koa.Context, names: string[]): Record<string, string> {
@@ -193,13 +194,12 @@ export class Api {
           warnings,
         };
         if (def.body) {
-          const raw = ctx.request.body;
-          const empty = raw === undefined || (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Object.keys(raw).length === 0 && !ctx.request.length);
+          const empty = emptyBody(ctx);
           if (empty && def.bodyRequired !== false) throw badRequest('request body is required (JSON)');
-          input.body = validate<B>(def.body, empty ? {} : raw, 'body', '', warnings);
+          input.body = validate<B>(def.body, empty ? {} : ctx.request.body, 'body', '', warnings);
         }
         const out = await def.handler(ctx, input as Input<P, Q, B>); // body is set whenever the route has a body schema (else B is unknown)
-        if (out !== undefined) ctx.body = warnings?.length && out && typeof out === 'object' && !Array.isArray(out) && !Buffer.isBuffer(out) ? { ...out, warnings } : out;
+        if (out !== undefined) ctx.body = withWarnings(out, warnings);
       });
     }
     return this;
@@ -209,7 +209,8 @@ export class Api {
     const paths: Record<string, Record<string, unknown>> = {};
     for (const r of this.routes) {
       const p = r.path.replace(/:([A-Za-z_]+)/g, '{$1}');
-      const op: Record<string, unknown> = { summary: r.summary, tags: r.tags, operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_: string, c: string | undefined) => (c ? c.toUpperCase() : ''))}` };
+      const op: Record<string, unknown> = { summary: r.summary, tags: r.tags,
+        operationId: `${r.method}${p.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_: string, c: string | undefined) => (c ? c.toUpperCase() : ''))}` };
       const parameters: Record<string, unknown>[] = [];
       for (const [where, schema] of [['path', r.params], ['query', r.query], ['header', r.headers]] as const) {
         if (!schema) continue;
@@ -225,11 +226,13 @@ export class Api {
       if (r.audit) op['x-ferry-audit'] = r.audit;
       if (r.body) {
         const schema = toJsonSchema(r.body);
-        op.requestBody = { required: r.bodyRequired !== false, content: Object.fromEntries((r.requestTypes || ['application/json']).map((t) => [t, { schema }])) };
+        op.requestBody = { required: r.bodyRequired !== false, content: Object.fromEntries(
+          (r.requestTypes || ['application/json']).map((t) => [t, { schema }])) };
       }
       op.responses = Object.fromEntries(Object.entries(r.responses).map(([code, resp]) => [code, {
         description: resp.description,
-        ...(resp.schema ? { content: { [resp.type || 'application/json']: { schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema) : resp.schema } } } : {}),
+        ...(resp.schema ? { content: { [resp.type || 'application/json']: {
+          schema: Joi.isSchema(resp.schema) ? toJsonSchema(resp.schema) : resp.schema } } } : {}),
       }]));
       (paths[p] ||= {})[r.method] = op;
     }
@@ -248,7 +251,8 @@ export function methodNotAllowed(method: string, path: string, allow: string[]) 
 /** A thrown value as read here: usually an Error (name, message), a Koa/HTTP error (status, expose, code) or an
  *  ApiError (`details`: methodNotAllowed's `allow`, rateLimit's `retryAfter`); anything can be thrown, so the
  *  rest stays unknown and each use checks or stringifies it. */
-type Thrown = { name?: string; message?: string; status?: unknown; code?: unknown; expose?: unknown; stack?: unknown; details?: { allow?: string; retryAfter?: number } } | null | undefined;
+type Thrown = { name?: string; message?: string; status?: unknown; code?: unknown; expose?: unknown; stack?: unknown;
+  details?: { allow?: string; retryAfter?: number } } | null | undefined;
 
 /** Redis refused or is unreachable (a failover, a restart): the caller may retry, so 503 rather than 500. */
 export function isStorageError(err: unknown): boolean {
@@ -313,7 +317,8 @@ const COUNT_WAIT_MS = 1000;
 async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, log: Logger) {
   let v;
   try { v = await within(limiter.hit(who), COUNT_WAIT_MS); } catch (e) {
-    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
+    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn(
+      'rate limit not counted (Redis unavailable); requests pass unlimited until it answers', { error: (e as Error).message }); }
     return;
   }
   if (!v) return;
@@ -321,7 +326,9 @@ async function rateLimit(ctx: Koa.Context, limiter: RateLimiter, who: string, lo
   ctx.set('X-RateLimit-Remaining', String(v.remaining));
   if (!v.allowed) {
     ctx.state.refusal = true; // audited with the refusals (AuditLog): a flood of them never evicts accepted records
-    throw new ApiError(429, `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
+    throw new ApiError(429,
+      `rate limit of ${v.limit} requests per ${limiter.windowSeconds} s reached for this ${who.startsWith('key:') ? 'API key' : 'client address'}: retry in ` +
+      `${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
   }
 }
 
@@ -337,10 +344,13 @@ async function refusalBudget(ctx: Koa.Context, refusals: RateLimiter, log: Logge
 async function countRefusal(req: IncomingMessage, refusals: RateLimiter, log: Logger) {
   let v;
   try { v = await within(refusals.hit(`addr:${clientAddress(req)}`), COUNT_WAIT_MS); } catch (e) {
-    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands', { error: errorText(e) }); }
+    if (Date.now() - rateLimitDownLogged > 60_000) { rateLimitDownLogged = Date.now(); log.warn('refusal not counted (Redis unavailable); the refusal stands',
+      { error: errorText(e) }); }
     return;
   }
-  if (v && !v.allowed) throw new ApiError(429, `too many refused requests from this client address (${v.limit} per ${refusals.windowSeconds} s, FERRY_REFUSAL_LIMIT): retry in ${v.retryAfterSeconds} s`, { retryAfter: v.retryAfterSeconds });
+  if (v && !v.allowed) throw new ApiError(429,
+    `too many refused requests from this client address (${v.limit} per ${refusals.windowSeconds} s, FERRY_REFUSAL_LIMIT): retry in ${v.retryAfterSeconds} s`,
+    { retryAfter: v.retryAfterSeconds });
 }
 
 // The one inline style any page holds: Swagger UI's logo (an SVG <style> of swagger-ui-dist), allowed by its hash.
@@ -349,7 +359,8 @@ const SWAGGER_LOGO_STYLE = "'sha256-RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w=
  *  pages run only their own files (no inline script or style, nothing from elsewhere); docs/security.md. */
 export const SECURITY_HEADERS: Record<string, string> = {
   'X-Frame-Options': 'DENY',
-  'Content-Security-Policy': `default-src 'self'; script-src 'self'; style-src 'self' ${SWAGGER_LOGO_STYLE}; img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+  'Content-Security-Policy': `default-src 'self'; script-src 'self'; style-src 'self' ${SWAGGER_LOGO_STYLE}; img-src 'self' data:; font-src 'self'; ` +
+                             `connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
 };
@@ -423,16 +434,36 @@ function answerAndRecord(api: Api, opts: AppOptions): Koa.Middleware {
       // the reads that succeed (most requests) skip the route lookup.
       const setting = AuditLog.wanted(ctx.method, ctx.status) ? ctx.status < 400 : ctx.status >= 400;
       const refusalsOnly = setting && api.auditsRefusalsOnly(ctx.method, ctx.path);
-      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason, refusalsOnly).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
+      await opts.audit?.request(ctx, opts.auth, startedMs, route ?? api.patternOf(ctx.method, ctx.path), reason,
+        refusalsOnly).catch((e) => opts.log.warn('audit record not stored in Redis; its log line stands', { error: errorText(e) }));
     }
   };
 }
 
 /** Writes an error as the API's envelope with its status (and Allow, Retry-After); returns the message. */
+/** No body sent: nothing parsed, or an empty object from a request without a length. */
+function emptyBody(ctx: Koa.Context): boolean {
+  const raw: unknown = ctx.request.body;
+  return raw === undefined || (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && Object.keys(raw).length === 0 && !ctx.request.length);
+}
+
+/** A route's answer with the unknown-field warnings added, when it is a plain object. */
+function withWarnings(out: unknown, warnings: string[] | undefined): unknown {
+  return warnings?.length && out && typeof out === 'object' && !Array.isArray(out) && !Buffer.isBuffer(out) ? { ...out, warnings } : out;
+}
+
+/** The answer's status: an ApiError's own, 503 when storage failed, a thrown 4xx (Koa's, a library's), else 500. */
+function statusOf(err: unknown, storage: boolean): number {
+  if (err instanceof ApiError) return err.status;
+  if (storage) return 503;
+  const s = (err as Thrown)?.status;
+  return typeof s === 'number' && Number.isInteger(s) && s >= 400 && s < 500 ? s : 500;
+}
+
 function answerError(ctx: Koa.Context, err: unknown, opts: AppOptions): string {
   const e = err as Thrown;
   const storage = !(err instanceof ApiError) && isStorageError(err);
-  const status = err instanceof ApiError ? err.status : storage ? 503 : typeof e?.status === 'number' && Number.isInteger(e.status) && e.status >= 400 && e.status < 500 ? e.status : 500;
+  const status = statusOf(err, storage);
   const message = err instanceof ApiError || status < 500 ? String(e?.message || 'request failed') : storage ? STORAGE_RETRY : 'internal error';
   if (status >= 500) opts.log.error('request failed', { method: ctx.method, path: ctx.path, error: e?.stack || String(err) });
   ctx.status = status;
@@ -499,7 +530,8 @@ function refuseOtherMethods(api: Api): Koa.Middleware {
   const allowed = api.router.allowedMethods();
   return async (ctx, next) => {
     await allowed(ctx as Parameters<typeof allowed>[0], next); // the router's own context type; Koa's is the same object
-    if (ctx.status === 405 || ctx.status === 501) throw methodNotAllowed(ctx.method, ctx.path, String(ctx.response.get('Allow') || '').split(/,\s*/).filter(Boolean));
+    if (ctx.status === 405 || ctx.status === 501) throw methodNotAllowed(ctx.method, ctx.path,
+      String(ctx.response.get('Allow') || '').split(/,\s*/).filter(Boolean));
   };
 }
 
@@ -513,7 +545,8 @@ export function createApp(api: Api, opts: AppOptions): Koa {
   // worth a stack trace; anything else is logged as one JSON line instead of Koa's console dump.
   app.on('error', (err: unknown) => {
     const e = err as Thrown;
-    if ((typeof e?.code === 'string' && ['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(e.code)) || e?.status === 404 || e?.expose) return;
+    if ((typeof e?.code === 'string' && ['ERR_STREAM_PREMATURE_CLOSE', 'ECONNRESET', 'EPIPE', 'ECONNABORTED'].includes(e.code)) || e?.status === 404 ||
+      e?.expose) return;
     opts.log.error('response failed', { error: errorText(err) });
   });
   for (const m of [answerAndRecord(api, opts), ...(opts.publicFiles ?? []), authenticate(api, opts), ...readBody(api, opts)]) app.use(m);

@@ -60,7 +60,8 @@ export async function confineImage(file: string, format: string | undefined, roo
     if ((got.format === 'vpc' || got.format === 'vhdx') && got.refs.length) {
       // qemu cannot open differencing VHD/VHDX; the names are still checked first, so the refusal says the worst.
       for (const ref of got.refs) await checkRef(cur.file, ref, roots);
-      throw new ImageRefused(`${cur.file} is a differencing ${got.format === 'vpc' ? 'VHD' : 'VHDX'} (parent "${got.refs[0].name}"), which Ferry does not open; merge it first`);
+      throw new ImageRefused(
+        `${cur.file} is a differencing ${got.format === 'vpc' ? 'VHD' : 'VHDX'} (parent "${got.refs[0].name}"), which Ferry does not open; merge it first`);
     }
     layers.push({ file: cur.file, format: got.format, refs: got.refs });
     let next: Step | undefined;
@@ -68,7 +69,9 @@ export async function confineImage(file: string, format: string | undefined, roo
       const named = await checkRef(cur.file, ref, roots);
       references.push(named);
       if (!ref.image) continue;
-      if (!ref.format) throw new ImageRefused(`${cur.file}: its ${ref.kind} "${ref.name}" has no recorded format, so qemu would probe it; recreate the image with its backing format (qemu-img rebase -u -F <format>)`);
+      if (!ref.format) throw new ImageRefused(
+        `${cur.file}: its ${ref.kind} "${ref.name}" has no recorded format, so qemu would probe it; recreate the image with its backing format (qemu-img ` +
+        `rebase -u -F <format>)`);
       next = { file: named, format: qemuFormat(ref.format), what: `the ${ref.kind} format recorded in ${cur.file} says` };
     }
     cur = next;

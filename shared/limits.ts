@@ -50,8 +50,10 @@ export class Slots {
     const perCaller = settingNamed(`FERRY_${this.env}_PER_CALLER`) as number;
     const total = settingNamed(`FERRY_${this.env}`) as number;
     const mine = this.byCaller.get(who) || 0;
-    if (perCaller && mine >= perCaller) throw new ApiError(429, `too many ${this.what} at once for this caller (${perCaller}, FERRY_${this.env}_PER_CALLER): retry when one ends`, { retryAfter: 2 });
-    if (total && this.total >= total) throw new ApiError(503, `too many ${this.what} at once on this service (${total}, FERRY_${this.env}): retry in a few seconds`, { retryAfter: 2 });
+    if (perCaller && mine >= perCaller) throw new ApiError(429,
+      `too many ${this.what} at once for this caller (${perCaller}, FERRY_${this.env}_PER_CALLER): retry when one ends`, { retryAfter: 2 });
+    if (total && this.total >= total) throw new ApiError(503,
+      `too many ${this.what} at once on this service (${total}, FERRY_${this.env}): retry in a few seconds`, { retryAfter: 2 });
     this.byCaller.set(who, mine + 1);
     this.total++;
     let released = false;

@@ -109,5 +109,6 @@ export function registerComputed(registry: client.Registry, name: string, help: 
 const COMPUTE_TIMEOUT_MS = 2000;
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let t: NodeJS.Timeout;
-  return Promise.race([p, new Promise<T>((_, reject) => { t = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms); })]).finally(() => clearTimeout(t));
+  return Promise.race([p, new Promise<T>((_, reject) => { t = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms); })]).finally(
+    () => clearTimeout(t));
 }

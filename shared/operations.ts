@@ -14,11 +14,13 @@ import { warmOptionsSchema } from './schemas/warm';
 
 /** virt_test: one boot of the outputs, its serial console judged (shared/converter/boot-judge.ts). */
 export const virtTestSchema = Joi.object({
-  expect: regexString.description('a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
+  expect: regexString.description(
+    'a regular expression the serial console must show; without it, Linux boot milestones (no match by the timeout is then inconclusive, not failed)'),
   timeout_seconds: Joi.number().integer().min(5).max(3600).default(300),
   memory_mib: Joi.number().integer().min(64).max(1048576),
   vcpus: Joi.number().integer().min(1).max(64),
-}).description('boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look');
+}).description(
+  'boot the outputs once with qemu (snapshot=on, nothing written to them) after they are in place; a failed boot fails the job, the outputs stay for a look');
 
 /** A job's parameters: the functions below get them validated by the operation's own `parameters` schema, and
  *  each reads them as the shape that schema gives (the interfaces below). */
@@ -70,7 +72,8 @@ interface ConvertParameters { output_dir?: string; output_path?: string }
 
 /** The manifest's fields that name a host file the pipeline reads beside the disks (the repair copies the
  *  virtio-win drivers into the guest): each must lie in an input root like the disks. */
-export const MANIFEST_HOST_PATHS = [{ field: 'pipeline.fix.virtio_win', kind: 'input_tree' as const, of: (m: NonNullable<MigrateParameters['manifest']>) => m.pipeline?.fix?.virtio_win }];
+export const MANIFEST_HOST_PATHS = [{ field: 'pipeline.fix.virtio_win', kind: 'input_tree' as const,
+  of: (m: NonNullable<MigrateParameters['manifest']>) => m.pipeline?.fix?.virtio_win }];
 
 /** The paths of a migrate job: each disk's source, host files the repair reads, the output directory and the report. */
 function migratePaths(spec: { parameters: Parameters }): JobPath[] {
@@ -85,7 +88,8 @@ function migratePaths(spec: { parameters: Parameters }): JobPath[] {
   if (dir) {
     out.push({ field: m.output?.directory ? 'parameters.manifest.output.directory' : 'parameters.output_dir', path: dir, kind: 'output_dir' });
     const rp = m.options?.report?.path;
-    if (m.options?.report?.enabled !== false) out.push({ field: 'parameters.manifest.options.report.path', path: path.resolve(dir, rp || 'report.json'), kind: 'output' });
+    if (m.options?.report?.enabled !== false) out.push({ field: 'parameters.manifest.options.report.path', path: path.resolve(dir, rp || 'report.json'),
+      kind: 'output' });
   }
   return out;
 }
@@ -114,7 +118,8 @@ const managerParameters = {
   username: Joi.string().max(256),
   insecure: Joi.boolean().default(false),
   credentials: Joi.string().valid('job', 'environment', 'none').default('none').description('where the manager password comes from'),
-  power_off: Joi.string().valid(...POWER_OPTIONS).default('none').description('a running VM: none = refuse, shutdown = guest shutdown and wait, force = power off'),
+  power_off: Joi.string().valid(...POWER_OPTIONS).default('none').description(
+    'a running VM: none = refuse, shutdown = guest shutdown and wait, force = power off'),
   shutdown_timeout_seconds: Joi.number().integer().min(1).max(3600).default(300),
   remove_cdrom: Joi.boolean().default(false),
   parallel_downloads: Joi.number().integer().min(1).max(64).default(4),
@@ -149,7 +154,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
     capabilities: ['libvirt_access'],
     needsImage: false,
     parameters: Joi.object({
-      disks: Joi.array().items(Joi.object({ path: absolutePath.required(), format: Joi.string().max(16) })).min(1).max(26).required().description('boot disk first'),
+      disks: Joi.array().items(Joi.object({ path: absolutePath.required(), format: Joi.string().max(16) })).min(1).max(26).required().description(
+        'boot disk first'),
       name: domainName.required(),
       memory: Joi.number().integer().min(16).default(1024).description('MiB'),
       cpus: Joi.number().integer().min(1).max(512).default(1),
@@ -157,9 +163,11 @@ export const OPERATIONS: Record<string, OperationDef> = {
       pool: Joi.string().max(200), firmware: Joi.string().valid('bios', 'uefi').default('bios'),
       virt_uri: virtUriSchema.description('target libvirt URI (default FERRY_LIBVIRT_URI); one of FERRY_LIBVIRT_URIS'),
     }),
-    paths: (spec) => ((spec.parameters as ImportParameters).disks || []).map((d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
+    paths: (spec) => ((spec.parameters as ImportParameters).disks || []).map(
+      (d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, kind: 'input' as const })),
     // Copied into a pool, a reference would resolve against the pool's folder: imported disks reference nothing.
-    images: (spec) => ((spec.parameters as ImportParameters).disks || []).map((d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, format: d.format, selfContained: true })),
+    images: (spec) => ((spec.parameters as ImportParameters).disks || []).map(
+      (d, i) => ({ field: `parameters.disks[${i}].path`, path: d.path, format: d.format, selfContained: true })),
     description: 'imports disk images into a libvirt storage pool and defines a domain around them (shared/libvirt/import.ts)',
   },
   migrate: {
@@ -172,7 +180,10 @@ export const OPERATIONS: Record<string, OperationDef> = {
         configuration: Joi.object({
           // Only the plaintext password is refused here; the rest stays free-form (the fix stage warns about it).
           users: Joi.any().when(Joi.object(), { then: Joi.object().pattern(/./, Joi.any().when(Joi.object(), { then: Joi.object({
-            password: Joi.any().forbidden().messages({ 'any.unknown': '{{#label}} is not accepted in a job (the spec is stored and returned by the API); give password_hash, a crypt(3) hash such as `openssl passwd -6` prints' }),
+            password: Joi.any().forbidden().messages(
+              {
+              'any.unknown': '{{#label}} is not accepted in a job (the spec is stored and returned by the API); give password_hash, a crypt(3) hash such as ' +
+                             '`openssl passwd -6` prints' }),
           }).unknown(true) })) }),
         }).unknown(true),
       }).required(),
@@ -181,7 +192,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
       overwrite: Joi.boolean().default(false).description('replace existing output files (and report)'),
     }),
     paths: migratePaths,
-    images: (spec) => ((spec.parameters as MigrateParameters).manifest?.disks || []).map((d, i) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, format: d.source_format })),
+    images: (spec) => ((spec.parameters as MigrateParameters).manifest?.disks ||
+      []).map((d, i) => ({ field: `parameters.manifest.disks[${i}].local_path`, path: d.local_path, format: d.source_format })),
     description: 'runs a disk-artifact manifest through inspect, convert, fix and validate; the result is report.json',
   },
   convert: {
@@ -229,7 +241,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
     needsImage: false,
     parameters: Joi.object({
       ...managerParameters,
-      power_off: managerParameters.power_off.when('warm', { is: Joi.exist(), then: Joi.invalid('none').default('shutdown').messages({ 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
+      power_off: managerParameters.power_off.when('warm', { is: Joi.exist(),
+        then: Joi.invalid('none').default('shutdown').messages(
+        { 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
       name: Joi.string().max(256),
       source_type: Joi.string().max(64).required(),
       datacenter: Joi.string().max(256),
@@ -245,7 +259,9 @@ export const OPERATIONS: Record<string, OperationDef> = {
         // Set only by the plan runner (checkCaller refuses it from callers: 400 naming parameters.plan).
         id: Joi.string().max(64).required(), not_after: Joi.number().integer(),
         // Only the limits' own names (queue/plan-slots.ts): never a VM's source guard (vm:...) or another lease.
-        slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).pattern(/^(plan|esxi|datastore|target):/).required().messages({ 'string.pattern.base': '{{#label}} must be a plan limit\'s slot (plan:, esxi:, datastore:, target:)' }), limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
+        slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).pattern(/^(plan|esxi|datastore|target):/).required().messages(
+          { 'string.pattern.base': '{{#label}} must be a plan limit\'s slot (plan:, esxi:, datastore:, target:)' }),
+          limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',
@@ -261,11 +277,14 @@ export const OPERATIONS: Record<string, OperationDef> = {
     needsImage: false,
     parameters: Joi.object({
       ...managerRef,
-      vm_paths: Joi.array().items(Joi.string().max(1024)).min(1).max(10_000).unique().required().description('the VMs whose guests are read; their disks are looked up on the manager by the worker'),
-      seconds: Joi.number().integer().min(1).max(86_400).required().description('the bound the daemon waits (FERRY_GUEST_PREFLIGHT_SECONDS), named in the findings'),
+      vm_paths: Joi.array().items(Joi.string().max(1024)).min(1).max(10_000).unique().required().description(
+        'the VMs whose guests are read; their disks are looked up on the manager by the worker'),
+      seconds: Joi.number().integer().min(1).max(86_400).required().description(
+        'the bound the daemon waits (FERRY_GUEST_PREFLIGHT_SECONDS), named in the findings'),
       deadline: Joi.number().integer().min(0).required().description('epoch ms: VMs not read by then get a guest_unreadable finding'),
     }),
-    description: 'a plan preflight\'s guest read: each VM\'s disks read in place on its datastore, inspected and the repair run dry; the result is the guest findings per VM (submitted by the daemon only)',
+    description: 'a plan preflight\'s guest read: each VM\'s disks read in place on its datastore, inspected and the repair run dry; the result is the guest ' +
+                 'findings per VM (submitted by the daemon only)',
   },
   vm_power: {
     capabilities: ['vsphere_access'],
@@ -293,7 +312,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
       input: Joi.string().max(16 << 20).allow('').description('what virsh reads on stdin (define and create with XML on "/dev/stdin")'),
       timeout_ms: Joi.number().integer().min(1000).max(6 * 3_600_000).default(600_000),
     }),
-    description: 'one virsh command for the daemon\'s /virt routes, its health probe and a plan\'s target checks, run by a worker with libvirt_access (submitted by the daemon only)',
+    description: 'one virsh command for the daemon\'s /virt routes, its health probe and a plan\'s target checks, run by a worker with libvirt_access ' +
+                 '(submitted by the daemon only)',
   },
   virt_clone: {
     // POST /virt/clone, /virt/clone/multiple, /virt/template/create and /deploy when FERRY_LIBVIRT_VIA=worker: virt-clone
@@ -307,9 +327,11 @@ export const OPERATIONS: Record<string, OperationDef> = {
     parameters: Joi.object({
       uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
       action: Joi.string().valid('clone', 'clone_multiple', 'template_create', 'template_deploy').required(),
-      body: Joi.object().unknown(true).required().description('the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
+      body: Joi.object().unknown(true).required().description(
+        'the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
     }),
-    description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone, with mount_operations too when it seals or customizes (virt-sysprep, virt-customize) (submitted by the daemon only, for an admin)',
+    description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone, with mount_operations too when it seals ' +
+                 'or customizes (virt-sysprep, virt-customize) (submitted by the daemon only, for an admin)',
   },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
@@ -325,7 +347,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
       of_job: ofJob,
       power_on_source: Joi.boolean().default(false).description('power the named job\'s source VM back on (it was on before the plan powered it off)'),
     }),
-    description: 'a plan VM\'s rollback: removes what the named job\'s ledger lists (domains by UUID, volumes by key) and powers its source back on; only the plan runner submits it',
+    description: 'a plan VM\'s rollback: removes what the named job\'s ledger lists (domains by UUID, volumes by key) and powers its source back on; only ' +
+                 'the plan runner submits it',
   },
   remove_source: {
     capabilities: ['vsphere_access'],
@@ -333,7 +356,8 @@ export const OPERATIONS: Record<string, OperationDef> = {
     submittedBy: 'plan',
     role: 'admin',
     parameters: Joi.object({ of_job: ofJob }),
-    description: 'a plan VM\'s options.remove_source: deletes the source VM of the named completed migrate_vm job on its manager; only the plan runner submits it, as a starter with the admin role',
+    description: 'a plan VM\'s options.remove_source: deletes the source VM of the named completed migrate_vm job on its manager; only the plan runner ' +
+                 'submits it, as a starter with the admin role',
   },
 };
 

@@ -13,7 +13,8 @@ export interface ProgramEntry { check: string; names: string[]; package: string;
 export function programList(file = PROGRAMS_FILE): ProgramEntry[] {
   return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() && !l.trimStart().startsWith('#')).map((line) => {
     const [check, pkg, group, caps, ...why] = line.trim().split(/\s+/);
-    return { check, names: check.startsWith('/') ? [] : check.split(','), package: pkg, group, capabilities: caps === '-' ? [] : caps.split(','), why: why.join(' ') };
+    return { check, names: check.startsWith('/') ? [] : check.split(','), package: pkg, group, capabilities: caps === '-' ? [] : caps.split(','),
+      why: why.join(' ') };
   });
 }
 

@@ -19,11 +19,12 @@ export interface ImageInfo {
   [k: string]: unknown;
 }
 
-export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string; code: number }> {
+export function run(cmd: string, args: string[], opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string;
+  code: number }> {
   return new Promise((resolve, reject) => {
     execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, signal: opts.signal, timeout: opts.timeoutMs }, (err, stdout, stderr) => {
       if (err && err.code === 'ENOENT') return reject(new OperationError(`${cmd} is not installed`, false));
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- err is execFile's AbortError (an Error; its typings intersect to something the rule cannot see as one)
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- err is execFile's AbortError, an Error its typings hide
       if (err?.name === 'AbortError') return reject(err);
       resolve({ stdout: String(stdout), stderr: String(stderr), code: err ? Number(err.code ?? 1) : 0 });
     });
@@ -53,7 +54,8 @@ async function bytesReadBy(pid: number): Promise<number | undefined> {
 /** What a file takes on its device (sparse holes excluded); undefined if it cannot be read. */
 async function allocatedBytes(file: string): Promise<number | undefined> {
   // Missing (the output before qemu-img creates it) or unreadable: only this progress estimate goes without.
-  const st = await stat(file).catch(expectedError('the output does not exist yet (qemu-img creates it): no allocation figure for this progress estimate', { file }));
+  const st = await stat(file).catch(expectedError('the output does not exist yet (qemu-img creates it): no allocation figure for this progress estimate',
+    { file }));
   return st && (st.blocks * 512 || st.size || undefined);
 }
 
@@ -91,7 +93,8 @@ export function convert(args: ConvertArgs, onProgress: (pct: number) => void, si
       schedule();
     };
     const schedule = () => {
-      pollTimer = setTimeout(() => void poll().catch(ignoreError('could not read the conversion\'s progress; it goes on without further progress figures')), intervalMs);
+      pollTimer = setTimeout(() => void poll().catch(ignoreError('could not read the conversion\'s progress; it goes on without further progress figures')),
+        intervalMs);
     };
     schedule();
     const onAbort = () => {

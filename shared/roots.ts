@@ -76,11 +76,14 @@ export async function refusal(jp: JobPath, roots: Roots, opts: { mustExist?: boo
   const name = read ? 'FERRY_INPUT_ROOTS' : 'FERRY_OUTPUT_ROOTS';
   if (!root) return { real, reason: `${jp.path}${via} is outside every ${read ? 'input' : 'output'} root (${name}: ${list.join(':')})` };
   const device = !!stat && (stat.isBlockDevice() || stat.isCharacterDevice());
-  if ((isSystem(real) || device) && !isSystem(root)) return { real, reason: `${jp.path}${via} is a device or system path (/dev, /proc, /sys); refused unless a root names it` };
+  if ((isSystem(real) || device) && !isSystem(root)) return { real,
+    reason: `${jp.path}${via} is a device or system path (/dev, /proc, /sys); refused unless a root names it` };
   if (opts.mustExist && read && !stat) return { real, reason: `${jp.path} does not exist or cannot be read` };
   if (stat) {
-    const want = jp.kind === 'output_dir' ? stat.isDirectory() : jp.kind === 'input_tree' ? stat.isDirectory() || stat.isFile() : stat.isFile() || (device && isSystem(root));
-    if (!want) return { real, reason: `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : jp.kind === 'input_tree' ? 'directory or regular file' : 'regular file'}` };
+    const want = jp.kind === 'output_dir' ? stat.isDirectory() : jp.kind === 'input_tree' ? stat.isDirectory() || stat.isFile() : stat.isFile() ||
+      (device && isSystem(root));
+    if (!want) return { real,
+      reason: `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : jp.kind === 'input_tree' ? 'directory or regular file' : 'regular file'}` };
   }
   return { real, reason: null };
 }
@@ -137,7 +140,8 @@ export async function placeOutput(tmp: string, out: string, opts: { field: strin
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
     const cur = await fs.lstat(out);
-    if (!(opts.claims && await opts.claims.owns(cur))) throw new OperationError(`${opts.field}: output ${out} already exists (set overwrite: true to replace it)`, false);
+    if (!(opts.claims && await opts.claims.owns(cur))) throw new OperationError(
+      `${opts.field}: output ${out} already exists (set overwrite: true to replace it)`, false);
     await fs.rename(tmp, out);
   }
 }

@@ -65,7 +65,8 @@ export function seal<T>(value: T, depth = 0): T {
 export function unseal<T>(value: T, depth = 0): T {
   if (depth > 16 || value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return (value as unknown[]).map((v) => unseal(v, depth + 1)) as T;
-  return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, isSensitiveKey(k) && typeof v === 'string' ? open(v) : unseal(v, depth + 1)])) as T;
+  return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(
+    ([k, v]) => [k, isSensitiveKey(k) && typeof v === 'string' ? open(v) : unseal(v, depth + 1)])) as T;
 }
 
 function open(value: string): string {

@@ -112,18 +112,25 @@ const P: Group = 'process', A: Group = 'api', L: Group = 'limits', J: Group = 'j
 const V: Group = 'vsphere', LV: Group = 'libvirt', G: Group = 'guest', PR: Group = 'programs';
 
 /** The spawn caps (shared/limits.ts), per caller and in all, in one process; 0 = no cap. */
-const perCaller = (def: number, what: string) => int(def, 0, 100_000, { group: L, doc: `${what} one caller may run at once in one process (over it: 429; 0 = no cap)` });
-const inAll = (def: number, what: string) => int(def, 0, 100_000, { group: L, doc: `${what} all callers may run at once in one process (over it: 503; 0 = no cap)` });
+const perCaller = (def: number, what: string) => int(def, 0, 100_000, { group: L,
+  doc: `${what} one caller may run at once in one process (over it: 429; 0 = no cap)` });
+const inAll = (def: number, what: string) => int(def, 0, 100_000, { group: L,
+  doc: `${what} all callers may run at once in one process (over it: 503; 0 = no cap)` });
 
 // Long because: one table, a line per setting.
 export const SETTINGS = {
   // Processes and Redis
-  REDIS_URL: text('redis://127.0.0.1:6379', { group: P, secret: true, pattern: /^(redis|rediss|redis-sentinel|redis-cluster):\/\/\S+$/, expect: 'a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL', doc: 'the Redis every service shares (shared/redis.ts: sentinel and cluster forms); may carry a password' }),
+  REDIS_URL: text('redis://127.0.0.1:6379', { group: P, secret: true, pattern: /^(redis|rediss|redis-sentinel|redis-cluster):\/\/\S+$/,
+    expect: 'a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL',
+    doc: 'the Redis every service shares (shared/redis.ts: sentinel and cluster forms); may carry a password' }),
   REDIS_PASSWORD: text(undefined, { group: P, secret: true, doc: 'password for Redis Sentinel and Cluster nodes (a single node takes it in REDIS_URL)' }),
-  FERRY_PREFIX: text('ferry', { group: P, max: 100, pattern: /^\S+$/, expect: 'a key prefix without spaces, at most 100 characters', doc: 'prefix of every Redis key Ferry writes; on Redis Cluster a hash tag such as {ferry}' }),
-  LOG_LEVEL: decl(Joi.string().lowercase().valid('debug', 'info', 'warn', 'error'), 'one of debug, info, warn, error', 'info', { group: P, doc: 'least level of the JSON log lines on stderr (audit lines are always written)' }),
+  FERRY_PREFIX: text('ferry', { group: P, max: 100, pattern: /^\S+$/, expect: 'a key prefix without spaces, at most 100 characters',
+    doc: 'prefix of every Redis key Ferry writes; on Redis Cluster a hash tag such as {ferry}' }),
+  LOG_LEVEL: decl(Joi.string().lowercase().valid('debug', 'info', 'warn', 'error'), 'one of debug, info, warn, error', 'info',
+    { group: P, doc: 'least level of the JSON log lines on stderr (audit lines are always written)' }),
   FERRY_SHUTDOWN_GRACE_SECONDS: int(30, 0, 86_400, { group: P, doc: 'seconds running jobs get to finish after SIGTERM before they are handed back' }),
-  FERRY_DATA_DIR: file(undefined, { group: P, doc: 'folder of Ferry\'s own data: a storage root, exports under exports/ when FERRY_EXPORT_DIR is unset, the cluster script\'s Redis' }),
+  FERRY_DATA_DIR: file(undefined,
+    { group: P, doc: 'folder of Ferry\'s own data: a storage root, exports under exports/ when FERRY_EXPORT_DIR is unset, the cluster script\'s Redis' }),
   FERRY_CONFIG: file(undefined, { group: P, doc: 'the daemon\'s YAML configuration file (daemon, scheduler, notifier), when --config is not given' }),
   FERRY_REDIS_PORT: port(6379, { group: P, doc: 'port of the private redis-server scripts/cluster.ts (npm start) starts when REDIS_URL is unset' }),
   WORKER1_METRICS_PORT: port(9101, { group: P, doc: '/metrics port of worker-1 of scripts/cluster.ts (npm start)' }),
@@ -132,13 +139,18 @@ export const SETTINGS = {
   // HTTP APIs and security
   GATEWAY_PORT: port(8000, { group: A, doc: 'port of the gateway (the worker job protocol)' }),
   DAEMON_PORT: port(8080, { group: A, doc: 'port of the daemon API when neither -addr nor daemon.addr is given' }),
-  FERRY_HOST: text(undefined, { group: A, max: 255, pattern: /^[A-Za-z0-9.:%[\]-]+$/, expect: 'an address or host name to listen on', doc: 'listen address; unset: 127.0.0.1 without API keys, 0.0.0.0 with them' }),
+  FERRY_HOST: text(undefined, { group: A, max: 255, pattern: /^[A-Za-z0-9.:%[\]-]+$/, expect: 'an address or host name to listen on',
+    doc: 'listen address; unset: 127.0.0.1 without API keys, 0.0.0.0 with them' }),
   FERRY_INSECURE_NO_AUTH: bool(false, { group: A, doc: 'allow listening beyond loopback without API keys (on purpose only)' }),
-  FERRY_API_KEYS: text(undefined, { group: A, secret: true, max: 1_000_000, doc: 'API keys, comma-separated name:role:key, role:key or a bare key (admin); any key turns auth on (checked at start by shared/auth.ts)' }),
+  FERRY_API_KEYS: text(undefined, { group: A, secret: true, max: 1_000_000,
+    doc: 'API keys, comma-separated name:role:key, role:key or a bare key (admin); any key turns auth on (checked at start by shared/auth.ts)' }),
   FERRY_API_KEYS_FILE: file(undefined, { group: A, doc: 'a file of API keys, one entry per line, as FERRY_API_KEYS' }),
-  FERRY_SECRET_KEY: text(undefined, { group: A, secret: true, doc: 'key that encrypts per-job passwords, webhook secrets and sensitive spec values in Redis; the same on every service' }),
-  FERRY_ALLOWED_HOSTS: list(',', HOST_ITEM, 'host names, ".suffix" or "*"', { group: A, doc: 'Host header names accepted beside IP addresses and localhost (others: 421)' }),
-  FERRY_CORS_ORIGINS: list(',', Joi.alternatives(Joi.string().valid('*'), Joi.string().pattern(/^[a-z][a-z0-9+.-]*:\/\/[^\s/]+\/*$/i)), 'origins (scheme://host[:port]) or "*"', { group: A, doc: 'browser origins allowed to call the APIs (CORS); none by default' }),
+  FERRY_SECRET_KEY: text(undefined,
+    { group: A, secret: true, doc: 'key that encrypts per-job passwords, webhook secrets and sensitive spec values in Redis; the same on every service' }),
+  FERRY_ALLOWED_HOSTS: list(',', HOST_ITEM, 'host names, ".suffix" or "*"',
+    { group: A, doc: 'Host header names accepted beside IP addresses and localhost (others: 421)' }),
+  FERRY_CORS_ORIGINS: list(',', Joi.alternatives(Joi.string().valid('*'), Joi.string().pattern(/^[a-z][a-z0-9+.-]*:\/\/[^\s/]+\/*$/i)),
+    'origins (scheme://host[:port]) or "*"', { group: A, doc: 'browser origins allowed to call the APIs (CORS); none by default' }),
   FERRY_TRUSTED_PROXIES: list(',', ADDRESS_OR_CIDR, 'IP addresses or CIDRs', { group: A, doc: 'peers whose X-Forwarded-For is believed; none by default' }),
   FERRY_SSE_HEARTBEAT_SECONDS: num(15, 0.1, 3600, { group: A, doc: 'seconds between SSE keep-alive comments' }),
   FERRY_VM_ACTION_WAIT_SECONDS: int(120, 1, 86_400, { group: A, doc: 'how long POST /vms/shutdown and /vms/poweroff wait for their job before 504' }),
@@ -178,19 +190,30 @@ export const SETTINGS = {
   FERRY_TIMEOUT_SWEEP_SECONDS: int(5, 1, 86_400, { group: J, doc: 'how often the gateway ends HTTP workers\' attempts past their timeout' }),
   FERRY_EVENTS_PER_JOB: int(10_000, 1, 10_000_000, { group: J, doc: 'progress events kept per job' }),
   FERRY_JOB_RETENTION: duration('7d', { group: J, doc: 'how long a finished job\'s record, history and events stay in Redis' }),
-  FERRY_CALL_RETENTION: duration('2m', { group: J, doc: 'how long a completed call of the call lane (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker) stays in Redis after it ended; the daemon has read its answer by then. Listed only with GET /jobs?internal=true (admin)' }),
-  FERRY_CALL_FAILED_RETENTION: duration('1h', { group: J, doc: 'how long a failed or cancelled call of the call lane stays in Redis, to be looked at (GET /jobs?internal=true, GET /jobs/{id})' }),
+  FERRY_CALL_RETENTION: duration('2m',
+    { group: J,
+    doc: 'how long a completed call of the call lane (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker) stays in Redis after it ended; the daemon has ' +
+         'read its answer by then. Listed only with GET /jobs?internal=true (admin)' }),
+  FERRY_CALL_FAILED_RETENTION: duration('1h',
+    { group: J, doc: 'how long a failed or cancelled call of the call lane stays in Redis, to be looked at (GET /jobs?internal=true, GET /jobs/{id})' }),
   FERRY_WORKER_PRUNE_AFTER: duration('1d', { group: J, doc: 'a worker record idle this long (holding no job) is removed' }),
   FERRY_EXTRA_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)', { group: J, doc: 'capability names accepted beside the known set' }),
-  FERRY_WORKER_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)', { group: J, doc: 'a worker\'s capabilities (--capabilities overrides)' }, ['img_tool']),
-  FERRY_EXECUTION_MODE: oneOf(['PROCESS', 'CONTAINER', 'PRIVILEGED_CONTAINER'] as const, 'PROCESS', { group: J, doc: 'a worker\'s execution mode (--execution-mode overrides)' }),
+  FERRY_WORKER_CAPABILITIES: list(',', CAPABILITY, 'capability names ([a-z][a-z0-9_]*)',
+    { group: J, doc: 'a worker\'s capabilities (--capabilities overrides)' }, ['img_tool']),
+  FERRY_EXECUTION_MODE: oneOf(['PROCESS', 'CONTAINER', 'PRIVILEGED_CONTAINER'] as const, 'PROCESS',
+    { group: J, doc: 'a worker\'s execution mode (--execution-mode overrides)' }),
   FERRY_WORKER_CONCURRENCY: int(1, 1, 64, { group: J, doc: 'jobs one worker process runs at once (--concurrency overrides)' }),
-  FERRY_WORKER_CALL_SLOTS: int(2, 1, 16, { group: J, doc: 'slots of a worker process for the call lane only (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker, vm_power, guest_preflight, a plan\'s rollback_kvm), beside its FERRY_WORKER_CONCURRENCY job slots, so a call starts while long jobs hold every job slot (--call-slots overrides)' }),
+  FERRY_WORKER_CALL_SLOTS: int(2, 1, 16,
+    { group: J,
+    doc: 'slots of a worker process for the call lane only (the daemon\'s virsh_call with FERRY_LIBVIRT_VIA=worker, vm_power, guest_preflight, a plan\'s ' +
+         'rollback_kvm), beside its FERRY_WORKER_CONCURRENCY job slots, so a call starts while long jobs hold every job slot (--call-slots overrides)' }),
   FERRY_WORKER_METRICS_PORT: port(undefined, { group: J, doc: 'a worker\'s /metrics port (0 = any free port; unset = none; --metrics-port overrides)' }),
-  FERRY_WORKER_ID: text(undefined, { group: J, max: 200, pattern: /^\S+$/, expect: 'a name without spaces, at most 200 characters', doc: 'a worker\'s id (--id overrides); unset: <hostname>-<pid>' }),
+  FERRY_WORKER_ID: text(undefined, { group: J, max: 200, pattern: /^\S+$/, expect: 'a name without spaces, at most 200 characters',
+    doc: 'a worker\'s id (--id overrides); unset: <hostname>-<pid>' }),
   FERRY_GUEST_PREFLIGHT: bool(true, { group: J, doc: 'plans run the guest-level preflight (an appliance per VM) unless a plan says otherwise' }),
   FERRY_GUEST_PREFLIGHT_SECONDS: int(600, 1, 86_400, { group: J, doc: 'time limit of one plan\'s guest preflight' }),
-  FERRY_GUEST_PREFLIGHT_CACHE_MB: int(256, 16, 65_536, { group: J, doc: 'nbdkit cache (MiB, in /dev/shm) per source disk read by the guest preflight or the repair beside the copy' }),
+  FERRY_GUEST_PREFLIGHT_CACHE_MB: int(256, 16, 65_536,
+    { group: J, doc: 'nbdkit cache (MiB, in /dev/shm) per source disk read by the guest preflight or the repair beside the copy' }),
   // Storage and exports
   FERRY_INPUT_ROOTS: list(':', ABSOLUTE, 'absolute paths', { group: S, doc: 'folders jobs may read from; unset: the temp folder, /srv and FERRY_DATA_DIR' }),
   FERRY_OUTPUT_ROOTS: list(':', ABSOLUTE, 'absolute paths', { group: S, doc: 'folders jobs may write to; unset: as FERRY_INPUT_ROOTS' }),
@@ -198,23 +221,32 @@ export const SETTINGS = {
   FERRY_EXPORTS_PER_MANAGER: int(4, 1, 1000, { group: S, doc: 'exports one worker runs at once against one vSphere manager' }),
   FERRY_EXPORT_CHUNK_BYTES: int(8 * 1024 * 1024, 4096, 1024 * 1024 * 1024, { group: S, doc: 'size of one ranged request of a datastore download' }),
   FERRY_EXPORT_RETRIES: int(5, 0, 100, { group: S, doc: 'retries of one failed download chunk' }),
-  FERRY_ONE_PASS_BLOCK_BYTES: int(64 * 1024 * 1024, 65_536, 1024 * 1024 * 1024, { group: S, doc: 'block of a one-pass disk\'s block hash list (sha256 per block of the bytes as served, checked after the repair\'s merge)' }),
+  FERRY_ONE_PASS_BLOCK_BYTES: int(64 * 1024 * 1024, 65_536, 1024 * 1024 * 1024,
+    { group: S, doc: 'block of a one-pass disk\'s block hash list (sha256 per block of the bytes as served, checked after the repair\'s merge)' }),
   // vSphere
-  GOVC_URL: text(undefined, { group: V, secret: true, pattern: /^\S+$/, expect: 'a host or https:// URL of the manager', doc: 'the default vSphere manager (govc\'s name; may carry user:password@)' }),
+  GOVC_URL: text(undefined, { group: V, secret: true, pattern: /^\S+$/, expect: 'a host or https:// URL of the manager',
+    doc: 'the default vSphere manager (govc\'s name; may carry user:password@)' }),
   GOVC_USERNAME: text(undefined, { group: V, doc: 'its user name' }),
   GOVC_PASSWORD: text(undefined, { group: V, secret: true, doc: 'its password' }),
   GOVC_INSECURE: bool(false, { group: V, doc: 'accept the default manager\'s untrusted TLS certificate' }),
-  FERRY_VSPHERE_MANAGERS: list(',', Joi.alternatives(HOST_ITEM, Joi.string().pattern(URI)), 'hosts, host:port or URLs', { group: V, doc: 'managers a request or job may name beside GOVC_URL\'s' }),
+  FERRY_VSPHERE_MANAGERS: list(',', Joi.alternatives(HOST_ITEM, Joi.string().pattern(URI)), 'hosts, host:port or URLs',
+    { group: V, doc: 'managers a request or job may name beside GOVC_URL\'s' }),
   FERRY_VSPHERE_CA: file(undefined, { group: V, doc: 'PEM file of the CA(s) the managers\' certificates are checked against' }),
   FERRY_SOURCE_CHECK_SECONDS: num(5, 0.2, 3600, { group: V, doc: 'how often a running migration checks its source VM is still as it was' }),
   // libvirt
-  FERRY_LIBVIRT_URI: text(undefined, { group: LV, pattern: URI, expect: 'a libvirt URI such as qemu:///system or qemu+ssh://host/system', doc: 'the default libvirt host; unset: qemu:///system (and ferry-convert\'s virt_test boots with qemu here)' }),
+  FERRY_LIBVIRT_URI: text(undefined, { group: LV, pattern: URI, expect: 'a libvirt URI such as qemu:///system or qemu+ssh://host/system',
+    doc: 'the default libvirt host; unset: qemu:///system (and ferry-convert\'s virt_test boots with qemu here)' }),
   FERRY_LIBVIRT_URIS: list(',', Joi.string().pattern(URI), 'libvirt URIs', { group: LV, doc: 'every other libvirt URI a job or plan may name' }),
-  FERRY_LIBVIRT_BRIDGES: list(',', Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,15}$/), 'bridge names', { group: LV, doc: 'host bridges a NIC may name directly; none by default (libvirt networks only)' }),
-  FERRY_LIBVIRT_POOL: text('ferry', { group: LV, max: 255, pattern: /^[^\s/]+$/, expect: 'a pool name without spaces or "/"', doc: 'storage pool imported volumes go to' }),
+  FERRY_LIBVIRT_BRIDGES: list(',', Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,15}$/), 'bridge names',
+    { group: LV, doc: 'host bridges a NIC may name directly; none by default (libvirt networks only)' }),
+  FERRY_LIBVIRT_POOL: text('ferry', { group: LV, max: 255, pattern: /^[^\s/]+$/, expect: 'a pool name without spaces or "/"',
+    doc: 'storage pool imported volumes go to' }),
   FERRY_LIBVIRT_POOL_DIR: file('/var/lib/libvirt/images/ferry', { group: LV, absolute: true, doc: 'its folder, when Ferry creates the pool' }),
-  FERRY_LIBVIRT_VIA: oneOf(['direct', 'worker'] as const, 'direct', { group: LV, doc: 'how the daemon reaches libvirt: direct (virsh on its own PATH) or worker (each virsh command a virsh_call job on a worker with libvirt_access; the shipped compose and Kubernetes daemon)' }),
-  FERRY_LIBVIRT_DOMAIN_TYPE: oneOf(['kvm', 'qemu'] as const, undefined, { group: LV, doc: 'domain type of imported guests; unset: kvm when the host offers it and FERRY_GUESTFS_KVM=1, else qemu' }),
+  FERRY_LIBVIRT_VIA: oneOf(['direct', 'worker'] as const, 'direct', { group: LV,
+    doc: 'how the daemon reaches libvirt: direct (virsh on its own PATH) or worker (each virsh command a virsh_call job on a worker with libvirt_access; the ' +
+         'shipped compose and Kubernetes daemon)' }),
+  FERRY_LIBVIRT_DOMAIN_TYPE: oneOf(['kvm', 'qemu'] as const, undefined, { group: LV,
+    doc: 'domain type of imported guests; unset: kvm when the host offers it and FERRY_GUESTFS_KVM=1, else qemu' }),
   FERRY_VIRSH_SESSION: bool(true, { group: LV, doc: 'run read-only virsh commands in one long-lived virsh session rather than a process each' }),
   FERRY_VIRT_BATCH_CONCURRENCY: int(4, 1, 64, { group: LV, doc: 'lanes of a /virt batch request' }),
   // Guest inspection and repair
@@ -235,7 +267,8 @@ export const SETTINGS = {
   NBDKIT: program('nbdkit', { group: PR, doc: 'nbdkit (the guest preflight\'s source disks)' }),
   FERRY_PYTHON: program('/usr/bin/python3', { group: PR, doc: 'python3 for the console\'s pty helper' }),
   // The ferry command
-  FERRY_URL: text('http://localhost:8080', { group: 'cli', pattern: /^https?:\/\/\S+$/, expect: 'an http:// or https:// URL', doc: 'the daemon the `ferry` command talks to (--url overrides)' }),
+  FERRY_URL: text('http://localhost:8080', { group: 'cli', pattern: /^https?:\/\/\S+$/, expect: 'an http:// or https:// URL',
+    doc: 'the daemon the `ferry` command talks to (--url overrides)' }),
   FERRY_API_KEY: text(undefined, { group: 'cli', secret: true, doc: 'the API key the `ferry` command sends (--key overrides)' }),
 };
 
@@ -285,7 +318,8 @@ export function setting<K extends SettingName>(name: K, env: NodeJS.ProcessEnv =
   const hit = cache.get(name);
   if (hit && hit.raw === raw) return copy(hit.value) as SettingValue<K>;
   const { value, error } = d.schema.validate(d.secret ? raw : raw.trim(), { convert: true }) as { value: unknown; error?: Error };
-  if (error) throw new SettingError(name, `${name} must be ${d.expect}, got ${d.secret ? `a value of ${raw.length} characters (not shown)` : JSON.stringify(raw)}`);
+  if (error) throw new SettingError(name,
+    `${name} must be ${d.expect}, got ${d.secret ? `a value of ${raw.length} characters (not shown)` : JSON.stringify(raw)}`);
   cache.set(name, { raw, value });
   return copy(value) as SettingValue<K>;
 }

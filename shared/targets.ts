@@ -82,7 +82,8 @@ export function guardedAgents(policy: TargetPolicy) {
 export interface PostResult { status: number }
 
 /** POSTs `body` to `url` through the guarded agents; redirects are not followed (a 3xx is the answer). */
-export function guardedPost(url: string, body: string, headers: Record<string, string>, timeoutMs: number, agents: ReturnType<typeof guardedAgents>, policy: TargetPolicy): Promise<PostResult> {
+export function guardedPost(url: string, body: string, headers: Record<string, string>, timeoutMs: number, agents: ReturnType<typeof guardedAgents>,
+  policy: TargetPolicy): Promise<PostResult> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
     const host = u.hostname.replace(/^\[|\]$/g, '');
@@ -91,7 +92,8 @@ export function guardedPost(url: string, body: string, headers: Record<string, s
       if (r) return reject(new Error(`connection to ${host} refused: ${r}`));
     }
     const mod = u.protocol === 'https:' ? https : http;
-    const req = mod.request(u, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, agent: u.protocol === 'https:' ? agents.https : agents.http }, (res) => {
+    const req = mod.request(u, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      agent: u.protocol === 'https:' ? agents.https : agents.http }, (res) => {
       res.resume();
       res.on('end', () => { clearTimeout(timer); resolve({ status: res.statusCode || 0 }); });
       res.on('error', (e) => { clearTimeout(timer); reject(e); });

@@ -16,20 +16,28 @@ import type Koa from 'koa';
 import { askCutover } from '../../queue/warm';
 
 const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
-const listResponse = { 200: { description: 'a page of jobs, newest first', schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(), offset: Joi.number().integer() }) } };
+const listResponse = { 200: { description: 'a page of jobs, newest first',
+  schema: Joi.object({ jobs: Joi.array().items(jobRecordSchema), total: Joi.number().integer(), limit: Joi.number().integer(),
+  offset: Joi.number().integer() }) } };
 
 /** The queue states of one daemon status or a list of them (undefined: every state). */
-export const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap((s) => statesForDaemonStatus(s)));
+export const statesOf = (status: string | string[] | undefined) => (status === undefined ? undefined : [status].flat().flatMap(
+  (s) => statesForDaemonStatus(s)));
 
 const cutoverAnswer = Joi.object({
-  job_id: Joi.string(), cutover_requested: Joi.object({ at: Joi.string().isoDate(), by: Joi.string().allow(null).description('the caller\'s key name (null without keys)') }), message: Joi.string(),
+  job_id: Joi.string(), cutover_requested: Joi.object({ at: Joi.string().isoDate(),
+    by: Joi.string().allow(null).description('the caller\'s key name (null without keys)') }), message: Joi.string(),
 });
 
 /** A warm shape B job submitted on its own (not by a plan): the same request and rule as POST /plans/{id}/cutover. */
 function addCutoverRoute(api: Api, store: JobStore) {
   api.add({
-    method: 'post', role: 'submit', path: '/jobs/:id/cutover', summary: 'Cut a running warm migration (options.warm) over now: the job powers its VM off as options.power_off says, copies the last delta, then repairs, imports and boots it (docs/plans.md, Warm migration)', tags: ['jobs'], params: idParams,
-    responses: { 200: { description: 'the request, recorded on the job (warm_cutover); the job acts on it within a second between rounds, or when its round ends', schema: cutoverAnswer }, 404: err('unknown job'), 409: err('not a warm job, already ended, or its cutover already began') },
+    method: 'post', role: 'submit', path: '/jobs/:id/cutover',
+    summary: 'Cut a running warm migration (options.warm) over now: the job powers its VM off as options.power_off says, copies the last delta, then ' +
+             'repairs, imports and boots it (docs/plans.md, Warm migration)', tags: ['jobs'], params: idParams,
+    responses: {
+      200: { description: 'the request, recorded on the job (warm_cutover); the job acts on it within a second between rounds, or when its round ends',
+      schema: cutoverAnswer }, 404: err('unknown job'), 409: err('not a warm job, already ended, or its cutover already began') },
     handler: async (ctx, { params }) => {
       const r = await askCutover(store, params.id, callerOf(ctx)?.name ?? null);
       return { job_id: params.id, cutover_requested: r, message: `cutover of job ${params.id} requested${r.by ? ` by ${r.by}` : ''}` };
@@ -47,14 +55,16 @@ export function addJobRoutes(api: Api, store: JobStore) {
     return { jobs: await jobViews(store, ids), total, limit, offset };
   }
   api.add({
-    method: 'post', role: 'read', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema, bodyRequired: false,
+    method: 'post', role: 'read', path: '/jobs/query', summary: 'Query jobs by status or ids (paged with limit/offset)', tags: ['jobs'], body: jobQuerySchema,
+    bodyRequired: false,
     responses: { ...listResponse, 400: err('invalid query') },
     handler: async (ctx, { body }) => {
       if (body.job_ids) {
         const jobs = await jobViews(store, body.job_ids);
         const want = body.status ? new Set([body.status].flat()) : null;
         const sel = want ? jobs.filter((j) => want.has(j.status)) : jobs;
-        return { jobs: sel.slice(body.offset, body.offset + body.limit), total: sel.length, limit: body.limit, offset: body.offset, not_found: body.job_ids.filter((id: string) => !jobs.some((j) => j.id === id)) };
+        return { jobs: sel.slice(body.offset, body.offset + body.limit), total: sel.length, limit: body.limit, offset: body.offset,
+          not_found: body.job_ids.filter((id: string) => !jobs.some((j) => j.id === id)) };
       }
       return page(ctx, statesOf(body.status), body);
     },

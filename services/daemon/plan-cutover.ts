@@ -10,10 +10,14 @@ import type { Plan, PlanStore } from '../../queue/plans';
 import type { JobStore } from '../../queue/store';
 import { callerOf } from './route-kit';
 
-type Add = (path: string, summary: string, role: 'submit', extra: { body: typeof planCutoverSchema; bodyRequired: boolean }, handler: (ctx: Koa.Context, i: { params: { id: string }; body?: { vm_path?: string } }) => Promise<unknown>) => void;
+type Add = (path: string, summary: string, role: 'submit', extra: { body: typeof planCutoverSchema; bodyRequired: boolean },
+  handler: (ctx: Koa.Context, i: { params: { id: string }; body?: { vm_path?: string } }) => Promise<unknown>) => void;
 
-export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add: Add, view: (p: Plan) => Promise<unknown>, vmOf: (p: Plan, vm: string) => Plan['vms'][number]) {
-  add('/plans/:id/cutover', 'Cut a warm plan\'s VMs over now (all of them, or one: {vm_path}): each running warm job powers its VM off as options.power_off says, copies the last delta and repairs, imports and boots it (docs/plans.md, Warm migration)', 'submit', { body: planCutoverSchema, bodyRequired: false },
+export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add: Add, view: (p: Plan) => Promise<unknown>,
+  vmOf: (p: Plan, vm: string) => Plan['vms'][number]) {
+  add('/plans/:id/cutover',
+    'Cut a warm plan\'s VMs over now (all of them, or one: {vm_path}): each running warm job powers its VM off as options.power_off says, copies the last ' +
+    'delta and repairs, imports and boots it (docs/plans.md, Warm migration)', 'submit', { body: planCutoverSchema, bodyRequired: false },
     async (ctx, { params, body }) => {
       const p = await d.plans.must(params.id);
       if (p.status !== 'running') throw conflict(`plan ${p.id} is ${p.status}: only a running plan's VMs cut over`);
@@ -22,7 +26,8 @@ export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add
       const by = callerOf(ctx)?.name ?? null;
       for (const v of chosen) {
         // One rule with POST /jobs/{id}/cutover (queue/warm.ts askCutover); asked for all, a VM it refuses is skipped.
-        const why = v.status === 'running' && v.job_id ? await askCutover(d.jobs, v.job_id, by).then(() => null, (e: Error) => e) : conflict(`${v.vm_path} is ${v.status}: only a running warm VM cuts over`);
+        const why = v.status === 'running' && v.job_id ? await askCutover(d.jobs, v.job_id, by).then(() => null,
+          (e: Error) => e) : conflict(`${v.vm_path} is ${v.status}: only a running warm VM cuts over`);
         if (!why) asked.push(v.vm_path);
         else if (body?.vm_path) throw why instanceof ApiError ? conflict(`${v.vm_path}: ${why.message}`) : why;
         else if (!(why instanceof ApiError)) throw why;

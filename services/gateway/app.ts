@@ -34,15 +34,20 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
   registerComputed(metrics, 'svc_sse_clients', 'Open SSE streams on this gateway', 'gauge', () => Promise.resolve([{ value: hub.size }]));
 
   let doc: object | undefined;
-  const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi({ title: 'Ferry worker job protocol', version: '1.0', description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
+  const api = buildApi({ life, hub, metrics, openapi: () => (doc ||= api.openapi(
+    { title: 'Ferry worker job protocol', version: '1.0',
+    description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
   // Writes the audit log (shared/audit.ts); operators read it on the daemon's GET /audit (docs/security.md).
   const audit = new AuditLog(redis, store.k.prefix, log, 'gateway');
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit, listenHost: host, limiter: new RateLimiter(redis, store.k.prefix) });
+  const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit, listenHost: host,
+    limiter: new RateLimiter(redis, store.k.prefix) });
 
   // Stale workers give their jobs back; queues of every known requirement set are watched for stalled jobs.
-  await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the stale-worker sweep tries again', { error: (e as Error).message }));
-  await store.indexFinished().catch((e) => log.warn('could not index finished jobs for retention; the retention sweep only sees jobs finished from now on', { error: (e as Error).message }));
+  await router.watchAll().catch((e) => log.warn('could not watch the queues for stalled jobs yet; the stale-worker sweep tries again',
+    { error: (e as Error).message }));
+  await store.indexFinished().catch((e) => log.warn('could not index finished jobs for retention; the retention sweep only sees jobs finished from now on',
+    { error: (e as Error).message }));
   const leader = gatewaySweeps(new Leader(redis, store.k, 'gateway', log), { router, registry, life, store, log }).start();
   // eslint-disable-next-line @typescript-eslint/no-misused-promises -- Koa's callback answers its own errors (500 through the app's error handler)
   const server = http.createServer(app.callback());

@@ -41,7 +41,8 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
   const { store } = life;
   api.add({
     method: 'post', role: 'submit', path: '/jobs', summary: 'Submit a job', tags: ['jobs'], query: submitQuery, body: jobSpecSchema,
-    responses: { 201: { description: 'registered (and queued with ?queue=true)', schema: submitResponse }, 400: err('invalid specification'), 409: err('job_id already exists') },
+    responses: { 201: { description: 'registered (and queued with ?queue=true)', schema: submitResponse }, 400: err('invalid specification'),
+      409: err('job_id already exists') },
     handler: async (ctx, { query, body }) => {
       const spec = body as JobSpec;
       spec.job_id ||= randomUUID();
@@ -59,7 +60,8 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
       if (query.internal) adminOnly(apiKeyOf(ctx), 'internal', INTERNAL_JOBS_WHY);
       const { total, ids } = await store.list({ state: query.state, limit: query.limit, offset: query.offset, internal: query.internal });
       const hs = await store.many(ids, ['state', 'created_at']);
-      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i].state, created_at: hs[i].created_at, is_terminal: isTerminal(hs[i].state) }).filter(Boolean) };
+      return { total, jobs: ids.map((id, i) => hs[i] && { job_id: id, state: hs[i].state, created_at: hs[i].created_at,
+        is_terminal: isTerminal(hs[i].state) }).filter(Boolean) };
     },
   });
   api.add({
@@ -69,7 +71,8 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
   });
   api.add({
     method: 'delete', role: 'submit', path: '/jobs/:job_id', summary: 'Cancel a job', tags: ['jobs'], params: jobParams,
-    responses: { 200: { description: 'cancelled', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) }, 400: err('job already terminal'), 404: err('unknown job') },
+    responses: { 200: { description: 'cancelled', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), message: Joi.string() }) },
+      400: err('job already terminal'), 404: err('unknown job') },
     handler: (_ctx, { params }) => life.cancel(params.job_id),
   });
   api.add({
@@ -78,8 +81,15 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
     handler: async (_ctx, { params }) => ({ ...(await life.enqueueExisting(params.job_id)), message: `job ${params.job_id} queued` }),
   });
   api.add({
-    method: 'post', role: 'submit', path: '/jobs/:job_id/cutover', summary: 'Cut a running warm migrate_vm job (parameters.warm) over now: power-off, last delta, repair, import, boot (extension; the daemon\'s POST /jobs/{id}/cutover)', tags: ['jobs'], params: jobParams,
-    responses: { 200: { description: 'requested (recorded on the job as warm_cutover)', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), cutover_requested: Joi.object({ at: Joi.string(), by: Joi.string().allow(null) }), message: Joi.string() }) }, 404: err('unknown job'), 409: err('not a warm job, already terminal, or its cutover already began') },
+    method: 'post', role: 'submit', path: '/jobs/:job_id/cutover', tags: ['jobs'], params: jobParams,
+    summary: 'Cut a running warm migrate_vm job (parameters.warm) over now: power-off, last delta, repair, import, boot '
+      + '(extension; the daemon\'s POST /jobs/{id}/cutover)',
+    responses: {
+      200: { description: 'requested (recorded on the job as warm_cutover)', schema: Joi.object({
+        job_id: Joi.string(), state: Joi.string(), cutover_requested: Joi.object({ at: Joi.string(), by: Joi.string().allow(null) }),
+        message: Joi.string() }) },
+      404: err('unknown job'), 409: err('not a warm job, already terminal, or its cutover already began'),
+    },
     handler: async (ctx, { params }) => {
       const r = await askCutover(store, params.job_id, apiKeyOf(ctx)?.name ?? null);
       const state = (await store.raw(params.job_id))?.state ?? null;
@@ -87,12 +97,15 @@ export function addJobRoutes(api: Api, life: Lifecycle, hub: EventHub) {
     },
   });
   api.add({
-    method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams, query: eventsQuery,
-    responses: { 200: { description: 'events', schema: Joi.array().items(progressEventSchema.append<StoredEvent>({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
+    method: 'get', role: 'read', path: '/jobs/:job_id/events', summary: 'Progress events, oldest first', tags: ['events'], params: jobParams,
+    query: eventsQuery,
+    responses: { 200: { description: 'events', schema: Joi.array().items(
+      progressEventSchema.append<StoredEvent>({ id: Joi.string().description('event id, as sent in SSE id:') })) }, 404: err('unknown job') },
     handler: async (_ctx, { params, query }) => {
       if (!(await store.raw(params.job_id))) throw notFound(`job ${params.job_id} not found`);
       return store.events(params.job_id, { since: query.since, afterId: query.after_id });
     },
   });
-  api.add(hub.route({ role: 'read', path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams, summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
+  api.add(hub.route({ role: 'read', path: '/jobs/:job_id/events/stream', param: 'job_id', params: jobParams,
+    summary: 'Progress events as Server-Sent Events (honours Last-Event-ID)', tags: ['events'], notFound: err('unknown job') }));
 }

@@ -79,13 +79,16 @@ export function migrationJobToSpec(mj: MigrationJob): Record<string, unknown> {
 
 export function registerMigrationJobRoute(api: Api, life: Lifecycle) {
   api.add({
-    method: 'post', role: 'submit', path: '/migrationjobs', summary: 'Submit a Kubernetes MigrationJob resource (YAML or JSON) as a convert job', tags: ['jobs'],
+    method: 'post', role: 'submit', path: '/migrationjobs', summary: 'Submit a Kubernetes MigrationJob resource (YAML or JSON) as a convert job',
+    tags: ['jobs'],
     body: migrationJobSchema, requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'],
-    responses: { 201: { description: 'registered and queued', schema: submitResponse }, 400: { description: 'invalid MigrationJob', schema: errorSchema }, 409: { description: 'this MigrationJob was already submitted', schema: errorSchema } },
+    responses: { 201: { description: 'registered and queued', schema: submitResponse }, 400: { description: 'invalid MigrationJob', schema: errorSchema },
+      409: { description: 'this MigrationJob was already submitted', schema: errorSchema } },
     handler: async (ctx, { body }) => {
       const spec = validate<JobSpec>(jobSpecSchema, migrationJobToSpec(body), 'MigrationJob as a job');
       const { metadata, spec: s } = body;
-      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options, resources: s.resources }, caller: apiKeyOf(ctx) ?? null });
+      const r = await life.submit(spec, { enqueue: true, meta: { source: 'MigrationJob', namespace: metadata.namespace, name: metadata.name, options: s.options,
+        resources: s.resources }, caller: apiKeyOf(ctx) ?? null });
       ctx.status = 201;
       ctx.set('Location', `/jobs/${r.job_id}`);
       return { ...r, message: `MigrationJob ${metadata.namespace}/${metadata.name} queued as convert job ${r.job_id}` };

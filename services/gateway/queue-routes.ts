@@ -17,8 +17,11 @@ export function addQueueRoutes(api: Api, life: Lifecycle) {
     handler: () => queueOverview(life),
   });
   api.add({
-    method: 'post', role: 'worker', path: '/queue/dequeue', summary: 'Hand the caller the next job it can run (ASSIGNED under a lease), or null', tags: ['queue'], body: dequeueSchema,
-    responses: { 200: { description: 'the JobSpec with lease_token (also in the X-Lease-Token header), or the JSON value null; every report-back must carry the token', schema: jobSpecSchema.keys({ lease_token: leaseToken }).allow(null) }, 400: err('invalid request'), 403: err('capabilities beyond what the key allows') },
+    method: 'post', role: 'worker', path: '/queue/dequeue', summary: 'Hand the caller the next job it can run (ASSIGNED under a lease), or null',
+    tags: ['queue'], body: dequeueSchema,
+    responses: {
+      200: { description: 'the JobSpec with lease_token (also in the X-Lease-Token header), or the JSON value null; every report-back must carry the token',
+      schema: jobSpecSchema.keys({ lease_token: leaseToken }).allow(null) }, 400: err('invalid request'), 403: err('capabilities beyond what the key allows') },
     handler: async (ctx, { body }) => {
       checkCapabilities(ctx, body.capabilities);
       await checkWorkerId(registry, ctx, body.worker_id);
@@ -29,7 +32,9 @@ export function addQueueRoutes(api: Api, life: Lifecycle) {
       const lease = await life.claim(body, undefined, { deadline: true }); // timeout_seconds enforced by reapTimedOut
       ctx.type = 'application/json';
       if (!lease) return 'null';
-      await router.extendLocks(lease.queue, [lease.job_id], [lease.token], config.httpLeaseSeconds).catch(ignoreError('the first heartbeat extends the lock again; a lock that lapses first sends the job back to the queue', { job_id: lease.job_id }));
+      await router.extendLocks(lease.queue, [lease.job_id], [lease.token],
+        config.httpLeaseSeconds).catch(ignoreError('the first heartbeat extends the lock again; a lock that lapses first sends the job back to the queue',
+        { job_id: lease.job_id }));
       ctx.set('X-Lease-Token', lease.token);
       return { ...lease.record.spec, lease_token: lease.token };
     },

@@ -10,16 +10,20 @@ import { err, jobParams } from './route-kit';
 
 export function addReportRoutes(api: Api, life: Lifecycle) {
   api.add({
-    method: 'post', role: 'worker', path: '/jobs/:job_id/start', summary: 'Worker starts a job it was handed (ASSIGNED -> RUNNING)', tags: ['worker reports'], params: jobParams, body: workerReportSchema,
-    responses: { 200: { description: 'running', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    method: 'post', role: 'worker', path: '/jobs/:job_id/start', summary: 'Worker starts a job it was handed (ASSIGNED -> RUNNING)', tags: ['worker reports'],
+    params: jobParams, body: workerReportSchema,
+    responses: { 200: { description: 'running', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'),
+      409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
-      if (h.state === 'ASSIGNED' && !(await life.start(params.job_id, body.worker_id, body.lease_token))) throw conflict(`job ${params.job_id} could not be started`);
+      if (h.state === 'ASSIGNED' && !(await life.start(params.job_id, body.worker_id, body.lease_token))) throw conflict(
+        `job ${params.job_id} could not be started`);
       return { job_id: params.job_id, state: 'RUNNING' };
     },
   });
   api.add({
-    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'], params: jobParams, body: workerEventSchema,
+    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/events', summary: 'Worker reports a progress event', tags: ['worker reports'],
+    params: jobParams, body: workerEventSchema,
     responses: { 201: { description: 'recorded', schema: Joi.object({ id: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
@@ -32,8 +36,10 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
     },
   });
   api.add({
-    method: 'post', role: 'worker', path: '/jobs/:job_id/complete', summary: 'Worker reports success', tags: ['worker reports'], params: jobParams, body: workerCompleteSchema,
-    responses: { 200: { description: 'completed', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    method: 'post', role: 'worker', path: '/jobs/:job_id/complete', summary: 'Worker reports success', tags: ['worker reports'], params: jobParams,
+    body: workerCompleteSchema,
+    responses: { 200: { description: 'completed', schema: Joi.object({ job_id: Joi.string(), state: Joi.string() }) }, 404: err('unknown job'),
+      409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
       if (h.state === 'ASSIGNED') await life.start(params.job_id, body.worker_id, body.lease_token);
@@ -42,8 +48,10 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
     },
   });
   api.add({
-    method: 'post', role: 'worker', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)', tags: ['worker reports'], params: jobParams, body: workerFailSchema,
-    responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) }, 404: err('unknown job'), 409: err('not held by this worker') },
+    method: 'post', role: 'worker', path: '/jobs/:job_id/fail', summary: 'Worker reports a failed attempt (requeued while retry_count allows)',
+    tags: ['worker reports'], params: jobParams, body: workerFailSchema,
+    responses: { 200: { description: 'state after the failure', schema: Joi.object({ job_id: Joi.string(), state: Joi.string(), retry_in_ms: Joi.number() }) },
+      404: err('unknown job'), 409: err('not held by this worker') },
     handler: async (_ctx, { params, body }) => {
       await life.held(params.job_id, body.worker_id, body.lease_token);
       const r = await life.fail(params.job_id, body.worker_id, body.lease_token, body.error, body.retryable);
@@ -53,8 +61,10 @@ export function addReportRoutes(api: Api, life: Lifecycle) {
   });
 
   api.add({
-    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/lease', summary: 'Worker renews the lease of a job it holds', tags: ['worker reports'], params: jobParams, body: workerReportSchema,
-    responses: { 200: { description: 'renewed', schema: Joi.object({ job_id: Joi.string(), lease_seconds: Joi.number() }) }, 404: err('unknown job'), 409: err('not held under this lease') },
+    method: 'post', role: 'worker', audit: 'refusals', path: '/jobs/:job_id/lease', summary: 'Worker renews the lease of a job it holds',
+    tags: ['worker reports'], params: jobParams, body: workerReportSchema,
+    responses: { 200: { description: 'renewed', schema: Joi.object({ job_id: Joi.string(), lease_seconds: Joi.number() }) }, 404: err('unknown job'),
+      409: err('not held under this lease') },
     handler: async (_ctx, { params, body }) => {
       const h = await life.held(params.job_id, body.worker_id, body.lease_token);
       await life.router.extendLocks(h.queue, [params.job_id], [body.lease_token], config.httpLeaseSeconds);

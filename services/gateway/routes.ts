@@ -17,7 +17,8 @@ function addSystemRoutes(api: Api, deps: ApiDeps) {
   const { store, registry } = deps.life;
   api.add({
     method: 'get', role: 'public', path: '/health', summary: 'Health', tags: ['system'],
-    responses: { 200: { description: 'healthy', schema: Joi.object({ status: Joi.string(), version: Joi.string(), timestamp: Joi.string(), workers: Joi.number().integer(), active_jobs: Joi.number().integer() }) }, 503: { description: 'Redis unreachable' } },
+    responses: { 200: { description: 'healthy', schema: Joi.object({ status: Joi.string(), version: Joi.string(), timestamp: Joi.string(),
+      workers: Joi.number().integer(), active_jobs: Joi.number().integer() }) }, 503: { description: 'Redis unreachable' } },
     handler: async (ctx) => {
       try {
         const [active, counts] = await Promise.race([

@@ -11,7 +11,8 @@ export async function checkWorkerId(registry: Registry, ctx: Koa.Context, worker
   const key = apiKeyOf(ctx);
   if (!key || key.role === 'admin') return;
   const owner = await registry.keyOf(workerId);
-  if (owner && owner !== key.name) throw fieldError(403, 'worker_id', 'registered with another API key', `worker ${workerId} is registered with another API key`);
+  if (owner && owner !== key.name) throw fieldError(403, 'worker_id', 'registered with another API key',
+    `worker ${workerId} is registered with another API key`);
 }
 
 /** The key name a registration binds the worker id to (admin keys act on any worker and bind none). */
@@ -24,5 +25,6 @@ export const boundKey = (ctx: Koa.Context): string | undefined => {
 export function checkCapabilities(ctx: Koa.Context, caps: string[]) {
   const key = apiKeyOf(ctx) ?? null; // capabilitiesBeyond allows everything to no key, null or undefined alike
   const beyond = capabilitiesBeyond(key, caps);
-  if (key && beyond.length) throw fieldError(403, 'capabilities', `not allowed for this key: ${beyond.join(', ')}`, `the API key "${key.name}" does not allow capabilities ${beyond.join(', ')}`);
+  if (key && beyond.length) throw fieldError(403, 'capabilities', `not allowed for this key: ${beyond.join(', ')}`,
+    `the API key "${key.name}" does not allow capabilities ${beyond.join(', ')}`);
 }

@@ -15,7 +15,8 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
   const { store, registry, router } = life;
   api.add({
     method: 'post', role: 'worker', path: '/workers/register', summary: 'Register a worker', tags: ['workers'], body: workerRegistrationSchema,
-    responses: { 201: { description: 'registered', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), capabilities: Joi.array().items(Joi.string()), registered_at: Joi.string() }) }, 400: err('invalid registration') },
+    responses: { 201: { description: 'registered', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(),
+      capabilities: Joi.array().items(Joi.string()), registered_at: Joi.string() }) }, 400: err('invalid registration') },
     handler: async (ctx, { body }) => {
       checkCapabilities(ctx, body.capabilities);
       await checkWorkerId(registry, ctx, body.worker_id);
@@ -25,8 +26,11 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
     },
   });
   api.add({
-    method: 'post', role: 'worker', audit: 'refusals', path: '/workers/:worker_id/heartbeat', summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema, bodyRequired: false,
-    responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string(), renewed: Joi.array().items(Joi.string()) }) }, 404: err('unknown worker') },
+    method: 'post', role: 'worker', audit: 'refusals', path: '/workers/:worker_id/heartbeat',
+    summary: 'Worker heartbeat; renews the leases of the jobs whose lease_tokens it lists', tags: ['workers'], params: workerParams, body: heartbeatSchema,
+    bodyRequired: false,
+    responses: { 200: { description: 'recorded', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string(), timestamp: Joi.string(),
+      renewed: Joi.array().items(Joi.string()) }) }, 404: err('unknown worker') },
     handler: async (ctx, { params, body }) => {
       await checkWorkerId(registry, ctx, params.worker_id);
       const ts = await registry.heartbeat(params.worker_id);
@@ -37,7 +41,8 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
         for (const id of await registry.heldJobs(params.worker_id)) {
           const h = await store.raw(id);
           const token = h && tokens.find((t) => sameLease(h.lease, t));
-          if (h && token && h.worker_id === params.worker_id && await router.extendLocks(h.queue, [id], [token], config.httpLeaseSeconds).then(() => true, () => false)) renewed.push(id);
+          if (h && token && h.worker_id === params.worker_id && await router.extendLocks(h.queue, [id], [token], config.httpLeaseSeconds).then(() => true,
+            () => false)) renewed.push(id);
         }
       }
       return { worker_id: params.worker_id, message: 'heartbeat recorded', timestamp: ts, renewed };
@@ -45,11 +50,13 @@ export function addWorkerRoutes(api: Api, life: Lifecycle) {
   });
   api.add({
     method: 'get', role: 'read', path: '/workers', summary: 'Registered workers (active: heartbeat within the stale limit, 300 s)', tags: ['workers'],
-    responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(), workers: Joi.array().items(workerSchema) }) } },
+    responses: { 200: { description: 'workers', schema: Joi.object({ total: Joi.number().integer(), active: Joi.number().integer(),
+      workers: Joi.array().items(workerSchema) }) } },
     handler: () => workersOverview(life),
   });
   api.add({
-    role: 'admin', method: 'delete', path: '/workers/:worker_id', summary: 'Deregister a worker; the jobs it holds go back to the queue', tags: ['workers'], params: workerParams,
+    role: 'admin', method: 'delete', path: '/workers/:worker_id', summary: 'Deregister a worker; the jobs it holds go back to the queue', tags: ['workers'],
+    params: workerParams,
     responses: { 200: { description: 'removed', schema: Joi.object({ worker_id: Joi.string(), message: Joi.string() }) }, 404: err('unknown worker') },
     handler: async (_ctx, { params }) => {
       if (!(await registry.get(params.worker_id))) throw notFound(`worker ${params.worker_id} not found`);

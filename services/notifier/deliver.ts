@@ -32,7 +32,10 @@ export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
     const max = job.opts.attempts || 1;
     const created = new Date(job.timestamp).toISOString();
     const log = (status: Delivery['status'], response_status: number | null, last_error: string | null, duration_ms: number | null) =>
-      store.record({ delivery_id, webhook_id, event, status, attempts: attempt, max_attempts: max, response_status, last_error, duration_ms, created_at: created, updated_at: new Date().toISOString() }).catch(ignoreError('could not record a delivery log row: the delivery itself went ahead, and the next attempt or outcome writes the row again', { delivery_id }));
+      store.record({ delivery_id, webhook_id, event, status, attempts: attempt, max_attempts: max, response_status, last_error, duration_ms,
+        created_at: created, updated_at: new Date().toISOString() }).catch(
+        ignoreError('could not record a delivery log row: the delivery itself went ahead, and the next attempt or outcome writes the row again',
+        { delivery_id }));
 
     const refused = await checkTarget(w.url, allow);
     if (refused) { await log('failed', null, refused, null); throw new UnrecoverableError(refused); }
@@ -56,7 +59,8 @@ export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {
       const err = e as Error;
       const msg = err.name === 'TimeoutError' ? `timed out after ${w.timeout} s` : err.message;
       // A target refused at connect time (DNS now answers a refused address) will not get better by retrying.
-      if ((err as Error & { code?: unknown }).code === 'EFERRYREFUSED' || /refused: /.test(msg)) { await log('failed', status, msg, Date.now() - t0); throw new UnrecoverableError(msg); }
+      if ((err as Error & { code?: unknown }).code === 'EFERRYREFUSED' ||
+        /refused: /.test(msg)) { await log('failed', status, msg, Date.now() - t0); throw new UnrecoverableError(msg); }
       await log(attempt >= max ? 'failed' : 'retrying', status, msg, Date.now() - t0);
       throw new Error(msg, { cause: e });
     }

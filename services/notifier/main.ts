@@ -41,7 +41,8 @@ async function main() {
       if (!(await wants(event))) return;
       const h = await store.many([msg.job_id], VIEW_FIELDS);
       const job = h[0] ? jobView(msg.job_id, h[0]) : null;
-      await hooks.enqueue(event, { job_id: msg.job_id, status: job?.status, state: msg.state, previous_state: msg.prev ?? null, reason: msg.reason, job }, `${msg.job_id}.${msg.state}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
+      await hooks.enqueue(event, { job_id: msg.job_id, status: job?.status, state: msg.state, previous_state: msg.prev ?? null, reason: msg.reason, job },
+        `${msg.job_id}.${msg.state}.${Date.parse(msg.timestamp) || Date.now()}`, { backoffMs });
     })().catch((e) => log.warn('could not queue a webhook delivery', { job_id: msg.job_id, error: (e as Error).message }));
   });
   await bus.on('schedules', (msg) => {

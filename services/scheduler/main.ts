@@ -22,7 +22,9 @@ async function main() {
   await schedules.reconcile();
 
   const bus = new Bus();
-  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state, msg.reason).catch(dropped(log, 'could not record a scheduled job\'s outcome; the outcome sweep (every 5 s) counts what this missed', { job_id: msg.job_id })); });
+  await bus.on('jobs', (msg) => { if (msg?.job_id) void recordOutcome(deps, msg.job_id, msg.state,
+    msg.reason).catch(dropped(log, 'could not record a scheduled job\'s outcome; the outcome sweep (every 5 s) counts what this missed',
+    { job_id: msg.job_id })); });
   // One scheduler at a time counts the outcomes the bus message above missed (queue/leader.ts).
   const leader = new Leader(redis, store.k, 'scheduler', log).every('schedule-outcomes', 5000, () => sweepOutcomes(deps)).start();
 

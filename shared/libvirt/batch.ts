@@ -13,7 +13,8 @@ export interface BatchResult {
 
 export const batchConcurrency = () => setting('FERRY_VIRT_BATCH_CONCURRENCY');
 
-export async function runBatch(operation: string, domains: string[], each: (domain: string) => Promise<unknown>, limit = batchConcurrency()): Promise<BatchResult> {
+export async function runBatch(operation: string, domains: string[], each: (domain: string) => Promise<unknown>,
+  limit = batchConcurrency()): Promise<BatchResult> {
   const t0 = Date.now();
   const results = new Array<BatchResult['results'][number]>(domains.length);
   let next = 0;
@@ -33,7 +34,8 @@ export async function runBatch(operation: string, domains: string[], each: (doma
   await Promise.all(Array.from({ length: Math.min(limit, domains.length) }, lane));
   const t1 = Date.now();
   const ok = results.filter((r) => r.success).length;
-  return { operation, total: domains.length, successful: ok, failed: domains.length - ok, results, start_time: new Date(t0).toISOString(), end_time: new Date(t1).toISOString(), duration: `${((t1 - t0) / 1000).toFixed(3)}s` };
+  return { operation, total: domains.length, successful: ok, failed: domains.length - ok, results, start_time: new Date(t0).toISOString(),
+    end_time: new Date(t1).toISOString(), duration: `${((t1 - t0) / 1000).toFixed(3)}s` };
 }
 
 /** A graceful stop: `virsh shutdown` (ACPI power button, or the guest agent) is only a request the guest may ignore
@@ -47,7 +49,8 @@ export async function shutdownAndWait(v: Virsh, d: string, timeoutS: number, for
     if (Date.now() - t0 >= timeoutS * 1000) break;
     await new Promise((r) => setTimeout(r, 500)); // libvirt's state, polled: its events would need a second connection
   }
-  if (!forceAfter) throw new Error(`still running ${timeoutS} s after the shutdown request (the guest did not act on it): left running; force or force_after_timeout destroys it`);
+  if (!forceAfter) throw new Error(
+    `still running ${timeoutS} s after the shutdown request (the guest did not act on it): left running; force or force_after_timeout destroys it`);
   await v.run(['destroy', d]);
   return { detail: `still running ${timeoutS} s after the shutdown request: destroyed (force_after_timeout)` };
 }

@@ -9,7 +9,8 @@ import { openConsole } from './console';
 import { Virsh } from './virsh';
 import { expectedError } from '../log';
 
-export interface BootSpec { disks: { path: string; format: string }[]; name?: string; memoryMiB?: number; vcpus?: number; firmware?: 'bios' | 'uefi'; signal?: AbortSignal }
+export interface BootSpec { disks: { path: string; format: string }[]; name?: string; memoryMiB?: number; vcpus?: number; firmware?: 'bios' | 'uefi';
+  signal?: AbortSignal }
 export interface BootEnd { ended: 'stopped' | 'caller'; domain: string; domain_type: string }
 
 export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string, BootEnd, undefined> {
@@ -19,11 +20,14 @@ export async function* bootDomain(v: Virsh, s: BootSpec): AsyncGenerator<string,
   const doc = { domain: {
     '@_type': type, name, memory: { '@_unit': 'MiB', '#text': String(s.memoryMiB || 1024) }, vcpu: String(s.vcpus || 1),
     // UEFI without Secure Boot, as the import defines it (import.ts); a transient domain gets a fresh NVRAM.
-    os: { ...(s.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}), type: { '@_arch': 'x86_64', '@_machine': 'pc', '#text': 'hvm' }, boot: { '@_dev': 'hd' }, bios: { '@_rebootTimeout': '1000' } },
+    os: { ...(s.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: {
+      feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}),
+      type: { '@_arch': 'x86_64', '@_machine': 'pc', '#text': 'hvm' }, boot: { '@_dev': 'hd' }, bios: { '@_rebootTimeout': '1000' } },
     // A reset ends the test (no bootable disk makes SeaBIOS reset after rebootTimeout).
     on_poweroff: 'destroy', on_reboot: 'destroy', on_crash: 'destroy',
     devices: {
-      disk: s.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path }, target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' }, transient: '' })),
+      disk: s.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path },
+        target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' }, transient: '' })),
       serial: { '@_type': 'pty', target: { '@_port': '0' } }, console: { '@_type': 'pty', target: { '@_type': 'serial', '@_port': '0' } },
       memballoon: { '@_model': 'none' },
     },

@@ -97,10 +97,12 @@ export async function domainInfo(v: Virsh, name: string) {
   return {
     name, uuid,
     interfaces: list(x.devices?.interface).map((i) => ({
-      type: i['@_type'], mac: i.mac?.['@_address'], source: i.source?.['@_network'] || i.source?.['@_bridge'], model: i.model?.['@_type'], target: i.target?.['@_dev'],
+      type: i['@_type'], mac: i.mac?.['@_address'], source: i.source?.['@_network'] || i.source?.['@_bridge'], model: i.model?.['@_type'],
+      target: i.target?.['@_dev'],
     })),
     disks: list(x.devices?.disk).map((d) => ({
-      device: d['@_device'], target: d.target?.['@_dev'], bus: d.target?.['@_bus'], source: d.source?.['@_file'] || d.source?.['@_dev'] || d.source?.['@_volume'], format: d.driver?.['@_type'],
+      device: d['@_device'], target: d.target?.['@_dev'], bus: d.target?.['@_bus'], source: d.source?.['@_file'] || d.source?.['@_dev'] ||
+        d.source?.['@_volume'], format: d.driver?.['@_type'],
     })),
     serials: list(x.devices?.serial).length + list(x.devices?.console).length,
   };
@@ -112,9 +114,11 @@ export interface SnapshotOptions { description?: string; atomic?: boolean; diskO
 export async function createSnapshot(v: Virsh, domain: string, snapshot: string, o: SnapshotOptions = {}) {
   checkName(domain, 'domain_name');
   const doc = { domainsnapshot: { name: checkName(snapshot, 'snapshot_name'), ...(o.description ? { description: o.description } : {}) } };
-  await withXmlFile(buildXml(doc), (f) => v.run(['snapshot-create', domain, '--xmlfile', f, ...(o.atomic ? ['--atomic'] : []), ...(o.diskOnly ? ['--disk-only'] : [])]));
+  await withXmlFile(buildXml(doc), (f) => v.run(['snapshot-create', domain, '--xmlfile', f, ...(o.atomic ? ['--atomic'] : []),
+    ...(o.diskOnly ? ['--disk-only'] : [])]));
   const info = parseXml<SnapshotDoc>(await v.run(['snapshot-dumpxml', domain, snapshot])).domainsnapshot;
-  return { domain, name: snapshot, description: text(info.description) ?? null, state: text(info.state), creation_time: new Date(Number(text(info.creationTime)) * 1000).toISOString() };
+  return { domain, name: snapshot, description: text(info.description) ?? null, state: text(info.state),
+    creation_time: new Date(Number(text(info.creationTime)) * 1000).toISOString() };
 }
 
 export async function listSnapshots(v: Virsh, domain: string): Promise<string[]> {
@@ -129,7 +133,8 @@ export async function attachInterface(v: Virsh, domain: string, network: string,
   checkName(domain, 'vm_name'); checkName(network, 'network');
   const mac = randomMac();
   const live = isActive(await domainState(v, domain));
-  await v.run(['attach-interface', '--domain', domain, '--type', type, '--source', network, '--model', model, '--mac', mac, '--config', ...(live ? ['--live'] : [])]);
+  await v.run(['attach-interface', '--domain', domain, '--type', type, '--source', network, '--model', model, '--mac', mac, '--config',
+    ...(live ? ['--live'] : [])]);
   return { vm_name: domain, network, model, mac, live };
 }
 

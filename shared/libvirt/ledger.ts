@@ -82,7 +82,8 @@ export async function removeMade(entries: Made[]): Promise<string[]> {
     const vols = of('volume');
     // A file copied into a dir pool is a volume libvirt knows only after a refresh.
     for (const pool of new Set(vols.map((x) => x.pool).filter((x): x is string => !!x))) {
-      await v.run(['pool-refresh', pool]).catch(expectedError('a pool that is gone or inactive holds none of these volumes; each is looked up by its key', { pool }));
+      await v.run(['pool-refresh', pool]).catch(expectedError('a pool that is gone or inactive holds none of these volumes; each is looked up by its key',
+        { pool }));
     }
     for (const x of vols) { const r = await removeVolume(v, x); if (r) did.push(r); }
   }

@@ -42,7 +42,8 @@ export const domainName = virtName.custom((v: string, h) => {
 export function checkDomainName(value: string, field: string): string {
   checkName(value, field);
   const why = confusableName(value);
-  if (why) throw fieldError(400, field, `${why}: choose a name with a letter`, `${field} "${value.slice(0, 64)}" ${why}: choose a name with a letter (e.g. "vm-${value.slice(0, 64)}")`);
+  if (why) throw fieldError(400, field, `${why}: choose a name with a letter`,
+    `${field} "${value.slice(0, 64)}" ${why}: choose a name with a letter (e.g. "vm-${value.slice(0, 64)}")`);
   return value;
 }
 

@@ -11,7 +11,8 @@ const names = async (v: Virsh, flags: string[]) => new Set((await v.run(['net-li
 
 /** Active, persistent and autostart sets from `net-list --name` (a list of names, not a table). */
 async function flagsOf(v: Virsh) {
-  const [all, active, persistent, autostart] = await Promise.all([names(v, ['--all']), names(v, []), names(v, ['--all', '--persistent']), names(v, ['--all', '--autostart'])]);
+  const [all, active, persistent, autostart] = await Promise.all([names(v, ['--all']), names(v, []), names(v, ['--all', '--persistent']),
+    names(v, ['--all', '--autostart'])]);
   return { all, active, persistent, autostart };
 }
 
@@ -24,7 +25,8 @@ function describe(xml: string, f: Awaited<ReturnType<typeof flagsOf>>) {
   const n = parseXml<NetworkDoc>(xml).network;
   const name = text(n.name)!;
   const ips = list(n.ip).map((ip) => ({
-    address: ip['@_address'], netmask: ip['@_netmask'] ?? null, prefix: ip['@_prefix'] !== undefined ? Number(ip['@_prefix']) : null, family: ip['@_family'] || 'ipv4',
+    address: ip['@_address'], netmask: ip['@_netmask'] ?? null, prefix: ip['@_prefix'] !== undefined ? Number(ip['@_prefix']) : null, family: ip['@_family'] ||
+      'ipv4',
     dhcp: ip.dhcp ? list(ip.dhcp.range).map((r) => ({ start: r['@_start'], end: r['@_end'] })) : [],
   }));
   return {
@@ -75,7 +77,8 @@ export function networkDoc(s: NetworkSpec) {
   if (s.bridge) doc.network.bridge = { '@_name': s.bridge, '@_stp': 'on', '@_delay': '0' };
   if (s.subnet) {
     const m = /^(\d+\.\d+\.\d+\.\d+)\/(\d{1,2})$/.exec(s.subnet);
-    if (!m || !net.isIPv4(m[1]) || Number(m[2]) < 8 || Number(m[2]) > 30) throw bad('subnet', 'must be an IPv4 network in CIDR form, prefix 8-30, such as 192.168.150.0/24');
+    if (!m || !net.isIPv4(m[1]) || Number(m[2]) < 8 || Number(m[2]) > 30) throw bad('subnet',
+      'must be an IPv4 network in CIDR form, prefix 8-30, such as 192.168.150.0/24');
     const prefix = Number(m[2]);
     const size = 2 ** (32 - prefix);
     const base = ipNum(m[1]) - (ipNum(m[1]) % size);

@@ -92,7 +92,8 @@ function percents(v: Virsh, first: { at: number; stats: RawStats } | undefined, 
     const cpuNs = vcpuNs(s);
     const vcpus = vcpuCount(s) || 1;
     const dt = now.at - (prev?.at ?? now.at);
-    out.set(name, prev && dt > 0 && Number.isFinite(cpuNs) ? Math.min(100, Math.max(0, Math.round(((cpuNs - prev.cpuNs) / (dt * 1e6 * vcpus)) * 10000) / 100)) : null);
+    out.set(name, prev && dt > 0 && Number.isFinite(cpuNs) ? Math.min(100,
+      Math.max(0, Math.round(((cpuNs - prev.cpuNs) / (dt * 1e6 * vcpus)) * 10000) / 100)) : null);
     if (Number.isFinite(cpuNs)) lastSample.set(key, { at: now.at, cpuNs });
   }
   return out;

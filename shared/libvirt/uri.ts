@@ -28,7 +28,8 @@ export function refuseUri(raw: string, env: NodeJS.ProcessEnv = process.env): st
   if (transport === 'ext') return 'uses the ext transport (a program of the caller\'s choosing): never accepted from a request';
   const bad = [...u.searchParams.keys()].map((k) => k.toLowerCase()).filter((k) => HOST_PARAMETERS.includes(k));
   if (bad.length) return `sets ${bad.map((k) => `${k}=`).join(', ')} (a program, socket, key or host-key check of the worker): never accepted from a request`;
-  return `is not a libvirt URI this deployment may connect to: it must be one of FERRY_LIBVIRT_URIS (or FERRY_LIBVIRT_URI)${transport === 'tcp' ? '; qemu+tcp sends disks unencrypted and is only used when listed' : ''}`;
+  return `is not a libvirt URI this deployment may connect to: it must be one of FERRY_LIBVIRT_URIS (or ` +
+         `FERRY_LIBVIRT_URI)${transport === 'tcp' ? '; qemu+tcp sends disks unencrypted and is only used when listed' : ''}`;
 }
 
 /** The URI as shown in messages: no user information. */

@@ -47,7 +47,8 @@ class VirshSession {
     return new Promise((resolve, reject) => {
       const marker = `FERRY-${this.tag}-${++this.seq}`;
       const line = args.map(shellQuote).join(' ');
-      const p: Pending = { marker, line, resolve, reject, timer: setTimeout(() => this.fail(new Error(`virsh ${args[0]} timed out after ${timeoutMs / 1000} s`)), timeoutMs) };
+      const p: Pending = { marker, line, resolve, reject, timer: setTimeout(
+        () => this.fail(new Error(`virsh ${args[0]} timed out after ${timeoutMs / 1000} s`)), timeoutMs) };
       p.timer.unref();
       this.queue.push(p);
       this.next();

@@ -97,7 +97,8 @@ export function setVirshFactory(f: ((uri: string) => Virsh) | undefined) { facto
 /** Runs a libvirt-side tool (virsh, virt-clone, virt-sysprep, virt-customize) with an argument array. */
 export function runTool(cmd: string, args: string[], uri: string, opts: RunOptions & { env?: NodeJS.ProcessEnv } = {}): Promise<string> {
   return spawnSlots.libvirt.run(() => new Promise((resolve, reject) => {
-    const child = execFile(cmd, args, { maxBuffer: 256 * 1024 * 1024, timeout: opts.timeoutMs ?? 600_000, env: opts.env ?? process.env }, (err, stdout, stderr) => {
+    const child = execFile(cmd, args, { maxBuffer: 256 * 1024 * 1024, timeout: opts.timeoutMs ?? 600_000, env: opts.env ?? process.env },
+      (err, stdout, stderr) => {
       if (!err) return resolve(stdout);
       if (err.code === 'ENOENT') return reject(new LibvirtError(500, `${cmd} is not installed`, `${cmd}: not found`));
       if (err.killed) return reject(new LibvirtError(500, `${cmd} ${args.find((a) => !a.startsWith('-') && a !== uri) || ''} timed out`, 'timeout'));

@@ -67,7 +67,8 @@ export async function cloneVolume(v: Virsh, s: { pool: string; source_volume: st
   if (await volumeExists(v, tp, s.target_volume)) throw new LibvirtError(409, `volume ${s.target_volume} already exists in pool ${tp}`, 'exists');
   if (tp === s.pool) await v.run(['vol-clone', '--pool', s.pool, s.source_volume, s.target_volume]);
   else {
-    const doc = { volume: { name: s.target_volume, capacity: { '@_unit': 'bytes', '#text': String(src.capacity) }, target: src.format ? { format: { '@_type': src.format } } : undefined } };
+    const doc = { volume: { name: s.target_volume, capacity: { '@_unit': 'bytes', '#text': String(src.capacity) },
+      target: src.format ? { format: { '@_type': src.format } } : undefined } };
     await withXmlFile(buildXml(doc), (f) => v.run(['vol-create-from', tp, f, '--inputpool', s.pool, s.source_volume]));
   }
   return volumeInfo(v, tp, s.target_volume);
@@ -76,7 +77,8 @@ export async function cloneVolume(v: Virsh, s: { pool: string; source_volume: st
 export async function resizeVolume(v: Virsh, s: { pool: string; volume: string; capacity: number; shrink?: boolean }) {
   const before = await volumeInfo(v, s.pool, s.volume);
   if (before.capacity !== null && s.capacity < before.capacity && !s.shrink) {
-    throw fieldError(400, 'shrink', 'required to shrink', `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`);
+    throw fieldError(400, 'shrink', 'required to shrink',
+      `capacity ${s.capacity} is below the volume's ${before.capacity} bytes: shrinking loses data, set shrink: true to do it`);
   }
   await v.run(['vol-resize', '--pool', s.pool, s.volume, String(s.capacity), ...(s.capacity < (before.capacity ?? 0) ? ['--shrink'] : [])]);
   return { ...(await volumeInfo(v, s.pool, s.volume)), previous_capacity: before.capacity };
@@ -103,7 +105,8 @@ export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; 
   // reference against the pool's folder, so an image that references files is only taken to be converted.
   const confined = await confineRequestImage({ field: 'source_path', path: s.source_path });
   const format = s.format || confined.format;
-  if (confined.references.length && format === confined.format) throw fieldError(400, 'source_path', `${s.source_path} references ${confined.references[0]}; upload it into another format (format) or convert it first`);
+  if (confined.references.length && format === confined.format) throw fieldError(400, 'source_path',
+    `${s.source_path} references ${confined.references[0]}; upload it into another format (format) or convert it first`);
   const src = await imageInfo(s.source_path, confined.format).catch((e: unknown) => { throw new ApiError(400, `source_path: ${errorText(e)}`); });
   let tmp: string | undefined;
   let file = s.source_path;
@@ -163,8 +166,11 @@ export async function ensureDirPool(v: Virsh, pool: string, dir: string) {
   try { await v.run(['pool-uuid', checkName(pool, 'pool')]); } catch (e) {
     if (!(e instanceof LibvirtError && e.status === 404)) throw e;
     await withXmlFile(buildXml({ pool: { '@_type': 'dir', name: pool, target: { path: dir } } }), (f) => v.run(['pool-define', f]));
-    await v.run(['pool-build', pool]).catch(expectedError('pool-build fails when the directory exists already; pool-start below says if the pool is unusable', { pool }));
-    await v.run(['pool-autostart', pool]).catch(ignoreError('could not mark the pool autostart; Ferry starts it whenever it needs it, so only a libvirtd restart without Ferry leaves it stopped', { pool }));
+    await v.run(['pool-build', pool]).catch(expectedError('pool-build fails when the directory exists already; pool-start below says if the pool is unusable',
+      { pool }));
+    await v.run(['pool-autostart', pool]).catch(
+      ignoreError('could not mark the pool autostart; Ferry starts it whenever it needs it, so only a libvirtd restart without Ferry leaves it stopped',
+      { pool }));
   }
   const active = (await v.run(['pool-list', '--name'])).split('\n').map((s) => s.trim()).includes(pool);
   if (!active) await v.run(['pool-start', pool]);

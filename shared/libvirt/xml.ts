@@ -43,7 +43,8 @@ export function text(v: XmlValue | XmlAttrs | undefined): string | undefined {
 }
 
 /** libvirt sizes (memory, capacity) with their unit attribute, in bytes. */
-const UNITS: Record<string, number> = { b: 1, bytes: 1, k: 1024, kib: 1024, kb: 1000, m: 1024 ** 2, mib: 1024 ** 2, mb: 1e6, g: 1024 ** 3, gib: 1024 ** 3, gb: 1e9, t: 1024 ** 4, tib: 1024 ** 4, tb: 1e12 };
+const UNITS: Record<string, number> = { b: 1, bytes: 1, k: 1024, kib: 1024, kb: 1000, m: 1024 ** 2, mib: 1024 ** 2, mb: 1e6, g: 1024 ** 3, gib: 1024 ** 3,
+  gb: 1e9, t: 1024 ** 4, tib: 1024 ** 4, tb: 1e12 };
 export function sizeBytes(v: XmlValue | XmlAttrs | undefined, defaultUnit = 'b'): number | undefined {
   const t = text(v);
   if (t === undefined) return undefined;

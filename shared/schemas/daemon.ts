@@ -61,14 +61,18 @@ export const migrationJobSchema = Joi.object({
   }).required(),
   options: Joi.object({
     // A warm migration powers the VM off at cutover: a guest shutdown unless the operator says force (never "refuse").
-    power_off: powerOff.when('warm', { is: Joi.exist(), then: Joi.invalid('none').default('shutdown').messages({ 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
+    power_off: powerOff.when('warm', { is: Joi.exist(), then: Joi.invalid('none').default('shutdown').messages(
+      { 'any.invalid': '{{#label}} must be shutdown or force for a warm migration (the VM is powered off at cutover)' }) }),
     shutdown_timeout_seconds: shutdownTimeout,
     remove_cdrom: Joi.boolean().default(false),
     parallel_downloads: Joi.number().integer().min(1).max(64),
     warm: warmOptionsSchema,
     conversion_method: Joi.string().max(64),
-    network_mapping: Joi.object().pattern(Joi.string().max(256), virtName).description('source network -> target network (a libvirt name Ferry accepts: no spaces)'),
-    virt_test: virtTestSchema.keys({ memory_mib: Joi.forbidden(), vcpus: Joi.forbidden() }).description('extension: the imported domain\'s first start is watched on its serial console; the job completes only when `expect` (a regular expression; default: Linux boot milestones) shows within timeout_seconds'),
+    network_mapping: Joi.object().pattern(Joi.string().max(256), virtName).description(
+      'source network -> target network (a libvirt name Ferry accepts: no spaces)'),
+    virt_test: virtTestSchema.keys({ memory_mib: Joi.forbidden(), vcpus: Joi.forbidden() }).description(
+      'extension: the imported domain\'s first start is watched on its serial console; the job completes only when `expect` (a regular expression; default: ' +
+      'Linux boot milestones) shows within timeout_seconds'),
   }).default({}),
   priority,
 }).label('MigrationJob');
@@ -91,7 +95,8 @@ export const jobDefinitionSchema = Joi.alternatives().conditional(hasKey('source
 });
 
 export const batchSchema = Joi.object({
-  jobs: Joi.array().items(Joi.object().unknown(true).description('an export (shape A) or migration (shape B) job; each is validated on its own')).min(1).max(1000).required(),
+  jobs: Joi.array().items(Joi.object().unknown(true).description('an export (shape A) or migration (shape B) job; each is validated on its own')).min(1).max(
+    1000).required(),
 }).label('JobBatch');
 
 /** POST /jobs/submit's body: a batch's `jobs` (each validated on its own later) or one job definition. */
@@ -144,7 +149,8 @@ export const scheduleCreateSchema = Joi.object<ScheduleCreate>({
   job_template: templateSchema,
   job_definition: templateSchema,
 }).xor('schedule', 'cron', 'cron_expr').oxor('job_template', 'job_definition')
-  .messages({ 'object.missing': '{{#label}} must contain one of schedule, cron or cron_expr', 'object.xor': '{{#label}} must contain only one of schedule, cron or cron_expr' })
+  .messages({ 'object.missing': '{{#label}} must contain one of schedule, cron or cron_expr',
+    'object.xor': '{{#label}} must contain only one of schedule, cron or cron_expr' })
   .label('ScheduleCreate');
 
 export const scheduleUpdateSchema = Joi.object<Partial<ScheduleFields>>({
@@ -157,7 +163,8 @@ export const scheduleSchema = Joi.object({
   next_run: Joi.string().isoDate().allow(null), run_count: Joi.number().integer(), successful_runs: Joi.number().integer(),
   failed_runs: Joi.number().integer(), last_job_id: Joi.string().allow(null), created_at: Joi.string().isoDate(),
   last_error: Joi.string().allow(null).description('why the last run that created no job did not'),
-  owner: Joi.object({ key: Joi.string().allow(null), role: Joi.string() }).description('the key name and role the runs act as: the creator, or whoever last changed job_template'),
+  owner: Joi.object({ key: Joi.string().allow(null), role: Joi.string() }).description(
+    'the key name and role the runs act as: the creator, or whoever last changed job_template'),
 }).label('Schedule');
 
 export interface WebhookCreate {
@@ -176,7 +183,8 @@ export const webhookCreateSchema = Joi.object<WebhookCreate>({
 /** A webhook as listed (GET /webhooks: without headers, as the seed has it). */
 export const webhookSchema = Joi.object({
   id: Joi.string(), index: Joi.number().integer(), url: Joi.string(), events: Joi.array().items(Joi.string()), enabled: Joi.boolean(),
-  timeout: Joi.number().integer(), retry_count: Joi.number().integer(), has_secret: Joi.boolean(), header_names: Joi.array().items(Joi.string()).description('names of the configured headers (values never shown)'),
+  timeout: Joi.number().integer(), retry_count: Joi.number().integer(), has_secret: Joi.boolean(),
+  header_names: Joi.array().items(Joi.string()).description('names of the configured headers (values never shown)'),
   created_at: Joi.string().isoDate(),
 }).label('Webhook');
 
@@ -206,11 +214,14 @@ export const jobRecordSchema = Joi.object(present({
   status: Joi.string().valid(...DAEMON_STATUSES),
   state: Joi.string().description('the 8000 API state'),
   progress: Joi.object(present({
-    phase: Joi.string(), stage: Joi.string(), current_file: Joi.string().allow(null), files_downloaded: Joi.number().integer().allow(null), total_files: Joi.number().integer().allow(null),
-    bytes_downloaded: Joi.number().integer().allow(null), current_bytes: Joi.number().integer().allow(null), total_bytes: Joi.number().integer().allow(null), percent_complete: Joi.number(),
+    phase: Joi.string(), stage: Joi.string(), current_file: Joi.string().allow(null), files_downloaded: Joi.number().integer().allow(null),
+    total_files: Joi.number().integer().allow(null),
+    bytes_downloaded: Joi.number().integer().allow(null), current_bytes: Joi.number().integer().allow(null), total_bytes: Joi.number().integer().allow(null),
+    percent_complete: Joi.number(),
     rate_bytes_per_second: Joi.number().allow(null).description('export: download rate, smoothed (exponential moving average)'),
     eta_seconds: Joi.number().allow(null).description('export: remaining bytes / smoothed rate'),
-    files: Joi.array().items(Joi.object({ name: Joi.string(), bytes_downloaded: Joi.number().integer(), total_bytes: Joi.number().integer(), percent_complete: Joi.number(), done: Joi.boolean() }))
+    files: Joi.array().items(Joi.object({ name: Joi.string(), bytes_downloaded: Joi.number().integer(), total_bytes: Joi.number().integer(),
+      percent_complete: Joi.number(), done: Joi.boolean() }))
       .allow(null).description('export with options.show_individual_progress: one entry per file'),
   })).description('fields a job does not report are null'),
   waiting_reason: Joi.string().allow(null).description('why a pending job waits (for example the per-manager export limit); null otherwise'),

@@ -118,7 +118,9 @@ export const dequeueSchema = Joi.object<DequeueRequest>({
 /** `internal`: job lists on both APIs leave out the call lane's jobs (the daemon's virsh_call, kept minutes:
  *  FERRY_CALL_RETENTION) unless an admin asks for them. */
 export const internalJobsFlag = Joi.boolean().truthy('1').falsy('0').default(false)
-  .description('true: include the daemon\'s internal calls (virsh_call with FERRY_LIBVIRT_VIA=worker, kept FERRY_CALL_RETENTION, failed ones FERRY_CALL_FAILED_RETENTION); admin only');
+  .description(
+    'true: include the daemon\'s internal calls (virsh_call with FERRY_LIBVIRT_VIA=worker, kept FERRY_CALL_RETENTION, failed ones ' +
+    'FERRY_CALL_FAILED_RETENTION); admin only');
 /** Why `internal` needs an admin key (adminOnly's 403). */
 export const INTERNAL_JOBS_WHY = 'the daemon\'s internal calls carry the libvirt commands it ran for every caller';
 
@@ -150,8 +152,10 @@ export interface WorkerFail extends WorkerReport { error: string; retryable: boo
 
 export const workerReportSchema = Joi.object<WorkerReport>({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerReport');
 // append (keys by another name) is the form that names the extended type.
-export const workerEventSchema = progressEventSchema.append<WorkerEvent>({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label('WorkerProgressEvent');
-export const workerCompleteSchema = Joi.object<WorkerComplete>({ worker_id: workerId.required(), lease_token: leaseToken.required(), result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
+export const workerEventSchema = progressEventSchema.append<WorkerEvent>({ worker_id: workerId.required(), lease_token: leaseToken.required() }).label(
+  'WorkerProgressEvent');
+export const workerCompleteSchema = Joi.object<WorkerComplete>({ worker_id: workerId.required(), lease_token: leaseToken.required(),
+  result: Joi.object().unknown(true).default({}) }).label('WorkerComplete');
 export const workerFailSchema = Joi.object<WorkerFail>({
   worker_id: workerId.required(),
   lease_token: leaseToken.required(),

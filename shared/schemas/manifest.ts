@@ -121,7 +121,8 @@ export interface Manifest {
     convert?: { enabled: boolean; compress: boolean; compress_level?: number };
     validate?: { enabled: boolean; check_image_integrity: boolean };
   };
-  configuration?: { users?: Record<string, unknown>; services?: Record<string, unknown>; hostname?: Record<string, unknown>; network?: Record<string, unknown> };
+  configuration?: { users?: Record<string, unknown>; services?: Record<string, unknown>; hostname?: Record<string, unknown>;
+    network?: Record<string, unknown> };
   output: { directory?: string; format: 'qcow2' | 'raw' | 'vdi'; filename?: string };
   options: { dry_run: boolean; verbose: number; report: { enabled: boolean; path: string } };
   [k: string]: unknown;

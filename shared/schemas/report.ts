@@ -21,7 +21,9 @@ export const reportSchema = Joi.object({
   duration_seconds: Joi.number().min(0).required(),
   dry_run: Joi.boolean().required(),
   success: Joi.boolean().required(),
-  retryable: Joi.boolean().description('only when success is false: whether every failure may pass when tried again (a hung or crashed appliance launch, not a broken guest); a migration job is retried on it while its retry_count allows'),
+  retryable: Joi.boolean().description(
+    'only when success is false: whether every failure may pass when tried again (a hung or crashed appliance launch, not a broken guest); a migration job ' +
+    'is retried on it while its retry_count allows'),
   source: Joi.object().unknown(true),
   stages: Joi.object({ inspect: stageReport, convert: stageReport, fix: stageReport, validate: stageReport }).required(),
   artifacts: Joi.array().items(Joi.object({
@@ -42,7 +44,8 @@ export const reportSchema = Joi.object({
   firmware: Joi.object({
     firmware: Joi.string().valid('bios', 'uefi').required(),
     reason: Joi.string().required(),
-  }).description('the firmware the outputs need on KVM (the import and the test boot give it) and why: the guest\'s boot loaders, else the manifest\'s vm.firmware'),
+  }).description(
+    'the firmware the outputs need on KVM (the import and the test boot give it) and why: the guest\'s boot loaders, else the manifest\'s vm.firmware'),
   test_boot: Joi.object({
     status: Joi.string().valid('passed', 'failed', 'inconclusive').required(),
     detail: Joi.string().required(),

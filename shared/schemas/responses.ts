@@ -36,7 +36,8 @@ export const jobStatusSchema = Joi.object({
   queue: Joi.object({
     name: Joi.string(), position: Joi.number().integer().allow(null), waiting_reason: Joi.string().allow(null),
   }),
-  ledger: Joi.array().items(madeEntrySchema).description('what the job made on a target, recorded as it made it: rollback, cancel clean-up and retries act on these alone'),
+  ledger: Joi.array().items(madeEntrySchema).description(
+    'what the job made on a target, recorded as it made it: rollback, cancel clean-up and retries act on these alone'),
 }).label('JobStatus');
 
 export const jobSummarySchema = Joi.object({

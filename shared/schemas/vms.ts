@@ -27,7 +27,8 @@ const credentialHeaders = Joi.object({
   'X-VSphere-Password': creds.password.description('its password; default GOVC_PASSWORD; never logged or returned'),
 }).label('VSphereCredentialHeaders');
 const notInQuery = (h: string) => Joi.any().forbidden()
-  .messages({ 'any.unknown': `{{#label}} is never accepted in the query string (it would be kept in logs and histories): send the ${h} header (or a body on POST)` });
+  .messages(
+    { 'any.unknown': `{{#label}} is never accepted in the query string (it would be kept in logs and histories): send the ${h} header (or a body on POST)` });
 const queryCreds = {
   username: notInQuery('X-VSphere-Username'), password: notInQuery('X-VSphere-Password'),
   insecure: creds.insecure,
@@ -36,7 +37,8 @@ const queryCreds = {
 /** A manager and its credentials as a request names them (each defaults to GOVC_*; on a GET the credentials come
  *  from CREDENTIAL_HEADERS). */
 export interface ManagerInput { server?: string; manager_url?: string; username?: string; password?: string; insecure?: boolean }
-export const vmListQuery = declareHeaders(Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...queryCreds }).oxor('server', 'manager_url').label('VmListQuery'), credentialHeaders);
+export const vmListQuery = declareHeaders(Joi.object<ManagerInput>({ server: manager, manager_url: manager, ...queryCreds }).oxor('server',
+  'manager_url').label('VmListQuery'), credentialHeaders);
 
 /** xor() below: a path or a name. */
 type VmInfoQuery = ManagerInput & ({ path: string; name?: undefined } | { path?: undefined; name: string });
@@ -48,7 +50,8 @@ export const vmInfoQuery = Joi.object<VmInfoQuery>({
   .label('VmInfoQuery');
 declareHeaders(vmInfoQuery, credentialHeaders);
 
-export const vmActionBody = Joi.object<Omit<ManagerInput, 'server'> & { vm_path: string }>({ vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
+export const vmActionBody = Joi.object<Omit<ManagerInput, 'server'> & { vm_path: string }>(
+  { vm_path: vmPath.required(), manager_url: manager, ...creds }).label('VmAction');
 
 export const vmListItem = Joi.object({
   name: Joi.string(), path: Joi.string(), power_state: Joi.string(), num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(),
@@ -63,8 +66,10 @@ export const vmListResponse = Joi.object({ vms: Joi.array().items(vmListItem), t
 export const vmDetailResponse = Joi.object({
   name: Joi.string(), path: Joi.string(), uuid: Joi.string(), instance_uuid: Joi.string(), power_state: Joi.string(), tools_status: Joi.string(),
   guest_id: Joi.string().allow(''), guest_os: Joi.string().allow(''), ip_address: Joi.string().allow(''), firmware: Joi.string(),
-  hardware: Joi.object({ num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(), num_virtual_disks: Joi.number().integer(), version: Joi.string().allow('') }),
-  disks: Joi.array().items(Joi.object({ label: Joi.string(), capacity_kb: Joi.number().integer(), capacity_bytes: Joi.number().integer(), file_path: Joi.string(), chain: Joi.array().items(Joi.string()).description('backing files, top first (snapshot deltas down to the base)') })),
+  hardware: Joi.object({ num_cpu: Joi.number().integer(), memory_mb: Joi.number().integer(), num_virtual_disks: Joi.number().integer(),
+    version: Joi.string().allow('') }),
+  disks: Joi.array().items(Joi.object({ label: Joi.string(), capacity_kb: Joi.number().integer(), capacity_bytes: Joi.number().integer(),
+    file_path: Joi.string(), chain: Joi.array().items(Joi.string()).description('backing files, top first (snapshot deltas down to the base)') })),
   nics: Joi.array().items(Joi.object({ label: Joi.string(), mac: Joi.string(), network: Joi.string().allow(''), adapter: Joi.string() })),
   cdroms: Joi.array().items(Joi.object({ label: Joi.string(), backing: Joi.string().allow('') })),
   snapshots: Joi.array().items(Joi.object().unknown(true)).description('the snapshot tree: name, description, created, children'),
@@ -73,10 +78,12 @@ export const vmDetailResponse = Joi.object({
 
 export const vmResourcesResponse = Joi.object({
   manager: Joi.string(),
-  datastores: Joi.array().items(Joi.object({ name: Joi.string(), type: Joi.string().allow(''), capacity: Joi.number().integer().description('bytes'), free_space: Joi.number().integer().description('bytes') })),
+  datastores: Joi.array().items(Joi.object({ name: Joi.string(), type: Joi.string().allow(''), capacity: Joi.number().integer().description('bytes'),
+    free_space: Joi.number().integer().description('bytes') })),
   networks: Joi.array().items(Joi.object({ name: Joi.string(), type: Joi.string().valid('network', 'portgroup') })),
 }).label('RemoteResources');
 
 export const vmManagersResponse = Joi.object({
-  managers: Joi.array().items(Joi.object({ url: Joi.string().description('pass as server= (no user information)'), name: Joi.string(), default: Joi.boolean().description("GOVC_URL's") })),
+  managers: Joi.array().items(Joi.object({ url: Joi.string().description('pass as server= (no user information)'), name: Joi.string(),
+    default: Joi.boolean().description("GOVC_URL's") })),
 }).label('RemoteManagers');

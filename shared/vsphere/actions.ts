@@ -39,7 +39,8 @@ async function powerState(m: Manager, vm: MoRef): Promise<string> {
 export async function shutdownGuest(m: Manager, vmPath: string): Promise<VmDetail> {
   const d = await vmDetail(m, vmPath);
   if (d.power_state !== 'poweredOn') throw new VsphereError('state', `${vmPath} is ${d.power_state}; a guest shutdown needs a powered-on VM`);
-  if (d.tools_status !== 'guestToolsRunning') throw new VsphereError('state', `VMware Tools are not running in ${vmPath} (${d.tools_status}), so the guest cannot be asked to shut down; use poweroff to force it`);
+  if (d.tools_status !== 'guestToolsRunning') throw new VsphereError('state',
+    `VMware Tools are not running in ${vmPath} (${d.tools_status}), so the guest cannot be asked to shut down; use poweroff to force it`);
   await m.call('ShutdownGuest', d.moref);
   return d;
 }
@@ -66,7 +67,8 @@ export async function waitPoweredOff(m: Manager, vm: MoRef, vmPath: string, time
 export async function removeCdroms(m: Manager, vmPath: string, signal?: AbortSignal): Promise<string[]> {
   const d = await vmDetail(m, vmPath);
   if (!d.cdroms.length) return [];
-  const changes = d.cdroms.map((c) => `<deviceChange><operation>remove</operation><device xsi:type="VirtualCdrom">${el('key', c.key)}</device></deviceChange>`).join('');
+  const changes = d.cdroms.map(
+    (c) => `<deviceChange><operation>remove</operation><device xsi:type="VirtualCdrom">${el('key', c.key)}</device></deviceChange>`).join('');
   await waitForTask(m, moref(await m.call('ReconfigVM_Task', d.moref, `<spec>${changes}</spec>`))!, `CD-ROM removal on ${vmPath}`, signal);
   return d.cdroms.map((c) => c.label);
 }

@@ -92,7 +92,8 @@ export class Manager {
     try {
       res = await request(this.url, {
         method: 'POST', dispatcher: this.agent,
-        headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `urn:vim25/${VIM_VERSION}`, ...(withCookie && this.cookie ? { cookie: this.cookie } : {}) },
+        headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `urn:vim25/${VIM_VERSION}`,
+          ...(withCookie && this.cookie ? { cookie: this.cookie } : {}) },
         body,
       });
     } catch (e) { throw networkError(e, this.name); }
@@ -100,7 +101,8 @@ export class Manager {
     const setCookie = arr(res.headers['set-cookie']);
     let xml: XmlNode | undefined;
     try { xml = parseXml(textBody); } catch { xml = undefined; }
-    if (!xml?.Envelope) throw new VsphereError('http', `vSphere manager ${this.name} answered HTTP ${res.statusCode} without a SOAP envelope (is ${this.url.pathname} its SDK endpoint?)`);
+    if (!xml?.Envelope) throw new VsphereError('http',
+      `vSphere manager ${this.name} answered HTTP ${res.statusCode} without a SOAP envelope (is ${this.url.pathname} its SDK endpoint?)`);
     return { status: res.statusCode, xml, setCookie };
   }
 
@@ -115,7 +117,8 @@ export class Manager {
       const first = Object.keys(detail).find((k) => !k.startsWith('@_'));
       const fault = (first && (xsiType(child(detail, first)) || first.replace(/Fault$/, ''))) || 'unknown';
       const msg = text(child(f, 'faultstring')) || fault;
-      const kind = fault === 'NotAuthenticated' || fault === 'InvalidLogin' || fault === 'NoPermission' && /login/i.test(msg) ? 'auth' : fault === 'ManagedObjectNotFound' ? 'not_found' : 'fault';
+      const kind = fault === 'NotAuthenticated' || fault === 'InvalidLogin' || fault === 'NoPermission' &&
+        /login/i.test(msg) ? 'auth' : fault === 'ManagedObjectNotFound' ? 'not_found' : 'fault';
       throw new VsphereError(kind, `vSphere manager ${this.name}: ${method} failed: ${msg} (${fault})`, fault);
     }
     return { ret: child(child(body, `${method}Response`), 'returnval'), setCookie };
@@ -142,7 +145,8 @@ export class Manager {
       this.sessionCache.clear();
     } catch (e) {
       if (e instanceof VsphereError && (e.fault === 'InvalidLogin' || e.kind === 'auth')) {
-        throw new VsphereError('auth', `login to vSphere manager ${this.name} as ${this.creds.username} failed: the user name or password is wrong (401)`, e.fault);
+        throw new VsphereError('auth', `login to vSphere manager ${this.name} as ${this.creds.username} failed: the user name or password is wrong (401)`,
+          e.fault);
       }
       throw e;
     }
@@ -190,7 +194,8 @@ const managers = new Map<string, Manager>();
 export function managerFor(given: ManagerCredentials): Manager {
   // The CA in force is part of the identity: a manager reached with another CA is another connection.
   const creds = { ...given, ca: given.ca ?? caFromEnv() };
-  const key = [sdkUrl(creds.url).href, creds.username ?? '', createHash('sha256').update(creds.password ?? '').digest('hex'), !!creds.insecure, creds.ca ? createHash('sha256').update(creds.ca).digest('hex') : ''].join('|');
+  const key = [sdkUrl(creds.url).href, creds.username ?? '', createHash('sha256').update(creds.password ?? '').digest('hex'), !!creds.insecure,
+    creds.ca ? createHash('sha256').update(creds.ca).digest('hex') : ''].join('|');
   let m = managers.get(key);
   if (!m) {
     m = new Manager(creds);
@@ -209,10 +214,14 @@ export async function logoutAll(boundMs = 5000) {
   managers.clear();
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<'late'>((res) => { timer = setTimeout(() => res('late'), boundMs); });
-  const done = Promise.all(all.map((m) => m.logout().catch(ignoreError('shutting down: could not log out of a vSphere session; it expires on the manager by itself', { manager: m.name }))));
+  const done = Promise.all(
+    all.map((m) => m.logout().catch(ignoreError('shutting down: could not log out of a vSphere session; it expires on the manager by itself',
+    { manager: m.name }))));
   const outcome = await Promise.race([done.then(() => 'done' as const), late]);
   clearTimeout(timer);
   if (outcome === 'late') {
-    createLogger('vsphere').warn(`vSphere logout took more than ${boundMs} ms: shutting down without waiting longer; the sessions not logged out yet expire on their managers by themselves`, { managers: all.map((m) => m.name) });
+    createLogger('vsphere').warn(
+      `vSphere logout took more than ${boundMs} ms: shutting down without waiting longer; the sessions not logged out yet expire on their managers by ` +
+      `themselves`, { managers: all.map((m) => m.name) });
   }
 }

@@ -105,11 +105,14 @@ export function resolveCredentials(o: CredentialOverrides, env: NodeJS.ProcessEn
   const scheme = refuseManagerScheme(url);
   if (scheme) throw new VsphereError('config', `manager_url ${shown(url)} ${scheme}`);
   if (o.manager_url !== undefined && !anyManager && !managerAllowed(o.manager_url, env)) {
-    throw new VsphereError('config', `manager_url ${shown(o.manager_url)} is not a vSphere manager this service may contact: it must be GOVC_URL's or listed in FERRY_VSPHERE_MANAGERS`);
+    throw new VsphereError('config',
+      `manager_url ${shown(o.manager_url)} is not a vSphere manager this service may contact: it must be GOVC_URL's or listed in FERRY_VSPHERE_MANAGERS`);
   }
   const defaults = anyManager || o.manager_url === undefined || getsDefaultCredentials(o.manager_url, env);
   if (o.password === undefined && !defaults && d.password !== undefined) {
-    throw new VsphereError('config', `password: the default credentials (GOVC_*) go only to GOVC_URL's manager and to FERRY_VSPHERE_MANAGERS entries of the same scheme, host and port; ${shown(url)} needs its own username and password`);
+    throw new VsphereError('config',
+      `password: the default credentials (GOVC_*) go only to GOVC_URL's manager and to FERRY_VSPHERE_MANAGERS entries of the same scheme, host and port; ` +
+      `${shown(url)} needs its own username and password`);
   }
   return {
     url, username: o.username ?? (defaults ? d.username : undefined), password: o.password ?? (defaults ? d.password : undefined),
@@ -119,9 +122,11 @@ export function resolveCredentials(o: CredentialOverrides, env: NodeJS.ProcessEn
 
 /** The job's own password (stored encrypted by the daemon), or undefined: the environment's is then applied by
  *  resolveCredentials, which gives it only to the managers allowed to receive it. */
-export async function jobPassword(redis: RedisClient, k: Keys, jobId: string, source: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
+export async function jobPassword(redis: RedisClient, k: Keys, jobId: string, source: string | undefined,
+  env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
   if (source !== 'job') return undefined;
   const box = await redis.get(k.credentials(jobId));
   if (!box) throw new VsphereError('auth', 'the job\'s own manager password is no longer stored (it expires with the job timeout); submit the job again');
-  try { return decryptSecret(box, env); } catch (e) { throw new VsphereError('auth', `the job's manager password cannot be decrypted on this worker (${(e as Error).message}): give every service the same FERRY_SECRET_KEY`); }
+  try { return decryptSecret(box, env); } catch (e) { throw new VsphereError('auth',
+    `the job's manager password cannot be decrypted on this worker (${(e as Error).message}): give every service the same FERRY_SECRET_KEY`); }
 }

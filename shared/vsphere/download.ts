@@ -66,10 +66,12 @@ export function folderUrl(m: Manager, f: { datastore: string; path: string; dcPa
 export async function remoteSize(m: Manager, f: { datastore: string; path: string; dcPath: string }, signal?: AbortSignal): Promise<number> {
   const cookie = await m.sessionCookie();
   let res;
-  try { res = await request(folderUrl(m, f), { method: 'HEAD', dispatcher: m.agent, headers: { cookie }, signal }); } catch (e) { throw networkError(e, m.name); }
+  try { res = await request(folderUrl(m, f), { method: 'HEAD', dispatcher: m.agent, headers: { cookie }, signal }); } catch (e) {
+    throw networkError(e, m.name); }
   await res.body.dump();
   if (res.statusCode === 404) throw new VsphereError('not_found', `${label(f)} does not exist on vSphere manager ${m.name}`);
-  if (res.statusCode === 401 || res.statusCode === 403) throw new VsphereError('auth', `vSphere manager ${m.name} refused access to ${label(f)} (HTTP ${res.statusCode})`);
+  if (res.statusCode === 401 || res.statusCode === 403) throw new VsphereError('auth',
+    `vSphere manager ${m.name} refused access to ${label(f)} (HTTP ${res.statusCode})`);
   if (res.statusCode !== 200) throw new VsphereError('http', `HEAD ${label(f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`);
   const n = Number(res.headers['content-length']);
   if (!Number.isFinite(n)) throw new VsphereError('http', `vSphere manager ${m.name} gave no size for ${label(f)}`);
@@ -80,9 +82,11 @@ export async function remoteSize(m: Manager, f: { datastore: string; path: strin
 export async function remoteHead(m: Manager, f: { datastore: string; path: string; dcPath: string }, n: number, signal?: AbortSignal): Promise<Buffer> {
   const cookie = await m.sessionCookie();
   let res;
-  try { res = await request(folderUrl(m, f), { method: 'GET', dispatcher: m.agent, headers: { cookie, range: `bytes=0-${n - 1}` }, signal }); } catch (e) { throw networkError(e, m.name); }
+  try { res = await request(folderUrl(m, f), { method: 'GET', dispatcher: m.agent, headers: { cookie, range: `bytes=0-${n - 1}` }, signal }); } catch (e) {
+    throw networkError(e, m.name); }
   if (res.statusCode === 404) { await res.body.dump(); throw new VsphereError('not_found', `${label(f)} does not exist on vSphere manager ${m.name}`); }
-  if (res.statusCode !== 200 && res.statusCode !== 206) { await res.body.dump(); throw new VsphereError('http', `GET ${label(f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`); }
+  if (res.statusCode !== 200 && res.statusCode !== 206) { await res.body.dump(); throw new VsphereError('http',
+    `GET ${label(f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`); }
   const chunks: Buffer[] = [];
   let got = 0;
   try {
@@ -205,7 +209,8 @@ class Download {
         const err = e instanceof VsphereError ? e : networkError(e, this.m.name);
         if (!err.retryable) throw err;
         if (c.pos > before) failures = 0;
-        if (++failures > this.s.maxRetries) throw new VsphereError(err.kind, `${err.message} (gave up on ${label(j.f)} after ${this.s.maxRetries} retries at byte ${c.pos} of ${j.f.size})`);
+        if (++failures > this.s.maxRetries) throw new VsphereError(err.kind,
+          `${err.message} (gave up on ${label(j.f)} after ${this.s.maxRetries} retries at byte ${c.pos} of ${j.f.size})`);
         if (c.pos < c.end) this.result.resumes++;
         await sleep(this.s.retryDelay * Math.min(8, failures), this.signal);
       }
@@ -220,10 +225,13 @@ class Download {
     const { m } = this;
     const f = c.j.f;
     const cookie = await m.sessionCookie();
-    const res = await request(folderUrl(m, f), { method: 'GET', dispatcher: m.agent, headers: { cookie, range: `bytes=${c.pos}-${c.end - 1}` }, signal: this.signal });
+    const res = await request(folderUrl(m, f), { method: 'GET', dispatcher: m.agent, headers: { cookie, range: `bytes=${c.pos}-${c.end - 1}` },
+      signal: this.signal });
     if (res.statusCode === 404) { await res.body.dump(); throw new VsphereError('not_found', `${label(f)} does not exist on vSphere manager ${m.name}`); }
-    if (res.statusCode === 401 || res.statusCode === 403) { await res.body.dump(); throw new VsphereError('auth', `vSphere manager ${m.name} refused access to ${label(f)} (HTTP ${res.statusCode})`); }
-    if (res.statusCode !== 200 && res.statusCode !== 206) { await res.body.dump(); throw new VsphereError('http', `GET ${label(f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`); }
+    if (res.statusCode === 401 || res.statusCode === 403) { await res.body.dump(); throw new VsphereError('auth',
+      `vSphere manager ${m.name} refused access to ${label(f)} (HTTP ${res.statusCode})`); }
+    if (res.statusCode !== 200 && res.statusCode !== 206) { await res.body.dump(); throw new VsphereError('http',
+      `GET ${label(f)} on vSphere manager ${m.name} answered HTTP ${res.statusCode}`); }
     // 200: the server ignored the range: drop what we already have.
     await this.write(c, res.body, res.statusCode === 200 ? c.pos : 0);
     if (c.pos < c.end) throw new VsphereError('http', `the connection to vSphere manager ${m.name} closed ${c.end - c.pos} bytes early in ${label(f)}`);
@@ -290,7 +298,8 @@ class Download {
 
   /** Every few moments the state of unfinished files, so another process can continue them. */
   saveStates() {
-    for (const j of this.jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(ignoreError('resume state is saved again next second and at the end; a missed save only costs a longer resume'));
+    for (const j of this.jobs) if (j.stateDirty && !j.finished) void saveState(j).catch(
+      ignoreError('resume state is saved again next second and at the end; a missed save only costs a longer resume'));
   }
 
   /** After success or failure: the state of each unfinished file saved, every file closed. */

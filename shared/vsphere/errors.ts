@@ -33,7 +33,8 @@ export function networkError(e: unknown, manager: string): VsphereError {
   const code = err.cause?.code || err.code || '';
   const detail = err.cause?.message || err.message;
   if (TLS_CODES.test(code) || TLS_CODES.test(detail)) {
-    return new VsphereError('tls', `the TLS certificate of vSphere manager ${manager} is not trusted (${code || detail}); give its CA in FERRY_VSPHERE_CA, or set insecure to accept it`);
+    return new VsphereError('tls',
+      `the TLS certificate of vSphere manager ${manager} is not trusted (${code || detail}); give its CA in FERRY_VSPHERE_CA, or set insecure to accept it`);
   }
   return new VsphereError('unreachable', `vSphere manager ${manager} cannot be reached: ${code ? code + ' ' : ''}${detail}`);
 }

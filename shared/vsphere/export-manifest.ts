@@ -27,7 +27,8 @@ type Sums = Map<string, { sha256: string; blocks?: BlockHashes }>;
 export function dataPath(x: PlannedDisk, sums: Sums) {
   if (x.extent?.target) {
     const sum = sums.get(x.extent.local)!;
-    return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sum.sha256}`, blocks: sum.blocks, source: `[${x.extent.datastore}] ${x.extent.path}` };
+    return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sum.sha256}`, blocks: sum.blocks,
+      source: `[${x.extent.datastore}] ${x.extent.path}` };
   }
   return { mode: 'export_folder', reason: x.fallback ?? 'one pass was not asked for' };
 }
@@ -47,8 +48,10 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
   const now = new Date().toISOString();
   return {
     manifest_version: '1.0',
-    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now, export_method: 'datastore-http' },
-    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: fw, os_hint: osHint(d.guest_id), ...(d.guest_os ? { os_version: d.guest_os } : {}) },
+    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now,
+      export_method: 'datastore-http' },
+    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: fw, os_hint: osHint(d.guest_id),
+      ...(d.guest_os ? { os_version: d.guest_os } : {}) },
     disks: disks.map((x, i) => ({
       id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
       checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
@@ -79,6 +82,8 @@ export async function writeManifest(outputDir: string, manifest: Record<string, 
 export function repairManifest(d: VmDetail, disks: PlannedDisk[], exportId: string) {
   const none = '0'.repeat(64); // placeholders for buildManifest's checksums, removed below
   const sums: Sums = new Map(disks.flatMap((x) => x.files.map((f) => [f.local, { sha256: none }] as const)));
-  const m = buildManifest({ d, disks, sums, notes: ['the repair beside the copy: read from the source through nbdkit while the copy writes the volumes'], warnings: [], exportId });
-  return { ...m, disks: m.disks.map((x, i) => ({ ...x, local_path: disks[i].extent?.target ?? x.local_path, source_format: 'raw', checksum: undefined, files: undefined, data_path: undefined })) };
+  const m = buildManifest({ d, disks, sums, notes: ['the repair beside the copy: read from the source through nbdkit while the copy writes the volumes'],
+    warnings: [], exportId });
+  return { ...m, disks: m.disks.map((x, i) => ({ ...x, local_path: disks[i].extent?.target ?? x.local_path, source_format: 'raw', checksum: undefined,
+    files: undefined, data_path: undefined })) };
 }

@@ -93,7 +93,8 @@ const ownFiles = (dir: string) => [STATE_FILE, `${STATE_FILE}.tmp`, MANIFEST_FIL
 async function confined(outputDir: string, p: string): Promise<void> {
   const realDir = await fs.realpath(outputDir);
   const real = (await resolveReal(path.dirname(p))).real;
-  if (real !== realDir && !insideDir(realDir, real)) throw new VsphereError('state', `${p} would be written outside the output folder ${outputDir} (its folder resolves to ${real})`);
+  if (real !== realDir && !insideDir(realDir, real)) throw new VsphereError('state',
+    `${p} would be written outside the output folder ${outputDir} (its folder resolves to ${real})`);
 }
 
 async function readState(dir: string): Promise<ExportState | null> {
@@ -142,7 +143,8 @@ async function plan(m: ReturnType<typeof managerFor>, d: VmDetail, outputDir: st
       if (!files.includes(f)) files.push(f);
       const info = sniffVmdk(await remoteHead(m, f, Math.min(SNIFF_BYTES, Math.max(1, f.size)), signal));
       topInfo ??= info;
-      if (info.kind === 'other') warnings.push(`disk ${disk.label}: [${c.datastore}] ${c.path} is neither a VMDK descriptor nor a sparse VMDK; exported as it is`);
+      if (info.kind === 'other') warnings.push(
+        `disk ${disk.label}: [${c.datastore}] ${c.path} is neither a VMDK descriptor nor a sparse VMDK; exported as it is`);
       for (const e of info.extents) {
         const x = resolveSibling(c, e.file);
         const xf = await add(x.datastore, x.path);
@@ -169,9 +171,11 @@ function flatExtent(chainLength: number, info: DescriptorInfo, extents: RemoteFi
   const e = info.extents;
   if (e.length !== 1) return { fallback: `${e.length} extents (${info.createType ?? 'unknown createType'})` };
   if (e[0].offset) return { fallback: `its flat extent starts at sector ${e[0].offset} of its file` };
-  if (!/^(FLAT|VMFS)$/.test(e[0].type)) return { fallback: `a ${e[0].type} extent (${info.createType ?? 'unknown createType'}): only a flat extent is the disk in order` };
+  if (!/^(FLAT|VMFS)$/.test(e[0].type)) return {
+    fallback: `a ${e[0].type} extent (${info.createType ?? 'unknown createType'}): only a flat extent is the disk in order` };
   const x = extents[0];
-  if (e[0].sectors * 512 !== capacity || x.size !== capacity) return { fallback: `its flat extent holds ${x.size} bytes (${e[0].sectors} sectors) for a disk of ${capacity} bytes` };
+  if (e[0].sectors * 512 !== capacity ||
+    x.size !== capacity) return { fallback: `its flat extent holds ${x.size} bytes (${e[0].sectors} sectors) for a disk of ${capacity} bytes` };
   return { extent: x };
 }
 
@@ -201,7 +205,8 @@ export async function removeExportOutput(outputDir: string, ledger: ExportLedger
   const dirs = new Set<string>();
   for (const local of await ledger.owned()) {
     if (!insideDir(outputDir, local)) continue;
-    const ok = await confined(outputDir, local).then(() => true, ignoreError('a downloaded file whose folder now leads out of the output folder is left in place, not removed', { local }));
+    const ok = await confined(outputDir, local).then(() => true, ignoreError(
+      'a downloaded file whose folder now leads out of the output folder is left in place, not removed', { local }));
     if (!ok) continue;
     await fs.rm(local, { force: true });
     await removePartial(local);
@@ -222,7 +227,9 @@ async function prepareVm(m: Manager, r: ExportRequest, act: (msg: string) => Pro
   if (d.power_state !== 'poweredOff') {
     const how = r.powerOff ?? 'none';
     if (how === 'none') {
-      throw new VsphereError('state', `${r.vmPath} is ${d.power_state}: Ferry exports only a powered-off VM, because its disks change while it runs. Power it off first, or set options.power_off to "shutdown" (guest shutdown, then wait) or "force" (immediate power-off)`);
+      throw new VsphereError('state',
+        `${r.vmPath} is ${d.power_state}: Ferry exports only a powered-off VM, because its disks change while it runs. Power it off first, or set ` +
+        `options.power_off to "shutdown" (guest shutdown, then wait) or "force" (immediate power-off)`);
     }
     if (how === 'shutdown' && d.power_state === 'poweredOn') {
       await shutdownGuest(m, r.vmPath);
@@ -264,7 +271,8 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
     const st = await fs.lstat(f.target ?? f.local).catch(() => null);
     // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
     // (A record of an older Ferry, without the block hash list, is not complete: the target is fetched again.)
-    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && prev.files[f.local].blocks && st?.size === f.size)) { if (!mine) fresh.push(f.local); continue; }
+    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && prev.files[f.local].blocks && st?.size === f.size)) {
+      if (!mine) fresh.push(f.local); continue; }
     if (st && mine && st.isFile() && st.size === f.size) {
       // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
       const rec = prev?.files?.[f.local];
@@ -274,7 +282,8 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
       continue;
     }
     if (st) throw new VsphereError('state', `${f.local} already exists and is not part of this export; remove it or choose another output_path`);
-    if (!mine && await partialExists(f.local)) throw new VsphereError('state', `${f.local} has a partial download (${PART}) that this export did not start; remove it or choose another output_path`);
+    if (!mine && await partialExists(f.local)) throw new VsphereError('state',
+      `${f.local} has a partial download (${PART}) that this export did not start; remove it or choose another output_path`);
     if (!mine) fresh.push(f.local);
   }
   await ledger.add([...fresh, ...ownFiles(r.outputDir).filter((p) => !owned.has(p))]);
@@ -291,7 +300,8 @@ function exportProgress(emit: Emit, all: RemoteFile[], have: Sums, reused: numbe
   let lastT = Date.now();
   let lastB = 0;
   const totalBytes = all.reduce((a, f) => a + f.size, 0);
-  const complete = all.filter((f) => have.has(f.local)).map((f) => ({ name: path.basename(f.local), bytes_downloaded: f.size, total_bytes: f.size, done: true }));
+  const complete = all.filter((f) => have.has(f.local)).map((f) => ({ name: path.basename(f.local), bytes_downloaded: f.size, total_bytes: f.size,
+    done: true }));
   return (s: DownloadStats) => {
     const now = Date.now();
     const b = s.bytes_downloaded + reused;
@@ -310,7 +320,8 @@ function exportProgress(emit: Emit, all: RemoteFile[], have: Sums, reused: numbe
 }
 
 /** Downloads what is missing, each finished file recorded in the state file; the checksums of every file. */
-async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteFile[], claim: Awaited<ReturnType<typeof claimFiles>>, onProgress: (s: DownloadStats) => void) {
+async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteFile[], claim: Awaited<ReturnType<typeof claimFiles>>,
+  onProgress: (s: DownloadStats) => void) {
   const { state } = claim;
   let stateWrite = Promise.resolve();
   // From here the source must stay as it is now (source-watch.ts): a change fails the VM with the reason.
@@ -319,7 +330,8 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
     streams: r.parallel, signal: watch.signal, onProgress,
     onFile: (f) => {
       state.files[f.local] = { size: f.size, sha256: f.sha256, ...(f.blocks ? { blocks: f.blocks } : {}) };
-      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(ignoreError('could not write the export state; it is written again after the next file and at the end (a missed write only costs a longer resume)'));
+      stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(
+        ignoreError('could not write the export state; it is written again after the next file and at the end (a missed write only costs a longer resume)'));
       return stateWrite;
     },
   }).catch((e) => { watch.stop(); throw watch.changed ? watch.signal.reason : e; });
@@ -336,7 +348,8 @@ async function checkDisks(outputDir: string, disks: PlannedDisk[]) {
   const own = { input: [await fs.realpath(outputDir)], output: [] };
   // A one-pass disk's descriptor is read by Ferry alone (plan); no tool opens it, its bytes are in the volume.
   for (const x of disks.filter((y) => !y.extent?.target)) {
-    await confineImage(x.top.local, undefined, own).catch((e) => { throw e instanceof ImageRefused ? new VsphereError('state', `disk ${x.disk.label}: ${e.message}`) : e; });
+    await confineImage(x.top.local, undefined, own).catch((e) => { throw e instanceof ImageRefused ? new VsphereError('state',
+      `disk ${x.disk.label}: ${e.message}`) : e; });
   }
 }
 
@@ -347,7 +360,8 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const warnings: string[] = [];
   const act = async (msg: string) => { actions.push(msg); await r.onAction?.(msg); };
   const emit: Emit = (p) => r.onProgress?.({
-    bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0, eta_seconds: null, ...p,
+    bytes_downloaded: 0, total_bytes: 0, files_downloaded: 0, total_files: 0, current_file: '', files: [], percent_complete: 0, rate_bytes_per_second: 0,
+    eta_seconds: null, ...p,
   });
   emit({ phase: 'preparing' });
   const d = await prepareVm(m, r, act);
@@ -361,8 +375,10 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   await checkDisks(r.outputDir, disks);
 
   const totalBytes = all.reduce((a, f) => a + f.size, 0);
-  emit({ phase: 'writing_manifest', bytes_downloaded: totalBytes, total_bytes: totalBytes, files_downloaded: all.length, total_files: all.length, percent_complete: 100 });
-  if (d.snapshots.length) warnings.push(`${r.vmPath} has snapshots: each disk is exported as its chain of delta files (current state); the conversion flattens the chain`);
+  emit({ phase: 'writing_manifest', bytes_downloaded: totalBytes, total_bytes: totalBytes, files_downloaded: all.length, total_files: all.length,
+    percent_complete: 100 });
+  if (d.snapshots.length) warnings.push(
+    `${r.vmPath} has snapshots: each disk is exported as its chain of delta files (current state); the conversion flattens the chain`);
   const notes = [
     `exported ${all.length} file(s), ${totalBytes} bytes, from ${r.vmPath} on ${m.name} with ${r.parallel} stream(s)`,
     ...actions,

@@ -11,7 +11,8 @@ export interface VmSummary {
   guest_os: string; ip_address: string; template: boolean; datastores: string[]; networks: string[]; moref: string;
 }
 
-const LIST_PATHS = ['name', 'parent', 'runtime.powerState', 'summary.config.numCpu', 'summary.config.memorySizeMB', 'summary.config.guestFullName', 'summary.config.template', 'summary.guest.ipAddress', 'summary.storage.committed', 'datastore', 'network'];
+const LIST_PATHS = ['name', 'parent', 'runtime.powerState', 'summary.config.numCpu', 'summary.config.memorySizeMB', 'summary.config.guestFullName',
+  'summary.config.template', 'summary.guest.ipAddress', 'summary.storage.committed', 'datastore', 'network'];
 
 /** The morefs of an ArrayOfManagedObjectReference property. */
 const refs = (v: XmlValue | undefined): MoRef[] => arr(child(v, 'ManagedObjectReference')).map(moref).filter((r): r is MoRef => !!r);
@@ -71,12 +72,14 @@ export async function findVm(m: Manager, vmPath: string): Promise<MoRef> {
 export async function pathByName(m: Manager, name: string): Promise<string> {
   const hits = (await listVms(m)).filter((v) => v.name === name);
   if (!hits.length) throw new VsphereError('not_found', `no VM named ${name} on vSphere manager ${m.name}`);
-  if (hits.length > 1) throw new VsphereError('state', `${hits.length} VMs are named ${name} on vSphere manager ${m.name} (${hits.map((h) => h.path).join(', ')}); give path instead`);
+  if (hits.length > 1) throw new VsphereError('state',
+    `${hits.length} VMs are named ${name} on vSphere manager ${m.name} (${hits.map((h) => h.path).join(', ')}); give path instead`);
   return hits[0].path;
 }
 
 export interface DiskBacking { fileName: string; datastore?: string; parent?: DiskBacking }
-export interface VmDisk { key: number; label: string; capacity_kb: number; capacity_bytes: number; file_path: string; chain: string[]; controller_key?: number; unit_number?: number }
+export interface VmDisk { key: number; label: string; capacity_kb: number; capacity_bytes: number; file_path: string; chain: string[]; controller_key?: number;
+  unit_number?: number }
 export interface VmNic { key: number; label: string; mac: string; network: string; adapter: string }
 export interface VmCdrom { key: number; label: string; backing: string }
 export interface VmSnapshot { name: string; description: string; created: string; id: string; children: VmSnapshot[] }
@@ -118,7 +121,8 @@ function backingChain(b: DeviceBackingXml | undefined): string[] {
 
 function snapshots(list: XmlValue | undefined): VmSnapshot[] {
   return arr(list).map((s) => ({
-    name: text(child(s, 'name')) ?? '', description: text(child(s, 'description')) ?? '', created: text(child(s, 'createTime')) ?? '', id: text(child(s, 'id')) ?? '',
+    name: text(child(s, 'name')) ?? '', description: text(child(s, 'description')) ?? '', created: text(child(s, 'createTime')) ?? '',
+    id: text(child(s, 'id')) ?? '',
     children: snapshots(child(s, 'childSnapshotList')),
   }));
 }
@@ -134,7 +138,8 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
   ], traverse);
   const me = objs.find((o) => o.obj.type === 'VirtualMachine');
   if (!me) throw new VsphereError('not_found', `no VM at ${vmPath} on vSphere manager ${m.name}`);
-  const portgroups = new Map(objs.filter((o) => o.obj.type === 'DistributedVirtualPortgroup').map((o) => [text(o.props.key) ?? o.obj.value, text(o.props.name) ?? '']));
+  const portgroups = new Map(objs.filter((o) => o.obj.type === 'DistributedVirtualPortgroup').map(
+    (o) => [text(o.props.key) ?? o.obj.value, text(o.props.name) ?? '']));
   const p = me.props;
   const devices = virtualDevices(p['config.hardware.device']);
   const disks: VmDisk[] = [];
@@ -147,13 +152,15 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
     if (type === 'VirtualDisk') {
       const chain = backingChain(d.backing);
       const kb = num(d.capacityInKB) ?? 0;
-      disks.push({ key, label, capacity_kb: kb, capacity_bytes: num(d.capacityInBytes) ?? kb * 1024, file_path: chain[0] ?? '', chain, controller_key: num(d.controllerKey), unit_number: num(d.unitNumber) });
+      disks.push({ key, label, capacity_kb: kb, capacity_bytes: num(d.capacityInBytes) ?? kb * 1024, file_path: chain[0] ?? '', chain,
+        controller_key: num(d.controllerKey), unit_number: num(d.unitNumber) });
     } else if (type === 'VirtualCdrom') {
       cdroms.push({ key, label, backing: xsiType(d.backing) ?? '' });
     } else if (d.macAddress !== undefined) {
       const b: DeviceBackingXml = d.backing ?? {};
       const pgKey = text(b.port?.portgroupKey);
-      nics.push({ key, label, mac: text(d.macAddress) ?? '', adapter: type.replace(/^Virtual/, '').toLowerCase(), network: text(b.deviceName) ?? (pgKey ? portgroups.get(pgKey) ?? pgKey : text(b.opaqueNetworkId) ?? '') });
+      nics.push({ key, label, mac: text(d.macAddress) ?? '', adapter: type.replace(/^Virtual/, '').toLowerCase(), network: text(b.deviceName) ??
+        (pgKey ? portgroups.get(pgKey) ?? pgKey : text(b.opaqueNetworkId) ?? '') });
     }
   }
   const snap = p.snapshot;
@@ -162,7 +169,8 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
     power_state: text(p['runtime.powerState']) ?? 'unknown', tools_status: text(p['guest.toolsRunningStatus']) ?? 'guestToolsNotRunning',
     guest_id: text(p['config.guestId']) ?? '', guest_os: text(p['config.guestFullName']) ?? '', ip_address: text(p['guest.ipAddress']) ?? '',
     firmware: text(p['config.firmware']) ?? 'bios',
-    hardware: { num_cpu: num(p['config.hardware.numCPU']) ?? 0, memory_mb: num(p['config.hardware.memoryMB']) ?? 0, num_virtual_disks: disks.length, version: text(p['config.version']) ?? '' },
+    hardware: { num_cpu: num(p['config.hardware.numCPU']) ?? 0, memory_mb: num(p['config.hardware.memoryMB']) ?? 0, num_virtual_disks: disks.length,
+      version: text(p['config.version']) ?? '' },
     disks, nics, cdroms, snapshots: snapshots(child(snap, 'rootSnapshotList')), current_snapshot: moref(child(snap, 'currentSnapshot'))?.value ?? null,
     datacenter: datacenterOf(vmPath), moref: vm,
   };

@@ -20,7 +20,8 @@ export function managerDefaults(env: NodeJS.ProcessEnv = process.env): ManagerDe
 /** Refuses a per-job password when it could not be stored encrypted (400 naming the field). */
 export function checkPasswordStorable(field: string, password: string | undefined) {
   if (password !== undefined && !canEncrypt()) {
-    throw fieldError(400, field, 'needs FERRY_SECRET_KEY on the daemon', `${field} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted (set it, or use GOVC_PASSWORD)`);
+    throw fieldError(400, field, 'needs FERRY_SECRET_KEY on the daemon',
+      `${field} cannot be accepted: the daemon has no FERRY_SECRET_KEY to store it encrypted (set it, or use GOVC_PASSWORD)`);
   }
 }
 
@@ -31,5 +32,6 @@ export async function storePassword(redis: RedisClient, k: Keys, jobId: string, 
 /** `insecure` (no TLS verification) for a manager the operator did not configure as insecure (GOVC_INSECURE,
  *  for GOVC_URL's manager) is an admin's choice: 403 naming `field` for other keys. */
 export function checkInsecure(caller: Caller | null | undefined, managerUrl: string | undefined, insecure: boolean | undefined, field: string) {
-  if (insecure && !configuredInsecure(managerUrl)) adminOnly(caller, field, 'it turns off TLS verification for a manager not configured as insecure; give its CA in FERRY_VSPHERE_CA instead');
+  if (insecure && !configuredInsecure(managerUrl)) adminOnly(caller, field,
+    'it turns off TLS verification for a manager not configured as insecure; give its CA in FERRY_VSPHERE_CA instead');
 }

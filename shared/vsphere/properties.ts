@@ -24,7 +24,8 @@ function contents(ret: XmlValue | undefined): { objects: ObjectContent[]; token?
 
 async function retrieveAll(m: Manager, specSet: string): Promise<ObjectContent[]> {
   const sc = await m.serviceContent();
-  let { objects, token } = contents(await m.call('RetrievePropertiesEx', sc.propertyCollector, `<specSet>${specSet}</specSet><options><maxObjects>1000</maxObjects></options>`));
+  let { objects, token } = contents(await m.call('RetrievePropertiesEx', sc.propertyCollector,
+    `<specSet>${specSet}</specSet><options><maxObjects>1000</maxObjects></options>`));
   while (token) {
     const next = contents(await m.call('ContinueRetrievePropertiesEx', sc.propertyCollector, el('token', token)));
     objects = objects.concat(next.objects);
@@ -45,7 +46,8 @@ async function containerView(m: Manager, types: string[]): Promise<MoRef> {
   const cached = m.sessionCache.get(key) as MoRef | undefined;
   if (cached) return cached;
   const sc = await m.serviceContent();
-  const v = moref(await m.call('CreateContainerView', sc.viewManager, ref('container', sc.rootFolder) + types.map((t) => el('type', t)).join('') + el('recursive', true)))!;
+  const v = moref(await m.call('CreateContainerView', sc.viewManager, ref('container',
+    sc.rootFolder) + types.map((t) => el('type', t)).join('') + el('recursive', true)))!;
   m.sessionCache.set(key, v);
   return v;
 }

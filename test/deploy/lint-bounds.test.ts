@@ -1,0 +1,104 @@
+// Issue 35, item 5: functions that read in one screen for real. ESLint bounds line length (160) and complexity (20)
+// in services/, queue/ and shared/ (scripts/eslint-bounds.mjs, turned on in eslint.config.mjs); the files that broke
+// a bound when the rules came are in scripts/lint-baseline.json with their counts, and that baseline only shrinks.
+// These tests plant an offender (no file written in the tree), then hold the tree to the baseline.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import type { ESLint, Linter } from 'eslint';
+
+const ROOT = path.resolve(__dirname, '../..');
+
+type Counts = Record<string, Record<string, number>>;
+interface Bounds {
+  MAX_LEN: number; MAX_COMPLEXITY: number; RULES: string[];
+  readBaseline(): Counts;
+  boundsEslint(root?: string): Promise<ESLint>;
+  countErrors(results: ESLint.LintResult[], root?: string): Counts;
+  countTree(root?: string): Promise<Counts>;
+  compareToBaseline(baseline: Counts, counts: Counts): { grown: string[]; shrunk: string[] };
+  shrunkBaseline(baseline: Counts, counts: Counts): Counts;
+}
+const load = async () => (await import(path.join(ROOT, 'scripts/eslint-bounds.mjs'))) as Bounds;
+
+/** A function whose complexity is `n` (one for the function, one per `if`). */
+const complexFunction = (n: number) =>
+  `export function maze(x: number): number {\n${Array.from({ length: n - 1 }, (_, i) => `  if (x === ${i}) return ${i};`).join('\n')}\n  return -1;\n}\n`;
+
+describe('line length and complexity bounds (scripts/eslint-bounds.mjs, scripts/lint-baseline.json)', function () {
+  this.timeout(300_000);
+
+  it('a planted file under services/ with a 200-character line and a function of complexity 30 fails, naming both rules', async () => {
+    const b = await load();
+    const eslint = await b.boundsEslint();
+    const text = `export const long = '${'x'.repeat(200 - 23)}';\n${complexFunction(30)}`;
+    expect(text.split('\n')[0]).to.have.length(200);
+    const filePath = path.join(ROOT, 'services/planted-offender.ts');
+    const results = await eslint.lintText(text, { filePath });
+    expect(results[0].messages.map((m) => [m.ruleId, m.line])).to.deep.equal([['max-len', 1], ['complexity', 2]]);
+    expect(results[0].messages[1].message).to.include('complexity of 30. Maximum allowed is 20');
+    const { grown, shrunk } = b.compareToBaseline(b.readBaseline(), { ...b.readBaseline(), ...b.countErrors(results) });
+    expect(grown).to.deep.equal([
+      'services/planted-offender.ts: 1 max-len error(s), baseline 0: shorten the lines or split the function into named steps (bounds in scripts/eslint-bounds.mjs)',
+      'services/planted-offender.ts: 1 complexity error(s), baseline 0: shorten the lines or split the function into named steps (bounds in scripts/eslint-bounds.mjs)',
+    ]);
+    expect(shrunk).to.deep.equal([]);
+  });
+
+  it('at the bounds passes: a 160-character line, a function of complexity 20, a long URL', async () => {
+    const b = await load();
+    const eslint = await b.boundsEslint();
+    const text = `export const fits = '${'x'.repeat(160 - 23)}';\n// https://example.com/${'a'.repeat(200)}\n${complexFunction(20)}`;
+    expect(text.split('\n')[0]).to.have.length(160);
+    const results = await eslint.lintText(text, { filePath: path.join(ROOT, 'shared/planted-fits.ts') });
+    expect(results[0].messages).to.deep.equal([]);
+  });
+
+  it('a baselined file with one more long line fails; one with fewer errors fails asking to shrink the baseline', async () => {
+    const b = await load();
+    const baseline = b.readBaseline();
+    const file = Object.keys(baseline).find((f) => baseline[f]['max-len'] > 1);
+    expect(file, 'a baselined file with long lines').to.be.a('string');
+    const eslint = await b.boundsEslint();
+    const text = `${readFileSync(path.join(ROOT, file!), 'utf8')}\n// ${'y'.repeat(190)}\n`;
+    const counts = b.countErrors(await eslint.lintText(text, { filePath: path.join(ROOT, file!) }));
+    const was = baseline[file!]['max-len'];
+    expect(counts[file!]['max-len']).to.equal(was + 1);
+    expect(b.compareToBaseline(baseline, { ...baseline, ...counts }).grown).to.deep.equal([
+      `${file}: ${was + 1} max-len error(s), baseline ${was}: shorten the lines or split the function into named steps (bounds in scripts/eslint-bounds.mjs)`,
+    ]);
+    const fewer = { ...baseline, [file!]: { ...baseline[file!], 'max-len': was - 1 } };
+    expect(b.compareToBaseline(baseline, fewer)).to.deep.equal({ grown: [], shrunk: [
+      `${file}: ${was - 1} max-len error(s), baseline ${was}: shrink the baseline (node scripts/eslint-bounds.mjs --write)`,
+    ] });
+    expect(b.shrunkBaseline(baseline, fewer)[file!]['max-len']).to.equal(was - 1);
+    expect(() => b.shrunkBaseline(baseline, { ...baseline, ...counts })).to.throw('the baseline only shrinks');
+  });
+
+  it('eslint.config.mjs bounds every file of the three folders, and turns a rule off only where the baseline holds its errors', async () => {
+    const b = await load();
+    const { ESLint: Eslint } = await import('eslint');
+    const eslint = new Eslint({ cwd: ROOT });
+    const baseline = b.readBaseline();
+    const rule = async (file: string, name: string) =>
+      ((await eslint.calculateConfigForFile(path.join(ROOT, file))) as Linter.Config).rules?.[name];
+    for (const file of ['services/planted.ts', 'queue/planted.ts', 'shared/x/planted.ts']) {
+      expect(await rule(file, 'max-len'), file).to.deep.equal([2, { code: 160, ignoreUrls: true, ignoreRegExpLiterals: true }]);
+      expect(await rule(file, 'complexity'), file).to.deep.equal([2, 20]);
+    }
+    expect(await rule('scripts/planted.ts', 'max-len')).to.equal(undefined);
+    for (const [file, counts] of Object.entries(baseline)) {
+      for (const name of b.RULES) {
+        const severity = ((await rule(file, name)) as unknown[])[0];
+        expect(severity, `${file} ${name}`).to.equal(counts[name] > 0 ? 0 : 2);
+      }
+    }
+  });
+
+  it('the tree holds to the baseline: no file with more errors of either rule, none new, and none fewer than listed', async () => {
+    const b = await load();
+    const { grown, shrunk } = b.compareToBaseline(b.readBaseline(), await b.countTree());
+    expect(grown, 'files over the bounds').to.deep.equal([]);
+    expect(shrunk, 'the baseline is to shrink').to.deep.equal([]);
+  });
+});
