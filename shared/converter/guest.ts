@@ -51,8 +51,6 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   return info;
 }
 
-export { deviceContext } from './linux/fstab-step';
-
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
  *  which files the repair would change. */
 export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
