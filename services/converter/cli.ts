@@ -12,6 +12,7 @@ import { imageInfo } from '../../shared/qemu';
 import { ConfigError, ConverterConfig, MigrationEntry, MigrationSettings, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
 import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
 import { runPipeline, StageName } from '../../shared/converter/pipeline';
+import { explainSteps, FAMILIES } from '../../shared/converter/families';
 import type { PipelineReport } from '../../shared/converter/stages/report';
 import { errorText } from '../../shared/errors';
 import { fetchRemote } from './fetch';
@@ -179,12 +180,23 @@ export async function main(argv: string[], stdout = process.stdout, stderr = pro
   }
 }
 
+/** The converter's steps per OS family, in the order they run; no disk is opened. */
+function explain(os: string | undefined, stdout: typeof process.stdout, stderr: typeof process.stderr): number {
+  if (os !== undefined && !FAMILIES.some((f) => f.os === os)) {
+    stderr.write(`ferry-convert: --os: "${os}" is not one of ${FAMILIES.map((f) => f.os).join(', ')}\n`);
+    return EXIT.usage;
+  }
+  stdout.write(explainSteps(os));
+  return EXIT.ok;
+}
+
 async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof process.stderr): Promise<number> {
   const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
+  if (argv.includes('--explain')) return explain(arg('--os'), stdout, stderr);
   const configPath = arg('--config');
   const manifestPath = arg('--manifest');
   if (argv.includes('--help') || (!configPath && !manifestPath)) {
-    (configPath || manifestPath || argv.includes('--help') ? stdout : stderr).write('usage: ferry-convert --config file.yaml\n       ferry-convert --manifest manifest.json [--output-dir DIR]\n');
+    (configPath || manifestPath || argv.includes('--help') ? stdout : stderr).write('usage: ferry-convert --config file.yaml\n       ferry-convert --manifest manifest.json [--output-dir DIR]\n       ferry-convert --explain [--os linux|windows]\n');
     return argv.includes('--help') ? EXIT.ok : EXIT.usage;
   }
   try {

@@ -1,13 +1,14 @@
 // Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
 // package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
 import { GuestSession } from './guestfs';
-import { DeviceIds, FstabContext, FstabMode, rewriteFstab } from './fstab';
-import { injectVirtioDrivers } from './windows';
-import { fixLinux } from './linux';
+import type { FstabMode } from './fstab';
+import { familyFor } from './families';
+import { runSteps } from './steps';
 import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
 import { detectBoot } from './firmware';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
 import { ignoreError } from '../log';
+import { ConverterError } from './errors';
 
 /** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
  *  (a partition, an LV) lies on them. */
@@ -16,7 +17,7 @@ export interface GuestScope { root: string; devices: string[]; owns: (dev: strin
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
 export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope): Promise<GuestInfo> {
   const roots = scope ? [scope.root] : g.lines(await g.cmd('inspect-os'));
-  if (!roots.length) throw new Error('guest inspection found no operating system');
+  if (!roots.length) throw new ConverterError('guest inspection found no operating system', 'guest');
   const root = roots[0];
   const get = async (c: string) => (await g.tryCmd(c, root))?.trim() || undefined;
   const os = (await get('inspect-get-type')) || 'unknown';
@@ -50,24 +51,16 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   return info;
 }
 
-/** Identifiers of every filesystem and swap device, for the fstab rewrite. */
-export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<FstabContext> {
-  const disks = info.devices ?? g.lines(await g.cmd('list-devices'));
-  const ids: Record<string, DeviceIds> = {};
-  for (const dev of Object.keys(info.filesystems)) {
-    const b = await g.blkid(dev);
-    ids[dev] = { uuid: b.UUID || undefined, partuuid: b.PART_ENTRY_UUID || undefined, label: b.LABEL || undefined };
-  }
-  return { disks, ids, rootDevice: info.mountpoints['/'] };
-}
-
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
  *  which files the repair would change. */
 export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
 
-/** Every repair the fix stage asked for, on the mounted guest. Nothing is written when dry_run is set. */
+/** Every repair the fix stage asked for, on the mounted guest: the steps of the guest's family (families.ts), in
+ *  order, pre-checks first; r.steps names those that ran. Nothing is written when dry_run is set. A guest no family
+ *  handles is refused by name (UnsupportedGuest) before any step. */
 export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, log: (m: string) => void): Promise<FixResult> {
-  const r: FixResult = { modified: false, actions: [], warnings: [], failures: [], fstab_changes: [] };
+  const family = familyFor(info);
+  const r: FixResult = { modified: false, actions: [], warnings: [], failures: [], fstab_changes: [], steps: [] };
   const act = (a: FixAction) => {
     r.actions.push(a);
     if (a.status === 'warning') r.warnings.push(`${a.action}: ${a.detail}`);
@@ -75,56 +68,7 @@ export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, 
   };
   const write = async (path: string, text: string) => { if (!o.dry_run) { await g.writeFile(path, text); r.modified = true; } };
   const backup = async (path: string) => (o.backup && !o.dry_run ? g.backup(path) : undefined);
-
-  if (info.os === 'windows') {
-    if (o.inject_virtio_drivers) r.modified = await injectVirtioDrivers(g, info.root_device, o, act);
-    act({ action: 'linux_fixes', status: 'skipped', detail: 'the guest is Windows: fstab, grub and initramfs repairs do not apply' });
-    if (r.modified) await g.cmd('sync');
-    return r;
-  }
-  if (info.os !== 'linux') { act({ action: 'fix', status: 'skipped', detail: `guest OS "${info.os}" is not supported by the fix stage` }); return r; }
-  if (o.inject_virtio_drivers) act({ action: 'inject_virtio_drivers', status: 'skipped', detail: 'Linux guests use the virtio drivers of their kernel (see regen_initramfs)' });
-
-  const ctx = await deviceContext(g, info);
-
-  // xfs_regenerate_uuid runs before the fstab rewrite so the new UUIDs are the ones written.
-  if (o.xfs_regenerate_uuid) {
-    const xfs = Object.entries(info.filesystems).filter(([, t]) => t === 'xfs').map(([d]) => d);
-    if (!xfs.length) act({ action: 'xfs_regenerate_uuid', status: 'skipped', detail: 'the guest has no XFS filesystem' });
-    else if (o.dry_run) act({ action: 'xfs_regenerate_uuid', status: 'would_do', detail: `would give new UUIDs to ${xfs.join(', ')}` });
-    else {
-      await g.cmd('umount-all');
-      for (const d of xfs) {
-        const old = ctx.ids[d]?.uuid;
-        await g.cmd('xfs-admin', d, 'uuid:generate');
-        const neu = (await g.blkid(d)).UUID;
-        ctx.ids[d] = { ...ctx.ids[d], uuid: neu };
-        act({ action: 'xfs_regenerate_uuid', status: 'done', detail: `${d}: ${old} -> ${neu}`, device: d, old_uuid: old, new_uuid: neu });
-      }
-      for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp], mp).catch(ignoreError('could not remount after the xfs UUID change: a mount point that was not mounted before stays unmounted', { mountpoint: mp }));
-      r.modified = true;
-    }
-  }
-
-  // fstab
   const mode = (o.fstab_mode === 'preserve' ? 'noop' : o.fstab_mode) as FstabMode;
-  if (!(await g.isFile('/etc/fstab'))) act({ action: 'fstab', status: 'warning', detail: '/etc/fstab not found in the guest' });
-  else {
-    const before = await g.read('/etc/fstab');
-    const res = rewriteFstab(before, mode, ctx);
-    for (const w of res.warnings) act({ action: 'fstab', status: 'warning', detail: w });
-    r.fstab_changes = res.changes;
-    if (o.print_fstab) { r.fstab_before = before; r.fstab_after = res.text; log(`fstab before:\n${before}\nfstab after:\n${res.text}`); }
-    if (mode === 'noop') act({ action: 'fstab', status: 'skipped', detail: `fstab_mode ${o.fstab_mode}: fstab left as it is` });
-    else if (!res.changes.length) act({ action: 'fstab', status: 'skipped', detail: 'every fstab entry is already stable' });
-    else {
-      const bak = await backup('/etc/fstab');
-      await write('/etc/fstab', res.text);
-      act({ action: 'fstab', status: o.dry_run ? 'would_do' : 'done', detail: `${res.changes.length} entr${res.changes.length === 1 ? 'y' : 'ies'} rewritten${bak ? `, backup ${bak}` : ''}`, backup: bak, changes: res.changes });
-    }
-  }
-
-  await fixLinux({ g, info, o, ctx, mode, r, act, write, backup });
-  if (!o.dry_run && r.modified) await g.cmd('sync');
+  await runSteps(family, { g, info, o, r, mode, act, write, backup, log, baked: [] });
   return r;
 }

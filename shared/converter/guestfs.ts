@@ -6,6 +6,7 @@ import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rm
 import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../errors';
+import { ConverterError } from './errors';
 import { guestfsEnv } from '../guestfs-env';
 import { setting } from '../settings';
 
@@ -35,8 +36,8 @@ export function launchSeconds(env: NodeJS.ProcessEnv = process.env): number {
 /** Launches per session before a hung one fails the caller. */
 export const LAUNCH_TRIES = 2;
 
-export class LaunchTimeout extends OperationError {
-  constructor(seconds: number) { super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); its server and appliance were killed`, true); }
+export class LaunchTimeout extends ConverterError {
+  constructor(seconds: number) { super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); its server and appliance were killed`, 'appliance'); }
 }
 
 /** The emulated appliance died at launch (qemu exited, the appliance closed its connection): a fault of the host or

@@ -37,7 +37,11 @@ export interface GuestInfo {
 
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
 /** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
-export interface FixResult { modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[] }
+export interface FixResult {
+  modified: boolean; actions: FixAction[]; warnings: string[]; failures: string[]; fstab_before?: string; fstab_after?: string; fstab_changes: unknown[];
+  /** The family's steps that ran, in order (families.ts; `ferry-convert --explain` lists them all). */
+  steps: string[];
+}
 
 export interface FixOptions extends FixStage {
   fstab_mode: string; /* a FstabMode, or 'preserve' (noop) */ dry_run: boolean; configuration?: Record<string, unknown>;

@@ -11,8 +11,9 @@
 import { pipelineSchema } from '../schemas/manifest';
 import { GuestSession } from '../converter/guestfs';
 import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type GuestScope } from '../converter/guest';
-import type { FixAction, FixOptions, GuestInfo } from '../converter/types';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from '../converter/types';
 import { chooseFirmware } from '../converter/firmware';
+import { readGuestSpace, unsupportedReason } from '../converter/prechecks';
 import type { Manager } from '../vsphere/client';
 import { datacenterOf } from '../vsphere/inventory';
 import type { Logger } from '../log';
@@ -76,27 +77,28 @@ function planned(actions: FixAction[], info: GuestInfo, initrds: string[]) {
   return { files: [...files], packages };
 }
 
+/** The dry run's answer for a guest the converter refuses: nothing it would do. */
+function unsupportedResult(info: GuestInfo): FixResult {
+  return { modified: false, actions: [{ action: 'check_supported', status: 'skipped', detail: unsupportedReason(info)! }], warnings: [], failures: [],
+    fstab_changes: [], steps: ['check_supported'] };
+}
+
 /** What one mounted guest tells: free space, the initramfs sizes, the dry-run repair. */
 async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, luks: string[]): Promise<GuestRead> {
-  const free: Record<string, number> = {};
-  for (const mp of ['/', '/boot']) {
-    if (mp === '/boot' && !info.mountpoints['/boot']) continue;
-    const st: Record<string, number> = {};
-    for (const l of g.lines(await g.tryCmd('statvfs', mp))) { const [k, v] = l.split(': '); st[k] = Number(v); }
-    if (st.bavail !== undefined) free[mp] = st.bavail * (st.frsize || st.bsize);
-  }
-  const initrds = g.lines(await g.tryCmd('ls', '/boot')).filter((n) => /^(initrd\.img-|initramfs-|initrd-)/.test(n)).map((n) => `/boot/${n}`);
-  let largestInitrd = 0;
-  for (const x of initrds) largestInitrd = Math.max(largestInitrd, Number((await g.tryCmd('filesize', x))?.trim() || 0));
+  const { free, initrds, largestInitrd } = await readGuestSpace(g, info);
   const fix = pipelineSchema.extract('fix').validate(MIGRATION_REPAIR).value as FixOptions;
   const firmware = chooseFirmware(/efi/i.test(vm.facts.firmware) ? 'uefi' : 'bios', info.boot).firmware;
-  const repair = await fixGuest(g, info, { ...fix, dry_run: true, nic_macs: vm.facts.nics.map((n) => n.mac), firmware }, () => undefined); // the dry run's log lines: its findings are the result
+  // An unsupported guest is refused by the dry run as by the repair; guest-rules.ts says so (guest_os_unsupported).
+  const repair = unsupportedReason(info) ? unsupportedResult(info)
+    : await fixGuest(g, info, { ...fix, dry_run: true, nic_macs: vm.facts.nics.map((n) => n.mac), firmware },
+      () => undefined); // the dry run's log lines: its findings are the result
   const notes = [...new Set(vm.disks.flatMap((d) => d.notes))];
   return { info, luks, free, largestInitrd, repair, ...planned(repair.actions, info, initrds), notes };
 }
 
 /** One round: an appliance on every disk of `vms`; the findings of those it could judge, and the ones to retry. */
-async function round(m: Manager, vms: Vm[], signal: AbortSignal, log: Pick<Logger, 'warn'>): Promise<{ done: Map<string, Finding[]>; again: Vm[]; alone: Vm[] }> {
+async function round(m: Manager, vms: Vm[], signal: AbortSignal, log: Pick<Logger, 'warn'>): Promise<{ done: Map<string, Finding[]>; again: Vm[];
+  alone: Vm[] }> {
   const sources: NbdSource[] = [];
   const done = new Map<string, Finding[]>();
   let g: GuestSession | undefined;
@@ -141,7 +143,8 @@ async function round(m: Manager, vms: Vm[], signal: AbortSignal, log: Pick<Logge
 function regroup(vms: Vm[]): Vm[][] {
   const groups: Vm[][] = [];
   for (const vm of vms) {
-    const g = groups.find((x) => x.every((o) => ![...vm.uuids].some((u) => o.uuids.has(u))) && x.reduce((n, o) => n + o.disks.length, 0) + vm.disks.length <= MAX_DRIVES);
+    const g = groups.find((x) => x.every((o) => ![...vm.uuids].some((u) => o.uuids.has(u))) &&
+      x.reduce((n, o) => n + o.disks.length, 0) + vm.disks.length <= MAX_DRIVES);
     if (g) g.push(vm); else groups.push([vm]);
   }
   return groups;
@@ -151,7 +154,8 @@ function regroup(vms: Vm[]): Vm[][] {
  *  failed or `signal` ended it: the time bound, `seconds`, is named then). Runs on a worker, as the job of the
  *  internal operation guest_preflight (services/worker/operations/guest-preflight.ts); the daemon submits it and
  *  applies the per-caller and total caps at submission (queue/guest-read.ts). */
-export async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>, bound: { signal: AbortSignal; seconds: number }): Promise<Map<string, Finding[]>> {
+export async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>,
+  bound: { signal: AbortSignal; seconds: number }): Promise<Map<string, Finding[]>> {
   const { signal, seconds } = bound;
   const out = new Map<string, Finding[]>();
   const vms: Vm[] = [];

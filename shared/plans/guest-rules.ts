@@ -3,6 +3,9 @@
 // would stop the repair after it.
 import type { FixResult, GuestInfo } from '../converter/types';
 import type { Finding } from './rules';
+import { osOf, spaceShortfalls, unsupportedReason } from '../converter/prechecks';
+
+export { osOf } from '../converter/prechecks';
 
 export interface GuestRead {
   info: GuestInfo;
@@ -20,11 +23,6 @@ export interface GuestRead {
 }
 
 const f = (rule: string, severity: Finding['severity'], message: string, fix: string): Finding => ({ rule, severity, message, fix });
-const MiB = 2 ** 20;
-const mib = (n: number) => `${(n / MiB).toFixed(0)} MiB`;
-/** Room the repair needs: on /boot a new initramfs beside the old plus slack, on / the backups and the generator's
- *  work files (/var/tmp). */
-const BOOT_SLACK = 16 * MiB, ROOT_NEED = 32 * MiB;
 
 export function bootLoaderOf(i: GuestInfo): string {
   const b = i.boot;
@@ -33,13 +31,6 @@ export function bootLoaderOf(i: GuestInfo): string {
   for (const [vendor, files] of Object.entries(b?.efi_loaders ?? {})) parts.push(`UEFI \\EFI\\${vendor}\\{${files.join(',')}} on ${b!.esp}`);
   if (i.grub_config) parts.push(`configuration ${i.grub_config}`);
   return parts.join('; ') || 'none found';
-}
-
-/** "Debian 12.15 (linux)": libguestfs's product name for Debian is only the version, so the distribution leads. */
-export function osOf(i: GuestInfo): string {
-  const distro = i.distro && i.distro !== 'unknown' ? i.distro[0].toUpperCase() + i.distro.slice(1) : i.os;
-  const product = i.product_name && i.product_name !== i.version && !i.version?.startsWith(i.product_name) ? `, ${i.product_name}` : '';
-  return `${[distro, i.version].filter(Boolean).join(' ')} (${i.os}${product})`;
 }
 
 const fsOf = (i: GuestInfo, mp: string) => (i.mountpoints[mp] ? `${i.mountpoints[mp]} (${i.filesystems[i.mountpoints[mp]] ?? 'unknown'})` : undefined);
@@ -64,22 +55,17 @@ function inspected(r: GuestRead): Finding {
   } };
 }
 
+/** The converter's own free-space rule (its check_free_space step), as findings before the copy. */
 function spaceRule(r: GuestRead): Finding[] {
-  const i = r.info;
-  if (i.os !== 'linux') return [];
-  const bootApart = !!i.mountpoints['/boot'] && i.mountpoints['/boot'] !== i.mountpoints['/'];
-  const bootNeed = r.largestInitrd + BOOT_SLACK;
-  const needs: [string, number][] = bootApart ? [['/boot', bootNeed], ['/', ROOT_NEED]] : [['/', bootNeed + ROOT_NEED]];
-  return needs.filter(([mp, need]) => r.free[mp] !== undefined && r.free[mp] < need).map(([mp, need]) => f('guest_low_space', 'blocker',
-    `${mp} has ${mib(r.free[mp])} free; the repair needs about ${mib(need)} there (a new initramfs of up to ${mib(r.largestInitrd)} beside the old, backups, the generator's work files)`,
-    `free space in the guest's ${mp} (old kernels, logs, caches) before the migration`));
+  return spaceShortfalls(r.info, r).map((x) => f('guest_low_space', 'blocker', x.message, `free space in the guest's ${x.mountpoint} (old kernels, logs, caches) before the migration`));
 }
 
 /** Every guest-level finding of one VM whose disk was read. */
 export function guestFindings(r: GuestRead): Finding[] {
   const i = r.info;
   const out: Finding[] = [inspected(r)];
-  if (i.os !== 'linux' && i.os !== 'windows') out.push(f('guest_os_unsupported', 'blocker', `the disk holds ${osOf(i)}: Ferry repairs Linux and Windows guests only`, 'migrate it by another means'));
+  const unsupported = unsupportedReason(i); // the converter's check_supported step, the same rule
+  if (unsupported) out.push(f('guest_os_unsupported', 'blocker', `the disk holds ${osOf(i)}: ${unsupported}`, 'migrate it by another means'));
   if (r.luks.length) out.push(f('guest_luks', 'warning', `LUKS-encrypted volume(s) ${r.luks.join(', ')}: the guest still asks for their key at boot, and the repair cannot read inside them`, 'have the passphrase or key file ready for the first boot on KVM'));
   if (i.os === 'linux') {
     if (!i.boot?.bios_loader && !Object.keys(i.boot?.efi_loaders ?? {}).length) out.push(f('guest_no_bootloader', 'blocker', `no boot loader found: neither GRUB for BIOS (/boot/grub/i386-pc on a disk it can boot from) nor an EFI loader on an EFI system partition`, 'install GRUB in the guest (grub-install) before the migration, or override if it boots another way'));
@@ -87,7 +73,8 @@ export function guestFindings(r: GuestRead): Finding[] {
   }
   out.push(...spaceRule(r));
   for (const x of r.repair.failures) out.push(f('guest_repair_failure', 'blocker', `the repair's dry run says it would fail: ${x}`, 'correct this in the guest before the migration'));
-  for (const x of r.repair.warnings) out.push(f('guest_repair_warning', 'warning', `the repair's dry run: ${x}`, 'check this in the guest, or accept it'));
+  // The dry run's free-space warning is spaceRule's blocker above, said once.
+  for (const x of r.repair.warnings.filter((w) => !w.startsWith('check_free_space: '))) out.push(f('guest_repair_warning', 'warning', `the repair's dry run: ${x}`, 'check this in the guest, or accept it'));
   return out;
 }
 

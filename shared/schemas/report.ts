@@ -24,6 +24,12 @@ export const reportSchema = Joi.object({
   retryable: Joi.boolean().description(
     'only when success is false: whether every failure may pass when tried again (a hung or crashed appliance launch, not a broken guest); a migration job ' +
     'is retried on it while its retry_count allows'),
+  failures: Joi.array().items(Joi.object({
+    message: Joi.string().required(),
+    retryable: Joi.boolean().required(),
+    fault: Joi.string().valid('guest', 'appliance', 'host').description('the converter\'s typed errors: whose fault it was (a guest fault is never retried)'),
+    step: Joi.string().description('the converter step that failed (`ferry-convert --explain` lists them)'),
+  })).description('only when success is false: each failure of `errors` with its kind'),
   source: Joi.object().unknown(true),
   stages: Joi.object({ inspect: stageReport, convert: stageReport, fix: stageReport, validate: stageReport }).required(),
   artifacts: Joi.array().items(Joi.object({

@@ -5,12 +5,12 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { GuestSession } from '../guestfs';
-import type { FixAction, FixOptions, FixResult, GuestInfo } from '../types';
-import type { FstabContext, FstabMode } from '../fstab';
+import type { FstabContext } from '../fstab';
+import type { FixRun } from '../steps';
 
-export interface LinuxFix {
-  g: GuestSession; info: GuestInfo; o: FixOptions; ctx: FstabContext; mode: FstabMode; r: FixResult;
-  act: (a: FixAction) => void; write: (p: string, t: string) => Promise<void>; backup: (p: string) => Promise<string | undefined>;
+/** A Linux step's view of the repair (steps.ts FixRun) once the device_ids step has read the identifiers. */
+export interface LinuxFix extends FixRun {
+  ctx: FstabContext;
   /** Packages the guest's package tool was run to remove (verified to be gone at the end). */
   purged?: string[];
   /** Whether the guest has /usr/bin/env (asked once). */

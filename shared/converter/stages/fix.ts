@@ -12,6 +12,7 @@ import { run as runTool, QEMU_IMG } from '../../qemu';
 import { GuestDisk, GuestSession } from '../guestfs';
 import { fixGuest, inspectAndMount } from '../guest';
 import { chooseFirmware } from '../firmware';
+import { ConverterError } from '../errors';
 import type { Repair, Run, StageReport } from './run';
 
 /** A qcow2 overlay at `file` whose backing file is the (untouched) source `src`, a file or (the repair beside a
@@ -80,7 +81,7 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
   const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
   for (const wmsg of res.warnings) run.warnings.push(`fix: ${wmsg}`);
   // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
-  if (res.failures.length) { fixReport.result = result; throw new Error(`repairs that did not hold: ${res.failures.join('; ')}`); }
+  if (res.failures.length) { fixReport.result = result; throw new ConverterError(`repairs that did not hold: ${res.failures.join('; ')}`, 'guest', 'verify'); }
   if (early && res.modified) {
     run.progress('fix', 0.8, 'writing the repairs into the outputs');
     for (const w of work) {
@@ -88,7 +89,7 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
       const steps = [['rebase', '-u', '-f', 'qcow2', '-b', path.resolve(w.tmp), '-F', m.output.format, w.fixOverlay!], ['commit', '-q', '-f', 'qcow2', w.fixOverlay!]];
       for (const a of steps) {
         const r = await run.timed('qemu_img_commit', () => runTool(QEMU_IMG, a, { signal: run.opts.signal }));
-        if (r.code !== 0) throw new Error(`disk ${w.disk.id}: qemu-img ${a[0]} of the repair overlay: ${r.stderr.trim()}`);
+        if (r.code !== 0) throw new ConverterError(`disk ${w.disk.id}: qemu-img ${a[0]} of the repair overlay: ${r.stderr.trim()}`, 'host');
       }
     }
   }

@@ -20,7 +20,7 @@ export function buildReport(run: Run) {
   return {
     report_version: '1.0', manifest_version: m.manifest_version, tool: run.opts.tool || 'ferry-convert',
     started_at: new Date(run.t0).toISOString(), finished_at: new Date().toISOString(), duration_seconds: (Date.now() - run.t0) / 1000,
-    dry_run: dry, success: !failed, ...(failed ? { retryable: run.retryable } : {}), source: m.source || {}, stages,
+    dry_run: dry, success: !failed, ...(failed ? { retryable: run.retryable, failures: run.failures } : {}), source: m.source || {}, stages,
     artifacts: written ? work.map((w) => w.artifact) : [],
     ...(run.firmware ? { firmware: run.firmware } : {}),
     ...(run.testBootResult ? { test_boot: run.testBootResult } : {}),

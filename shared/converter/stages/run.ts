@@ -9,6 +9,7 @@ import type { TestBootOptions, TestBootResult } from '../testboot';
 import type { FixResult, GuestInfo } from '../types';
 import type { FirmwareChoice } from '../firmware';
 import { OperationError } from '../../errors';
+import { ConverterError } from '../errors';
 
 export type StageName = 'inspect' | 'convert' | 'fix' | 'validate';
 export const STAGES: StageName[] = ['inspect', 'convert', 'fix', 'validate'];
@@ -76,6 +77,9 @@ export class Run {
   readonly dir: string | undefined;
   readonly warnings: string[] = [];
   readonly errors: string[] = [];
+  /** Each failure with its kind, beside `errors` (their messages): whether it may pass on a retry, and for the
+   *  converter's typed errors (../errors.ts) whose fault it was and at which step. */
+  readonly failures: { message: string; retryable: boolean; fault?: string; step?: string }[] = [];
   readonly stages = {} as Record<StageName, StageReport>;
   /** One entry per disk, in boot order. */
   readonly work: Work[] = [];
@@ -127,7 +131,9 @@ export class Run {
   fail(message: string, e?: unknown) {
     this.errors.push(message);
     this.failed = true;
-    this.retryable &&= e instanceof OperationError && e.retryable;
+    const retryable = e instanceof OperationError && e.retryable;
+    this.retryable &&= retryable;
+    this.failures.push({ message, retryable, ...(e instanceof ConverterError ? { fault: e.fault, ...(e.step ? { step: e.step } : {}) } : {}) });
   }
 
   /** Runs stage `s` unless it is off or an earlier stage failed. A failure is recorded in its report and ends the
