@@ -14,6 +14,11 @@ import type { Logger } from '../shared/log';
 import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
 import { Leader } from './leader';
 import type { JobStore } from './store';
+import { checkSubmittedPaths } from '../shared/roots';
+import { virtFilesPaths } from '../shared/operations';
+
+/** The routes a worker runs whole: virt_clone's actions and virt_files'. */
+export type WorkerAction = 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy' | 'import_kvm' | 'template_export';
 
 /** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
 export const LIBVIRT_ERROR_FIELD = 'libvirt_error';
@@ -44,10 +49,14 @@ export class JobVirsh extends Virsh {
     return typeof out === 'string' ? out : '';
   }
 
-  /** A clone or template route run whole on a worker (operation virt_clone, services/worker/operations/virt-clone.ts):
-   *  the route's data, or the error it would have answered running virt-clone itself. Not on the call lane. */
-  async onWorker(action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy', body: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
-    const spec = internalSpec('virt_clone', { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
+  /** A route run whole on a worker: clones and templates (operation virt_clone, services/worker/operations/virt-clone.ts),
+   *  an import or a template export (virt_files, its paths checked here against this daemon's roots first: 400
+   *  naming the field, nothing queued). The route's data, or the error it would have answered running the tools
+   *  itself. Not on the call lane. */
+  async onWorker(action: WorkerAction, body: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
+    const operation = action === 'import_kvm' || action === 'template_export' ? 'virt_files' : 'virt_clone';
+    const spec = internalSpec(operation, { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
+    await checkSubmittedPaths(virtFilesPaths(spec.parameters));
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeoutMs + GRACE_MS, meta: { virt: action } });
     return (answerOf(end, action.replace('_', ' '), this.uri, timeoutMs + GRACE_MS) ?? {}) as Record<string, unknown>;
   }
@@ -62,8 +71,10 @@ function answerOf(end: WorkerJobEnd, what: string, uriText: string, boundMs: num
   if (end.state === 'COMPLETED') return end.result;
   const kept = end.record[LIBVIRT_ERROR_FIELD];
   if (kept) {
-    const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
-    throw new LibvirtError(e.status, e.message, e.libvirt);
+    const e = JSON.parse(kept) as { status: number; message: string; libvirt: string; fields?: unknown };
+    const err = new LibvirtError(e.status, e.message, e.libvirt);
+    if (e.fields) err.details = { fields: e.fields }; // the field a refusal names, as the route itself names it
+    throw err;
   }
   throw new LibvirtError(500, `${what} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
 }
