@@ -4,8 +4,9 @@
 // daemon's image needs no libvirt client. The worker's answer is rebuilt into what virsh gave: stdout, or the
 // LibvirtError with the same status and message (404, 400, 409, 503, 500). No worker able to take it: 503 saying
 // why; no end within the bound: 504, the job cancelled. Commands that read or write a local file (vol-upload,
-// vol-download) are refused (503): their route must run whole on a worker, which is not built yet (docs/virt.md).
-// The clone and template routes do run whole on a worker, as one virt_clone job (JobVirsh.onWorker).
+// vol-download) are refused (503): their route must run whole on a worker. The clone and template routes do, as
+// one virt_clone job, and the import and template export as one virt_files job (JobVirsh.onWorker); the volume
+// upload is not a worker job yet (docs/virt.md).
 import { shownUri } from '../shared/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
 import { ApiError } from '../shared/errors';
@@ -15,6 +16,8 @@ import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } fro
 import { Leader } from './leader';
 import type { JobStore } from './store';
 import { checkSubmittedPaths } from '../shared/roots';
+import type { ConsoleSession } from '../shared/libvirt/console';
+import { workerConsole } from './console-jobs';
 import { virtFilesPaths } from '../shared/operations';
 
 /** The routes a worker runs whole: virt_clone's actions and virt_files'. */
@@ -47,6 +50,11 @@ export class JobVirsh extends Virsh {
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeout + GRACE_MS, meta: { virsh: args[0] } });
     const out = (answerOf(end, `virsh ${args[0]}`, this.uri, timeout + GRACE_MS) as { stdout?: unknown } | null)?.stdout;
     return typeof out === 'string' ? out : '';
+  }
+
+  /** A console session whose `virsh console` runs on a worker with libvirt_access (queue/console-jobs.ts). */
+  console(name: string, force: boolean): ConsoleSession {
+    return workerConsole(this.d, this.uri, name, force);
   }
 
   /** A route run whole on a worker: clones and templates (operation virt_clone, services/worker/operations/virt-clone.ts),
@@ -85,9 +93,9 @@ export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
   return virshFor(uri);
 }
 
-/** A 503 for a route that runs more than virsh calls on the daemon's machine (a local file, virt-sysprep,
- *  virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). virt-clone's
- *  routes run whole on a worker instead (JobVirsh.onWorker). */
+/** A 503 for a route that runs more than virsh calls on the daemon's machine (the volume upload's local file)
+ *  when libvirt is reached through workers: it is not a job yet (docs/virt.md). The clone, template, import and
+ *  export routes run whole on a worker instead (JobVirsh.onWorker). */
 export function refuseLocalWork(v: Virsh, route: string): void {
   if (v instanceof JobVirsh) throw new ApiError(503, `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route is not a worker job yet (docs/virt.md, "Through workers")`);
 }

@@ -336,6 +336,20 @@ export const OPERATIONS: Record<string, OperationDef> = {
     paths: (spec) => virtFilesPaths(spec.parameters),
     description: 'POST /import/kvm or /virt/template/export of the daemon run whole on a worker with libvirt_access and qemu-img (img_tool), its files confined to that worker\'s roots (submitted by the daemon only, for an admin)',
   },
+  virt_console: {
+    // The /virt/console WebSocket when FERRY_LIBVIRT_VIA=worker: `virsh console` runs on a worker with libvirt_access
+    // for the session's life, its bytes relayed over Redis (queue/console-jobs.ts). On the job lane: a session holds
+    // its slot as long as someone watches, which must not starve the call lane.
+    capabilities: ['libvirt_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
+      name: domainName.required(),
+      force: Joi.boolean().default(false).description('take the console from whoever holds it (virsh console --force)'),
+    }),
+    description: 'a VM console session of the daemon\'s /virt/console WebSocket, `virsh console` run on a worker with libvirt_access, bytes both ways over Redis (submitted by the daemon only; the WebSocket\'s roles apply)',
+  },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
   rollback_kvm: {

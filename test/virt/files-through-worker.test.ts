@@ -5,15 +5,18 @@
 // the answers (data, refusals) are those of a daemon running the tools itself (direct mode, beside it on the same
 // libvirtd). With no such worker: 503 naming both capabilities, nothing made, no job. A key whose role direct
 // mode refuses is refused the same way (403); a path outside the daemon's roots is a 400 naming the field before
-// anything is queued, and one outside the worker's own roots is refused by the worker, naming the field.
+// anything is queued, and one outside the worker's own roots is refused by the worker, naming the field. The VM
+// console runs on a worker too (virt_console): a real guest's boot text live, typed input answered, roles as in
+// direct mode, and closing either side (the socket, or the console on the host) ends both.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
-import { req } from '../helpers/http';
+import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
-import { domState } from '../helpers/libvirt';
+import { defineGuest, domState, GUEST_MARKER } from '../helpers/libvirt';
+import { openWs } from '../helpers/ws';
 import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
 import { startWorkerModeStack, type VirtStack } from './stack';
 
@@ -34,8 +37,9 @@ describe('import and template export through a worker (FERRY_LIBVIRT_VIA=worker,
   let inDir: string;
   let outDir: string;
   let image: string;
-  /** The worker-mode daemon's virt_files jobs (internal ones listed for an admin). */
-  const fileJobs = async () => ((await req<{ jobs: { id: string; status: string; definition: { operation: string } }[] }>(B, 'GET', '/jobs?limit=1000&internal=true', undefined, admin)).body.jobs || []).filter((j) => j.definition.operation === 'virt_files');
+  /** The worker-mode daemon's jobs of `op` (internal ones listed for an admin). */
+  const jobsOf = async (op: string) => ((await req<{ jobs: { id: string; status: string; definition: { operation: string } }[] }>(B, 'GET', '/jobs?limit=1000&internal=true', undefined, admin)).body.jobs || []).filter((j) => j.definition.operation === op);
+  const fileJobs = () => jobsOf('virt_files');
   const poolFiles = () => (existsSync(s.env.FERRY_LIBVIRT_POOL_DIR) ? readdirSync(s.env.FERRY_LIBVIRT_POOL_DIR) : []);
 
   before(async function () {
@@ -164,5 +168,47 @@ describe('import and template export through a worker (FERRY_LIBVIRT_VIA=worker,
     expect(out.body.error).to.include('export_path').and.include('outside every output root');
     expect(out.body.fields?.map((f) => f.field)).to.deep.equal(['export_path']);
     expect(existsSync(elsewhere)).to.equal(false);
+  });
+
+  it('the console runs on a worker (virt_console): boot text live, input answered, roles as direct mode; either side closing ends both', async () => {
+    type Msg = { type: string; data?: string; error?: string; mode?: string };
+    const open = (base: string, q: string, key = K.admin) => openWs<Msg>(`${base.replace('http', 'ws')}/virt/console?name=vf-con${q}`, { 'X-API-Key': key });
+    await defineGuest(s.lv, 'vf-con');
+    await s.lv.virsh(['start', 'vf-con', '--paused']);
+    // A read key asking to type is refused as a daemon running virsh refuses it, before any job.
+    for (const base of [B, ws.direct.url]) {
+      const r = open(base, '&mode=write', K.read);
+      await r.opened;
+      await until(() => r.msgs.some((m) => m.type === 'error'), 30_000, 'the refusal');
+      expect(r.msgs.find((m) => m.type === 'error')?.error).to.include('mode').and.include('admin');
+    }
+    expect(await jobsOf('virt_console')).to.deep.equal([]);
+    const c = open(B, '');
+    const closed = new Promise<number>((resolve) => c.ws.once('close', (code) => resolve(code)));
+    await c.opened;
+    await until(() => c.msgs.some((m) => m.type === 'status'), 60_000, 'the console attached on the worker');
+    expect(c.msgs.find((m) => m.type === 'status')?.mode).to.equal('write');
+    const [job] = await jobsOf('virt_console');
+    expect(job.status).to.equal('running');
+    expect(await ws.rc.hget(`ferry:job:${job.id}`, 'worker_id')).to.equal('vf-worker');
+    await s.lv.virsh(['resume', 'vf-con']);
+    const text = () => c.msgs.filter((m) => m.type === 'data').map((m) => m.data).join('');
+    await until(() => text().includes(GUEST_MARKER), 150_000, 'the boot marker through the worker');
+    await until(() => text().split(GUEST_MARKER)[1]?.includes('/ # '), 30_000, 'the shell prompt');
+    c.ws.send(JSON.stringify({ type: 'input', data: 'echo hi-$((6*7))\r' }));
+    await until(() => text().includes('hi-42'), 30_000, 'the guest\'s answer to what was typed');
+    // The socket closing ends the worker's console and its job.
+    c.ws.close();
+    await closed;
+    await until(async () => (await jobsOf('virt_console')).find((j) => j.id === job.id)?.status === 'completed', 30_000, 'the console job ended');
+    // The console ending on the host (the domain stopped) ends the socket.
+    const c2 = open(B, '');
+    const closed2 = new Promise<number>((resolve) => c2.ws.once('close', (code) => resolve(code)));
+    await c2.opened;
+    await until(() => c2.msgs.some((m) => m.type === 'status'), 60_000, 'the second session attached');
+    await s.lv.virsh(['destroy', 'vf-con']);
+    expect(await closed2).to.equal(1000);
+    expect(c2.msgs.some((m) => m.type === 'closed')).to.equal(true);
+    await until(async () => (await jobsOf('virt_console')).filter((j) => j.status === 'completed').length === 2, 30_000, 'the second console job ended');
   });
 });
