@@ -144,10 +144,11 @@ export function virtCloneUsesGuestfs(p: { action?: string; body?: { seal?: unkno
 /** The host paths a virt_files job's route body names (its import's image, its export's folder), under the
  *  route's own field names: the daemon checks them against its roots before it queues the job (400 naming the
  *  field), the worker again against its own right before it opens them. */
-export function virtFilesPaths(p: { action?: string; body?: { image_path?: unknown; export_path?: unknown } }): JobPath[] {
+export function virtFilesPaths(p: { action?: string; body?: { image_path?: unknown; export_path?: unknown; source_path?: unknown } }): JobPath[] {
   const b = p.body || {};
   if (p.action === 'import_kvm' && typeof b.image_path === 'string') return [{ field: 'image_path', path: b.image_path, kind: 'input' }];
   if (p.action === 'template_export' && typeof b.export_path === 'string') return [{ field: 'export_path', path: b.export_path, kind: 'output_dir' }];
+  if (p.action === 'volume_upload' && typeof b.source_path === 'string') return [{ field: 'source_path', path: b.source_path, kind: 'input' }];
   return [];
 }
 
@@ -322,19 +323,19 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone, with mount_operations too when it seals or customizes (virt-sysprep, virt-customize) (submitted by the daemon only, for an admin)',
   },
   virt_files: {
-    // POST /import/kvm and /virt/template/export when FERRY_LIBVIRT_VIA=worker: routes that read or write host files
-    // (the image, the export folder) and run qemu-img beside virsh, run whole on a worker with libvirt_access and
+    // POST /import/kvm, /virt/template/export and /virt/volume/upload when FERRY_LIBVIRT_VIA=worker: routes that read
+    // or write host files (the image, the export folder, the upload's source) and run qemu-img beside virsh, run whole on a worker with libvirt_access and
     // img_tool (services/worker/operations/virt-files.ts). Not on the call lane: they copy disks.
     capabilities: ['libvirt_access', 'img_tool'],
     submittedBy: 'daemon',
     needsImage: false,
     parameters: Joi.object({
       uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
-      action: Joi.string().valid('import_kvm', 'template_export').required(),
+      action: Joi.string().valid('import_kvm', 'template_export', 'volume_upload').required(),
       body: Joi.object().unknown(true).required().description('the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
     }),
     paths: (spec) => virtFilesPaths(spec.parameters),
-    description: 'POST /import/kvm or /virt/template/export of the daemon run whole on a worker with libvirt_access and qemu-img (img_tool), its files confined to that worker\'s roots (submitted by the daemon only, for an admin)',
+    description: 'POST /import/kvm, /virt/template/export or /virt/volume/upload of the daemon run whole on a worker with libvirt_access and qemu-img (img_tool), its files confined to that worker\'s roots (submitted by the daemon only, for an admin)',
   },
   virt_console: {
     // The /virt/console WebSocket when FERRY_LIBVIRT_VIA=worker: `virsh console` runs on a worker with libvirt_access

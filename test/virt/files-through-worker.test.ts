@@ -170,6 +170,30 @@ describe('import and template export through a worker (FERRY_LIBVIRT_VIA=worker,
     expect(existsSync(elsewhere)).to.equal(false);
   });
 
+  it('uploads a volume on a worker: the volume has the image\'s bytes; the answer and refusals are direct mode\'s', async () => {
+    const r = await req<{ data: { path: string; converted: boolean } }>(B, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vf-up.qcow2', source_path: image }, admin);
+    expect(r.status, r.text).to.equal(200);
+    const vol = (await s.lv.virsh(['vol-path', '--pool', s.lv.pool, 'vf-up.qcow2'])).trim();
+    expect(r.body.data.path).to.equal(vol);
+    execFileSync('qemu-img', ['compare', '-q', '-f', 'qcow2', '-F', 'qcow2', image, vol]); // throws when the contents differ
+    const d = await req<{ data: Record<string, unknown> }>(ws.direct.url, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vf-up-d.qcow2', source_path: image }, admin);
+    expect(d.status, d.text).to.equal(200);
+    expect(Object.keys(r.body.data).sort()).to.deep.equal(Object.keys(d.body.data).sort());
+    const bodies = [{ pool: s.lv.pool, volume: 'vf-up2.qcow2', source_path: path.join(inDir, 'absent.qcow2') }, { pool: s.lv.pool, volume: 'vf-up2.qcow2', source_path: '/etc/hostname' }];
+    for (const body of bodies) {
+      const viaWorker = await req<DaemonError>(B, 'POST', '/virt/volume/upload', body, admin);
+      const viaVirsh = await req<DaemonError>(ws.direct.url, 'POST', '/virt/volume/upload', body, admin);
+      expect(viaWorker.status, viaWorker.text).to.equal(400);
+      expect(viaWorker.body.error).to.equal(viaVirsh.body.error).and.include('source_path');
+    }
+    // Inside the daemon's roots, outside the worker's: the worker refuses it, naming the field.
+    const out = await req<DaemonError>(B, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vf-up2.qcow2', source_path: path.join(s.dir, 'vf-elsewhere.qcow2') }, admin);
+    expect(out.status, out.text).to.equal(400);
+    expect(out.body.error).to.include('source_path').and.include('outside every input root');
+    expect(await s.lv.virsh(['vol-list', s.lv.pool])).to.not.include('vf-up2.qcow2');
+    expect(existsSync(path.join(s.lv.poolDir, 'vf-up2.qcow2'))).to.equal(false);
+  });
+
   it('the console runs on a worker (virt_console): boot text live, input answered, roles as direct mode; either side closing ends both', async () => {
     type Msg = { type: string; data?: string; error?: string; mode?: string };
     const open = (base: string, q: string, key = K.admin) => openWs<Msg>(`${base.replace('http', 'ws')}/virt/console?name=vf-con${q}`, { 'X-API-Key': key });

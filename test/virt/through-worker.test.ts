@@ -4,8 +4,8 @@
 // exactly as a daemon running virsh itself (direct mode, started beside it on the same libvirtd) answers them;
 // with no worker able to take the call the answer is a 503 that says so and no job is made; a caller cannot
 // submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; clones
-// and templates run whole on the worker (virt_clone); a volume upload (a local file) and sealing without libguestfs
-// on a worker are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
+// and templates run whole on the worker (virt_clone); a volume upload and sealing without a worker that has
+// qemu-img or libguestfs are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
 // daemon's plumbing: job lists on both APIs leave them out unless an admin asks (?internal=true), and Redis keeps a
 // completed one FERRY_CALL_RETENTION, a failed one FERRY_CALL_FAILED_RETENTION (short here), then holds none.
 import { expect } from 'chai';
@@ -212,10 +212,11 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
   });
 
   it('a volume upload, sealing or customizing without a worker with libguestfs are a clear 503, the host unchanged; a shut-off domain\'s console is refused as direct mode refuses it', async () => {
-    // (POST /import/kvm and /virt/template/export run whole on a worker: test/virt/files-through-worker.test.ts.)
+    // An upload runs whole on a worker with img_tool too (virt_files, test/virt/files-through-worker.test.ts): the one here has only libvirt_access.
     const up = await req<DaemonError>(B, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vj-up.qcow2', source_path: path.join(s.dir, 'vj-up.qcow2') }, admin);
     expect(up.status, up.text).to.equal(503);
-    expect(up.body.error).to.include('POST /virt/volume/upload').and.include('FERRY_LIBVIRT_VIA=worker');
+    expect(up.body.error).to.include('volume upload').and.include('img_tool, libvirt_access').and.include('FERRY_LIBVIRT_VIA=worker');
+    expect(await s.lv.virsh(['vol-list', s.lv.pool])).to.not.include('vj-up.qcow2');
     // Sealing and customizing need libguestfs on the worker (mount_operations): the one here has only libvirt_access.
     const seal = await req<DaemonError>(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-sealed', seal: true }, admin);
     expect(seal.status, seal.text).to.equal(503);
