@@ -1,7 +1,8 @@
-// POST /import/kvm and POST /virt/template/export through a worker (FERRY_LIBVIRT_VIA=worker, issue 38 item 2),
+// POST /import/kvm, POST /virt/template/export and POST /virt/volume/upload through a worker (FERRY_LIBVIRT_VIA=worker, issue 38 item 2),
 // against a real daemon process whose PATH has neither virsh nor qemu-img, real worker processes and the run's
 // private libvirtd. Each route runs whole as a virt_files job on a worker with libvirt_access and img_tool: the
-// domain and its volume exist afterwards with the image's bytes, the export's files are the volume's bytes, and
+// domain and its volume exist afterwards with the image's bytes, the export's files are the volume's bytes, an
+// uploaded volume has the image's bytes, and
 // the answers (data, refusals) are those of a daemon running the tools itself (direct mode, beside it on the same
 // libvirtd). With no such worker: 503 naming both capabilities, nothing made, no job. A key whose role direct
 // mode refuses is refused the same way (403); a path outside the daemon's roots is a 400 naming the field before
@@ -28,7 +29,7 @@ type Exported = { data: { template: string; export_path: string; xml: string; di
 
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
 
-describe('import and template export through a worker (FERRY_LIBVIRT_VIA=worker, virt_files) @vm', function () {
+describe('import, template export, volume upload and the console through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function () {
   this.timeout(600_000);
   let B: string;
   let ws: Awaited<ReturnType<typeof startWorkerModeStack>>;
@@ -75,7 +76,7 @@ describe('import and template export through a worker (FERRY_LIBVIRT_VIA=worker,
   });
 
   it('a key of a role direct mode refuses is refused the same way (403), nothing queued', async () => {
-    const calls: [string, unknown][] = [['/import/kvm', { image_path: image, vm_name: 'vf-role', memory: 64 }], ['/virt/template/export', { template: 'vf-role', export_path: outDir }]];
+    const calls: [string, unknown][] = [['/import/kvm', { image_path: image, vm_name: 'vf-role', memory: 64 }], ['/virt/template/export', { template: 'vf-role', export_path: outDir }], ['/virt/volume/upload', { pool: s.lv.pool, volume: 'vf-role.qcow2', source_path: image }]];
     for (const [role, key] of Object.entries(K)) {
       if (role === 'admin') continue;
       for (const [p, body] of calls) {

@@ -211,7 +211,7 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     for (const n of ['vj-clone', 'vj-tpl', 'vj-dep']) await s.lv.virsh(['undefine', n, '--remove-all-storage']);
   });
 
-  it('a volume upload, sealing or customizing without a worker with libguestfs are a clear 503, the host unchanged; a shut-off domain\'s console is refused as direct mode refuses it', async () => {
+  it('a volume upload without a worker with qemu-img, sealing or customizing without one with libguestfs, are a clear 503, the host unchanged; a shut-off domain\'s console is refused as direct mode refuses it', async () => {
     // An upload runs whole on a worker with img_tool too (virt_files, test/virt/files-through-worker.test.ts): the one here has only libvirt_access.
     const up = await req<DaemonError>(B, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vj-up.qcow2', source_path: path.join(s.dir, 'vj-up.qcow2') }, admin);
     expect(up.status, up.text).to.equal(503);
