@@ -4,16 +4,23 @@
 // daemon's image needs no libvirt client. The worker's answer is rebuilt into what virsh gave: stdout, or the
 // LibvirtError with the same status and message (404, 400, 409, 503, 500). No worker able to take it: 503 saying
 // why; no end within the bound: 504, the job cancelled. Commands that read or write a local file (vol-upload,
-// vol-download) are refused (503): their route must run whole on a worker, which is not built yet (docs/virt.md).
-// The clone and template routes do run whole on a worker, as one virt_clone job (JobVirsh.onWorker).
+// vol-download) are refused (503) as single calls: their routes run whole on a worker, the clone and template
+// routes as one virt_clone job, the import, template export and volume upload as one virt_files job
+// (JobVirsh.onWorker), the console as a virt_console job (JobVirsh.console, queue/console-jobs.ts).
 import { shownUri } from '../shared/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
-import { ApiError } from '../shared/errors';
 import { setting } from '../shared/settings';
 import type { Logger } from '../shared/log';
 import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
 import { Leader } from './leader';
 import type { JobStore } from './store';
+import { checkSubmittedPaths } from '../shared/roots';
+import type { ConsoleSession } from '../shared/libvirt/console';
+import { workerConsole } from './console-jobs';
+import { virtFilesPaths } from '../shared/operations';
+
+/** The routes a worker runs whole: virt_clone's actions and virt_files'. */
+export type WorkerAction = 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy' | 'import_kvm' | 'template_export' | 'volume_upload';
 
 /** The record field a virsh_call's worker sets when libvirt refused: {status, message, libvirt} as JSON. */
 export const LIBVIRT_ERROR_FIELD = 'libvirt_error';
@@ -47,11 +54,19 @@ export class JobVirsh extends Virsh {
     return typeof out === 'string' ? out : '';
   }
 
-  /** A clone or template route run whole on a worker (operation virt_clone, services/worker/operations/virt-clone.ts):
-   *  the route's data, or the error it would have answered running virt-clone itself. Not on the call lane. */
-  async onWorker(action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy', body: unknown,
-    timeoutMs: number): Promise<Record<string, unknown>> {
-    const spec = internalSpec('virt_clone', { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
+  /** A console session whose `virsh console` runs on a worker with libvirt_access (queue/console-jobs.ts). */
+  console(name: string, force: boolean): ConsoleSession {
+    return workerConsole(this.d, this.uri, name, force);
+  }
+
+  /** A route run whole on a worker: clones and templates (operation virt_clone, services/worker/operations/virt-clone.ts),
+   *  an import or a template export (virt_files, its paths checked here against this daemon's roots first: 400
+   *  naming the field, nothing queued). The route's data, or the error it would have answered running the tools
+   *  itself. Not on the call lane. */
+  async onWorker(action: WorkerAction, body: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
+    const operation = action === 'import_kvm' || action === 'template_export' || action === 'volume_upload' ? 'virt_files' : 'virt_clone';
+    const spec = internalSpec(operation, { uri: this.uri, action, body }, { timeoutSeconds: timeoutMs / 1000 });
+    await checkSubmittedPaths(virtFilesPaths(spec.parameters));
     const end = await runWorkerJob(this.d, spec, { caller: null, waitMs: timeoutMs + GRACE_MS, meta: { virt: action } });
     return (answerOf(end, action.replace('_', ' '), this.uri, timeoutMs + GRACE_MS) ?? {}) as Record<string, unknown>;
   }
@@ -69,8 +84,10 @@ function answerOf(end: WorkerJobEnd, what: string, uriText: string, boundMs: num
   if (end.state === 'COMPLETED') return end.result;
   const kept = end.record[LIBVIRT_ERROR_FIELD];
   if (kept) {
-    const e = JSON.parse(kept) as { status: number; message: string; libvirt: string };
-    throw new LibvirtError(e.status, e.message, e.libvirt);
+    const e = JSON.parse(kept) as { status: number; message: string; libvirt: string; fields?: unknown };
+    const err = new LibvirtError(e.status, e.message, e.libvirt);
+    if (e.fields) err.details = { fields: e.fields }; // the field a refusal names, as the route itself names it
+    throw err;
   }
   throw new LibvirtError(500,
     `${what} at ${uri}: its job ${end.job_id} ${end.state === 'CANCELLED' ? 'was cancelled' : `failed: ${end.error ?? 'no reason given'}`}`, end.error ?? '');
@@ -80,15 +97,6 @@ function answerOf(end: WorkerJobEnd, what: string, uriText: string, boundMs: num
 export function daemonVirsh(d: WorkerJobDeps, uri: string): Virsh {
   setVirshFactory(libvirtVia() === 'worker' ? (u) => new JobVirsh(u, d) : undefined);
   return virshFor(uri);
-}
-
-/** A 503 for a route that runs more than virsh calls on the daemon's machine (a local file, virt-sysprep,
- *  virt-customize) when libvirt is reached through workers: it is not a job yet (docs/virt.md). virt-clone's
- *  routes run whole on a worker instead (JobVirsh.onWorker). */
-export function refuseLocalWork(v: Virsh, route: string): void {
-  if (v instanceof JobVirsh) throw new ApiError(503,
-    `${route} reads or writes files and runs libvirt's tools on the machine running it; with FERRY_LIBVIRT_VIA=worker the daemon has neither, and this route ` +
-    `is not a worker job yet (docs/virt.md, "Through workers")`);
 }
 
 /** The call lane's own retention, on the one daemon holding the `calls` lease: a completed call leaves Redis

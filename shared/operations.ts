@@ -146,6 +146,17 @@ export function virtCloneUsesGuestfs(p: { action?: string; body?: { seal?: unkno
   return (p.action === 'template_create' && !!p.body?.seal) || (p.action === 'template_deploy' && !!p.body?.customize);
 }
 
+/** The host paths a virt_files job's route body names (its import's image, its export's folder), under the
+ *  route's own field names: the daemon checks them against its roots before it queues the job (400 naming the
+ *  field), the worker again against its own right before it opens them. */
+export function virtFilesPaths(p: { action?: string; body?: { image_path?: unknown; export_path?: unknown; source_path?: unknown } }): JobPath[] {
+  const b = p.body || {};
+  if (p.action === 'import_kvm' && typeof b.image_path === 'string') return [{ field: 'image_path', path: b.image_path, kind: 'input' }];
+  if (p.action === 'template_export' && typeof b.export_path === 'string') return [{ field: 'export_path', path: b.export_path, kind: 'output_dir' }];
+  if (p.action === 'volume_upload' && typeof b.source_path === 'string') return [{ field: 'source_path', path: b.source_path, kind: 'input' }];
+  return [];
+}
+
 /** The job a plan side effect acts on: what it recorded (its ledger, its source), never a name given here. */
 const ofJob = jobId.required().description('the plan VM\'s shape B job whose record (ledger, source VM) this acts on');
 
@@ -332,6 +343,38 @@ export const OPERATIONS: Record<string, OperationDef> = {
     }),
     description: 'a clone or template route of the daemon run whole on a worker with libvirt_access and virt-clone, with mount_operations too when it seals ' +
                  'or customizes (virt-sysprep, virt-customize) (submitted by the daemon only, for an admin)',
+  },
+  virt_files: {
+    // POST /import/kvm, /virt/template/export and /virt/volume/upload when FERRY_LIBVIRT_VIA=worker: routes that read
+    // or write host files (the image, the export folder, the upload's source) and run qemu-img beside virsh, run whole on a worker with libvirt_access and
+    // img_tool (services/worker/operations/virt-files.ts). Not on the call lane: they copy disks.
+    capabilities: ['libvirt_access', 'img_tool'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
+      action: Joi.string().valid('import_kvm', 'template_export', 'volume_upload').required(),
+      body: Joi.object().unknown(true).required().description(
+        'the route\'s request body; the worker validates it again with the route\'s own schema (shared/schemas/virt.ts)'),
+    }),
+    paths: (spec) => virtFilesPaths(spec.parameters),
+    description: 'POST /import/kvm, /virt/template/export or /virt/volume/upload of the daemon run whole on a worker with libvirt_access and qemu-img ' +
+                 '(img_tool), its files confined to that worker\'s roots (submitted by the daemon only, for an admin)',
+  },
+  virt_console: {
+    // The /virt/console WebSocket when FERRY_LIBVIRT_VIA=worker: `virsh console` runs on a worker with libvirt_access
+    // for the session's life, its bytes relayed over Redis (queue/console-jobs.ts). On the job lane: a session holds
+    // its slot as long as someone watches, which must not starve the call lane.
+    capabilities: ['libvirt_access'],
+    submittedBy: 'daemon',
+    needsImage: false,
+    parameters: Joi.object({
+      uri: virtUriSchema.required().description('one of FERRY_LIBVIRT_URI(S), checked again on the worker'),
+      name: domainName.required(),
+      force: Joi.boolean().default(false).description('take the console from whoever holds it (virsh console --force)'),
+    }),
+    description: 'a VM console session of the daemon\'s /virt/console WebSocket, `virsh console` run on a worker with libvirt_access, bytes both ways over ' +
+                 'Redis (submitted by the daemon only; the WebSocket\'s roles apply)',
   },
   // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.

@@ -54,7 +54,8 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
   const ending = new Map<string, Promise<void>>();
 
   function open(name: string, state: string, force: boolean): Session {
-    const con = openConsole(v, name, force);
+    // Through workers (v a JobVirsh) `virsh console` runs on one with libvirt_access (queue/console-jobs.ts).
+    const con = v instanceof JobVirsh ? v.console(name, force) : openConsole(v, name, force);
     const exited = new Promise<void>((r) => con.on('close', () => r()));
     const s: Session = { con, viewers: new Set(), ready: false, state, exited };
     con.on('ready', () => { s.ready = true; for (const x of s.viewers) status(s, x, name); });
@@ -113,9 +114,7 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
       refuse(ws, 4000, (e as Error).message);
     }
   }
-  // Through workers (FERRY_LIBVIRT_VIA=worker) there is no virsh here to run the console: a clear 503 (docs/virt.md).
-  const noConsole: Upgrade = (_req, socket) => refuseUpgrade(socket, 503, 'the VM console needs virsh on the daemon; with FERRY_LIBVIRT_VIA=worker it is not bridged to a worker yet (docs/virt.md, "Through workers")');
-  const handle = v instanceof JobVirsh ? noConsole : upgradeWith((req, socket, head, caller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller)));
+  const handle = upgradeWith((req, socket, head, caller) => wss.handleUpgrade(req, socket, head, (ws) => void bridge(ws, req, caller)));
   return { '/virt/console': handle, '/api/v1/virt/console': handle };
 }
 

@@ -5,10 +5,12 @@ import * as S from '../../shared/schemas/virt';
 import * as L from '../../shared/libvirt';
 import { confineRequestImage } from '../../shared/image-confine';
 import type { AddVirt, VirtDeps } from './virt-route';
-import { JobVirsh, refuseLocalWork } from '../../queue/virsh-jobs';
+import { JobVirsh } from '../../queue/virsh-jobs';
 
 /** How long a clone route waits for its worker job (FERRY_LIBVIRT_VIA=worker): virt-clone's own bound, per clone. */
 const CLONE_MS = 3_600_000;
+/** How long an import or a template export waits for its worker job (virt_files): the same hour, as a clone. */
+const HOST_WORK_MS = CLONE_MS;
 
 function addBatchRoutes(add: AddVirt, v: L.Virsh) {
   // Batch actions: the seed's batch result object as data.
@@ -51,19 +53,17 @@ function addCloneRoutes(add: AddVirt, v: L.Virsh) {
   });
   // Admin only (it writes host files): VNC/SPICE passwords only when the admin asks with security_info.
   add('post', 'admin', '/virt/template/export', 'Domain XML and disk images (compress: qcow2 compressed) into export_path/<template>/, files 0600; security_info: with VNC/SPICE passwords', { body: S.templateExportBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/template/export');
-    return [`template ${body.template} exported`, await L.exportTemplate(v, body)];
+    // Through workers (v a JobVirsh) the whole export runs on one with libvirt_access and qemu-img (virt_files).
+    return [`template ${body.template} exported`, w ? await w.onWorker('template_export', body, HOST_WORK_MS) : await L.exportTemplate(v, body)];
   });
 }
 
 function addConversionRoutes(add: AddVirt, v: L.Virsh, submitConvert: VirtDeps['submitConvert']) {
   // Conversion and import
   add('post', 'admin', '/import/kvm', 'Import a disk image: a volume in the pool and a domain with virtio disk and NIC, serial console, BIOS or UEFI', { body: S.importKvmBody, created: true }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /import/kvm');
-    const image = await L.confinePath(body.image_path, 'input', 'image_path');
-    // Copied into the pool, a reference would resolve against the pool's folder: the disk must reference nothing.
-    const { format } = await confineRequestImage({ field: 'image_path', path: image, selfContained: true });
-    const r = await L.importDisk(v, { disks: [{ path: image, format }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus, networks: body.network ? [body.network] : [], networkField: () => 'network', pool: body.pool, firmware: body.firmware });
+    // Through workers (v a JobVirsh) the whole import runs on one with libvirt_access and qemu-img (virt_files),
+    // the image read there; this daemon checks the path against its roots first, nothing queued when it is outside.
+    const r = v instanceof JobVirsh ? (await v.onWorker('import_kvm', body, HOST_WORK_MS)) as unknown as L.ImportResult : await L.importRequest(v, body);
     return [`domain ${r.domain} imported`, r];
   });
   add('post', 'submit', '/convert/vm', 'Convert a disk image as a convert job; answers at once with the job id (GET /jobs/{job_id} to follow it)', { body: S.convertVmBody }, async ({ body }) => {

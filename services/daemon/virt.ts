@@ -10,7 +10,10 @@ import { addVirtActions } from './virt-actions';
 import { virtAdder, type AddVirt, type VirtDeps } from './virt-route';
 import { allowedUris } from '../../shared/libvirt/uri';
 import { targetInventory } from '../../shared/plans/target';
-import { refuseLocalWork } from '../../queue/virsh-jobs';
+import { JobVirsh } from '../../queue/virsh-jobs';
+
+/** How long an upload waits for its worker job (FERRY_LIBVIRT_VIA=worker): vol-upload's own bound. */
+const UPLOAD_MS = 6 * 3_600_000;
 
 function addHostRoutes(add: AddVirt, v: L.Virsh) {
   // Domains and snapshots
@@ -53,9 +56,8 @@ function addVolumeRoutes(add: AddVirt, v: L.Virsh) {
   add('post', 'admin', '/virt/volume/resize', 'Set a volume\'s capacity in bytes; a smaller one needs shrink: true', { body: S.volumeResizeBody }, async ({ body }) => [`volume ${body.volume} resized`, await L.resizeVolume(v, body)]);
   add('post', 'admin', '/virt/volume/delete', 'Delete a volume', { body: S.volumeBody }, async ({ body }) => [`volume ${body.volume} deleted`, await L.deleteVolume(v, body.pool, body.volume)]);
   add('post', 'admin', '/virt/volume/upload', 'Fill a volume from a local image (converted when format differs; created when missing)', { body: S.volumeUploadBody }, async ({ body }) => {
-    refuseLocalWork(v, 'POST /virt/volume/upload');
-    const source_path = await L.confinePath(body.source_path, 'input', 'source_path');
-    return [`volume ${body.volume} uploaded`, await L.uploadVolume(v, { ...body, source_path })];
+    // Through workers (v a JobVirsh) the whole upload runs on one with libvirt_access and qemu-img (virt_files).
+    return [`volume ${body.volume} uploaded`, v instanceof JobVirsh ? await v.onWorker('volume_upload', body, UPLOAD_MS) : await L.uploadVolume(v, body)];
   });
   add('post', 'admin', '/virt/volume/wipe', 'Wipe a volume with an algorithm of virsh vol-wipe', { body: S.volumeWipeBody }, async ({ body }) => [`volume ${body.volume} wiped (${body.algorithm})`, await L.wipeVolume(v, body.pool, body.volume, body.algorithm)]);
 }

@@ -20,6 +20,9 @@ import { parseXml, list, Many, XmlAttrs } from './xml';
 import { configuredUri, LibvirtError, Virsh } from './virsh';
 import { NO_LEDGER, type Ledger, type Made } from './ledger';
 import { setting } from '../settings';
+import { confineRequestImage } from '../image-confine';
+import { confinePath } from './paths';
+import type { ImportKvmInput } from '../schemas/virt';
 
 /** The pool imports go to unless a request names one: FERRY_LIBVIRT_POOL (default "ferry"), a dir pool at
  *  FERRY_LIBVIRT_POOL_DIR (default /var/lib/libvirt/images/ferry) created on first use. */
@@ -272,4 +275,16 @@ export async function importForMigration(o: {
   }
   const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, networkField: (i) => fields[i], macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress, ledger: o.ledger });
   return { ...r, virt_uri: v.uri };
+}
+
+/** POST /import/kvm's work, where it runs (the daemon with virsh, or a worker's virt_files job): the image confined
+ *  to this machine's input roots and its header read by Ferry, then imported. A disk copied into the pool would
+ *  resolve a reference against the pool's folder, so the image must reference nothing. */
+export async function importRequest(v: Virsh, body: ImportKvmInput, ledger?: Ledger): Promise<ImportResult> {
+  const image = await confinePath(body.image_path, 'input', 'image_path');
+  const { format } = await confineRequestImage({ field: 'image_path', path: image, selfContained: true });
+  return importDisk(v, {
+    disks: [{ path: image, format }], diskField: () => 'image_path', name: body.vm_name, memoryMiB: body.memory, cpus: body.cpus,
+    networks: body.network ? [body.network] : [], networkField: () => 'network', pool: body.pool, firmware: body.firmware, ledger,
+  });
 }

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { convert, imageInfo, noProgress, run } from '../qemu';
 import { ApiError, errorText, fieldError } from '../errors';
 import { confineRequestImage } from '../image-confine';
+import { confinePath } from './paths';
 import { LibvirtError, Virsh } from './virsh';
 import { checkName } from './names';
 import { buildXml, parseXml, sizeBytes, text, XmlAttrs, XmlValue } from './xml';
@@ -99,8 +100,10 @@ export async function wipeVolume(v: Virsh, pool: string, volume: string, algorit
 /** Fills a volume from a local image file: converted first (qemu-img, to a private temporary file) when its
  *  format differs from `format`. A missing volume is created with the upload's size. Direct copy into a local dir
  *  pool, `vol-upload` (libvirt's stream, works over any URI) otherwise. */
-export async function uploadVolume(v: Virsh, s: { pool: string; volume: string; source_path: string; format?: string }) {
-  checkName(s.pool, 'pool'); checkName(s.volume, 'volume');
+export async function uploadVolume(v: Virsh, body: { pool: string; volume: string; source_path: string; format?: string }) {
+  checkName(body.pool, 'pool'); checkName(body.volume, 'volume');
+  // Confined where it runs (the daemon, or a worker's virt_files job): to this machine's input roots.
+  const s = { ...body, source_path: await confinePath(body.source_path, 'input', 'source_path') };
   // The header read by Ferry (its references confined, qemu-img told the format); a copy would resolve a
   // reference against the pool's folder, so an image that references files is only taken to be converted.
   const confined = await confineRequestImage({ field: 'source_path', path: s.source_path });

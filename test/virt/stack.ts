@@ -1,12 +1,14 @@
 // What the /virt tests share: a private Redis, the run's private libvirtd (test/helpers/libvirt.ts) and a daemon
 // process pointed at it with FERRY_LIBVIRT_URI, its managed import pool in a temporary folder.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { openConsole, Virsh } from '../../shared/libvirt';
+import { execFileSync } from 'node:child_process';
+import IORedis from 'ioredis';
 import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';
 
 export interface VirtStack { redis: TestRedis; lv: TestLibvirt; daemon: Proc & { url: string }; dir: string; config: string; env: Record<string, string>; stop(): Promise<void> }
@@ -54,4 +56,45 @@ export async function bootAndWatch(v: Virsh, name: string, markers: string | (st
       .catch((e: Error) => { throw new Error(`${e.message} (console so far: ${JSON.stringify(text.slice(-600))})`); });
     return text;
   } finally { con.close(); }
+}
+
+/** A PATH of symlinks to every program of this one but virsh (and those named in `also`, qemu-img say): the daemon
+ *  then has no libvirt client at all. */
+export function pathWithoutVirsh(dir: string, also: string[] = []): string {
+  const bin = path.join(dir, ['bin-no-virsh', ...also].join('-'));
+  mkdirSync(bin);
+  for (const d of (process.env.PATH || '').split(':').filter(Boolean).reverse()) {
+    let names: string[];
+    try { names = readdirSync(d); } catch { continue; } // a PATH entry that does not exist adds nothing
+    for (const n of names) {
+      if (n.startsWith('virsh') || also.includes(n)) continue;
+      try { symlinkSync(path.join(d, n), path.join(bin, n)); } catch { /* an earlier PATH entry's program wins, as in the shell */ }
+    }
+  }
+  return bin;
+}
+
+/** A stack whose daemon reaches libvirt through workers (FERRY_LIBVIRT_VIA=worker): startVirtStack's daemon
+ *  restarted with a PATH without virsh (nor the programs in `also`), a daemon in direct mode beside it (its own
+ *  FERRY_PREFIX `directPrefix`) on the same libvirtd to compare answers with, and a Redis client. `stop` ends all. */
+export async function startWorkerModeStack(env: Record<string, string>, directPrefix: string, also: string[] = []) {
+  const s = await startVirtStack({ ...env, FERRY_LIBVIRT_VIA: 'worker' }, '{}\n');
+  const rc = new IORedis(s.redis.url);
+  await s.daemon.stop();
+  const bare = pathWithoutVirsh(s.dir, also);
+  const missing = ['virsh', ...also].map((n) => `command -v ${n}`).join(' || ');
+  let found = '';
+  try { found = execFileSync('sh', ['-c', missing], { env: { PATH: bare } }).toString(); } catch { /* none found: what is wanted */ }
+  if (found) throw new Error(`the daemon's PATH still has ${found.trim()}`);
+  const daemon = await startDaemonProc({ ...s.env, PATH: bare }, s.config);
+  const direct = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_VIA: 'direct', FERRY_PREFIX: directPrefix }, s.config);
+  return {
+    s, rc, daemon, direct,
+    async stop() {
+      await direct.stop();
+      await daemon.stop();
+      rc.disconnect();
+      await s.stop();
+    },
+  };
 }

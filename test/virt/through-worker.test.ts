@@ -4,21 +4,20 @@
 // exactly as a daemon running virsh itself (direct mode, started beside it on the same libvirtd) answers them;
 // with no worker able to take the call the answer is a 503 that says so and no job is made; a caller cannot
 // submit virsh_call with a key of any role; a plan's target inventory (GET /virt/targets) goes the same way; clones
-// and templates run whole on the worker (virt_clone); the routes that need local files or libguestfs, and the
-// console, are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
+// and templates run whole on the worker (virt_clone); a volume upload and sealing without a worker that has
+// qemu-img or libguestfs are a clear 503. The latency of GET /virt/domains both ways is printed (docs/performance.md). The calls are the
 // daemon's plumbing: job lists on both APIs leave them out unless an admin asks (?internal=true), and Redis keeps a
 // completed one FERRY_CALL_RETENTION, a failed one FERRY_CALL_FAILED_RETENTION (short here), then holds none.
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
 import IORedis from 'ioredis';
-import { mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import { defineGuest, domState, guestXml, virshNames } from '../helpers/libvirt';
-import { awaitWorkers, startDaemonProc, startGatewayProc, startWorkerProc, type Proc } from '../helpers/procs';
+import { awaitWorkers, startGatewayProc, startWorkerProc, type Proc } from '../helpers/procs';
 import { openWs } from '../helpers/ws';
-import { startVirtStack, type VirtStack } from './stack';
+import { startWorkerModeStack, type VirtStack } from './stack';
 
 const K = { read: 'vjob-reader-0123456789abcdef', submit: 'vjob-submitter-0123456789ab', worker: 'vjob-worker-0123456789abcdef', admin: 'vjob-admin-0123456789abcdef' };
 const KEYS = Object.entries(K).map(([role, key]) => `${role}-key:${role}:${key}`).join(',');
@@ -26,21 +25,6 @@ const admin = { 'X-API-Key': K.admin };
 /** The call lane's retention here: short enough to see both ages pass, far enough apart to tell them apart. */
 const CALL_RETENTION_S = 15;
 const CALL_FAILED_RETENTION_S = 45;
-
-/** A PATH of symlinks to every program of this one but virsh: the daemon then has no libvirt client at all. */
-function pathWithoutVirsh(dir: string): string {
-  const bin = path.join(dir, 'bin-no-virsh');
-  mkdirSync(bin);
-  for (const d of (process.env.PATH || '').split(':').filter(Boolean).reverse()) {
-    let names: string[];
-    try { names = readdirSync(d); } catch { continue; } // a PATH entry that does not exist adds nothing
-    for (const n of names) {
-      if (n.startsWith('virsh')) continue;
-      try { symlinkSync(path.join(d, n), path.join(bin, n)); } catch { /* an earlier PATH entry's program wins, as in the shell */ }
-    }
-  }
-  return bin;
-}
 
 describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function () {
   this.timeout(600_000);
@@ -50,6 +34,7 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
   let daemon: Proc & { url: string };
   let gw: Proc & { url: string };
   let rc: IORedis;
+  let ws: Awaited<ReturnType<typeof startWorkerModeStack>>;
   const workers: Proc[] = [];
   type DaemonJobs = { jobs: { id: string; status: string; definition: { operation: string } }[]; total: number };
   /** The daemon's job list as an admin asking for the internal calls too. */
@@ -69,16 +54,11 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
 
   before(async function () {
     this.timeout(300_000);
-    s = await startVirtStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_LIBVIRT_VIA: 'worker', FERRY_REFUSAL_LIMIT: '0', FERRY_CALL_RETENTION: `${CALL_RETENTION_S}s`, FERRY_CALL_FAILED_RETENTION: `${CALL_FAILED_RETENTION_S}s` }, '{}\n');
-    rc = new IORedis(s.redis.url);
-    gw = await startGatewayProc(s.env);
-    // startVirtStack's daemon has virsh: stop it, start one with a PATH without virsh on the same Redis.
-    await s.daemon.stop();
-    const noVirsh = pathWithoutVirsh(s.dir);
-    expect(() => execFileSync('sh', ['-c', 'command -v virsh'], { env: { PATH: noVirsh } })).to.throw();
-    daemon = await startDaemonProc({ ...s.env, PATH: noVirsh }, s.config);
+    // startVirtStack's daemon has virsh: it is restarted with a PATH without virsh on the same Redis.
+    ws = await startWorkerModeStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_REFUSAL_LIMIT: '0', FERRY_CALL_RETENTION: `${CALL_RETENTION_S}s`, FERRY_CALL_FAILED_RETENTION: `${CALL_FAILED_RETENTION_S}s` }, 'vjob-direct');
+    ({ s, rc, daemon, direct } = ws);
     B = daemon.url;
-    direct = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_VIA: 'direct', FERRY_PREFIX: 'vjob-direct' }, s.config);
+    gw = await startGatewayProc(s.env);
     await defineGuest(s.lv, 'vj-off', { withDisk: true });
     // A raw disk: libvirt refuses an internal snapshot of it ("unsupported configuration", a 400).
     await s.lv.virsh(['vol-create-as', s.lv.pool, 'vj-raw.img', '8M', '--format', 'raw']);
@@ -88,11 +68,8 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
   });
   after(async () => {
     await Promise.all(workers.map((w) => w.kill()));
-    await direct?.stop();
-    await daemon?.stop();
     await gw?.kill();
-    rc?.disconnect();
-    await s?.stop();
+    await ws?.stop();
   });
 
   it('with no worker able to take it: 503 naming libvirt_access, nothing changed on the host, no job made', async () => {
@@ -234,10 +211,12 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     for (const n of ['vj-clone', 'vj-tpl', 'vj-dep']) await s.lv.virsh(['undefine', n, '--remove-all-storage']);
   });
 
-  it('the routes that need local files or libguestfs, and the console, are a clear 503; the host is unchanged', async () => {
-    const imp = await req<DaemonError>(B, 'POST', '/import/kvm', { image_path: '/nonexistent.qcow2', vm_name: 'vj-imp' }, admin);
-    expect(imp.status, imp.text).to.equal(503);
-    expect(imp.body.error).to.include('POST /import/kvm').and.include('FERRY_LIBVIRT_VIA=worker');
+  it('a volume upload without a worker with qemu-img, sealing or customizing without one with libguestfs, are a clear 503, the host unchanged; a shut-off domain\'s console is refused as direct mode refuses it', async () => {
+    // An upload runs whole on a worker with img_tool too (virt_files, test/virt/files-through-worker.test.ts): the one here has only libvirt_access.
+    const up = await req<DaemonError>(B, 'POST', '/virt/volume/upload', { pool: s.lv.pool, volume: 'vj-up.qcow2', source_path: path.join(s.dir, 'vj-up.qcow2') }, admin);
+    expect(up.status, up.text).to.equal(503);
+    expect(up.body.error).to.include('volume upload').and.include('img_tool, libvirt_access').and.include('FERRY_LIBVIRT_VIA=worker');
+    expect(await s.lv.virsh(['vol-list', s.lv.pool])).to.not.include('vj-up.qcow2');
     // Sealing and customizing need libguestfs on the worker (mount_operations): the one here has only libvirt_access.
     const seal = await req<DaemonError>(B, 'POST', '/virt/template/create', { domain: 'vj-off', name: 'vj-sealed', seal: true }, admin);
     expect(seal.status, seal.text).to.equal(503);
@@ -247,9 +226,15 @@ describe('virt routes through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function
     expect(cust.status, cust.text).to.equal(503);
     expect(cust.body.error).to.include('template deploy').and.include('mount_operations');
     expect(await domState(s.lv, 'vj-cust')).to.equal('absent');
-    const con = openWs(`${B.replace('http', 'ws')}/virt/console?name=vj-off`, admin);
-    const refused = await con.opened.then(() => 'opened', (e: Error) => e.message);
-    expect(refused).to.equal('HTTP 503');
+    // The console runs on a worker (virt_console, test/virt/files-through-worker.test.ts): a shut-off domain's is
+    // refused as a daemon running virsh refuses it.
+    for (const base of [B, direct.url]) {
+      const con = openWs<{ type: string; error?: string }>(`${base.replace('http', 'ws')}/virt/console?name=vj-off`, admin);
+      await con.opened;
+      await until(() => con.msgs.some((m) => m.type === 'error'), 30_000, 'the console refused');
+      expect(con.msgs.find((m) => m.type === 'error')?.error).to.equal('domain vj-off is shut off: start it to use its console');
+      con.ws.close();
+    }
   });
 
   it('seal runs virt-sysprep on a worker with libvirt_access and mount_operations (virt_clone): its answer is a daemon running it itself\'s', async () => {

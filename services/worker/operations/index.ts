@@ -13,6 +13,8 @@ import { vmPower } from './vm-power';
 import { removeSource, rollbackKvm } from './plan-effects';
 import { virshCall } from './virsh-call';
 import { virtClone } from './virt-clone';
+import { virtFiles } from './virt-files';
+import { virtConsole } from './virt-console';
 
 export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
   convert: { run: convert, cleanup: cleanupConvert },
@@ -27,4 +29,6 @@ export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: 
   remove_source: { run: removeSource },
   virsh_call: { run: virshCall },
   virt_clone: { run: virtClone },
+  virt_files: { run: virtFiles, cleanup: cleanupImport },
+  virt_console: { run: virtConsole },
 };

@@ -15,12 +15,13 @@ import { cloneBody, cloneMultipleBody, templateCreateBody, templateDeployBody } 
 import { ApiError, OperationError } from '../../../shared/errors';
 import { validate } from '../../../shared/http';
 import { LIBVIRT_ERROR_FIELD } from '../../../queue/virsh-jobs';
-import type { Operation } from './types';
+import type { OpContext, Operation } from './types';
 
 /** The parameters as shared/operations.ts's virt_clone schema gives them. */
 type VirtCloneParameters = { uri: string; action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy'; body: Record<string, unknown> };
 
-const SCHEMAS: Record<VirtCloneParameters['action'], Joi.ObjectSchema> = { clone: cloneBody, clone_multiple: cloneMultipleBody, template_create: templateCreateBody, template_deploy: templateDeployBody };
+const SCHEMAS: Record<VirtCloneParameters['action'], Joi.ObjectSchema> = { clone: cloneBody, clone_multiple: cloneMultipleBody,
+  template_create: templateCreateBody, template_deploy: templateDeployBody };
 
 /** The route's work for `action` on `v`; what the route answers as data. */
 async function act(v: Virsh, action: VirtCloneParameters['action'], raw: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -35,15 +36,23 @@ async function act(v: Virsh, action: VirtCloneParameters['action'], raw: Record<
   return deployTemplate(v, body as unknown as Parameters<typeof deployTemplate>[1]);
 }
 
-export const virtClone: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as VirtCloneParameters;
-  const uri = jobUri(p.uri, 'parameters.uri'); // again here: the worker's own FERRY_LIBVIRT_URIS decide
+/** A daemon route's work run here (virt_clone, virt_files): its answer, or its refusal (an ApiError) kept in the
+ *  record with its status, message and named fields, the job failing without a retry. */
+export async function routeWork<T>(ctx: OpContext, work: () => Promise<T>): Promise<T> {
   try {
-    return await act(new Virsh(uri), p.action, p.body);
+    return await work();
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
-    const kept = JSON.stringify({ status: e.status, message: e.message, libvirt: (e as { libvirtMessage?: string }).libvirtMessage ?? '' });
+    const fields = (e.details as { fields?: unknown } | undefined)?.fields;
+    const kept = JSON.stringify({ status: e.status, message: e.message, libvirt: (e as { libvirtMessage?: string }).libvirtMessage ?? '',
+      ...(fields ? { fields } : {}) });
     await ctx.store.redis.hset(ctx.store.k.job(ctx.spec.job_id), LIBVIRT_ERROR_FIELD, kept);
     throw new OperationError(e.message, false);
   }
+}
+
+export const virtClone: Operation = async (ctx) => {
+  const p = ctx.spec.parameters as VirtCloneParameters;
+  const uri = jobUri(p.uri, 'parameters.uri'); // again here: the worker's own FERRY_LIBVIRT_URIS decide
+  return routeWork(ctx, () => act(new Virsh(uri), p.action, p.body));
 };
