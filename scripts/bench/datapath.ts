@@ -15,15 +15,14 @@
 // line), per byte of the source's data (its allocated bytes: zeros are holes on both sides, never written). `scratch peak` is the highest space taken (allocated blocks, sampled every 250 ms) outside the
 // target volume: the job's export folder, libguestfs's scratch folder and the pool's other files.
 import { execFileSync } from 'node:child_process';
-import { randomFillSync } from 'node:crypto';
-import { closeSync, existsSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync, ftruncateSync, promises as fsp } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { request } from 'undici';
 import { req } from '../../test/helpers/http';
-import { ensureTinyGuest, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
-import { createPlanVm, type PlanStack, startPlanStack } from '../../test/plans/fixture';
-import { upload } from '../../test/vsphere/fixture';
+import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
+import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
+import { makeSourceDisk } from './source-disk';
 import { tolerate } from '../../test/helpers/teardown';
 import { folderUrl } from '../../shared/vsphere/download';
 import { runPipeline } from '../../shared/converter/pipeline';
@@ -44,22 +43,7 @@ const load = () => os.loadavg().map((x) => x.toFixed(1)).join(' ');
 /** The source disk on the datastore: the tiny guest at offset 0, 8 GiB of random data from 2 GiB, holes elsewhere;
  *  a monolithicFlat descriptor uploaded beside it. Returns its bytes of data (allocated blocks). */
 async function makeSource(s: PlanStack): Promise<{ extent: string; data: number }> {
-  const local = path.join(s.dir, 'src');
-  execFileSync('mkdir', ['-p', local]);
-  const raw = path.join(local, 'guest.raw');
-  execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
-  execFileSync('qemu-img', ['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', path.join(local, 'dp.vmdk'), String(DISK)]);
-  await createPlanVm(s.m, { name: 'dp', mac: '00:50:56:36:06:01', disks: [{ ds: 'LocalDS_0', file: 'dp/dp.vmdk', bytes: DISK }] });
-  await upload(s.v, path.join(local, 'dp.vmdk'), 'dp/dp.vmdk');
-  const extent = path.join(s.v.datastores.LocalDS_0, 'dp', 'dp-flat.vmdk');
-  const fd = openSync(extent, 'w');
-  try {
-    ftruncateSync(fd, DISK);
-    writeSync(fd, readFileSync(raw), 0, undefined, 0);
-    const b = Buffer.alloc(8 * MIB);
-    for (let at = RANDOM_AT; at < RANDOM_AT + RANDOM; at += b.length) { randomFillSync(b); writeSync(fd, b, 0, b.length, at); }
-  } finally { closeSync(fd); }
-  rmSync(local, { recursive: true, force: true });
+  const extent = await makeSourceDisk(s, { name: 'dp', mac: '00:50:56:36:06:01', bytes: DISK, dataAt: RANDOM_AT, data: RANDOM });
   return { extent, data: lstatSync(extent).blocks * 512 };
 }
 

@@ -13,13 +13,13 @@
 // downtime within 25% of the measured one. The load average is printed beside the figures (the machine is shared).
 import { execFileSync } from 'node:child_process';
 import { randomFillSync, randomInt } from 'node:crypto';
-import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, writeSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { req, until } from '../../test/helpers/http';
-import { ensureTinyGuest, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
-import { createPlanVm, type PlanStack, startPlanStack } from '../../test/plans/fixture';
-import { powerOn, upload } from '../../test/vsphere/fixture';
+import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
+import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
+import { powerOn } from '../../test/vsphere/fixture';
+import { makeSourceDisk } from './source-disk';
 import { tolerate } from '../../test/helpers/teardown';
 import { keys } from '../../shared/redis';
 import { requestCutover } from '../../queue/warm';
@@ -36,23 +36,7 @@ const load = () => os.loadavg().map((x) => x.toFixed(1)).join(' ');
 interface Rec { status: string; error?: string; started_at?: string | number; completed_at?: string | number; result?: { stage_seconds?: { repair: number; import: number; boot: number }; export: { total_bytes: number; bytes_sparse?: number }; warm?: WarmState } }
 
 /** The source disk on the datastore: the tiny guest at offset 0, random data over two thirds from a sixth on. */
-async function makeSource(s: PlanStack): Promise<string> {
-  const raw = path.join(s.dir, 'guest.raw');
-  execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
-  const desc = path.join(s.dir, 'bw.vmdk');
-  execFileSync('qemu-img', ['create', '-q', '-f', 'vmdk', '-o', 'subformat=monolithicFlat', desc, String(DISK)]);
-  await createPlanVm(s.m, { name: 'bw', mac: '00:50:56:37:06:01', disks: [{ ds: 'LocalDS_0', file: 'bw/bw.vmdk', bytes: DISK }] });
-  await upload(s.v, desc, 'bw/bw.vmdk');
-  const extent = path.join(s.v.datastores.LocalDS_0, 'bw', 'bw-flat.vmdk');
-  const fd = openSync(extent, 'w');
-  try {
-    ftruncateSync(fd, DISK);
-    writeSync(fd, readFileSync(raw), 0, undefined, 0);
-    const b = Buffer.alloc(8 * MIB);
-    for (let at = DATA_AT; at < DATA_AT + DATA; at += b.length) { randomFillSync(b); writeSync(fd, b, 0, Math.min(b.length, DATA_AT + DATA - at), at); }
-  } finally { closeSync(fd); }
-  return extent;
-}
+const makeSource = (s: PlanStack) => makeSourceDisk(s, { name: 'bw', mac: '00:50:56:37:06:01', bytes: DISK, dataAt: DATA_AT, data: DATA });
 
 /** 1% of the disk written in random 1 MiB ranges inside the data, as the running guest would. */
 function writePercent(extent: string) {
