@@ -53,7 +53,11 @@ async function main() {
     mkdirSync(dir, { recursive: true });
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--maxmemory-policy', 'noeviction',
       // Job records (hashes with a spec and a history of a few hundred bytes) stay compact: docs/queue.md.
-      '--hash-max-listpack-value', '1024'], { stdio: 'ignore' });
+      '--hash-max-listpack-value', '1024'], { stdio: 'ignore', detached: true });
+    // In a process group of its own, so a Ctrl-C (SIGINT to the terminal's whole group) does not stop Redis before the
+    // workers have handed their jobs back; stopAll stops it last, and it goes with this process however that ends.
+    const own = redis;
+    process.on('exit', () => { if (own.exitCode === null && !own.signalCode) own.kill('SIGTERM'); });
     for (let i = 0; i < 100 && !(await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
     env.REDIS_URL = `redis://127.0.0.1:${port}`;
     console.log(`[cluster] started a private redis-server on ${env.REDIS_URL} (append-only, data in ${dir.startsWith(ROOT + path.sep) ? path.relative(ROOT, dir) : dir})`);
@@ -112,6 +116,7 @@ async function main() {
   // stopAll only waits for exits: it has nothing that rejects
   process.on('SIGINT', () => void stopAll(0));
   process.on('SIGTERM', () => void stopAll(0));
+  process.on('SIGHUP', () => void stopAll(0)); // the terminal closed: Redis, in its own group, gets no hangup of its own
 }
 
 if (require.main === module) main().catch((e: Error) => { console.error(`[cluster] could not start: ${e.stack || e.message}`); process.exit(1); });
