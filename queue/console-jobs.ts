@@ -41,7 +41,9 @@ export function consoleUnsealable(): string | null {
 }
 
 /** One side's sealing of a console job's messages: `seal` for the channel it sends on (numbered from 1), `open`
- *  for the one it reads; `open` gives null for a message that does not open, logged (no content) as dropped. */
+ *  for the one it reads; `open` gives null for a message that does not open, logged (no content) as dropped.
+ *  One sender per channel (the job is never retried: retry_count 0) publishing on one connection, so the numbers
+ *  arrive in order; a lost message skips a number, which is accepted. */
 export function consoleSeal(jobId: string, send: string, receive: string) {
   let sent = 0;
   let seen = 0;

@@ -146,7 +146,8 @@ export const SETTINGS = {
     doc: 'API keys, comma-separated name:role:key, role:key or a bare key (admin); any key turns auth on (checked at start by shared/auth.ts)' }),
   FERRY_API_KEYS_FILE: file(undefined, { group: A, doc: 'a file of API keys, one entry per line, as FERRY_API_KEYS' }),
   FERRY_SECRET_KEY: text(undefined,
-    { group: A, secret: true, doc: 'key that encrypts per-job passwords, webhook secrets and sensitive spec values in Redis; the same on every service' }),
+    { group: A, secret: true, doc: 'key that encrypts per-job passwords, webhook secrets, sensitive spec values and console messages through workers ' +
+      'in Redis; the same on every service' }),
   FERRY_ALLOWED_HOSTS: list(',', HOST_ITEM, 'host names, ".suffix" or "*"',
     { group: A, doc: 'Host header names accepted beside IP addresses and localhost (others: 421)' }),
   FERRY_CORS_ORIGINS: list(',', Joi.alternatives(Joi.string().valid('*'), Joi.string().pattern(/^[a-z][a-z0-9+.-]*:\/\/[^\s/]+\/*$/i)),

@@ -8,7 +8,10 @@
 // mode refuses is refused the same way (403); a path outside the daemon's roots is a 400 naming the field before
 // anything is queued, and one outside the worker's own roots is refused by the worker, naming the field. The VM
 // console runs on a worker too (virt_console): a real guest's boot text live, typed input answered, roles as in
-// direct mode, and closing either side (the socket, or the console on the host) ends both.
+// direct mode, and closing either side (the socket, or the console on the host) ends both. Its messages cross Redis
+// sealed with FERRY_SECRET_KEY: a password typed into it is in no pub/sub message, key or value of Redis, nor in a
+// log; a message forged (plain JSON, another key) or replayed on its channels is logged as dropped and reaches
+// neither the guest nor the socket; a daemon without the key refuses the console through a worker, naming it.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
@@ -18,7 +21,9 @@ import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import { defineGuest, domState, GUEST_MARKER } from '../helpers/libvirt';
 import { openWs } from '../helpers/ws';
-import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
+import { awaitWorkers, startDaemonProc, startWorkerProc, type Proc } from '../helpers/procs';
+import IORedis from 'ioredis';
+import { encryptSecret } from '../../shared/secretbox';
 import { startWorkerModeStack, type VirtStack } from './stack';
 
 const K = { read: 'vfile-reader-0123456789abcdef', submit: 'vfile-submitter-0123456789a', worker: 'vfile-worker-0123456789abcde', admin: 'vfile-admin-0123456789abcdef' };
@@ -28,6 +33,21 @@ type Imported = { data: { domain: string; uuid: string; pool: string; volumes: {
 type Exported = { data: { template: string; export_path: string; xml: string; disks: { target: string; file: string; bytes: number; compressed: boolean }[] } };
 
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
+const SECRET_KEY = 'vfile-secret-key-0123456789abcdef';
+
+/** Every key of the Redis on `port` (`redis-cli --scan`) with its value read by type: DUMP's serialization
+ *  compresses long strings, which could hide a password from a text search. */
+async function redisText(port: number, rc: IORedis): Promise<string> {
+  const keys = execFileSync('redis-cli', ['-p', String(port), '--scan'], { encoding: 'utf8', timeout: 10_000 }).split('\n').filter(Boolean);
+  const out: string[] = [];
+  for (const k of keys) {
+    const t = await rc.type(k);
+    const v = t === 'string' ? await rc.get(k) : t === 'hash' ? await rc.hgetall(k) : t === 'list' ? await rc.lrange(k, 0, -1)
+      : t === 'set' ? await rc.smembers(k) : t === 'zset' ? await rc.zrange(k, 0, -1) : t === 'stream' ? await rc.xrange(k, '-', '+') : `(${t})`;
+    out.push(k, JSON.stringify(v));
+  }
+  return out.join('\n');
+}
 
 describe('import, template export, volume upload and the console through a worker (FERRY_LIBVIRT_VIA=worker) @vm', function () {
   this.timeout(600_000);
@@ -45,7 +65,7 @@ describe('import, template export, volume upload and the console through a worke
 
   before(async function () {
     this.timeout(300_000);
-    ws = await startWorkerModeStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_REFUSAL_LIMIT: '0' }, 'vfile-direct', ['qemu-img', 'qemu-io']);
+    ws = await startWorkerModeStack({ FERRY_API_KEYS: KEYS, FERRY_API_KEYS_FILE: '', FERRY_REFUSAL_LIMIT: '0', FERRY_SECRET_KEY: SECRET_KEY }, 'vfile-direct', ['qemu-img', 'qemu-io']);
     B = ws.daemon.url;
     s = ws.s;
     // The worker's roots are narrower than the daemons' (/tmp): in/ to read, out/ to write.
@@ -195,7 +215,7 @@ describe('import, template export, volume upload and the console through a worke
     expect(existsSync(path.join(s.lv.poolDir, 'vf-up2.qcow2'))).to.equal(false);
   });
 
-  it('the console runs on a worker (virt_console): boot text live, input answered, roles as direct mode; either side closing ends both', async () => {
+  it('the console runs on a worker (virt_console): boot text live, input answered, roles as direct mode, sealed in Redis, forgeries dropped; either side closing ends both', async () => {
     type Msg = { type: string; data?: string; error?: string; mode?: string };
     const open = (base: string, q: string, key = K.admin) => openWs<Msg>(`${base.replace('http', 'ws')}/virt/console?name=vf-con${q}`, { 'X-API-Key': key });
     await defineGuest(s.lv, 'vf-con');
@@ -207,7 +227,20 @@ describe('import, template export, volume upload and the console through a worke
       await until(() => r.msgs.some((m) => m.type === 'error'), 30_000, 'the refusal');
       expect(r.msgs.find((m) => m.type === 'error')?.error).to.include('mode').and.include('admin');
     }
+    // A daemon without FERRY_SECRET_KEY refuses the console through a worker, naming the key, and queues nothing.
+    const keyless = await startDaemonProc({ ...s.env, FERRY_SECRET_KEY: '' }, s.config);
+    try {
+      const k = open(keyless.url, '');
+      await k.opened;
+      await until(() => k.msgs.some((m) => m.type === 'closed' || m.type === 'error'), 60_000, 'the keyless daemon\'s refusal');
+      expect(k.msgs.map((m) => m.error).join(' ')).to.include('FERRY_SECRET_KEY');
+    } finally { await keyless.stop(); }
     expect(await jobsOf('virt_console')).to.deep.equal([]);
+    // Everything published on the console channels, as anyone reaching Redis sees it.
+    const sniff = new IORedis(s.redis.url);
+    const heard: { channel: string; message: string }[] = [];
+    sniff.on('pmessage', (_p: string, channel: string, message: string) => heard.push({ channel, message }));
+    await sniff.psubscribe('ferry:job:*:console-*');
     const c = open(B, '');
     const closed = new Promise<number>((resolve) => c.ws.once('close', (code) => resolve(code)));
     await c.opened;
@@ -222,10 +255,48 @@ describe('import, template export, volume upload and the console through a worke
     await until(() => text().split(GUEST_MARKER)[1]?.includes('/ # '), 30_000, 'the shell prompt');
     c.ws.send(JSON.stringify({ type: 'input', data: 'echo hi-$((6*7))\r' }));
     await until(() => text().includes('hi-42'), 30_000, 'the guest\'s answer to what was typed');
+    // A password typed into the console (a no-op command here, so the guest echoes it back) crosses Redis sealed.
+    const MARKER = 'Pw-marker-7Zq3x9KvT';
+    c.ws.send(JSON.stringify({ type: 'input', data: `: ${MARKER}\r` }));
+    await until(() => text().includes(MARKER), 30_000, 'the marker echoed by the guest');
+    const inCh = `ferry:job:${job.id}:console-in`;
+    const outCh = `ferry:job:${job.id}:console-out`;
+    await until(() => heard.filter((h) => h.channel === inCh).length >= 2 && heard.some((h) => h.channel === outCh), 10_000, 'both keystrokes and output heard');
+    for (const h of heard) {
+      expect(h.message, h.channel).to.not.include(MARKER);
+      expect(h.message, h.channel).to.match(/^v1:[^:]+:[^:]+:[^:]+$/); // shared/secretbox.ts's box, nothing in clear beside it
+    }
+    // Forged and replayed messages: each logged as dropped by the side that reads the channel, none acted on.
+    const dropped = (p: Proc, channel: string, why: string) => p.logs.join('').split('\n').filter((l) => l.includes('did not open') && l.includes(why) && l.includes(channel)).length;
+    const forge = async (p: Proc, channel: string, message: string, why: string) => {
+      const before = dropped(p, channel, why);
+      await ws.rc.publish(channel, message);
+      await until(() => dropped(p, channel, why) > before, 30_000, `"${why}" logged for a forged message on ${channel}`);
+    };
+    const hi = () => text().split('hi-42').length - 1;
+    const hiBefore = hi();
+    const typed = heard.filter((h) => h.channel === inCh).map((h) => h.message);
+    await forge(worker!, inCh, JSON.stringify({ type: 'input', data: 'echo forged-$((6*9))\r' }), 'it is not sealed');
+    await forge(worker!, inCh, encryptSecret(JSON.stringify({ ch: inCh, n: 1e9, m: { type: 'input', data: 'echo forged-$((6*9))\r' } }),
+      { FERRY_SECRET_KEY: 'another-key' }), 'does not open with this FERRY_SECRET_KEY');
+    await forge(worker!, inCh, typed[0], 'out of sequence'); // the `echo hi` keystrokes again, as captured
+    await forge(ws.daemon, outCh, JSON.stringify({ type: 'data', data: 'FORGED-OUTPUT' }), 'it is not sealed');
+    await forge(ws.daemon, outCh, JSON.stringify({ type: 'closed', error: 'forged' }), 'it is not sealed');
+    await forge(ws.daemon, outCh, typed[typed.length - 1], 'another channel'); // the marker's keystrokes, sealed for the worker
+    // A real keystroke after them is answered: the forged ones before it reached nothing.
+    c.ws.send(JSON.stringify({ type: 'input', data: 'echo after-$((7*7))\r' }));
+    await until(() => text().includes('after-49'), 30_000, 'the answer to the keystroke after the forged ones');
+    expect(text()).to.not.include('forged-').and.not.include('FORGED-OUTPUT');
+    expect(hi(), 'the replayed `echo hi` did not run again').to.equal(hiBefore);
+    expect(c.msgs.some((m) => m.type === 'closed'), 'a forged `closed` ended nothing').to.equal(false);
+    for (const p of [ws.daemon, worker!]) expect(p.logs.join('')).to.not.include(MARKER).and.not.include('forged-').and.not.include('FORGED');
     // The socket closing ends the worker's console and its job.
     c.ws.close();
     await closed;
     await until(async () => (await jobsOf('virt_console')).find((j) => j.id === job.id)?.status === 'completed', 30_000, 'the console job ended');
+    await sniff.quit();
+    expect(heard.filter((h) => h.message.includes(MARKER)), 'the marker in a pub/sub message').to.deep.equal([]);
+    expect(await redisText(s.redis.port, ws.rc), 'the marker in a key or value of Redis').to.not.include(MARKER);
     // The console ending on the host (the domain stopped) ends the socket.
     const c2 = open(B, '');
     const closed2 = new Promise<number>((resolve) => c2.ws.once('close', (code) => resolve(code)));
