@@ -11,7 +11,8 @@
 // direct mode, and closing either side (the socket, or the console on the host) ends both. Its messages cross Redis
 // sealed with FERRY_SECRET_KEY: a password typed into it is in no pub/sub message, key or value of Redis, nor in a
 // log; a message forged (plain JSON, another key) or replayed on its channels is logged as dropped and reaches
-// neither the guest nor the socket; a daemon without the key refuses the console through a worker, naming it.
+// neither the guest nor the socket; a daemon without the key refuses the console through a worker, naming it, and a
+// worker without it fails the job, not retried, naming it.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
@@ -304,5 +305,20 @@ describe('import, template export, volume upload and the console through a worke
     expect(await closed2).to.equal(1000);
     expect(c2.msgs.some((m) => m.type === 'closed')).to.equal(true);
     await until(async () => (await jobsOf('virt_console')).filter((j) => j.status === 'completed').length === 2, 30_000, 'the second console job ended');
+  });
+
+  it('a worker without FERRY_SECRET_KEY fails the console job, not retried, naming the key; the socket is told', async () => {
+    await worker?.kill();
+    worker = await startWorkerProc({ ...s.env, FERRY_SECRET_KEY: '' }, 'vf-keyless', ['libvirt_access']);
+    await awaitWorkers(B, [worker], admin);
+    await s.lv.virsh(['start', 'vf-con', '--paused']);
+    const c = openWs<{ type: string; error?: string }>(`${B.replace('http', 'ws')}/virt/console?name=vf-con`, admin);
+    await c.opened;
+    await until(() => c.msgs.some((m) => m.type === 'closed'), 60_000, 'the session ended by the keyless worker');
+    expect(c.msgs.find((m) => m.type === 'closed')?.error).to.include('FERRY_SECRET_KEY');
+    const failed = (await jobsOf('virt_console')).filter((j) => j.status === 'failed');
+    expect(failed).to.have.length(1);
+    expect(await ws.rc.hmget(`ferry:job:${failed[0].id}`, 'worker_id', 'attempts')).to.deep.equal(['vf-keyless', '1']);
+    await s.lv.virsh(['destroy', 'vf-con']);
   });
 });
