@@ -23,6 +23,7 @@ export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add
       if (p.status !== 'running') throw conflict(`plan ${p.id} is ${p.status}: only a running plan's VMs cut over`);
       const chosen = body?.vm_path ? [vmOf(p, body.vm_path)] : p.vms.filter((v) => v.status === 'running' && v.job_id);
       const asked: string[] = [];
+      const skipped: string[] = [];
       const by = callerOf(ctx)?.name ?? null;
       for (const v of chosen) {
         // One rule with POST /jobs/{id}/cutover (queue/warm.ts askCutover); asked for all, a VM it refuses is skipped.
@@ -31,8 +32,17 @@ export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add
         if (!why) asked.push(v.vm_path);
         else if (body?.vm_path) throw why instanceof ApiError ? conflict(`${v.vm_path}: ${why.message}`) : why;
         else if (!(why instanceof ApiError)) throw why;
+        else skipped.push(`${v.vm_path}: ${why.message}`);
       }
-      if (!asked.length) throw conflict(`plan ${p.id} has no running warm VM to cut over`);
+      if (!asked.length) throw conflict(`plan ${p.id} has no warm VM waiting for cutover: ${nothingWaiting(p, skipped)}`);
       return view(await d.plans.must(p.id));
     });
+}
+
+/** Why none of a running plan's VMs was asked: each running VM's refusal (the first five), else the VMs' states. */
+function nothingWaiting(p: Plan, skipped: string[]) {
+  if (skipped.length) return skipped.slice(0, 5).join('; ') + (skipped.length > 5 ? `; and ${skipped.length - 5} more` : '');
+  const counts = new Map<string, number>();
+  for (const v of p.vms) counts.set(v.status, (counts.get(v.status) ?? 0) + 1);
+  return `no VM is running (${[...counts].map(([st, n]) => `${n} ${st}`).join(', ')})`;
 }

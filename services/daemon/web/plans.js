@@ -96,7 +96,7 @@ export class PlanPage {
         p.status === 'pending' ? h('button', { class: 'primary', id: 'plan-start', disabled: !this.canSubmit, onclick: this.act('POST', `${base}/start`, undefined, 'started') }, 'Start') : '',
         h('button', { id: 'plan-retry', disabled: !this.canSubmit || p.status === 'pending' || p.status === 'running' || !retryable, onclick: this.act('POST', `${base}/retry`, undefined, 'failed VMs run again') }, 'Retry failed VMs'),
         h('button', { class: 'danger', id: 'plan-cancel', disabled: !this.canSubmit || FINAL.has(p.status), onclick: this.act('POST', `${base}/cancel`, undefined, 'cancel requested') }, 'Cancel plan'),
-        this.canSubmit && p.vms.some((v) => cuttable(p, v)) ? h('button', { class: 'primary', id: 'plan-cutover', onclick: this.act('POST', `${base}/cutover`, undefined, 'cutover requested for every warm VM') }, 'Cut over all') : ''),
+        this.canSubmit && p.vms.some((v) => cuttable(p, v) && !v.warm.cutover_requested) ? h('button', { class: 'primary', id: 'plan-cutover', onclick: this.act('POST', `${base}/cutover`, undefined, 'cutover requested for every warm VM') }, 'Cut over all') : ''),
       h('div', { class: 'scroll' }, h('table', { class: 'plan-vms' },
         h('thead', {}, h('tr', {}, ['VM', 'Status', 'Stage', 'Progress', 'Rate', 'ETA', ...(this.warm ? ['Warm'] : []), 'Waiting for / error', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, p.vms.map((v) => this.vmRow(base, v))))),
