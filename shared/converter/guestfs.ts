@@ -1,12 +1,15 @@
-// One libguestfs appliance per job: a `guestfish --listen` server with every disk of the job attached, driven
-// by `guestfish --remote=PID -- cmd args...` (argument arrays, never a shell). A launch costs ~15-30 s under
-// TCG, so callers do all inspection and every edit through one session.
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync } from 'node:fs';
+// One libguestfs appliance per job: one `guestfish` process with every disk of the job attached, driven through
+// its standard input, one command per line with every argument quoted (never a shell), each answer ended by an
+// `echo` of a marker only this session knows. A launch costs ~15-30 s under TCG, so callers do all inspection and
+// every edit through one session. (Until issue 34 each command was a `guestfish --remote` client process of its
+// own: ~100-150 ms of process start and library load per command, 40-60 s of a Debian repair's 130 s under load.)
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, fstatSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { OperationError } from '../errors';
 import { ConverterError } from './errors';
+import { FishPipe } from './guestfish-pipe';
 import { guestfsEnv } from '../guestfs-env';
 import { setting } from '../settings';
 
@@ -58,10 +61,10 @@ export class ApplianceCrash extends GuestfsError {
 }
 
 export class GuestSession {
-  private constructor(readonly pid: number, private env: NodeJS.ProcessEnv, private onAbort?: () => void, private signal?: AbortSignal) {}
+  private constructor(readonly pid: number, private fish: FishPipe, private onAbort?: () => void, private signal?: AbortSignal) {}
   closed = false;
   errFile?: string;
-  /** While true (a launch with libguestfs's debug on), the server's stderr is a log: only its errors fail a command. */
+  /** While true (a launch with libguestfs's debug on), guestfish's stderr is a log: only its errors fail a command. */
   private verboseLaunch = false;
   private watchdog?: ChildProcess;
   /** Commands run so far (for the report's "appliance" note and for tests counting launches). */
@@ -71,9 +74,9 @@ export class GuestSession {
   timings: Record<string, number> = {};
 
   /**
-   * Starts the server with `disks` attached and launches the appliance (the expensive part, once). A launch that
+   * Starts guestfish with `disks` attached and launches the appliance (the expensive part, once). A launch that
    * gives no answer within launchSeconds() is a hung emulated boot (one was seen under CI's load: 20 min without a
-   * word, then libguestfs's own limit): its server and appliance are killed and the launch is tried once more,
+   * word, then libguestfs's own limit): guestfish and its appliance are killed and the launch is tried once more,
    * said through `log`.
    */
   static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal; log?: (line: string) => void } = {}): Promise<GuestSession> {
@@ -92,26 +95,19 @@ export class GuestSession {
   }
 
   private static async launch(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal }, debug = false): Promise<GuestSession> {
-    const env = guestfsEnv();
-    const args = ['--listen', ...(opts.readonly ? ['--ro'] : [])];
+    const args = opts.readonly ? ['--ro'] : [];
     for (const d of disks) args.push(`--format=${d.format}`, '-a', d.path);
-    // The server forks and keeps the stderr it inherited: a pipe would never close, so stderr goes to a file.
+    // stderr goes to a file: commands' errors are read from it once their answer is in (guestfish-pipe.ts).
     const errFile = path.join(os.tmpdir(), `ferry-guestfish-${process.pid}-${Date.now()}.log`);
     const errFd = openSync(errFile, 'w+');
-    const pid = await new Promise<number>((resolve, reject) => {
-      const child = spawn(GUESTFISH, args, { env, stdio: ['ignore', 'pipe', errFd] });
-      let out = '';
-      child.stdout!.setEncoding('utf8').on('data', (d: string) => { out += d; });
-      child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT' ? new OperationError('guestfish is not installed (Debian package libguestfs-tools)', false) : e));
-      child.on('close', (code) => {
-        const m = /GUESTFISH_PID=(\d+)/.exec(out);
-        if (code === 0 && m) return resolve(Number(m[1]));
-        const said = readFileSync(errFile, 'utf8').trim();
-        rmSync(errFile, { force: true });
-        reject(new OperationError(`guestfish --listen failed: ${said || out || `exit ${code}`}`, false));
-      });
-    }).finally(() => { closeSync(errFd); });
-    const s = new GuestSession(pid, env, undefined, opts.signal);
+    const child = (() => { try { return spawn(GUESTFISH, args, { env: guestfsEnv(), stdio: ['pipe', 'pipe', errFd] }); } finally { closeSync(errFd); } })();
+    const spawned = await new Promise<string | undefined>((resolve) => {
+      child.once('spawn', () => resolve(undefined));
+      child.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ENOENT' ? 'guestfish is not installed (Debian package libguestfs-tools)' : e.message));
+    });
+    if (spawned || !child.pid) { rmSync(errFile, { force: true }); throw new OperationError(`guestfish failed to start: ${spawned}`, false); }
+    const pid = child.pid;
+    const s = new GuestSession(pid, new FishPipe(child), undefined, opts.signal);
     s.errFile = errFile;
     s.watchdog = watchOwner(pid, errFile);
     s.onAbort = () => {
@@ -122,16 +118,16 @@ export class GuestSession {
     };
     opts.signal?.addEventListener('abort', s.onAbort, { once: true });
     const seconds = launchSeconds();
-    let hung = false;
-    // Killing the server ends the pending `run` (its client sees the socket close); libguestfs's recovery process
-    // then kills the appliance.
-    const deadline = setTimeout(() => { hung = true; s.onAbort!(); }, seconds * 1000);
+    let hung: number[] | undefined;
+    // Killing guestfish ends the pending `run`; libguestfs's recovery process then kills the appliance.
+    // The appliance's processes are noted first: the next try must wait for them to release the disks.
+    const deadline = setTimeout(() => { hung = descendants(pid); s.onAbort!(); }, seconds * 1000);
     try {
       // Two vCPUs (multi-threaded TCG) where the host has two CPUs: the guest's generators run pipelines and
       // zstd -T0, and under load two vCPU threads get more of the host than one (update-initramfs in the
       // appliance on the Debian guest at load 11-19: 288 s wall with two, 305 s with one).
       if (os.cpus().length >= 2) await s.cmd('set-smp', '2');
-      // Debug output goes to the server's stderr, where commands' errors are read: only for the launch, then off.
+      // Debug output goes to guestfish's stderr, where commands' errors are read: only for the launch, then off.
       s.verboseLaunch = debug;
       if (debug) await s.cmd('set-verbose', 'true');
       await s.cmd('run');
@@ -140,7 +136,7 @@ export class GuestSession {
       s.verboseLaunch = false;
     } catch (e) {
       await s.close();
-      if (hung) throw new LaunchTimeout(seconds);
+      if (hung) { await allGone(hung); throw new LaunchTimeout(seconds); }
       throw debug && e instanceof GuestfsError ? new ApplianceCrash(e) : e;
     } finally {
       clearTimeout(deadline);
@@ -156,46 +152,32 @@ export class GuestSession {
   /**
    * The same, with stdout as bytes (buffer results such as hivex-value-value are printed raw).
    *
-   * A failed command makes the server exit unless it is sent as `-cmd` (fish/rc.c: the client passes its
-   * exit_on_error with every call), and with `-cmd` the client exits 0 and the error goes to the server's stderr.
-   * So every command is sent as `-cmd` and failure is read from the server's stderr file, which also gives
-   * GuestfsError the real message. Commands of one session must not run concurrently (they never do).
+   * Every command is sent as `-cmd` (guestfish-pipe.ts): a failing one does not end guestfish, and its error is
+   * read from guestfish's stderr file, which also gives GuestfsError the real message.
    */
   cmdBytes(...command: string[]): Promise<Buffer> {
     if (this.closed) return Promise.reject(new OperationError('guestfs session is closed', false));
     this.commands++;
-    const from = this.errSize();
-    const t0 = process.hrtime.bigint();
+    let from = 0;
+    let t0 = process.hrtime.bigint();
     // `env VAR=value prog ...` is keyed by prog.
     const kind = command[0] === 'command' || command[0] === 'sh' ? `${command[0]} ${(command[1] || '').trim().split(/\s+/).find((w) => w !== 'env' && !w.includes('=')) || ''}` : command[0];
     const count = () => { this.timings[kind] = (this.timings[kind] || 0) + Number(process.hrtime.bigint() - t0) / 1e9; };
-    return new Promise<Buffer>((resolve, reject) => {
-      const child = spawn(GUESTFISH, [`--remote=${this.pid}`, '--', `-${command[0]}`, ...command.slice(1)], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
-      const out: Buffer[] = [];
-      let err = '';
-      child.stdout.on('data', (b: Buffer) => { out.push(b); });
-      child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
-      child.on('error', reject);
-      child.on('close', (code) => {
-        if (this.signal?.aborted) return reject(this.signal.reason instanceof Error ? this.signal.reason : new Error('aborted'));
-        const serverErr = this.errorsSince(from) || (this.alive() ? '' : 'the guestfish server is gone (killed or crashed) before answering');
-        if (code === 0 && !serverErr) resolve(Buffer.concat(out));
-        else reject(new GuestfsError(command, serverErr || err));
-      });
+    return this.fish.send(command, () => { from = this.errSize(); t0 = process.hrtime.bigint(); }).then((out) => {
+      const serverErr = this.errorsSince(from);
+      if (serverErr) throw new GuestfsError(command, serverErr);
+      return out;
+    }, (e: Error) => {
+      if (this.signal?.aborted) throw this.signal.reason instanceof Error ? this.signal.reason : new Error('aborted');
+      throw new GuestfsError(command, this.errorsSince(from) || `the guestfish process is gone (killed or crashed) before answering: ${e.message}`);
     }).finally(count);
-  }
-
-  /** A client whose server died exits 0 without a word (errors of `-cmd` go to the server's stderr), so an answer
-   *  only counts while the server still runs. */
-  private alive(): boolean {
-    try { process.kill(this.pid, 0); return true; } catch { return false; }
   }
 
   private errSize(): number {
     try { return this.errFile ? statSync(this.errFile).size : 0; } catch { return 0; }
   }
 
-  /** What the server wrote to stderr since `from`, warnings left out. */
+  /** What guestfish wrote to stderr since `from`, warnings left out. */
   private errorsSince(from: number): string {
     if (!this.errFile) return '';
     let fd: number | undefined;
@@ -205,7 +187,8 @@ export class GuestSession {
       if (size <= from) return '';
       const b = Buffer.alloc(Math.min(size - from, 64 * 1024));
       readSync(fd, b, 0, b.length, from);
-      const text = b.toString('utf8');
+      // guestfish names the line of its input an error came from (`*stdin*:12: libguestfs: error: ...`): not ours.
+      const text = b.toString('utf8').replace(/^\*stdin\*:\d+: /gm, '');
       if (this.verboseLaunch) return /^libguestfs: error:/m.test(text) ? text : '';
       return text.split('\n').filter((l) => l.trim() && !/^libguestfs: warning:/.test(l)).join('\n');
     } catch { return ''; } finally { if (fd !== undefined) closeSync(fd); }
@@ -276,7 +259,7 @@ export class GuestSession {
     } finally { rmSync(dir, { recursive: true, force: true }); }
   }
 
-  /** Stops the server (and with it the appliance); safe to call twice. */
+  /** Stops guestfish (and with it the appliance); safe to call twice. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -284,25 +267,40 @@ export class GuestSession {
     // Closed by its owner: the watchdog goes first, so it can never signal a pid the system has reused.
     this.watchdog?.kill('SIGKILL');
     if (this.errFile) rmSync(this.errFile, { force: true });
-    await new Promise<void>((r) => execFile(GUESTFISH, [`--remote=${this.pid}`, '--', 'exit'], { env: this.env }, () => r()));
-    // Wait for the server to go, so the disk files are no longer open when the caller renames or checks them.
-    for (let i = 0; i < 100; i++) {
-      try { process.kill(this.pid, 0); } catch { return; }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    this.fish.end();
+    // Wait for guestfish to go, so the disk files are no longer open when the caller renames or checks them.
+    for (let i = 0; i < 100 && !this.fish.exited; i++) await new Promise((r) => setTimeout(r, 100));
+    if (this.fish.exited) return;
     try { process.kill(this.pid, 'SIGKILL'); } catch { /* gone */ }
   }
 
 }
 
 /**
- * The server forks away from the process that started it (its parent is init), so a worker or ferry-convert
- * killed mid-job (SIGKILL, a crash, the OOM killer) would leave it and its appliance running for ever, holding the
- * job's disks open and an emulated CPU busy. A small shell in its own process group holds a pipe from this
- * process: the pipe closes however this process ends, the shell's `read` returns and it kills the server (and
- * libguestfs's recovery process then kills the appliance), then removes the server's stderr file, which the dead
- * owner can no longer remove.
+ * guestfish reads its commands from this process: when this process dies (SIGKILL, a crash, the OOM killer)
+ * mid-command, guestfish sees the end of its input only after that command, which under TCG can be minutes (a
+ * guest's own initramfs generator), holding the job's disks open and an emulated CPU busy. A small shell in its
+ * own process group holds a pipe from this process: the pipe closes however this process ends, the shell's `read`
+ * returns and it kills guestfish at once (and libguestfs's recovery process then kills the appliance), then
+ * removes guestfish's stderr file, which the dead owner can no longer remove.
  */
+/** Every process below `pid` (guestfish's appliance and libguestfs's helpers), read from /proc. */
+function descendants(pid: number): number[] {
+  let kids: number[] = [];
+  try {
+    for (const t of readdirSync(`/proc/${pid}/task`)) kids.push(...readFileSync(`/proc/${pid}/task/${t}/children`, 'utf8').split(/\s+/).filter(Boolean).map(Number));
+  } catch { return []; } // gone already: nothing below it to wait for
+  for (const k of [...kids]) kids = kids.concat(descendants(k));
+  return kids;
+}
+
+/** Waits (at most 30 s) until none of `pids` runs: a killed appliance's qemu holds its disks' locks until it exits,
+ *  and a launch tried again at once fails on them ("Failed to get write lock"). */
+async function allGone(pids: number[]): Promise<void> {
+  const runs = (p: number) => { try { process.kill(p, 0); return true; } catch { return false; } };
+  for (let i = 0; i < 300 && pids.some(runs); i++) await new Promise((r) => setTimeout(r, 100));
+}
+
 function watchOwner(serverPid: number, errFile: string): ChildProcess {
   const dog = spawn('sh', ['-c', 'read -r _; kill -9 "$1" 2>/dev/null; rm -f "$2"', 'ferry-guestfish-watchdog', String(serverPid), errFile],
     { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });

@@ -113,6 +113,18 @@ exec qemu-system-x86_64 "$@"
     const s = await openWith(q.hv, disk, said);
     try {
       expect(await s.cmd('blockdev-getsize64', '/dev/sda')).to.equal(String(16 * 1024 * 1024) + '\n');
+      // Commands travel as lines on guestfish's input: a name and a text with quotes, backslashes, a newline, a
+      // comment sign and non-ASCII arrive exactly, and a failing command leaves the session usable.
+      await s.cmd('mkfs', 'ext2', '/dev/sda');
+      await s.cmd('mount', '/dev/sda', '/');
+      const name = '/a "b" \\c #d ~e\nf ü';
+      const text = 'line "one"\n\tback\\slash $HOME `x`\r\n# not a command\necho ferry-0\n';
+      await s.writeFile(name, text);
+      expect(await s.read(name)).to.equal(text);
+      expect(await s.isFile('/missing/dir/file')).to.equal(false);
+      const missing = await s.cmd('cat', '/missing').then(() => undefined, (e: Error) => e.message);
+      expect(missing).to.equal('guestfish cat: download: /missing: No such file or directory');
+      expect((await s.cmdBytes('read-file', name)).equals(Buffer.from(text))).to.equal(true);
     } finally { await s.close(); }
     expect(q.launches(), 'two launches').to.equal(2);
     expect(said).to.have.length(1);
