@@ -60,14 +60,17 @@ describe('dashboard: VMs page and migration wizard (headless Chromium, simulator
       env: { FERRY_API_KEYS: `admin:admin:${ADMIN},viewer:read:${READER}`, FERRY_LIBVIRT_URIS: lv2.uri },
     });
     const tiny = { path: disk, bytes: TINY_GUEST_BYTES };
-    await s.addVm({ name: 'wz-web', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:01', network: NET }, tiny);
-    await s.addVm({ name: 'wz-app', host: 'DC0_C0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:02', network: NET }, tiny);
-    // On "VM Network", which the target has no network of: left unmapped, a blocker.
-    await s.addVm({ name: 'wz-dmz', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:03' }, tiny);
-    await s.addVm({ name: 'other', host: 'DC0_H0', ds: 'LocalDS_1', mac: '00:50:56:04:00:04' }, tiny);
-    await snapshot(s.m, vm('wz-dmz'), 'before-upgrade'); // a warning (snapshot) to override
+    // The four VMs go onto the simulator side by side (each a folder of its own), while Chromium starts.
+    await Promise.all([
+      launchChromium(path.join(s.dir, 'chromium-profile'), { width: 1280, height: 900 }).then((b) => { ctx = b; }),
+      s.addVm({ name: 'wz-web', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:01', network: NET }, tiny),
+      s.addVm({ name: 'wz-app', host: 'DC0_C0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:02', network: NET }, tiny),
+      // On "VM Network", which the target has no network of: left unmapped, a blocker.
+      s.addVm({ name: 'wz-dmz', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:04:00:03' }, tiny)
+        .then(() => snapshot(s.m, vm('wz-dmz'), 'before-upgrade')), // a warning (snapshot) to override
+      s.addVm({ name: 'other', host: 'DC0_H0', ds: 'LocalDS_1', mac: '00:50:56:04:00:04' }, tiny),
+    ]);
     D = `${s.url}/web/dashboard/`;
-    ctx = await launchChromium(path.join(s.dir, 'chromium-profile'), { width: 1280, height: 900 });
     page = await ctx.newPage();
     page.on('pageerror', (e) => { throw new Error(`page error: ${e.message}`); });
   });

@@ -274,15 +274,19 @@ async function startTopology(t: Topology) {
   const tiny = await ensureTinyGuest();
   t.lan = await new Lan().start();
   const n = t.lan.net;
-  t.control = await t.lan.host('control', 1);
-  t.vcenter = await t.lan.host('vcenter', 2);
-  const own = await startOwnLibvirt();
-  t.lv = own.lv;
-  t.libvirtStop = own.stop;
-  t.kvm = t.lan.join('kvm1', libvirtdNamespace(t.lv), 20);
   const hostsFile = path.join(t.dir, 'hosts');
   writeFileSync(hostsFile, `127.0.0.1 localhost\n${n}.1 control redis gateway daemon scheduler notifier\n${n}.2 vcenter\n${n}.20 kvm1\n`);
-  await startVcsim(t, hostsFile);
+  // The libvirt host's libvirtd starts while the control and vcenter hosts and the simulator are made (each is
+  // seconds of waiting on a process); kvm1 joins its namespaces once both are there.
+  await Promise.all([
+    startOwnLibvirt().then((own) => { t.lv = own.lv; t.libvirtStop = own.stop; }),
+    (async () => {
+      t.control = await t.lan.host('control', 1);
+      t.vcenter = await t.lan.host('vcenter', 2);
+      await startVcsim(t, hostsFile);
+    })(),
+  ]);
+  t.kvm = t.lan.join('kvm1', libvirtdNamespace(t.lv), 20);
   await startKvm(t);
   t.compose = resolveCompose({
     FERRY_SECRET_KEY: 'topology-secret-key-0123456789abcdef', GRAFANA_ADMIN_PASSWORD: 'topology-grafana-pass', FERRY_API_KEYS: `ops:admin:${KEY.admin},workers:worker:${KEY.worker}`,
@@ -310,8 +314,11 @@ async function startTopology(t: Topology) {
   }
   t.gateway = `http://${n}.1:8000`;
   t.daemon = `http://${n}.1:8080`;
-  for (const [host, port] of t.ports) await until(async () => (await req(`http://${host.ip}:${port}`, 'GET', '/livez').catch(() => ({ status: 0 }))).status === 200, 180_000, `${host.name}:${port} up\n${t.procs.map((p) => p.logs.join('')).join('\n')}`);
-  await addSourceVms(t, tiny);
+  // The source VMs go onto the simulator while the services start (they need only the simulator).
+  const logs = () => t.procs.map((p) => p.logs.join('')).join('\n');
+  const up = ([host, port]: [Host, number]) => until(async () => (await req(`http://${host.ip}:${port}`, 'GET', '/livez').catch(() => ({ status: 0 }))).status === 200, 180_000, `${host.name}:${port} up`)
+    .catch((e: Error) => { throw new Error(`${e.message}\n${logs()}`); });
+  await Promise.all([addSourceVms(t, tiny), ...t.ports.map(up)]);
 }
 
 const isWorker = (s: ComposeService) => !!s.environment?.FERRY_WORKER_CAPABILITIES;

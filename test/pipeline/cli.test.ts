@@ -15,6 +15,7 @@ import type { FstabChange } from '../../shared/converter/fstab';
 import { makeImage, makeBootableImage } from '../helpers/images';
 import { startSshd, TestSshd } from '../helpers/sshd';
 import { CommandRun as Run, ferryConvert } from '../helpers/procs';
+import { until } from '../helpers/http';
 import { buildGuests } from '../fixtures/guests';
 
 /** qemu-img info --output=json (format-specific: qcow2's, absent for raw). */
@@ -94,11 +95,15 @@ describe('ferry-convert command line', function () {
     });
 
     it('a bad key or value is exit 2 naming it', async () => {
-      const r = await ferryConvert(['--config', writeConfig('bad.yaml', { command: 'local', vmdk: srcA, output_dir: dir, to_output: 'x.qcow2', out_format: 'vmdk', colour: 1 })]);
+      // Both runs side by side (each is seconds of the command loading its modules).
+      const [r, none] = await Promise.all([
+        ferryConvert(['--config', writeConfig('bad.yaml', { command: 'local', vmdk: srcA, output_dir: dir, to_output: 'x.qcow2', out_format: 'vmdk', colour: 1 })]),
+        ferryConvert([]),
+      ]);
       expect(r.code).to.equal(2);
       expect(r.stderr).to.match(/"out_format" must be one of \[qcow2, raw, vdi\]/);
       expect(r.stderr).to.match(/"colour" is not allowed/);
-      expect((await ferryConvert([])).code).to.equal(2);
+      expect(none.code).to.equal(2);
     });
 
     it('manager_export without output_dir is a usage error (exit 2) naming the key, the password never shown', async () => {
@@ -239,7 +244,8 @@ describe('ferry-convert command line', function () {
       expect(r.code).to.equal(1);
       expect(r.stderr).to.match(/FAILED: fetch of root@127\.0\.0\.1:\d+:\/no\/such\/disk\.vmdk failed after 3 attempt\(s\): .*No such file or directory/);
       expect(Date.now() - t).to.be.at.least(3000); // backoff 1 s + 2 s between the attempts
-      await new Promise((res) => setTimeout(res, 300));
+      // sshd's log may lag the command's exit: awaited, then exactly three.
+      await until(() => accepted() - before >= 3, 10_000, 'sshd to log the third connection');
       expect(accepted() - before).to.equal(3);
       expect(existsSync(path.join(out, 'x.qcow2'))).to.equal(false);
     });

@@ -86,8 +86,11 @@ export async function startWorkerModeStack(env: Record<string, string>, directPr
   let found = '';
   try { found = execFileSync('sh', ['-c', missing], { env: { PATH: bare } }).toString(); } catch { /* none found: what is wanted */ }
   if (found) throw new Error(`the daemon's PATH still has ${found.trim()}`);
-  const daemon = await startDaemonProc({ ...s.env, PATH: bare }, s.config);
-  const direct = await startDaemonProc({ ...s.env, FERRY_LIBVIRT_VIA: 'direct', FERRY_PREFIX: directPrefix }, s.config);
+  // Both daemons start side by side (each is seconds of loading); they share nothing but Redis (the direct one has a prefix of its own).
+  const [daemon, direct] = await Promise.all([
+    startDaemonProc({ ...s.env, PATH: bare }, s.config),
+    startDaemonProc({ ...s.env, FERRY_LIBVIRT_VIA: 'direct', FERRY_PREFIX: directPrefix }, s.config),
+  ]);
   return {
     s, rc, daemon, direct,
     async stop() {

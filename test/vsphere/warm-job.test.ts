@@ -42,7 +42,8 @@ describe('warm migration: a job submitted on its own cuts over by hand, on both 
   before(async function () {
     this.timeout(300_000);
     s = await startPlanStack({ prefix: 'warmjob', workers: { wj: 2 }, env: { FERRY_API_KEYS: `ops:submit:${K.ops},gwops:submit:${K.gw},viewer:read:${K.viewer}` } });
-    gw = await startGatewayProc(s.env);
+    const gwStarted = startGatewayProc(s.env);
+    gwStarted.catch(() => undefined); // its failure is awaited below, not an unhandled rejection meanwhile
     // The tiny guest as a monolithicFlat pair: the simulator tracks changed blocks of flat disks.
     const raw = path.join(s.dir, 'boot.raw');
     execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
@@ -51,8 +52,8 @@ describe('warm migration: a job submitted on its own cuts over by hand, on both 
     const desc = path.join(s.dir, 'boot', 'boot.vmdk');
     execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, desc]);
     const flat = { desc, extent: path.join(s.dir, 'boot', 'boot-flat.vmdk') };
-    await addVm('ja', '00:50:56:37:01:01', flat);
-    await addVm('jb', '00:50:56:37:01:02', flat);
+    // Both VMs side by side, while the gateway starts.
+    [gw] = await Promise.all([gwStarted, addVm('ja', '00:50:56:37:01:01', flat), addVm('jb', '00:50:56:37:01:02', flat)]);
   });
   after(async () => {
     // The domains these jobs made (the stack removes only those of its addVm) go from the run's shared libvirtd.
