@@ -31,6 +31,7 @@ interface JobResult {
   conversion: { report_path: string; artifacts: { disk_id: string; path: string; modified_by_fix?: boolean }[] };
   export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number }; boot: { status: string };
   repair_beside_copy: { ran: boolean; reason?: string; repair?: Span; copy?: Span; overlap_seconds?: number };
+  stage_seconds?: { repair: number; import: number; boot: number };
 }
 interface Span { started_at: string; finished_at: string }
 /** A progress event as the job store keeps it in its Redis stream (queue/store.ts). */
@@ -202,6 +203,12 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(t(bc.repair!.started_at)).to.be.below(t(bc.copy!.finished_at));
     expect(t(bc.copy!.started_at)).to.be.below(t(bc.repair!.finished_at));
     expect(bc.overlap_seconds).to.be.above(0);
+    // What warm predictions learn from this cold run (queue/warm.ts): the repair's whole span, not the tail left after
+    // the copy, because a warm cutover runs the repair whole after the last delta.
+    const whole = (t(bc.repair!.finished_at) - t(bc.repair!.started_at)) / 1000;
+    expect(res.stage_seconds!.repair, JSON.stringify(res.stage_seconds)).to.be.at.least(whole);
+    const recorded = (await s.rc.lrange(keys('onepass').warmStageTimes, 0, -1)).map((x) => JSON.parse(x) as { repair: number });
+    expect(recorded.map((x) => x.repair), 'recorded in Redis for the predictions').to.include(res.stage_seconds!.repair);
     // The job's progress events in Redis say the same: the repair's stages reported while the copy still reported.
     const rows = (await s.rc.xrange(keys('onepass').events(id), '-', '+')) as [string, string[]][];
     const evs = rows.map(([, f]) => JSON.parse(f[1]) as StoredEvent);
