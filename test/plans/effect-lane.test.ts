@@ -48,13 +48,16 @@ describe('the call lane: a guest read, a power action and a rollback run while a
   before(async function () {
     this.timeout(600_000);
     s = await startPlanStack({ prefix: PREFIX, workers: {}, env: { FERRY_GUEST_PREFLIGHT: '1', FERRY_GUEST_PREFLIGHT_SECONDS: '1200', FERRY_SECRET_KEY: 'efflane-secret-key-0123456789' } });
-    const disk = await ensureTinyGuest();
-    await s.addVm({ name: 'el-guest', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:0e:00:01' }, { path: disk, bytes: TINY_GUEST_BYTES });
-    victim = await s.addVm({ name: 'el-victim', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:0e:00:02' }, { path: disk, bytes: TINY_GUEST_BYTES });
-    await powerOn(s.m, victim);
-    expect((await req(s.url, 'POST', '/plans', s.plan('el', ['el-guest']))).status).to.equal(201);
+    // The worker loads (a few seconds) while the VMs are made; it is waited for below.
     w = await startWorkerProc(s.env, 'el-w', [...PLAN_CAPS, 'nbd_access'], ['--concurrency', '1']);
     s.workers['el-w'] = w;
+    const disk = await ensureTinyGuest();
+    [, victim] = await Promise.all([
+      s.addVm({ name: 'el-guest', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:0e:00:01' }, { path: disk, bytes: TINY_GUEST_BYTES }),
+      s.addVm({ name: 'el-victim', host: 'DC0_H0', ds: 'LocalDS_0', mac: '00:50:56:0e:00:02' }, { path: disk, bytes: TINY_GUEST_BYTES }),
+    ]);
+    await powerOn(s.m, victim);
+    expect((await req(s.url, 'POST', '/plans', s.plan('el', ['el-guest']))).status).to.equal(201);
     await awaitWorkers(s.url, [w]);
     const long = await req<{ job_id: string }>(s.url, 'POST', '/jobs/operation', { operation: 'noop', parameters: { sleep_ms: 1_500_000 } });
     expect(long.status, long.text).to.equal(201);
@@ -98,8 +101,9 @@ describe('the call lane: a guest read, a power action and a rollback run while a
     const st = await req(s.url, 'POST', '/plans/el2/start');
     expect(st.status, st.text).to.be.oneOf([200, 202]);
     const job = await until(async () => { const v = (await req<PlanView>(s.url, 'GET', '/plans/el2')).body.vms[0]; return v.job_id && v.status === 'running' && v.job_id; }, 120_000, 'the VM\'s job submitted');
-    // Its migration waits for the job slot the long job holds.
-    expect((await record(job)).state).to.equal('QUEUED');
+    // Its migration waits for the job slot the long job holds. (The plan shows the job id from its claim, a moment
+    // before the job's record is written: the record is awaited, then its state checked.)
+    expect(await until(async () => (await record(job)).state, 30_000, 'the VM\'s job record')).to.equal('QUEUED');
     expect((await req(s.url, 'POST', '/plans/el2/cancel', { vm_path: victim })).status).to.be.oneOf([200, 202]);
     const vm = await until(async () => { const v = (await req<PlanView>(s.url, 'GET', '/plans/el2')).body.vms[0]; return v.status === 'cancelled' && v; }, 120_000, 'the VM cancelled and rolled back');
     const rollbacks = (vm.actions ?? []).filter((a) => a.action === 'rollback');
