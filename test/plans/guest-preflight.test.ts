@@ -38,6 +38,11 @@ type GuestInspected = PreflightFinding & { guest: InspectedGuest };
 const MiB = 1 << 20;
 const NET = 'ferry-gpre';
 const shmLeft = () => (readdirSync('/dev/shm').filter((n) => n.startsWith('ferry-guest-preflight-')));
+/** The /dev/shm folders of the nbdkit readers running below `pids` now (from their `--unix` socket path): other
+ *  files running beside this one (a shape B copy's repair reads its source the same way) make folders too. */
+const shmOfReaders = (pids: number[]) => pids.flatMap((p) => spawnSync('pgrep', ['-P', String(p), 'nbdkit'], { encoding: 'utf8' }).stdout.split('\n')
+  .filter(Boolean).map((k) => { try { return readFileSync(`/proc/${k}/cmdline`, 'utf8').split('\0'); } catch { return []; } })
+  .map((argv) => /^\/dev\/shm\/(ferry-guest-preflight-[^/]+)\//.exec(argv[argv.indexOf('--unix') + 1] ?? '')?.[1]).filter((d): d is string => !!d));
 
 /** Bytes in every file under `dir` (0 when it does not exist). */
 function bytesUnder(dir: string): number {
@@ -125,6 +130,8 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
   interface Evidence {
     created: { status: number; text: string }; validated: { status: number; text: string }; plan: PlanView;
     tmpBefore: string[]; tmpAfter: string[]; exportBytes: number; most: number; shmNew: string[]; nbdkit: string;
+    /** how many /dev/shm folders this test's own nbdkit readers used (seen while validate ran) */
+    shmUsed: number;
     /** the states of the guest_preflight jobs the validation made */
     reads: string[];
   }
@@ -142,7 +149,14 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     const base = bytesUnder(tmp);
     let most = 0;
     let sampling = true;
-    const sampler = (async () => { while (sampling) { most = Math.max(most, bytesUnder(tmp) - base + bytesUnder(exports)); await new Promise((r) => setTimeout(r, 200)); } })();
+    const readers = new Set<string>();
+    const sampler = (async () => {
+      while (sampling) {
+        most = Math.max(most, bytesUnder(tmp) - base + bytesUnder(exports));
+        for (const d of shmOfReaders([daemon.proc.pid!, worker.proc.pid!])) readers.add(d);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
     const res = await request(`${daemon.url}/plans/gp/validate`, { method: 'POST', dispatcher: new Agent({ headersTimeout: 0, bodyTimeout: 0 }) });
     const text = await res.body.text();
     sampling = false;
@@ -151,7 +165,7 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     const jobs = (await req<DaemonJobList>(daemon.url, 'GET', '/jobs?limit=50')).body.jobs;
     return {
       created: { status: c.status, text: c.text }, validated: { status: res.statusCode, text }, plan, tmpBefore, tmpAfter: readdirSync(tmp).sort(),
-      exportBytes: bytesUnder(exports), most, shmNew: shmLeft().filter((n) => !shmBefore.has(n)),
+      exportBytes: bytesUnder(exports), most, shmNew: shmLeft().filter((n) => !shmBefore.has(n) && readers.has(n)), shmUsed: readers.size,
       nbdkit: [daemon, worker].map((p) => spawnSync('pgrep', ['-P', String(p.proc.pid), 'nbdkit'], { encoding: 'utf8' }).stdout.trim()).join(''),
       reads: jobs.filter((j) => j.definition.operation === 'guest_preflight').map((j) => j.status),
     };
@@ -192,7 +206,8 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
     expect(e.tmpAfter).to.deep.equal(e.tmpBefore);
     expect(e.exportBytes).to.equal(0);
     expect(e.most, 'bytes added to TMPDIR and the export folder during validate').to.be.below(4 * MiB);
-    expect(e.shmNew).to.deep.equal([]);
+    expect(e.shmUsed, 'the readers kept their cache in /dev/shm').to.be.above(0);
+    expect(e.shmNew, 'no folder of this validation\'s readers is left').to.deep.equal([]);
     expect(e.nbdkit).to.equal('');
     // Read by the worker, as one guest_preflight job.
     expect(e.reads).to.deep.equal(['completed']);
