@@ -4,12 +4,10 @@
 // job powers its VM off, copies the last delta, boots on the target and leaves no snapshot; a read key is refused
 // (403), an unknown job is 404, and a cold job or an ended one is 409 on both APIs.
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { ferryCli, startGatewayProc } from '../helpers/procs';
-import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import { TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import { tinyFlatGuest } from './flat-guest';
 import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
 import { vmDetail } from '../../shared/vsphere/inventory';
@@ -44,14 +42,7 @@ describe('warm migration: a job submitted on its own cuts over by hand, on both 
     s = await startPlanStack({ prefix: 'warmjob', workers: { wj: 2 }, env: { FERRY_API_KEYS: `ops:submit:${K.ops},gwops:submit:${K.gw},viewer:read:${K.viewer}` } });
     const gwStarted = startGatewayProc(s.env);
     gwStarted.catch(() => undefined); // its failure is awaited below, not an unhandled rejection meanwhile
-    // The tiny guest as a monolithicFlat pair: the simulator tracks changed blocks of flat disks.
-    const raw = path.join(s.dir, 'boot.raw');
-    execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
-    execFileSync('qemu-img', ['resize', '-q', '-f', 'raw', raw, String(BYTES)]);
-    mkdirSync(path.join(s.dir, 'boot'));
-    const desc = path.join(s.dir, 'boot', 'boot.vmdk');
-    execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, desc]);
-    const flat = { desc, extent: path.join(s.dir, 'boot', 'boot-flat.vmdk') };
+    const flat = await tinyFlatGuest(s.dir, BYTES);
     // Both VMs side by side, while the gateway starts.
     [gw] = await Promise.all([gwStarted, addVm('ja', '00:50:56:37:01:01', flat), addVm('jb', '00:50:56:37:01:02', flat)]);
   });

@@ -6,14 +6,14 @@
 // a submit key, each job of that plan (and none of the other) records the request by the key's name, powers its VM
 // off, copies the last delta, leaves no snapshot (inventory and datastore folder), and boots on the target (virsh).
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { BrowserContext } from 'playwright-core';
 import { launchChromium } from '../helpers/browser';
 import { req, until } from '../helpers/http';
 import { ferryCli } from '../helpers/procs';
-import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import { TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
+import { tinyFlatGuest } from './flat-guest';
 import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
 import { vmDetail } from '../../shared/vsphere/inventory';
@@ -47,17 +47,11 @@ describe('warm migration: a whole plan cut over by POST /plans/{id}/cutover and 
   before(async function () {
     this.timeout(300_000);
     s = await startPlanStack({ prefix: 'wpc', workers: { wpc: 4 }, env: { FERRY_API_KEYS: `ops:submit:${K.ops},viewer:read:${K.viewer}` } });
-    // The tiny guest as a monolithicFlat pair: the simulator tracks changed blocks of flat disks.
-    const raw = path.join(s.dir, 'boot.raw');
-    execFileSync('qemu-img', ['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
-    execFileSync('qemu-img', ['resize', '-q', '-f', 'raw', raw, String(BYTES)]);
-    mkdirSync(path.join(s.dir, 'boot'));
-    const desc = path.join(s.dir, 'boot', 'boot.vmdk');
-    execFileSync('qemu-img', ['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, desc]);
+    const flat = await tinyFlatGuest(s.dir, BYTES);
     for (const [i, name] of ALL.entries()) {
       await createPlanVm(s.m, { name, mac: `00:50:56:37:02:0${i + 1}`, disks: [{ ds: 'LocalDS_0', file: `${name}/boot.vmdk`, bytes: BYTES }] });
-      await upload(s.v, desc, `${name}/boot.vmdk`);
-      await upload(s.v, path.join(s.dir, 'boot', 'boot-flat.vmdk'), `${name}/boot-flat.vmdk`);
+      await upload(s.v, flat.desc, `${name}/boot.vmdk`);
+      await upload(s.v, flat.extent, `${name}/boot-flat.vmdk`);
       await powerOn(s.m, s.vm(name));
     }
     browser = await launchChromium(path.join(s.dir, 'chromium-profile'));
