@@ -395,24 +395,30 @@ export class Lifecycle {
    * this (the gateway that leads the periodic work, services/gateway/sweeps.ts); jobs younger than `minAgeMs` are left alone, since their add may be in flight.
    */
   async reconcileQueued(minAgeMs: number, still: () => Promise<boolean> = () => Promise.resolve(true)): Promise<string[]> {
-    const r = this.store.redis;
+    const ids = await this.store.redis.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);
     const restored: string[] = [];
-    const ids = await r.zrange(this.store.k.jobsInState('QUEUED'), 0, -1);
     for (let i = 0; i < ids.length; i += 500) {
       if (!(await still())) break; // the sweep's lease is gone: its new holder carries on
-      const batch = ids.slice(i, i + 500);
-      const hs = await this.store.many(batch, ['state', 'queue', 'priority', 'updated_at']);
-      const p = r.pipeline();
-      for (const [j, h] of hs.entries()) if (h?.queue) this.router.bull.exists(p, h.queue, bullId(batch[j]));
-      const exists = ((await p.exec()) || []).map(([, v]) => Number(v));
-      let n = 0;
-      for (const [j, h] of hs.entries()) {
-        if (!h?.queue) continue;
-        const present = exists[n++];
-        if (present || h.state !== 'QUEUED' || Date.now() - Date.parse(h.updated_at) < minAgeMs) continue;
-        await this.router.enqueue(h.queue, batch[j], Number(h.priority));
-        restored.push(batch[j]);
-      }
+      restored.push(...await this.restoreMissing(ids.slice(i, i + 500), minAgeMs));
+    }
+    return restored;
+  }
+
+  /** Of `ids`, the QUEUED jobs at least `minAgeMs` old whose BullMQ entry is missing, put back (their ids). A plan's
+   *  effect job, whose submitter held the lease now held by the caller, is checked with no age: no add is in flight. */
+  async restoreMissing(ids: string[], minAgeMs: number): Promise<string[]> {
+    const hs = await this.store.many(ids, ['state', 'queue', 'priority', 'updated_at']);
+    const p = this.store.redis.pipeline();
+    for (const [j, h] of hs.entries()) if (h?.queue) this.router.bull.exists(p, h.queue, bullId(ids[j]));
+    const exists = ((await p.exec()) || []).map(([, v]) => Number(v));
+    const restored: string[] = [];
+    let n = 0;
+    for (const [j, h] of hs.entries()) {
+      if (!h?.queue) continue;
+      const present = exists[n++];
+      if (present || h.state !== 'QUEUED' || Date.now() - Date.parse(h.updated_at) < minAgeMs) continue;
+      await this.router.enqueue(h.queue, ids[j], Number(h.priority));
+      restored.push(ids[j]);
     }
     return restored;
   }

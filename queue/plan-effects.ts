@@ -7,6 +7,7 @@
 import type { Lifecycle } from './lifecycle';
 import type { Caller } from '../shared/auth';
 import { ApiError } from '../shared/errors';
+import { createLogger } from '../shared/log';
 import { validate } from '../shared/http';
 import { jobSpecSchema, type JobSpec } from '../shared/schemas/job';
 import { isTerminal } from '../shared/states';
@@ -31,11 +32,18 @@ export async function effectEnd(life: Lifecycle, id: string): Promise<EffectEnd 
   return { ok: false, error: h.error || `its job ${id} was ${h.state.toLowerCase()}` };
 }
 
+const log = createLogger('plans');
+
 /** Submits the effect's job unless it exists (a resumed claim); answers its end when it has one already, a
  *  refusal of the submission (a caller without the role, a bad parameter) as a failed end, else null. */
 export async function submitEffect(life: Lifecycle, o: { id: string; op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null; meta: Record<string, unknown> }): Promise<EffectEnd | null> {
   const seen = await effectEnd(life, o.id);
-  if (seen || (await life.store.raw(o.id))) return seen;
+  if (seen) return seen;
+  if (await life.store.raw(o.id)) {
+    // A leader that died between recording the job QUEUED and adding it to BullMQ left it waiting for no worker.
+    if ((await life.restoreMissing([o.id], 0)).length) log.warn('a plan effect\'s job was missing from its queue; put back', { job_id: o.id, operation: o.op });
+    return null;
+  }
   try {
     // A rollback goes before the plan's next migrations; each effect checks first, so another attempt is safe.
     const spec = validate<JobSpec>(jobSpecSchema, { job_id: o.id, operation: o.op, parameters: o.parameters, execution_policy: { timeout_seconds: 900, retry_count: 3, priority: 90 } }, 'body');

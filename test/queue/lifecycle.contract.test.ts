@@ -16,6 +16,7 @@ import { bullId, QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle, NOT_RETRIED } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
+import { submitEffect } from '../../queue/plan-effects';
 
 describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
   this.timeout(60000);
@@ -501,6 +502,23 @@ describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
       expect(h.result).to.deep.equal({ n: 1 });
       expect(h.state_history.filter((x) => x.state === 'RUNNING' || x.state === 'COMPLETED').map((x) => x.state)).to.deep.equal(['RUNNING', 'COMPLETED']);
       await expectState(s.job_id, 'COMPLETED');
+    });
+  });
+
+  describe('a plan effect whose leader died between recording its job and adding it to BullMQ', () => {
+    it('the next leader resuming the claim puts the QUEUED job back in its queue, once; a job in its queue is left alone', async () => {
+      const id = `c-${++n}.rollback`;
+      const effect = { id, op: 'rollback_kvm' as const, parameters: { of_job: `c-${n}`, power_on_source: false }, caller: null, meta: { plan_id: 'p' } };
+      expect(await submitEffect(life, effect), 'submitted, not ended').to.equal(null);
+      const queue = (await store.raw(id))!.queue;
+      expect(await bullState(queue, id)).to.be.oneOf(['waiting', 'prioritized']);
+      await router.remove(queue, id); // the add that a dead leader never made
+      expect(await bullState(queue, id)).to.equal('unknown');
+      await expectState(id, 'QUEUED');
+      expect(await submitEffect(life, effect), 'resumed: still not ended').to.equal(null);
+      expect(await bullState(queue, id), 'back in BullMQ').to.be.oneOf(['waiting', 'prioritized']);
+      expect(await life.restoreMissing([id], 0), 'present now: nothing to put back').to.deep.equal([]);
+      await expectState(id, 'QUEUED');
     });
   });
 
