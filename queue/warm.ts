@@ -51,18 +51,22 @@ export async function askCutover(store: JobStore, jobId: string, by: string | nu
   if (job.is_terminal) throw conflict(`job ${jobId} is ${job.state}: only a running warm job cuts over`);
   const w = await warmState(store.redis, store.k, jobId);
   if (w && w.status !== 'copying') throw conflict(`job ${jobId} is already ${w.status.replace('_', ' ')}${w.cutover ? ` (${w.cutover.reason})` : ''}`);
-  const req = await requestCutover(store.redis, store.k, jobId, by);
-  if (!req) throw notFound(`job ${jobId} not found`);
-  return req;
+  const asked = await requestCutover(store.redis, store.k, jobId, by);
+  if (!asked) throw notFound(`job ${jobId} not found`);
+  // A second request before the job sees the first would say it was asked later, by someone else: the first stands.
+  if (asked.earlier) throw conflict(`cutover of job ${jobId} was already requested at ${asked.request.at}${asked.request.by ? ` by ${asked.request.by}` : ''}`);
+  return asked.request;
 }
 
-/** Writes the request on an existing job record (null: none); the checks are askCutover's (the benchmark, which
- *  knows its job, writes it directly). */
-export async function requestCutover(redis: RedisClient, k: Keys, jobId: string, by: string | null): Promise<CutoverRequest | null> {
+/** Records the request on an existing job record unless one is there already (null: no such job; `earlier`: the
+ *  request found, left as it was). The checks are askCutover's (the benchmark, which knows its job, calls this). */
+export async function requestCutover(redis: RedisClient, k: Keys, jobId: string,
+  by: string | null): Promise<{ request: CutoverRequest; earlier: boolean } | null> {
   if (!(await redis.exists(k.job(jobId)))) return null;
-  const req: CutoverRequest = { at: new Date().toISOString(), by };
-  await redis.hset(k.job(jobId), 'warm_cutover', JSON.stringify(req));
-  return req;
+  const request: CutoverRequest = { at: new Date().toISOString(), by };
+  if (await redis.hsetnx(k.job(jobId), 'warm_cutover', JSON.stringify(request))) return { request, earlier: false };
+  const first = await cutoverRequest(redis, k, jobId);
+  return first ? { request: first, earlier: true } : null;
 }
 
 const STAGE_TIMES_KEPT = 20;

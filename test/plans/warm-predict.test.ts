@@ -37,4 +37,16 @@ describe('warm migration: the downtime prediction (issue 37 item 3)', () => {
     expect(p.seconds).to.be.closeTo(1 + (20 * MIB) / copyRate + 2 + 91, 0.02);
     expect(p.basis).to.match(/median of the 3 most recent migrations/);
   });
+
+  it('the repair from warm cutovers\' own repairs when any are recorded (a cold repair ran beside its copy); import and boot from all', () => {
+    const rounds = [round(1, 0, 1000 * MIB, 1000 * MIB, 100, 4), round(2, 300, 0, 0, 0, 2)];
+    const cold = [{ repair: 100, import: 1, boot: 2, from: 'cold' as const }, { repair: 110, import: 3, boot: 4 }];
+    const onlyCold = predictDowntime({ rounds, now: t0 + 300_000, stages: cold, powerOffSeconds: 0 })!;
+    expect(onlyCold.parts.repair, 'no warm cutover yet: the cold repairs\' whole spans').to.equal(105);
+    expect(onlyCold.basis).to.match(/median of the 2 cold migrations' whole repairs \(no warm cutover measured yet\)/);
+    const warm = [{ repair: 40, import: 5, boot: 6, from: 'warm' as const }, { repair: 44, import: 7, boot: 8, from: 'warm' as const }];
+    const p = predictDowntime({ rounds, now: t0 + 300_000, stages: [...warm, ...cold], powerOffSeconds: 0 })!;
+    expect([p.parts.repair, p.parts.import, p.parts.boot]).to.deep.equal([42, 4, 5]);
+    expect(p.basis).to.match(/repair: median of the 2 warm cutovers' repairs; import and boot: median of the 4 most recent migrations/);
+  });
 });

@@ -88,6 +88,11 @@ describe('warm migration: a job submitted on its own cuts over by hand, on both 
     for (const [vm, by] of [['ja', 'ops'], ['jb', 'gwops']] as const) {
       expect((await asked(ids[vm]))?.by, `${vm}: recorded on the job`).to.equal(by);
     }
+    // Asked again before it ends: 409 (already requested, or already cutting over), and the first request stands.
+    const again = await req<{ error: string }>(s.url, 'POST', `/jobs/${ids.jb}/cutover`, undefined, as(K.ops));
+    expect(again.status, again.text).to.equal(409);
+    expect(again.body.error).to.match(/already (requested at .* by gwops|cutting over)/);
+    expect((await asked(ids.jb))?.by, 'the first request is not overwritten').to.equal('gwops');
 
     for (const [vm, by] of [['ja', 'ops'], ['jb', 'gwops']] as const) {
       const r = await until(async () => { const x = await record(ids[vm]); return ['completed', 'failed', 'cancelled'].includes(x.status) && x; }, 1_200_000, `job ${vm} to end`);

@@ -30,6 +30,7 @@ import type { PlanParams } from '../../../queue/plan-slots';
 import type { ExportParameters } from './export';
 import { asOperationError } from './export';
 import type { OpContext } from './types';
+import type { besideCopyResult } from './repair-beside-copy';
 
 export type WarmParameters = ExportParameters & { warm: WarmOptions; plan?: PlanParams };
 type After = (ctx: OpContext, exported: ExportResult) => Promise<Record<string, unknown>>;
@@ -252,11 +253,12 @@ export async function measured(ctx: OpContext, copy: (c: OpContext) => Promise<E
   const copied = Date.now();
   const res = await after(clock.ctx, exported);
   const st = clock.stages(copied, Date.now());
-  const beside = (res as { repair_beside_copy?: { ran: boolean; repair?: { started_at: string; finished_at?: string } } }).repair_beside_copy;
+  const beside = (res as { repair_beside_copy?: ReturnType<typeof besideCopyResult> }).repair_beside_copy;
   // Beside the copy, the stage after it is only the repair's tail (16 s of 79 in bench:warm); a warm cutover runs
   // the repair whole after the last delta, so the whole repair is what a prediction needs.
-  const whole = beside?.ran && beside.repair?.finished_at ? Date.parse(beside.repair.finished_at) - Date.parse(beside.repair.started_at) : 0;
-  if (st) st.repair = Math.max(st.repair, whole / 1000);
+  const span = beside?.repair;
+  const whole = span?.finished_at ? Date.parse(span.finished_at) - Date.parse(span.started_at) : 0;
+  if (st) Object.assign(st, { repair: Math.max(st.repair, whole / 1000), from: 'cold' as const });
   if (st) await recordStageTimes(ctx.store.redis, ctx.store.k, st).catch(dropped(ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: ctx.spec.job_id }));
   return { ...res, ...(st ? { stage_seconds: st } : {}) };
 }
@@ -307,6 +309,7 @@ async function finish(r: Run, cut: { poweredOffAt: number; powerOffSeconds: numb
   const res = await after(clock.ctx, exported);
   const end = Date.now();
   const st = clock.stages(copied, end);
+  if (st) st.from = 'warm';
   if (st) await recordStageTimes(r.ctx.store.redis, r.ctx.store.k, st).catch(dropped(r.ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: r.ctx.spec.job_id }));
   const round2 = (x: number) => Math.round(x * 100) / 100;
   r.state.status = 'completed';
