@@ -23,6 +23,8 @@ export class FishPipe {
   private pending?: { resolve: (b: Buffer) => void; reject: (e: Error) => void };
   private tail: Promise<unknown> = Promise.resolve();
   private gone?: string;
+  /** Settles when the process has exited (its pipes closed). */
+  readonly ended: Promise<void>;
 
   private readonly stdin: Writable;
 
@@ -31,11 +33,12 @@ export class FishPipe {
     this.stdin = proc.stdin as Writable;
     (proc.stdout as Readable).on('data', (b: Buffer) => this.received(b));
     this.stdin.on('error', () => { /* the process is gone: its 'close' below answers what is pending */ });
-    proc.on('close', (code, sig) => {
+    this.ended = new Promise((resolve) => proc.on('close', (code, sig) => {
       this.gone = `guestfish exited (${sig ?? `status ${code}`})`;
       this.pending?.reject(new Error(this.gone));
       this.pending = undefined;
-    });
+      resolve();
+    }));
   }
 
   get exited(): boolean { return this.gone !== undefined; }

@@ -10,6 +10,7 @@ import path from 'node:path';
 import { OperationError } from '../errors';
 import { ConverterError } from './errors';
 import { FishPipe } from './guestfish-pipe';
+import { createLogger } from '../log';
 import { guestfsEnv } from '../guestfs-env';
 import { setting } from '../settings';
 
@@ -268,10 +269,18 @@ export class GuestSession {
     this.watchdog?.kill('SIGKILL');
     if (this.errFile) rmSync(this.errFile, { force: true });
     this.fish.end();
-    // Wait for guestfish to go, so the disk files are no longer open when the caller renames or checks them.
-    for (let i = 0; i < 100 && !this.fish.exited; i++) await new Promise((r) => setTimeout(r, 100));
-    if (this.fish.exited) return;
+    // Wait for guestfish to go, so the disk files are no longer open when the caller renames or checks them; one
+    // that has not gone after 10 s (a hung appliance shutdown) is killed and waited for as long again.
+    const within = (ms: number) => {
+      let t: NodeJS.Timeout | undefined;
+      const late = new Promise<boolean>((r) => { t = setTimeout(() => r(false), ms); });
+      return Promise.race([this.fish.ended.then(() => true), late]).finally(() => clearTimeout(t));
+    };
+    if (await within(10_000)) return;
     try { process.kill(this.pid, 'SIGKILL'); } catch { /* gone */ }
+    if (!(await within(10_000))) {
+      createLogger('converter').warn('guestfish did not exit 10 s after SIGKILL; its disk files may still be open', { pid: this.pid });
+    }
   }
 
 }
