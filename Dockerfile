@@ -15,7 +15,8 @@ RUN npm ci --no-audit --no-fund --loglevel=error
 # Compile (type errors fail the build) and copy the non-TypeScript files the code reads beside itself.
 FROM deps AS build
 COPY tsconfig.json tsconfig.build.json ./
-COPY shared shared
+COPY platform platform
+COPY domain domain
 COPY queue queue
 COPY services services
 COPY scripts scripts
@@ -40,7 +41,7 @@ CMD ["node", "dist/services/gateway/main.js"]
 
 # Worker images. Each installs the Debian packages its capabilities need, read from scripts/programs.txt (the list
 # scripts/setup.sh installs from, with a column naming the capabilities that need each program) by
-# `node dist/shared/programs.js packages <capabilities>`; test/deploy/images.test.ts checks each target's list, and
+# `node dist/platform/programs.js packages <capabilities>`; test/deploy/images.test.ts checks each target's list, and
 # a worker refuses to start when a program of its declared capabilities is missing (services/worker/tools.ts).
 #   worker          img_tool conversion workers and the guest-repair workers (nbd_access, mount_operations, lvm_tools)
 #   worker-migrate  whole migrations: vSphere export, guest repair, conversion, libvirt import over SSH
@@ -48,7 +49,7 @@ FROM app AS worker
 USER root
 ARG FERRY_IMAGE_CAPABILITIES=img_tool,nbd_access,mount_operations,lvm_tools
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/shared/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/platform/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /srv/ferry && chown node:node /srv/ferry
 # libguestfs runs its appliance with TCG unless /dev/kvm is passed in.
@@ -64,7 +65,7 @@ FROM app AS worker-migrate
 USER root
 ARG FERRY_IMAGE_CAPABILITIES=img_tool,vsphere_access,libvirt_access,mount_operations,lvm_tools,nbd_access
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/shared/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(node dist/platform/programs.js packages "$FERRY_IMAGE_CAPABILITIES") \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /srv/ferry /srv/scratch/exports /root/.ssh && chmod 0700 /srv/scratch/exports /root/.ssh
 # Runs as root (compose: worker-migrate; k8s: ferry-worker-migrate, privileged) because mount_operations and

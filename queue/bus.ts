@@ -3,10 +3,10 @@
 // WebSocket clients, workers, the notifier and the scheduler). Publishers use publish() in TypeScript; the Lua
 // commands (queue/commands/) publish `jobs` and `events` from the same fields, and test/queue/commands.test.ts
 // checks what they send against this map.
-import { createRedis, keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import type { JobState } from '../shared/states';
-import type { ProgressEvent } from '../shared/schemas/job';
-import { createLogger } from '../shared/log';
+import { createRedis, keys as makeKeys, Keys, RedisClient } from '../platform/redis';
+import type { JobState } from '../domain/states';
+import type { ProgressEvent } from '../domain/schemas/job';
+import { createLogger } from '../platform/log';
 
 const log = createLogger('bus');
 

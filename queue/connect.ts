@@ -1,7 +1,7 @@
 // The queue layer as a service process opens it: one Redis connection, the job store, the BullMQ router, the
 // worker registry and the lifecycle on top of them. Every service wires the same four the same way.
-import { createRedis, RedisClient } from '../shared/redis';
-import type { Logger } from '../shared/log';
+import { createRedis, RedisClient } from '../platform/redis';
+import type { Logger } from '../platform/log';
 import { JobStore } from './store';
 import { QueueRouter } from './router';
 import { Registry } from './registry';

@@ -6,15 +6,15 @@
 // the job (and the daemon's session, closing its viewers); the last viewer leaving sends `close` (and cancels the
 // job when it never started). The WebSocket's rules (roles, one writer, force) stay the daemon's (services/daemon/console.ts).
 // Keystrokes are passwords at a login prompt, and the project keeps secrets out of Redis in clear: every message is
-// sealed with FERRY_SECRET_KEY (shared/secretbox.ts, AES-256-GCM, as the stored secrets), bound to its channel and
+// sealed with FERRY_SECRET_KEY (platform/secretbox.ts, AES-256-GCM, as the stored secrets), bound to its channel and
 // numbered, so one that does not open (forged without the key, another key, replayed) is logged and dropped. Without
 // the key the console through a worker is refused, as a per-job password is (docs/security.md, "Secrets").
 import { EventEmitter } from 'node:events';
 import type { ChildProcess } from 'node:child_process';
-import type { ConsoleSession } from '../shared/libvirt/console';
-import { createRedis } from '../shared/redis';
-import { createLogger, ignoreError } from '../shared/log';
-import { canEncrypt, decryptSecret, encryptSecret } from '../shared/secretbox';
+import type { ConsoleSession } from '../domain/libvirt/console';
+import { createRedis } from '../platform/redis';
+import { createLogger, ignoreError } from '../platform/log';
+import { canEncrypt, decryptSecret, encryptSecret } from '../platform/secretbox';
 import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
 import type { JobStore } from './store';
 

@@ -4,9 +4,9 @@
 import { parseField, type JobStore } from './store';
 import { Registry } from './registry';
 import { unservedReason } from './lifecycle';
-import { parseQueueName } from '../shared/capabilities';
-import { daemonStatus, isTerminal } from '../shared/states';
-import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
+import { parseQueueName } from '../platform/capabilities';
+import { daemonStatus, isTerminal } from '../domain/states';
+import type { JobSpec, ProgressEvent } from '../domain/schemas/job';
 
 /** What a view reads of a record's spec and meta (JSON written by Lifecycle.submit from a validated spec). */
 type StoredSpec = Partial<Omit<JobSpec, 'parameters'>> & { parameters?: { name?: string; vm_path?: string; output_path?: string } };

@@ -1,17 +1,17 @@
-// The daemon's side of a plan preflight's guest read (shared/plans/guest-preflight.ts): the read is the job of the
+// The daemon's side of a plan preflight's guest read (domain/plans/guest-preflight.ts): the read is the job of the
 // internal operation guest_preflight, run by a worker with nbdkit and libguestfs; the daemon takes the caps, submits
 // it as the request's caller, waits up to FERRY_GUEST_PREFLIGHT_SECONDS and turns the job's end into the findings
 // the read gives. Caps (docs/security.md, "Limits"): one guest read per request and FERRY_GUEST_APPLIANCES(_PER_CALLER)
 // of them, and one nbdkit per disk a round reads at once against FERRY_NBDKIT_PROCESSES(_PER_CALLER), are taken here at submission
 // (429/503 before any job exists) and held until the job ends; on the worker its concurrency bounds what runs.
-import type { Caller } from '../shared/auth';
-import { managerJobFields } from '../shared/daemon-jobs';
-import { spawnSlots } from '../shared/limits';
-import type { VmFacts } from '../shared/plans/facts';
-import type { Finding } from '../shared/plans/rules';
-import { guestPreflightSeconds, MAX_DRIVES, timedOut } from '../shared/plans/guest-preflight';
-import { noGuestWorker, unreadable } from '../shared/plans/guest-rules';
-import type { ReadGuests } from '../shared/plans/preflight';
+import type { Caller } from '../platform/auth';
+import { managerJobFields } from '../domain/daemon-jobs';
+import { spawnSlots } from '../platform/limits';
+import type { VmFacts } from '../domain/plans/facts';
+import type { Finding } from '../domain/plans/rules';
+import { guestPreflightSeconds, MAX_DRIVES, timedOut } from '../domain/plans/guest-preflight';
+import { noGuestWorker, unreadable } from '../domain/plans/guest-rules';
+import type { ReadGuests } from '../domain/plans/preflight';
 import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
 
 /** The worker's answer (services/worker/operations/guest-preflight.ts). */

@@ -6,9 +6,9 @@
 // sweep interval and another process takes it on its next try (a third of the lease later): the sweeps resume
 // within one interval.
 import { randomUUID } from 'node:crypto';
-import type { Keys, RedisClient } from '../shared/redis';
-import type { Logger } from '../shared/log';
-import { leaderGauge, sweepRuns } from '../shared/metrics';
+import type { Keys, RedisClient } from '../platform/redis';
+import type { Logger } from '../platform/log';
+import { leaderGauge, sweepRuns } from '../platform/metrics';
 import { withCommands } from './scripts';
 
 /** A sweep step's guard: true while this process still holds the lease it started the sweep under. */

@@ -2,20 +2,20 @@
 // worker processes (claim, progress, finish) and the daemon. Each move goes through JobStore.transition, so
 // the transition table and the lease are checked atomically in Redis.
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import { canServe, normalizeCaps, parseQueueName, queueName, Requirements, servedQueues } from '../shared/capabilities';
-import { config } from '../shared/config';
-import { ApiError, badRequest, conflict, fieldError, notFound } from '../shared/errors';
-import { OPERATIONS } from '../shared/operations';
-import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
-import { HELD, isHeld, isTerminal, JobState } from '../shared/states';
-import { jobWaitSeconds } from '../shared/metrics';
-import { createLogger, expected } from '../shared/log';
-import { checkSubmittedPaths } from '../shared/roots';
-import { Caller, mayRunPrivileged } from '../shared/auth';
-import { checkSubmittedImages } from '../shared/image-confine';
-import { seal, unseal } from '../shared/sensitive';
-import { checkInsecure } from '../shared/vsphere/job-credentials';
-import { adminOnly } from '../shared/admin-only';
+import { canServe, normalizeCaps, parseQueueName, queueName, Requirements, servedQueues } from '../platform/capabilities';
+import { config } from '../platform/config';
+import { ApiError, badRequest, conflict, fieldError, notFound } from '../platform/errors';
+import { OPERATIONS } from '../domain/operations';
+import type { JobSpec, ProgressEvent } from '../domain/schemas/job';
+import { HELD, isHeld, isTerminal, JobState } from '../domain/states';
+import { jobWaitSeconds } from '../platform/metrics';
+import { createLogger, expected } from '../platform/log';
+import { checkSubmittedPaths } from '../platform/roots';
+import { Caller, mayRunPrivileged } from '../platform/auth';
+import { checkSubmittedImages } from '../domain/image-confine';
+import { seal, unseal } from '../platform/sensitive';
+import { checkInsecure } from '../domain/vsphere/job-credentials';
+import { adminOnly } from '../platform/admin-only';
 import { JobRecord, JobStore, Step } from './store';
 import { bullId, jobIdOf, QueueRouter } from './router';
 import { ActiveWorker, Registry } from './registry';
@@ -25,7 +25,7 @@ const log = createLogger('queue');
 
 export interface Lease { job_id: string; queue: string; token: string; record: JobRecord }
 
-/** What the operation itself needs, from its table (shared/operations.ts): what privilege follows from. */
+/** What the operation itself needs, from its table (domain/operations.ts): what privilege follows from. */
 export function operationCapabilities(spec: Pick<JobSpec, 'operation' | 'parameters'>): string[] {
   const op = OPERATIONS[spec.operation];
   return op?.capabilitiesFor?.(spec.parameters) ?? op?.capabilities ?? [];

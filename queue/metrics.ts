@@ -1,11 +1,11 @@
 // Cluster-wide job metrics read from Redis at scrape time: the transition script keeps the counters.
 import type client from 'prom-client';
-import { registerComputed, Sample } from '../shared/metrics';
-import { countByDaemonStatus, STATES, TERMINAL } from '../shared/states';
-import { canServe, parseQueueName } from '../shared/capabilities';
+import { registerComputed, Sample } from '../platform/metrics';
+import { countByDaemonStatus, STATES, TERMINAL } from '../domain/states';
+import { canServe, parseQueueName } from '../platform/capabilities';
 import type { JobStore } from './store';
 import type { Registry } from './registry';
-import type { RedisClient } from '../shared/redis';
+import type { RedisClient } from '../platform/redis';
 import { DURATION_BUCKETS, STAT_FIELDS } from './stat-fields';
 
 const OUTCOMES = TERMINAL.map((s) => s.toLowerCase()) as ('completed' | 'failed' | 'cancelled')[];

@@ -1,7 +1,7 @@
 // What operators see of the cluster: registered workers and the queues by requirement set (counts per state,
 // queued jobs by priority, matching active workers, why a queue waits). Shared by the gateway's GET /workers
 // and GET /queue and the daemon's (dashboard) copies of them, so both answer the same.
-import { canServe, parseQueueName } from '../shared/capabilities';
+import { canServe, parseQueueName } from '../platform/capabilities';
 import { unservedReason, type Lifecycle } from './lifecycle';
 
 export async function workersOverview(life: Lifecycle) {

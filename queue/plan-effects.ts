@@ -5,12 +5,12 @@
 // admin who asked for a rollback), checked by checkCaller like any request; only the runner may submit these
 // operations (OPERATIONS[op].submittedBy 'plan').
 import type { Lifecycle } from './lifecycle';
-import type { Caller } from '../shared/auth';
-import { ApiError } from '../shared/errors';
-import { createLogger } from '../shared/log';
-import { validate } from '../shared/http';
-import { jobSpecSchema, type JobSpec } from '../shared/schemas/job';
-import { isTerminal } from '../shared/states';
+import type { Caller } from '../platform/auth';
+import { ApiError } from '../platform/errors';
+import { createLogger } from '../platform/log';
+import { validate } from '../platform/http';
+import { jobSpecSchema, type JobSpec } from '../domain/schemas/job';
+import { isTerminal } from '../domain/states';
 
 export type EffectOp = 'rollback_kvm' | 'remove_source';
 

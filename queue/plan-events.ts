@@ -13,8 +13,8 @@ import type { JobStore } from './store';
 import type { PlanStore } from './plans';
 import { planView } from './plan-view';
 import { openEventStream, writeFrame } from './sse-stream';
-import { notFound } from '../shared/errors';
-import { createLogger } from '../shared/log';
+import { notFound } from '../platform/errors';
+import { createLogger } from '../platform/log';
 
 const log = createLogger('queue');
 const FINAL_PLAN = new Set(['completed', 'failed', 'cancelled']);

@@ -3,13 +3,13 @@
 // Labels are bounded: `plan` (operator-made ids, archived plans left out), `status` (the fixed VM and plan
 // statuses), `rule` and `severity` (the preflight rule set), `stage` (the job phases). Never a VM path.
 import type client from 'prom-client';
-import { registerComputed, Sample } from '../shared/metrics';
-import { isTerminal } from '../shared/states';
-import { PLAN_STATUSES, PLAN_VM_STATUSES as VM_STATUSES, isVmFinal } from '../shared/plan-states';
+import { registerComputed, Sample } from '../platform/metrics';
+import { isTerminal } from '../domain/states';
+import { PLAN_STATUSES, PLAN_VM_STATUSES as VM_STATUSES, isVmFinal } from '../domain/plan-states';
 import { parseField, type JobStore } from './store';
-import type { ProgressEvent } from '../shared/schemas/job';
+import type { ProgressEvent } from '../domain/schemas/job';
 import type { Plan, PlanStore } from './plans';
-import type { WarmState } from '../shared/warm-predict';
+import type { WarmState } from '../domain/warm-predict';
 
 /** A VM's migration time (its last job, RUNNING to its end): seconds. */
 export const PLAN_DURATION_BUCKETS = [10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800];

@@ -19,18 +19,18 @@ import type { WebhookStore } from './webhooks';
 import type { Bus } from './bus';
 import { Leader } from './leader';
 import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
-import { blocks, planManagerName, vmOption, type VmResult } from '../shared/plans/preflight';
-import { recheckTarget } from '../shared/plans/target';
-import { PLAN_OPTION_ROLES } from '../shared/plans/caller';
-import { grantsRole, type Auth, type Caller } from '../shared/auth';
-import { buildSpec } from '../shared/daemon-jobs';
-import { isTerminal } from '../shared/states';
-import { isVmFinal, isVmRetryable, vmMayMove } from '../shared/plan-states';
-import { ApiError, conflict } from '../shared/errors';
-import { dropped, type Logger } from '../shared/log';
+import { blocks, planManagerName, vmOption, type VmResult } from '../domain/plans/preflight';
+import { recheckTarget } from '../domain/plans/target';
+import { PLAN_OPTION_ROLES } from '../domain/plans/caller';
+import { grantsRole, type Auth, type Caller } from '../platform/auth';
+import { buildSpec } from '../domain/daemon-jobs';
+import { isTerminal } from '../domain/states';
+import { isVmFinal, isVmRetryable, vmMayMove } from '../domain/plan-states';
+import { ApiError, conflict } from '../platform/errors';
+import { dropped, type Logger } from '../platform/log';
 import { planSlots } from './plan-slots';
 import { awaitEffect, effectEnd, EffectEnd, effectJobId, EffectOp, submitEffect } from './plan-effects';
-import { PLAN_ONLY_OPTIONS } from '../shared/schemas/plans';
+import { PLAN_ONLY_OPTIONS } from '../domain/schemas/plans';
 
 export interface RunnerDeps {
   plans: PlanStore; life: Lifecycle; hooks: WebhookStore; bus: Bus; log: Logger; jobTimeoutSeconds: number; parallelDownloads: number;

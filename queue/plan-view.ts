@@ -4,7 +4,7 @@ import type { Plan } from './plans';
 import type { JobStore } from './store';
 import { jobViews } from './daemon-views';
 import { parseField } from './store';
-import type { WarmState } from '../shared/warm-predict';
+import type { WarmState } from '../domain/warm-predict';
 
 /** A plan as GET /plans/:id answers it. */
 export type PlanView = Awaited<ReturnType<typeof planView>>;

@@ -4,19 +4,19 @@
 // (or the plan runner and an API call) never lose each other's writes; the runner's writes are also fenced by
 // its leader lease.
 import { randomUUID } from 'node:crypto';
-import { ApiError, conflict, fieldError, notFound } from '../shared/errors';
-import { config } from '../shared/config';
-import type { Keys, RedisClient } from '../shared/redis';
-import type { Caller } from '../shared/auth';
-import type { Plan, PlanCaller, PlanCreate, PlanOptions, PlanVm } from '../shared/plans/types';
+import { ApiError, conflict, fieldError, notFound } from '../platform/errors';
+import { config } from '../platform/config';
+import type { Keys, RedisClient } from '../platform/redis';
+import type { Caller } from '../platform/auth';
+import type { Plan, PlanCaller, PlanCreate, PlanOptions, PlanVm } from '../domain/plans/types';
 import { publish } from './bus';
-import { createLogger, dropped } from '../shared/log';
+import { createLogger, dropped } from '../platform/log';
 
 const log = createLogger('queue');
 
-// The plan types live in shared/plans/types.ts, below the rules, the schemas and this store that all use them;
+// The plan types live in domain/plans/types.ts, below the rules, the schemas and this store that all use them;
 // re-exported here for the code that imported them from the store.
-export type { Override, PlanOptions, PlanVm, PlanAction, PlanOutboxEntry, PlanSelector, PlanCaller, Plan, PlanCreate } from '../shared/plans/types';
+export type { Override, PlanOptions, PlanVm, PlanAction, PlanOutboxEntry, PlanSelector, PlanCaller, Plan, PlanCreate } from '../domain/plans/types';
 
 /** The record of a request's caller (callerOf(ctx): null with authentication off). */
 export const planCallerOf = (key: Caller | null | undefined): PlanCaller => (key ? { name: key.name, role: key.role } : { name: 'anonymous', role: null });

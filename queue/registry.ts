@@ -1,8 +1,8 @@
 // Worker registration and heartbeats: who is alive, with which capabilities.
-import { keys as makeKeys, RedisClient } from '../shared/redis';
-import { config } from '../shared/config';
-import { normalizeCaps } from '../shared/capabilities';
-import { HELD } from '../shared/states';
+import { keys as makeKeys, RedisClient } from '../platform/redis';
+import { config } from '../platform/config';
+import { normalizeCaps } from '../platform/capabilities';
+import { HELD } from '../domain/states';
 import { withCommands } from './scripts';
 
 export interface WorkerInfo {

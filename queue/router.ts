@@ -1,13 +1,13 @@
 // The BullMQ side: one queue per requirement set, enqueue with priority, capability-matched dequeue under a
 // lease (the BullMQ lock), and the queue's view of a job's position.
 import { Job, Queue, Worker } from 'bullmq';
-import { parseQueueName, queuesTakenBefore } from '../shared/capabilities';
-import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import { config } from '../shared/config';
-import { createLogger, dropped, expected } from '../shared/log';
+import { parseQueueName, queuesTakenBefore } from '../platform/capabilities';
+import { keys as makeKeys, Keys, RedisClient } from '../platform/redis';
+import { config } from '../platform/config';
+import { createLogger, dropped, expected } from '../platform/log';
 import { BullLayout } from './bullmq-layout';
 import { publish } from './bus';
-import { queueErrors } from '../shared/metrics';
+import { queueErrors } from '../platform/metrics';
 
 const log = createLogger('queue');
 

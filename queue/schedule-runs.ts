@@ -2,15 +2,15 @@
 // iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
 // (its job's outcome) counted once, however many scheduler processes see it.
 import type { Lifecycle } from './lifecycle';
-import { ApiError } from '../shared/errors';
-import { isTerminal } from '../shared/states';
-import type { Logger } from '../shared/log';
-import { buildSpec } from '../shared/daemon-jobs';
+import { ApiError } from '../platform/errors';
+import { isTerminal } from '../domain/states';
+import type { Logger } from '../platform/log';
+import { buildSpec } from '../domain/daemon-jobs';
 import { publish } from './bus';
 import { callerOf, type Schedule, type ScheduleStore } from './schedules';
 import { checkCaller } from './lifecycle';
-import type { Caller } from '../shared/auth';
-import { ignoreError } from '../shared/log';
+import type { Caller } from '../platform/auth';
+import { ignoreError } from '../platform/log';
 
 export interface RunDeps { life: Lifecycle; schedules: ScheduleStore; jobTimeoutSeconds: number; parallelDownloads: number; log: Logger }
 

@@ -4,10 +4,10 @@
 import { Queue } from 'bullmq';
 import { CronExpressionParser } from 'cron-parser';
 import { randomUUID } from 'node:crypto';
-import { ApiError, badRequest, fieldError } from '../shared/errors';
-import type { Keys, RedisClient } from '../shared/redis';
-import { expectedError, ignoreError } from '../shared/log';
-import type { Caller, KeyRole } from '../shared/auth';
+import { ApiError, badRequest, fieldError } from '../platform/errors';
+import type { Keys, RedisClient } from '../platform/redis';
+import { expectedError, ignoreError } from '../platform/log';
+import type { Caller, KeyRole } from '../platform/auth';
 import { onBullError } from './router';
 
 export const SCHEDULE_QUEUE = 'schedules';

@@ -2,8 +2,8 @@
 // renews its lease while it works; a worker that dies stops renewing and its slot frees itself when the lease
 // runs out (FERRY_EXPORTS_PER_MANAGER uses it to protect a vSphere manager from too many exports at once).
 import { createHash } from 'node:crypto';
-import type { Keys, RedisClient } from '../shared/redis';
-import { createLogger, dropped } from '../shared/log';
+import type { Keys, RedisClient } from '../platform/redis';
+import { createLogger, dropped } from '../platform/log';
 
 const log = createLogger('queue');
 

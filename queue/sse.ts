@@ -3,14 +3,14 @@
 // receives every event exactly once.
 import type Koa from 'koa';
 import type Joi from 'joi';
-import type { RouteDef } from '../shared/http';
-import type { Need } from '../shared/auth';
+import type { RouteDef } from '../platform/http';
+import type { Need } from '../platform/auth';
 import type { ServerResponse } from 'node:http';
 import type { Bus, JobEventMessage } from './bus';
 import type { JobStore } from './store';
-import { isTerminal } from '../shared/states';
-import { fieldError, notFound } from '../shared/errors';
-import { isStreamId } from '../shared/schemas/common';
+import { isTerminal } from '../domain/states';
+import { fieldError, notFound } from '../platform/errors';
+import { isStreamId } from '../domain/schemas/common';
 import { openEventStream, writeFrame } from './sse-stream';
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */

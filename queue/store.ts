@@ -1,12 +1,12 @@
 // Job records in Redis: create, read, list, move between states, and the per-job progress-event log.
-import { keys as makeKeys, Keys, RedisClient } from '../shared/redis';
-import { HELD, isHeld, JobState, isTerminal, STATES, TERMINAL } from '../shared/states';
-import type { JobSpec, ProgressEvent } from '../shared/schemas/job';
-import { config } from '../shared/config';
+import { keys as makeKeys, Keys, RedisClient } from '../platform/redis';
+import { HELD, isHeld, JobState, isTerminal, STATES, TERMINAL } from '../domain/states';
+import type { JobSpec, ProgressEvent } from '../domain/schemas/job';
+import { config } from '../platform/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
-import { createLogger } from '../shared/log';
-import type { MadeEntry } from '../shared/libvirt/ledger';
+import { createLogger } from '../platform/log';
+import type { MadeEntry } from '../domain/libvirt/ledger';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -30,7 +30,7 @@ export interface JobRecord {
   finished_at: string | null;
   /** Extra data other services keep with the job (the daemon's export/migration view); never secrets. */
   meta: Record<string, unknown>;
-  /** What the job's attempts made on a target, recorded as they made it (shared/libvirt/ledger.ts). */
+  /** What the job's attempts made on a target, recorded as they made it (domain/libvirt/ledger.ts). */
   ledger: MadeEntry[];
 }
 

@@ -7,17 +7,17 @@
 // vol-download) are refused (503) as single calls: their routes run whole on a worker, the clone and template
 // routes as one virt_clone job, the import, template export and volume upload as one virt_files job
 // (JobVirsh.onWorker), the console as a virt_console job (JobVirsh.console, queue/console-jobs.ts).
-import { shownUri } from '../shared/libvirt/uri';
-import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../shared/libvirt/virsh';
-import { setting } from '../shared/settings';
-import type { Logger } from '../shared/log';
+import { shownUri } from '../domain/libvirt/uri';
+import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../domain/libvirt/virsh';
+import { setting } from '../platform/settings';
+import type { Logger } from '../platform/log';
 import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
 import { Leader } from './leader';
 import type { JobStore } from './store';
-import { checkSubmittedPaths } from '../shared/roots';
-import type { ConsoleSession } from '../shared/libvirt/console';
+import { checkSubmittedPaths } from '../platform/roots';
+import type { ConsoleSession } from '../domain/libvirt/console';
 import { workerConsole } from './console-jobs';
-import { virtFilesPaths } from '../shared/operations';
+import { virtFilesPaths } from '../domain/operations';
 
 /** The routes a worker runs whole: virt_clone's actions and virt_files'. */
 export type WorkerAction = 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy' | 'import_kvm' | 'template_export' | 'volume_upload';
@@ -36,7 +36,7 @@ export function libvirtVia(env: NodeJS.ProcessEnv = process.env): 'direct' | 'wo
 /** Time past a command's own timeout for the queue and the worker's start. */
 const GRACE_MS = 30_000;
 
-/** A Virsh whose commands run on a worker; every shared/libvirt function takes it unchanged. */
+/** A Virsh whose commands run on a worker; every domain/libvirt function takes it unchanged. */
 export class JobVirsh extends Virsh {
   constructor(uri: string, private d: WorkerJobDeps) { super(uri); }
 

@@ -3,8 +3,8 @@
 // the job ends; a worker that dies stops renewing and the lease runs out. Ferry's own operations on the VM (the
 // daemon's /vms power and CD-ROM routes, another job's export, a plan removing a source) ask who holds it first
 // and refuse, naming that job.
-import type { Keys, RedisClient } from '../shared/redis';
-import { ApiError } from '../shared/errors';
+import type { Keys, RedisClient } from '../platform/redis';
+import { ApiError } from '../platform/errors';
 import { Slot, Slots } from './slots';
 
 const guardName = (manager: string, vmPath: string) => `vm:${manager}:${vmPath.replace(/\/+$/, '')}`;

@@ -2,12 +2,12 @@
 // writes (`warm`), the snapshots it made on the source (`warm_snapshots`, recorded the moment each exists, so any
 // attempt, cancel or rollback removes exactly those), and a cutover request (`warm_cutover`, written by askCutover
 // for POST /plans/{id}/cutover and POST /jobs/{id}/cutover on both APIs). The prediction's repair, import and boot times come from recent migrations' measured
-// times (a capped list), the prediction rule itself from shared/warm-predict.ts.
-import type { RedisClient } from '../shared/redis';
-import type { Keys } from '../shared/redis';
-import { createLogger } from '../shared/log';
-import { conflict, notFound } from '../shared/errors';
-import type { StageSeconds, WarmState } from '../shared/warm-predict';
+// times (a capped list), the prediction rule itself from domain/warm-predict.ts.
+import type { RedisClient } from '../platform/redis';
+import type { Keys } from '../platform/redis';
+import { createLogger } from '../platform/log';
+import { conflict, notFound } from '../platform/errors';
+import type { StageSeconds, WarmState } from '../domain/warm-predict';
 import type { JobStore } from './store';
 
 const log = createLogger('queue');

@@ -1,12 +1,12 @@
 // Webhooks in Redis (a list, addressed by position as the seed does), their delivery log, the check that keeps
-// deliveries off private and loopback addresses (shared/targets.ts), and the BullMQ queue deliveries go through.
+// deliveries off private and loopback addresses (domain/targets.ts), and the BullMQ queue deliveries go through.
 import { Queue } from 'bullmq';
 import { randomUUID } from 'node:crypto';
-import { ApiError, fieldError } from '../shared/errors';
-import type { Keys, RedisClient } from '../shared/redis';
-import { canEncrypt, encryptSecret } from '../shared/secretbox';
-import { isSensitiveKey, redact, REDACTED } from '../shared/sensitive';
-import { expectedError, ignoreError } from '../shared/log';
+import { ApiError, fieldError } from '../platform/errors';
+import type { Keys, RedisClient } from '../platform/redis';
+import { canEncrypt, encryptSecret } from '../platform/secretbox';
+import { isSensitiveKey, redact, REDACTED } from '../platform/sensitive';
+import { expectedError, ignoreError } from '../platform/log';
 import { onBullError } from './router';
 import { publish } from './bus';
 

@@ -1,15 +1,15 @@
 // Work the daemon hands to a worker and waits for (issue 33 item 4, issue 38 item 2): a plan preflight's guest
 // read (nbdkit and a libguestfs appliance) and the power actions, so the daemon stays a Node-only process. The
-// job is an internal operation (shared/operations.ts), submitted as the request's caller (checkCaller holds as for
+// job is an internal operation (domain/operations.ts), submitted as the request's caller (checkCaller holds as for
 // any request); its end is awaited on the bus with a bound, and a job still unfinished at the bound is cancelled,
 // so nothing acts after the request was answered.
 import { randomUUID } from 'node:crypto';
-import { queueName } from '../shared/capabilities';
-import { validate } from '../shared/http';
-import { jobSpecSchema, type JobSpec } from '../shared/schemas/job';
-import { isTerminal } from '../shared/states';
-import type { Caller } from '../shared/auth';
-import { createLogger } from '../shared/log';
+import { queueName } from '../platform/capabilities';
+import { validate } from '../platform/http';
+import { jobSpecSchema, type JobSpec } from '../domain/schemas/job';
+import { isTerminal } from '../domain/states';
+import type { Caller } from '../platform/auth';
+import { createLogger } from '../platform/log';
 import type { Bus } from './bus';
 import type { JobStore } from './store';
 import { requirementsOf, type Lifecycle } from './lifecycle';

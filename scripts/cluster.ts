@@ -3,12 +3,12 @@
 // (workers first, so they finish or hand back their jobs, then the rest, then Redis).
 // Compiled (dist/scripts/cluster.js, what `npm start` runs after `npm run build`) it starts each service as
 // `node dist/services/<name>/main.js`, as the image does; from source (`npm run dev`) through tsx.
-import '../shared/check-settings'; // first: a bad setting stops the cluster before any service starts
+import '../platform/check-settings'; // first: a bad setting stops the cluster before any service starts
 import { spawn, ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { isSet, setting } from '../shared/settings';
+import { isSet, setting } from '../platform/settings';
 
 const COMPILED = __filename.endsWith('.js');
 /** Where the services' code is (the checkout, or dist/), and the package root (.data lives there). */

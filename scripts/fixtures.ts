@@ -7,7 +7,7 @@
 // is named with its error and the others go on; the script still exits 0, so the suite runs and the files that need
 // the fixture fail with the builder's log (a set-up that stopped here would print no test result at all). With
 // FERRY_SETUP_GUESTFS=0 (no libguestfs installed) only the simulator is built.
-import { errorText } from '../shared/errors';
+import { errorText } from '../platform/errors';
 import { DEBIAN_VARIANTS, ensureDebianGuest, DebianVariant } from '../test/fixtures/debian-guest';
 import { ensureTinyGuest } from '../test/fixtures/tiny-guest';
 import { vcsimBinary } from '../test/helpers/vcsim';

@@ -1,8 +1,8 @@
-// scripts/programs.txt's table in docs/testing.md (the list read as data: shared/programs.ts).
+// scripts/programs.txt's table in docs/testing.md (the list read as data: platform/programs.ts).
 // `npx tsx scripts/programs.ts` rewrites that table after the list changed; test/deploy/programs.test.ts checks it.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { programList, PROGRAMS_FILE, type ProgramEntry } from '../shared/programs';
+import { programList, PROGRAMS_FILE, type ProgramEntry } from '../platform/programs';
 
 export { programList, PROGRAMS_FILE, type ProgramEntry };
 const ROOT = path.resolve(__dirname, '..');

@@ -1,5 +1,5 @@
 --[[
-  Records an output a job's attempt created (its identity, shared/roots.ts outputId), under the attempt's lease, so
+  Records an output a job's attempt created (its identity, platform/roots.ts outputId), under the attempt's lease, so
   a retry on any worker recognises the file as the job's own and may replace it. The list keeps the newest 64.
   Callers: JobStore.recordOutput (queue/store.ts) <- the worker's output claims (services/worker/runner.ts).
 

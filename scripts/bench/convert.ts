@@ -16,11 +16,11 @@ import { randomFillSync } from 'node:crypto';
 import { promises as fs, openSync, writeSync, closeSync, fsyncSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { convert as qemuConvert, sha256File } from '../../shared/qemu';
-import { validateManifest } from '../../shared/schemas/manifest';
-import { runPipeline } from '../../shared/converter/pipeline';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import { errorText } from '../../shared/errors';
+import { convert as qemuConvert, sha256File } from '../../domain/qemu';
+import { validateManifest } from '../../domain/schemas/manifest';
+import { runPipeline } from '../../domain/converter/pipeline';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import { errorText } from '../../platform/errors';
 
 const MIB = Number(process.env.BENCH_MIB || 1024);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 9);
@@ -159,7 +159,7 @@ async function main() {
     console.log(`  bare qemu-img convert             ${both('bare')}  (spread ${spread('bare')}: the machine's noise)`);
     console.log(`  bare with -p                      ${both('bareP')}  median ${pct(m.bareP, m.bare)} / paired ${pct(med(ratios(res.bareP, res.bare)), 1)} vs bare`);
     for (const f of flagSets) console.log(`  bare with ${f.padEnd(23)} ${both(f)}  median ${pct(m[f], m.bare)} / paired ${pct(med(ratios(res[f], res.bare)), 1)} vs bare`);
-    console.log(`  shared/qemu convert (/proc progress) ${both('wrapper')}  median ${pct(m.wrapper, m.bare)} / paired ${pct(med(ratios(res.wrapper, res.bare)), 1)} vs bare`);
+    console.log(`  domain/qemu convert (/proc progress) ${both('wrapper')}  median ${pct(m.wrapper, m.bare)} / paired ${pct(med(ratios(res.wrapper, res.bare)), 1)} vs bare`);
     console.log(`  pipeline convert stage            ${both('stage')}  median ${pct(m.stage, m.bare)} / best ${pct(best.stage, best.bare)} / paired ${pct(med(stageR), 1)} (middle half of the rounds ${pct(q(stageR, 0.25), 1)} to ${pct(q(stageR, 0.75), 1)}) vs bare; ${med(progressEvents)} progress events per stage run`);
     console.log(`  convert stage + source sha256     ${both('stageSum')}  median ${pct(m.stageSum, m.stage)} / best ${pct(best.stageSum, best.stage)} / paired ${pct(med(sumR), 1)} over the stage alone`);
     console.log(`  sha256 of the source alone        ${both('hash')}  (${gbs(m.hash)})`);
@@ -173,7 +173,7 @@ async function main() {
     const cb = c('bare');
     const cw = c('wrapper');
     const cpuPaired = (k: string) => pct(med(cpu[k].child.map((x, i) => x / cpu.bare.child[i])), 1);
-    console.log(`  CPU, median: bare qemu-img ${cb.child.toFixed(2)} s; with -p ${c('bareP').child.toFixed(2)} s (paired ${cpuPaired('bareP')}); via shared/qemu ${cw.child.toFixed(2)} s (paired ${cpuPaired('wrapper')}) plus ${(cw.self * 1000).toFixed(0)} ms in Ferry's own process (/proc polls, the spawn)`);
+    console.log(`  CPU, median: bare qemu-img ${cb.child.toFixed(2)} s; with -p ${c('bareP').child.toFixed(2)} s (paired ${cpuPaired('bareP')}); via domain/qemu ${cw.child.toFixed(2)} s (paired ${cpuPaired('wrapper')}) plus ${(cw.self * 1000).toFixed(0)} ms in Ferry's own process (/proc polls, the spawn)`);
     // A verdict the noise cannot carry says so: the middle half of the rounds on both sides of the target.
     const verdict = (r: number[], target: number) => `${med(r) - 1 <= target ? 'met' : 'NOT met'} (paired ${pct(med(r), 1)})${q(r, 0.25) - 1 <= target && q(r, 0.75) - 1 > target ? `, but not resolved by this run: the middle half of its rounds spans ${pct(q(r, 0.25), 1)} to ${pct(q(r, 0.75), 1)}` : ''}`;
     console.log(`target: convert stage <= 5% over bare: ${verdict(stageR, 0.05)}`);

@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { TestRedis, freePort, waitForPort } from '../../test/helpers/redis';
 import { startProcess, testEnv, Proc } from '../../test/helpers/procs';
-import type { JobSpec } from '../../shared/schemas/job';
+import type { JobSpec } from '../../domain/schemas/job';
 
 /** A message of the daemon's /ws (services/daemon/ws.ts); only job_update is read, whose data is a job (its id). */
 interface DaemonWsMessage { type: string; data: { id: string } }
@@ -34,12 +34,12 @@ async function main() {
   await waitForPort(port, 30000);
   const base = `http://127.0.0.1:${port}`;
   // In-process job changes through the same Lifecycle every service uses.
-  const { createRedis } = await import('../../shared/redis');
+  const { createRedis } = await import('../../platform/redis');
   const { JobStore } = await import('../../queue/store');
   const { QueueRouter } = await import('../../queue/router');
   const { Registry } = await import('../../queue/registry');
   const { Lifecycle } = await import('../../queue/lifecycle');
-  const { jobSpecSchema } = await import('../../shared/schemas/job');
+  const { jobSpecSchema } = await import('../../domain/schemas/job');
   const rc = createRedis();
   const life = new Lifecycle(new JobStore(rc), new QueueRouter(rc, { stalledCheck: false }), new Registry(rc));
   const submit = (id: string) => life.submit(jobSpecSchema.validate({ job_id: id, operation: 'noop' }).value as JobSpec, { enqueue: false }); // Joi's value is untyped

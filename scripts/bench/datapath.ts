@@ -24,10 +24,10 @@ import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
 import { makeSourceDisk } from './source-disk';
 import { tolerate } from '../../test/helpers/teardown';
-import { folderUrl } from '../../shared/vsphere/download';
-import { runPipeline } from '../../shared/converter/pipeline';
-import { MIGRATION_REPAIR } from '../../shared/converter/guest';
-import { validateManifest } from '../../shared/schemas/manifest';
+import { folderUrl } from '../../domain/vsphere/download';
+import { runPipeline } from '../../domain/converter/pipeline';
+import { MIGRATION_REPAIR } from '../../domain/converter/guest';
+import { validateManifest } from '../../domain/schemas/manifest';
 
 const GIB = 2 ** 30;
 const MIB = 2 ** 20;

@@ -16,9 +16,9 @@ import path from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { request } from 'undici';
-import { managerFor } from '../../shared/vsphere/client';
-import { exportVm } from '../../shared/vsphere/export';
-import { folderUrl } from '../../shared/vsphere/download';
+import { managerFor } from '../../domain/vsphere/client';
+import { exportVm } from '../../domain/vsphere/export';
+import { folderUrl } from '../../domain/vsphere/download';
 import { startVcsim } from '../../test/helpers/vcsim';
 import { createVm, upload } from '../../test/vsphere/fixture';
 

@@ -2,7 +2,7 @@
 // runs the simulated fleet, whose 500 streaming clients take in thousands of WebSocket frames and SSE events a
 // second, and a request timed there would include waiting for that event loop. Started with fork(); takes one
 // message { gw, daemon, samples }, answers { results, resets } or { error }, and exits.
-import { errorText } from '../../shared/errors';
+import { errorText } from '../../platform/errors';
 import { resets, timeSeq } from './fleet-probe';
 import { operatorRoutes } from './fleet-routes';
 

@@ -2,7 +2,7 @@
 // Redis's own time, from INFO commandstats), the dashboard's first load, CPU per second and RSS of each
 // process, the services' event-loop lag (their Prometheus metrics), and Redis keys by pattern.
 import { performance } from 'node:perf_hooks';
-import type { RedisClient } from '../../shared/redis';
+import type { RedisClient } from '../../platform/redis';
 import { commandDelta, commandStats, cpuSeconds, pct, request, rssBytes } from './common';
 import { moduleImports, pageAssets } from '../../test/helpers/page-assets';
 

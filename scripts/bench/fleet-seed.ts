@@ -6,7 +6,7 @@
 // place in every index that holds it (sorted sets with its score, sets, hashes keyed by id). Counters are not
 // per job and are not copied (the finished totals of /metrics count the jobs made through the scripts only).
 // This runs only on the bench's private Redis: the script reaches keys it was not passed in KEYS.
-import type { RedisClient } from '../../shared/redis';
+import type { RedisClient } from '../../platform/redis';
 
 const CLONE = `
 local function replace(s, a, b)

@@ -10,7 +10,7 @@
 // 257.4 -> 175.8 MiB in one 2-minute soak, and judging its peaks, then its floor, called flat soaks "GREW" in
 // two 30-minute runs, docs/performance.md).
 import os from 'node:os';
-import type { RedisClient } from '../../shared/redis';
+import type { RedisClient } from '../../platform/redis';
 import { pct } from './common';
 import type { Fleet } from './fleet-sim';
 import { keysByPattern, loopLag, ms, rssNow, usedMemory, type ProcRef } from './fleet-probe';

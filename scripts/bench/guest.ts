@@ -1,7 +1,7 @@
 // npm run bench:guest (issues 12 and 20): Debian's virt-v2v and Ferry on the same real guest disk (the Debian guest
 // fixtures, test/fixtures/debian-guest.ts, every variant), one after the other in one run. For each: wall
 // time, peak memory of the whole process tree (the libguestfs appliance's qemu included), output size, and whether
-// the output boots on virtio-blk with a virtio NIC (the product's virt_test runner, shared/converter/testboot.ts,
+// the output boots on virtio-blk with a virtio NIC (the product's virt_test runner, domain/converter/testboot.ts,
 // under TCG, awaiting the guest's marker or the initramfs giving up), and Ferry's repair stage (its report's
 // `fix_side_by_side` timing). Targets (issue 34): Ferry's output boots on every variant, its repair stage <= 45 s, and
 // its wall time <= 0.45x virt-v2v's where virt-v2v makes an output.
@@ -18,11 +18,11 @@ import { randomBytes } from 'node:crypto';
 import { promises as fs, readFileSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { converterConfigSchema } from '../../shared/schemas/converter-config';
-import { testBoot } from '../../shared/converter/testboot';
-import { outputNames } from '../../shared/converter/pipeline';
-import { buildXml } from '../../shared/libvirt/xml';
-import { validateManifest } from '../../shared/schemas/manifest';
+import { converterConfigSchema } from '../../domain/schemas/converter-config';
+import { testBoot } from '../../domain/converter/testboot';
+import { outputNames } from '../../domain/converter/pipeline';
+import { buildXml } from '../../domain/libvirt/xml';
+import { validateManifest } from '../../domain/schemas/manifest';
 import { DEBIAN_VARIANTS, ensureDebianGuest, repairManifest, DebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 const ROOT = path.resolve(__dirname, '..', '..');

@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { TestRedis } from '../../test/helpers/redis';
 import { startGatewayProc, testEnv } from '../../test/helpers/procs';
 import { makeFinishedJob } from './common';
-import type { JobSpec } from '../../shared/schemas/job';
+import type { JobSpec } from '../../domain/schemas/job';
 
 const { values } = parseArgs({ options: { jobs: { type: 'string' }, events: { type: 'string' }, retention: { type: 'string' } } });
 const JOBS = Number(values.jobs || 100_000);
@@ -22,9 +22,9 @@ async function main() {
   const redis = await new TestRedis().start();
   process.env.REDIS_URL = redis.url;
   process.env.FERRY_PREFIX = PREFIX;
-  const { createRedis } = await import('../../shared/redis');
+  const { createRedis } = await import('../../platform/redis');
   const { JobStore } = await import('../../queue/store');
-  const { jobSpecSchema } = await import('../../shared/schemas/job');
+  const { jobSpecSchema } = await import('../../domain/schemas/job');
   const rc = createRedis();
   const store = new JobStore(rc, PREFIX);
   const used = async () => {

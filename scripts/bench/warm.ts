@@ -22,9 +22,9 @@ import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
 import { powerOn } from '../../test/vsphere/fixture';
 import { makeSourceDisk } from './source-disk';
 import { tolerate } from '../../test/helpers/teardown';
-import { keys } from '../../shared/redis';
+import { keys } from '../../platform/redis';
 import { requestCutover } from '../../queue/warm';
-import type { WarmState } from '../../shared/warm-predict';
+import type { WarmState } from '../../domain/warm-predict';
 
 const GIB = 2 ** 30;
 const MIB = 2 ** 20;

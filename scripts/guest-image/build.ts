@@ -1,7 +1,7 @@
 // Builds (or finds in the cache) the Debian guest fixture: `npx tsx scripts/guest-image/build.ts [variant ...]`
 // (DEBIAN_VARIANTS in test/fixtures/debian-guest.ts; plain and lvm when none is named).
 // Prints each variant's cached VMDK. See docs/testing.md.
-import { errorText } from '../../shared/errors';
+import { errorText } from '../../platform/errors';
 import { DEBIAN_VARIANTS, ensureDebianGuest, DebianVariant } from '../../test/fixtures/debian-guest';
 
 async function main() {

@@ -1,7 +1,7 @@
 // The daemon client of the `ferry` command: FERRY_URL (default http://localhost:8080) and FERRY_API_KEY from the
 // environment, the key sent as a header (never in a URL or argv), and the daemon's error envelope turned into one
 // line that names the status.
-import { setting } from '../../shared/settings';
+import { setting } from '../../platform/settings';
 export interface ClientOptions { url?: string; key?: string }
 
 export class DaemonError extends Error {

@@ -11,8 +11,8 @@ import { parseArgs } from 'node:util';
 import yaml from 'js-yaml';
 import { DaemonClient, DaemonError } from './client';
 import { blockers, findingRows, planProgress, table, bytes, type Finding, type PlanView } from './render';
-import type { VmSummary } from '../../shared/vsphere/inventory';
-import { PLAN_FINAL } from '../../shared/plan-states';
+import type { VmSummary } from '../../domain/vsphere/inventory';
+import { PLAN_FINAL } from '../../domain/plan-states';
 
 export const EXIT = { ok: 0, error: 1, blockers: 2, notMigrated: 3 } as const;
 const OPTIONS = {
@@ -34,7 +34,7 @@ const json = (io: Io, v: unknown) => print(io, JSON.stringify(v, null, 2));
 const need = (args: string[], n: number, usage: string) => { if (args.length < n) throw new UsageError(`usage: ferry ${usage}`); return args; };
 class UsageError extends Error {}
 
-/** What the CLI reads of GET /vms/info (shared/vsphere/inventory.ts's VmDetail), read defensively as the code
+/** What the CLI reads of GET /vms/info (domain/vsphere/inventory.ts's VmDetail), read defensively as the code
  *  always did: a NIC's MAC as mac_address or mac, a snapshot as a name or an object with one. */
 interface VmInfo {
   path?: string; power_state?: string; hardware?: { num_cpu?: number; memory_mb?: number }; firmware?: string; uuid?: string;
@@ -46,7 +46,7 @@ interface VmInfo {
 interface Validation { vms?: { vm_path: string; findings?: Finding[] }[] }
 /** The answer of a plan action (cancel, retry, rollback): its message, else the CLI says what it asked. */
 interface ActionAnswer { message?: string }
-/** A plan body as the file and the flags build it; the daemon validates it (shared/schemas/plans.ts). */
+/** A plan body as the file and the flags build it; the daemon validates it (domain/schemas/plans.ts). */
 type PlanBody = Record<string, unknown> & {
   destination?: Record<string, unknown>; network_map?: Record<string, string>; storage_map?: Record<string, string>; options?: Record<string, unknown>;
 };
@@ -157,7 +157,7 @@ const planValidate: Command = async (c, a, v, io) => {
   return n ? EXIT.blockers : EXIT.ok;
 };
 
-/** A plan's final statuses (shared/plan-states.ts): the runner ends it when every VM is final. */
+/** A plan's final statuses (domain/plan-states.ts): the runner ends it when every VM is final. */
 export const PLAN_DONE = PLAN_FINAL as readonly string[];
 const VM_MIGRATED = ['completed'];
 

@@ -1,5 +1,5 @@
 // How the `ferry` command prints: aligned tables, findings blockers first, and one progress line per VM.
-import { isVmFinal } from '../../shared/plan-states';
+import { isVmFinal } from '../../domain/plan-states';
 
 export function table(headers: string[], rows: (string | number | undefined | null)[][]): string {
   const cells = [headers, ...rows.map((r) => r.map((c) => (c === undefined || c === null ? '' : String(c))))];

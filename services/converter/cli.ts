@@ -3,21 +3,21 @@
 // batch files.
 // Exit codes: 0 all migrations succeeded; 1 a migration failed; 2 bad usage, configuration or manifest;
 // 3 the requested mode is not available in this build. See docs/pipeline.md for precedence rules.
-import { linearRegExp } from '../../shared/linear-regex';
+import { linearRegExp } from '../../platform/linear-regex';
 import { promises as fs, appendFileSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { inspectImage } from '../../shared/image-format';
-import { imageInfo } from '../../shared/qemu';
-import { ConfigError, ConverterConfig, MigrationEntry, MigrationSettings, validateBatch, validateConfig } from '../../shared/schemas/converter-config';
-import { Manifest, ManifestError, validateManifest } from '../../shared/schemas/manifest';
-import { runPipeline, StageName } from '../../shared/converter/pipeline';
-import { explainSteps, FAMILIES } from '../../shared/converter/families';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import { errorText } from '../../shared/errors';
+import { inspectImage } from '../../domain/image-format';
+import { imageInfo } from '../../domain/qemu';
+import { ConfigError, ConverterConfig, MigrationEntry, MigrationSettings, validateBatch, validateConfig } from '../../domain/schemas/converter-config';
+import { Manifest, ManifestError, validateManifest } from '../../domain/schemas/manifest';
+import { runPipeline, StageName } from '../../domain/converter/pipeline';
+import { explainSteps, FAMILIES } from '../../domain/converter/families';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import { errorText } from '../../platform/errors';
 import { fetchRemote } from './fetch';
 import { exportForConvert, withExport } from './manager-export';
-import { logoutAll } from '../../shared/vsphere/client';
+import { logoutAll } from '../../domain/vsphere/client';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
@@ -113,7 +113,7 @@ async function runOne(label: string, s: MigrationSettings, baseDir: string, out:
       exported = await exportForConvert(s, baseDir, (pct, msg) => out.progress(label, pct, msg), (msg) => out.line(`${label}: ${msg}`));
       out.done();
       out.line(`${label}: exported ${exported.files.length} file(s), ${exported.total_bytes} bytes (manifest ${exported.manifest_path})`);
-      // The export's manifest is the manifest seed (shared/vsphere/export-manifest.ts's buildManifest).
+      // The export's manifest is the manifest seed (domain/vsphere/export-manifest.ts's buildManifest).
       const first = (exported.manifest as Manifest).disks[0];
       s = { ...s, vmdk: first.local_path, to_output: s.to_output ?? `${s.vm_name}.${s.out_format || 'qcow2'}` };
     }

@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { OperationError } from '../../shared/errors';
+import { OperationError } from '../../platform/errors';
 
 export interface FetchOptions {
   host: string; port?: number; user: string; identity?: string; remote: string; destDir: string;

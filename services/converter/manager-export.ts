@@ -1,14 +1,14 @@
 // ferry-convert `command: manager_export`: the VM named by vm_name is exported from manager_host with the same
-// code as the workers' export jobs (shared/vsphere/export.ts), into conversion_dir (default
+// code as the workers' export jobs (domain/vsphere/export.ts), into conversion_dir (default
 // <output_dir>/.ferry-export/<vm_name>); its manifest's disks and VM facts then go through the local pipeline.
 import path from 'node:path';
-import { ConfigError, type MigrationSettings } from '../../shared/schemas/converter-config';
-import type { Manifest } from '../../shared/schemas/manifest';
-import { managerFor } from '../../shared/vsphere/client';
-import { resolveCredentials } from '../../shared/vsphere/credentials';
-import { VsphereError } from '../../shared/vsphere/errors';
-import { exportVm, ExportResult } from '../../shared/vsphere/export';
-import { pathByName } from '../../shared/vsphere/inventory';
+import { ConfigError, type MigrationSettings } from '../../domain/schemas/converter-config';
+import type { Manifest } from '../../domain/schemas/manifest';
+import { managerFor } from '../../domain/vsphere/client';
+import { resolveCredentials } from '../../domain/vsphere/credentials';
+import { VsphereError } from '../../domain/vsphere/errors';
+import { exportVm, ExportResult } from '../../domain/vsphere/export';
+import { pathByName } from '../../domain/vsphere/inventory';
 
 export async function exportForConvert(s: MigrationSettings, baseDir: string, progress: (pct: number, msg: string) => void, log: (msg: string) => void): Promise<ExportResult> {
   if (!s.output_dir) throw new ConfigError('output_dir is required in mode manager_export', [{ path: 'output_dir', message: 'is required' }]);
@@ -33,6 +33,6 @@ export async function exportForConvert(s: MigrationSettings, baseDir: string, pr
 
 /** The local pipeline's manifest (from the config's settings) with the export's disks and VM facts. */
 export function withExport(m: Manifest, exported: ExportResult): Manifest {
-  const e = exported.manifest as Manifest; // the manifest seed, built by shared/vsphere/export-manifest.ts
+  const e = exported.manifest as Manifest; // the manifest seed, built by domain/vsphere/export-manifest.ts
   return { ...m, source: e.source, vm: e.vm, nics: e.nics, notes: e.notes, warnings: [...(m.warnings || []), ...(e.warnings || [])], disks: e.disks, metadata: e.metadata };
 }

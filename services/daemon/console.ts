@@ -1,5 +1,5 @@
 // The VM console WebSocket (/virt/console?name=<domain>[&mode=read|write][&force=1], both path forms): the daemon
-// bridges browsers to the domain's serial console (shared/libvirt/console.ts: `virsh console` under a pty).
+// bridges browsers to the domain's serial console (domain/libvirt/console.ts: `virsh console` under a pty).
 // Messages are JSON both ways: server -> client {type: 'status'|'data'|'error'|'closed', ...}; client -> server
 // {type: 'input', data}. The WebSocket hub authenticates the upgrade (role `view`) and hands over the caller.
 //
@@ -9,11 +9,11 @@
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
-import { Caller, grantsRole, KeyRole } from '../../shared/auth';
-import { domainInfo, domainState, NAME_PATTERN, openConsole, Virsh } from '../../shared/libvirt';
-import type { ConsoleSession } from '../../shared/libvirt/console';
-import { ApiError } from '../../shared/errors';
-import { spawnSlots } from '../../shared/limits';
+import { Caller, grantsRole, KeyRole } from '../../platform/auth';
+import { domainInfo, domainState, NAME_PATTERN, openConsole, Virsh } from '../../domain/libvirt';
+import type { ConsoleSession } from '../../domain/libvirt/console';
+import { ApiError } from '../../platform/errors';
+import { spawnSlots } from '../../platform/limits';
 import { refuseUpgrade } from './ws';
 import { JobVirsh } from '../../queue/virsh-jobs';
 
@@ -127,7 +127,7 @@ function upgradeWith(upgrade: Upgrade): Upgrade {
     let release: () => void;
     try { release = spawnSlots.console.take(); } catch (e) {
       const err = e as ApiError;
-      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as { retryAfter?: number } | undefined)?.retryAfter); // a 429's details (shared/limits.ts)
+      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as { retryAfter?: number } | undefined)?.retryAfter); // a 429's details (platform/limits.ts)
     }
     socket.once('close', release);
     upgrade(req, socket, head, caller);

@@ -2,12 +2,12 @@
 // answer, the /ws/metrics frame, and /metrics on a port of its own when metrics.port is set.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { config } from '../../shared/config';
-import { guardPlain, type PlainPort } from '../../shared/http';
-import { daemonEnvelope } from '../../shared/errors';
-import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
-import { countByDaemonStatus } from '../../shared/states';
-import { DaemonConfig, formatDuration } from '../../shared/daemon-config';
+import { config } from '../../platform/config';
+import { guardPlain, type PlainPort } from '../../platform/http';
+import { daemonEnvelope } from '../../platform/errors';
+import { createRegistry, HttpMetrics, registerComputed } from '../../platform/metrics';
+import { countByDaemonStatus } from '../../domain/states';
+import { DaemonConfig, formatDuration } from '../../platform/daemon-config';
 import type { QueueLayer } from '../../queue/connect';
 import { registerJobMetrics } from '../../queue/metrics';
 

@@ -4,24 +4,24 @@
 // workers and queues views the gateway has (queue/overview.ts, so both answer the same).
 import path from 'node:path';
 import Joi from 'joi';
-import { redact } from '../../shared/sensitive';
-import type { Api } from '../../shared/http';
-import { notFound } from '../../shared/errors';
-import { jobId as jobIdSchema } from '../../shared/schemas/common';
-import { daemonErrorSchema, jobRecordSchema, operationTemplateSchema } from '../../shared/schemas/daemon';
-import { queueStatusSchema, workerSchema } from '../../shared/schemas/responses';
-import { madeEntrySchema } from '../../shared/libvirt/ledger';
+import { redact } from '../../platform/sensitive';
+import type { Api } from '../../platform/http';
+import { notFound } from '../../platform/errors';
+import { jobId as jobIdSchema } from '../../domain/schemas/common';
+import { daemonErrorSchema, jobRecordSchema, operationTemplateSchema } from '../../domain/schemas/daemon';
+import { queueStatusSchema, workerSchema } from '../../domain/schemas/responses';
+import { madeEntrySchema } from '../../domain/libvirt/ledger';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { Bus } from '../../queue/bus';
 import { queueOverview, workersOverview } from '../../queue/overview';
-import { config } from '../../shared/config';
+import { config } from '../../platform/config';
 import { EventHub } from '../../queue/sse';
-import { buildSpec } from '../../shared/daemon-jobs';
+import { buildSpec } from '../../domain/daemon-jobs';
 import { jobViews } from '../../queue/daemon-views';
-import { grants, ROLES } from '../../shared/auth';
+import { grants, ROLES } from '../../platform/auth';
 import { callerOf } from './route-kit';
 import type { StaticMount } from './static';
-import { planStatesModule } from '../../shared/plan-states';
+import { planStatesModule } from '../../domain/plan-states';
 
 export const DASHBOARD_DIR = path.join(__dirname, 'web');
 
@@ -77,7 +77,7 @@ export async function registerDashboard(d: { api: Api; life: Lifecycle; bus: Bus
     },
   });
 
-  // plan-states.js: the plan state table (shared/plan-states.ts) as a module, generated rather than copied.
+  // plan-states.js: the plan state table (domain/plan-states.ts) as a module, generated rather than copied.
   d.mountStatic('/web/dashboard', DASHBOARD_DIR, { 'plan-states.js': { type: 'text/javascript; charset=utf-8', body: planStatesModule() } });
   return hub;
 }

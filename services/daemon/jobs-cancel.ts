@@ -1,8 +1,8 @@
 // POST /jobs/cancel: jobs by id (a result per id), or every job of a status, page by page with no limit.
 import Joi from 'joi';
-import type { Api } from '../../shared/http';
-import { ApiError } from '../../shared/errors';
-import { cancelSchema } from '../../shared/schemas/daemon';
+import type { Api } from '../../platform/http';
+import { ApiError } from '../../platform/errors';
+import { cancelSchema } from '../../domain/schemas/daemon';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { jobViews } from '../../queue/daemon-views';
 import { statesOf } from './jobs';

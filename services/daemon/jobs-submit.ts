@@ -1,13 +1,13 @@
 // POST /jobs/submit: one export job (shape A), one migration job (shape B) or a batch {jobs}. Each definition is
-// built by shared/daemon-jobs.ts; a vCenter password is stored sealed apart from the job (job-credentials.ts).
+// built by domain/daemon-jobs.ts; a vCenter password is stored sealed apart from the job (job-credentials.ts).
 import Joi from 'joi';
-import type { ApiKey } from '../../shared/auth';
-import type { Api } from '../../shared/http';
-import { ApiError } from '../../shared/errors';
-import { submitBodySchema } from '../../shared/schemas/daemon';
-import type { DaemonConfig } from '../../shared/daemon-config';
-import { checkInsecure, checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
-import { buildSpec } from '../../shared/daemon-jobs';
+import type { ApiKey } from '../../platform/auth';
+import type { Api } from '../../platform/http';
+import { ApiError } from '../../platform/errors';
+import { submitBodySchema } from '../../domain/schemas/daemon';
+import type { DaemonConfig } from '../../platform/daemon-config';
+import { checkInsecure, checkPasswordStorable, storePassword } from '../../domain/vsphere/job-credentials';
+import { buildSpec } from '../../domain/daemon-jobs';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { callerOf, err, now } from './route-kit';
 

@@ -2,16 +2,16 @@
 // job's manual cutover, POST /jobs/:id/cutover. Records
 // come from queue/daemon-views.ts, one schema for every operation (docs/daemon.md).
 import Joi from 'joi';
-import type { Api } from '../../shared/http';
-import { notFound } from '../../shared/errors';
-import { jobId as jobIdSchema } from '../../shared/schemas/common';
-import { jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema } from '../../shared/schemas/daemon';
-import { statesForDaemonStatus } from '../../shared/states';
+import type { Api } from '../../platform/http';
+import { notFound } from '../../platform/errors';
+import { jobId as jobIdSchema } from '../../domain/schemas/common';
+import { jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema } from '../../domain/schemas/daemon';
+import { statesForDaemonStatus } from '../../domain/states';
 import type { JobStore } from '../../queue/store';
 import { jobViews, progressView } from '../../queue/daemon-views';
 import { callerOf, err } from './route-kit';
-import { adminOnly } from '../../shared/admin-only';
-import { INTERNAL_JOBS_WHY } from '../../shared/schemas/job';
+import { adminOnly } from '../../platform/admin-only';
+import { INTERNAL_JOBS_WHY } from '../../domain/schemas/job';
 import type Koa from 'koa';
 import { askCutover } from '../../queue/warm';
 

@@ -1,12 +1,12 @@
 // Daemon process: the daemon API on port 8080. Options:
 //   -addr HOST:PORT | :PORT   listen address (also daemon.addr in the config file, or DAEMON_PORT)
 //   --config FILE             YAML configuration (also FERRY_CONFIG); validated at start
-import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
+import '../../platform/check-settings'; // first: a bad setting stops the process before anything reads it
 import { startDaemon } from './app';
-import { ConfigError, configPath, loadConfig } from '../../shared/daemon-config';
-import { onShutdown } from '../../shared/process';
-import { errorText } from '../../shared/errors';
-import { logoutAll } from '../../shared/vsphere/client';
+import { ConfigError, configPath, loadConfig } from '../../platform/daemon-config';
+import { onShutdown } from '../../platform/process';
+import { errorText } from '../../platform/errors';
+import { logoutAll } from '../../domain/vsphere/client';
 
 function addrOption(argv: string[]): string | undefined {
   const i = argv.findIndex((a) => a === '-addr' || a === '--addr');

@@ -2,12 +2,12 @@
 // table), POST /ws/ticket, /metrics (unless metrics.port serves it apart) and the audit log (admin keys only).
 import Joi from 'joi';
 import yaml from 'js-yaml';
-import type { Api } from '../../shared/http';
-import { config } from '../../shared/config';
-import { issueTicket } from '../../shared/auth';
-import { AuditLog, auditRoute } from '../../shared/audit';
-import type { DaemonConfig } from '../../shared/daemon-config';
-import { daemonErrorSchema } from '../../shared/schemas/daemon';
+import type { Api } from '../../platform/http';
+import { config } from '../../platform/config';
+import { issueTicket } from '../../platform/auth';
+import { AuditLog, auditRoute } from '../../platform/audit';
+import type { DaemonConfig } from '../../platform/daemon-config';
+import { daemonErrorSchema } from '../../domain/schemas/daemon';
 import type { QueueLayer } from '../../queue/connect';
 import type { Registry } from './daemon-metrics';
 import { callerOf } from './route-kit';

@@ -3,8 +3,8 @@
 // between rounds, or at the end of the round it is copying, then powers the VM off, copies the last delta and
 // goes on as a cold migration does.
 import type Koa from 'koa';
-import { ApiError, conflict } from '../../shared/errors';
-import { planCutoverSchema } from '../../shared/schemas/plans';
+import { ApiError, conflict } from '../../platform/errors';
+import { planCutoverSchema } from '../../domain/schemas/plans';
 import { askCutover } from '../../queue/warm';
 import type { Plan, PlanStore } from '../../queue/plans';
 import type { JobStore } from '../../queue/store';

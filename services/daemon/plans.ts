@@ -1,17 +1,17 @@
 // The daemon's plan routes (/plans and /api/v1/plans, docs/plans.md): wiring of the plan store (queue/plans.ts),
-// preflight (shared/plans/) and the runner (queue/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
+// preflight (domain/plans/) and the runner (queue/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
 import Joi from 'joi';
 import type Koa from 'koa';
-import type { Api, Input, Method, RouteDef } from '../../shared/http';
-import { ApiError, conflict, fieldError, notFound } from '../../shared/errors';
-import { daemonErrorSchema } from '../../shared/schemas/daemon';
+import type { Api, Input, Method, RouteDef } from '../../platform/http';
+import { ApiError, conflict, fieldError, notFound } from '../../platform/errors';
+import { daemonErrorSchema } from '../../domain/schemas/daemon';
 import {
   overrideSchema, planCreateSchema, planIdParams, planListQuery, planSchema, planUpdateSchema, planVmCancelSchema, validateResponseSchema,
-} from '../../shared/schemas/plans';
-import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../shared/plans/preflight';
-import { selectVms } from '../../shared/plans/selectors';
+} from '../../domain/schemas/plans';
+import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../domain/plans/preflight';
+import { selectVms } from '../../domain/plans/selectors';
 import { applySelection, checkPlanSize, newVm, Plan, planCallerOf, PlanStore } from '../../queue/plans';
-import { checkPlanCaller } from '../../shared/plans/caller';
+import { checkPlanCaller } from '../../domain/plans/caller';
 import type { PlanRunner } from '../../queue/plan-runner';
 import { planView } from '../../queue/plan-view';
 import type { JobStore } from '../../queue/store';
@@ -19,7 +19,7 @@ import type { PlanHub } from '../../queue/plan-events';
 import { callerOf } from './route-kit';
 import { guestReader } from '../../queue/guest-read';
 import type { WorkerJobDeps } from '../../queue/worker-jobs';
-import { vmMayMove } from '../../shared/plan-states';
+import { vmMayMove } from '../../domain/plan-states';
 import { addPlanCutoverRoute } from './plan-cutover';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });

@@ -2,12 +2,12 @@
 // schemas and answers at /<path> and /api/v1/<path>. Plans, /virt and the start-up's own routes (OpenAPI, tickets,
 // metrics, audit) are added by app.ts, which holds what they need.
 import Joi from 'joi';
-import { Api } from '../../shared/http';
-import { answersWithin } from '../../shared/health';
-import { statusSchema } from '../../shared/schemas/daemon';
+import { Api } from '../../platform/http';
+import { answersWithin } from '../../platform/health';
+import { statusSchema } from '../../domain/schemas/daemon';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { Bus } from '../../queue/bus';
-import type { DaemonConfig } from '../../shared/daemon-config';
+import type { DaemonConfig } from '../../platform/daemon-config';
 import type { ScheduleStore } from '../../queue/schedules';
 import type { RunDeps } from '../../queue/schedule-runs';
 import type { WebhookStore } from '../../queue/webhooks';
@@ -32,7 +32,7 @@ const healthSchema = Joi.object({ status: Joi.string().valid('ok', 'unavailable'
 
 function addStatusRoutes(api: Api, d: Pick<RouteDeps, 'status' | 'life' | 'libvirt'>) {
   api.add({
-    method: 'get', role: 'public', path: '/health', summary: 'Readiness: 503 while Redis does not answer (shared/health.ts)', tags: ['status'],
+    method: 'get', role: 'public', path: '/health', summary: 'Readiness: 503 while Redis does not answer (platform/health.ts)', tags: ['status'],
     responses: { 200: { description: 'ready', schema: healthSchema }, 503: { description: 'Redis does not answer', schema: healthSchema } },
     handler: async (ctx) => {
       const up = await answersWithin(d.life.store.redis.ping());
@@ -57,7 +57,7 @@ function addStatusRoutes(api: Api, d: Pick<RouteDeps, 'status' | 'life' | 'libvi
 export function buildDaemonApi(d: RouteDeps) {
   // The daemon accepts fields it does not know, ignores them and lists them in `warnings` (as the seed's
   // reference daemon accepts them); the job API (8000) refuses them.
-  // Every body may be JSON or YAML (the daemon seed's config-file style); shared/http.ts reads both.
+  // Every body may be JSON or YAML (the daemon seed's config-file style); platform/http.ts reads both.
   const api = new Api({ prefixes: ['', '/api/v1'], unknownFields: 'warn', requestTypes: ['application/json', 'application/x-yaml', 'text/yaml'] });
   addVmRoutes(api, { life: d.life, bus: d.bus });
   addStatusRoutes(api, d);

@@ -1,7 +1,7 @@
 // The daemon's schedule changes: PUT and DELETE /schedules/:id, POST /schedules/:id/enable, /disable, /trigger.
 import Joi from 'joi';
-import type { Api } from '../../shared/http';
-import { scheduleUpdateSchema } from '../../shared/schemas/daemon';
+import type { Api } from '../../platform/http';
+import { scheduleUpdateSchema } from '../../domain/schemas/daemon';
 import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
 import { checkTemplate, runSchedule, RunDeps } from '../../queue/schedule-runs';
 import { scheduleOr404, scheduleParams, scheduleResponse } from './schedules';

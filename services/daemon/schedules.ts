@@ -3,9 +3,9 @@
 // queue/schedules.ts, queue/schedule-runs.ts.
 import Joi from 'joi';
 import type Koa from 'koa';
-import type { Api } from '../../shared/http';
-import { notFound } from '../../shared/errors';
-import { scheduleCreateSchema, scheduleSchema, type ScheduleCreate } from '../../shared/schemas/daemon';
+import type { Api } from '../../platform/http';
+import { notFound } from '../../platform/errors';
+import { scheduleCreateSchema, scheduleSchema, type ScheduleCreate } from '../../domain/schemas/daemon';
 import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
 import { checkTemplate, RunDeps } from '../../queue/schedule-runs';
 import { callerOf, err, now } from './route-kit';

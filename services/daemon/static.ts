@@ -3,7 +3,7 @@
 import { createReadStream, promises as fs, type Stats } from 'node:fs';
 import path from 'node:path';
 import type Koa from 'koa';
-import { fieldError } from '../../shared/errors';
+import { fieldError } from '../../platform/errors';
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',

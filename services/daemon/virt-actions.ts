@@ -1,9 +1,9 @@
 // The virtualization host's larger actions: batches over many domains, clones and templates, and the
 // conversion and import routes (POST /import/kvm, POST /convert/vm). Routes are added with virt-route.ts's adder.
 import Joi from 'joi';
-import * as S from '../../shared/schemas/virt';
-import * as L from '../../shared/libvirt';
-import { confineRequestImage } from '../../shared/image-confine';
+import * as S from '../../domain/schemas/virt';
+import * as L from '../../domain/libvirt';
+import { confineRequestImage } from '../../domain/image-confine';
 import type { AddVirt, VirtDeps } from './virt-route';
 import { JobVirsh } from '../../queue/virsh-jobs';
 

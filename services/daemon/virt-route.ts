@@ -2,11 +2,11 @@
 // envelope {status: 'success', message, data, timestamp}, the daemon's error responses, and the route's role.
 import type Joi from 'joi';
 import type Koa from 'koa';
-import type { Api } from '../../shared/http';
-import type { Need } from '../../shared/auth';
-import { daemonErrorSchema } from '../../shared/schemas/daemon';
-import * as S from '../../shared/schemas/virt';
-import type * as L from '../../shared/libvirt';
+import type { Api } from '../../platform/http';
+import type { Need } from '../../platform/auth';
+import { daemonErrorSchema } from '../../domain/schemas/daemon';
+import * as S from '../../domain/schemas/virt';
+import type * as L from '../../domain/libvirt';
 
 const ok = (message: string, data: unknown) => ({ status: 'success', message, data, timestamp: new Date().toISOString() });
 const errs = { 400: { description: 'invalid input (names the field)', schema: daemonErrorSchema }, 404: { description: 'unknown domain, network, pool or volume', schema: daemonErrorSchema },

@@ -1,15 +1,15 @@
 // The virtualization-host API (/virt/*, both path forms), POST /import/kvm and POST /convert/vm: thin wiring of
-// shared/libvirt to HTTP. Every success is the seed's envelope {status: 'success', message, data, timestamp};
+// domain/libvirt to HTTP. Every success is the seed's envelope {status: 'success', message, data, timestamp};
 // errors are the daemon's {error, status, timestamp} (404 unknown object, 400 bad input, 409 state conflict,
 // 503 libvirtd not answering at the configured URI, 500 a failed libvirt operation with its message).
 // Host objects and statistics here; batches, clones, templates, import and conversion in virt-actions.ts; the
 // adder both use (envelope, error responses, role) in virt-route.ts.
-import * as S from '../../shared/schemas/virt';
-import * as L from '../../shared/libvirt';
+import * as S from '../../domain/schemas/virt';
+import * as L from '../../domain/libvirt';
 import { addVirtActions } from './virt-actions';
 import { virtAdder, type AddVirt, type VirtDeps } from './virt-route';
-import { allowedUris } from '../../shared/libvirt/uri';
-import { targetInventory } from '../../shared/plans/target';
+import { allowedUris } from '../../domain/libvirt/uri';
+import { targetInventory } from '../../domain/plans/target';
 import { JobVirsh } from '../../queue/virsh-jobs';
 
 /** How long an upload waits for its worker job (FERRY_LIBVIRT_VIA=worker): vol-upload's own bound. */

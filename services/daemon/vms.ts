@@ -1,25 +1,25 @@
 // The daemon's Remote VMs endpoints (/vms/list, /vms/info, /vms/shutdown, /vms/poweroff, /vms/remove-cdrom,
-// /vms/discover; also under /api/v1): thin wiring onto shared/vsphere. Credentials come from the request, else
+// /vms/discover; also under /api/v1): thin wiring onto domain/vsphere. Credentials come from the request, else
 // from GOVC_*; errors keep the daemon's shape and name the manager, never the password.
 import Joi from 'joi';
 import type Koa from 'koa';
-import type { Api } from '../../shared/http';
-import { ApiError, fieldError } from '../../shared/errors';
-import { managerFor, managerName } from '../../shared/vsphere/client';
-import { listResources } from '../../shared/vsphere/resources';
-import { configuredManagers, resolveCredentials } from '../../shared/vsphere/credentials';
-import { checkInsecure } from '../../shared/vsphere/job-credentials';
-import type { ApiKey } from '../../shared/auth';
-import { config } from '../../shared/config';
-import { managerJobFields } from '../../shared/daemon-jobs';
-import { checkPasswordStorable, storePassword } from '../../shared/vsphere/job-credentials';
+import type { Api } from '../../platform/http';
+import { ApiError, fieldError } from '../../platform/errors';
+import { managerFor, managerName } from '../../domain/vsphere/client';
+import { listResources } from '../../domain/vsphere/resources';
+import { configuredManagers, resolveCredentials } from '../../domain/vsphere/credentials';
+import { checkInsecure } from '../../domain/vsphere/job-credentials';
+import type { ApiKey } from '../../platform/auth';
+import { config } from '../../platform/config';
+import { managerJobFields } from '../../domain/daemon-jobs';
+import { checkPasswordStorable, storePassword } from '../../domain/vsphere/job-credentials';
 import { refuseGuarded } from '../../queue/vm-guard';
 import { internalSpec, runWorkerJob, VSPHERE_ERROR_FIELD, type WorkerJobDeps } from '../../queue/worker-jobs';
-import { httpStatusOf, VsphereError, type VsphereErrorKind } from '../../shared/vsphere/errors';
-import { listVms, pathByName, vmDetail, type VmDetail } from '../../shared/vsphere/inventory';
-import { removeCdroms } from '../../shared/vsphere/actions';
-import { daemonErrorSchema } from '../../shared/schemas/daemon';
-import { CREDENTIAL_HEADERS, vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../shared/schemas/vms';
+import { httpStatusOf, VsphereError, type VsphereErrorKind } from '../../domain/vsphere/errors';
+import { listVms, pathByName, vmDetail, type VmDetail } from '../../domain/vsphere/inventory';
+import { removeCdroms } from '../../domain/vsphere/actions';
+import { daemonErrorSchema } from '../../domain/schemas/daemon';
+import { CREDENTIAL_HEADERS, vmActionBody, vmDetailResponse, vmInfoQuery, vmListQuery, vmListResponse, vmManagersResponse, vmResourcesResponse, type ManagerInput } from '../../domain/schemas/vms';
 import { callerOf } from './route-kit';
 
 const err = (description: string) => ({ description, schema: daemonErrorSchema });

@@ -2,13 +2,13 @@
 // GET /webhooks/:index/deliveries, DELETE /webhooks/:index. Store and deliveries: queue/webhooks.ts.
 import Joi from 'joi';
 import type Koa from 'koa';
-import type { Api } from '../../shared/http';
-import { fieldError, notFound } from '../../shared/errors';
-import { webhookCreateSchema, webhookSchema, webhookTestSchema } from '../../shared/schemas/daemon';
-import type { DaemonConfig } from '../../shared/daemon-config';
-import { checkTarget } from '../../shared/targets';
+import type { Api } from '../../platform/http';
+import { fieldError, notFound } from '../../platform/errors';
+import { webhookCreateSchema, webhookSchema, webhookTestSchema } from '../../domain/schemas/daemon';
+import type { DaemonConfig } from '../../platform/daemon-config';
+import { checkTarget } from '../../domain/targets';
 import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
-import { redactUrl, redactUrlIn } from '../../shared/sensitive';
+import { redactUrl, redactUrlIn } from '../../platform/sensitive';
 import { callerOf, err, now } from './route-kit';
 
 /** Whether the caller sees webhook URLs whole: admins (and anyone when auth is off); others get redactUrl's form,

@@ -1,13 +1,13 @@
 // The daemon's WebSocket side: the hub of /ws and /ws/metrics (ws.ts), the VM console beside it (console.ts), who
 // may open them (a ticket from POST /ws/ticket, else the key headers; never a key in the URL) and their audit.
 import type http from 'node:http';
-import { authorize, redeemTicket } from '../../shared/auth';
-import type { AuditLog } from '../../shared/audit';
-import { browserRule } from '../../shared/browser';
-import type { DaemonConfig } from '../../shared/daemon-config';
-import type { Logger } from '../../shared/log';
-import { errorText } from '../../shared/errors';
-import type { Virsh } from '../../shared/libvirt/virsh';
+import { authorize, redeemTicket } from '../../platform/auth';
+import type { AuditLog } from '../../platform/audit';
+import { browserRule } from '../../platform/browser';
+import type { DaemonConfig } from '../../platform/daemon-config';
+import type { Logger } from '../../platform/log';
+import { errorText } from '../../platform/errors';
+import type { Virsh } from '../../domain/libvirt/virsh';
 import type { Bus } from '../../queue/bus';
 import type { QueueLayer } from '../../queue/connect';
 import { jobViews } from '../../queue/daemon-views';

@@ -14,19 +14,19 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
-import type { ProgressEvent } from '../../shared/schemas/job';
+import type { ProgressEvent } from '../../domain/schemas/job';
 import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
-import { daemonStatus, isTerminal } from '../../shared/states';
-import { daemonEnvelope } from '../../shared/errors';
-import { createLogger, ignoreError } from '../../shared/log';
-import type { Caller } from '../../shared/auth';
-import { browserRefusal, BrowserRule } from '../../shared/browser';
-import { runAs } from '../../shared/limits';
-import { clientAddress } from '../../shared/client-address';
-import { adminOnly } from '../../shared/admin-only';
-import { ApiError } from '../../shared/errors';
-import { INTERNAL_JOBS_WHY } from '../../shared/schemas/job';
-import { OPERATIONS } from '../../shared/operations';
+import { daemonStatus, isTerminal } from '../../domain/states';
+import { daemonEnvelope } from '../../platform/errors';
+import { createLogger, ignoreError } from '../../platform/log';
+import type { Caller } from '../../platform/auth';
+import { browserRefusal, BrowserRule } from '../../platform/browser';
+import { runAs } from '../../platform/limits';
+import { clientAddress } from '../../platform/client-address';
+import { adminOnly } from '../../platform/admin-only';
+import { ApiError } from '../../platform/errors';
+import { INTERNAL_JOBS_WHY } from '../../domain/schemas/job';
+import { OPERATIONS } from '../../domain/operations';
 
 /** `socket` is the connection ws writes to (handleUpgrade's): corked across a batch of updates (flush). */
 interface Client { ws: WebSocket; socket: Duplex; kind: 'events' | 'metrics'; alive: boolean; pending: Map<string, Buffer>; internal: boolean }
@@ -41,11 +41,11 @@ export interface WsDeps {
   /** status 401/403 refuses the upgrade with the message; 0 lets it through, with the caller (null: auth off) and
    *  `who` (the spawn caps' caller). */
   authorize: (req: http.IncomingMessage) => Promise<{ status: number; message: string; caller?: Caller | null; who?: string }>;
-  /** Host and Origin of every upgrade (shared/browser.ts), before anything else. */
+  /** Host and Origin of every upgrade (platform/browser.ts), before anything else. */
   browser: BrowserRule;
   /** Other WebSocket endpoints (the VM console): called after the same authorization, with its caller. */
   others?: Record<string, (req: http.IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | null) => void>;
-  /** The audit log's view of an upgrade (refusals; shared/audit.ts), which no HTTP middleware sees. */
+  /** The audit log's view of an upgrade (refusals; platform/audit.ts), which no HTTP middleware sees. */
   audit?: (req: http.IncomingMessage, u: { path: string; status: number; reason?: string }) => void;
 }
 

@@ -1,20 +1,20 @@
 // Wires the gateway: Redis, the job lifecycle, the event hub and the HTTP API. main.ts only runs it.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createApp } from '../../shared/http';
-import { jobApiEnvelope } from '../../shared/errors';
-import { createLogger } from '../../shared/log';
-import { config } from '../../shared/config';
-import { createRegistry, HttpMetrics, registerComputed } from '../../shared/metrics';
+import { createApp } from '../../platform/http';
+import { jobApiEnvelope } from '../../platform/errors';
+import { createLogger } from '../../platform/log';
+import { config } from '../../platform/config';
+import { createRegistry, HttpMetrics, registerComputed } from '../../platform/metrics';
 import { Bus } from '../../queue/bus';
 import { registerJobMetrics } from '../../queue/metrics';
-import { listenHost, processAuth } from '../../shared/auth';
+import { listenHost, processAuth } from '../../platform/auth';
 import { EventHub } from '../../queue/sse';
 import { buildApi } from './routes';
 import { registerMigrationJobRoute } from './migrationjob';
 import { connectQueue } from '../../queue/connect';
-import { AuditLog } from '../../shared/audit';
-import { RateLimiter } from '../../shared/limits';
+import { AuditLog } from '../../platform/audit';
+import { RateLimiter } from '../../platform/limits';
 import { Leader } from '../../queue/leader';
 import { gatewaySweeps } from './sweeps';
 
@@ -38,7 +38,7 @@ export async function startGateway(opts: { port?: number; host?: string } = {}) 
     { title: 'Ferry worker job protocol', version: '1.0',
     description: 'Jobs, states, progress events, workers and capability-matched dequeue. See docs/worker-protocol.md.' })) });
   registerMigrationJobRoute(api, life); // POST /migrationjobs (Kubernetes MigrationJob documents)
-  // Writes the audit log (shared/audit.ts); operators read it on the daemon's GET /audit (docs/security.md).
+  // Writes the audit log (platform/audit.ts); operators read it on the daemon's GET /audit (docs/security.md).
   const audit = new AuditLog(redis, store.k.prefix, log, 'gateway');
   const app = createApp(api, { log, metrics: httpMetrics, envelope: jobApiEnvelope, auth, audit, listenHost: host,
     limiter: new RateLimiter(redis, store.k.prefix) });

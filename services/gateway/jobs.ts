@@ -2,13 +2,13 @@
 // (JSON and SSE).
 import Joi from 'joi';
 import { randomUUID } from 'node:crypto';
-import type { Api } from '../../shared/http';
-import { notFound } from '../../shared/errors';
-import { redact } from '../../shared/sensitive';
-import { eventsQuery, INTERNAL_JOBS_WHY, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, JobSpec } from '../../shared/schemas/job';
-import { adminOnly } from '../../shared/admin-only';
-import { jobStatusSchema, jobSummarySchema, submitResponse } from '../../shared/schemas/responses';
-import { isTerminal } from '../../shared/states';
+import type { Api } from '../../platform/http';
+import { notFound } from '../../platform/errors';
+import { redact } from '../../platform/sensitive';
+import { eventsQuery, INTERNAL_JOBS_WHY, jobSpecSchema, listJobsQuery, progressEventSchema, submitQuery, JobSpec } from '../../domain/schemas/job';
+import { adminOnly } from '../../platform/admin-only';
+import { jobStatusSchema, jobSummarySchema, submitResponse } from '../../domain/schemas/responses';
+import { isTerminal } from '../../domain/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
 import type { StoredEvent } from '../../queue/store';

@@ -6,11 +6,11 @@
 // The job id is "<namespace>.<name>", so submitting the same resource twice is refused (409) instead of run twice.
 // Guest-repair options (fstabMode, regenInitramfs, updateGrub) and resources are kept in the job's metadata.
 import Joi from 'joi';
-import { Api, validate } from '../../shared/http';
-import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from '../../shared/schemas/common';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
-import { configFstabMode } from '../../shared/schemas/fstab-modes';
-import { errorSchema, submitResponse } from '../../shared/schemas/responses';
+import { Api, validate } from '../../platform/http';
+import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from '../../domain/schemas/common';
+import { jobSpecSchema, JobSpec } from '../../domain/schemas/job';
+import { configFstabMode } from '../../domain/schemas/fstab-modes';
+import { errorSchema, submitResponse } from '../../domain/schemas/responses';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { apiKeyOf } from './route-kit';
 

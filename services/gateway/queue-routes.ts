@@ -1,9 +1,9 @@
 // The job protocol's queue routes: the queue's state, and dequeue, which hands a pull worker its next job.
-import type { Api } from '../../shared/http';
-import { config } from '../../shared/config';
-import { ignoreError } from '../../shared/log';
-import { dequeueSchema, leaseToken, jobSpecSchema } from '../../shared/schemas/job';
-import { queueStatusSchema } from '../../shared/schemas/responses';
+import type { Api } from '../../platform/http';
+import { config } from '../../platform/config';
+import { ignoreError } from '../../platform/log';
+import { dequeueSchema, leaseToken, jobSpecSchema } from '../../domain/schemas/job';
+import { queueStatusSchema } from '../../domain/schemas/responses';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { queueOverview } from '../../queue/overview';
 import { boundKey, checkCapabilities, checkWorkerId } from './worker-keys';

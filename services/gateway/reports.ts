@@ -1,10 +1,10 @@
 // Report-back endpoints for pull workers (the seed has none; see docs/worker-protocol.md): start, progress
 // events, complete, fail and lease renewal, each checked against the job's lease token.
 import Joi from 'joi';
-import type { Api } from '../../shared/http';
-import { config } from '../../shared/config';
-import { conflict } from '../../shared/errors';
-import { workerCompleteSchema, workerEventSchema, workerFailSchema, workerReportSchema } from '../../shared/schemas/job';
+import type { Api } from '../../platform/http';
+import { config } from '../../platform/config';
+import { conflict } from '../../platform/errors';
+import { workerCompleteSchema, workerEventSchema, workerFailSchema, workerReportSchema } from '../../domain/schemas/job';
 import type { Lifecycle } from '../../queue/lifecycle';
 import { err, jobParams } from './route-kit';
 

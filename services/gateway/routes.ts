@@ -2,7 +2,7 @@
 // the report-back endpoints a pull worker needs (start, events, complete, fail) and POST /jobs/{id}/queue.
 import Joi from 'joi';
 import type client from 'prom-client';
-import { Api } from '../../shared/http';
+import { Api } from '../../platform/http';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
 import { addJobRoutes } from './jobs';

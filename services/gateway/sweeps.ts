@@ -1,7 +1,7 @@
 // The gateway's periodic work, run by the one gateway that holds the 'gateway' lease (queue/leader.ts). Each
 // sweep checks the lease again (`still`) before each step that writes.
-import { config } from '../../shared/config';
-import type { Logger } from '../../shared/log';
+import { config } from '../../platform/config';
+import type { Logger } from '../../platform/log';
 import type { Leader } from '../../queue/leader';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { Registry } from '../../queue/registry';

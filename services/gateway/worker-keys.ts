@@ -1,7 +1,7 @@
 // What a worker's API key may do on the job protocol: the worker ids it registered, the capabilities it allows.
 import type Koa from 'koa';
-import { fieldError } from '../../shared/errors';
-import { capabilitiesBeyond } from '../../shared/auth';
+import { fieldError } from '../../platform/errors';
+import { capabilitiesBeyond } from '../../platform/auth';
 import type { Registry } from '../../queue/registry';
 import { apiKeyOf } from './route-kit';
 

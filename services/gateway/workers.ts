@@ -1,11 +1,11 @@
 // The job protocol's worker routes: register, heartbeat (renewing the leases it lists), list, deregister.
 import Joi from 'joi';
-import type { Api } from '../../shared/http';
-import { config } from '../../shared/config';
-import { notFound } from '../../shared/errors';
-import { normalizeCaps } from '../../shared/capabilities';
-import { heartbeatSchema, workerRegistrationSchema } from '../../shared/schemas/job';
-import { workerSchema } from '../../shared/schemas/responses';
+import type { Api } from '../../platform/http';
+import { config } from '../../platform/config';
+import { notFound } from '../../platform/errors';
+import { normalizeCaps } from '../../platform/capabilities';
+import { heartbeatSchema, workerRegistrationSchema } from '../../domain/schemas/job';
+import { workerSchema } from '../../domain/schemas/responses';
 import { sameLease, type Lifecycle } from '../../queue/lifecycle';
 import { workersOverview } from '../../queue/overview';
 import { boundKey, checkCapabilities, checkWorkerId } from './worker-keys';

@@ -3,10 +3,10 @@
 // throws, and BullMQ retries it with exponential backoff and jitter until retry_count is used up.
 import { createHmac } from 'node:crypto';
 import { Job, UnrecoverableError } from 'bullmq';
-import { decryptSecret } from '../../shared/secretbox';
-import { checkTarget, guardedAgents, guardedPost, TargetPolicy } from '../../shared/targets';
+import { decryptSecret } from '../../platform/secretbox';
+import { checkTarget, guardedAgents, guardedPost, TargetPolicy } from '../../domain/targets';
 import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from '../../queue/webhooks';
-import { ignoreError } from '../../shared/log';
+import { ignoreError } from '../../platform/log';
 
 export function sign(secret: string, body: string) {
   return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');

@@ -1,18 +1,18 @@
 // Notifier process: turns job state changes and schedule events (Redis pub/sub) into webhook deliveries on a
 // BullMQ queue, and delivers them. Deliveries never touch job processing, so a slow or dead webhook slows
 // nothing but its own queue. Several notifiers may run: each change is queued once (deterministic job id).
-import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
+import '../../platform/check-settings'; // first: a bad setting stops the process before anything reads it
 import { Worker } from 'bullmq';
-import { createRedis } from '../../shared/redis';
-import { createLogger, expected } from '../../shared/log';
+import { createRedis } from '../../platform/redis';
+import { createLogger, expected } from '../../platform/log';
 import { JobStore } from '../../queue/store';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../../shared/daemon-config';
+import { configPath, loadConfig } from '../../platform/daemon-config';
 import { jobView, VIEW_FIELDS } from '../../queue/daemon-views';
 import { WebhookStore, WEBHOOK_QUEUE } from '../../queue/webhooks';
 import { makeDeliverer, type DeliveryJob } from './deliver';
-import { errorText } from '../../shared/errors';
-import { onShutdown } from '../../shared/process';
+import { errorText } from '../../platform/errors';
+import { onShutdown } from '../../platform/process';
 
 const EVENT_OF: Record<string, string> = { RUNNING: 'job.started', COMPLETED: 'job.completed', FAILED: 'job.failed', CANCELLED: 'job.cancelled' };
 

@@ -1,15 +1,15 @@
 // Scheduler process: runs the cron schedules. Each iteration is a BullMQ job produced by the schedule's job
 // scheduler; whichever scheduler process takes it creates the run's job. Any number may run.
-import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
+import '../../platform/check-settings'; // first: a bad setting stops the process before anything reads it
 import { Worker } from 'bullmq';
-import { createRedis } from '../../shared/redis';
-import { createLogger, dropped, expected } from '../../shared/log';
+import { createRedis } from '../../platform/redis';
+import { createLogger, dropped, expected } from '../../platform/log';
 import { Bus } from '../../queue/bus';
-import { configPath, loadConfig } from '../../shared/daemon-config';
+import { configPath, loadConfig } from '../../platform/daemon-config';
 import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
 import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
-import { onShutdown } from '../../shared/process';
-import { errorText } from '../../shared/errors';
+import { onShutdown } from '../../platform/process';
+import { errorText } from '../../platform/errors';
 import { connectQueue } from '../../queue/connect';
 import { Leader } from '../../queue/leader';
 

@@ -1,13 +1,13 @@
 // One attempt of a job on this worker: admitted (or handed back while a shared limit is full), started, run with
 // progress under its lease, then completed, or failed, cancelled or handed back as what stopped it says.
-import { OperationError } from '../../shared/errors';
-import { dropped, Logger } from '../../shared/log';
-import { outputId, type OutputClaims } from '../../shared/roots';
+import { OperationError } from '../../platform/errors';
+import { dropped, Logger } from '../../platform/log';
+import { outputId, type OutputClaims } from '../../platform/roots';
 import type { Lease, Lifecycle } from '../../queue/lifecycle';
 import type { JobStore } from '../../queue/store';
-import type { JobSpec } from '../../shared/schemas/job';
+import type { JobSpec } from '../../domain/schemas/job';
 import { IMPLEMENTATIONS } from './operations';
-import type { Ledger } from '../../shared/libvirt/ledger';
+import type { Ledger } from '../../domain/libvirt/ledger';
 import type { WorkerMetrics } from './worker-metrics';
 
 export interface Running { lease: Lease; abort: AbortController; why?: 'cancel' | 'timeout' | 'shutdown' }

@@ -5,17 +5,17 @@
 //   --concurrency N                      FERRY_WORKER_CONCURRENCY (default 1)
 //   --call-slots N                       FERRY_WORKER_CALL_SLOTS (default 2: the daemon's virsh_call, beside the jobs)
 //   --metrics-port N                     FERRY_WORKER_METRICS_PORT (0 = any free port; unset = none)
-import '../../shared/check-settings'; // first: a bad setting stops the process before anything reads it
+import '../../platform/check-settings'; // first: a bad setting stops the process before anything reads it
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startWorker } from './runner';
-import { config } from '../../shared/config';
-import { onShutdown } from '../../shared/process';
-import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../shared/capabilities';
-import { errorText } from '../../shared/errors';
-import { logoutAll } from '../../shared/vsphere/client';
+import { config } from '../../platform/config';
+import { onShutdown } from '../../platform/process';
+import { allowedCapabilities, CAPABILITY_PATTERN, EXECUTION_MODES } from '../../platform/capabilities';
+import { errorText } from '../../platform/errors';
+import { logoutAll } from '../../domain/vsphere/client';
 import { missingTools } from './tools';
-import { setting } from '../../shared/settings';
+import { setting } from '../../platform/settings';
 
 const { values } = parseArgs({
   options: {
@@ -23,7 +23,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string' }, 'call-slots': { type: 'string' }, 'metrics-port': { type: 'string' },
   },
 });
-// Options override the settings (shared/settings.ts: validated before this module runs, shared/check-settings.ts).
+// Options override the settings (platform/settings.ts: validated before this module runs, platform/check-settings.ts).
 const caps = values.capabilities !== undefined ? values.capabilities.split(',').map((s) => s.trim()).filter(Boolean) : setting('FERRY_WORKER_CAPABILITIES');
 const mode = values['execution-mode'] ?? setting('FERRY_EXECUTION_MODE');
 const concurrency = values.concurrency !== undefined ? Number(values.concurrency) : setting('FERRY_WORKER_CONCURRENCY');

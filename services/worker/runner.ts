@@ -5,16 +5,16 @@
 // job slot. One attempt of a job: execute.ts; the worker's metrics: worker-metrics.ts.
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
-import { config } from '../../shared/config';
-import { createLogger, dropped, Logger } from '../../shared/log';
-import { isCallQueue, servedQueues } from '../../shared/capabilities';
+import { config } from '../../platform/config';
+import { createLogger, dropped, Logger } from '../../platform/log';
+import { isCallQueue, servedQueues } from '../../platform/capabilities';
 import type { Lease } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
 import { connectQueue, QueueLayer } from '../../queue/connect';
 import { execute, ExecDeps, Running } from './execute';
 import { serveWorkerMetrics, workerMetrics } from './worker-metrics';
-import { AuditLog } from '../../shared/audit';
-import { RateLimiter } from '../../shared/limits';
+import { AuditLog } from '../../platform/audit';
+import { RateLimiter } from '../../platform/limits';
 
 export interface WorkerOptions {
   workerId: string;

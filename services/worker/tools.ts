@@ -1,12 +1,12 @@
 // What a worker checks before it registers: every program, file and device its declared capabilities need, so a
 // worker that lacks one refuses to start naming it (and the capability that needs it), rather than taking jobs
-// and failing each one. The programs come from scripts/programs.txt (shared/programs.ts), the list the set-up
+// and failing each one. The programs come from scripts/programs.txt (platform/programs.ts), the list the set-up
 // and the images install from; the rest are facts of this host the capabilities need where they apply.
 import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { programsFor } from '../../shared/programs';
-import { setting } from '../../shared/settings';
+import { programsFor } from '../../platform/programs';
+import { setting } from '../../platform/settings';
 
 export interface Missing { what: string; capability: string }
 

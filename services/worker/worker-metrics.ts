@@ -2,12 +2,12 @@
 // server that serves them with /health on --metrics-port.
 import http from 'node:http';
 import client from 'prom-client';
-import { config } from '../../shared/config';
-import { jobApiEnvelope } from '../../shared/errors';
-import { listenHost, processAuth } from '../../shared/auth';
-import { guardPlain, plainHeaders, type PlainPort } from '../../shared/http';
-import { createRegistry } from '../../shared/metrics';
-import { answersWithin } from '../../shared/health';
+import { config } from '../../platform/config';
+import { jobApiEnvelope } from '../../platform/errors';
+import { listenHost, processAuth } from '../../platform/auth';
+import { guardPlain, plainHeaders, type PlainPort } from '../../platform/http';
+import { createRegistry } from '../../platform/metrics';
+import { answersWithin } from '../../platform/health';
 
 export interface WorkerIdentity { workerId: string; capabilities: string[]; executionMode: string }
 

@@ -9,10 +9,10 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { ferryCli, Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { managerFor } from '../../shared/vsphere/client';
+import { managerFor } from '../../domain/vsphere/client';
 import { createVm, makeDisks, upload } from '../vsphere/fixture';
 import type { PlanView, Validation, VmList } from '../helpers/api-types';
-import type { VmDetail } from '../../shared/vsphere/inventory';
+import type { VmDetail } from '../../domain/vsphere/inventory';
 
 const PASSWORD = 'vcsim-cli-pw-41';
 const ADMIN = 'cli-admin-key-0123456789';

@@ -16,7 +16,7 @@ import { req, until } from '../helpers/http';
 import type { DaemonError, JobApiError } from '../helpers/http';
 import type { BatchSubmitted, DaemonJob, DaemonJobList, JobStatus, Schedule, ScheduleCreated, ScheduleStats, StoredEvent, Submitted, WebhookAdded, WebhookBody, WebhookList, WebhookTested, WsMessage } from '../helpers/api-types';
 
-/** The daemon's answers carry the unknown fields it ignored (shared/http.ts unknownFields: 'warn'). */
+/** The daemon's answers carry the unknown fields it ignored (platform/http.ts unknownFields: 'warn'). */
 interface Warnings { warnings?: string[] }
 
 const APP = 'https://app.example.test';

@@ -1,4 +1,4 @@
-// Every daemon job record has the same keys (shared/schemas/daemon.ts jobRecordSchema, every key required):
+// Every daemon job record has the same keys (domain/schemas/daemon.ts jobRecordSchema, every key required):
 // fields that do not apply are null. A job of each operation (the job API's too, whose definition names no VM)
 // and of each status, listed through a real daemon's GET /jobs, /jobs/query and GET /jobs/{id}, matches the one
 // schema, so a client that indexes definition.vm_path or progress.total_bytes does not break on any of them.
@@ -10,11 +10,11 @@ import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
 import { req } from '../helpers/http';
 import type { DaemonJob, DaemonJobList } from '../helpers/api-types';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, RedisClient } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
-import { OPERATIONS } from '../../shared/operations';
-import { jobRecordSchema } from '../../shared/schemas/daemon';
-import type { JobState } from '../../shared/states';
+import { OPERATIONS } from '../../domain/operations';
+import { jobRecordSchema } from '../../domain/schemas/daemon';
+import type { JobState } from '../../domain/states';
 
 describe('daemon: every job record has the same keys', function () {
   this.timeout(90000);

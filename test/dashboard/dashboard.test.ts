@@ -15,11 +15,11 @@ import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testE
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import { JobStore } from '../../queue/store';
-import { queueName } from '../../shared/capabilities';
+import { queueName } from '../../platform/capabilities';
 import { tolerate } from '../helpers/teardown';
 import { importClosure, pageAssets } from '../helpers/page-assets';
 import type { DaemonJob, DaemonJobList, JobStatus, QueueStatus, Schedule } from '../helpers/api-types';
-import type { ImageInfo } from '../../shared/qemu';
+import type { ImageInfo } from '../../domain/qemu';
 
 /** What the page functions below read of an element in the browser (the tests compile without the DOM lib). */
 interface PageElement { textContent: string | null; dataset: Record<string, string | undefined> }

@@ -20,7 +20,7 @@ import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixture
 import { createPlanVm, snapshot, startPlanStack, type PlanStack } from '../plans/fixture';
 import { powerOn, upload } from '../vsphere/fixture';
 import { execFileSync } from 'node:child_process';
-import type { WarmState } from '../../shared/warm-predict';
+import type { WarmState } from '../../domain/warm-predict';
 import type { DaemonJob, PlanList, PlanView } from '../helpers/api-types';
 
 /** What the test reads of a DOM element in the page (tsconfig has no DOM lib). */

@@ -113,7 +113,7 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     expect(stage('app')).to.match(/^USER node$/m);
     // The worker stages install their capabilities' packages from scripts/programs.txt (test/deploy/workers.test.ts
     // runs that line and checks what it installs).
-    for (const t of ['worker', 'worker-migrate']) expect(stage(t), t).to.match(/apt-get install -y --no-install-recommends \$\(node dist\/shared\/programs\.js packages "\$FERRY_IMAGE_CAPABILITIES"\)/);
+    for (const t of ['worker', 'worker-migrate']) expect(stage(t), t).to.match(/apt-get install -y --no-install-recommends \$\(node dist\/platform\/programs\.js packages "\$FERRY_IMAGE_CAPABILITIES"\)/);
     expect(stage('worker').trim().split('\n').filter((l) => /^USER /.test(l)).pop()).to.equal('USER node');
     // Everything COPY'd into the image exists.
     for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);

@@ -1,5 +1,5 @@
 // Issue 35, items 2 and 6: the docs describe the tree as it is. The README's "What is where" names every
-// top-level folder of the repository and every folder under shared/, queue/ and services/ (and no folder that is
+// top-level folder of the repository and every folder under platform/, domain/, queue/ and services/ (and no folder that is
 // gone); docs/glossary.md defines every capability, operation, state, role and execution mode the code declares,
 // and the terms the docs use; a reference to a doc's section names a heading that exists. Each check is planted
 // to fail in a temporary repository, then run on this one.
@@ -8,15 +8,15 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
-import { KNOWN_CAPABILITIES, EXECUTION_MODES } from '../../shared/capabilities';
-import { OPERATIONS } from '../../shared/operations';
-import { STATES, DAEMON_STATUSES } from '../../shared/states';
-import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../../shared/plan-states';
-import { ROLES } from '../../shared/auth';
+import { KNOWN_CAPABILITIES, EXECUTION_MODES } from '../../platform/capabilities';
+import { OPERATIONS } from '../../domain/operations';
+import { STATES, DAEMON_STATUSES } from '../../domain/states';
+import { PLAN_STATUSES, PLAN_VM_STATUSES } from '../../domain/plan-states';
+import { ROLES } from '../../platform/auth';
 
 const ROOT = path.resolve(__dirname, '../..');
 /** The layers whose every folder, at any depth, the map describes. */
-const LAYERS = ['shared', 'queue', 'services'];
+const LAYERS = ['platform', 'domain', 'queue', 'services'];
 
 /** Every folder holding a file git tracks, or would track (untracked and not ignored), relative to `root`. */
 function gitFolders(root: string): string[] {
@@ -116,12 +116,12 @@ describe('the docs map the tree (README "What is where", docs/glossary.md)', fun
   }
 
   it('fails on an undocumented folder at the top level or under a layer, and ignores dot folders and ignored ones', () => {
-    const root = plant([...mapped, 'planted', 'shared/planted-deep/inner', 'queue/planted', '.hidden', 'node_modules/x']);
+    const root = plant([...mapped, 'planted', 'domain/planted-deep/inner', 'queue/planted', '.hidden', 'node_modules/x']);
     writeFileSync(path.join(root, '.gitignore'), 'ignored-out/\n');
     mkdirSync(path.join(root, 'ignored-out'));
     writeFileSync(path.join(root, 'ignored-out', 'x.ts'), '');
     expect(mapProblems(root)).to.deep.equal({
-      undescribed: ['planted', 'queue/planted', 'shared/planted-deep', 'shared/planted-deep/inner'], gone: [],
+      undescribed: ['domain/planted-deep', 'domain/planted-deep/inner', 'planted', 'queue/planted'], gone: [],
     });
   });
 
@@ -130,9 +130,9 @@ describe('the docs map the tree (README "What is where", docs/glossary.md)', fun
     expect(mapProblems(root)).to.deep.equal({ undescribed: [], gone: ['services/cli'] });
   });
 
-  it('the repository: every top-level folder and every folder under shared/, queue/ and services/ is in the README map, and nothing else', () => {
+  it('the repository: every top-level folder and every folder under platform/, domain/, queue/ and services/ is in the README map, and nothing else', () => {
     const tree = foldersToDescribe(ROOT);
-    expect(tree, 'the tree as git sees it').to.include.members(['shared', 'queue', 'services', 'docs', 'shared/plans', 'queue/commands']);
+    expect(tree, 'the tree as git sees it').to.include.members(['platform', 'domain', 'queue', 'services', 'docs', 'domain/plans', 'queue/commands']);
     expect(mapProblems(ROOT)).to.deep.equal({ undescribed: [], gone: [] });
   });
 

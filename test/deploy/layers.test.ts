@@ -1,5 +1,6 @@
 // Issue 35, item 1: layers are rules. ESLint (scripts/eslint-layers.mjs, turned on in eslint.config.mjs) fails on an
-// upward import (shared -> queue or services, queue -> services, product -> scripts or test) and on an import cycle
+// upward import (platform -> domain, queue or services; domain -> queue or services; queue -> services; product ->
+// scripts or test) and on an import cycle
 // among product files. These tests plant each in a temporary tree and run the rules through ESLint, then hold the
 // repository's own tree to them.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -46,24 +47,28 @@ describe('layers as rules (scripts/eslint-layers.mjs)', function () {
 
   it('fails on an upward import, in each form an import is written, and passes the downward ones', async () => {
     const root = planted({
-      'shared/low.ts': "export const low = 1;\n",
-      'queue/mid.ts': "import { low } from '../shared/low';\nexport const mid = low + 1;\n",
-      'services/top.ts': "import { mid } from '../queue/mid';\nimport { low } from '../shared/low';\nexport const top = mid + low;\n",
-      'shared/up-type.ts': "import type { mid } from '../queue/mid';\nexport type M = typeof mid;\n",
-      'shared/up-reexport.ts': "export * from '../services/top';\n",
+      'platform/low.ts': "export const low = 1;\n",
+      'domain/rule.ts': "import { low } from '../platform/low';\nexport const rule = low;\n",
+      'queue/mid.ts': "import { low } from '../platform/low';\nimport { rule } from '../domain/rule';\nexport const mid = low + rule;\n",
+      'services/top.ts': "import { mid } from '../queue/mid';\nimport { low } from '../platform/low';\nexport const top = mid + low;\n",
+      'platform/up-domain.ts': "import { rule } from '../domain/rule';\nexport const r = rule;\n",
+      'domain/up-type.ts': "import type { mid } from '../queue/mid';\nexport type M = typeof mid;\n",
+      'platform/up-reexport.ts': "export * from '../services/top';\n",
       'queue/up-dynamic.ts': "export const load = () => import('../services/top');\n",
-      'shared/up-test.ts': "import { helper } from '../test/helper';\nexport const h = helper;\n",
+      'domain/up-test.ts': "import { helper } from '../test/helper';\nexport const h = helper;\n",
       'test/helper.ts': "import { top } from '../services/top';\nexport const helper = top;\n",
     });
     const found = await layerLint(root, ['.']);
     expect(found.map((f) => [f.file, f.line, f.rule])).to.have.deep.members([
-      ['shared/up-type.ts', 1, 'layers/downward'],
-      ['shared/up-reexport.ts', 1, 'layers/downward'],
+      ['platform/up-domain.ts', 1, 'layers/downward'],
+      ['domain/up-type.ts', 1, 'layers/downward'],
+      ['platform/up-reexport.ts', 1, 'layers/downward'],
       ['queue/up-dynamic.ts', 1, 'layers/downward'],
-      ['shared/up-test.ts', 1, 'layers/downward'],
+      ['domain/up-test.ts', 1, 'layers/downward'],
     ]);
-    expect(found.find((f) => f.file === 'shared/up-type.ts')?.message).to.equal(
-      "shared/ may not import queue/ (../queue/mid): layers point downward, services -> queue -> shared. Move what both need down.");
+    expect(found.find((f) => f.file === 'domain/up-type.ts')?.message).to.equal(
+      "domain/ may not import queue/ (../queue/mid): layers point downward, services -> queue -> domain -> platform. Move what both need down.");
+    expect(found.find((f) => f.file === 'platform/up-domain.ts')?.message).to.include('platform/ may not import domain/ (../domain/rule)');
     expect(found.find((f) => f.file === 'queue/up-dynamic.ts')?.message).to.include('queue/ may not import services/ (../services/top)');
   });
 
@@ -88,14 +93,14 @@ describe('layers as rules (scripts/eslint-layers.mjs)', function () {
 
   it('eslint.config.mjs turns both rules on, as errors, for every TypeScript file', async () => {
     const eslint = new ESLint({ cwd: ROOT });
-    for (const file of ['shared/config.ts', 'queue/plans.ts', 'services/daemon/app.ts', 'scripts/test.ts']) {
+    for (const file of ['platform/config.ts', 'queue/plans.ts', 'services/daemon/app.ts', 'scripts/test.ts']) {
       const config = (await eslint.calculateConfigForFile(path.join(ROOT, file))) as Linter.Config;
       expect(config.rules?.['layers/downward'], file).to.deep.equal([2, { root: ROOT }]);
       expect(config.rules?.['layers/no-cycle'], file).to.deep.equal([2, { root: ROOT }]);
     }
   });
 
-  it('the tree passes: no upward import and no import cycle among services/, queue/, shared/ and scripts/', async () => {
-    expect(await layerLint(ROOT, ['services', 'queue', 'shared', 'scripts'])).to.deep.equal([]);
+  it('the tree passes: no upward import and no import cycle among services/, queue/, domain/, platform/ and scripts/', async () => {
+    expect(await layerLint(ROOT, ['services', 'queue', 'domain', 'platform', 'scripts'])).to.deep.equal([]);
   });
 });

@@ -14,7 +14,7 @@ import { req, until } from '../helpers/http';
 import { makeDisks } from '../vsphere/fixture';
 import { PlanStack, startPlanStack } from '../plans/fixture';
 import type { PlanView } from '../helpers/api-types';
-import type { ProgressEvent } from '../../shared/schemas/job';
+import type { ProgressEvent } from '../../domain/schemas/job';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const PROM_DIR = path.join(ROOT, 'deploy', 'prometheus');

@@ -1,6 +1,6 @@
 // Reused proofs (issue 32 item 1, test/helpers/proofs.ts): a guest test's record is keyed by everything it depends
 // on. Shown on the repository's real files, each changed in memory (a reader that overrides one file's content, so the
-// tree is never edited): a change in the converter, in shared/libvirt, in a test helper, in the fixture's build script,
+// tree is never edited): a change in the converter, in domain/libvirt, in a test helper, in the fixture's build script,
 // in package-lock.json or in a tool's version gives another key; a change to docs/*.md gives the same key. Then the
 // record itself: written only when the check passed, re-checked with the same function instead of running again,
 // ignored under FERRY_FRESH_PROOFS=1, and a real mocha run (parallel, as npm test) names the reused proofs and their
@@ -27,9 +27,9 @@ describe('reused proofs: the key covers every input (issue 32)', function () {
   it('the closure of a guest test holds the converter command, the code it loads, the helpers and the fixture scripts, and no docs', () => {
     const files = rel(closure([GUEST_TEST]));
     expect(files).to.include.members(['test/guest/uefi.test.ts', 'services/converter/ferry-convert.js', 'services/converter/cli.ts',
-      'shared/converter/testboot.ts', 'test/helpers/procs.ts', 'test/fixtures/debian-guest.ts', 'test/fixtures/source-proof.ts',
+      'domain/converter/testboot.ts', 'test/helpers/procs.ts', 'test/fixtures/debian-guest.ts', 'test/fixtures/source-proof.ts',
       'scripts/guest-image/build.sh', 'scripts/guest-image/uefi.sh', 'scripts/guest-image/rootfs.sh']);
-    expect(files.filter((f) => f.startsWith('shared/libvirt/')).length).to.be.greaterThan(0);
+    expect(files.filter((f) => f.startsWith('domain/libvirt/')).length).to.be.greaterThan(0);
     expect(files.filter((f) => f.startsWith('docs/') || f.startsWith('node_modules/') || f.startsWith('test/artifacts/'))).to.deep.equal([]);
     expect(Object.keys(proofKey(spec).inputs.files)).to.include('package-lock.json');
   });
@@ -37,14 +37,14 @@ describe('reused proofs: the key covers every input (issue 32)', function () {
   it('the closure of a test that starts the services holds each service, their run-time scripts and the simulator\'s build script', () => {
     const files = rel(closure([path.join(ROOT, 'test/guest/migration.test.ts')]));
     expect(files).to.include.members(['services/gateway/main.ts', 'services/daemon/main.ts', 'services/worker/main.ts', 'scripts/vcsim.sh',
-      'test/helpers/libvirtd-ns.sh', 'shared/libvirt/domains.ts']);
+      'test/helpers/libvirtd-ns.sh', 'domain/libvirt/domains.ts']);
     expect(files.filter((f) => /^queue\/commands\/.*\.lua$/.test(f)).length, 'the Lua scripts queue/scripts.ts reads').to.be.greaterThan(0);
   });
 
-  it('changing a file in the converter, shared/libvirt, a test helper, the fixture script or package-lock.json changes the key; a docs change does not', () => {
+  it('changing a file in the converter, domain/libvirt, a test helper, the fixture script or package-lock.json changes the key; a docs change does not', () => {
     const files = rel(closure([GUEST_TEST]));
-    const converter = files.find((f) => f.startsWith('shared/converter/') && f !== 'shared/converter/testboot.ts')!;
-    const libvirt = files.find((f) => f.startsWith('shared/libvirt/'))!;
+    const converter = files.find((f) => f.startsWith('domain/converter/') && f !== 'domain/converter/testboot.ts')!;
+    const libvirt = files.find((f) => f.startsWith('domain/libvirt/'))!;
     const base = proofKey(spec).key;
     for (const f of [converter, libvirt, 'test/helpers/boot-logs.ts', 'scripts/guest-image/build.sh', 'services/converter/cli.ts', 'package-lock.json']) {
       expect(proofKey(spec, changed(f)).key, f).to.not.equal(base);
@@ -59,8 +59,8 @@ describe('reused proofs: the key covers every input (issue 32)', function () {
     const scale = { name: 'plans-scale', entries: [path.join(ROOT, 'test/plans/scale.test.ts')], extra: { fixture: 'tiny-guest-x' } };
     const pipeline = { name: 'pipeline-real-guests', entries: [path.join(ROOT, 'test/pipeline/pipeline.test.ts')], extra: { fixture: 'ferry-guest-fixtures-v7' } };
     expect(rel(closure(scale.entries))).to.include.members(['services/daemon/main.ts', 'services/worker/main.ts', 'test/plans/fixture.ts', 'test/fixtures/tiny-guest.ts', 'queue/slots.ts', 'scripts/vcsim.sh', 'test/helpers/libvirtd-ns.sh']);
-    expect(rel(closure(pipeline.entries))).to.include.members(['shared/converter/pipeline.ts', 'shared/converter/fstab.ts', 'test/fixtures/guests.ts']);
-    for (const [spec, inputs] of [[scale, ['queue/slots.ts', 'services/worker/main.ts', 'test/fixtures/tiny-guest.ts', 'shared/converter/fstab.ts']], [pipeline, ['shared/converter/fstab.ts', 'test/fixtures/guests.ts']]] as const) {
+    expect(rel(closure(pipeline.entries))).to.include.members(['domain/converter/pipeline.ts', 'domain/converter/fstab.ts', 'test/fixtures/guests.ts']);
+    for (const [spec, inputs] of [[scale, ['queue/slots.ts', 'services/worker/main.ts', 'test/fixtures/tiny-guest.ts', 'domain/converter/fstab.ts']], [pipeline, ['domain/converter/fstab.ts', 'test/fixtures/guests.ts']]] as const) {
       const base = proofKey(spec).key;
       for (const f of inputs) expect(proofKey(spec, changed(f)).key, `${spec.name}: ${f}`).to.not.equal(base);
       expect(proofKey(spec, changed('docs/testing.md')).key, `${spec.name}: docs`).to.equal(base);

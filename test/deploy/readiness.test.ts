@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startWorkerWithMetrics, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';

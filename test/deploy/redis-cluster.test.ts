@@ -14,7 +14,7 @@ import type { JobList, JobStatus } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
 import IORedis, { Cluster } from 'ioredis';
 import { Bus, channelName } from '../../queue/bus';
-import { keys } from '../../shared/redis';
+import { keys } from '../../platform/redis';
 
 /** What the test reads of a Bus's internals: its subscriber connection (private in Bus; ioredis's Cluster keeps
  *  its subscriber untyped). */

@@ -1,4 +1,4 @@
-// Issue 35, item 3: one configuration. Every setting is declared once (shared/settings.ts) with its type, default,
+// Issue 35, item 3: one configuration. Every setting is declared once (platform/settings.ts) with its type, default,
 // validation and doc line; code reads through it; docs/configuration.md is generated from it; compose.yaml and the
 // Kubernetes manifests name only declared settings with valid values; and every process, started for real with a
 // malformed value, stops at once with one line naming the variable, exit 2, leaving nothing in Redis, while the
@@ -9,10 +9,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { NOT_SETTINGS, SETTINGS, SettingError, setting, settingNames, settingProblems, type Decl, type SettingName } from '../../shared/settings';
-import { config } from '../../shared/config';
+import { NOT_SETTINGS, SETTINGS, SettingError, setting, settingNames, settingProblems, type Decl, type SettingName } from '../../platform/settings';
+import { config } from '../../platform/config';
 import { CONFIGURATION_DOC, renderSettingsDoc } from '../../scripts/gen-settings-doc';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, ferryCli, ferryConvert, startDaemonProc, startGatewayProc, startProcess, type Proc } from '../helpers/procs';
 import { until } from '../helpers/http';
@@ -20,7 +20,7 @@ import { until } from '../helpers/http';
 const ROOT = path.resolve(__dirname, '..', '..');
 const isDeclared = (n: string): n is SettingName => Object.hasOwn(SETTINGS, n);
 
-describe('settings: the declaration (shared/settings.ts)', () => {
+describe('settings: the declaration (platform/settings.ts)', () => {
   it('refuses a typo\'d number, naming the variable, what it must be and what it got', () => {
     expect(() => setting('FERRY_LEASE_SECONDS', { FERRY_LEASE_SECONDS: '3O' })).to.throw(SettingError, 'FERRY_LEASE_SECONDS must be a whole number from 1 to 3600, got "3O"');
     expect(() => setting('FERRY_LEASE_SECONDS', { FERRY_LEASE_SECONDS: '2.5' })).to.throw(SettingError, 'FERRY_LEASE_SECONDS');
@@ -101,8 +101,8 @@ function filesUnder(dir: string, re: RegExp): string[] {
 }
 
 describe('settings: one place', () => {
-  const product = [...['services', 'queue', 'shared'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js)$/)), path.join(ROOT, 'scripts', 'cluster.ts')]
-    .filter((f) => !f.endsWith(path.join('shared', 'settings.ts')));
+  const product = [...['services', 'queue', 'domain', 'platform'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js)$/)), path.join(ROOT, 'scripts', 'cluster.ts')]
+    .filter((f) => !f.endsWith(path.join('platform', 'settings.ts')));
 
   it('no product file reads a variable from the environment except through the declaration (the system\'s PATH, TMPDIR, XDG_RUNTIME_DIR aside)', () => {
     const reads: string[] = [];
@@ -120,7 +120,7 @@ describe('settings: one place', () => {
   });
 
   it('every FERRY_* name in the code, tests, scripts and deployment files is a declared setting or listed as not one', () => {
-    const files = [...['services', 'queue', 'shared', 'scripts', 'test', 'deploy'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js|mjs|cjs|sh|bash|ya?ml)$/)),
+    const files = [...['services', 'queue', 'domain', 'platform', 'scripts', 'test', 'deploy'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js|mjs|cjs|sh|bash|ya?ml)$/)),
       path.join(ROOT, 'compose.yaml'), path.join(ROOT, 'Dockerfile')];
     const unknown = new Set<string>();
     for (const f of files) for (const m of readFileSync(f, 'utf8').matchAll(/\bFERRY_[A-Z0-9_]*[A-Z0-9]\b/g)) if (!isDeclared(m[0]) && !(m[0] in NOT_SETTINGS)) unknown.add(`${m[0]} (${path.relative(ROOT, f)})`);

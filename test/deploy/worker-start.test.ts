@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { TestRedis, freePort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';

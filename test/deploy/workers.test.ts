@@ -1,7 +1,7 @@
 // Issue 38: the deployment Ferry ships can run every operation. Read as an operator would: each worker image installs
 // the packages of its capabilities, derived from scripts/programs.txt by the very line the Dockerfile runs (executed
 // here against the build, as the image's build stage holds it); every worker compose.yaml and deploy/k8s declare runs
-// on an image that has its capabilities' packages; every operation of shared/operations.ts is served by at least
+// on an image that has its capabilities' packages; every operation of domain/operations.ts is served by at least
 // one worker in compose and one in Kubernetes; the migration worker has its secrets, configuration, disruption
 // budget, resources and probes; and its stop, with the manifest's own numbers, hands a running job back in time.
 import { expect } from 'chai';
@@ -9,9 +9,9 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { OPERATIONS, migrateCapabilities } from '../../shared/operations';
-import { canServe } from '../../shared/capabilities';
-import { programList, packagesFor } from '../../shared/programs';
+import { OPERATIONS, migrateCapabilities } from '../../domain/operations';
+import { canServe } from '../../platform/capabilities';
+import { programList, packagesFor } from '../../platform/programs';
 import { TestRedis } from '../helpers/redis';
 import { startGatewayProc, startWorkerProc, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -41,7 +41,7 @@ interface ComposeService { build?: { target?: string }; environment?: Record<str
 function imageStages() {
   return DOCKERFILE.split(/^FROM /m).map((s) => ({ name: /^\S+\s+AS\s+(\S+)/.exec(s)?.[1], text: s })).filter((s) => s.name && /FERRY_IMAGE_CAPABILITIES=/.test(s.text)).map((s) => ({
     name: s.name!, caps: /^ARG FERRY_IMAGE_CAPABILITIES=(\S+)$/m.exec(s.text)![1].split(','),
-    install: /\$\((node dist\/shared\/programs\.js [^)]*)\)/.exec(s.text)![1],
+    install: /\$\((node dist\/platform\/programs\.js [^)]*)\)/.exec(s.text)![1],
   }));
 }
 
@@ -113,7 +113,7 @@ describe('deploy: worker images, the workers declared, and the operations they s
     }
   });
 
-  it('every operation of shared/operations.ts is served by a worker declared in compose and one in Kubernetes', () => {
+  it('every operation of domain/operations.ts is served by a worker declared in compose and one in Kubernetes', () => {
     for (const [where, workers] of [['compose.yaml', composeWorkers()], ['deploy/k8s', k8sWorkers()]] as const) {
       for (const r of requirements()) {
         const by = workers.filter((w) => canServe(w, { capabilities: r.capabilities }));

@@ -19,17 +19,17 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { sha256File } from '../../domain/qemu';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
 import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 import { CommandRun, ferryConvert } from '../helpers/procs';
 import { consoleOf, fixtureInputs, reusedProof } from '../helpers/proofs';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixAction } from '../../shared/converter/types';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixAction } from '../../domain/converter/types';
 
 const BOOT_TIMEOUT = 600;
 

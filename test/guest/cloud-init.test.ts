@@ -20,19 +20,19 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { run, sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { CLOUD_INIT_HOLD } from '../../shared/converter/linux/nics';
-import { kvmNicName } from '../../shared/converter/nic-names';
-import { testBoot, TestBootResult } from '../../shared/converter/testboot';
+import { run, sha256File } from '../../domain/qemu';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { CLOUD_INIT_HOLD } from '../../domain/converter/linux/nics';
+import { kvmNicName } from '../../domain/converter/nic-names';
+import { testBoot, TestBootResult } from '../../domain/converter/testboot';
 import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
 import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 import { CommandRun, ferryConvert } from '../helpers/procs';
 import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixAction } from '../../shared/converter/types';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixAction } from '../../domain/converter/types';
 
 const BOOT_TIMEOUT = 600;
 const RENDERED = '/etc/netplan/50-cloud-init.yaml';

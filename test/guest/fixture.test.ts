@@ -1,12 +1,12 @@
 // The real Debian guest fixture (issue 12, test/fixtures/debian-guest.ts) is what it claims: on SATA (AHCI, as on
 // VMware, with a vmxnet3 NIC in PCIe slot 192) it boots and prints the marker naming ens192 with its static address;
 // on virtio-blk its initramfs (MODULES=dep, no virtio) gives up on the root device. Boots run under qemu TCG through
-// the product's virt_test runner (shared/converter/testboot.ts), snapshot=on. They are properties of the cached
+// the product's virt_test runner (domain/converter/testboot.ts), snapshot=on. They are properties of the cached
 // fixture, so each is booted once per fixture build and its record re-checked on later runs
 // (test/fixtures/source-proof.ts); a failed check keeps the serial log in test/artifacts/.
 import { expect } from 'chai';
 import { readFileSync, statSync } from 'node:fs';
-import { sha256File } from '../../shared/qemu';
+import { sha256File } from '../../domain/qemu';
 import { ensureDebianGuest, DebianVariant } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
 

@@ -12,9 +12,9 @@ import { expect } from 'chai';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { imageInfo, sha256File } from '../../shared/qemu';
-import { managerFor } from '../../shared/vsphere/client';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { imageInfo, sha256File } from '../../domain/qemu';
+import { managerFor } from '../../domain/vsphere/client';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
@@ -25,8 +25,8 @@ import { createVm, DS, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
 import { fixtureInputs, reusedProof } from '../helpers/proofs';
 import type { JobStatus, MigrationSubmitted } from '../helpers/api-types';
-import type { TestBootResult } from '../../shared/converter/testboot';
-import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { TestBootResult } from '../../domain/converter/testboot';
+import type { PipelineReport } from '../../domain/converter/stages/report';
 
 /** What the test reads of a migration job's result (services/worker/operations/migration-stages.ts afterExport). */
 type MigrationResult = {

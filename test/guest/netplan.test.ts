@@ -21,9 +21,9 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { sha256File } from '../../domain/qemu';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { DebianGuest, ensureDebianGuest, GUEST_CACHE, repairManifest } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';
@@ -32,8 +32,8 @@ import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proo
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixAction } from '../../shared/converter/types';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixAction } from '../../domain/converter/types';
 
 const BOOT_TIMEOUT = 600;
 

@@ -10,7 +10,7 @@
 //   NIC and prints the marker on the renamed interface.
 // Then the output is read back: fstab and grub.cfg name no /dev/sd*, ifupdown names the new interface, the
 // initramfs holds virtio_blk and virtio_pci, open-vm-tools is gone, and the source is byte-identical. The initramfs
-// is read as the kernel unpacks it, archive by archive (Ferry's reader, shared/converter/initrd-image.ts): the repair
+// is read as the kernel unpacks it, archive by archive (Ferry's reader, domain/converter/initrd-image.ts): the repair
 // appends an archive to the guest's image, and Debian 11's lsinitramfs stops at the first one.
 // Then it boots twice more (on an overlay, test/helpers/second-boot.ts): the appended image until the first-boot unit
 // has rebuilt it with the guest's own generator, then on the generator's image to the marker; the unit is gone and
@@ -23,10 +23,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { sha256File } from '../../shared/qemu';
-import { effectiveTree, InitrdParseError, readInitrd } from '../../shared/converter/initrd-image';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { sha256File } from '../../domain/qemu';
+import { effectiveTree, InitrdParseError, readInitrd } from '../../domain/converter/initrd-image';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { DebianGuest, ensureDebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';

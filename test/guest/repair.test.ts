@@ -3,7 +3,7 @@
 // with a virtio NIC and prints its marker, its interface renamed to the virtio NIC's name and configured as
 // before; open-vm-tools is gone; the source VMDK is byte-identical. Each variant through a `migrate` job on the
 // gateway with a real worker and virt_test (a real qemu boot of the output, judged from the console), one after the
-// other. `ferry-convert` runs the same pipeline (shared/converter) on every layer's guest (btrfs, cloud-init, uefi,
+// other. `ferry-convert` runs the same pipeline (domain/converter) on every layer's guest (btrfs, cloud-init, uefi,
 // rhel-shaped, releases), so these two are the job path's. That the source itself does not boot on virtio-blk is
 // shown by test/guest/fixture.test.ts. Each output is then read back in a read-only appliance. Serial logs of a
 // failed boot are kept in test/artifacts/.
@@ -16,17 +16,17 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { imageInfo, sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { imageInfo, sha256File } from '../../domain/qemu';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { ensureDebianGuest, DebianGuest, DebianVariant, GUEST_CACHE } from '../fixtures/debian-guest';
 import { keepTextOnFailure } from '../helpers/boot-logs';
 import { consoleOf, fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixAction } from '../../shared/converter/types';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixAction } from '../../domain/converter/types';
 import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../helpers/second-boot';
 
 const BOOT_TIMEOUT = 420;

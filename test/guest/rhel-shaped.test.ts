@@ -19,9 +19,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { sha256File } from '../../shared/qemu';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { sha256File } from '../../domain/qemu';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { kvmNicName } from '../../domain/converter/nic-names';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { keepTextOnFailure } from '../helpers/boot-logs';

@@ -7,14 +7,14 @@ import type { queueOverview, workersOverview } from '../../queue/overview';
 import type { Schedule, ScheduleStore } from '../../queue/schedules';
 import type { Delivery, createdView, publicView } from '../../queue/webhooks';
 import type { StoredEvent } from '../../queue/store';
-import type { JobState } from '../../shared/states';
-import type { JobSpec } from '../../shared/schemas/job';
-import type { AuditRecord } from '../../shared/audit';
-import type { issueTicket } from '../../shared/auth';
-import type { VmResult } from '../../shared/plans/preflight';
-import type { VmSummary } from '../../shared/vsphere/inventory';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixResult } from '../../shared/converter/types';
+import type { JobState } from '../../domain/states';
+import type { JobSpec } from '../../domain/schemas/job';
+import type { AuditRecord } from '../../platform/audit';
+import type { issueTicket } from '../../platform/auth';
+import type { VmResult } from '../../domain/plans/preflight';
+import type { VmSummary } from '../../domain/vsphere/inventory';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixResult } from '../../domain/converter/types';
 
 export type { JobStatus, DaemonJob, PlanView, Schedule, Delivery, StoredEvent, AuditRecord };
 

@@ -47,7 +47,7 @@ export function differencingVhd(file: string, parent: string): string {
 }
 
 // Random image headers for the fuzz test: each format's magic with fields and names chosen to reach every
-// branch of shared/image-format.ts (offsets past the file, lengths past any bound, hostile names).
+// branch of domain/image-format.ts (offsets past the file, lengths past any bound, hostile names).
 const NAMES = ['/etc/shadow', '../../../etc/passwd', 'base.raw', './base.raw', 'json:{"driver":"raw","file":{"filename":"/etc/shadow"}}', 'nbd://127.0.0.1:1/x',
   'http://169.254.169.254/', 'file:/etc/passwd', '', 'a\0b', 'x'.repeat(2000), 'C:\\Windows\\disk.vhd', 'img-0.qcow2', '\ud800', '..', '/'];
 const arbName = fc.oneof(fc.constantFrom(...NAMES), fc.string({ maxLength: 64 }));

@@ -1,12 +1,12 @@
 // Small HTTP helpers over fetch for tests.
 import http from 'node:http';
-import type { daemonEnvelope } from '../../shared/errors';
+import type { daemonEnvelope } from '../../platform/errors';
 
 /** One invalid field of a 4xx answer (the `fields` list both envelopes carry on a validation failure). */
 export interface FieldError { field: string; message: string; index?: number }
-/** The job API's error envelope (port 8000 and the workers' ports): shared/errors.ts jobApiEnvelope. */
+/** The job API's error envelope (port 8000 and the workers' ports): platform/errors.ts jobApiEnvelope. */
 export interface JobApiError { error: { code: number; message: string; path: string; timestamp: string; fields?: FieldError[] } }
-/** The daemon's error envelope (port 8080): shared/errors.ts daemonEnvelope. */
+/** The daemon's error envelope (port 8080): platform/errors.ts daemonEnvelope. */
 export type DaemonError = Omit<ReturnType<typeof daemonEnvelope>, 'fields'> & { fields?: FieldError[] };
 
 /** An answer: `body` is the parsed JSON, typed as the caller says the endpoint answers (`req<JobStatus>`),

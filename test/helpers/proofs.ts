@@ -20,7 +20,7 @@ import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renam
 import os from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
-import { errorText } from '../../shared/errors';
+import { errorText } from '../../platform/errors';
 
 export const ROOT = path.resolve(__dirname, '..', '..');
 const CACHE = process.env.FERRY_CACHE_DIR || path.join(os.homedir(), '.cache', 'ferry');

@@ -10,12 +10,12 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { testBoot, type TestBootOptions, type TestBootResult } from '../../shared/converter/testboot';
-import { effectiveTree, InitrdParseError, readInitrd } from '../../shared/converter/initrd-image';
-import { initrdProblems, moduleClosure, moduleName } from '../../shared/converter/linux/initrd-check';
-import { REBUILD_DONE, REBUILD_LINK, REBUILD_SCRIPT, REBUILD_UNIT } from '../../shared/converter/linux/initrd-firstboot';
-import { VIRTIO_MODULES } from '../../shared/converter/linux/tools';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { testBoot, type TestBootOptions, type TestBootResult } from '../../domain/converter/testboot';
+import { effectiveTree, InitrdParseError, readInitrd } from '../../domain/converter/initrd-image';
+import { initrdProblems, moduleClosure, moduleName } from '../../domain/converter/linux/initrd-check';
+import { REBUILD_DONE, REBUILD_LINK, REBUILD_SCRIPT, REBUILD_UNIT } from '../../domain/converter/linux/initrd-firstboot';
+import { VIRTIO_MODULES } from '../../domain/converter/linux/tools';
 
 export interface Boot { result: TestBootResult; console: string }
 /** One kernel's image after the second boot: its archives' compressions, whether the last one is the generator's

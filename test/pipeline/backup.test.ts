@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { backupPath, GuestSession } from '../../shared/converter/guestfs';
+import { backupPath, GuestSession } from '../../domain/converter/guestfs';
 
 describe('guest backups: one root-only tree, the first copy kept (libguestfs) @vm', function () {
   this.timeout(300_000);

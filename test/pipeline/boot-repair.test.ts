@@ -5,13 +5,13 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { judgeAdded, judgeConsole } from '../../shared/converter/boot-judge';
-import type { BootVerdict } from '../../shared/converter/boot-judge';
-import { againAfterTimerPanic, TestBootResult } from '../../shared/converter/testboot';
-import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../shared/converter/bootchain';
-import type { FstabContext } from '../../shared/converter/fstab';
-import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames, renameInterfaces } from '../../shared/converter/nic-names';
-import { testBoot } from '../../shared/converter/testboot';
+import { judgeAdded, judgeConsole } from '../../domain/converter/boot-judge';
+import type { BootVerdict } from '../../domain/converter/boot-judge';
+import { againAfterTimerPanic, TestBootResult } from '../../domain/converter/testboot';
+import { crypttabLeftovers, grubDefaultsLeftovers, kernelArgLeftovers, resumeLeftovers, rewriteCrypttab, rewriteGrubDefaults, rewriteResume } from '../../domain/converter/bootchain';
+import type { FstabContext } from '../../domain/converter/fstab';
+import { configuredInterfaces, kvmNicName, namesInterface, persistentNetNames, planNicFileEdits, planNicRenames, renameInterfaces } from '../../domain/converter/nic-names';
+import { testBoot } from '../../domain/converter/testboot';
 import { makeBootableImage } from '../helpers/images';
 
 const ctx: FstabContext = {

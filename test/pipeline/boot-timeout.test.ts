@@ -1,9 +1,9 @@
-// The test boot's verdict at its timeout (shared/converter/boot-judge.ts timeoutVerdict), on console text as
+// The test boot's verdict at its timeout (domain/converter/boot-judge.ts timeoutVerdict), on console text as
 // guests print it: a stall is called failed, and the detail says what the console last showed, including the
 // kernel's hung-task report when a task waited on I/O that never completed (seen once under TCG: the first read
 // of the virtio disk never answered, and the boot sat there until the timeout).
 import { expect } from 'chai';
-import { timeoutVerdict } from '../../shared/converter/boot-judge';
+import { timeoutVerdict } from '../../domain/converter/boot-judge';
 
 const MARKER = /FERRY-GUEST-READY/;
 

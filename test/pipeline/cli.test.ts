@@ -7,11 +7,11 @@ import { promises as fs, mkdtempSync, rmSync, writeFileSync, existsSync } from '
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { sha256File } from '../../shared/qemu';
-import type { ImageInfo } from '../../shared/qemu';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixAction } from '../../shared/converter/types';
-import type { FstabChange } from '../../shared/converter/fstab';
+import { sha256File } from '../../domain/qemu';
+import type { ImageInfo } from '../../domain/qemu';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixAction } from '../../domain/converter/types';
+import type { FstabChange } from '../../domain/converter/fstab';
 import { makeImage, makeBootableImage } from '../helpers/images';
 import { startSshd, TestSshd } from '../helpers/sshd';
 import { CommandRun as Run, ferryConvert } from '../helpers/procs';

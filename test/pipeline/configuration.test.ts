@@ -1,8 +1,8 @@
 // configuration.users and configuration.network as pure functions: account file edits, field checks that name
 // their path, and the text every network renderer writes. The guest I/O is covered by pipeline.test.ts.
 import { expect } from 'chai';
-import { planUsers, readUserSpecs, cryptPassword } from '../../shared/converter/users';
-import { readInterfaces, render, disableIfupdownStanzas } from '../../shared/converter/network';
+import { planUsers, readUserSpecs, cryptPassword } from '../../domain/converter/users';
+import { readInterfaces, render, disableIfupdownStanzas } from '../../domain/converter/network';
 
 const PASSWD = 'root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\nbob:x:1000:1000:Bob:/home/bob:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n';
 const SHADOW = 'root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\nbob:$6$old$hash:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n';

@@ -1,7 +1,7 @@
 // The fstab rewrite as a pure function: every mode, every kind of spec, spacing kept.
 import { expect } from 'chai';
-import { classifySpec, resolveSpec, rewriteFstab, rewriteKernelArgs, FstabContext } from '../../shared/converter/fstab';
-import { substituteEnv, validateBatch, validateConfig, ConfigError } from '../../shared/schemas/converter-config';
+import { classifySpec, resolveSpec, rewriteFstab, rewriteKernelArgs, FstabContext } from '../../domain/converter/fstab';
+import { substituteEnv, validateBatch, validateConfig, ConfigError } from '../../domain/schemas/converter-config';
 
 const ctx: FstabContext = {
   disks: ['/dev/sda', '/dev/sdb'],

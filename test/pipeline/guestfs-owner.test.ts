@@ -8,11 +8,11 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync 
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
-import { ApplianceCrash, GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../shared/converter/guestfs';
-import { runPipeline } from '../../shared/converter/pipeline';
-import { validateManifest } from '../../shared/schemas/manifest';
+import { ApplianceCrash, GuestSession, LAUNCH_TRIES, LaunchTimeout } from '../../domain/converter/guestfs';
+import { runPipeline } from '../../domain/converter/pipeline';
+import { validateManifest } from '../../domain/schemas/manifest';
 
-const GUESTFS = path.resolve(__dirname, '../../shared/converter/guestfs.ts');
+const GUESTFS = path.resolve(__dirname, '../../domain/converter/guestfs.ts');
 const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
 /** The pids pgrep finds with `args` (it exits 1 when none). */
 const pgrep = (...args: string[]) => {

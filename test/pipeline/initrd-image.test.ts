@@ -1,4 +1,4 @@
-// The initramfs reader and verdict (shared/converter/initrd-image.ts, linux/initrd-check.ts) on images built here
+// The initramfs reader and verdict (domain/converter/initrd-image.ts, linux/initrd-check.ts) on images built here
 // with the host's real cpio and compressors, as the distributions' generators build them: an uncompressed early
 // (microcode) archive, then the main archive compressed (gzip, xz, zstd, lz4 legacy, bzip2). Each corruption the
 // kernel's unpacker stops at is caught: a truncated archive, a bad magic mid-stream, a member that decompresses
@@ -9,9 +9,9 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { effectiveTree, InitrdParseError, newcArchive, readInitrd, S_IFREG, type Compression } from '../../shared/converter/initrd-image';
-import { bootEntries, concatInitrds, initrdProblems, moduleClosure } from '../../shared/converter/linux/initrd-check';
-import { planAppend, type AppendPlan } from '../../shared/converter/linux/initrd-append';
+import { effectiveTree, InitrdParseError, newcArchive, readInitrd, S_IFREG, type Compression } from '../../domain/converter/initrd-image';
+import { bootEntries, concatInitrds, initrdProblems, moduleClosure } from '../../domain/converter/linux/initrd-check';
+import { planAppend, type AppendPlan } from '../../domain/converter/linux/initrd-append';
 
 const COMPRESSORS: Record<Exclude<Compression, 'none'>, string[]> = {
   gzip: ['gzip', '-c', '-9'], xz: ['xz', '--check=crc32', '-c'], zstd: ['zstd', '-q', '-c', '-19'], 'lz4-legacy': ['lz4', '-l', '-c'], bzip2: ['bzip2', '-c'],

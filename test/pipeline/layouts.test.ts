@@ -9,10 +9,10 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { fixGuest } from '../../shared/converter/guest';
-import type { FixOptions, FixResult, GuestInfo } from '../../shared/converter/types';
-import { kvmNicName } from '../../shared/converter/nic-names';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { fixGuest } from '../../domain/converter/guest';
+import type { FixOptions, FixResult, GuestInfo } from '../../domain/converter/types';
+import { kvmNicName } from '../../domain/converter/nic-names';
 
 const NIC = kvmNicName(0);
 const FILES: Record<string, string> = {

@@ -2,9 +2,9 @@
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { REPORT_SCHEMA_FILE, reportJsonSchema } from '../../scripts/gen-report-schema';
-import { ManifestError, validateManifest, type Manifest } from '../../shared/schemas/manifest';
-import { migrateCapabilities } from '../../shared/operations';
-import { outputNames } from '../../shared/converter/pipeline';
+import { ManifestError, validateManifest, type Manifest } from '../../domain/schemas/manifest';
+import { migrateCapabilities } from '../../domain/operations';
+import { outputNames } from '../../domain/converter/pipeline';
 import { outputPathOf } from '../../services/worker/operations/convert';
 
 const disk = (o: Record<string, unknown> = {}) => ({ id: 'd0', source_format: 'vmdk', bytes: 1024, local_path: '/src/d0.vmdk', ...o });

@@ -8,19 +8,19 @@ import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { EventSource } from 'eventsource';
-import { sha256File } from '../../shared/qemu';
-import { migrateCapabilities } from '../../shared/operations';
+import { sha256File } from '../../domain/qemu';
+import { migrateCapabilities } from '../../domain/operations';
 import { requirementsOf } from '../../queue/lifecycle';
-import { queueName } from '../../shared/capabilities';
+import { queueName } from '../../platform/capabilities';
 import { startStack } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { JobApiError } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
-import type { JobSpec, ProgressEvent } from '../../shared/schemas/job';
+import type { JobSpec, ProgressEvent } from '../../domain/schemas/job';
 import { makeImage } from '../helpers/images';
 
 const MIB = 1024 * 1024;
-/** The migrate operation's result, report.json (shared/converter/stages/report.ts), as far as these tests read it. */
+/** The migrate operation's result, report.json (domain/converter/stages/report.ts), as far as these tests read it. */
 type MigrateReport = {
   success: boolean; report_path?: string; tool: string;
   artifacts: Array<{ disk_id: string; path: string; format: string; source_sha256?: string; sha256?: string }>;

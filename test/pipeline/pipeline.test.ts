@@ -6,7 +6,7 @@
 // outputs' and sources' sha256 before and after, the dry run's and the failed runs' folders, the outputs' files,
 // modes and UUIDs read back in one read-only appliance); each `it` below is one check on that evidence, and all of
 // them together are the proof's check, so a record is written only when every one passed and a reuse re-asserts
-// every one. The key holds this file's import closure (the converter runs in this process: shared/converter and
+// every one. The key holds this file's import closure (the converter runs in this process: domain/converter and
 // what it loads), the fixture's recipe (test/fixtures/guests.ts, in the closure) and its three disks as they are,
 // the tools and the lock file. Nothing here is timed, so no part stays fresh.
 import { expect } from 'chai';
@@ -14,17 +14,17 @@ import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sha256File } from '../../shared/qemu';
-import { validateManifest } from '../../shared/schemas/manifest';
-import { reportSchema } from '../../shared/schemas/report';
-import { runPipeline } from '../../shared/converter/pipeline';
-import { GuestSession } from '../../shared/converter/guestfs';
+import { sha256File } from '../../domain/qemu';
+import { validateManifest } from '../../domain/schemas/manifest';
+import { reportSchema } from '../../domain/schemas/report';
+import { runPipeline } from '../../domain/converter/pipeline';
+import { GuestSession } from '../../domain/converter/guestfs';
 import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB, IFUPDOWN_INTERFACES, NETPLAN_CLOUD, PERSISTENT_NET, TOOL_LOG } from '../fixtures/guests';
-import { errorText } from '../../shared/errors';
+import { errorText } from '../../platform/errors';
 import { fixtureInputs, reusedProof } from '../helpers/proofs';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import type { FixResult, GuestInfo } from '../../shared/converter/types';
-import type { FstabChange } from '../../shared/converter/fstab';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import type { FixResult, GuestInfo } from '../../domain/converter/types';
+import type { FstabChange } from '../../domain/converter/fstab';
 
 /** runPipeline's answer (and report.json) with each stage's result (free-form in the report's type) as the
  *  stage writes it: the fields read here. */

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { DebianGuest, DebianVariant } from '../fixtures/debian-guest';
 import { asOnVmware, provedSourceBoot } from '../fixtures/source-proof';
 import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
-import type { TestBootResult } from '../../shared/converter/testboot';
+import type { TestBootResult } from '../../domain/converter/testboot';
 
 /** A record file as test/fixtures/source-proof.ts writes it (its SourceBootRecord, not exported). */
 interface SourceBootRecord { result: TestBootResult; console: string; at: string }

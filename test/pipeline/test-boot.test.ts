@@ -6,8 +6,8 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { testBootQemu } from '../../shared/converter/testboot';
-import { chooseFirmware } from '../../shared/converter/firmware';
+import { testBootQemu } from '../../domain/converter/testboot';
+import { chooseFirmware } from '../../domain/converter/firmware';
 import { makeBootableImage, makeImage } from '../helpers/images';
 
 describe('test boot: no milestone is not a pass @vm', function () {

@@ -1,4 +1,4 @@
-// Windows virtio driver injection (shared/converter/windows.ts).
+// Windows virtio driver injection (domain/converter/windows.ts).
 // Pure parts (version mapping, paths, registry encoding) and host-only parts (driver tree, hive generator with
 // hivexregedit) need no appliance. On the real phony Windows Server 2019 guest (test/fixtures/windows.ts), appliance
 // launches: fixture build (cached across runs), one pipeline run through the CLI (ferry-convert --config), and one
@@ -14,18 +14,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import yaml from 'js-yaml';
-import { sha256File } from '../../shared/qemu';
-import { validateConfig } from '../../shared/schemas/converter-config';
+import { sha256File } from '../../domain/qemu';
+import { validateConfig } from '../../domain/schemas/converter-config';
 import { main } from '../../services/converter/cli';
-import { fixGuest, inspectAndMount } from '../../shared/converter/guest';
-import type { FixAction, FixResult } from '../../shared/converter/types';
-import type { PipelineReport } from '../../shared/converter/stages/report';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../shared/converter/windows';
-import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../shared/converter/registry';
+import { fixGuest, inspectAndMount } from '../../domain/converter/guest';
+import type { FixAction, FixResult } from '../../domain/converter/types';
+import type { PipelineReport } from '../../domain/converter/stages/report';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { BOOT_DRIVERS, injectVirtioDrivers, SCSI_CLASS_GUID, systemHiveEdits } from '../../domain/converter/windows';
+import { extendDevicePath, HiveReader, REG, regFile, regValue, withParents } from '../../domain/converter/registry';
 import {
   ARCH_DIRS, driverSet, driverVersions, findCi, locateVirtioWin, pickVersionDir, underSystemRoot, VIRTIO_WIN_DEFAULT, virtioWinCandidates, windowsVersionDir,
-} from '../../shared/converter/virtio-win';
+} from '../../domain/converter/virtio-win';
 import { buildWindowsGuest, emptyHive, fakeVirtioWin, WIN } from '../fixtures/windows';
 
 const LAYOUT = {

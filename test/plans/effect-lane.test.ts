@@ -6,9 +6,9 @@
 // worker in one attempt while the long job was still RUNNING, the rollback claimed once and audited. Unlike the
 // daemon's virsh_call, these are operators' jobs: listed by GET /jobs without ?internal=true.
 import { expect } from 'chai';
-import type { AuditRecord } from '../../shared/audit';
-import { keys } from '../../shared/redis';
-import { vmDetail } from '../../shared/vsphere/inventory';
+import type { AuditRecord } from '../../platform/audit';
+import { keys } from '../../platform/redis';
+import { vmDetail } from '../../domain/vsphere/inventory';
 import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';

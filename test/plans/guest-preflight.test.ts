@@ -15,22 +15,22 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import os from 'node:os';
 import path from 'node:path';
 import { Agent, request } from 'undici';
-import { imageInfo } from '../../shared/qemu';
-import { guestfsEnv } from '../../shared/guestfs-env';
-import { managerFor } from '../../shared/vsphere/client';
+import { imageInfo } from '../../domain/qemu';
+import { guestfsEnv } from '../../domain/guestfs-env';
+import { managerFor } from '../../domain/vsphere/client';
 import { ensureDebianGuest, DebianGuest } from '../fixtures/debian-guest';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
 import type { DaemonJobList, PlanView, Validation } from '../helpers/api-types';
-import type { VmResult } from '../../shared/plans/preflight';
+import type { VmResult } from '../../domain/plans/preflight';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
 import { fixtureInputs, reusedProof } from '../helpers/proofs';
 
-/** The guest_inspected finding's `guest` (shared/plans/guest-rules.ts), with the fields read here. */
+/** The guest_inspected finding's `guest` (domain/plans/guest-rules.ts), with the fields read here. */
 interface InspectedGuest { os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[] }
 type PreflightFinding = VmResult['findings'][number];
 type GuestInspected = PreflightFinding & { guest: InspectedGuest };

@@ -7,8 +7,8 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
-import { keys } from '../../shared/redis';
-import { vmDetail } from '../../shared/vsphere/inventory';
+import { keys } from '../../platform/redis';
+import { vmDetail } from '../../domain/vsphere/inventory';
 import { awaitWorkers, startWorkerProc, type Proc } from '../helpers/procs';
 import { req } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';

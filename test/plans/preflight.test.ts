@@ -15,11 +15,11 @@ import type { PlanList, PlanView, Validation } from '../helpers/api-types';
 import type { Plan } from '../../queue/plans';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
-import { managerFor } from '../../shared/vsphere/client';
+import { managerFor } from '../../domain/vsphere/client';
 import { powerOn } from '../vsphere/fixture';
 import { createPlanVm, snapshot } from './fixture';
-import { vmDetail } from '../../shared/vsphere/inventory';
-import { cbtEnabled, enableCbt } from '../../shared/vsphere/cbt';
+import { vmDetail } from '../../domain/vsphere/inventory';
+import { cbtEnabled, enableCbt } from '../../domain/vsphere/cbt';
 import { tolerate } from '../helpers/teardown';
 
 const NET = 'ferry-plans';
@@ -178,7 +178,7 @@ describe('plans: the resource and its preflight against vcsim and libvirtd', fun
     const usb = r.body.vms.find((x) => x.vm_path === vm('usb'))!.findings.find((f) => f.rule === 'network_unmapped')!;
     expect(usb.message).to.include('DC0_DVPG0');
     expect(usb.fix).to.include('network_map');
-    // A pool too small: blocked with the job's own arithmetic (shared/libvirt/space.ts), naming both sizes.
+    // A pool too small: blocked with the job's own arithmetic (domain/libvirt/space.ts), naming both sizes.
     const huge = r.body.vms.find((x) => x.vm_path === vm('huge'))!.findings[0];
     const free = Number(/<available unit='bytes'>(\d+)</.exec(await lv.virsh(['pool-dumpxml', POOL2]))![1]);
     expect(huge.message).to.include(`the disks need 65536.00 GiB (${64 * 2 ** 40} bytes) in pool ${POOL2}`).and.match(/which has \d+\.\d\d GiB \((\d+) bytes\) free$/);

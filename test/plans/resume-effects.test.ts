@@ -13,8 +13,8 @@
 import { expect } from 'chai';
 import { req, until } from '../helpers/http';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
-import { findVm } from '../../shared/vsphere/inventory';
-import { keys } from '../../shared/redis';
+import { findVm } from '../../domain/vsphere/inventory';
+import { keys } from '../../platform/redis';
 import { startDaemonProc, startWorkerProc, type Proc } from '../helpers/procs';
 import { PLAN_CAPS, PlanStack, startPlanStack } from './fixture';
 import type { PlanView } from '../helpers/api-types';

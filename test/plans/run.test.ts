@@ -13,7 +13,7 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { req, until } from '../helpers/http';
-import { vmDetail } from '../../shared/vsphere/inventory';
+import { vmDetail } from '../../domain/vsphere/inventory';
 import { makeDisks, powerOn } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from './fixture';

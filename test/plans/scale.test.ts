@@ -22,8 +22,8 @@ import { fixtureInputs, reusedProof } from '../helpers/proofs';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from './fixture';
 import type { DaemonJob, PlanView } from '../helpers/api-types';
-import type { TestBootResult } from '../../shared/converter/testboot';
-import type { PipelineReport } from '../../shared/converter/stages/report';
+import type { TestBootResult } from '../../domain/converter/testboot';
+import type { PipelineReport } from '../../domain/converter/stages/report';
 
 /** What the test reads of a migration job's result as the store holds it (migration-stages.ts afterExport). */
 interface MigrationResult { boot: TestBootResult; conversion: { report_path: string } }

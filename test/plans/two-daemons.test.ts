@@ -12,14 +12,14 @@
 // powered back on, the completed VM running on the target and gone from vSphere); and each plan webhook
 // delivered exactly once to a receiver on 127.0.0.1.
 import { expect } from 'chai';
-import type { AuditRecord } from '../../shared/audit';
+import type { AuditRecord } from '../../platform/audit';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { req, until } from '../helpers/http';
 import { powerOn } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
-import { findVm, vmDetail } from '../../shared/vsphere/inventory';
+import { findVm, vmDetail } from '../../domain/vsphere/inventory';
 import { startProcess, type Proc } from '../helpers/procs';
 import { vmdkDescriptor } from '../helpers/hostile-images';
 import { PlanStack, startPlanStack } from './fixture';

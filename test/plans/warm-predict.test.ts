@@ -1,8 +1,8 @@
-// Warm migration's prediction rule (shared/warm-predict.ts, docs/plans.md "Warm migration"): the downtime of a
+// Warm migration's prediction rule (domain/warm-predict.ts, docs/plans.md "Warm migration"): the downtime of a
 // cutover now from a VM's measured rounds and recent migrations' measured stages. Pure arithmetic on figures a user
 // can recompute by hand; the end-to-end figures are test/vsphere/warm.test.ts's and bench:warm's.
 import { expect } from 'chai';
-import { DEFAULT_STAGE_SECONDS, predictDowntime, type WarmRound } from '../../shared/warm-predict';
+import { DEFAULT_STAGE_SECONDS, predictDowntime, type WarmRound } from '../../domain/warm-predict';
 
 const MIB = 2 ** 20;
 const t0 = Date.parse('2026-11-29T10:00:00Z');

@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { until } from '../helpers/http';
 import { Bus, publish } from '../../queue/bus';
-import { createRedis, keys } from '../../shared/redis';
+import { createRedis, keys } from '../../platform/redis';
 
 describe('the bus subscribing while its connection starts', function () {
   this.timeout(60_000);

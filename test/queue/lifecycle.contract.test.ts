@@ -6,11 +6,11 @@
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { until } from '../helpers/http';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, RedisClient } from '../../platform/redis';
 import type { ValidationError } from 'joi';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
-import { JobState, STATES } from '../../shared/states';
-import { ApiError } from '../../shared/errors';
+import { jobSpecSchema, JobSpec } from '../../domain/schemas/job';
+import { JobState, STATES } from '../../domain/states';
+import { ApiError } from '../../platform/errors';
 import { JobStore } from '../../queue/store';
 import { bullId, QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';

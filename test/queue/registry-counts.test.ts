@@ -3,9 +3,9 @@
 // reading every record says (list()), stale and removed workers included.
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, RedisClient } from '../../platform/redis';
 import { Registry } from '../../queue/registry';
-import { config } from '../../shared/config';
+import { config } from '../../platform/config';
 
 describe('queue: worker counts from the heartbeat index', function () {
   const server = new TestRedis();

@@ -3,12 +3,12 @@
 // refused answers the state the job is in, not the QUEUED it asked for.
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, RedisClient } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Lifecycle } from '../../queue/lifecycle';
 import { Registry } from '../../queue/registry';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+import { jobSpecSchema, JobSpec } from '../../domain/schemas/job';
 
 describe('queue: writes under the lease, answers that say what happened', function () {
   const server = new TestRedis();

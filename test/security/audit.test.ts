@@ -11,7 +11,7 @@ import type { Proc } from '../helpers/procs';
 import { useStack, type Stack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
-import type { AuditRecord } from '../../shared/audit';
+import type { AuditRecord } from '../../platform/audit';
 import type { AuditPage, BatchSubmitted } from '../helpers/api-types';
 
 /** One structured log line; an audit line carries the record. */

@@ -7,9 +7,9 @@ import WebSocket from 'ws';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import { defineGuest, GUEST_MARKER } from '../helpers/libvirt';
-import { openConsole, Virsh } from '../../shared/libvirt';
+import { openConsole, Virsh } from '../../domain/libvirt';
 import { startVirtStack, VirtStack } from '../virt/stack';
-import type { BatchResult } from '../../shared/libvirt/batch';
+import type { BatchResult } from '../../domain/libvirt/batch';
 import type { AuditPage, VirtOk } from '../helpers/api-types';
 
 const K = { read: 'conroles-reader-0123456789ab', submit: 'conroles-submit-0123456789ab', admin: 'conroles-admin-0123456789abc' };

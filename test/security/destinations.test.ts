@@ -8,13 +8,13 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } 
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle } from '../../queue/lifecycle';
-import { validate } from '../../shared/http';
-import { jobSpecSchema, JobSpec } from '../../shared/schemas/job';
+import { validate } from '../../platform/http';
+import { jobSpecSchema, JobSpec } from '../../domain/schemas/job';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';

@@ -15,7 +15,7 @@ import { freePort } from '../helpers/redis';
 import { Proc, startWorkerWithMetrics } from '../helpers/procs';
 import { req } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
-import type { AuditRecord } from '../../shared/audit';
+import type { AuditRecord } from '../../platform/audit';
 import type { AuditPage } from '../helpers/api-types';
 
 const K = { ops: 'edges-admin-key-0123456789', ci: 'edges-submit-key-0123456789', viewer: 'edges-read-key-0123456789' };

@@ -14,7 +14,7 @@ import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
-import { managerFor } from '../../shared/vsphere/client';
+import { managerFor } from '../../domain/vsphere/client';
 import { tinyVm } from '../vsphere/fixture';
 import { makeExportDir } from '../../services/worker/operations/migrate-vm';
 import { releaseLibvirt, useLibvirt, type TestLibvirt } from '../helpers/libvirt';

@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import IORedis from 'ioredis';
-import { keys } from '../../shared/redis';
+import { keys } from '../../platform/redis';
 import { Slots } from '../../queue/slots';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startDaemonProc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';

@@ -3,7 +3,7 @@
 // 409 and changes nothing, GET /jobs/{id} never shows the token, a worker id stays with the key that registered
 // it, and a native worker's stale lease is refused by the same rule inside queue/.
 import { expect } from 'chai';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
@@ -13,7 +13,7 @@ import { Proc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { JobApiError } from '../helpers/http';
 import type { DequeueAnswer, FailAnswer, Heartbeat, JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
-import type { ApiError } from '../../shared/errors';
+import type { ApiError } from '../../platform/errors';
 
 const WORKER = 'lease-worker-key-0123456789';
 const OTHER = 'other-worker-key-0123456789';

@@ -15,7 +15,7 @@ import type { JobStatus } from '../helpers/api-types';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { useStack } from '../helpers/stack';
 import { tolerate } from '../helpers/teardown';
-import type { MadeEntry } from '../../shared/libvirt/ledger';
+import type { MadeEntry } from '../../domain/libvirt/ledger';
 
 const P = 'lret';
 const NAME = 'lret-vm';

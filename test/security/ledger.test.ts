@@ -16,7 +16,7 @@ import { makeDisks } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { tolerate } from '../helpers/teardown';
 import { createPlanVm, PlanStack, startPlanStack } from '../plans/fixture';
-import type { MadeEntry } from '../../shared/libvirt/ledger';
+import type { MadeEntry } from '../../domain/libvirt/ledger';
 import type { Plan } from '../../queue/plans';
 
 const K = { read: 'ledger-read-key-0123456789', submit: 'ledger-submit-key-0123456789', admin: 'ledger-admin-key-0123456789' };

@@ -8,10 +8,10 @@
 // target only when the operator listed it (FERRY_LIBVIRT_BRIDGES). The plan's own side-effect operations
 // (rollback_kvm, remove_source) cannot be submitted by any key.
 import { expect } from 'chai';
-import { keys } from '../../shared/redis';
+import { keys } from '../../platform/redis';
 import { planKeys } from '../../queue/plans';
 import type { Plan } from '../../queue/plans';
-import { vmDetail } from '../../shared/vsphere/inventory';
+import { vmDetail } from '../../domain/vsphere/inventory';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { PlanView, Validation } from '../helpers/api-types';

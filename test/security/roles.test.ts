@@ -13,8 +13,8 @@ import { req, until } from '../helpers/http';
 import type { DaemonError, JobApiError } from '../helpers/http';
 import type { Schedule, ScheduleCreated, ScheduleView, Triggered } from '../helpers/api-types';
 import { fetchDocs, RoleRow, SECURITY_DOC, tableFor, tableInDoc } from '../../scripts/gen-role-table';
-import { Api, type RouteDef } from '../../shared/http';
-import { keys } from '../../shared/redis';
+import { Api, type RouteDef } from '../../platform/http';
+import { keys } from '../../platform/redis';
 
 const K = { read: 'roles-reader-0123456789abcdef', submit: 'roles-submitter-0123456789ab', worker: 'roles-worker-0123456789abcdef', admin: 'roles-admin-0123456789abcdef' };
 type Role = keyof typeof K;

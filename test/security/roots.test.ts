@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { checkOutputFree, outputId, placeOutput, refusal } from '../../shared/roots';
+import { checkOutputFree, outputId, placeOutput, refusal } from '../../platform/roots';
 import { TestRedis } from '../helpers/redis';
 import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';

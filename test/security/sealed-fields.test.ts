@@ -6,11 +6,11 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
-import type { JobSpec } from '../../shared/schemas/job';
+import type { JobSpec } from '../../domain/schemas/job';
 
 /** A migrate job's parameters as this test writes them: the guest accounts hold the password_hash. */
 interface MigrateParameters { manifest: { configuration: { users: Record<string, Record<string, string>> } } }

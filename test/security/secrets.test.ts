@@ -1,11 +1,11 @@
 // Secrets in a job's spec (a guest account's password_hash, any credential-named value) are redacted in every
 // response and message: GET /jobs/{id} on the job API, the daemon's record, its WebSocket updates and the logs of
-// both services; they are kept encrypted in Redis and only the worker that claims the job receives them. One definition (shared/sensitive.ts) serves
+// both services; they are kept encrypted in Redis and only the worker that claims the job receives them. One definition (platform/sensitive.ts) serves
 // logs, webhooks and responses.
 import { expect } from 'chai';
 import path from 'node:path';
-import { isSensitiveKey, redact } from '../../shared/sensitive';
-import { createRedis } from '../../shared/redis';
+import { isSensitiveKey, redact } from '../../platform/sensitive';
+import { createRedis } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
 import { QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
@@ -15,7 +15,7 @@ import { useStack, type Stack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import { openWs } from '../helpers/ws';
 import type { DaemonJob, JobStatus, WsMessage } from '../helpers/api-types';
-import type { JobSpec } from '../../shared/schemas/job';
+import type { JobSpec } from '../../domain/schemas/job';
 
 /** A migrate job's spec as this test writes it: the manifest's guest accounts hold the secrets. */
 type MigrateSpec = JobSpec & { parameters: { manifest: { configuration: { users: Record<string, Record<string, string>> } } } };

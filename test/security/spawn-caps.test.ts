@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { managerFor } from '../../shared/vsphere/client';
+import { managerFor } from '../../domain/vsphere/client';
 import { startDaemonProc } from '../helpers/procs';
 import { useStack } from '../helpers/stack';
 import { req, until } from '../helpers/http';

@@ -13,7 +13,7 @@ import { useStack } from '../helpers/stack';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { DeliveryLog, WebhookAdded, WebhookList } from '../helpers/api-types';
-import { guardedAgents, guardedPost, refuseAddress } from '../../shared/targets';
+import { guardedAgents, guardedPost, refuseAddress } from '../../domain/targets';
 
 const REFUSED = [
   'http://127.0.0.1/h', 'http://127.1.2.3:8080/h', 'http://[::1]/h', 'http://[::ffff:127.0.0.1]/h', 'http://[::ffff:7f00:1]/h',

@@ -6,13 +6,13 @@ import { startGatewayProc, testEnv } from '../helpers/procs';
 import { postOversized, req, until } from '../helpers/http';
 import type { JobApiError } from '../helpers/http';
 import type { Claimed, FailAnswer, Heartbeat, JobList, JobStatus, QueueStatus, StoredEvent, Submitted, WorkerList } from '../helpers/api-types';
-import type { JsonSchema } from '../../shared/openapi';
+import type { JsonSchema } from '../../platform/openapi';
 
 /** POST /workers/register. */
 interface Registered { worker_id: string; message: string; capabilities: string[]; registered_at: string }
 /** GET /health. */
 interface Health { status: string; version: string; timestamp: string; workers: number; active_jobs: number }
-/** GET /openapi.json (shared/http.ts Api.openapi): what these tests read of it. */
+/** GET /openapi.json (platform/http.ts Api.openapi): what these tests read of it. */
 interface OpenApiDoc { openapi: string; paths: Record<string, Record<string, { requestBody?: { content: Record<string, { schema: JsonSchema }> } }>> }
 
 describe('gateway API (port 8000 protocol)', function () {

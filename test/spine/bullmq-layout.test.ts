@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Queue } from 'bullmq';
 import { TestRedis } from '../helpers/redis';
-import { createRedis, RedisClient } from '../../shared/redis';
+import { createRedis, RedisClient } from '../../platform/redis';
 import { QueueRouter, bullId } from '../../queue/router';
 
 const ROOT = path.resolve(__dirname, '..', '..');

@@ -1,4 +1,4 @@
-// A metric computed at scrape time (shared/metrics.ts registerComputed) whose computation fails is not dropped
+// A metric computed at scrape time (platform/metrics.ts registerComputed) whose computation fails is not dropped
 // silently (issue 35, item 6): with Redis away the gateway's /metrics still answers, the Redis-backed metrics
 // without values, and the log says which metric failed and what happens next, once per outage (not once per
 // scrape); when Redis is back the values return and the log says so.
@@ -28,7 +28,7 @@ describe('metrics: a computed metric that fails is logged, with what happens nex
     this.timeout(60_000);
     await redis.start();
     // The rate limit stays on: with Redis away its count gets a second, then the request goes on uncounted
-    // (shared/http.ts), so the scrapes below also show that no request hangs on the limiter.
+    // (platform/http.ts), so the scrapes below also show that no request hangs on the limiter.
     gw = await startGatewayProc({ ...testEnv(redis.url), LOG_LEVEL: 'info' });
   });
   after(async () => {

@@ -6,7 +6,7 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import type { DequeueAnswer, JobStatus, WorkerList } from '../helpers/api-types';
-import { createRedis, keys, RedisClient } from '../../shared/redis';
+import { createRedis, keys, RedisClient } from '../../platform/redis';
 import { BullLayout } from '../../queue/bullmq-layout';
 import { bullId } from '../../queue/router';
 

@@ -5,11 +5,11 @@ import { TestRedis } from '../helpers/redis';
 import { Proc, startGatewayProc, startWorkerProc, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { openSse } from '../helpers/sse';
-import { createRedis } from '../../shared/redis';
+import { createRedis } from '../../platform/redis';
 import { JobStore } from '../../queue/store';
 import type { Claimed, JobList, JobStatus, StoredEvent } from '../helpers/api-types';
-import type { ProgressEvent } from '../../shared/schemas/job';
-import type { JobState } from '../../shared/states';
+import type { ProgressEvent } from '../../domain/schemas/job';
+import type { JobState } from '../../domain/states';
 
 /** A frame of a job's event stream: a progress event, or `complete` with the final state. */
 type StreamData = Partial<ProgressEvent> & { state?: JobState };

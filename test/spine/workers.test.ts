@@ -12,8 +12,8 @@ import { awaitWorkers, Proc, startGatewayProc, startWorkerProc, startWorkerWithM
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
 import type { JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
-import type { ProgressEvent } from '../../shared/schemas/job';
-import type { JobState } from '../../shared/states';
+import type { ProgressEvent } from '../../domain/schemas/job';
+import type { JobState } from '../../domain/states';
 
 /** A convert job's result (services/worker/operations/convert.ts), the fields read here (a type, not an
  *  interface: the record's result is a Record<string, unknown>). */

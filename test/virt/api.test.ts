@@ -11,11 +11,11 @@ import { makeImage } from '../helpers/images';
 import { startDaemonProc } from '../helpers/procs';
 import { okData, startVirtStack, VirtStack } from './stack';
 import type { DaemonError } from '../helpers/http';
-import type * as L from '../../shared/libvirt';
-import type { ImageInfo } from '../../shared/qemu';
+import type * as L from '../../domain/libvirt';
+import type { ImageInfo } from '../../domain/qemu';
 import type { VirtOk } from '../helpers/api-types';
 
-/** The `data` of a /virt route that answers what the shared/libvirt function `F` returns (services/daemon/virt.ts). */
+/** The `data` of a /virt route that answers what the domain/libvirt function `F` returns (services/daemon/virt.ts). */
 type Data<F extends (...args: never[]) => Promise<unknown>> = Awaited<ReturnType<F>>;
 type Stats = Data<typeof L.domainStats>;
 

@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { req } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
-import type { BatchResult } from '../../shared/libvirt/batch';
+import type { BatchResult } from '../../domain/libvirt/batch';
 import { defineGuest, domState } from '../helpers/libvirt';
 import { okData, startVirtStack, VirtStack } from './stack';
 

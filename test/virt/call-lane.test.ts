@@ -17,7 +17,7 @@ import type { DaemonJob, JobStatus, WsMessage } from '../helpers/api-types';
 import { openWs } from '../helpers/ws';
 import { startVcsim, type Vcsim } from '../helpers/vcsim';
 import { startProxy, type ProxyControl } from '../helpers/tcp-proxy';
-import { managerFor } from '../../shared/vsphere/client';
+import { managerFor } from '../../domain/vsphere/client';
 import { tinyVm } from '../vsphere/fixture';
 import { defineGuest, releaseLibvirt, useLibvirt, type TestLibvirt } from '../helpers/libvirt';
 

@@ -24,7 +24,7 @@ import { defineGuest, domState, GUEST_MARKER } from '../helpers/libvirt';
 import { openWs } from '../helpers/ws';
 import { awaitWorkers, startDaemonProc, startWorkerProc, type Proc } from '../helpers/procs';
 import IORedis from 'ioredis';
-import { encryptSecret } from '../../shared/secretbox';
+import { encryptSecret } from '../../platform/secretbox';
 import { startWorkerModeStack, type VirtStack } from './stack';
 
 const K = { read: 'vfile-reader-0123456789abcdef', submit: 'vfile-submitter-0123456789a', worker: 'vfile-worker-0123456789abcde', admin: 'vfile-admin-0123456789abcdef' };
@@ -264,7 +264,7 @@ describe('import, template export, volume upload and the console through a worke
     const outCh = `ferry:job:${job.id}:console-out`;
     await until(() => heard.filter((h) => h.channel === inCh).length >= 2 && heard.some((h) => h.channel === outCh), 10_000, 'both keystrokes and output heard');
     expect(heard.filter((h) => h.message.includes(MARKER)).map((h) => h.channel), 'channels carrying the typed password in clear').to.deep.equal([]);
-    for (const h of heard) expect(h.message, h.channel).to.match(/^v1:[^:]+:[^:]+:[^:]+$/); // shared/secretbox.ts's box, nothing in clear beside it
+    for (const h of heard) expect(h.message, h.channel).to.match(/^v1:[^:]+:[^:]+:[^:]+$/); // platform/secretbox.ts's box, nothing in clear beside it
     // Forged and replayed messages: each logged as dropped by the side that reads the channel, none acted on.
     const dropped = (p: Proc, channel: string, why: string) => p.logs.join('').split('\n').filter((l) => l.includes('did not open') && l.includes(why) && l.includes(channel)).length;
     const forge = async (p: Proc, channel: string, message: string, why: string) => {

@@ -11,13 +11,13 @@ import { makeBootableImage } from '../helpers/images';
 import { domState } from '../helpers/libvirt';
 import { awaitWorkers, startGatewayProc, startWorkerProc, Proc } from '../helpers/procs';
 import { startSshd, TestSshd } from '../helpers/sshd';
-import { importDisk, Virsh } from '../../shared/libvirt';
+import { importDisk, Virsh } from '../../domain/libvirt';
 import IORedis from 'ioredis';
 import { JobStore } from '../../queue/store';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
 import type { DaemonError } from '../helpers/http';
 import type { DaemonJob, JobStatus, Submitted, VirtOk } from '../helpers/api-types';
-import type { ImportResult } from '../../shared/libvirt/import';
+import type { ImportResult } from '../../domain/libvirt/import';
 
 /** POST /convert/vm's data. */
 interface ConvertQueued { job_id: string; status: string; source_path: string; dest_path: string; format: string; compression: string }

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { TestRedis } from '../helpers/redis';
 import { startDaemonProc, testEnv, Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
-import { openConsole, Virsh } from '../../shared/libvirt';
+import { openConsole, Virsh } from '../../domain/libvirt';
 import { execFileSync } from 'node:child_process';
 import IORedis from 'ioredis';
 import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';

@@ -15,13 +15,13 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { GuestSession } from '../../shared/converter/guestfs';
-import { Virsh } from '../../shared/libvirt';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { Virsh } from '../../domain/libvirt';
 import { ensureDebianGuest } from '../fixtures/debian-guest';
 import { bootAndWatch, okData, startVirtStack, VirtStack } from './stack';
 import { tolerate } from '../helpers/teardown';
 import { fixtureInputs, readBack, reusedProof } from '../helpers/proofs';
-import type { deployTemplate } from '../../shared/libvirt/templates';
+import type { deployTemplate } from '../../domain/libvirt/templates';
 
 /** POST /virt/template/deploy's data. */
 type Deployed = Awaited<ReturnType<typeof deployTemplate>>;

@@ -1,4 +1,4 @@
-// The long-lived virsh per URI (shared/libvirt/virsh-session.ts), against libvirt's built-in test driver
+// The long-lived virsh per URI (domain/libvirt/virsh-session.ts), against libvirt's built-in test driver
 // (test:///default: libvirt's own code, a domain "test" and a network "default", no daemon): every answer is what
 // a virsh of its own gives, errors included; one process serves many commands, including commands issued at
 // once; an unreachable URI is a 503 naming it; an idle session never keeps Node running. The real libvirtd paths
@@ -7,8 +7,8 @@ import { expect } from 'chai';
 import { execFile, spawn } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { LibvirtError, Virsh } from '../../shared/libvirt/virsh';
-import { virshSession } from '../../shared/libvirt/virsh-session';
+import { LibvirtError, Virsh } from '../../domain/libvirt/virsh';
+import { virshSession } from '../../domain/libvirt/virsh-session';
 
 const URI = 'test:///default';
 const oneShot = async (args: string[]) => (await promisify(execFile)('virsh', ['-q', '-c', URI, ...args])).stdout;
@@ -61,7 +61,7 @@ describe('virsh session (one virsh per URI for short commands)', function () {
   });
 
   it('an idle session does not keep a Node process running', async () => {
-    const script = `const { Virsh } = require(${JSON.stringify(path.resolve(__dirname, '../../shared/libvirt/virsh'))}); new Virsh('${URI}').run(['domstate', 'test']).then((s) => console.log(s.trim()));`;
+    const script = `const { Virsh } = require(${JSON.stringify(path.resolve(__dirname, '../../domain/libvirt/virsh'))}); new Virsh('${URI}').run(['domstate', 'test']).then((s) => console.log(s.trim()));`;
     const child = spawn(process.execPath, ['-r', 'tsx/cjs', '-e', script], { cwd: path.resolve(__dirname, '../..'), stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d) => { out += d; });

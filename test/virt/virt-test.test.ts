@@ -1,5 +1,5 @@
 // virt_test on the virtualization host: the converted disk boots in a transient libvirt domain (removed
-// afterwards, its disk unchanged) and the serial-console judgement is the one of shared/converter/testboot.ts.
+// afterwards, its disk unchanged) and the serial-console judgement is the one of domain/converter/testboot.ts.
 import { expect } from 'chai';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -8,8 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { makeBootableImage } from '../helpers/images';
 import { releaseLibvirt, useLibvirt, TestLibvirt } from '../helpers/libvirt';
-import { testBoot, testBootLibvirt } from '../../shared/converter/testboot';
-import { Virsh } from '../../shared/libvirt';
+import { testBoot, testBootLibvirt } from '../../domain/converter/testboot';
+import { Virsh } from '../../domain/libvirt';
 
 describe('virt_test through libvirt (a transient domain) @vm', function () {
   this.timeout(180_000);

@@ -8,7 +8,7 @@ import { createHash, randomFillSync } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { blocksWritten, checkBlocks, StreamHash } from '../../shared/vsphere/block-hash';
+import { blocksWritten, checkBlocks, StreamHash } from '../../domain/vsphere/block-hash';
 
 const KIB = 1024;
 const BLOCK = 64 * KIB;

@@ -1,5 +1,5 @@
 // Issue 37's foundation: changed-block tracking against the project's simulator (scripts/vcsim/main.go), through
-// Ferry's client (shared/vsphere/cbt.ts). A running VM with a real monolithicFlat disk: CBT enabled, a snapshot,
+// Ferry's client (domain/vsphere/cbt.ts). A running VM with a real monolithicFlat disk: CBT enabled, a snapshot,
 // the whole frozen disk copied into a raw target; then three rounds of writes to the running VM's disk (first and
 // last block, ranges crossing the 64 KiB tracking block, zeros over data), each a new snapshot, the changed areas
 // since the previous change id (paged: the simulator lists 3 areas per answer), only those copied, the previous
@@ -13,12 +13,12 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, r
 import os from 'node:os';
 import path from 'node:path';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
-import { Manager, managerFor } from '../../shared/vsphere/client';
-import { findVm, vmDetail } from '../../shared/vsphere/inventory';
-import { ChangedArea, cbtEnabled, changedAreas, copyAreas, createSnapshot, enableCbt, removeSnapshot, Snapshot, snapshotDisks } from '../../shared/vsphere/cbt';
-import { VsphereError } from '../../shared/vsphere/errors';
-import { parseDatastorePath } from '../../shared/vsphere/vmdk';
-import type { MoRef } from '../../shared/vsphere/xml';
+import { Manager, managerFor } from '../../domain/vsphere/client';
+import { findVm, vmDetail } from '../../domain/vsphere/inventory';
+import { ChangedArea, cbtEnabled, changedAreas, copyAreas, createSnapshot, enableCbt, removeSnapshot, Snapshot, snapshotDisks } from '../../domain/vsphere/cbt';
+import { VsphereError } from '../../domain/vsphere/errors';
+import { parseDatastorePath } from '../../domain/vsphere/vmdk';
+import type { MoRef } from '../../domain/vsphere/xml';
 import { createVm, DC, makeDisks, powerOn, upload } from './fixture';
 
 const KIB = 1024;

@@ -15,15 +15,15 @@ import { req, until } from '../helpers/http';
 import type { BatchSubmitted, CancelEach, DaemonJob, JobStatus, QueueStatus, StoredEvent, WorkerList } from '../helpers/api-types';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { startProxy, ProxyControl } from '../helpers/tcp-proxy';
-import { managerFor } from '../../shared/vsphere/client';
-import { vmDetail } from '../../shared/vsphere/inventory';
-import { validateManifest, type Manifest } from '../../shared/schemas/manifest';
-import type { ExportResult } from '../../shared/vsphere/export';
+import { managerFor } from '../../domain/vsphere/client';
+import { vmDetail } from '../../domain/vsphere/inventory';
+import { validateManifest, type Manifest } from '../../domain/schemas/manifest';
+import type { ExportResult } from '../../domain/vsphere/export';
 import { createVm, makeDisks, makeSnapshotChain, otherSessions, powerOn, sha256, tinyVm, upload } from './fixture';
 
 /** An export job's result (services/worker/operations/export.ts runExportOp), its manifest read as one. */
 type ExportJobResult = Omit<ExportResult, 'manifest'> & { manifest: Manifest; output_path: string; throughput_bytes_per_second: number | null };
-/** One converted disk in a migrate job's report (shared/converter/stages/plan.ts). */
+/** One converted disk in a migrate job's report (domain/converter/stages/plan.ts). */
 interface Artifact { disk_id: string; path: string; format: string; boot_order: number; source_path: string; source_format: string }
 /** A migrate job's result (the pipeline's report), as far as read here. */
 interface MigrateResult { artifacts: Artifact[] }

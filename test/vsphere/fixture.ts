@@ -6,10 +6,10 @@ import { createHash, randomFillSync } from 'node:crypto';
 import { createReadStream, mkdirSync, promises as fs, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { request } from 'undici';
-import { agentFor, Manager } from '../../shared/vsphere/client';
-import { waitForTask } from '../../shared/vsphere/actions';
-import { arr, child, el, esc, moref, text } from '../../shared/vsphere/xml';
-import { retrieve } from '../../shared/vsphere/properties';
+import { agentFor, Manager } from '../../domain/vsphere/client';
+import { waitForTask } from '../../domain/vsphere/actions';
+import { arr, child, el, esc, moref, text } from '../../domain/vsphere/xml';
+import { retrieve } from '../../domain/vsphere/properties';
 import type { Vcsim } from '../helpers/vcsim';
 
 export const DC = 'DC0';

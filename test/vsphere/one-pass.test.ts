@@ -20,7 +20,7 @@ import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { createPlanVm, PLAN_CAPS, type PlanStack, startPlanStack } from '../plans/fixture';
 import { makeSnapshotChain, upload } from './fixture';
 import { tolerate } from '../helpers/teardown';
-import { keys } from '../../shared/redis';
+import { keys } from '../../platform/redis';
 
 const MIB = 1024 * 1024;
 const BOOT_BYTES = 48 * MIB;

@@ -1,8 +1,8 @@
-// What the export's source watch calls a change (shared/vsphere/source-watch.ts sourceChange), reading by
+// What the export's source watch calls a change (domain/vsphere/source-watch.ts sourceChange), reading by
 // reading: the cases the simulator cannot make mid-export in a test (a disk grown, added or removed, a revert)
 // beside those it can (test/plans/options.test.ts takes a snapshot and powers the VM on mid-export).
 import { expect } from 'chai';
-import { sourceChange, type SourceFingerprint } from '../../shared/vsphere/source-watch';
+import { sourceChange, type SourceFingerprint } from '../../domain/vsphere/source-watch';
 
 const was: SourceFingerprint = { power_state: 'poweredOff', snapshots: ['1'], current_snapshot: '1', disks: { 'Hard disk 1': 1 << 30, 'Hard disk 2': 2 << 30 } };
 const change = (now: Partial<SourceFingerprint>) => sourceChange(was, { ...was, ...now });

@@ -10,8 +10,8 @@ import { TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { tinyFlatGuest } from './flat-guest';
 import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
-import { vmDetail } from '../../shared/vsphere/inventory';
-import type { WarmState } from '../../shared/warm-predict';
+import { vmDetail } from '../../domain/vsphere/inventory';
+import type { WarmState } from '../../domain/warm-predict';
 
 const K = { ops: 'wj-ops-submit-key-0123456789', gw: 'wj-gw-submit-key-01234567890', viewer: 'wj-viewer-read-key-012345678' };
 const BYTES = 32 * 1024 * 1024;

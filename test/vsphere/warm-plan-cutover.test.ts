@@ -16,9 +16,9 @@ import { TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { tinyFlatGuest } from './flat-guest';
 import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
-import { vmDetail } from '../../shared/vsphere/inventory';
+import { vmDetail } from '../../domain/vsphere/inventory';
 import type { PlanView } from '../helpers/api-types';
-import type { WarmState } from '../../shared/warm-predict';
+import type { WarmState } from '../../domain/warm-predict';
 
 const K = { ops: 'wpc-ops-submit-key-0123456789', viewer: 'wpc-viewer-read-key-01234567' };
 const BYTES = 32 * 1024 * 1024;

@@ -16,10 +16,10 @@ import { req, until } from '../helpers/http';
 import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
-import { vmDetail } from '../../shared/vsphere/inventory';
-import { cbtEnabled } from '../../shared/vsphere/cbt';
+import { vmDetail } from '../../domain/vsphere/inventory';
+import { cbtEnabled } from '../../domain/vsphere/cbt';
 import type { PlanView } from '../../queue/plan-view';
-import type { WarmState } from '../../shared/warm-predict';
+import type { WarmState } from '../../domain/warm-predict';
 
 const MIB = 1024 * 1024;
 const KIB = 1024;

@@ -5,7 +5,7 @@
 // the key's role does not reach them, and a warm VM's cutover (one or all), shown only to a key that may ask it.
 import { api } from './api.js';
 import { h, badge, bytes, duration, progressBar, say, time } from './dom.js';
-// The plan state table (shared/plan-states.ts), served by the daemon as a module: never copied here.
+// The plan state table (domain/plan-states.ts), served by the daemon as a module: never copied here.
 import { PLAN_FINAL, VM_RETRYABLE, VM_TRANSITIONS } from './plan-states.js';
 
 const FINAL = new Set(PLAN_FINAL);

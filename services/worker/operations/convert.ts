@@ -2,18 +2,18 @@
 // name and renamed at the end, with progress events and the output's sha256 in the result.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { OperationError } from '../../../shared/errors';
-import { convert as qemuConvert, imageInfo, sha256File } from '../../../shared/qemu';
-import { checkOutputFree, checkRunPath, placeOutput } from '../../../shared/roots';
-import { checkRunImage } from '../../../shared/image-confine';
-import { outputExtension } from '../../../shared/schemas/common';
+import { OperationError } from '../../../platform/errors';
+import { convert as qemuConvert, imageInfo, sha256File } from '../../../domain/qemu';
+import { checkOutputFree, checkRunPath, placeOutput } from '../../../platform/roots';
+import { checkRunImage } from '../../../domain/image-confine';
+import { outputExtension } from '../../../domain/schemas/common';
 import { throttle, type Operation } from './types';
 
 export function outputPathOf(jobId: string, p: { output_path?: string; output_dir?: string; output_format: string }) {
   return p.output_path || path.join(p.output_dir!, `${jobId}.${outputExtension(p.output_format)}`);
 }
 
-/** A convert job's parameters, as its operation schema (shared/operations.ts) validated them. */
+/** A convert job's parameters, as its operation schema (domain/operations.ts) validated them. */
 type ConvertParameters = { output_format: string; compress: boolean; output_dir?: string; output_path?: string; overwrite: boolean };
 
 export const convert: Operation = async (ctx) => {

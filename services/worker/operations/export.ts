@@ -1,20 +1,20 @@
 // Operation "export" (daemon API shape A): a VM from a vSphere manager into output_path with its manifest
-// (shared/vsphere/export.ts does the work). Before it starts, a job takes one of FERRY_EXPORTS_PER_MANAGER
+// (domain/vsphere/export.ts does the work). Before it starts, a job takes one of FERRY_EXPORTS_PER_MANAGER
 // slots of its manager (queue/slots.ts); without one it goes back to the queue, saying why.
-import { OperationError } from '../../../shared/errors';
-import type { JobSpec } from '../../../shared/schemas/job';
+import { OperationError } from '../../../platform/errors';
+import type { JobSpec } from '../../../domain/schemas/job';
 import { Slots } from '../../../queue/slots';
 import { takeVmGuard } from '../../../queue/vm-guard';
-import { managerName } from '../../../shared/vsphere/client';
-import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
-import { VsphereError } from '../../../shared/vsphere/errors';
-import { ExportLedger, exportVm, ExportRequest, ExportResult, removeExportOutput } from '../../../shared/vsphere/export';
-import { checkRunPath } from '../../../shared/roots';
+import { managerName } from '../../../domain/vsphere/client';
+import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credentials';
+import { VsphereError } from '../../../domain/vsphere/errors';
+import { ExportLedger, exportVm, ExportRequest, ExportResult, removeExportOutput } from '../../../domain/vsphere/export';
+import { checkRunPath } from '../../../platform/roots';
 import type { JobStore } from '../../../queue/store';
-import { config } from '../../../shared/config';
+import { config } from '../../../platform/config';
 import type { Admit, OpContext, Operation } from './types';
-import { dropped } from '../../../shared/log';
-import { setting } from '../../../shared/settings';
+import { dropped } from '../../../platform/log';
+import { setting } from '../../../platform/settings';
 
 // A type literal, not an interface, so a job's `parameters` (Record<string, unknown>) can be read as it.
 export type ExportParameters = {

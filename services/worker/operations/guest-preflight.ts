@@ -1,17 +1,17 @@
 // Operation "guest_preflight" (internal: the daemon's plan preflight submits it, queue/guest-read.ts): each VM's
 // facts read again from the manager (the job names VMs, never disk files, so it reads only what a VM of the
 // manager holds), then its disks read in place with nbdkit under a read-only libguestfs appliance
-// (shared/plans/guest-preflight.ts), bounded by the daemon's deadline. The result is each VM's guest findings.
-import { managerFor } from '../../../shared/vsphere/client';
-import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
-import { vmFacts, type VmFacts } from '../../../shared/plans/facts';
-import type { Finding } from '../../../shared/plans/rules';
-import { readGuests } from '../../../shared/plans/guest-preflight';
-import { unreadable } from '../../../shared/plans/guest-rules';
+// (domain/plans/guest-preflight.ts), bounded by the daemon's deadline. The result is each VM's guest findings.
+import { managerFor } from '../../../domain/vsphere/client';
+import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credentials';
+import { vmFacts, type VmFacts } from '../../../domain/plans/facts';
+import type { Finding } from '../../../domain/plans/rules';
+import { readGuests } from '../../../domain/plans/guest-preflight';
+import { unreadable } from '../../../domain/plans/guest-rules';
 import { asOperationError } from './export';
 import type { Operation } from './types';
 
-/** The parameters as shared/operations.ts's guest_preflight schema gives them. */
+/** The parameters as domain/operations.ts's guest_preflight schema gives them. */
 type GuestPreflightParameters = { manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_paths: string[]; seconds: number; deadline: number };
 
 export const guestPreflightOp: Operation = async (ctx) => {

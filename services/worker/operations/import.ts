@@ -1,17 +1,17 @@
 // import_kvm: disks into a libvirt storage pool and a domain around them, on the job's virt_uri or the worker's
 // FERRY_LIBVIRT_URI, each recorded in the job's ledger as it is made. The result names the domain and its UUID.
-import { importDisk, Virsh } from '../../../shared/libvirt';
-import { removeMade } from '../../../shared/libvirt/ledger';
-import { jobUri } from '../../../shared/libvirt/uri';
-import { checkRunPath } from '../../../shared/roots';
-import { checkRunImage } from '../../../shared/image-confine';
+import { importDisk, Virsh } from '../../../domain/libvirt';
+import { removeMade } from '../../../domain/libvirt/ledger';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { checkRunPath } from '../../../platform/roots';
+import { checkRunImage } from '../../../domain/image-confine';
 import type { OpContext, Operation } from './types';
-import type { JobSpec } from '../../../shared/schemas/job';
+import type { JobSpec } from '../../../domain/schemas/job';
 import type { JobStore } from '../../../queue/store';
-import { ignoreError } from '../../../shared/log';
-import { ApiError, OperationError } from '../../../shared/errors';
+import { ignoreError } from '../../../platform/log';
+import { ApiError, OperationError } from '../../../platform/errors';
 
-/** An import_kvm job's parameters, as its schema (shared/operations.ts) validated them (defaults filled in). */
+/** An import_kvm job's parameters, as its schema (domain/operations.ts) validated them (defaults filled in). */
 type ImportParameters = {
   disks: { path: string; format?: string }[]; name: string; memory: number; cpus: number; networks: string[];
   pool?: string; firmware: 'bios' | 'uefi'; virt_uri?: string;

@@ -1,7 +1,7 @@
-// What each operation named in shared/operations.ts runs on a worker.
+// What each operation named in domain/operations.ts runs on a worker.
 import type { Admit, Operation } from './types';
 import type { JobStore } from '../../../queue/store';
-import type { JobSpec } from '../../../shared/schemas/job';
+import type { JobSpec } from '../../../domain/schemas/job';
 import { convert, cleanupConvert } from './convert';
 import { noop } from './noop';
 import { migrate, cleanupMigrate } from './migrate';

@@ -4,22 +4,22 @@
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { OperationError } from '../../../shared/errors';
+import { OperationError } from '../../../platform/errors';
 import { afterExport } from './migration-stages';
 import { ExportParameters, runExport } from './export';
 import type { Admit, OpContext, Operation } from './types';
-import type { ExportResult } from '../../../shared/vsphere/export';
-import type { WarmOptions } from '../../../shared/schemas/warm';
+import type { ExportResult } from '../../../domain/vsphere/export';
+import type { WarmOptions } from '../../../domain/schemas/warm';
 import { measured, migrateWarm } from './warm-rounds';
 import { admitExport, slotLeaseMs } from './export';
 import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
-import { jobUri } from '../../../shared/libvirt/uri';
-import { setting } from '../../../shared/settings';
-import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { setting } from '../../../platform/settings';
+import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
 import { placeForOnePass } from './one-pass';
 import { besideCopyRefused, besideCopyResult, startRepairBesideCopy, type BesideCopy } from './repair-beside-copy';
-import type { Manager } from '../../../shared/vsphere/client';
-import type { VmDetail } from '../../../shared/vsphere/inventory';
+import type { Manager } from '../../../domain/vsphere/client';
+import type { VmDetail } from '../../../domain/vsphere/inventory';
 
 /** Where migrate_vm exports go: FERRY_EXPORT_DIR when set, else FERRY_DATA_DIR/exports (storage every worker of a
  *  job's stages can reach), else a private <tmp>/ferry-<uid>/exports. Never a shared world-writable folder: there

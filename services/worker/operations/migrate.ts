@@ -1,18 +1,18 @@
 // Operation "migrate": runs a manifest through the pipeline on this worker; each stage's progress becomes a
 // ProgressEvent (phase = stage name) and report.json is the job's result. A failed stage fails the job
 // (retryable only when each of its failures was: report.retryable) with the report still written.
-import { jobPattern } from '../../../shared/linear-regex';
+import { jobPattern } from '../../../platform/linear-regex';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { OperationError } from '../../../shared/errors';
-import type { Manifest } from '../../../shared/schemas/manifest';
-import { outputNames, runPipeline, type PipelineOptions } from '../../../shared/converter/pipeline';
-import { OPERATIONS } from '../../../shared/operations';
-import { checkRunPath } from '../../../shared/roots';
-import { checkRunImage } from '../../../shared/image-confine';
+import { OperationError } from '../../../platform/errors';
+import type { Manifest } from '../../../domain/schemas/manifest';
+import { outputNames, runPipeline, type PipelineOptions } from '../../../domain/converter/pipeline';
+import { OPERATIONS } from '../../../domain/operations';
+import { checkRunPath } from '../../../platform/roots';
+import { checkRunImage } from '../../../domain/image-confine';
 import { throttle, type OpContext, type Operation } from './types';
-import type { PipelineReport } from '../../../shared/converter/stages/report';
-import { dropped } from '../../../shared/log';
+import type { PipelineReport } from '../../../domain/converter/stages/report';
+import { dropped } from '../../../platform/log';
 
 type MigrateParams = { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
 

@@ -6,22 +6,22 @@
 // shows the boot milestone (options.virt_test.expect, else Linux's); a failed boot fails the job, with the domain
 // left defined and shut off for a look.
 import path from 'node:path';
-import { OperationError } from '../../../shared/errors';
+import { OperationError } from '../../../platform/errors';
 import { promises as fs } from 'node:fs';
-import { defaultPool, importForMigration, Virsh, watchFromStart } from '../../../shared/libvirt';
-import { writeManifest } from '../../../shared/vsphere/export-manifest';
+import { defaultPool, importForMigration, Virsh, watchFromStart } from '../../../domain/libvirt';
+import { writeManifest } from '../../../domain/vsphere/export-manifest';
 import { mergeIntoPool, pipelineManifest, type BlockCheck } from './one-pass';
 import { finishBesideCopy, type BesideCopy } from './repair-beside-copy';
-import type { BlockHashes } from '../../../shared/vsphere/block-hash';
-import { jobUri } from '../../../shared/libvirt/uri';
-import { jobPattern } from '../../../shared/linear-regex';
-import { validateManifest } from '../../../shared/schemas/manifest';
-import type { ExportResult } from '../../../shared/vsphere/export';
-import { testBootLibvirt } from '../../../shared/converter/testboot';
+import type { BlockHashes } from '../../../domain/vsphere/block-hash';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { jobPattern } from '../../../platform/linear-regex';
+import { validateManifest } from '../../../domain/schemas/manifest';
+import type { ExportResult } from '../../../domain/vsphere/export';
+import { testBootLibvirt } from '../../../domain/converter/testboot';
 import { migrateManifest } from './migrate';
 import { clearEarlierAttempts, finalRefusal } from './import';
 import type { OpContext } from './types';
-import { dropped } from '../../../shared/log';
+import { dropped } from '../../../platform/log';
 
 export interface AfterExportInput {
   /** the export stage's result: manifest_path, manifest, files with sha256 */
@@ -39,7 +39,7 @@ export interface AfterExportInput {
   beside?: BesideCopy;
 }
 
-/** How each exported disk's bytes travelled (the manifest's data_path, shared/vsphere/export-manifest.ts). */
+/** How each exported disk's bytes travelled (the manifest's data_path, domain/vsphere/export-manifest.ts). */
 type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 

@@ -1,5 +1,5 @@
 // Does no work: for drills and for benchmarking the queue itself.
-import { OperationError } from '../../../shared/errors';
+import { OperationError } from '../../../platform/errors';
 import type { Operation } from './types';
 
 export const noop: Operation = async (ctx) => {

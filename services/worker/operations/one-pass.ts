@@ -7,16 +7,16 @@
 // host) goes through the export folder, and its repaired overlay is converted straight into the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { OperationError } from '../../../shared/errors';
-import { defaultPool, defaultPoolDir, Virsh } from '../../../shared/libvirt';
-import { ensureDirPool, isLocalUri, poolTarget, type PoolDoc } from '../../../shared/libvirt/volumes';
-import { parseXml, sizeBytes } from '../../../shared/libvirt/xml';
-import { poolShortfall, sizeText } from '../../../shared/libvirt/space';
-import { convert, run as runTool, QEMU_IMG } from '../../../shared/qemu';
-import type { PlannedDisk } from '../../../shared/vsphere/export-manifest';
-import { blocksWritten, checkBlocks, type BlockHashes } from '../../../shared/vsphere/block-hash';
-import { validateManifest } from '../../../shared/schemas/manifest';
-import { MIGRATION_REPAIR } from '../../../shared/converter/guest';
+import { OperationError } from '../../../platform/errors';
+import { defaultPool, defaultPoolDir, Virsh } from '../../../domain/libvirt';
+import { ensureDirPool, isLocalUri, poolTarget, type PoolDoc } from '../../../domain/libvirt/volumes';
+import { parseXml, sizeBytes } from '../../../domain/libvirt/xml';
+import { poolShortfall, sizeText } from '../../../domain/libvirt/space';
+import { convert, run as runTool, QEMU_IMG } from '../../../domain/qemu';
+import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
+import { blocksWritten, checkBlocks, type BlockHashes } from '../../../domain/vsphere/block-hash';
+import { validateManifest } from '../../../domain/schemas/manifest';
+import { MIGRATION_REPAIR } from '../../../domain/converter/guest';
 import type { OpContext } from './types';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
@@ -47,7 +47,7 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   }
 }
 
-/** Refuses, naming the numbers, a job whose disks do not fit the target pool (shared/libvirt/space.ts, the rule a
+/** Refuses, naming the numbers, a job whose disks do not fit the target pool (domain/libvirt/space.ts, the rule a
  *  plan's preflight applies too) or whose downloads do not fit the worker's scratch folder (the export folder: the
  *  files of the disks one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
  *  attempts already wrote there counts as room. */
@@ -74,7 +74,7 @@ async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch:
 export interface BlockCheck { block_bytes: number; blocks: number; checked_after_merge: number; repair_written: number[] }
 
 /** The repair's overlay committed into a one-pass volume (`-d` keeps the overlay, the record of exactly what the
- *  repair wrote), with the block check around it (shared/vsphere/block-hash.ts): the blocks the repair wrote are
+ *  repair wrote), with the block check around it (domain/vsphere/block-hash.ts): the blocks the repair wrote are
  *  re-hashed from the volume before the commit (it still holds the bytes as served), every other block after. */
 async function commitChecked(ctx: OpContext, i: number, d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes }): Promise<BlockCheck | undefined> {
   const list = d.blocks;

@@ -1,28 +1,28 @@
-// A plan's side effects as jobs (shared/operations.ts: rollback_kvm, remove_source), submitted only by the plan
+// A plan's side effects as jobs (domain/operations.ts: rollback_kvm, remove_source), submitted only by the plan
 // runner (queue/plan-runner.ts) under an id derived from its claim. Each acts on what the job it names (of_job)
 // recorded and nothing else: the rollback on that job's ledger (domains by UUID, volumes by key) and its source,
 // the removal on that completed migration's source VM, read from its own spec, never from a name given here.
-import { OperationError } from '../../../shared/errors';
-import { isTerminal } from '../../../shared/states';
-import { unseal } from '../../../shared/sensitive';
-import { managerFor, managerName, type Manager } from '../../../shared/vsphere/client';
-import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
-import { destroyVm } from '../../../shared/vsphere/actions';
-import { findVm } from '../../../shared/vsphere/inventory';
-import { VsphereError } from '../../../shared/vsphere/errors';
-import { rollbackVm } from '../../../shared/plans/rollback';
+import { OperationError } from '../../../platform/errors';
+import { isTerminal } from '../../../domain/states';
+import { unseal } from '../../../platform/sensitive';
+import { managerFor, managerName, type Manager } from '../../../domain/vsphere/client';
+import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credentials';
+import { destroyVm } from '../../../domain/vsphere/actions';
+import { findVm } from '../../../domain/vsphere/inventory';
+import { VsphereError } from '../../../domain/vsphere/errors';
+import { rollbackVm } from '../../../domain/plans/rollback';
 import { vmGuardHolder } from '../../../queue/vm-guard';
 import type { JobRecord } from '../../../queue/store';
 import { asOperationError } from './export';
 import { warmSnapshots } from '../../../queue/warm';
 import { removeRecordedSnapshots } from './warm-rounds';
-import { AuditLog } from '../../../shared/audit';
+import { AuditLog } from '../../../platform/audit';
 import type { OpContext, Operation } from './types';
 
 /** The source side of a shape B job's spec, as its schema (migrate_vm) validated it. */
 type SourceParameters = { vm_path: string; manager_url?: string; username?: string; insecure?: boolean; credentials?: string };
 
-/** The audit log's record of the effect, once it is done (shared/audit.ts, AuditLog.effect): the key it acted as
+/** The audit log's record of the effect, once it is done (platform/audit.ts, AuditLog.effect): the key it acted as
  *  comes from the job's meta, written by the plan runner or the rollback route that submitted it. */
 async function audited(ctx: OpContext, targets: Record<string, string>): Promise<void> {
   const meta = ctx.job.meta as { acting_as?: { name: string; role: string | null } | null; plan_id?: string };

@@ -1,19 +1,19 @@
 // The repair beside the copy (issue 36 item 2, docs/pipeline.md): when every disk of a migration goes one pass,
 // the guest repair does not wait for the copy. Each disk's flat extent is served read-only by nbdkit (the curl
 // plugin with its cache and retry filters, as virt-v2v reads a source; the session cookie through a pipe, never
-// argv: shared/plans/guest-source.ts), the pipeline's repair-only mode puts its qcow2 overlay over that reader
+// argv: domain/plans/guest-source.ts), the pipeline's repair-only mode puts its qcow2 overlay over that reader
 // and repairs while the download writes the volumes. When both have finished, each overlay's backing becomes
 // its volume (`qemu-img rebase -u`: the volume now holds the same bytes as the source, which the block hash list
 // proves for every block in mergeIntoPool), and the merge commits it there as before. Nothing writes the source:
 // nbdkit runs --readonly, and the overlay is the only file the repair writes.
-import { OperationError } from '../../../shared/errors';
-import { awaitedLater, dropped } from '../../../shared/log';
-import { run as runTool, QEMU_IMG } from '../../../shared/qemu';
-import { serveDisk, type NbdSource } from '../../../shared/plans/guest-source';
-import { repairManifest, type PlannedDisk } from '../../../shared/vsphere/export-manifest';
-import type { Manager } from '../../../shared/vsphere/client';
-import type { VmDetail } from '../../../shared/vsphere/inventory';
-import type { PipelineReport } from '../../../shared/converter/stages/report';
+import { OperationError } from '../../../platform/errors';
+import { awaitedLater, dropped } from '../../../platform/log';
+import { run as runTool, QEMU_IMG } from '../../../domain/qemu';
+import { serveDisk, type NbdSource } from '../../../domain/plans/guest-source';
+import { repairManifest, type PlannedDisk } from '../../../domain/vsphere/export-manifest';
+import type { Manager } from '../../../domain/vsphere/client';
+import type { VmDetail } from '../../../domain/vsphere/inventory';
+import type { PipelineReport } from '../../../domain/converter/stages/report';
 import { migrateManifest } from './migrate';
 import { pipelineManifest } from './one-pass';
 import type { OpContext } from './types';

@@ -1,8 +1,8 @@
 import type { JobRecord, JobStore } from '../../../queue/store';
-import type { JobSpec } from '../../../shared/schemas/job';
-import type { Logger } from '../../../shared/log';
-import type { OutputClaims } from '../../../shared/roots';
-import type { Ledger } from '../../../shared/libvirt/ledger';
+import type { JobSpec } from '../../../domain/schemas/job';
+import type { Logger } from '../../../platform/log';
+import type { OutputClaims } from '../../../platform/roots';
+import type { Ledger } from '../../../domain/libvirt/ledger';
 
 export interface OpContext {
   job: JobRecord;
@@ -13,7 +13,7 @@ export interface OpContext {
   log: Logger;
   /** The outputs this job wrote on earlier attempts (a retry may replace its own, never another file). */
   claims: OutputClaims;
-  /** What the job makes on a target goes here as it is made (shared/libvirt/ledger.ts); its earlier attempts'
+  /** What the job makes on a target goes here as it is made (domain/libvirt/ledger.ts); its earlier attempts'
    *  entries are in the record (store.made). */
   ledger: Ledger;
   /** The job store (Redis): for what a job keeps beside its record, such as its encrypted manager password. */

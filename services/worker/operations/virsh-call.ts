@@ -2,13 +2,13 @@
 // one virsh command against one of the operator's URIs, its stdout the result. libvirt's refusal fails the job and
 // its HTTP status, message and libvirt's own text are kept in the record (`libvirt_error`), so the daemon answers
 // exactly what it answered when it ran virsh itself (404, 400, 409, 503, 500).
-import { jobUri } from '../../../shared/libvirt/uri';
-import { LibvirtError, Virsh } from '../../../shared/libvirt/virsh';
-import { OperationError } from '../../../shared/errors';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { LibvirtError, Virsh } from '../../../domain/libvirt/virsh';
+import { OperationError } from '../../../platform/errors';
 import { LIBVIRT_ERROR_FIELD, NOT_CALLS } from '../../../queue/virsh-jobs';
 import type { Operation } from './types';
 
-/** The parameters as shared/operations.ts's virsh_call schema gives them. */
+/** The parameters as domain/operations.ts's virsh_call schema gives them. */
 type VirshCallParameters = { uri: string; args: string[]; input?: string; timeout_ms: number };
 
 export const virshCall: Operation = async (ctx) => {

@@ -4,20 +4,20 @@
 // confined to this worker's output roots. A refusal (libvirt's, or the route's own: 400, 404, 409) fails the job
 // and its status and message are kept in the record (`libvirt_error`), so the daemon answers what it answered
 // when it ran virt-clone itself. Sealing and customizing run virt-sysprep and virt-customize here too (this job
-// then needs mount_operations: shared/operations.ts).
+// then needs mount_operations: domain/operations.ts).
 import type Joi from 'joi';
-import { jobUri } from '../../../shared/libvirt/uri';
-import { Virsh } from '../../../shared/libvirt/virsh';
-import { cloneDomain, cloneMany } from '../../../shared/libvirt/clone';
-import { createTemplate, deployTemplate } from '../../../shared/libvirt/templates';
-import { confinePath } from '../../../shared/libvirt/paths';
-import { cloneBody, cloneMultipleBody, templateCreateBody, templateDeployBody } from '../../../shared/schemas/virt';
-import { ApiError, OperationError } from '../../../shared/errors';
-import { validate } from '../../../shared/http';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { Virsh } from '../../../domain/libvirt/virsh';
+import { cloneDomain, cloneMany } from '../../../domain/libvirt/clone';
+import { createTemplate, deployTemplate } from '../../../domain/libvirt/templates';
+import { confinePath } from '../../../domain/libvirt/paths';
+import { cloneBody, cloneMultipleBody, templateCreateBody, templateDeployBody } from '../../../domain/schemas/virt';
+import { ApiError, OperationError } from '../../../platform/errors';
+import { validate } from '../../../platform/http';
 import { LIBVIRT_ERROR_FIELD } from '../../../queue/virsh-jobs';
 import type { OpContext, Operation } from './types';
 
-/** The parameters as shared/operations.ts's virt_clone schema gives them. */
+/** The parameters as domain/operations.ts's virt_clone schema gives them. */
 type VirtCloneParameters = { uri: string; action: 'clone' | 'clone_multiple' | 'template_create' | 'template_deploy'; body: Record<string, unknown> };
 
 const SCHEMAS: Record<VirtCloneParameters['action'], Joi.ObjectSchema> = { clone: cloneBody, clone_multiple: cloneMultipleBody,

@@ -3,12 +3,12 @@
 // channels. It ends when the console ends (the domain stopped, the console taken), when the daemon says close,
 // or when the job is cancelled; the daemon is told `closed` each time. Every message is sealed with FERRY_SECRET_KEY
 // (consoleSeal); without the key the job fails, not retried, as one holding sealed credentials does.
-import { jobUri } from '../../../shared/libvirt/uri';
-import { Virsh } from '../../../shared/libvirt/virsh';
-import { openConsole } from '../../../shared/libvirt/console';
-import { createRedis } from '../../../shared/redis';
-import { ignoreError } from '../../../shared/log';
-import { OperationError } from '../../../shared/errors';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { Virsh } from '../../../domain/libvirt/virsh';
+import { openConsole } from '../../../domain/libvirt/console';
+import { createRedis } from '../../../platform/redis';
+import { ignoreError } from '../../../platform/log';
+import { OperationError } from '../../../platform/errors';
 import { consoleChannels, consoleSeal, consoleUnsealable, type ConsoleMessage } from '../../../queue/console-jobs';
 import type { Operation } from './types';
 

@@ -4,17 +4,17 @@
 // confined to this worker's roots (the daemon checked its own before queueing). A refusal keeps its status, text
 // and field (routeWork), so the daemon answers what it answers running the route itself. What an import makes goes
 // into the job's ledger: a job the daemon cancels at its bound leaves nothing (cleanupImport).
-import { jobUri } from '../../../shared/libvirt/uri';
-import { Virsh } from '../../../shared/libvirt/virsh';
-import { importRequest } from '../../../shared/libvirt/import';
-import { exportTemplate } from '../../../shared/libvirt/templates';
-import { importKvmBody, templateExportBody, volumeUploadBody, type ImportKvmInput } from '../../../shared/schemas/virt';
-import { uploadVolume } from '../../../shared/libvirt/volumes';
-import { validate } from '../../../shared/http';
+import { jobUri } from '../../../domain/libvirt/uri';
+import { Virsh } from '../../../domain/libvirt/virsh';
+import { importRequest } from '../../../domain/libvirt/import';
+import { exportTemplate } from '../../../domain/libvirt/templates';
+import { importKvmBody, templateExportBody, volumeUploadBody, type ImportKvmInput } from '../../../domain/schemas/virt';
+import { uploadVolume } from '../../../domain/libvirt/volumes';
+import { validate } from '../../../platform/http';
 import { routeWork } from './virt-clone';
 import type { Operation } from './types';
 
-/** The parameters as shared/operations.ts's virt_files schema gives them. */
+/** The parameters as domain/operations.ts's virt_files schema gives them. */
 type VirtFilesParameters = { uri: string; action: 'import_kvm' | 'template_export' | 'volume_upload'; body: Record<string, unknown> };
 
 export const virtFiles: Operation = async (ctx) => {

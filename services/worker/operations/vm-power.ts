@@ -2,16 +2,16 @@
 // the guest asked to shut down, or the VM powered off (the task waited on). A refusal by vSphere (wrong power state,
 // no VMware Tools, unknown VM, wrong login) fails the job with vSphere's words, and its kind is kept in the record
 // (`vsphere_error`) so the daemon answers the status it answered when it acted itself (409, 404, 401, 502).
-import { managerFor } from '../../../shared/vsphere/client';
-import { jobPassword, resolveCredentials } from '../../../shared/vsphere/credentials';
-import { VsphereError } from '../../../shared/vsphere/errors';
-import { powerOff, shutdownGuest } from '../../../shared/vsphere/actions';
+import { managerFor } from '../../../domain/vsphere/client';
+import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credentials';
+import { VsphereError } from '../../../domain/vsphere/errors';
+import { powerOff, shutdownGuest } from '../../../domain/vsphere/actions';
 import { asOperationError } from './export';
 import { VSPHERE_ERROR_FIELD } from '../../../queue/worker-jobs';
 import { vmGuardHolder } from '../../../queue/vm-guard';
 import type { Operation } from './types';
 
-/** The parameters as shared/operations.ts's vm_power schema gives them. */
+/** The parameters as domain/operations.ts's vm_power schema gives them. */
 type VmPowerParameters = { manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_path: string; action: 'shutdown' | 'poweroff' };
 
 

@@ -1,0 +1,74 @@
+// Guest inspection and repair inside one GuestSession. Steps that need guest binaries (grub-mkconfig, dracut,
+// package managers) check the binary is there and, when it is not, say so as a warning instead of pretending.
+import { GuestSession } from './guestfs';
+import type { FstabMode } from './fstab';
+import { familyFor } from './families';
+import { runSteps } from './steps';
+import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
+import { detectBoot } from './firmware';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
+import { ignoreError } from '../../platform/log';
+import { ConverterError } from './errors';
+
+/** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
+ *  (a partition, an LV) lies on them. */
+export interface GuestScope { root: string; devices: string[]; owns: (dev: string) => Promise<boolean> }
+
+/** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
+export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope): Promise<GuestInfo> {
+  const roots = scope ? [scope.root] : g.lines(await g.cmd('inspect-os'));
+  if (!roots.length) throw new ConverterError('guest inspection found no operating system', 'guest');
+  const root = roots[0];
+  const get = async (c: string) => (await g.tryCmd(c, root))?.trim() || undefined;
+  const os = (await get('inspect-get-type')) || 'unknown';
+  const info: GuestInfo = {
+    os, distro: await get('inspect-get-distro'), product_name: await get('inspect-get-product-name'),
+    hostname: await get('inspect-get-hostname'), root_device: root, mountpoints: {}, filesystems: {}, lvm: false, kernels: [], hypervisor_tools: [],
+  };
+  const maj = await get('inspect-get-major-version');
+  const min = await get('inspect-get-minor-version');
+  if (maj) info.version = `${maj}.${min || 0}`;
+  for (const l of g.lines(await g.cmd('inspect-get-mountpoints', root))) { const [mp, dev] = l.split(': '); info.mountpoints[mp] = dev; }
+  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); if (!scope || await scope.owns(dev)) info.filesystems[dev] = type; }
+  if (scope) info.devices = scope.devices;
+  info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
+  // Shortest mount point first, so / is mounted before /boot.
+  for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
+    // A mount point the appliance cannot mount (a swap or foreign filesystem listed there) is left out; the
+    // repairs read what they need and report what they could not find.
+    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('could not mount a guest mount point in the appliance; inspection and repair go on without what it holds', { mountpoint: mp }));
+  }
+  if (os === 'linux') {
+    if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
+    info.package_format = await get('inspect-get-package-format');
+    // libguestfs reads the guest's package database (dpkg, rpm, apk, pacman) for the installed applications.
+    info.hypervisor_tools.push(...(await installedHvPackages(g, root)));
+    for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
+    for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
+    for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
+    info.boot = await detectBoot(g, info.mountpoints, scope?.devices);
+  }
+  return info;
+}
+
+/** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
+ *  which files the repair would change. */
+export const MIGRATION_REPAIR = { enabled: true, remove_source_hv_tools: true, fstab_mode: 'stabilize-all', update_grub: true, regen_initramfs: true } as const;
+
+/** Every repair the fix stage asked for, on the mounted guest: the steps of the guest's family (families.ts), in
+ *  order, pre-checks first; r.steps names those that ran. Nothing is written when dry_run is set. A guest no family
+ *  handles is refused by name (UnsupportedGuest) before any step. */
+export async function fixGuest(g: GuestSession, info: GuestInfo, o: FixOptions, log: (m: string) => void): Promise<FixResult> {
+  const family = familyFor(info);
+  const r: FixResult = { modified: false, actions: [], warnings: [], failures: [], fstab_changes: [], steps: [] };
+  const act = (a: FixAction) => {
+    r.actions.push(a);
+    if (a.status === 'warning') r.warnings.push(`${a.action}: ${a.detail}`);
+    if (a.status === 'failed') r.failures.push(`${a.action}: ${a.detail}`);
+  };
+  const write = async (path: string, text: string) => { if (!o.dry_run) { await g.writeFile(path, text); r.modified = true; } };
+  const backup = async (path: string) => (o.backup && !o.dry_run ? g.backup(path) : undefined);
+  const mode = (o.fstab_mode === 'preserve' ? 'noop' : o.fstab_mode) as FstabMode;
+  await runSteps(family, { g, info, o, r, mode, act, write, backup, log, baked: [] });
+  return r;
+}

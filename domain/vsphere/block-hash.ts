@@ -1,0 +1,88 @@
+// The block hash list of a one-pass disk (docs/pipeline.md, one pass, "Integrity"): besides the sha256 of the whole
+// disk, the sha256 of each block of FERRY_ONE_PASS_BLOCK_BYTES of the bytes as the datastore served them, fed in disk
+// order while they stream. The repair changes some blocks of the volume, so after its merge the whole-disk sha256
+// cannot match by design; the list can: every block the repair did not write must still hash as served, and the
+// ones it wrote are checked before the merge (the volume then still holds the bytes as served). A user recomputes
+// any entry with `dd if=<source flat extent> bs=<block_bytes> skip=<i> count=1 | sha256sum`.
+import { createHash, type Hash } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import { OperationError } from '../../platform/errors';
+import { run as runTool, QEMU_IMG } from '../qemu';
+
+/** The manifest's record of a disk's blocks: `sha256[i]` covers bytes [i*block_bytes, (i+1)*block_bytes). */
+export interface BlockHashes { block_bytes: number; sha256: string[] }
+
+/** A sha256 of a byte stream, and with `blockBytes` > 0 the sha256 of each block of it (the last may be short). */
+export class StreamHash {
+  private whole = createHash('sha256');
+  private cur: Hash | undefined;
+  private curLen = 0;
+  readonly blocks: string[] = [];
+  constructor(readonly blockBytes = 0) {}
+
+  update(b: Buffer): this {
+    this.whole.update(b);
+    for (let off = 0; this.blockBytes && off < b.length;) {
+      this.cur ??= createHash('sha256');
+      const n = Math.min(b.length - off, this.blockBytes - this.curLen);
+      this.cur.update(b.subarray(off, off + n));
+      this.curLen += n;
+      off += n;
+      if (this.curLen === this.blockBytes) this.closeBlock();
+    }
+    return this;
+  }
+
+  private closeBlock() {
+    this.blocks.push(this.cur!.digest('hex'));
+    this.cur = undefined;
+    this.curLen = 0;
+  }
+
+  digest(enc: 'hex'): string {
+    if (this.cur) this.closeBlock();
+    return this.whole.digest(enc);
+  }
+}
+
+/** The blocks an overlay (qcow2 over the volume) holds data or zeros for: exactly what the repair wrote, from
+ *  `qemu-img map` (depth 0 is the overlay itself; deeper entries are its backing file). */
+export async function blocksWritten(overlay: string, blockBytes: number, signal?: AbortSignal): Promise<Set<number>> {
+  const r = await runTool(QEMU_IMG, ['map', '--output=json', '-f', 'qcow2', overlay], { signal });
+  if (r.code !== 0) throw new OperationError(`qemu-img map of the repair's overlay ${overlay}: ${r.stderr.trim()}`, false);
+  const out = new Set<number>();
+  for (const e of JSON.parse(r.stdout) as { start: number; length: number; depth: number }[]) {
+    if (e.depth !== 0) continue;
+    for (let i = Math.floor(e.start / blockBytes); i * blockBytes < e.start + e.length; i++) out.add(i);
+  }
+  return out;
+}
+
+/** Re-hashes the given blocks of `volume` (raw, disk order) and fails naming the first that differs from the
+ *  list. Returns how many bytes were read. */
+export async function checkBlocks(volume: string, list: BlockHashes, which: number[], when: string, signal?: AbortSignal): Promise<number> {
+  const fh = await fs.open(volume, 'r');
+  const buf = Buffer.allocUnsafe(Math.min(list.block_bytes, 8 << 20));
+  let read = 0;
+  try {
+    for (const i of which) {
+      signal?.throwIfAborted();
+      const h = createHash('sha256');
+      const start = i * list.block_bytes;
+      for (let off = 0; off < list.block_bytes;) {
+        const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, list.block_bytes - off), start + off);
+        if (!bytesRead) break;
+        h.update(buf.subarray(0, bytesRead));
+        off += bytesRead;
+        read += bytesRead;
+      }
+      const got = h.digest('hex');
+      if (got !== list.sha256[i]) {
+        throw new OperationError(`${volume}: block ${i} (bytes ${start}-${start + list.block_bytes - 1}) ${when} has sha256 ${got}, the bytes as served had ${list.sha256[i]}`, false);
+      }
+    }
+  } finally {
+    await fh.close();
+  }
+  return read;
+}
