@@ -17,6 +17,7 @@ FROM deps AS build
 COPY tsconfig.json tsconfig.build.json ./
 COPY platform platform
 COPY domain domain
+COPY orchestration orchestration
 COPY queue queue
 COPY services services
 COPY scripts scripts

@@ -263,13 +263,13 @@ export const OPERATIONS: Record<string, OperationDef> = {
       network_mapping: Joi.object().pattern(Joi.string(), Joi.string()).default({}),
       virt_test: virtTestSchema,
       warm: warmOptionsSchema,
-      // Set by a plan (queue/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
+      // Set by a plan (orchestration/plan-runner.ts): the target pool from its storage_map, and the limits' slots.
       pool: Joi.string().max(200),
       domain_name: domainName.description('the target domain name (a plan\'s options.target_name); default the VM\'s name'),
       plan: Joi.object({
         // Set only by the plan runner (checkCaller refuses it from callers: 400 naming parameters.plan).
         id: Joi.string().max(64).required(), not_after: Joi.number().integer(),
-        // Only the limits' own names (queue/plan-slots.ts): never a VM's source guard (vm:...) or another lease.
+        // Only the limits' own names (orchestration/plan-slots.ts): never a VM's source guard (vm:...) or another lease.
         slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).pattern(/^(plan|esxi|datastore|target):/).required().messages(
           { 'string.pattern.base': '{{#label}} must be a plan limit\'s slot (plan:, esxi:, datastore:, target:)' }),
           limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
@@ -310,7 +310,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'POST /vms/shutdown and /vms/poweroff as a job (submitted by the daemon only, for an admin)',
   },
   virsh_call: {
-    // The daemon's libvirt calls when FERRY_LIBVIRT_VIA=worker (queue/virsh-jobs.ts): the daemon builds the argv from
+    // The daemon's libvirt calls when FERRY_LIBVIRT_VIA=worker (orchestration/virsh-jobs.ts): the daemon builds the argv from
     // a request it validated and authorized, a worker with virsh runs it (services/worker/operations/virsh-call.ts).
     capabilities: ['libvirt_access'],
     submittedBy: 'daemon',
@@ -363,7 +363,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
   },
   virt_console: {
     // The /virt/console WebSocket when FERRY_LIBVIRT_VIA=worker: `virsh console` runs on a worker with libvirt_access
-    // for the session's life, its bytes relayed over Redis (queue/console-jobs.ts). On the job lane: a session holds
+    // for the session's life, its bytes relayed over Redis (orchestration/console-jobs.ts). On the job lane: a session holds
     // its slot as long as someone watches, which must not starve the call lane.
     capabilities: ['libvirt_access'],
     submittedBy: 'daemon',
@@ -376,7 +376,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
     description: 'a VM console session of the daemon\'s /virt/console WebSocket, `virsh console` run on a worker with libvirt_access, bytes both ways over ' +
                  'Redis (submitted by the daemon only; the WebSocket\'s roles apply)',
   },
-  // The plan runner's side effects on a target host and on the source (queue/plan-runner.ts), run on workers with
+  // The plan runner's side effects on a target host and on the source (orchestration/plan-runner.ts), run on workers with
   // the tools they need (services/worker/operations/plan-effects.ts), never on the daemon.
   rollback_kvm: {
     capabilities: ['libvirt_access'],

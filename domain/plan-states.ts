@@ -1,4 +1,4 @@
-// Plan and plan-VM statuses and their transitions: the one table the plan runner (queue/plan-runner.ts), the
+// Plan and plan-VM statuses and their transitions: the one table the plan runner (orchestration/plan-runner.ts), the
 // plan metrics, the schemas, the CLI and the dashboard (served as /web/dashboard/plan-states.js) read, as
 // domain/states.ts is for jobs. docs/plans.md shows it.
 export const PLAN_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled'] as const;

@@ -88,7 +88,7 @@ export function keys(prefix = config.prefix) {
     scheduleRuns: `${prefix}:schedules:runs`,
     scheduleStats: (id: string) => `${prefix}:schedule:${id}:stats`,
     chanSchedules: `${prefix}:bus:schedules`,
-    /** Channel: a migration plan changed (queue/plans.ts PlanStore; queue/plan-events.ts). */
+    /** Channel: a migration plan changed (orchestration/plans.ts PlanStore; orchestration/plan-events.ts). */
     chanPlans: `${prefix}:bus:plans`,
     webhooks: `${prefix}:webhooks`,
     webhookStats: `${prefix}:webhooks:stats`,
@@ -104,7 +104,7 @@ export function keys(prefix = config.prefix) {
     leader: (group: string) => `${prefix}:leader:${group}`,
     leaderFence: (group: string) => `${prefix}:leader:${group}:fence`,
     /** The repair, import and boot seconds of recent migrations (a capped list, newest first): warm migration's
-     *  prediction (queue/warm.ts). */
+     *  prediction (orchestration/warm.ts). */
     warmStageTimes: `${prefix}:warm:stage_seconds`,
   };
 }

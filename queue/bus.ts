@@ -40,7 +40,7 @@ export interface BusMessages {
   enqueued: string;
   schedules: ScheduleMessage;
   plans: PlanMessage;
-  /** The webhook list changed (queue/webhooks.ts WebhookStore): notifiers drop their cached list. */
+  /** The webhook list changed (orchestration/webhooks.ts WebhookStore): notifiers drop their cached list. */
   webhooks: 'added' | 'removed';
 }
 export type Channel = keyof BusMessages;

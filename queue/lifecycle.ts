@@ -41,7 +41,7 @@ export function requirementsOf(spec: JobSpec): Requirements {
 
 /** What a caller may not ask of this job (403 naming the field): the one check of submission, of a schedule's
  *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. `parameters.plan`
- *  (a plan VM's slots and window end, queue/plan-slots.ts) only the plan runner sets (`planRunner`): from anyone
+ *  (a plan VM's slots and window end, orchestration/plan-slots.ts) only the plan runner sets (`planRunner`): from anyone
  *  else it would take slots by any name, a VM's source guard among them (400 naming it). */
 export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', opts: { planRunner?: boolean; internal?: boolean } = {}) {
   const op = OPERATIONS[spec.operation];
@@ -108,8 +108,8 @@ export class Lifecycle {
 
   /** Registers a validated spec: CREATED -> VALIDATED (-> QUEUED when `enqueue`). Every path it names must lie in
    *  the storage roots; `caller` (the API key, null with auth off; a plan's starter, a schedule's owner) must be
-   *  allowed what it asks (checkCaller); `planRunner` only from queue/plan-runner.ts, `internal` only from the
-   *  daemon's routes that submit an internal operation (queue/worker-jobs.ts). */
+   *  allowed what it asks (checkCaller); `planRunner` only from orchestration/plan-runner.ts, `internal` only from the
+   *  daemon's routes that submit an internal operation (orchestration/worker-jobs.ts). */
   async submit(spec: JobSpec, opts: { enqueue: boolean; meta?: Record<string, unknown>; caller?: Caller | null; planRunner?: boolean; internal?: boolean }) {
     const req = requirementsOf(spec);
     checkCaller(spec, opts.caller ?? null, '', { planRunner: opts.planRunner, internal: opts.internal });

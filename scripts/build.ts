@@ -1,4 +1,4 @@
-// `npm run build`: the production build. Compiles platform/, domain/, queue/, services/ and scripts/cluster.ts to JavaScript
+// `npm run build`: the production build. Compiles platform/, domain/, queue/, orchestration/, services/ and scripts/cluster.ts to JavaScript
 // under dist/ (tsconfig.build.json), then copies every file in those folders that is not TypeScript (the daemon's
 // web/, the ferry-convert bin, and any .lua, .json or .yaml a module reads beside itself), so that dist/ with
 // package.json and production dependencies runs as `node dist/services/<name>/main.js`. `--out DIR` builds
@@ -12,7 +12,7 @@ import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } f
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
-const SOURCES = ['platform', 'domain', 'queue', 'services'];
+const SOURCES = ['platform', 'domain', 'queue', 'orchestration', 'services'];
 /** Data files outside SOURCES that the compiled code reads, copied to the same place under the output: the
  *  programs list (platform/programs.ts: a worker checks its capabilities' programs at start). */
 const DATA = ['scripts/programs.txt'];

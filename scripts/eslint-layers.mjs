@@ -1,8 +1,9 @@
-// The layers as ESLint rules (eslint.config.mjs turns them on): imports point downward, services -> queue -> domain -> platform.
-//  - `layers/downward`: a file in platform/ imports nothing from domain/, queue/ or services/, one in domain/ nothing
-//    from queue/ or services/, one in queue/ nothing from services/; and none of the four imports scripts/ or test/.
-//  - `layers/no-cycle`: no import cycle among the product files (services/, queue/, domain/, platform/, scripts/),
-//    type-only imports included: a cycle of types is still two modules that cannot be read, moved or tested apart.
+// The layers as ESLint rules (eslint.config.mjs turns them on): imports point downward,
+// services -> orchestration -> queue -> domain -> platform.
+//  - `layers/downward`: a file imports only from its own layer and those below it (platform/, then domain/, queue/,
+//    orchestration/, services/), and no product file imports scripts/ or test/.
+//  - `layers/no-cycle`: no import cycle among the product files (services/, orchestration/, queue/, domain/,
+//    platform/, scripts/), type-only imports included: a cycle of types is still two modules that cannot be read, moved or tested apart.
 // Both read imports with the TypeScript compiler's own scanner (ts.preProcessFile: import, export ... from, import(),
 // `typeof import()`, require) and resolve them with its module resolution and tsconfig.json's options, so an import
 // resolves here to the file tsc reads. The import graph of the whole tree is built once per lint run (each file read
@@ -13,7 +14,7 @@ import path from 'node:path';
 import ts from 'typescript';
 
 /** Lower first: a file may import its own layer and those before it. */
-export const LAYERS = ['platform', 'domain', 'queue', 'services'];
+export const LAYERS = ['platform', 'domain', 'queue', 'orchestration', 'services'];
 /** Product code, whose import cycles are refused. */
 export const PRODUCT = [...LAYERS, 'scripts'];
 /** Folders that product layers may never import (scripts/ and test/ may import the layers). */
@@ -156,9 +157,9 @@ const rootFor = (context) => path.resolve(context.options[0]?.root ?? context.cw
 const downward = {
   meta: {
     type: 'problem',
-    docs: { description: 'imports point downward: services -> queue -> domain -> platform; product code never imports scripts/ or test/' },
+    docs: { description: 'imports point downward: services -> orchestration -> queue -> domain -> platform; product code never imports scripts/ or test/' },
     schema: rootOption,
-    messages: { upward: '{{from}}/ may not import {{to}}/ ({{spec}}): layers point downward, services -> queue -> domain -> platform. Move what both need down.' },
+    messages: { upward: '{{from}}/ may not import {{to}}/ ({{spec}}): layers point downward, services -> orchestration -> queue -> domain -> platform. Move what both need down.' },
   },
   create(context) {
     const root = rootFor(context);
@@ -183,7 +184,7 @@ const downward = {
 const noCycle = {
   meta: {
     type: 'problem',
-    docs: { description: 'no import cycle among product files (services/, queue/, domain/, platform/, scripts/)' },
+    docs: { description: 'no import cycle among product files (services/, orchestration/, queue/, domain/, platform/, scripts/)' },
     schema: rootOption,
     messages: { cycle: 'import cycle: {{cycle}}. Move what the files share into a module both import.' },
   },

@@ -1,5 +1,5 @@
-// Functions that do not read in one screen: every function, method or arrow function in services/, queue/,
-// domain/ and platform/ longer than 80 lines (its whole text, nested functions included). One over the limit must
+// Functions that do not read in one screen: every function, method or arrow function in services/, orchestration/,
+// queue/, domain/ and platform/ longer than 80 lines (its whole text, nested functions included). One over the limit must
 // say why in a comment above it containing "Long because" (a table that reads best whole, a script's single pass, ...).
 // `npx tsx scripts/function-length.ts` prints them all; test/deploy/function-length.test.ts fails on an unexplained
 // one. The TypeScript compiler's own parser reads the files, so no function is missed or miscounted.
@@ -9,7 +9,7 @@ import ts from 'typescript';
 
 const ROOT = path.resolve(__dirname, '..');
 export const MAX_LINES = 80;
-export const AREAS = ['services', 'queue', 'domain', 'platform'];
+export const AREAS = ['services', 'orchestration', 'queue', 'domain', 'platform'];
 const WHY = /long because/i;
 
 export interface LongFunction { file: string; line: number; name: string; lines: number; explained: boolean }

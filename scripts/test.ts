@@ -46,7 +46,7 @@ function walkTs(dir: string): string[] {
  *  layer rules' own file among them: they read other files' imports too) and the lock file. */
 function typedLintKey(): string {
   const h = createHash('sha256');
-  const files = [...['platform', 'domain', 'queue', 'services', 'scripts', 'test'].flatMap((d) => walkTs(path.join(ROOT, d))),
+  const files = [...['platform', 'domain', 'queue', 'orchestration', 'services', 'scripts', 'test'].flatMap((d) => walkTs(path.join(ROOT, d))),
     ...['tsconfig.json', 'eslint.config.mjs', 'scripts/eslint-layers.mjs', 'scripts/eslint-bounds.mjs',
       'scripts/lint-baseline.json', 'package-lock.json'].map((f) => path.join(ROOT, f))];
   for (const f of files) h.update(path.relative(ROOT, f)).update('\0').update(readFileSync(f)).update('\0');

@@ -89,7 +89,7 @@ export class Virsh {
 }
 
 /** How the daemon's code gets a Virsh for a URI: virsh itself, unless the daemon chose otherwise at start
- *  (FERRY_LIBVIRT_VIA=worker: each command a worker's job, queue/virsh-jobs.ts). Workers never change it. */
+ *  (FERRY_LIBVIRT_VIA=worker: each command a worker's job, orchestration/virsh-jobs.ts). Workers never change it. */
 let factory: ((uri: string) => Virsh) | undefined;
 export function virshFor(uri: string = configuredUri()): Virsh { return factory ? factory(uri) : new Virsh(uri); }
 export function setVirshFactory(f: ((uri: string) => Virsh) | undefined) { factory = f; }

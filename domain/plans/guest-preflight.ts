@@ -23,7 +23,7 @@ import { diskData, serveDisk, type DiskData, type NbdSource } from './guest-sour
 import { guestFindings, noOsFindings, unreadable, type GuestRead } from './guest-rules';
 import { setting } from '../../platform/settings';
 
-/** Disks of one appliance round (the daemon counts the nbdkit processes of a read by it, queue/guest-read.ts). */
+/** Disks of one appliance round (the daemon counts the nbdkit processes of a read by it, orchestration/guest-read.ts). */
 export const MAX_DRIVES = 64;
 export const guestPreflightSeconds = () => setting('FERRY_GUEST_PREFLIGHT_SECONDS');
 /** Whether validate and start read the guests (FERRY_GUEST_PREFLIGHT=0 turns it off for the daemon; a plan's or
@@ -153,7 +153,7 @@ function regroup(vms: Vm[]): Vm[][] {
 /** Guest findings per VM path for `facts`; every VM gets an answer (a guest_unreadable warning when the read
  *  failed or `signal` ended it: the time bound, `seconds`, is named then). Runs on a worker, as the job of the
  *  internal operation guest_preflight (services/worker/operations/guest-preflight.ts); the daemon submits it and
- *  applies the per-caller and total caps at submission (queue/guest-read.ts). */
+ *  applies the per-caller and total caps at submission (orchestration/guest-read.ts). */
 export async function readGuests(m: Manager, facts: VmFacts[], log: Pick<Logger, 'warn'>,
   bound: { signal: AbortSignal; seconds: number }): Promise<Map<string, Finding[]>> {
   const { signal, seconds } = bound;

@@ -12,7 +12,7 @@ import { Placer } from './placement';
 import { guestPreflightDefault } from './guest-preflight';
 import type { Override, Plan, PlanOptions } from './types';
 
-/** Reads the guests of `facts` (queue/guest-read.ts: a worker job), giving each VM its guest findings. */
+/** Reads the guests of `facts` (orchestration/guest-read.ts: a worker job), giving each VM its guest findings. */
 export type ReadGuests = (p: Plan, facts: VmFacts[]) => Promise<Map<string, Finding[]>>;
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
@@ -35,7 +35,7 @@ export const vmOption = <K extends string>(p: Plan, vmPath: string, key: K): Pla
 // An accepted blocker no longer blocks; an accepted warning is shown as acknowledged (and not counted).
 const withOverrides = (v: Plan['vms'][number], findings: Finding[]) => findings.map((f) => withOverride(f, v.overrides[f.rule]));
 
-/** `readGuests`: the guest read, which runs on a worker (the daemon passes queue/guest-read.ts's reader). */
+/** `readGuests`: the guest read, which runs on a worker (the daemon passes orchestration/guest-read.ts's reader). */
 export async function preflight(p: Plan, readGuests: ReadGuests): Promise<VmResult[]> {
   const m = planManager(p);
   const placer = await Placer.of(p);

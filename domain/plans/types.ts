@@ -1,7 +1,7 @@
-// The plan types: a migration plan as stored in Redis (queue/plans.ts), as POST /plans gives it
+// The plan types: a migration plan as stored in Redis (orchestration/plans.ts), as POST /plans gives it
 // (domain/schemas/plans.ts validates it), and the parts the plan rules read (domain/plans/). They live here, in
 // the lowest layer that uses them, so that the rules and the schemas need not import the store
-// (queue/plans.ts re-exports them). docs/plans.md describes the fields; docs/glossary.md the states.
+// (orchestration/plans.ts re-exports them). docs/plans.md describes the fields; docs/glossary.md the states.
 import type { KeyRole } from '../../platform/auth';
 import type { TargetNameRule } from './names';
 import type { Finding } from './rules';
@@ -25,7 +25,7 @@ export interface PlanVm {
   selected_by?: number[];
   /** what was done with the source after success (options.remove_source) */
   source?: { action: 'removed' | 'kept' | 'remove_failed'; at: string; detail: string };
-  /** every side effect done for this VM, each claimed (recorded here) before it was done (queue/plan-runner.ts) */
+  /** every side effect done for this VM, each claimed (recorded here) before it was done (orchestration/plan-runner.ts) */
   actions?: PlanAction[];
 }
 /** One side effect, claimed in the plan's compare-and-set before it is done, and marked done after: `key` is the

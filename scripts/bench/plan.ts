@@ -15,7 +15,7 @@ import { req, until } from '../../test/helpers/http';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { PlanStack, startPlanStack } from '../../test/plans/fixture';
 
-/** The daemon's answers read here: POST /jobs/submit, and GET /jobs/{id} (queue/daemon-views.ts). */
+/** The daemon's answers read here: POST /jobs/submit, and GET /jobs/{id} (orchestration/daemon-views.ts). */
 interface Submitted { job_id: string }
 interface JobAnswer { status: string; error?: unknown }
 

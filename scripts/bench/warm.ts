@@ -23,7 +23,7 @@ import { powerOn } from '../../test/vsphere/fixture';
 import { makeSourceDisk } from './source-disk';
 import { tolerate } from '../../test/helpers/teardown';
 import { keys } from '../../platform/redis';
-import { requestCutover } from '../../queue/warm';
+import { requestCutover } from '../../orchestration/warm';
 import type { WarmState } from '../../domain/warm-predict';
 
 const GIB = 2 ** 30;

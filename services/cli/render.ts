@@ -33,7 +33,7 @@ export function findingRows(vms: { vm_path: string; findings?: Finding[] }[]): s
 
 export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce((n, v) => n + (v.findings || []).filter((f) => f.severity === 'blocker' && !f.overridden).length, 0);
 
-/** What the CLI reads of one VM of a plan as the daemon shows it (queue/plan-view.ts); the daemon's answer is
+/** What the CLI reads of one VM of a plan as the daemon shows it (orchestration/plan-view.ts); the daemon's answer is
  *  read as it comes, so every field may be missing. */
 export interface PlanVmView {
   vm_path?: string; status?: string; total_bytes?: number | null; bytes_done?: number | null;

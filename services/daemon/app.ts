@@ -18,22 +18,22 @@ import { buildDaemonApi, type RouteDeps } from './routes';
 import { shownUri } from '../../domain/libvirt/uri';
 import type { WsHub } from './ws';
 import { StaticMount, staticMiddleware, swaggerMount } from './static';
-import { ScheduleStore } from '../../queue/schedules';
-import { WebhookStore } from '../../queue/webhooks';
+import { ScheduleStore } from '../../orchestration/schedules';
+import { WebhookStore } from '../../orchestration/webhooks';
 import { registerDashboard } from './dashboard';
 import { registerVirt } from './virt';
 import { buildSpec } from '../../domain/daemon-jobs';
 import { configuredUri, type Virsh } from '../../domain/libvirt/virsh';
-import { callRetention, daemonVirsh, JobVirsh } from '../../queue/virsh-jobs';
+import { callRetention, daemonVirsh, JobVirsh } from '../../orchestration/virsh-jobs';
 import type { Leader } from '../../queue/leader';
 import { connectQueue } from '../../queue/connect';
 import { AuditLog } from '../../platform/audit';
 import { RateLimiter } from '../../platform/limits';
-import { PlanStore } from '../../queue/plans';
-import { PlanRunner } from '../../queue/plan-runner';
-import { registerPlanMetrics } from '../../queue/plan-metrics';
+import { PlanStore } from '../../orchestration/plans';
+import { PlanRunner } from '../../orchestration/plan-runner';
+import { registerPlanMetrics } from '../../orchestration/plan-metrics';
 import { addPlanRoutes } from './plans';
-import { PlanHub } from '../../queue/plan-events';
+import { PlanHub } from '../../orchestration/plan-events';
 import { daemonMetrics, Registry, serveMetricsPort, statusReports } from './daemon-metrics';
 import { addOwnRoutes } from './own-routes';
 import { createWsHub } from './ws-setup';
@@ -57,8 +57,8 @@ function openStores(log: Logger) {
 type Stores = ReturnType<typeof openStores>;
 
 /** Migration plans (services/daemon/plans.ts); every daemon answers the plan routes, and the one holding the
- *  `plans` lease runs them (queue/plan-runner.ts; its writes are compare-and-set, fenced by the lease).
- *  Plan events: plan_update on /ws and GET /plans/{id}/events/stream, from the bus (queue/plan-events.ts). */
+ *  `plans` lease runs them (orchestration/plan-runner.ts; its writes are compare-and-set, fenced by the lease).
+ *  Plan events: plan_update on /ws and GET /plans/{id}/events/stream, from the bus (orchestration/plan-events.ts). */
 async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
   const { q, live } = s;
   const plans = new PlanStore(q.redis, q.store.k);

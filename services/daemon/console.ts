@@ -15,7 +15,7 @@ import type { ConsoleSession } from '../../domain/libvirt/console';
 import { ApiError } from '../../platform/errors';
 import { spawnSlots } from '../../platform/limits';
 import { refuseUpgrade } from './ws';
-import { JobVirsh } from '../../queue/virsh-jobs';
+import { JobVirsh } from '../../orchestration/virsh-jobs';
 
 /** What each console action needs, declared once (listed in docs/security.md's role table). */
 export const CONSOLE_ROLES: Record<'view' | 'input' | 'force', KeyRole> = { view: 'read', input: 'admin', force: 'admin' };
@@ -54,7 +54,7 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
   const ending = new Map<string, Promise<void>>();
 
   function open(name: string, state: string, force: boolean): Session {
-    // Through workers (v a JobVirsh) `virsh console` runs on one with libvirt_access (queue/console-jobs.ts).
+    // Through workers (v a JobVirsh) `virsh console` runs on one with libvirt_access (orchestration/console-jobs.ts).
     const con = v instanceof JobVirsh ? v.console(name, force) : openConsole(v, name, force);
     const exited = new Promise<void>((r) => con.on('close', () => r()));
     const s: Session = { con, viewers: new Set(), ready: false, state, exited };

@@ -17,7 +17,7 @@ import { queueOverview, workersOverview } from '../../queue/overview';
 import { config } from '../../platform/config';
 import { EventHub } from '../../queue/sse';
 import { buildSpec } from '../../domain/daemon-jobs';
-import { jobViews } from '../../queue/daemon-views';
+import { jobViews } from '../../orchestration/daemon-views';
 import { grants, ROLES } from '../../platform/auth';
 import { callerOf } from './route-kit';
 import type { StaticMount } from './static';

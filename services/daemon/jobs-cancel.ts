@@ -4,7 +4,7 @@ import type { Api } from '../../platform/http';
 import { ApiError } from '../../platform/errors';
 import { cancelSchema } from '../../domain/schemas/daemon';
 import type { Lifecycle } from '../../queue/lifecycle';
-import { jobViews } from '../../queue/daemon-views';
+import { jobViews } from '../../orchestration/daemon-views';
 import { statesOf } from './jobs';
 import { err, now } from './route-kit';
 

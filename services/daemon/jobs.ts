@@ -1,6 +1,6 @@
 // The daemon's job reads: GET /jobs, GET and POST /jobs/query, GET /jobs/:id and /jobs/:id/progress; and a warm
 // job's manual cutover, POST /jobs/:id/cutover. Records
-// come from queue/daemon-views.ts, one schema for every operation (docs/daemon.md).
+// come from orchestration/daemon-views.ts, one schema for every operation (docs/daemon.md).
 import Joi from 'joi';
 import type { Api } from '../../platform/http';
 import { notFound } from '../../platform/errors';
@@ -8,12 +8,12 @@ import { jobId as jobIdSchema } from '../../domain/schemas/common';
 import { jobListQuery, jobQuerySchema, jobRecordSchema, progressSchema } from '../../domain/schemas/daemon';
 import { statesForDaemonStatus } from '../../domain/states';
 import type { JobStore } from '../../queue/store';
-import { jobViews, progressView } from '../../queue/daemon-views';
+import { jobViews, progressView } from '../../orchestration/daemon-views';
 import { callerOf, err } from './route-kit';
 import { adminOnly } from '../../platform/admin-only';
 import { INTERNAL_JOBS_WHY } from '../../domain/schemas/job';
 import type Koa from 'koa';
-import { askCutover } from '../../queue/warm';
+import { askCutover } from '../../orchestration/warm';
 
 const idParams = Joi.object<{ id: string }>({ id: jobIdSchema.required() });
 const listResponse = { 200: { description: 'a page of jobs, newest first',

@@ -1,12 +1,12 @@
 // POST /plans/{id}/cutover (issue 37): the manual cutover of a warm plan's VMs, all of them or one. It asks each
-// VM's running migrate_vm job (queue/warm.ts askCutover, the rule POST /jobs/{id}/cutover shares); the job sees it within a second while it waits
+// VM's running migrate_vm job (orchestration/warm.ts askCutover, the rule POST /jobs/{id}/cutover shares); the job sees it within a second while it waits
 // between rounds, or at the end of the round it is copying, then powers the VM off, copies the last delta and
 // goes on as a cold migration does.
 import type Koa from 'koa';
 import { ApiError, conflict } from '../../platform/errors';
 import { planCutoverSchema } from '../../domain/schemas/plans';
-import { askCutover } from '../../queue/warm';
-import type { Plan, PlanStore } from '../../queue/plans';
+import { askCutover } from '../../orchestration/warm';
+import type { Plan, PlanStore } from '../../orchestration/plans';
 import type { JobStore } from '../../queue/store';
 import { callerOf } from './route-kit';
 
@@ -26,7 +26,7 @@ export function addPlanCutoverRoute(d: { plans: PlanStore; jobs: JobStore }, add
       const skipped: string[] = [];
       const by = callerOf(ctx)?.name ?? null;
       for (const v of chosen) {
-        // One rule with POST /jobs/{id}/cutover (queue/warm.ts askCutover); asked for all, a VM it refuses is skipped.
+        // One rule with POST /jobs/{id}/cutover (orchestration/warm.ts askCutover); asked for all, a VM it refuses is skipped.
         const why = v.status === 'running' && v.job_id ? await askCutover(d.jobs, v.job_id, by).then(() => null,
           (e: Error) => e) : conflict(`${v.vm_path} is ${v.status}: only a running warm VM cuts over`);
         if (!why) asked.push(v.vm_path);

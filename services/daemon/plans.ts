@@ -1,5 +1,5 @@
-// The daemon's plan routes (/plans and /api/v1/plans, docs/plans.md): wiring of the plan store (queue/plans.ts),
-// preflight (domain/plans/) and the runner (queue/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
+// The daemon's plan routes (/plans and /api/v1/plans, docs/plans.md): wiring of the plan store (orchestration/plans.ts),
+// preflight (domain/plans/) and the runner (orchestration/plan-runner.ts). Bodies may be JSON or YAML (the Api's rule).
 import Joi from 'joi';
 import type Koa from 'koa';
 import type { Api, Input, Method, RouteDef } from '../../platform/http';
@@ -10,15 +10,15 @@ import {
 } from '../../domain/schemas/plans';
 import { checkManager, NOT_OVERRIDABLE, planManager, preflight } from '../../domain/plans/preflight';
 import { selectVms } from '../../domain/plans/selectors';
-import { applySelection, checkPlanSize, newVm, Plan, planCallerOf, PlanStore } from '../../queue/plans';
+import { applySelection, checkPlanSize, newVm, Plan, planCallerOf, PlanStore } from '../../orchestration/plans';
 import { checkPlanCaller } from '../../domain/plans/caller';
-import type { PlanRunner } from '../../queue/plan-runner';
-import { planView } from '../../queue/plan-view';
+import type { PlanRunner } from '../../orchestration/plan-runner';
+import { planView } from '../../orchestration/plan-view';
 import type { JobStore } from '../../queue/store';
-import type { PlanHub } from '../../queue/plan-events';
+import type { PlanHub } from '../../orchestration/plan-events';
 import { callerOf } from './route-kit';
-import { guestReader } from '../../queue/guest-read';
-import type { WorkerJobDeps } from '../../queue/worker-jobs';
+import { guestReader } from '../../orchestration/guest-read';
+import type { WorkerJobDeps } from '../../orchestration/worker-jobs';
 import { vmMayMove } from '../../domain/plan-states';
 import { addPlanCutoverRoute } from './plan-cutover';
 
@@ -34,7 +34,7 @@ function vmOf(p: Plan, vm: string) {
   return v;
 }
 
-/** `work`: the lifecycle and bus the guest read's worker job goes through (queue/guest-read.ts). */
+/** `work`: the lifecycle and bus the guest read's worker job goes through (orchestration/guest-read.ts). */
 type PlanDeps = { plans: PlanStore; runner: PlanRunner; jobs: JobStore; events: PlanHub; work: WorkerJobDeps };
 type Role = 'read' | 'submit' | 'admin';
 type PlanId = { id: string };

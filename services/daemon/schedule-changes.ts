@@ -2,8 +2,8 @@
 import Joi from 'joi';
 import type { Api } from '../../platform/http';
 import { scheduleUpdateSchema } from '../../domain/schemas/daemon';
-import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
-import { checkTemplate, runSchedule, RunDeps } from '../../queue/schedule-runs';
+import { ScheduleStore, ownerOf, refusePasswords } from '../../orchestration/schedules';
+import { checkTemplate, runSchedule, RunDeps } from '../../orchestration/schedule-runs';
 import { scheduleOr404, scheduleParams, scheduleResponse } from './schedules';
 import { callerOf, err } from './route-kit';
 

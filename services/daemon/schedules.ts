@@ -1,13 +1,13 @@
 // The daemon's schedule reads and creation: GET /schedules, /schedules/stats, /schedules/:id, POST /schedules and
 // /schedules/create (the seed's {name, cron_expr} form). Changes are in schedule-changes.ts. Store and runs:
-// queue/schedules.ts, queue/schedule-runs.ts.
+// orchestration/schedules.ts, orchestration/schedule-runs.ts.
 import Joi from 'joi';
 import type Koa from 'koa';
 import type { Api } from '../../platform/http';
 import { notFound } from '../../platform/errors';
 import { scheduleCreateSchema, scheduleSchema, type ScheduleCreate } from '../../domain/schemas/daemon';
-import { ScheduleStore, ownerOf, refusePasswords } from '../../queue/schedules';
-import { checkTemplate, RunDeps } from '../../queue/schedule-runs';
+import { ScheduleStore, ownerOf, refusePasswords } from '../../orchestration/schedules';
+import { checkTemplate, RunDeps } from '../../orchestration/schedule-runs';
 import { callerOf, err, now } from './route-kit';
 
 export const scheduleParams = Joi.object<{ id: string }>({ id: Joi.string().max(64).required() });

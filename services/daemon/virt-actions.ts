@@ -5,7 +5,7 @@ import * as S from '../../domain/schemas/virt';
 import * as L from '../../domain/libvirt';
 import { confineRequestImage } from '../../domain/image-confine';
 import type { AddVirt, VirtDeps } from './virt-route';
-import { JobVirsh } from '../../queue/virsh-jobs';
+import { JobVirsh } from '../../orchestration/virsh-jobs';
 
 /** How long a clone route waits for its worker job (FERRY_LIBVIRT_VIA=worker): virt-clone's own bound, per clone. */
 const CLONE_MS = 3_600_000;

@@ -10,7 +10,7 @@ import { addVirtActions } from './virt-actions';
 import { virtAdder, type AddVirt, type VirtDeps } from './virt-route';
 import { allowedUris } from '../../domain/libvirt/uri';
 import { targetInventory } from '../../domain/plans/target';
-import { JobVirsh } from '../../queue/virsh-jobs';
+import { JobVirsh } from '../../orchestration/virsh-jobs';
 
 /** How long an upload waits for its worker job (FERRY_LIBVIRT_VIA=worker): vol-upload's own bound. */
 const UPLOAD_MS = 6 * 3_600_000;

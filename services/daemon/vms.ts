@@ -13,8 +13,8 @@ import type { ApiKey } from '../../platform/auth';
 import { config } from '../../platform/config';
 import { managerJobFields } from '../../domain/daemon-jobs';
 import { checkPasswordStorable, storePassword } from '../../domain/vsphere/job-credentials';
-import { refuseGuarded } from '../../queue/vm-guard';
-import { internalSpec, runWorkerJob, VSPHERE_ERROR_FIELD, type WorkerJobDeps } from '../../queue/worker-jobs';
+import { refuseGuarded } from '../../orchestration/vm-guard';
+import { internalSpec, runWorkerJob, VSPHERE_ERROR_FIELD, type WorkerJobDeps } from '../../orchestration/worker-jobs';
 import { httpStatusOf, VsphereError, type VsphereErrorKind } from '../../domain/vsphere/errors';
 import { listVms, pathByName, vmDetail, type VmDetail } from '../../domain/vsphere/inventory';
 import { removeCdroms } from '../../domain/vsphere/actions';
@@ -118,7 +118,7 @@ export function addVmRoutes(api: Api, d: WorkerJobDeps) {
   });
   // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
   // environment, with the daemon's default credentials when none are given: admin (docs/security.md).
-  // A VM a job is exporting is refused with a 409 naming that job (queue/vm-guard.ts).
+  // A VM a job is exporting is refused with a 409 naming that job (orchestration/vm-guard.ts).
   type Run = (m: ReturnType<typeof manager>, body: VmAction, caller: ApiKey | null) => Promise<string>;
   const action = (path: string, summary: string, run: Run, more: Record<number, ReturnType<typeof err>> = {}) => api.add({
     method: 'post', role: 'admin', path, summary, tags: ['vms'], body: vmActionBody,

@@ -1,5 +1,5 @@
 // The daemon's webhook routes, addressed by position: GET and POST /webhooks, POST /webhooks/test,
-// GET /webhooks/:index/deliveries, DELETE /webhooks/:index. Store and deliveries: queue/webhooks.ts.
+// GET /webhooks/:index/deliveries, DELETE /webhooks/:index. Store and deliveries: orchestration/webhooks.ts.
 import Joi from 'joi';
 import type Koa from 'koa';
 import type { Api } from '../../platform/http';
@@ -7,7 +7,7 @@ import { fieldError, notFound } from '../../platform/errors';
 import { webhookCreateSchema, webhookSchema, webhookTestSchema } from '../../domain/schemas/daemon';
 import type { DaemonConfig } from '../../platform/daemon-config';
 import { checkTarget } from '../../domain/targets';
-import { createdView, publicView, WebhookStore } from '../../queue/webhooks';
+import { createdView, publicView, WebhookStore } from '../../orchestration/webhooks';
 import { redactUrl, redactUrlIn } from '../../platform/sensitive';
 import { callerOf, err, now } from './route-kit';
 

@@ -10,7 +10,7 @@ import { errorText } from '../../platform/errors';
 import type { Virsh } from '../../domain/libvirt/virsh';
 import type { Bus } from '../../queue/bus';
 import type { QueueLayer } from '../../queue/connect';
-import { jobViews } from '../../queue/daemon-views';
+import { jobViews } from '../../orchestration/daemon-views';
 import { consoleEndpoints } from './console';
 import { WsDeps, WsHub } from './ws';
 

@@ -1,6 +1,6 @@
 // WebSocket updates. /ws: `jobs` and `status` on connect, `status` every 2 s, `job_update` for every job change
 // seen on Redis pub/sub (so every daemon replica sees changes made anywhere), `schedule_event`, `plan_update` (the
-// plan view on each change of a plan, coalesced by queue/plan-events.ts).
+// plan view on each change of a plan, coalesced by orchestration/plan-events.ts).
 // /ws/metrics: a metrics snapshot every interval. `job_update`: one message per real change, in order: each
 // state change and each progress event is its own message, built from the pub/sub message itself over the job's
 // record (so a fast job's `running` shows even when the record is already `completed` when read), and a message
@@ -15,7 +15,7 @@ import { WebSocketServer, WebSocket } from 'ws';
 import type { Bus } from '../../queue/bus';
 import type { JobStore } from '../../queue/store';
 import type { ProgressEvent } from '../../domain/schemas/job';
-import { jobViews, DaemonJob, startOfPhase } from '../../queue/daemon-views';
+import { jobViews, DaemonJob, startOfPhase } from '../../orchestration/daemon-views';
 import { daemonStatus, isTerminal } from '../../domain/states';
 import { daemonEnvelope } from '../../platform/errors';
 import { createLogger, ignoreError } from '../../platform/log';
@@ -99,7 +99,7 @@ export class WsHub {
 
   get size() { return this.clients.size; }
 
-  /** Whether any client of /ws is connected (queue/plan-events.ts builds no plan view otherwise). */
+  /** Whether any client of /ws is connected (orchestration/plan-events.ts builds no plan view otherwise). */
   hasEventClients() { for (const c of this.clients) if (c.kind === 'events') return true; return false; }
 
   /** A plan changed: its view to every /ws client, serialised once; a slow client keeps only the latest per plan. */

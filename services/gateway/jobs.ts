@@ -12,7 +12,7 @@ import { isTerminal } from '../../domain/states';
 import type { Lifecycle } from '../../queue/lifecycle';
 import type { EventHub } from '../../queue/sse';
 import type { StoredEvent } from '../../queue/store';
-import { askCutover } from '../../queue/warm';
+import { askCutover } from '../../orchestration/warm';
 import { apiKeyOf, err, jobParams } from './route-kit';
 
 /** GET /jobs/{id}'s answer. */

@@ -5,14 +5,14 @@ import { createHmac } from 'node:crypto';
 import { Job, UnrecoverableError } from 'bullmq';
 import { decryptSecret } from '../../platform/secretbox';
 import { checkTarget, guardedAgents, guardedPost, TargetPolicy } from '../../domain/targets';
-import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from '../../queue/webhooks';
+import { Delivery, SIGNATURE_HEADER, Webhook, WebhookStore } from '../../orchestration/webhooks';
 import { ignoreError } from '../../platform/log';
 
 export function sign(secret: string, body: string) {
   return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
 }
 
-/** A delivery job's data, as WebhookStore (queue/webhooks.ts) adds it to WEBHOOK_QUEUE. */
+/** A delivery job's data, as WebhookStore (orchestration/webhooks.ts) adds it to WEBHOOK_QUEUE. */
 export interface DeliveryJob { webhook_id: string; delivery_id: string; event: string; body: object }
 
 export function makeDeliverer(store: WebhookStore, allow: TargetPolicy) {

@@ -6,8 +6,8 @@ import { createRedis } from '../../platform/redis';
 import { createLogger, dropped, expected } from '../../platform/log';
 import { Bus } from '../../queue/bus';
 import { configPath, loadConfig } from '../../platform/daemon-config';
-import { ScheduleStore, SCHEDULE_QUEUE } from '../../queue/schedules';
-import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../queue/schedule-runs';
+import { ScheduleStore, SCHEDULE_QUEUE } from '../../orchestration/schedules';
+import { recordOutcome, runSchedule, sweepOutcomes, RunDeps } from '../../orchestration/schedule-runs';
 import { onShutdown } from '../../platform/process';
 import { errorText } from '../../platform/errors';
 import { connectQueue } from '../../queue/connect';
@@ -28,7 +28,7 @@ async function main() {
   // One scheduler at a time counts the outcomes the bus message above missed (queue/leader.ts).
   const leader = new Leader(redis, store.k, 'scheduler', log).every('schedule-outcomes', 5000, () => sweepOutcomes(deps)).start();
 
-  // A run's data, as ScheduleStore (queue/schedules.ts) gives its job scheduler.
+  // A run's data, as ScheduleStore (orchestration/schedules.ts) gives its job scheduler.
   const worker = new Worker<{ schedule_id: string }>(SCHEDULE_QUEUE, async (job) => {
     // Iteration ids look like repeat:<scheduler id>:<millis>; the millis name the run.
     const iteration = /(\d{10,})$/.exec(String(job.id))?.[1] || String(job.timestamp);

@@ -15,7 +15,7 @@ import type { AddressInfo } from 'node:net';
 import type { DaemonError } from '../helpers/http';
 import type { BatchSubmitted, CancelEach, DaemonJob, DaemonJobList, DeliveryLog, JobStatus, MigrationSubmitted, ScheduleCreated, ScheduleList, ScheduleStats, ScheduleView, Triggered, WebhookAdded, WebhookBody, WebhookList, WebhookTested, WsMessage, WsTicket } from '../helpers/api-types';
 import type { statusReports } from '../../services/daemon/daemon-metrics';
-import type { progressView } from '../../queue/daemon-views';
+import type { progressView } from '../../orchestration/daemon-views';
 
 /** GET /status. */
 type DaemonStatus = Awaited<ReturnType<ReturnType<typeof statusReports>['status']>>;

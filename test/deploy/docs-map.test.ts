@@ -1,5 +1,5 @@
 // Issue 35, items 2 and 6: the docs describe the tree as it is. The README's "What is where" names every
-// top-level folder of the repository and every folder under platform/, domain/, queue/ and services/ (and no folder that is
+// top-level folder of the repository and every folder under platform/, domain/, queue/, orchestration/ and services/ (and no folder that is
 // gone); docs/glossary.md defines every capability, operation, state, role and execution mode the code declares,
 // and the terms the docs use; a reference to a doc's section names a heading that exists. Each check is planted
 // to fail in a temporary repository, then run on this one.
@@ -16,7 +16,7 @@ import { ROLES } from '../../platform/auth';
 
 const ROOT = path.resolve(__dirname, '../..');
 /** The layers whose every folder, at any depth, the map describes. */
-const LAYERS = ['platform', 'domain', 'queue', 'services'];
+const LAYERS = ['platform', 'domain', 'queue', 'orchestration', 'services'];
 
 /** Every folder holding a file git tracks, or would track (untracked and not ignored), relative to `root`. */
 function gitFolders(root: string): string[] {
@@ -130,7 +130,7 @@ describe('the docs map the tree (README "What is where", docs/glossary.md)', fun
     expect(mapProblems(root)).to.deep.equal({ undescribed: [], gone: ['services/cli'] });
   });
 
-  it('the repository: every top-level folder and every folder under platform/, domain/, queue/ and services/ is in the README map, and nothing else', () => {
+  it('the repository: every top-level folder and every folder under platform/, domain/, queue/, orchestration/ and services/ is in the README map, and nothing else', () => {
     const tree = foldersToDescribe(ROOT);
     expect(tree, 'the tree as git sees it').to.include.members(['platform', 'domain', 'queue', 'services', 'docs', 'domain/plans', 'queue/commands']);
     expect(mapProblems(ROOT)).to.deep.equal({ undescribed: [], gone: [] });

@@ -1,6 +1,6 @@
 // Issue 35, item 1: layers are rules. ESLint (scripts/eslint-layers.mjs, turned on in eslint.config.mjs) fails on an
-// upward import (platform -> domain, queue or services; domain -> queue or services; queue -> services; product ->
-// scripts or test) and on an import cycle
+// upward import (each layer of platform -> domain -> queue -> orchestration -> services into one above it; product
+// -> scripts or test) and on an import cycle
 // among product files. These tests plant each in a temporary tree and run the rules through ESLint, then hold the
 // repository's own tree to them.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -50,6 +50,8 @@ describe('layers as rules (scripts/eslint-layers.mjs)', function () {
       'platform/low.ts': "export const low = 1;\n",
       'domain/rule.ts': "import { low } from '../platform/low';\nexport const rule = low;\n",
       'queue/mid.ts': "import { low } from '../platform/low';\nimport { rule } from '../domain/rule';\nexport const mid = low + rule;\n",
+      'orchestration/runner.ts': "import { mid } from '../queue/mid';\nexport const runner = mid;\n",
+      'queue/up-orchestration.ts': "import { runner } from '../orchestration/runner';\nexport const r = runner;\n",
       'services/top.ts': "import { mid } from '../queue/mid';\nimport { low } from '../platform/low';\nexport const top = mid + low;\n",
       'platform/up-domain.ts': "import { rule } from '../domain/rule';\nexport const r = rule;\n",
       'domain/up-type.ts': "import type { mid } from '../queue/mid';\nexport type M = typeof mid;\n",
@@ -61,13 +63,14 @@ describe('layers as rules (scripts/eslint-layers.mjs)', function () {
     const found = await layerLint(root, ['.']);
     expect(found.map((f) => [f.file, f.line, f.rule])).to.have.deep.members([
       ['platform/up-domain.ts', 1, 'layers/downward'],
+      ['queue/up-orchestration.ts', 1, 'layers/downward'],
       ['domain/up-type.ts', 1, 'layers/downward'],
       ['platform/up-reexport.ts', 1, 'layers/downward'],
       ['queue/up-dynamic.ts', 1, 'layers/downward'],
       ['domain/up-test.ts', 1, 'layers/downward'],
     ]);
     expect(found.find((f) => f.file === 'domain/up-type.ts')?.message).to.equal(
-      "domain/ may not import queue/ (../queue/mid): layers point downward, services -> queue -> domain -> platform. Move what both need down.");
+      "domain/ may not import queue/ (../queue/mid): layers point downward, services -> orchestration -> queue -> domain -> platform. Move what both need down.");
     expect(found.find((f) => f.file === 'platform/up-domain.ts')?.message).to.include('platform/ may not import domain/ (../domain/rule)');
     expect(found.find((f) => f.file === 'queue/up-dynamic.ts')?.message).to.include('queue/ may not import services/ (../services/top)');
   });
@@ -93,14 +96,14 @@ describe('layers as rules (scripts/eslint-layers.mjs)', function () {
 
   it('eslint.config.mjs turns both rules on, as errors, for every TypeScript file', async () => {
     const eslint = new ESLint({ cwd: ROOT });
-    for (const file of ['platform/config.ts', 'queue/plans.ts', 'services/daemon/app.ts', 'scripts/test.ts']) {
+    for (const file of ['platform/config.ts', 'orchestration/plans.ts', 'services/daemon/app.ts', 'scripts/test.ts']) {
       const config = (await eslint.calculateConfigForFile(path.join(ROOT, file))) as Linter.Config;
       expect(config.rules?.['layers/downward'], file).to.deep.equal([2, { root: ROOT }]);
       expect(config.rules?.['layers/no-cycle'], file).to.deep.equal([2, { root: ROOT }]);
     }
   });
 
-  it('the tree passes: no upward import and no import cycle among services/, queue/, domain/, platform/ and scripts/', async () => {
-    expect(await layerLint(ROOT, ['services', 'queue', 'domain', 'platform', 'scripts'])).to.deep.equal([]);
+  it('the tree passes: no upward import and no import cycle among services/, orchestration/, queue/, domain/, platform/ and scripts/', async () => {
+    expect(await layerLint(ROOT, ['services', 'orchestration', 'queue', 'domain', 'platform', 'scripts'])).to.deep.equal([]);
   });
 });

@@ -101,7 +101,7 @@ function filesUnder(dir: string, re: RegExp): string[] {
 }
 
 describe('settings: one place', () => {
-  const product = [...['services', 'queue', 'domain', 'platform'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js)$/)), path.join(ROOT, 'scripts', 'cluster.ts')]
+  const product = [...['services', 'orchestration', 'queue', 'domain', 'platform'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js)$/)), path.join(ROOT, 'scripts', 'cluster.ts')]
     .filter((f) => !f.endsWith(path.join('platform', 'settings.ts')));
 
   it('no product file reads a variable from the environment except through the declaration (the system\'s PATH, TMPDIR, XDG_RUNTIME_DIR aside)', () => {
@@ -120,7 +120,7 @@ describe('settings: one place', () => {
   });
 
   it('every FERRY_* name in the code, tests, scripts and deployment files is a declared setting or listed as not one', () => {
-    const files = [...['services', 'queue', 'domain', 'platform', 'scripts', 'test', 'deploy'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js|mjs|cjs|sh|bash|ya?ml)$/)),
+    const files = [...['services', 'orchestration', 'queue', 'domain', 'platform', 'scripts', 'test', 'deploy'].flatMap((d) => filesUnder(path.join(ROOT, d), /\.(ts|js|mjs|cjs|sh|bash|ya?ml)$/)),
       path.join(ROOT, 'compose.yaml'), path.join(ROOT, 'Dockerfile')];
     const unknown = new Set<string>();
     for (const f of files) for (const m of readFileSync(f, 'utf8').matchAll(/\bFERRY_[A-Z0-9_]*[A-Z0-9]\b/g)) if (!isDeclared(m[0]) && !(m[0] in NOT_SETTINGS)) unknown.add(`${m[0]} (${path.relative(ROOT, f)})`);

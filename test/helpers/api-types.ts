@@ -1,11 +1,11 @@
 // The answers tests read, typed from the functions that build them (type-only imports: nothing here runs).
 // A test names the type it reads (`req<JobStatus>(...)`); a shape used by one file only stays in that file.
 import type { JobStatus } from '../../services/gateway/jobs';
-import type { DaemonJob } from '../../queue/daemon-views';
-import type { PlanView } from '../../queue/plan-view';
+import type { DaemonJob } from '../../orchestration/daemon-views';
+import type { PlanView } from '../../orchestration/plan-view';
 import type { queueOverview, workersOverview } from '../../queue/overview';
-import type { Schedule, ScheduleStore } from '../../queue/schedules';
-import type { Delivery, createdView, publicView } from '../../queue/webhooks';
+import type { Schedule, ScheduleStore } from '../../orchestration/schedules';
+import type { Delivery, createdView, publicView } from '../../orchestration/webhooks';
 import type { StoredEvent } from '../../queue/store';
 import type { JobState } from '../../domain/states';
 import type { JobSpec } from '../../domain/schemas/job';

@@ -12,7 +12,7 @@ import { waitForTask } from '../../domain/vsphere/actions';
 import { el, esc, moref } from '../../domain/vsphere/xml';
 import { keys } from '../../platform/redis';
 import { Slots } from '../../queue/slots';
-import type { PlanView } from '../../queue/plan-view';
+import type { PlanView } from '../../orchestration/plan-view';
 import { DC, upload } from '../vsphere/fixture';
 import { TestRedis } from '../helpers/redis';
 import { Proc, startDaemonProc, startWorkerProc, testEnv } from '../helpers/procs';

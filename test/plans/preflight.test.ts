@@ -12,7 +12,7 @@ import { Proc, startDaemonProc, testEnv } from '../helpers/procs';
 import { req } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { PlanList, PlanView, Validation } from '../helpers/api-types';
-import type { Plan } from '../../queue/plans';
+import type { Plan } from '../../orchestration/plans';
 import { startVcsim, Vcsim } from '../helpers/vcsim';
 import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { managerFor } from '../../domain/vsphere/client';

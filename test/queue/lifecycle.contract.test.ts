@@ -16,7 +16,7 @@ import { bullId, QueueRouter } from '../../queue/router';
 import { Registry } from '../../queue/registry';
 import { Lifecycle, NOT_RETRIED } from '../../queue/lifecycle';
 import { Bus } from '../../queue/bus';
-import { submitEffect } from '../../queue/plan-effects';
+import { submitEffect } from '../../orchestration/plan-effects';
 
 describe('job lifecycle contract (queue/ in-process, real Redis)', function () {
   this.timeout(60000);

@@ -1,13 +1,13 @@
 // The contracts' references stay true: every Lua header or comment, and every TypeScript comment, in queue/,
-// services/, domain/, platform/, scripts/ and test/ that names a file of this repository (queue/bus.ts, docs/queue.md,
+// orchestration/, services/, domain/, platform/, scripts/ and test/ that names a file of this repository (queue/bus.ts, docs/queue.md,
 // test/queue/commands.test.ts) or a Lua command (transitionJob-13.lua, createJob-14) names one that exists.
 import { expect } from 'chai';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const DIRS = ['queue', 'services', 'domain', 'platform', 'scripts', 'test'];
-const FILE = /(?<![\w./-])((?:queue|domain|platform|services|test|docs|scripts|deploy)\/[\w./-]*\w\.(?:ts|lua|md|js|ya?ml|json|sh))\b/g;
+const DIRS = ['queue', 'orchestration', 'services', 'domain', 'platform', 'scripts', 'test'];
+const FILE = /(?<![\w./-])((?:queue|orchestration|domain|platform|services|test|docs|scripts|deploy)\/[\w./-]*\w\.(?:ts|lua|md|js|ya?ml|json|sh))\b/g;
 const COMMAND = /(?<![\w/.-])([a-z][A-Za-z]*(?:Job|Event|Lease|Output)-\d+)(?:\.lua)?\b/g;
 
 function walk(dir: string): string[] {

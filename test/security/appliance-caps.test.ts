@@ -1,7 +1,7 @@
 // The guest preflight's appliances capped per caller (429) and in all (503) (issue 33 item 5), through a submit
 // key's validate on a real daemon against the simulator, with the plan's network and pool on a private libvirtd so
 // nothing else blocks the guest read. The read is a worker's guest_preflight job, whose appliance slot the daemon
-// takes at submission and holds until the job ends (queue/guest-read.ts). A worker that can read guests registers
+// takes at submission and holds until the job ends (orchestration/guest-read.ts). A worker that can read guests registers
 // and is then stopped (SIGSTOP): it stays active, so key A's first validate submits its job, which waits in the
 // queue holding the slot. Meanwhile A's second validate is 429 and key B's is 503, each naming its setting, with
 // Retry-After, and making no job. Once A cancels the first job its validate answers and the slot is free: with the

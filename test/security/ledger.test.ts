@@ -17,7 +17,7 @@ import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
 import { tolerate } from '../helpers/teardown';
 import { createPlanVm, PlanStack, startPlanStack } from '../plans/fixture';
 import type { MadeEntry } from '../../domain/libvirt/ledger';
-import type { Plan } from '../../queue/plans';
+import type { Plan } from '../../orchestration/plans';
 
 const K = { read: 'ledger-read-key-0123456789', submit: 'ledger-submit-key-0123456789', admin: 'ledger-admin-key-0123456789' };
 const as = (key: string) => ({ 'x-api-key': key });

@@ -9,8 +9,8 @@
 // (rollback_kvm, remove_source) cannot be submitted by any key.
 import { expect } from 'chai';
 import { keys } from '../../platform/redis';
-import { planKeys } from '../../queue/plans';
-import type { Plan } from '../../queue/plans';
+import { planKeys } from '../../orchestration/plans';
+import type { Plan } from '../../orchestration/plans';
 import { vmDetail } from '../../domain/vsphere/inventory';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';

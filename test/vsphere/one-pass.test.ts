@@ -203,7 +203,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(t(bc.repair!.started_at)).to.be.below(t(bc.copy!.finished_at));
     expect(t(bc.copy!.started_at)).to.be.below(t(bc.repair!.finished_at));
     expect(bc.overlap_seconds).to.be.above(0);
-    // What warm predictions learn from this cold run (queue/warm.ts): the repair's whole span, not the tail left after
+    // What warm predictions learn from this cold run (orchestration/warm.ts): the repair's whole span, not the tail left after
     // the copy, because a warm cutover runs the repair whole after the last delta.
     const whole = (t(bc.repair!.finished_at) - t(bc.repair!.started_at)) / 1000;
     expect(res.stage_seconds!.repair, JSON.stringify(res.stage_seconds)).to.be.at.least(whole);

@@ -18,7 +18,7 @@ import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { powerOn, upload } from './fixture';
 import { vmDetail } from '../../domain/vsphere/inventory';
 import { cbtEnabled } from '../../domain/vsphere/cbt';
-import type { PlanView } from '../../queue/plan-view';
+import type { PlanView } from '../../orchestration/plan-view';
 import type { WarmState } from '../../domain/warm-predict';
 
 const MIB = 1024 * 1024;

@@ -4,7 +4,7 @@
 import { OperationError } from '../../../platform/errors';
 import type { JobSpec } from '../../../domain/schemas/job';
 import { Slots } from '../../../queue/slots';
-import { takeVmGuard } from '../../../queue/vm-guard';
+import { takeVmGuard } from '../../../orchestration/vm-guard';
 import { managerName } from '../../../domain/vsphere/client';
 import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credentials';
 import { VsphereError } from '../../../domain/vsphere/errors';
@@ -30,7 +30,7 @@ function managerOf(p: ExportParameters) {
   try { return managerName(resolveCredentials({ manager_url: p.manager_url }).url); } catch { return null; }
 }
 
-/** The VM's source guard (queue/vm-guard.ts: no other job exports it meanwhile), then one of the manager's export
+/** The VM's source guard (orchestration/vm-guard.ts: no other job exports it meanwhile), then one of the manager's export
  *  slots, or why the job must wait. Both are held until the job ends. */
 export const admitExport: Admit = async (spec, store) => {
   const p = spec.parameters as ExportParameters;

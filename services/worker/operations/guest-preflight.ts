@@ -1,4 +1,4 @@
-// Operation "guest_preflight" (internal: the daemon's plan preflight submits it, queue/guest-read.ts): each VM's
+// Operation "guest_preflight" (internal: the daemon's plan preflight submits it, orchestration/guest-read.ts): each VM's
 // facts read again from the manager (the job names VMs, never disk files, so it reads only what a VM of the
 // manager holds), then its disks read in place with nbdkit under a read-only libguestfs appliance
 // (domain/plans/guest-preflight.ts), bounded by the daemon's deadline. The result is each VM's guest findings.

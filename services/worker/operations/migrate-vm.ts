@@ -12,7 +12,7 @@ import type { ExportResult } from '../../../domain/vsphere/export';
 import type { WarmOptions } from '../../../domain/schemas/warm';
 import { measured, migrateWarm } from './warm-rounds';
 import { admitExport, slotLeaseMs } from './export';
-import { takePlanSlots, type PlanParams } from '../../../queue/plan-slots';
+import { takePlanSlots, type PlanParams } from '../../../orchestration/plan-slots';
 import { jobUri } from '../../../domain/libvirt/uri';
 import { setting } from '../../../platform/settings';
 import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';

@@ -1,5 +1,5 @@
 // A plan's side effects as jobs (domain/operations.ts: rollback_kvm, remove_source), submitted only by the plan
-// runner (queue/plan-runner.ts) under an id derived from its claim. Each acts on what the job it names (of_job)
+// runner (orchestration/plan-runner.ts) under an id derived from its claim. Each acts on what the job it names (of_job)
 // recorded and nothing else: the rollback on that job's ledger (domains by UUID, volumes by key) and its source,
 // the removal on that completed migration's source VM, read from its own spec, never from a name given here.
 import { OperationError } from '../../../platform/errors';
@@ -11,10 +11,10 @@ import { destroyVm } from '../../../domain/vsphere/actions';
 import { findVm } from '../../../domain/vsphere/inventory';
 import { VsphereError } from '../../../domain/vsphere/errors';
 import { rollbackVm } from '../../../domain/plans/rollback';
-import { vmGuardHolder } from '../../../queue/vm-guard';
+import { vmGuardHolder } from '../../../orchestration/vm-guard';
 import type { JobRecord } from '../../../queue/store';
 import { asOperationError } from './export';
-import { warmSnapshots } from '../../../queue/warm';
+import { warmSnapshots } from '../../../orchestration/warm';
 import { removeRecordedSnapshots } from './warm-rounds';
 import { AuditLog } from '../../../platform/audit';
 import type { OpContext, Operation } from './types';

@@ -1,11 +1,11 @@
-// Operation "virsh_call" (internal: the daemon's libvirt calls when FERRY_LIBVIRT_VIA=worker, queue/virsh-jobs.ts):
+// Operation "virsh_call" (internal: the daemon's libvirt calls when FERRY_LIBVIRT_VIA=worker, orchestration/virsh-jobs.ts):
 // one virsh command against one of the operator's URIs, its stdout the result. libvirt's refusal fails the job and
 // its HTTP status, message and libvirt's own text are kept in the record (`libvirt_error`), so the daemon answers
 // exactly what it answered when it ran virsh itself (404, 400, 409, 503, 500).
 import { jobUri } from '../../../domain/libvirt/uri';
 import { LibvirtError, Virsh } from '../../../domain/libvirt/virsh';
 import { OperationError } from '../../../platform/errors';
-import { LIBVIRT_ERROR_FIELD, NOT_CALLS } from '../../../queue/virsh-jobs';
+import { LIBVIRT_ERROR_FIELD, NOT_CALLS } from '../../../orchestration/virsh-jobs';
 import type { Operation } from './types';
 
 /** The parameters as domain/operations.ts's virsh_call schema gives them. */

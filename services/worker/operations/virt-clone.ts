@@ -1,5 +1,5 @@
 // Operation "virt_clone" (internal: the daemon's clone and template routes when FERRY_LIBVIRT_VIA=worker,
-// queue/virsh-jobs.ts): the route's work run whole here, where virt-clone and virsh are, against one of the
+// orchestration/virsh-jobs.ts): the route's work run whole here, where virt-clone and virsh are, against one of the
 // operator's URIs. The body is validated again with the route's own schema, and the files a clone names are
 // confined to this worker's output roots. A refusal (libvirt's, or the route's own: 400, 404, 409) fails the job
 // and its status and message are kept in the record (`libvirt_error`), so the daemon answers what it answered
@@ -14,7 +14,7 @@ import { confinePath } from '../../../domain/libvirt/paths';
 import { cloneBody, cloneMultipleBody, templateCreateBody, templateDeployBody } from '../../../domain/schemas/virt';
 import { ApiError, OperationError } from '../../../platform/errors';
 import { validate } from '../../../platform/http';
-import { LIBVIRT_ERROR_FIELD } from '../../../queue/virsh-jobs';
+import { LIBVIRT_ERROR_FIELD } from '../../../orchestration/virsh-jobs';
 import type { OpContext, Operation } from './types';
 
 /** The parameters as domain/operations.ts's virt_clone schema gives them. */

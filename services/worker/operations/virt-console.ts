@@ -1,5 +1,5 @@
 // Operation "virt_console" (internal: the daemon's /virt/console WebSocket when FERRY_LIBVIRT_VIA=worker,
-// queue/console-jobs.ts): `virsh console` runs here (openConsole), its bytes relayed over the job's two Redis
+// orchestration/console-jobs.ts): `virsh console` runs here (openConsole), its bytes relayed over the job's two Redis
 // channels. It ends when the console ends (the domain stopped, the console taken), when the daemon says close,
 // or when the job is cancelled; the daemon is told `closed` each time. Every message is sealed with FERRY_SECRET_KEY
 // (consoleSeal); without the key the job fails, not retried, as one holding sealed credentials does.
@@ -9,7 +9,7 @@ import { openConsole } from '../../../domain/libvirt/console';
 import { createRedis } from '../../../platform/redis';
 import { ignoreError } from '../../../platform/log';
 import { OperationError } from '../../../platform/errors';
-import { consoleChannels, consoleSeal, consoleUnsealable, type ConsoleMessage } from '../../../queue/console-jobs';
+import { consoleChannels, consoleSeal, consoleUnsealable, type ConsoleMessage } from '../../../orchestration/console-jobs';
 import type { Operation } from './types';
 
 export const virtConsole: Operation = async (ctx) => {

@@ -1,5 +1,5 @@
 // Operation "virt_files" (internal: the daemon's POST /import/kvm, /virt/template/export and /virt/volume/upload when
-// FERRY_LIBVIRT_VIA=worker, queue/virsh-jobs.ts): routes that read or write host files and run qemu-img, run whole
+// FERRY_LIBVIRT_VIA=worker, orchestration/virsh-jobs.ts): routes that read or write host files and run qemu-img, run whole
 // here against one of the operator's URIs. The body is validated again with the route's own schema and its paths
 // confined to this worker's roots (the daemon checked its own before queueing). A refusal keeps its status, text
 // and field (routeWork), so the daemon answers what it answers running the route itself. What an import makes goes

@@ -7,8 +7,8 @@ import { jobPassword, resolveCredentials } from '../../../domain/vsphere/credent
 import { VsphereError } from '../../../domain/vsphere/errors';
 import { powerOff, shutdownGuest } from '../../../domain/vsphere/actions';
 import { asOperationError } from './export';
-import { VSPHERE_ERROR_FIELD } from '../../../queue/worker-jobs';
-import { vmGuardHolder } from '../../../queue/vm-guard';
+import { VSPHERE_ERROR_FIELD } from '../../../orchestration/worker-jobs';
+import { vmGuardHolder } from '../../../orchestration/vm-guard';
 import type { Operation } from './types';
 
 /** The parameters as domain/operations.ts's vm_power schema gives them. */

@@ -5,7 +5,7 @@
 // previous snapshot removed, so a VM never carries more than the two snapshots one round needs. At cutover (a time,
 // a manual request, or the predicted downtime within the budget inside the plan's window) the VM is powered off as
 // options.power_off says, the last delta copied from a snapshot taken after the power-off, every snapshot removed,
-// and the repair, import and boot run as in a cold migration. Every snapshot is recorded (queue/warm.ts) by its
+// and the repair, import and boot run as in a cold migration. Every snapshot is recorded (orchestration/warm.ts) by its
 // managed object id the moment it exists and removed by that id on success, cancel and failure, and by the next
 // attempt of a job that died. The source's own disks are only read.
 import { promises as fs } from 'node:fs';
@@ -25,8 +25,8 @@ import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
 import type { ExportResult } from '../../../domain/vsphere/export';
 import { parseDatastorePath } from '../../../domain/vsphere/vmdk';
 import { el, moref, type MoRef } from '../../../domain/vsphere/xml';
-import { cutoverRequest, forgetSnapshot, recentStageTimes, recordSnapshot, recordStageTimes, warmSnapshots, writeWarmState } from '../../../queue/warm';
-import type { PlanParams } from '../../../queue/plan-slots';
+import { cutoverRequest, forgetSnapshot, recentStageTimes, recordSnapshot, recordStageTimes, warmSnapshots, writeWarmState } from '../../../orchestration/warm';
+import type { PlanParams } from '../../../orchestration/plan-slots';
 import type { ExportParameters } from './export';
 import { asOperationError } from './export';
 import type { OpContext } from './types';

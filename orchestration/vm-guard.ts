@@ -5,7 +5,7 @@
 // and refuse, naming that job.
 import type { Keys, RedisClient } from '../platform/redis';
 import { ApiError } from '../platform/errors';
-import { Slot, Slots } from './slots';
+import { Slot, Slots } from '../queue/slots';
 
 const guardName = (manager: string, vmPath: string) => `vm:${manager}:${vmPath.replace(/\/+$/, '')}`;
 

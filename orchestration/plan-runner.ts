@@ -2,22 +2,22 @@
 // follows each running VM's job to its end (rolling back a failed one when the plan says so, cleaning up a
 // cancelled one), and submits pending VMs as shape B jobs while the plan is inside its start time and windows and
 // below its own limit. A plan is stepped when the bus says one of its jobs ended or the plan was written (start,
-// retry, cancel from any daemon), and by a slow pass over the running plans' set (queue/plans.ts) for what no
+// retry, cancel from any daemon), and by a slow pass over the running plans' set (orchestration/plans.ts) for what no
 // message announces: a window opening, a message missed. The limits that span plans and workers (ESXi host,
 // datastore, target host, plan) travel in the job as slot names and are taken by the worker before it starts
-// (queue/plan-slots.ts), leased in Redis, so a dead worker frees its slots.
+// (orchestration/plan-slots.ts), leased in Redis, so a dead worker frees its slots.
 // Claims: every side effect (submitting a VM's job, a rollback, a source removal) is first recorded in the VM's
 // `actions` by a compare-and-set fenced by the lease, then done, then marked done; a claim a dead leader left
 // undone is resumed by the next one (each of these effects is idempotent: a job id is created once, a rollback
 // and a removal check first), a done one is never done again. A rollback and a source removal are worker jobs
-// (rollback_kvm, remove_source: queue/plan-effects.ts) under an id derived from the claim and recorded in it, so
+// (rollback_kvm, remove_source: orchestration/plan-effects.ts) under an id derived from the claim and recorded in it, so
 // the daemon runs neither virsh nor a vSphere call; the claim is marked done from the job's end. Webhook events go into the plan's outbox in the
 // same write as the change they tell of and are queued under deterministic ids (a second queueing is a no-op).
 import { randomUUID } from 'node:crypto';
-import type { Lifecycle } from './lifecycle';
+import type { Lifecycle } from '../queue/lifecycle';
 import type { WebhookStore } from './webhooks';
-import type { Bus } from './bus';
-import { Leader } from './leader';
+import type { Bus } from '../queue/bus';
+import { Leader } from '../queue/leader';
 import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, PlanOutboxEntry, PlanStore, PlanVm } from './plans';
 import { blocks, planManagerName, vmOption, type VmResult } from '../domain/plans/preflight';
 import { recheckTarget } from '../domain/plans/target';

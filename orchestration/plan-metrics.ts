@@ -6,7 +6,7 @@ import type client from 'prom-client';
 import { registerComputed, Sample } from '../platform/metrics';
 import { isTerminal } from '../domain/states';
 import { PLAN_STATUSES, PLAN_VM_STATUSES as VM_STATUSES, isVmFinal } from '../domain/plan-states';
-import { parseField, type JobStore } from './store';
+import { parseField, type JobStore } from '../queue/store';
 import type { ProgressEvent } from '../domain/schemas/job';
 import type { Plan, PlanStore } from './plans';
 import type { WarmState } from '../domain/warm-predict';
@@ -152,7 +152,7 @@ async function stageSamples(store: JobStore, ps: Plan[], jobs: Snapshot['jobs'])
   return [...max.values()];
 }
 
-/** One sample per warm VM (its last job's `warm` field, queue/warm.ts) that has the figure; labelled by plan and the
+/** One sample per warm VM (its last job's `warm` field, orchestration/warm.ts) that has the figure; labelled by plan and the
  *  VM's position in it (bounded, never its path). */
 function warmSamples(snap: Snapshot, pick: (w: WarmState) => number | undefined): Sample[] {
   const out: Sample[] = [];

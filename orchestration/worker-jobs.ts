@@ -10,9 +10,9 @@ import { jobSpecSchema, type JobSpec } from '../domain/schemas/job';
 import { isTerminal } from '../domain/states';
 import type { Caller } from '../platform/auth';
 import { createLogger } from '../platform/log';
-import type { Bus } from './bus';
-import type { JobStore } from './store';
-import { requirementsOf, type Lifecycle } from './lifecycle';
+import type { Bus } from '../queue/bus';
+import type { JobStore } from '../queue/store';
+import { requirementsOf, type Lifecycle } from '../queue/lifecycle';
 
 const log = createLogger('worker-jobs');
 

@@ -16,7 +16,7 @@ import { createRedis } from '../platform/redis';
 import { createLogger, ignoreError } from '../platform/log';
 import { canEncrypt, decryptSecret, encryptSecret } from '../platform/secretbox';
 import { internalSpec, runWorkerJob, type WorkerJobDeps } from './worker-jobs';
-import type { JobStore } from './store';
+import type { JobStore } from '../queue/store';
 
 const log = createLogger('console-jobs');
 

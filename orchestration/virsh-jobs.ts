@@ -6,14 +6,14 @@
 // why; no end within the bound: 504, the job cancelled. Commands that read or write a local file (vol-upload,
 // vol-download) are refused (503) as single calls: their routes run whole on a worker, the clone and template
 // routes as one virt_clone job, the import, template export and volume upload as one virt_files job
-// (JobVirsh.onWorker), the console as a virt_console job (JobVirsh.console, queue/console-jobs.ts).
+// (JobVirsh.onWorker), the console as a virt_console job (JobVirsh.console, orchestration/console-jobs.ts).
 import { shownUri } from '../domain/libvirt/uri';
 import { LibvirtError, setVirshFactory, Virsh, virshFor, type RunOptions } from '../domain/libvirt/virsh';
 import { setting } from '../platform/settings';
 import type { Logger } from '../platform/log';
 import { internalSpec, runWorkerJob, type WorkerJobDeps, type WorkerJobEnd } from './worker-jobs';
-import { Leader } from './leader';
-import type { JobStore } from './store';
+import { Leader } from '../queue/leader';
+import type { JobStore } from '../queue/store';
 import { checkSubmittedPaths } from '../platform/roots';
 import type { ConsoleSession } from '../domain/libvirt/console';
 import { workerConsole } from './console-jobs';
@@ -54,7 +54,7 @@ export class JobVirsh extends Virsh {
     return typeof out === 'string' ? out : '';
   }
 
-  /** A console session whose `virsh console` runs on a worker with libvirt_access (queue/console-jobs.ts). */
+  /** A console session whose `virsh console` runs on a worker with libvirt_access (orchestration/console-jobs.ts). */
   console(name: string, force: boolean): ConsoleSession {
     return workerConsole(this.d, this.uri, name, force);
   }

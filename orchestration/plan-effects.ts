@@ -1,10 +1,10 @@
 // A plan's side effects on a target host or the source (a rollback, a source removal) as worker jobs: the plan
-// runner (queue/plan-runner.ts) claims the effect in the VM's actions, then submits its job under an id derived
+// runner (orchestration/plan-runner.ts) claims the effect in the VM's actions, then submits its job under an id derived
 // from the claim, so a second submission (a new leader resuming the claim) finds the job and creates none; the
 // claim is marked done from the job's end, with what the job did. The job acts as the plan's starter (or the
 // admin who asked for a rollback), checked by checkCaller like any request; only the runner may submit these
 // operations (OPERATIONS[op].submittedBy 'plan').
-import type { Lifecycle } from './lifecycle';
+import type { Lifecycle } from '../queue/lifecycle';
 import type { Caller } from '../platform/auth';
 import { ApiError } from '../platform/errors';
 import { createLogger } from '../platform/log';

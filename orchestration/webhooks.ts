@@ -7,8 +7,8 @@ import type { Keys, RedisClient } from '../platform/redis';
 import { canEncrypt, encryptSecret } from '../platform/secretbox';
 import { isSensitiveKey, redact, REDACTED } from '../platform/sensitive';
 import { expectedError, ignoreError } from '../platform/log';
-import { onBullError } from './router';
-import { publish } from './bus';
+import { onBullError } from '../queue/router';
+import { publish } from '../queue/bus';
 
 export const WEBHOOK_QUEUE = 'webhooks';
 export const SIGNATURE_HEADER = 'X-Ferry-Signature';

@@ -1,14 +1,14 @@
 // One run of a schedule: a job created from its template through Lifecycle.submit, exactly once per cron
 // iteration (the job id is derived from the iteration, so a second attempt conflicts), and the run's outcome
 // (its job's outcome) counted once, however many scheduler processes see it.
-import type { Lifecycle } from './lifecycle';
+import type { Lifecycle } from '../queue/lifecycle';
 import { ApiError } from '../platform/errors';
 import { isTerminal } from '../domain/states';
 import type { Logger } from '../platform/log';
 import { buildSpec } from '../domain/daemon-jobs';
-import { publish } from './bus';
+import { publish } from '../queue/bus';
 import { callerOf, type Schedule, type ScheduleStore } from './schedules';
-import { checkCaller } from './lifecycle';
+import { checkCaller } from '../queue/lifecycle';
 import type { Caller } from '../platform/auth';
 import { ignoreError } from '../platform/log';
 

@@ -1,4 +1,4 @@
-// Plan events, live: the plan view (queue/plan-view.ts, what GET /plans/{id} answers) each time a plan changes, to
+// Plan events, live: the plan view (orchestration/plan-view.ts, what GET /plans/{id} answers) each time a plan changes, to
 // the daemon's WebSocket clients (`plan_update`) and to the plan's SSE streams (GET /plans/{id}/events/stream).
 // A plan changes when it is written (the `plans` bus channel, published by PlanStore on every write, from any
 // daemon) or when a job of one of its running VMs changes state or reports progress (the `jobs` and `events`
@@ -8,11 +8,11 @@
 // sent again. The last change is always sent (trailing edge), so the final status always arrives.
 import type Koa from 'koa';
 import type { ServerResponse } from 'node:http';
-import type { Bus } from './bus';
-import type { JobStore } from './store';
+import type { Bus } from '../queue/bus';
+import type { JobStore } from '../queue/store';
 import type { PlanStore } from './plans';
 import { planView } from './plan-view';
-import { openEventStream, writeFrame } from './sse-stream';
+import { openEventStream, writeFrame } from '../queue/sse-stream';
 import { notFound } from '../platform/errors';
 import { createLogger } from '../platform/log';
 

@@ -3,8 +3,8 @@
 // (all or none) before it starts the job, as leases in Redis (queue/slots.ts), and holds them for the whole job.
 // A worker that dies stops renewing and its slots free themselves when the lease runs out.
 import type { Plan, PlanVm } from './plans';
-import { Slot, Slots } from './slots';
-import type { JobStore } from './store';
+import { Slot, Slots } from '../queue/slots';
+import type { JobStore } from '../queue/store';
 
 export interface PlanSlot { name: string; limit: number; what: string }
 export interface PlanParams { id: string; slots: PlanSlot[]; not_after?: number }

@@ -1,9 +1,9 @@
 // How the daemon API shows a job (the daemon and the notifier's webhook payloads: the Job record of the daemon seed:
 // definition, lowercase status, progress) and its progress with a smoothed rate and an ETA. Built from the raw Redis
 // hash, so a page of jobs is one pipelined read.
-import { parseField, type JobStore } from './store';
-import { Registry } from './registry';
-import { unservedReason } from './lifecycle';
+import { parseField, type JobStore } from '../queue/store';
+import { Registry } from '../queue/registry';
+import { unservedReason } from '../queue/lifecycle';
 import { parseQueueName } from '../platform/capabilities';
 import { daemonStatus, isTerminal } from '../domain/states';
 import type { JobSpec, ProgressEvent } from '../domain/schemas/job';

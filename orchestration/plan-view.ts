@@ -1,9 +1,9 @@
 // How the daemon shows a plan: the stored plan with, per VM, what its current job says now (stage, bytes, the
 // limit holding it), and for the plan the counts per status, bytes done and total, the summed rate and an ETA.
 import type { Plan } from './plans';
-import type { JobStore } from './store';
+import type { JobStore } from '../queue/store';
 import { jobViews } from './daemon-views';
-import { parseField } from './store';
+import { parseField } from '../queue/store';
 import type { WarmState } from '../domain/warm-predict';
 
 /** A plan as GET /plans/:id answers it. */
@@ -41,7 +41,7 @@ function vmRate(rate: number | null | undefined, done: number, total: number) {
   return { rate_bytes_per_second: r, eta_seconds: r && total > done ? Math.round((total - done) / r) : null };
 }
 
-/** Each warm job's rounds, prediction and cutover (queue/warm.ts), with a pending manual cutover request. */
+/** Each warm job's rounds, prediction and cutover (orchestration/warm.ts), with a pending manual cutover request. */
 async function warmViews(store: JobStore, ids: string[]) {
   const hs = await store.many(ids, ['state', 'warm', 'warm_cutover']);
   const out = new Map<string, WarmState & { cutover_requested?: unknown }>();

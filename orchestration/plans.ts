@@ -9,7 +9,7 @@ import { config } from '../platform/config';
 import type { Keys, RedisClient } from '../platform/redis';
 import type { Caller } from '../platform/auth';
 import type { Plan, PlanCaller, PlanCreate, PlanOptions, PlanVm } from '../domain/plans/types';
-import { publish } from './bus';
+import { publish } from '../queue/bus';
 import { createLogger, dropped } from '../platform/log';
 
 const log = createLogger('queue');

@@ -8,7 +8,7 @@ import type { Keys } from '../platform/redis';
 import { createLogger } from '../platform/log';
 import { conflict, notFound } from '../platform/errors';
 import type { StageSeconds, WarmState } from '../domain/warm-predict';
-import type { JobStore } from './store';
+import type { JobStore } from '../queue/store';
 
 const log = createLogger('queue');
 

@@ -8,7 +8,7 @@ import { ApiError, badRequest, fieldError } from '../platform/errors';
 import type { Keys, RedisClient } from '../platform/redis';
 import { expectedError, ignoreError } from '../platform/log';
 import type { Caller, KeyRole } from '../platform/auth';
-import { onBullError } from './router';
+import { onBullError } from '../queue/router';
 
 export const SCHEDULE_QUEUE = 'schedules';
 
