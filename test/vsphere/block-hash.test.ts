@@ -5,7 +5,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomFillSync } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { blocksWritten, checkBlocks, StreamHash } from '../../domain/vsphere/block-hash';
@@ -61,5 +61,28 @@ describe('one pass: the block hash list (issue 36 item 3)', () => {
     const bad = await checkBlocks(disk, list, others, 'after the merge').then(() => null, (e: Error) => e);
     expect(bad?.message).to.match(/block 9 \(bytes 589824-655359\) after the merge has sha256 [0-9a-f]{64}, the bytes as served had [0-9a-f]{64}/);
     expect(readFileSync(disk).length).to.equal(bytes.length);
+  });
+
+  it('takes a block that is all hole as zeros without reading it, and fails naming a hole where the source had data', async () => {
+    // A thin volume: data in blocks 0 and 3, holes elsewhere (a file written at two offsets only).
+    const thin = path.join(dir, 'thin.raw');
+    const src = Buffer.alloc(6 * BLOCK);
+    randomFillSync(src, 0, BLOCK);
+    randomFillSync(src, 3 * BLOCK, BLOCK);
+    const fd = openSync(thin, 'w');
+    try { writeSync(fd, src, 0, BLOCK, 0); writeSync(fd, src, 3 * BLOCK, BLOCK, 3 * BLOCK); ftruncateSync(fd, src.length); } finally { closeSync(fd); }
+    const h = new StreamHash(BLOCK);
+    h.update(src);
+    h.digest('hex');
+    const list = { block_bytes: BLOCK, sha256: h.blocks };
+    expect(await checkBlocks(thin, list, [0, 1, 2, 3, 4, 5], 'after'), 'only the two blocks with data are read').to.equal(2 * BLOCK);
+    // The source held data in block 4 where the volume has a hole: named, though nothing of it was read.
+    const other = Buffer.from(src);
+    randomFillSync(other, 4 * BLOCK + 100, 10);
+    const h2 = new StreamHash(BLOCK);
+    h2.update(other);
+    h2.digest('hex');
+    const err = await checkBlocks(thin, { block_bytes: BLOCK, sha256: h2.blocks }, [0, 1, 2, 3, 4, 5], 'after the merge').then(() => null, (e: Error) => e);
+    expect(err?.message).to.match(/block 4 \(bytes 262144-327679\) after the merge has sha256 [0-9a-f]{64}, the bytes as served had [0-9a-f]{64}/);
   });
 });
