@@ -12,6 +12,25 @@ import { run as runTool, QEMU_IMG } from '../qemu';
 /** The manifest's record of a disk's blocks: `sha256[i]` covers bytes [i*block_bytes, (i+1)*block_bytes). */
 export interface BlockHashes { block_bytes: number; sha256: string[] }
 
+const ZEROS = Buffer.alloc(4 << 20);
+/** Whether a buffer holds only zero bytes (memcmp against zeros, a slice at a time). */
+export function allZero(b: Buffer): boolean {
+  for (let i = 0; i < b.length; i += ZEROS.length) if (!b.subarray(i, i + ZEROS.length).equals(ZEROS.subarray(0, Math.min(ZEROS.length, b.length - i)))) return false;
+  return true;
+}
+
+const zeroHashes = new Map<number, string>();
+/** The sha256 of `len` zero bytes (a block that is all zeros), computed once per length. */
+function zeroHash(len: number): string {
+  let h = zeroHashes.get(len);
+  if (!h) {
+    const z = createHash('sha256');
+    for (let i = 0; i < len; i += ZEROS.length) z.update(ZEROS.subarray(0, Math.min(ZEROS.length, len - i)));
+    zeroHashes.set(len, (h = z.digest('hex')));
+  }
+  return h;
+}
+
 /** A sha256 of a byte stream, and with `blockBytes` > 0 the sha256 of each block of it (the last may be short). */
 export class StreamHash {
   private whole = createHash('sha256');
@@ -22,10 +41,15 @@ export class StreamHash {
 
   update(b: Buffer): this {
     this.whole.update(b);
+    // A block that has been all zeros so far is only counted (a thin disk's holes are most of it): its hash is
+    // the hash of zeros, or its zeros are fed once data arrives in it.
+    const zero = this.blockBytes > 0 && allZero(b);
     for (let off = 0; this.blockBytes && off < b.length;) {
-      this.cur ??= createHash('sha256');
       const n = Math.min(b.length - off, this.blockBytes - this.curLen);
-      this.cur.update(b.subarray(off, off + n));
+      if (!zero || this.cur) {
+        if (!this.cur) { this.cur = createHash('sha256'); for (let z = 0; z < this.curLen; z += ZEROS.length) this.cur.update(ZEROS.subarray(0, Math.min(ZEROS.length, this.curLen - z))); }
+        this.cur.update(b.subarray(off, off + n));
+      }
       this.curLen += n;
       off += n;
       if (this.curLen === this.blockBytes) this.closeBlock();
@@ -34,13 +58,13 @@ export class StreamHash {
   }
 
   private closeBlock() {
-    this.blocks.push(this.cur!.digest('hex'));
+    this.blocks.push(this.cur ? this.cur.digest('hex') : zeroHash(this.curLen));
     this.cur = undefined;
     this.curLen = 0;
   }
 
   digest(enc: 'hex'): string {
-    if (this.cur) this.closeBlock();
+    if (this.curLen) this.closeBlock();
     return this.whole.digest(enc);
   }
 }
@@ -66,13 +90,6 @@ async function dataRanges(file: string, signal?: AbortSignal): Promise<{ start: 
   return (JSON.parse(r.stdout) as { start: number; length: number; data: boolean }[]).filter((e) => e.data).map((e) => ({ start: e.start, end: e.start + e.length }));
 }
 
-const zeroHashes = new Map<number, string>();
-/** The sha256 of `len` zero bytes (a block that is all hole), computed once per length. */
-function zeroHash(len: number): string {
-  let h = zeroHashes.get(len);
-  if (!h) zeroHashes.set(len, (h = createHash('sha256').update(Buffer.alloc(len)).digest('hex')));
-  return h;
-}
 
 /** sha256 of `len` bytes at `start`, read into `buf`; the digest runs in libuv's pool (WebCrypto), off this thread,
  *  so two blocks hash on two cores. */

@@ -3,7 +3,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { setting } from '../../platform/settings';
-import { StreamHash } from './block-hash';
+import { StreamHash, allZero } from './block-hash';
 
 export interface RemoteFile {
   datastore: string;
@@ -136,17 +136,6 @@ export async function readRange(fh: fs.FileHandle, start: number, len: number, e
     if (bytesRead !== n) throw new Error('partial file is shorter than its state says');
     each(b);
   }
-}
-
-const ZEROS = Buffer.alloc(WRITE_BATCH);
-
-/** Whether a buffer holds only zero bytes (memcmp against a zero buffer, a slice at a time). */
-export function allZero(b: Buffer): boolean {
-  for (let i = 0; i < b.length; i += ZEROS.length) {
-    const n = Math.min(ZEROS.length, b.length - i);
-    if (!b.subarray(i, i + n).equals(ZEROS.subarray(0, n))) return false;
-  }
-  return true;
 }
 
 /** Writes `bufs` at `at`; with `holes`, each buffer of zeros is skipped (left a hole in a sparse target).

@@ -37,6 +37,22 @@ describe('one pass: the block hash list (issue 36 item 3)', () => {
     }
   });
 
+  it('hashes a block of zeros, and a block that is zeros before its data, as dd does, whatever the pieces', () => {
+    // Block 0 zeros then data from its middle, block 1 all zeros, block 2 data then zeros, block 3 short and zero.
+    const b = Buffer.alloc(3 * BLOCK + 100);
+    randomFillSync(b, BLOCK / 2, BLOCK / 2);
+    randomFillSync(b, 2 * BLOCK, 1000);
+    const file = path.join(dir, 'zeros.raw');
+    writeFileSync(file, b);
+    for (const piece of [4096, 10_007, BLOCK / 2, 3 * BLOCK]) {
+      const h = new StreamHash(BLOCK);
+      for (let off = 0; off < b.length; off += piece) h.update(b.subarray(off, off + piece));
+      expect(h.digest('hex'), `whole, pieces of ${piece}`).to.equal(createHash('sha256').update(b).digest('hex'));
+      const dd = [0, 1, 2, 3].map((i) => execFileSync('sh', ['-c', `dd if="$0" bs=${BLOCK} skip=${i} count=1 status=none | sha256sum`, file], { encoding: 'utf8' }).split(' ')[0]);
+      expect(h.blocks, `blocks, pieces of ${piece}`).to.deep.equal(dd);
+    }
+  });
+
   it('names the blocks an overlay wrote, passes the others, and fails naming a block changed outside them', async () => {
     const h = new StreamHash(BLOCK);
     h.update(bytes);
