@@ -6,7 +6,7 @@ import { familyFor } from './families';
 import { runSteps } from './steps';
 import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
 import { detectBoot } from './firmware';
-import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
+import { blkidAtInspection, type FixAction, type FixOptions, type FixResult, type GuestInfo } from './types';
 import { ignoreError } from '../../platform/log';
 import { ConverterError } from './errors';
 
@@ -29,7 +29,9 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   const min = await get('inspect-get-minor-version');
   if (maj) info.version = `${maj}.${min || 0}`;
   for (const l of g.lines(await g.cmd('inspect-get-mountpoints', root))) { const [mp, dev] = l.split(': '); info.mountpoints[mp] = dev; }
-  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); if (!scope || await scope.owns(dev)) info.filesystems[dev] = type; }
+  const fss = await guestFilesystems(g, root, scope);
+  info.filesystems = fss.types;
+  blkidAtInspection.set(info, fss.ids);
   if (scope) info.devices = scope.devices;
   info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
   // Shortest mount point first, so / is mounted before /boot.
@@ -50,6 +52,23 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   }
   return info;
 }
+
+/** The guest's filesystems and swap devices with their types: the ones inspection already tied to this root
+ *  (`inspect-get-filesystems`, from libguestfs's cache), each typed by blkid. Not `list-filesystems`, which probes
+ *  every device of the appliance again (2-4 s under TCG, issue 34 item 4). A btrfs subvolume (`btrfsvol:DEV/SUB`)
+ *  has the type of its volume. */
+async function guestFilesystems(g: GuestSession, root: string, scope?: GuestScope): Promise<{ types: Record<string, string>; ids: Record<string, Record<string, string>> }> {
+  const types: Record<string, string> = {};
+  const ids: Record<string, Record<string, string>> = {};
+  for (const dev of g.lines(await g.cmd('inspect-get-filesystems', root))) {
+    if (scope && !(await scope.owns(dev))) continue;
+    if (dev.startsWith('btrfsvol:')) { types[dev] = 'btrfs'; continue; }
+    ids[dev] = await g.blkid(dev);
+    types[dev] = ids[dev].TYPE || 'unknown';
+  }
+  return { types, ids };
+}
+
 
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
  *  which files the repair would change. */
