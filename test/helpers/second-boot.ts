@@ -2,7 +2,8 @@
 // to, and its first-boot unit rebuilds them with the guest's own generator; the next boot is on the generator's own
 // image. Both boots run on a copy-on-write overlay of the output (the output itself is never written), the first
 // until the unit says it is done, the second until the marker; then the overlay is read back in a read-only
-// appliance: the unit, its script and its link are gone, and each kernel's image (now the generator's, run on the
+// appliance: the units (the initramfs rebuild, the tools' removal), their scripts and links are gone, no source
+// hypervisor package is installed, and each kernel's image (now the generator's, run on the
 // booted guest after the repair: what the next kernel update does) holds every virtio module, read archive by
 // archive as the kernel unpacks it. What it returns is evidence for a reused proof (plain data).
 import { expect } from 'chai';
@@ -14,14 +15,18 @@ import { GuestSession } from '../../domain/converter/guestfs';
 import { testBoot, type TestBootOptions, type TestBootResult } from '../../domain/converter/testboot';
 import { effectiveTree, InitrdParseError, readInitrd } from '../../domain/converter/initrd-image';
 import { initrdProblems, moduleClosure, moduleName } from '../../domain/converter/linux/initrd-check';
-import { REBUILD_DONE, REBUILD_LINK, REBUILD_SCRIPT, REBUILD_UNIT } from '../../domain/converter/linux/initrd-firstboot';
-import { VIRTIO_MODULES } from '../../domain/converter/linux/tools';
+import { REBUILD_DONE, REBUILD_FILES } from '../../domain/converter/linux/initrd-firstboot';
+import { HV_PURGE } from '../../domain/converter/linux/hv-tools';
+import { unitFiles } from '../../domain/converter/linux/firstboot-unit';
+import { HV_TOOL_PACKAGES, VIRTIO_MODULES } from '../../domain/converter/linux/tools';
 
 export interface Boot { result: TestBootResult; console: string }
 /** One kernel's image after the second boot: its archives' compressions, whether the last one is the generator's
  *  (it holds /init; Ferry's appended archive never does), and what it lacks. */
 export interface ImageAfter { kernel: string; image: string; compressions: string[]; lastHasInit: boolean; problems: string[]; modules: string[] }
-export interface TwoBoots { first: Boot; second: Boot; left: string[]; images: ImageAfter[] }
+/** `hvInstalled`: source hypervisor packages dpkg still lists as installed after both boots (the repair leaves their
+ *  removal to the first boot). */
+export interface TwoBoots { first: Boot; second: Boot; left: string[]; images: ImageAfter[]; hvInstalled: string[] }
 
 /** A guest file's bytes through a temp file, or undefined when it is not a file. */
 async function bytesOf(s: GuestSession, p: string, dir: string): Promise<Buffer | undefined> {
@@ -78,8 +83,10 @@ export async function bootTwice(output: string | string[], opts: Omit<TestBootOp
   try {
     await mount(s);
     const left: string[] = [];
-    for (const f of [REBUILD_UNIT, REBUILD_SCRIPT, REBUILD_LINK]) if (await s.exists(f) || (await s.tryCmd('is-symlink', f))?.trim() === 'true') left.push(f);
-    return { first, second, left, images: await imagesAfter(s, tmp) };
+    for (const f of [...REBUILD_FILES, ...unitFiles(HV_PURGE)]) if (await s.exists(f) || (await s.tryCmd('is-symlink', f))?.trim() === 'true') left.push(f);
+    const status = (await bytesOf(s, '/var/lib/dpkg/status', tmp))?.toString('utf8') ?? '';
+    const hvInstalled = HV_TOOL_PACKAGES.filter((p) => new RegExp(`^Package: ${p}\nStatus: install ok installed`, 'm').test(status));
+    return { first, second, left, images: await imagesAfter(s, tmp), hvInstalled };
   } finally { await s.close(); rmSync(tmp, { recursive: true, force: true }); }
 }
 
@@ -91,7 +98,9 @@ export function checkTwoBoots(e: TwoBoots, marker: RegExp): void {
   expect(e.second.result, 'the second boot, on the rebuilt image').to.include({ status: 'passed' });
   expect(e.second.result.matched).to.match(marker);
   expect(e.second.console, 'the unit ran once').not.to.contain('ferry-initramfs-rebuild');
-  expect(e.left, 'the unit, its script and its link are gone').to.deep.equal([]);
+  expect(e.second.console, 'the tools\' removal ran once').not.to.contain('ferry-hv-tools-purge');
+  expect(e.left, 'the units, their scripts and their links are gone').to.deep.equal([]);
+  expect(e.hvInstalled, 'the source hypervisor\'s tools removed at the first boot').to.deep.equal([]);
   expect(e.images.length, 'kernels read back').to.be.greaterThan(0);
   for (const i of e.images) {
     expect(i.problems, `${i.image} after the guest's own generator ran`).to.deep.equal([]);
@@ -104,4 +113,10 @@ export function expectAppended(actions: { action: string; [k: string]: unknown }
   const regen = actions.filter((a) => a.action === 'regen_initramfs' && a.kernel);
   expect(regen.length, 'images handled').to.be.greaterThan(0);
   expect(regen.map((a) => [a.kernel, a.method, a.fallback])).to.deep.equal(regen.map((a) => [a.kernel, 'appended', undefined]));
+}
+
+/** The report's word that the source hypervisor's tools are removed at the first boot (checkTwoBoots sees them gone). */
+export function expectHvRemovalAtBoot(actions: { action: string; [k: string]: unknown }[]): void {
+  const at = actions.filter((a) => a.action === 'remove_source_hv_tools' && a.deferred_to_first_boot);
+  expect(at.map((a) => a.status), 'the tools\' removal left to the first boot').to.deep.equal(['done']);
 }

@@ -13,6 +13,8 @@ export interface LinuxFix extends FixRun {
   ctx: FstabContext;
   /** Packages the guest's package tool was run to remove (verified to be gone at the end). */
   purged?: string[];
+  /** Packages a first-boot unit removes on KVM (hv-tools.ts): its unit is verified to be in place instead. */
+  purgeAtBoot?: string[];
   /** Whether the guest has /usr/bin/env (asked once). */
   hasEnv?: boolean;
   /** Per initramfs image that got Ferry's appended archive: the files placed in it (image path, guest path), read

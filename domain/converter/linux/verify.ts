@@ -9,6 +9,7 @@ import { HV_TOOL_UNITS, installedHvPackages } from './tools';
 import { fallbackLeftovers } from '../firmware';
 import { verifyInitrds } from './initrd-verify';
 import { verifyRebuildUnit } from './initrd-firstboot';
+import { HV_PURGE, purgeUnitProblems } from './hv-tools';
 
 /** Reads the guest back after the last step that could undo a repair; a repair that did not hold is `failed`. */
 export async function verifyLinux(x: LinuxFix): Promise<void> {
@@ -59,6 +60,8 @@ export async function verifyLinux(x: LinuxFix): Promise<void> {
     const left = (x.purged || []).filter((p) => installed.includes(p));
     const links: string[] = [];
     for (const unit of HV_TOOL_UNITS) for (const dir of WANTS) if ((await g.tryCmd('is-symlink', `${dir}/${unit}`))?.trim() === 'true') links.push(`${dir}/${unit}`);
-    check('source hypervisor tools', [...left.map((p) => `package ${p} is still installed`), ...links.map((l) => `${l} still enables it`)], 'no package installed, no unit enabled');
+    const atBoot = await purgeUnitProblems(x);
+    check('source hypervisor tools', [...left.map((p) => `package ${p} is still installed`), ...links.map((l) => `${l} still enables it`), ...atBoot],
+      x.purgeAtBoot?.length ? `no unit enabled; ${x.purgeAtBoot.join(', ')} removed at the first boot by ${HV_PURGE.name}, in place and enabled` : 'no package installed, no unit enabled');
   }
 }
