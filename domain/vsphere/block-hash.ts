@@ -15,8 +15,15 @@ export interface BlockHashes { block_bytes: number; sha256: string[] }
 const ZEROS = Buffer.alloc(4 << 20);
 /** Whether a buffer holds only zero bytes (memcmp against zeros, a slice at a time). */
 export function allZero(b: Buffer): boolean {
-  for (let i = 0; i < b.length; i += ZEROS.length) if (!b.subarray(i, i + ZEROS.length).equals(ZEROS.subarray(0, Math.min(ZEROS.length, b.length - i)))) return false;
+  for (let i = 0; i < b.length; i += ZEROS.length) {
+    if (!b.subarray(i, i + ZEROS.length).equals(ZEROS.subarray(0, Math.min(ZEROS.length, b.length - i)))) return false;
+  }
   return true;
+}
+
+/** `len` zero bytes, handed to `each` a slice at a time. */
+function eachZeros(len: number, each: (b: Buffer) => void): void {
+  for (let i = 0; i < len; i += ZEROS.length) each(ZEROS.subarray(0, Math.min(ZEROS.length, len - i)));
 }
 
 const zeroHashes = new Map<number, string>();
@@ -25,7 +32,7 @@ function zeroHash(len: number): string {
   let h = zeroHashes.get(len);
   if (!h) {
     const z = createHash('sha256');
-    for (let i = 0; i < len; i += ZEROS.length) z.update(ZEROS.subarray(0, Math.min(ZEROS.length, len - i)));
+    eachZeros(len, (x) => z.update(x));
     zeroHashes.set(len, (h = z.digest('hex')));
   }
   return h;
@@ -47,7 +54,10 @@ export class StreamHash {
     for (let off = 0; this.blockBytes && off < b.length;) {
       const n = Math.min(b.length - off, this.blockBytes - this.curLen);
       if (!zero || this.cur) {
-        if (!this.cur) { this.cur = createHash('sha256'); for (let z = 0; z < this.curLen; z += ZEROS.length) this.cur.update(ZEROS.subarray(0, Math.min(ZEROS.length, this.curLen - z))); }
+        if (!this.cur) {
+          const h = (this.cur = createHash('sha256'));
+          eachZeros(this.curLen, (z) => h.update(z));
+        }
         this.cur.update(b.subarray(off, off + n));
       }
       this.curLen += n;
@@ -87,7 +97,8 @@ export async function blocksWritten(overlay: string, blockBytes: number, signal?
 async function dataRanges(file: string, signal?: AbortSignal): Promise<{ start: number; end: number }[]> {
   const r = await runTool(QEMU_IMG, ['map', '--output=json', '-f', 'raw', file], { signal });
   if (r.code !== 0) throw new OperationError(`qemu-img map of ${file}: ${r.stderr.trim()}`, false);
-  return (JSON.parse(r.stdout) as { start: number; length: number; data: boolean }[]).filter((e) => e.data).map((e) => ({ start: e.start, end: e.start + e.length }));
+  const map = JSON.parse(r.stdout) as { start: number; length: number; data: boolean }[];
+  return map.filter((e) => e.data).map((e) => ({ start: e.start, end: e.start + e.length }));
 }
 
 
@@ -126,7 +137,8 @@ export async function checkBlocks(volume: string, list: BlockHashes, which: numb
         const got = holds ? await hashAt(fh, buf, start, len) : zeroHash(len);
         if (holds) read += len;
         if (got !== list.sha256[i]) {
-          throw new OperationError(`${volume}: block ${i} (bytes ${start}-${start + list.block_bytes - 1}) ${when} has sha256 ${got}, the bytes as served had ${list.sha256[i]}`, false);
+          const at = `${volume}: block ${i} (bytes ${start}-${start + list.block_bytes - 1})`;
+          throw new OperationError(`${at} ${when} has sha256 ${got}, the bytes as served had ${list.sha256[i]}`, false);
         }
       }
     };

@@ -34,7 +34,8 @@ const LINUX_STEPS: ConverterStep[] = [
     run: async (x) => { if (x.o.xfs_regenerate_uuid) await regenerateXfsUuids(x); } },
   { name: 'fstab', does: 'rewrites /etc/fstab to stable names (UUID=, by fstab_mode), the original backed up',
     run: (x) => fixFstab(x) },
-  { name: 'remove_source_hv_tools', does: 'disables the source hypervisor\'s tools (open-vm-tools, ...) and removes them with the guest\'s package tool (at the first boot on KVM on a systemd guest)',
+  { name: 'remove_source_hv_tools', does: 'disables the source hypervisor\'s tools (open-vm-tools, ...) and removes them with the guest\'s package tool'
+      + ' (at the first boot on KVM on a systemd guest)',
     run: async (x) => { if (x.o.remove_source_hv_tools) await removeHvTools(lx(x)); } },
   { name: 'configuration', does: 'applies the manifest\'s configuration: users, network, files',
     run: async (x) => { if (await applyConfiguration(x.g, x.o, x.act, x.write)) x.r.modified = true; } },
