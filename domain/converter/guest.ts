@@ -53,22 +53,34 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   return info;
 }
 
+/** The device a btrfs subvolume (`btrfsvol:DEV/SUB`) lies on: `/dev/sda1`, or two levels (`/dev/vg/lv`,
+ *  `/dev/mapper/x`) when that is a block device; undefined for anything else. */
+async function btrfsDevice(g: GuestSession, fs: string): Promise<string | undefined> {
+  const m = /^btrfsvol:(\/dev\/[^/]+)(\/[^/]+)?\//.exec(fs);
+  if (!m) return undefined;
+  if (m[2] && (await g.tryCmd('is-blockdev', m[1] + m[2]))?.trim() === 'true') return m[1] + m[2];
+  return m[1];
+}
+
 /** The guest's filesystems and swap devices with their types: the ones inspection already tied to this root
  *  (`inspect-get-filesystems`, from libguestfs's cache), each typed by blkid. Not `list-filesystems`, which probes
  *  every device of the appliance again (2-4 s under TCG, issue 34 item 4). A btrfs subvolume (`btrfsvol:DEV/SUB`)
- *  has the type of its volume. */
+ *  has the type of its volume, and its volume's device is listed too (its UUID is what fstab names), as
+ *  `list-filesystems` lists both. */
 async function guestFilesystems(g: GuestSession, root: string, scope?: GuestScope): Promise<{ types: Record<string, string>; ids: Record<string, Record<string, string>> }> {
   const types: Record<string, string> = {};
   const ids: Record<string, Record<string, string>> = {};
-  for (const dev of g.lines(await g.cmd('inspect-get-filesystems', root))) {
-    if (scope && !(await scope.owns(dev))) continue;
-    if (dev.startsWith('btrfsvol:')) { types[dev] = 'btrfs'; continue; }
+  for (const fs of g.lines(await g.cmd('inspect-get-filesystems', root))) {
+    if (scope && !(await scope.owns(fs))) continue;
+    const volume = await btrfsDevice(g, fs);
+    if (volume) types[fs] = 'btrfs';
+    const dev = volume ?? fs;
+    if (ids[dev]) continue;
     ids[dev] = await g.blkid(dev);
     types[dev] = ids[dev].TYPE || 'unknown';
   }
   return { types, ids };
 }
-
 
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say
  *  which files the repair would change. */
