@@ -6,7 +6,7 @@ import { familyFor } from './families';
 import { runSteps } from './steps';
 import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
 import { detectBoot } from './firmware';
-import { blkidAtInspection, type FixAction, type FixOptions, type FixResult, type GuestInfo } from './types';
+import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
 import { ignoreError } from '../../platform/log';
 import { ConverterError } from './errors';
 
@@ -29,9 +29,7 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   const min = await get('inspect-get-minor-version');
   if (maj) info.version = `${maj}.${min || 0}`;
   for (const l of g.lines(await g.cmd('inspect-get-mountpoints', root))) { const [mp, dev] = l.split(': '); info.mountpoints[mp] = dev; }
-  const fss = await guestFilesystems(g, root, scope);
-  info.filesystems = fss.types;
-  blkidAtInspection.set(info, fss.ids);
+  info.filesystems = await guestFilesystems(g, scope);
   if (scope) info.devices = scope.devices;
   info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
   // Shortest mount point first, so / is mounted before /boot.
@@ -53,33 +51,13 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   return info;
 }
 
-/** The device a btrfs subvolume (`btrfsvol:DEV/SUB`) lies on: `/dev/sda1`, or two levels (`/dev/vg/lv`,
- *  `/dev/mapper/x`) when that is a block device; undefined for anything else. */
-async function btrfsDevice(g: GuestSession, fs: string): Promise<string | undefined> {
-  const m = /^btrfsvol:(\/dev\/[^/]+)(\/[^/]+)?\//.exec(fs);
-  if (!m) return undefined;
-  if (m[2] && (await g.tryCmd('is-blockdev', m[1] + m[2]))?.trim() === 'true') return m[1] + m[2];
-  return m[1];
-}
-
-/** The guest's filesystems and swap devices with their types: the ones inspection already tied to this root
- *  (`inspect-get-filesystems`, from libguestfs's cache), each typed by blkid. Not `list-filesystems`, which probes
- *  every device of the appliance again (2-4 s under TCG, issue 34 item 4). A btrfs subvolume (`btrfsvol:DEV/SUB`)
- *  has the type of its volume, and its volume's device is listed too (its UUID is what fstab names), as
- *  `list-filesystems` lists both. */
-async function guestFilesystems(g: GuestSession, root: string, scope?: GuestScope): Promise<{ types: Record<string, string>; ids: Record<string, Record<string, string>> }> {
-  const types: Record<string, string> = {};
-  const ids: Record<string, Record<string, string>> = {};
-  for (const fs of g.lines(await g.cmd('inspect-get-filesystems', root))) {
-    if (scope && !(await scope.owns(fs))) continue;
-    const volume = await btrfsDevice(g, fs);
-    if (volume) types[fs] = 'btrfs';
-    const dev = volume ?? fs;
-    if (ids[dev]) continue;
-    ids[dev] = await g.blkid(dev);
-    types[dev] = ids[dev].TYPE || 'unknown';
-  }
-  return { types, ids };
+/** Every filesystem and swap device on the guest's disks with its type. `list-filesystems` (2-4 s under TCG), not
+ *  inspection's own list (`inspect-get-filesystems`): inspection leaves out what fstab names in a way it cannot
+ *  resolve (a by-path or by-id swap), which is what the fstab rewrite must find (the pipeline test's plain guest). */
+async function guestFilesystems(g: GuestSession, scope?: GuestScope): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); if (!scope || await scope.owns(dev)) out[dev] = type; }
+  return out;
 }
 
 /** The repairs a migration job (daemon shape B) asks for; the plans' preflight runs the same as a dry run to say

@@ -35,10 +35,6 @@ export interface GuestInfo {
   devices?: string[];
 }
 
-/** What blkid said of each filesystem at inspection (guest.ts): fstab-step.ts reads the identifiers from it instead
- *  of asking again; a step that changes one (the XFS UUID change) reads it afresh. */
-export const blkidAtInspection = new WeakMap<GuestInfo, Record<string, Record<string, string>>>();
-
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }
 /** `failures`: repairs that did not hold when the guest was read back at the end (they fail the fix stage). */
 export interface FixResult {

@@ -3,7 +3,7 @@
 // rewritten to stable names (virt-v2v's remap_block_devices begins here; disk-pins.ts does the rest).
 import type { GuestSession } from '../guestfs';
 import { DeviceIds, FstabContext, rewriteFstab } from '../fstab';
-import { blkidAtInspection, type GuestInfo } from '../types';
+import type { GuestInfo } from '../types';
 import type { FixRun } from '../steps';
 import { ignoreError } from '../../../platform/log';
 
@@ -11,9 +11,8 @@ import { ignoreError } from '../../../platform/log';
 export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<FstabContext> {
   const disks = info.devices ?? g.lines(await g.cmd('list-devices'));
   const ids: Record<string, DeviceIds> = {};
-  const known = blkidAtInspection.get(info) ?? {};
   for (const dev of Object.keys(info.filesystems)) {
-    const b = known[dev] ?? await g.blkid(dev);
+    const b = await g.blkid(dev);
     ids[dev] = { uuid: b.UUID || undefined, partuuid: b.PART_ENTRY_UUID || undefined, label: b.LABEL || undefined };
   }
   return { disks, ids, rootDevice: info.mountpoints['/'] };
