@@ -11,7 +11,10 @@ import type { JobStore } from './store';
 import { isTerminal } from '../domain/states';
 import { fieldError, notFound } from '../platform/errors';
 import { isStreamId } from '../domain/schemas/common';
+import { createLogger } from '../platform/log';
 import { openEventStream, writeFrame } from './sse-stream';
+
+const log = createLogger('events');
 
 /** `last` is the last event id sent, as [ms, seq] numbers: compared once per client per event, so parsed once. */
 interface Client { res: ServerResponse; last: [number, number]; buffering: boolean; buffer: (() => void)[]; closed: boolean }
@@ -153,7 +156,9 @@ export class EventHub {
       for (const f of c.buffer.splice(0)) f();
       if (h && isTerminal(h.state) && !c.closed) this.finish(jobId, c, h.state, parseId(h.latest_event_id || ''));
     } catch (err) {
-      this.write(c, `event: error\ndata: ${JSON.stringify({ message: (err as Error).message })}\n\n`);
+      // Redis's own text stays in the log; the client is told to reconnect, which replays from its last id.
+      log.warn('event stream replay failed; the stream is closed, the client reconnects', { job_id: jobId, error: (err as Error).message });
+      this.write(c, `event: error\ndata: ${JSON.stringify({ message: 'the event log could not be read; retry (reconnect with Last-Event-ID)' })}\n\n`);
       this.drop(jobId, c);
     }
   }

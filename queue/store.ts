@@ -2,6 +2,7 @@
 import { keys as makeKeys, Keys, RedisClient } from '../platform/redis';
 import { HELD, isHeld, JobState, isTerminal, STATES, TERMINAL } from '../domain/states';
 import type { JobSpec, ProgressEvent } from '../domain/schemas/job';
+import { isLastStreamId } from '../domain/schemas/common';
 import { config } from '../platform/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
@@ -288,6 +289,7 @@ export class JobStore {
 
   /** Events in order; `afterId` is exclusive (a reconnecting SSE client's Last-Event-ID). */
   async events(id: string, opts: { afterId?: string; since?: string } = {}): Promise<StoredEvent[]> {
+    if (opts.afterId && isLastStreamId(opts.afterId)) return [];
     const start = opts.afterId ? '(' + opts.afterId : '-';
     const rows = (await this.redis.xrange(this.k.events(id), start, '+')) as [string, string[]][];
     let out = rows.map(([eid, f]) => ({ id: eid, ...(JSON.parse(f[1]) as ProgressEvent) }));

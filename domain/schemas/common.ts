@@ -31,5 +31,11 @@ export function isStreamId(s: string): boolean {
   const m = /^(\d{1,20})-(\d{1,20})$/.exec(s);
   return !!m && BigInt(m[1]) <= U64_MAX && BigInt(m[2]) <= U64_MAX;
 }
+/** Whether `s` is the largest stream id: no event can come after it, and Redis refuses an exclusive range from it
+ *  ("invalid start ID for the interval"). */
+export function isLastStreamId(s: string): boolean {
+  const m = /^(\d{1,20})-(\d{1,20})$/.exec(s);
+  return !!m && BigInt(m[1]) === U64_MAX && BigInt(m[2]) === U64_MAX;
+}
 export const streamId = Joi.string().max(41).custom((v: string, h) => (isStreamId(v) ? v : h.error('streamId.invalid')))
   .messages({ 'streamId.invalid': '{{#label}} must be an event id such as 1700000000000-0 (two unsigned 64-bit integers)' });

@@ -16,9 +16,13 @@ export function openSse<T = Record<string, unknown>>(url: string, lastEventId?: 
   let req: http.ClientRequest;
   let status = 0;
   let onFrame: (() => void) | undefined;
+  let headed: (status: number) => void = () => undefined;
+  /** Resolves with the status once the answer's head is in (a stream's client is registered by then). */
+  const opened = new Promise<number>((resolve) => { headed = resolve; });
   const closed = new Promise<void>((resolve, reject) => {
     req = http.get(url, { headers: { Accept: 'text/event-stream', ...(lastEventId ? { 'Last-Event-ID': lastEventId } : {}) } }, (res) => {
       status = res.statusCode || 0;
+      headed(status);
       let buf = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => {
@@ -41,10 +45,10 @@ export function openSse<T = Record<string, unknown>>(url: string, lastEventId?: 
       res.on('end', () => resolve());
       res.on('close', () => resolve());
     });
-    req.on('error', (e: NodeJS.ErrnoException) => (e.code === 'ECONNRESET' ? resolve() : reject(e)));
+    req.on('error', (e: NodeJS.ErrnoException) => { headed(0); if (e.code === 'ECONNRESET') resolve(); else reject(e); });
   });
   return {
-    frames, comments, closed,
+    frames, comments, closed, opened,
     get status() { return status; },
     close() { req.destroy(); },
     /** Resolves when `pred` holds for the frames so far. */

@@ -70,6 +70,26 @@ describe('resilience', function () {
     expect(bad.status).to.equal(400);
   });
 
+  it('the largest event id (two u64 maxima) is after every event: the log answers none, the stream only the end', async () => {
+    const max = '18446744073709551615-18446744073709551615';
+    await req(gw.url, 'POST', '/jobs?queue=true', { job_id: 'sse-max', operation: 'noop' });
+    const w = { worker_id: 'sse-max-w', capabilities: [] };
+    const claim = (await req<Claimed | null>(gw.url, 'POST', '/queue/dequeue', w)).body!;
+    expect(claim.job_id).to.equal('sse-max');
+    const lease = { worker_id: w.worker_id, lease_token: claim.lease_token };
+    expect((await req(gw.url, 'POST', '/jobs/sse-max/events', { ...lease, phase: 'work', percentage: 50, message: 'half' })).status).to.equal(201);
+    // Redis refuses an exclusive range from this id: neither the log nor the stream's replay may ask it.
+    expect((await req<StoredEvent[]>(gw.url, 'GET', '/jobs/sse-max/events')).body).to.have.length.above(0);
+    const polled = await req<StoredEvent[]>(gw.url, 'GET', `/jobs/sse-max/events?after_id=${max}`);
+    expect(polled.status).to.equal(200);
+    expect(polled.body).to.deep.equal([]);
+    const s = openSse<StreamData>(`${gw.url}/jobs/sse-max/events/stream`, max);
+    expect(await s.opened).to.equal(200);
+    await req(gw.url, 'POST', '/jobs/sse-max/complete', { ...lease, result: {} });
+    await s.closed;
+    expect(s.frames.map((f) => f.event)).to.deep.equal(['complete']);
+  });
+
   it('any gateway replica serves any call: submit on one, stream and report on another', async () => {
     const gw2 = await startGatewayProc(testEnv(redis.url));
     try {
