@@ -11,6 +11,7 @@ import type { JobPath } from '../platform/roots';
 import type { JobImage } from './image-confine';
 import { POWER_OPTIONS } from './vsphere/options';
 import { warmOptionsSchema } from './schemas/warm';
+import { inspectionHintSchema } from './schemas/inspection';
 
 /** virt_test: one boot of the outputs, its serial console judged (domain/converter/boot-judge.ts). */
 export const virtTestSchema = Joi.object({
@@ -273,6 +274,7 @@ export const OPERATIONS: Record<string, OperationDef> = {
         slots: Joi.array().items(Joi.object({ name: Joi.string().max(2048).pattern(/^(plan|esxi|datastore|target):/).required().messages(
           { 'string.pattern.base': '{{#label}} must be a plan limit\'s slot (plan:, esxi:, datastore:, target:)' }),
           limit: Joi.number().integer().min(1).required(), what: Joi.string().max(2048) })).max(64).default([]),
+        inspection: inspectionHintSchema,
       }),
     }),
     description: 'migrate a VM from a remote virtualization manager onto a KVM host (daemon API shape B)',

@@ -22,6 +22,7 @@ import { Fence, jobCallerOf, LeaseLost, newVm, Plan, PlanAction, PlanCaller, Pla
 import { blocks, planManagerName, vmOption, type VmResult } from '../domain/plans/preflight';
 import { recheckTarget } from '../domain/plans/target';
 import { PLAN_OPTION_ROLES } from '../domain/plans/caller';
+import { preflightInspection } from '../domain/plans/guest-rules';
 import { grantsRole, type Auth, type Caller } from '../platform/auth';
 import { buildSpec } from '../domain/daemon-jobs';
 import { isTerminal } from '../domain/states';
@@ -445,7 +446,7 @@ export class PlanRunner {
     const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
     if (v.placement) await recheckTarget(v.placement);
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
-    b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}) } };
+    b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}), inspection: preflightInspection(v.findings) } };
     // As its starter, checked as a direct request (checkCaller); parameters.plan only the runner may set.
     await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id }, caller: jobCallerOf(p), planRunner: true });
   }

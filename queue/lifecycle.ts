@@ -41,7 +41,7 @@ export function requirementsOf(spec: JobSpec): Requirements {
 
 /** What a caller may not ask of this job (403 naming the field): the one check of submission, of a schedule's
  *  creation and of each of its runs. A caller listing device capabilities gains no privilege by it. `parameters.plan`
- *  (a plan VM's slots and window end, orchestration/plan-slots.ts) only the plan runner sets (`planRunner`): from anyone
+ *  (a plan VM's slots and window end, orchestration/plan-slots.ts; the preflight's reading of its guest) only the plan runner sets (`planRunner`): from anyone
  *  else it would take slots by any name, a VM's source guard among them (400 naming it). */
 export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', opts: { planRunner?: boolean; internal?: boolean } = {}) {
   const op = OPERATIONS[spec.operation];
@@ -62,7 +62,8 @@ export function checkCaller(spec: JobSpec, caller: Caller | null, where = '', op
   if (!opts.planRunner && (spec.parameters as { plan?: unknown } | undefined)?.plan !== undefined) {
     const field = [where, 'parameters.plan'].filter(Boolean).join('.');
     throw fieldError(400, field, 'is set only by a plan (POST /plans), never by a caller',
-      `${field} is set only by the plan runner for a plan's own jobs (its limits' slots and window); submit a plan (POST /plans) instead`);
+      `${field} is set only by the plan runner for a plan's own jobs (its limits' slots, its window, its preflight's reading of the guest); ` +
+      'submit a plan (POST /plans) instead');
   }
   const mode = spec.requirements?.execution_mode;
   if (!mayRunPrivileged(caller, mode, operationCapabilities(spec))) {

@@ -9,13 +9,43 @@ import { detectBoot } from './firmware';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
 import { ignoreError } from '../../platform/log';
 import { ConverterError } from './errors';
+import { evidenceDiffers, hintedInfo, type InspectionHint } from './inspection-hint';
 
 /** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
  *  (a partition, an LV) lies on them. */
 export interface GuestScope { root: string; devices: string[]; owns: (dev: string) => Promise<boolean> }
 
-/** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). */
-export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope): Promise<GuestInfo> {
+/** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). With `hint` (a plan
+ *  preflight's inspection of the same disks, inspection-hint.ts) inspection is skipped when the disks still hold
+ *  what the preflight read; `info.inspection` says which happened. */
+export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope, hint?: InspectionHint): Promise<GuestInfo> {
+  const reused = hint ? await fromPreflight(g, hint, readonly) : {};
+  let info = reused.info;
+  if (!info) {
+    info = await inspectedInfo(g, scope);
+    await mountGuest(g, info, readonly);
+  }
+  if (hint) info.inspection = reused.info ? { from: 'preflight' } : { from: 'appliance', why: `the preflight's was not taken: ${reused.why}` };
+  info.filesystems = await guestFilesystems(g, scope);
+  if (scope) info.devices = scope.devices;
+  info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
+  if (info.os === 'linux') await linuxFacts(g, info, scope, !!reused.info);
+  return info;
+}
+
+/** The preflight's facts, the guest mounted, when its devices and files are as the preflight read them. */
+async function fromPreflight(g: GuestSession, hint: InspectionHint, readonly: boolean): Promise<{ info?: GuestInfo; why?: string }> {
+  const r = await hintedInfo(g, hint);
+  if (!r.info) return r;
+  await mountGuest(g, r.info, readonly);
+  const why = await evidenceDiffers(g, hint);
+  if (!why) return r;
+  await g.cmd('umount-all');
+  return { why };
+}
+
+/** libguestfs's inspection: the root (the scope's, or the first found) and what it says of the OS. */
+async function inspectedInfo(g: GuestSession, scope?: GuestScope): Promise<GuestInfo> {
   const roots = scope ? [scope.root] : g.lines(await g.cmd('inspect-os'));
   if (!roots.length) throw new ConverterError('guest inspection found no operating system', 'guest');
   const root = roots[0];
@@ -29,26 +59,31 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
   const min = await get('inspect-get-minor-version');
   if (maj) info.version = `${maj}.${min || 0}`;
   for (const l of g.lines(await g.cmd('inspect-get-mountpoints', root))) { const [mp, dev] = l.split(': '); info.mountpoints[mp] = dev; }
-  info.filesystems = await guestFilesystems(g, scope);
-  if (scope) info.devices = scope.devices;
-  info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
-  // Shortest mount point first, so / is mounted before /boot.
+  return info;
+}
+
+/** Mounts the guest's mount points, shortest first (/ before /boot). */
+async function mountGuest(g: GuestSession, info: GuestInfo, readonly: boolean) {
   for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
     // A mount point the appliance cannot mount (a swap or foreign filesystem listed there) is left out; the
     // repairs read what they need and report what they could not find.
     await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('could not mount a guest mount point in the appliance; inspection and repair go on without what it holds', { mountpoint: mp }));
   }
-  if (os === 'linux') {
-    if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
-    info.package_format = await get('inspect-get-package-format');
+}
+
+/** What the Linux repairs read from the mounted guest: kernels, packages (the hint's, when taken), tools' files,
+ *  the boot loader. */
+async function linuxFacts(g: GuestSession, info: GuestInfo, scope: GuestScope | undefined, hinted: boolean) {
+  if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
+  if (!hinted) {
+    info.package_format = (await g.tryCmd('inspect-get-package-format', info.root_device))?.trim() || undefined;
     // libguestfs reads the guest's package database (dpkg, rpm, apk, pacman) for the installed applications.
-    info.hypervisor_tools.push(...(await installedHvPackages(g, root)));
-    for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
-    for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
-    for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
-    info.boot = await detectBoot(g, info.mountpoints, scope?.devices);
+    info.hypervisor_tools.push(...(await installedHvPackages(g, info.root_device)));
   }
-  return info;
+  for (const f of ['/usr/bin/vmtoolsd', '/etc/vmware-tools']) if (await g.exists(f)) info.hypervisor_tools.push(f);
+  for (const t of INITRAMFS_TOOLS) if (await g.firstFile(t.paths)) { info.initramfs_tool = t.tool; break; }
+  for (const c of ['/boot/grub/grub.cfg', '/boot/grub2/grub.cfg']) if (await g.isFile(c)) { info.grub_config = c; break; }
+  info.boot = await detectBoot(g, info.mountpoints, scope?.devices);
 }
 
 /** Every filesystem and swap device on the guest's disks with its type. `list-filesystems` (2-4 s under TCG), not

@@ -33,6 +33,8 @@ export interface GuestInfo {
   /** The appliance's disks that are this guest's (an appliance shared by several guests, the plans' preflight);
    *  unset: every disk of the appliance. */
   devices?: string[];
+  /** Set when a plan preflight's inspection was offered (inspection-hint.ts): taken, or inspected again and why. */
+  inspection?: { from: 'preflight' | 'appliance'; why?: string };
 }
 
 export interface FixAction { action: string; status: 'done' | 'would_do' | 'skipped' | 'warning' | 'failed'; detail: string; [k: string]: unknown }

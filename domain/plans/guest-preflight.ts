@@ -13,6 +13,7 @@ import { GuestSession } from '../converter/guestfs';
 import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type GuestScope } from '../converter/guest';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from '../converter/types';
 import { chooseFirmware } from '../converter/firmware';
+import { inspectionHint } from '../converter/inspection-hint';
 import { readGuestSpace, unsupportedReason } from '../converter/prechecks';
 import type { Manager } from '../vsphere/client';
 import { datacenterOf } from '../vsphere/inventory';
@@ -84,7 +85,8 @@ function unsupportedResult(info: GuestInfo): FixResult {
 }
 
 /** What one mounted guest tells: free space, the initramfs sizes, the dry-run repair. */
-async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, luks: string[]): Promise<GuestRead> {
+async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, scope: { disks: string[]; luks: string[] }): Promise<GuestRead> {
+  const { disks, luks } = scope;
   const { free, initrds, largestInitrd } = await readGuestSpace(g, info);
   const fix = pipelineSchema.extract('fix').validate(MIGRATION_REPAIR).value as FixOptions;
   const firmware = chooseFirmware(/efi/i.test(vm.facts.firmware) ? 'uefi' : 'bios', info.boot).firmware;
@@ -93,7 +95,9 @@ async function readGuest(g: GuestSession, vm: Vm, info: GuestInfo, luks: string[
     : await fixGuest(g, info, { ...fix, dry_run: true, nic_macs: vm.facts.nics.map((n) => n.mac), firmware },
       () => undefined); // the dry run's log lines: its findings are the result
   const notes = [...new Set(vm.disks.flatMap((d) => d.notes))];
-  return { info, luks, free, largestInitrd, repair, ...planned(repair.actions, info, initrds), notes };
+  // Read last: the dry run above writes nothing, so the digests are of the guest as it is.
+  const inspection = await inspectionHint(g, info, disks);
+  return { info, inspection, luks, free, largestInitrd, repair, ...planned(repair.actions, info, initrds), notes };
 }
 
 /** One round: an appliance on every disk of `vms`; the findings of those it could judge, and the ones to retry. */
@@ -130,7 +134,7 @@ async function round(m: Manager, vms: Vm[], signal: AbortSignal, log: Pick<Logge
       const info = await inspectAndMount(g, true, scope);
       const mine = await Promise.all(Object.values(info.mountpoints).map(owns));
       if (mine.includes(false)) { alone.push(vm); continue; } // its fstab resolved onto another VM's disk
-      done.set(vm.facts.vm_path, guestFindings(await readGuest(g, vm, info, luks)));
+      done.set(vm.facts.vm_path, guestFindings(await readGuest(g, vm, info, { disks, luks })));
     }
     return { done, again, alone };
   } finally {

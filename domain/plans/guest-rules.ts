@@ -2,6 +2,8 @@
 // VM's disk in place (guest-preflight.ts) and of the repair's dry run, so a finding says before the copy what
 // would stop the repair after it.
 import type { FixResult, GuestInfo } from '../converter/types';
+import type { InspectionHint } from '../converter/inspection-hint';
+import { inspectionHintSchema } from '../schemas/inspection';
 import type { Finding } from './rules';
 import { osOf, spaceShortfalls, unsupportedReason } from '../converter/prechecks';
 
@@ -9,6 +11,8 @@ export { osOf } from '../converter/prechecks';
 
 export interface GuestRead {
   info: GuestInfo;
+  /** What the repair of this VM's job may take instead of inspecting again (inspection-hint.ts). */
+  inspection?: InspectionHint;
   /** Devices of the VM holding LUKS (crypto_LUKS). */
   luks: string[];
   /** Free bytes for unprivileged writers (statvfs bavail) of the file systems mounted at / and /boot. */
@@ -52,6 +56,7 @@ function inspected(r: GuestRead): Finding {
     os: i.os, distro: i.distro, version: i.version, product_name: i.product_name, boot_loader: bootLoaderOf(i), boot: i.boot,
     root: i.mountpoints['/'] ?? i.root_device, boot_fs: i.mountpoints['/boot'] ?? null, filesystems: i.filesystems, initramfs_tool: i.initramfs_tool ?? null,
     kernels: i.kernels, free_bytes: r.free, files_changed: r.files, packages_removed: r.packages, network: net,
+    ...(r.inspection ? { inspection: r.inspection } : {}),
   } };
 }
 
@@ -90,3 +95,10 @@ export const unreadable = (why: string): Finding => f('guest_unreadable', 'warni
 /** No active worker could run the guest read (the guest_preflight job, domain/operations.ts): said as such, so an
  *  operator starts one rather than looking for a fault in the guest. */
 export const noGuestWorker = (why: string): Finding => f('guest_preflight_no_worker', 'warning', `the guest was not read before the copy: ${why}; the guest read runs as a worker job`, 'start a worker with those capabilities (docs/deploy.md: worker-migrate), or set options.guest_preflight to false for this plan; nothing blocks the migration, the repair finds the same during the job');
+
+/** The inspection a VM's guest_inspected finding carries for its job's repair, if it is one the job schema takes
+ *  (a plan stored by an older Ferry may hold none, or another shape: then the repair inspects as always). */
+export function preflightInspection(findings: Finding[] | undefined): InspectionHint | undefined {
+  const hint = findings?.find((x) => x.rule === 'guest_inspected')?.guest?.inspection;
+  return hint && !inspectionHintSchema.validate(hint).error ? hint as InspectionHint : undefined;
+}

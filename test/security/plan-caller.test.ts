@@ -119,6 +119,33 @@ describe('security: a plan acts as its caller (insecure, remove_source, plan slo
     expect((await vmDetail(s.m, victim)).power_state).to.equal('poweredOff');
   });
 
+  it('the preflight\'s inspection reaches the VM\'s job only from the plan runner: carried when it is one the schema takes, left out when not; forged by a caller of any role it is a 400 naming parameters.plan', async () => {
+    const k = planKeys(keys(PREFIX));
+    const hint = {
+      os: 'linux', distro: 'debian', version: '12.5', package_format: 'deb', root: '/dev/sda1', mountpoints: { '/': '/dev/sda1' },
+      uuids: { '/dev/sda1': '6f0c3c61-7b5c-4f3a-9f55-2b8e1f6d0a11' }, hypervisor_packages: ['open-vm-tools'], evidence: { '/etc/fstab': 'a'.repeat(64), '/etc/crypttab': null },
+    };
+    const jobOf = async (id: string, inspection: unknown) => {
+      expect((await req(s.url, 'POST', '/plans', s.plan(id, ['pc-b']), as(K.admin))).status).to.equal(201);
+      // As the preflight stored it: the VM's guest_inspected finding carries the reading.
+      const stored = JSON.parse((await s.rc.get(k.plan(id)))!) as Plan;
+      stored.vms[0].findings = [{ rule: 'guest_inspected', severity: 'info', message: 'read', fix: 'none needed', guest: { os: 'linux', inspection } }];
+      await s.rc.set(k.plan(id), JSON.stringify({ ...stored, status: 'running', started_at: new Date().toISOString(), started_by: { name: 'ops', role: 'admin' } }));
+      await s.rc.sadd(k.running, id);
+      const job = await until(async () => (await get(id)).vms[0].job_id, 30_000, `${id}'s job`);
+      return JSON.parse(await until(() => s.rc.hget(keys(PREFIX).job(job), 'spec'), 30_000, 'the job\'s record')) as { parameters: { plan: { inspection?: unknown } } };
+    };
+    expect((await jobOf('pc-insp', hint)).parameters.plan.inspection).to.deep.equal(hint);
+    const odd = await jobOf('pc-insp-odd', { ...hint, root: 'sda1; rm -rf /' });
+    expect(odd.parameters.plan, 'the job is made, without the reading').to.not.have.property('inspection');
+    for (const key of [K.submit, K.admin]) {
+      const parameters = { vm_path: s.vm('pc-a'), source_type: 'vsphere', destination: { type: 'kvm' }, plan: { id: 'x', inspection: hint } };
+      const r = await req<DaemonError>(s.url, 'POST', '/jobs/operation', { operation: 'migrate_vm', parameters }, as(key));
+      expect(r.status, r.text).to.equal(400);
+      expect(fields(r.body)).to.include('parameters.plan');
+    }
+  });
+
   it('a plan\'s side-effect operations (rollback_kvm, remove_source) are refused from every caller, admin included: no job is made and the source stays', async () => {
     // What an attacker would aim them at: another job's ledger, or any VM's source through a job of its choosing.
     const victim = s.vm('pc-victim');

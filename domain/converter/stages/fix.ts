@@ -28,7 +28,7 @@ async function repair(run: Run, disks: GuestDisk[], signal?: AbortSignal): Promi
   const s = await GuestSession.open(disks, { readonly: run.dry, signal, log: (l) => run.warn(`fix: ${l}`) });
   run.session = s;
   try {
-    const gi = await inspectAndMount(s, run.dry);
+    const gi = await inspectAndMount(s, run.dry, undefined, run.opts.inspection);
     const nicMacs = (run.m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
     const firmware = chooseFirmware(run.m.vm?.firmware, gi.boot);
     const res = await fixGuest(s, gi, { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs, firmware: firmware.firmware }, (msg) => run.log(1, msg));
@@ -78,7 +78,10 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
   run.firmware = firmware;
   run.log(1, `firmware: ${firmware.firmware}: ${firmware.reason}`);
   if (run.stages.inspect.result && run.st.inspect?.collect_guest_info) run.stages.inspect.result.guest = gi;
-  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
+  if (gi.inspection?.from === 'preflight') run.log(1, 'fix: the plan preflight\'s inspection of these disks was taken (every UUID and file it read unchanged)');
+  // The guest changed since the plan read it: its preflight findings may no longer hold.
+  else if (gi.inspection) run.warn(`fix: inspected again: ${gi.inspection.why}; the plan preflight's findings for this VM may no longer hold`);
+  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot, inspection: gi.inspection }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
   for (const wmsg of res.warnings) run.warnings.push(`fix: ${wmsg}`);
   // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
   if (res.failures.length) { fixReport.result = result; throw new ConverterError(`repairs that did not hold: ${res.failures.join('; ')}`, 'guest', 'verify'); }

@@ -8,6 +8,7 @@ import type { GuestSession } from '../guestfs';
 import type { TestBootOptions, TestBootResult } from '../testboot';
 import type { FixResult, GuestInfo } from '../types';
 import type { FirmwareChoice } from '../firmware';
+import type { InspectionHint } from '../inspection-hint';
 import { OperationError } from '../../../platform/errors';
 import { ConverterError } from '../errors';
 
@@ -36,6 +37,9 @@ export interface PipelineOptions {
    *  copy): inspect and the repair's overlay read it from this NBD reader of the source instead, and nothing
    *  opens local_path during the run. */
   sources?: Record<string, { qemuUri: string; format: string }>;
+  /** A plan preflight's inspection of these disks (inspection-hint.ts): the repair takes it when the disks still
+   *  hold what the preflight read, instead of running libguestfs's inspection again. */
+  inspection?: InspectionHint;
 }
 
 export interface StageReport { enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>; error?: string; skipped_reason?: string }

@@ -12,11 +12,19 @@ import { checkRunPath } from '../../../platform/roots';
 import { checkRunImage } from '../../../domain/image-confine';
 import { throttle, type OpContext, type Operation } from './types';
 import type { PipelineReport } from '../../../domain/converter/stages/report';
+import type { InspectionHint } from '../../../domain/converter/inspection-hint';
 import { dropped } from '../../../platform/log';
 
-type MigrateParams = { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number } };
+/** `inspection`: set only by migrate_vm's stages for a plan's VM (parameters.plan.inspection), never a caller's. */
+type MigrateParams = { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number };
+  inspection?: InspectionHint };
 
 export const migrate: Operation = (ctx) => migrateManifest(ctx, new Set());
+
+/** The parameters of a migrate_vm job's own repair (`ctx`: that job's): its exported manifest, and the plan
+ *  preflight's inspection the plan runner gave it (parameters.plan.inspection). */
+export const repairParameters = (ctx: OpContext, manifest: Manifest): MigrateParams =>
+  ({ manifest, overwrite: false, inspection: (ctx.spec.parameters as { plan?: { inspection?: InspectionHint } }).plan?.inspection });
 
 /** The migrate operation. `made`: disk paths Ferry made itself for this job (one pass: its partial volumes in the
  *  pool folder, docs/pipeline.md), which are not the job's input and so are not held to the input roots.
@@ -52,6 +60,7 @@ async function runManifest(ctx: OpContext, m: Manifest, p: MigrateParams, output
   const report = await runPipeline(m, {
     outputDir,
     sources,
+    inspection: p.inspection,
     overwrite: p.overwrite,
     claims: ctx.claims,
     signal: ctx.signal,

@@ -18,7 +18,7 @@ import { jobPattern } from '../../../platform/linear-regex';
 import { validateManifest } from '../../../domain/schemas/manifest';
 import type { ExportResult } from '../../../domain/vsphere/export';
 import { testBootLibvirt } from '../../../domain/converter/testboot';
-import { migrateManifest } from './migrate';
+import { migrateManifest, repairParameters } from './migrate';
 import { clearEarlierAttempts, finalRefusal } from './import';
 import type { OpContext } from './types';
 import { dropped } from '../../../platform/log';
@@ -50,7 +50,7 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
   const volumes = disks.map((d) => (d.data_path?.mode === 'one_pass' ? d.data_path.volume : undefined));
   const manifest = pipelineManifest(input.exported.manifest, dir, volumes);
   // migrate's result is the pipeline's report (runPipeline); one pass's volumes are Ferry's own, not job input.
-  const report = input.beside ? await finishBesideCopy(ctx, input.beside) : await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } } }, new Set(volumes.filter((x): x is string => !!x)));
+  const report = input.beside ? await finishBesideCopy(ctx, input.beside) : await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: repairParameters(ctx, manifest) } }, new Set(volumes.filter((x): x is string => !!x)));
   const artifacts = [...(report.artifacts as { disk_id: string; path: string; format: string; boot_order: number; modified_by_fix?: boolean }[])].sort((a, b) => a.boot_order - b.boot_order);
   // What an earlier attempt made goes, except the volumes this attempt resumed into and has just repaired.
   await clearEarlierAttempts(ctx, 'import', new Set(volumes.filter((x): x is string => !!x)));

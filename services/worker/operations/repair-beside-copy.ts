@@ -14,7 +14,7 @@ import { repairManifest, type PlannedDisk } from '../../../domain/vsphere/export
 import type { Manager } from '../../../domain/vsphere/client';
 import type { VmDetail } from '../../../domain/vsphere/inventory';
 import type { PipelineReport } from '../../../domain/converter/stages/report';
-import { migrateManifest } from './migrate';
+import { migrateManifest, repairParameters } from './migrate';
 import { pipelineManifest } from './one-pass';
 import type { OpContext } from './types';
 
@@ -66,7 +66,7 @@ export async function startRepairBesideCopy(ctx: OpContext, o: { dir: string; ma
   const signal = AbortSignal.any([ctx.signal, ac.signal]);
   const repair: Span = { started_at: new Date().toISOString() };
   const sub: OpContext = {
-    ...ctx, signal, spec: { ...ctx.spec, parameters: { manifest, overwrite: false } },
+    ...ctx, signal, spec: { ...ctx.spec, parameters: repairParameters(ctx, manifest) },
     progress: (phase, pct, message, details) => ctx.progress(phase, pct, `${message} (beside the copy)`, details),
   };
   ctx.log.info('the repair starts beside the copy, on overlays over nbdkit readers of the sources', { job_id: ctx.spec.job_id, disks: o.disks.length });

@@ -1,0 +1,112 @@
+// The plan preflight's inspection, reused by the repair (issue 34 item 4; domain/converter/inspection-hint.ts). The
+// preflight reads the real Debian guest as the second disk of a shared appliance (as a plan's round does); the
+// job's appliance, on a copy-on-write overlay of the same disk, takes that reading without running inspect-os, and
+// what it concludes is what inspection concludes. A changed /etc/fstab, or a device holding another file system,
+// and it inspects again, saying why.
+// Not a reused proof: three appliance launches on one cached disk, about a minute; it runs every time.
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { GuestSession } from '../../domain/converter/guestfs';
+import { inspectAndMount } from '../../domain/converter/guest';
+import { diskName, inspectionHint, jobDevice, type InspectionHint } from '../../domain/converter/inspection-hint';
+import { inspectionHintSchema } from '../../domain/schemas/inspection';
+import type { GuestInfo } from '../../domain/converter/types';
+import { ensureDebianGuest } from '../fixtures/debian-guest';
+
+describe('inspection reuse: device names as the job sees the VM\'s disks', () => {
+  it('names disks as libguestfs does, and renames a VM\'s disks from a shared appliance to its own', () => {
+    expect([0, 1, 25, 26, 27, 701, 702].map(diskName)).to.deep.equal(['/dev/sda', '/dev/sdb', '/dev/sdz', '/dev/sdaa', '/dev/sdab', '/dev/sdzz', '/dev/sdaaa']);
+    const disks = ['/dev/sdc', '/dev/sdd'];
+    expect(jobDevice('/dev/sdc1', disks)).to.equal('/dev/sda1');
+    expect(jobDevice('/dev/sdd', disks)).to.equal('/dev/sdb');
+    expect(jobDevice('btrfsvol:/dev/sdd2/@home', disks)).to.equal('btrfsvol:/dev/sdb2/@home');
+    expect(jobDevice('/dev/debian-vg/root', disks)).to.equal('/dev/debian-vg/root');
+    expect(jobDevice('/dev/sda1', disks), 'another VM\'s disk').to.equal(undefined);
+  });
+});
+
+describe('inspection reuse: the repair takes the preflight\'s reading of the same disks @vm', function () {
+  this.timeout(20 * 60 * 1000);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-inspection-reuse-'));
+  let hint: InspectionHint;
+  let s: GuestSession | undefined;
+
+  before(async () => {
+    const g = await ensureDebianGuest('plain');
+    // The fixture's fstab names the root /dev/sda1, as VMware templates often do: a VM not first in a shared
+    // round then resolves onto another's disk and the preflight reads it alone (guest-preflight.ts). By UUID, as
+    // most guests name it, it is read in the shared round: the case where the names must be translated.
+    const base = path.join(dir, 'base.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', g.vmdk, '-F', 'vmdk', base]);
+    const edit = await GuestSession.open([{ path: base, format: 'qcow2' }]);
+    try {
+      await edit.cmd('mount', '/dev/sda1', '/');
+      const uuid = (await edit.blkid('/dev/sda1')).UUID;
+      await edit.writeFile('/etc/fstab', (await edit.read('/etc/fstab')).replace(/^\/dev\/sda1(?=\s)/gm, `UUID=${uuid}`) + '\n');
+    } finally { await edit.close(); }
+    for (const name of ['preflight', 'job']) execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', base, '-F', 'qcow2', path.join(dir, `${name}.qcow2`)]);
+    // Another VM's disk first: the guest is /dev/sdb in the preflight's appliance, as in a plan's shared round.
+    execFileSync('qemu-img', ['create', '-q', '-f', 'raw', path.join(dir, 'other.raw'), '16M']);
+    const pre = await GuestSession.open([{ path: path.join(dir, 'other.raw'), format: 'raw' }, { path: path.join(dir, 'preflight.qcow2'), format: 'qcow2' }], { readonly: true });
+    try {
+      const roots = pre.lines(await pre.cmd('inspect-os'));
+      expect(roots).to.deep.equal(['/dev/sdb1']);
+      const scope = { root: roots[0], devices: ['/dev/sdb'], owns: (d: string) => Promise.resolve(d.startsWith('/dev/sdb')) };
+      const info = await inspectAndMount(pre, true, scope);
+      hint = (await inspectionHint(pre, info, scope.devices))!;
+    } finally { await pre.close(); }
+    s = await GuestSession.open([{ path: path.join(dir, 'job.qcow2'), format: 'qcow2' }]);
+  });
+  after(async () => {
+    await s?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const without = (i: GuestInfo) => { const { inspection, ...rest } = i; void inspection; return rest; };
+
+  it('the preflight records the job\'s device names, the file systems\' UUIDs and the digests of the files inspection reads', () => {
+    expect(inspectionHintSchema.validate(hint).error).to.equal(undefined);
+    expect(hint).to.deep.include({ os: 'linux', distro: 'debian', package_format: 'deb', root: '/dev/sda1' });
+    expect(hint.mountpoints['/']).to.equal('/dev/sda1');
+    expect(hint.uuids['/dev/sda1']).to.match(/^[0-9a-f-]{36}$/);
+    expect(hint.hypervisor_packages).to.include('open-vm-tools');
+    for (const f of ['/etc/fstab', '/etc/os-release', '/etc/hostname', '/etc/debian_version', '/var/lib/dpkg/status']) expect(hint.evidence[f], f).to.match(/^[0-9a-f]{64}$/);
+    expect(hint.evidence['/etc/redhat-release']).to.equal(null);
+  });
+
+  it('the job takes it without inspect-os, and concludes what inspection concludes', async () => {
+    const t0 = Date.now();
+    const reused = await inspectAndMount(s!, false, undefined, hint);
+    const t1 = Date.now();
+    expect(reused.inspection).to.deep.equal({ from: 'preflight' });
+    expect(s!.timings).to.not.have.property('inspect-os');
+    expect(await s!.isFile('/etc/fstab'), 'the guest is mounted').to.equal(true);
+    await s!.cmd('umount-all');
+    const t2 = Date.now();
+    const inspected = await inspectAndMount(s!, false);
+    console.log(`      the preflight's reading taken in ${((t1 - t0) / 1000).toFixed(1)} s; libguestfs's inspection and mounts ${((Date.now() - t2) / 1000).toFixed(1)} s`);
+    expect(s!.timings).to.have.property('inspect-os');
+    expect(without(reused)).to.deep.equal(without(inspected));
+  });
+
+  it('a file inspection reads changed since the preflight: inspected again, saying which', async () => {
+    await s!.cmd('write-append', '/etc/fstab', '# edited after the preflight\n');
+    await s!.cmd('umount-all');
+    const info = await inspectAndMount(s!, false, undefined, hint);
+    expect(info.inspection?.from).to.equal('appliance');
+    expect(info.inspection?.why).to.include('/etc/fstab changed since the preflight');
+    expect(info.root_device).to.equal('/dev/sda1');
+    expect(await s!.isFile('/etc/fstab'), 'mounted by the inspection that followed').to.equal(true);
+  });
+
+  it('a device holding another file system than the preflight read: inspected again, naming it', async () => {
+    await s!.cmd('umount-all');
+    const wrong = { ...hint, uuids: { ...hint.uuids, '/dev/sda1': '00000000-0000-4000-8000-000000000000' } };
+    const info = await inspectAndMount(s!, false, undefined, wrong);
+    expect(info.inspection?.from).to.equal('appliance');
+    expect(info.inspection?.why).to.match(/\/dev\/sda1 holds the file system [0-9a-f-]{36}, not 00000000-/);
+  });
+});
