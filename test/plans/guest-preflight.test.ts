@@ -29,9 +29,13 @@ import { releaseLibvirt, TestLibvirt, useLibvirt } from '../helpers/libvirt';
 import { createVm, upload } from '../vsphere/fixture';
 import { tolerate } from '../helpers/teardown';
 import { fixtureInputs, reusedProof } from '../helpers/proofs';
+import type { InspectionHint } from '../../domain/converter/inspection-hint';
 
 /** The guest_inspected finding's `guest` (domain/plans/guest-rules.ts), with the fields read here. */
-interface InspectedGuest { os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[] }
+interface InspectedGuest {
+  os: string; distro?: string; version?: string; boot_loader: string; root: string; initramfs_tool: string | null; files_changed: string[]; network: string[];
+  inspection?: InspectionHint;
+}
 type PreflightFinding = VmResult['findings'][number];
 type GuestInspected = PreflightFinding & { guest: InspectedGuest };
 
@@ -193,6 +197,12 @@ describe('plans: guest-level preflight reads the guest in place on the datastore
       // The network configuration Ferry would rewrite: the VMware NIC's name in the guest's configuration.
       expect(info.guest.network.join(' '), files.join(' ')).to.include(g.vmwareNic);
       for (const word of ['Debian 12.', 'GRUB for BIOS', '/boot/grub/grub.cfg', g.vmwareNic]) expect(info.message).to.include(word);
+      // The reading the VM's job's repair reuses: device names as its own appliance sees them (its disk sda).
+      const read = info.guest.inspection;
+      expect(read, `${n}: no reading for the repair`).to.not.equal(undefined);
+      expect(read).to.deep.include({ os: 'linux', distro: 'debian', package_format: 'deb', root: '/dev/sda1' });
+      expect(read!.hypervisor_packages).to.include('open-vm-tools');
+      for (const f of ['/etc/fstab', '/etc/os-release', '/var/lib/dpkg/status']) expect(read!.evidence[f], `${n} ${f}`).to.match(/^[0-9a-f]{64}$/);
     }
     expect(rules('luks'), JSON.stringify(by.luks)).to.include('guest_luks:blocker');
     expect(by.luks.find((f) => f.rule === 'guest_luks')!.message).to.include('/dev/sd');
