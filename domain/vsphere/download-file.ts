@@ -39,7 +39,7 @@ export interface FileJob {
   written: number[];
   done: boolean[];
   fh?: fs.FileHandle;
-  /** with a target, also the block hash list (block-hash.ts) */
+  /** with a target, the block hash list (block-hash.ts), and no whole-file sha256 unless it fetches `ranges` */
   hash: StreamHash;
   /** first chunk not yet hashed, and the bytes of it already hashed */
   frontier: number;
@@ -84,7 +84,7 @@ export async function openFile(f: RemoteFile, streams: number, chunkBytes: numbe
   const chunk = streams === 1 && !f.ranges ? Math.max(1, f.size) : Math.max(64 * 1024, chunkBytes);
   const chunks = Math.max(1, Math.ceil(f.size / chunk));
   const j: FileJob = { f, name: path.basename(f.local), chunk, chunks, written: new Array<number>(chunks).fill(0), done: new Array<boolean>(chunks).fill(false),
-    hash: new StreamHash(f.target ? setting('FERRY_ONE_PASS_BLOCK_BYTES') : 0), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0,
+    hash: new StreamHash(f.target ? setting('FERRY_ONE_PASS_BLOCK_BYTES') : 0, !f.target || !!f.ranges), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0,
     finished: false, stateDirty: false, lock: Promise.resolve() };
   await fs.mkdir(path.dirname(f.local), { recursive: true });
   await resume(j);
@@ -139,21 +139,34 @@ export async function readRange(fh: fs.FileHandle, start: number, len: number, e
 }
 
 /** Writes `bufs` at `at`; with `holes`, each buffer of zeros is skipped (left a hole in a sparse target).
+ *  Each run of buffers between holes goes down in one writev: one call into libuv's pool per run, not per
+ *  received piece (TLS hands over 16 KiB at a time; a call each cost the event loop ~10 s per 8 GiB).
  *  Returns the bytes skipped. */
 export async function writeAt(fh: fs.FileHandle, bufs: Buffer[], at: number, holes: boolean): Promise<number> {
-  if (!holes) {
-    const n = bufs.reduce((a, b) => a + b.length, 0);
-    for (let w = 0; w < n;) w += (await fh.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
-    return 0;
-  }
+  if (!holes) { await writeRun(fh, bufs, at); return 0; }
   let off = at;
   let skipped = 0;
+  let run: Buffer[] = [];
+  let runAt = at;
   for (const b of bufs) {
-    if (allZero(b)) skipped += b.length;
-    else for (let w = 0; w < b.length;) w += (await fh.write(b, w, b.length - w, off + w)).bytesWritten;
+    if (allZero(b)) {
+      if (run.length) await writeRun(fh, run, runAt);
+      run = [];
+      skipped += b.length;
+    } else {
+      if (!run.length) runAt = off;
+      run.push(b);
+    }
     off += b.length;
   }
+  if (run.length) await writeRun(fh, run, runAt);
   return skipped;
+}
+
+/** `bufs` written back to back from `at`, continued after a short writev. */
+async function writeRun(fh: fs.FileHandle, bufs: Buffer[], at: number) {
+  const n = bufs.reduce((a, b) => a + b.length, 0);
+  for (let w = 0; w < n;) w += (await fh.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
 }
 
 /** The buffers from byte `from` on (after a short writev). */
