@@ -61,6 +61,19 @@ export class ApplianceCrash extends GuestfsError {
   }
 }
 
+/** How an appliance is launched. `nice`: guestfish's CPU priority is lowered by this much before the launch, so
+ *  the appliance's qemu (forked at `run`) inherits it: the repair beside the copy yields the CPU to the copy. */
+export interface LaunchOptions { readonly?: boolean; signal?: AbortSignal; nice?: number; log?: (line: string) => void }
+
+/** A lower priority for `pid`; where the host refuses it, the appliance runs at the worker's own priority. */
+function lowerPriority(pid: number, nice: number, log?: (line: string) => void) {
+  try {
+    os.setPriority(pid, Math.min(19, os.getPriority(pid) + nice));
+  } catch (e) {
+    log?.(`the appliance keeps the worker's CPU priority (setpriority: ${(e as Error).message})`);
+  }
+}
+
 export class GuestSession {
   private constructor(readonly pid: number, private fish: FishPipe, private onAbort?: () => void, private signal?: AbortSignal) {}
   closed = false;
@@ -80,7 +93,7 @@ export class GuestSession {
    * word, then libguestfs's own limit): guestfish and its appliance are killed and the launch is tried once more,
    * said through `log`.
    */
-  static async open(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal; log?: (line: string) => void } = {}): Promise<GuestSession> {
+  static async open(disks: GuestDisk[], opts: LaunchOptions = {}): Promise<GuestSession> {
     let debug = false;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -95,7 +108,7 @@ export class GuestSession {
     }
   }
 
-  private static async launch(disks: GuestDisk[], opts: { readonly?: boolean; signal?: AbortSignal }, debug = false): Promise<GuestSession> {
+  private static async launch(disks: GuestDisk[], opts: LaunchOptions, debug = false): Promise<GuestSession> {
     const args = opts.readonly ? ['--ro'] : [];
     for (const d of disks) args.push(`--format=${d.format}`, '-a', d.path);
     // stderr goes to a file: commands' errors are read from it once their answer is in (guestfish-pipe.ts).
@@ -108,6 +121,7 @@ export class GuestSession {
     });
     if (spawned || !child.pid) { rmSync(errFile, { force: true }); throw new OperationError(`guestfish failed to start: ${spawned}`, false); }
     const pid = child.pid;
+    if (opts.nice) lowerPriority(pid, opts.nice, opts.log);
     const s = new GuestSession(pid, new FishPipe(child), undefined, opts.signal);
     s.errFile = errFile;
     s.watchdog = watchOwner(pid, errFile);

@@ -166,4 +166,18 @@ exec qemu-system-x86_64 "$@"
     expect(blank.errors.join('\n')).to.not.include('crashed');
     expect(blank.retryable, blank.errors.join('; ')).to.equal(false);
   });
+
+  it('an appliance launched with `nice` runs at that much lower CPU priority than its opener, and one without at the same', async () => {
+    const disk = path.join(dir, 'nice.qcow2');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '16M']);
+    const own = os.getPriority();
+    for (const nice of [7, 0]) {
+      const s = await GuestSession.open([{ path: disk, format: 'qcow2' }], { nice });
+      try {
+        const qemu = children(s.pid).filter((p) => /qemu/.test(execFileSync('ps', ['-o', 'comm=', '-p', String(p)], { encoding: 'utf8' })));
+        expect(qemu.length, 'the appliance (qemu) runs under the session').to.be.greaterThan(0);
+        for (const p of [s.pid, ...qemu]) expect(os.getPriority(p), `priority of ${p} opened with nice ${nice}`).to.equal(Math.min(19, own + nice));
+      } finally { await s.close(); }
+    }
+  });
 });

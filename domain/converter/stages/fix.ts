@@ -25,7 +25,7 @@ async function sourceOverlay(file: string, src: string, srcFormat: string) {
 
 /** The repair: one appliance on `disks` (the outputs, their overlays, or the read-only sources of a dry run). */
 async function repair(run: Run, disks: GuestDisk[], signal?: AbortSignal): Promise<Repair> {
-  const s = await GuestSession.open(disks, { readonly: run.dry, signal, log: (l) => run.warn(`fix: ${l}`) });
+  const s = await GuestSession.open(disks, { readonly: run.dry, signal, nice: run.opts.applianceNice, log: (l) => run.warn(`fix: ${l}`) });
   run.session = s;
   try {
     const gi = await inspectAndMount(s, run.dry, undefined, run.opts.inspection);

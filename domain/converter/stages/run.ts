@@ -40,6 +40,9 @@ export interface PipelineOptions {
   /** A plan preflight's inspection of these disks (inspection-hint.ts): the repair takes it when the disks still
    *  hold what the preflight read, instead of running libguestfs's inspection again. */
   inspection?: InspectionHint;
+  /** How much lower the appliance's CPU priority is than the worker's (the repair beside the copy: the copy, the
+   *  longer of the two on a real disk, keeps the CPU it needs; the repair takes what the copy leaves). */
+  applianceNice?: number;
 }
 
 export interface StageReport { enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>; error?: string; skipped_reason?: string }

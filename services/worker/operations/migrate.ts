@@ -26,17 +26,20 @@ export const migrate: Operation = (ctx) => migrateManifest(ctx, new Set());
 export const repairParameters = (ctx: OpContext, manifest: Manifest): MigrateParams =>
   ({ manifest, overwrite: false, inspection: (ctx.spec.parameters as { plan?: { inspection?: InspectionHint } }).plan?.inspection });
 
+type Beside = Pick<PipelineOptions, 'sources' | 'applianceNice'>;
+
 /** The migrate operation. `made`: disk paths Ferry made itself for this job (one pass: its partial volumes in the
  *  pool folder, docs/pipeline.md), which are not the job's input and so are not held to the input roots.
- *  `sources` (the repair beside the copy, repair-beside-copy.ts): by disk id, the NBD reader of a disk whose
- *  volume the copy is still writing; the pipeline reads that instead, so no header of the volume is read yet. */
-export async function migrateManifest(ctx: OpContext, made: Set<string>, sources?: PipelineOptions['sources']): Promise<PipelineReport> {
+ *  `beside` (the repair beside the copy, repair-beside-copy.ts): `sources`, by disk id, the NBD reader of a disk
+ *  whose volume the copy is still writing (the pipeline reads that instead, so no header of the volume is read
+ *  yet), and the appliance's lower CPU priority. */
+export async function migrateManifest(ctx: OpContext, made: Set<string>, beside?: Beside): Promise<PipelineReport> {
   const p = ctx.spec.parameters as MigrateParams;
   // The storage roots again, on the real paths, before the pipeline opens anything; it runs on those paths.
   const real = new Map<string, string>();
   for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, made.has(jp.path) ? jp.path : await checkRunPath(jp));
   // Each disk's header and everything it references (an export's delta chain, extents) before any tool opens it.
-  const served = new Set(p.manifest.disks.flatMap((d, i) => (sources?.[d.id] ? [`parameters.manifest.disks[${i}].local_path`] : [])));
+  const served = new Set(p.manifest.disks.flatMap((d, i) => (beside?.sources?.[d.id] ? [`parameters.manifest.disks[${i}].local_path`] : [])));
   for (const img of OPERATIONS.migrate.images!(ctx.spec)) if (!served.has(img.field)) await checkRunImage({ ...img, path: real.get(img.field)!, ...(made.has(img.path) ? { selfContained: true } : {}) });
   const m: Manifest = {
     ...p.manifest,
@@ -45,21 +48,21 @@ export async function migrateManifest(ctx: OpContext, made: Set<string>, sources
     // The driver tree checked above, by its real path: what the repair copies into the guest comes from there.
     ...(p.manifest.pipeline?.fix?.virtio_win ? { pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } } } : {}),
   };
-  const report = await runManifest(ctx, m, p, p.output_dir && real.get('parameters.output_dir'), sources);
+  const report = await runManifest(ctx, m, p, p.output_dir && real.get('parameters.output_dir'), beside);
   // Retryable only when every failure said so (a hung or crashed appliance launch), as the report records.
   if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, report.retryable === true);
   return report;
 }
 
 /** The pipeline on a checked manifest, its stages' progress published in order. */
-async function runManifest(ctx: OpContext, m: Manifest, p: MigrateParams, outputDir: string | undefined, sources?: PipelineOptions['sources']): Promise<PipelineReport> {
+async function runManifest(ctx: OpContext, m: Manifest, p: MigrateParams, outputDir: string | undefined, beside?: Beside): Promise<PipelineReport> {
   const vt = p.virt_test;
   const due = throttle(250);
   let last: Promise<void> = Promise.resolve();
   let lastStage = '';
   const report = await runPipeline(m, {
     outputDir,
-    sources,
+    ...beside,
     inspection: p.inspection,
     overwrite: p.overwrite,
     claims: ctx.claims,

@@ -7,6 +7,7 @@
 // proves for every block in mergeIntoPool), and the merge commits it there as before. Nothing writes the source:
 // nbdkit runs --readonly, and the overlay is the only file the repair writes.
 import { OperationError } from '../../../platform/errors';
+import { setting } from '../../../platform/settings';
 import { awaitedLater, dropped } from '../../../platform/log';
 import { run as runTool, QEMU_IMG } from '../../../domain/qemu';
 import { serveDisk, type NbdSource } from '../../../domain/plans/guest-source';
@@ -70,7 +71,7 @@ export async function startRepairBesideCopy(ctx: OpContext, o: { dir: string; ma
     progress: (phase, pct, message, details) => ctx.progress(phase, pct, `${message} (beside the copy)`, details),
   };
   ctx.log.info('the repair starts beside the copy, on overlays over nbdkit readers of the sources', { job_id: ctx.spec.job_id, disks: o.disks.length });
-  const report = awaitedLater(migrateManifest(sub, new Set(Object.values(volumes)), sources).finally(() => { repair.finished_at = new Date().toISOString(); }));
+  const report = awaitedLater(migrateManifest(sub, new Set(Object.values(volumes)), { sources, applianceNice: setting('FERRY_REPAIR_BESIDE_COPY_NICE') }).finally(() => { repair.finished_at = new Date().toISOString(); }));
   const abort = async (why: string) => {
     ac.abort(new Error(why));
     await report.catch(dropped(ctx.log, `the repair beside the copy was stopped: ${why}`, { job_id: ctx.spec.job_id }));
