@@ -47,16 +47,21 @@ function zeroHash(len: number): string {
   return h;
 }
 
-/** A sha256 of a byte stream, and with `blockBytes` > 0 the sha256 of each block of it (the last may be short). */
+/** A sha256 of a byte stream (with `whole`), and with `blockBytes` > 0 the sha256 of each block of it (the last
+ *  may be short). A one-pass disk keeps the list only: the whole-disk sha256 is one serial pass over every byte,
+ *  zeros included (1.7 GB/s with SHA-NI, a third of that without: below a 10 GbE link), and on 2 cores it cost
+ *  7 s of CPU per 12 GiB beside the repair; the list proves the same and its blocks hash independently. */
 export class StreamHash {
-  private whole = createHash('sha256');
+  private whole: Hash | undefined;
   private cur: Hash | undefined;
   private curLen = 0;
   readonly blocks: string[] = [];
-  constructor(readonly blockBytes = 0) {}
+  constructor(readonly blockBytes = 0, whole = true) {
+    if (whole) this.whole = createHash('sha256');
+  }
 
   update(b: Buffer): this {
-    this.whole.update(b);
+    this.whole?.update(b);
     // A block that has been all zeros so far is only counted (a thin disk's holes are most of it): its hash is
     // the hash of zeros, or its zeros are fed once data arrives in it.
     const zero = this.blockBytes > 0 && allZero(b);
@@ -82,9 +87,10 @@ export class StreamHash {
     this.curLen = 0;
   }
 
-  digest(enc: 'hex'): string {
+  /** The whole stream's sha256, when it was kept; closes the last block. */
+  digest(enc: 'hex'): string | undefined {
     if (this.curLen) this.closeBlock();
-    return this.whole.digest(enc);
+    return this.whole?.digest(enc);
   }
 }
 

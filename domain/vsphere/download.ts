@@ -28,7 +28,8 @@ export interface DownloadStats {
 }
 
 export interface DownloadResult {
-  files: { local: string; size: number; sha256: string; resumed_from: number; target?: string; blocks?: BlockHashes }[];
+  /** `sha256` of the whole file, except a one-pass target's (`blocks` is its record: block-hash.ts) */
+  files: { local: string; size: number; sha256?: string; resumed_from: number; target?: string; blocks?: BlockHashes }[];
   /** Range requests made to continue after a dropped connection. */
   resumes: number;
   /** Bytes received twice (a server that ignored a Range). */
@@ -51,7 +52,7 @@ export interface DownloadOptions {
   signal: AbortSignal;
   onProgress?: (s: DownloadStats) => void;
   /** Called when a file is complete under its final name (the caller records it for a later attempt). */
-  onFile?: (f: { local: string; size: number; sha256: string; target?: string; blocks?: BlockHashes }) => Promise<void> | void;
+  onFile?: (f: { local: string; size: number; sha256?: string; target?: string; blocks?: BlockHashes }) => Promise<void> | void;
 }
 
 export function folderUrl(m: Manager, f: { datastore: string; path: string; dcPath: string }): URL {
@@ -183,8 +184,9 @@ class Download {
     if (!j.f.target) await fs.rename(j.f.local + PART, j.f.local);
     await fs.rm(j.f.local + STATE, { force: true });
     const target = j.f.target ? { target: j.f.target, blocks: { block_bytes: j.hash.blockBytes, sha256: j.hash.blocks } } : {};
-    this.result.files.push({ local: j.f.local, size: j.f.size, sha256: j.sha256, resumed_from: j.resumedFrom, ...target });
-    await this.o.onFile?.({ local: j.f.local, size: j.f.size, sha256: j.sha256, ...target });
+    const sum = j.sha256 ? { sha256: j.sha256 } : {};
+    this.result.files.push({ local: j.f.local, size: j.f.size, ...sum, resumed_from: j.resumedFrom, ...target });
+    await this.o.onFile?.({ local: j.f.local, size: j.f.size, ...sum, ...target });
     this.report();
   }
 

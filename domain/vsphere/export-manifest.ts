@@ -19,15 +19,17 @@ export interface PlannedDisk {
   fallback?: string;
 }
 
-type Sums = Map<string, { sha256: string; blocks?: BlockHashes }>;
+/** By local path: a file's sha256, or a one-pass extent's block hash list (its only record: block-hash.ts). */
+type Sums = Map<string, { sha256?: string; blocks?: BlockHashes }>;
+const sha = (s: { sha256?: string } | undefined) => (s?.sha256 ? { sha256: s.sha256 } : {});
 
 /** The manifest's account of how a disk's bytes travel (docs/pipeline.md, one pass): straight into `volume`
- *  (raw), its sha256 and its block hash list (`blocks`, block-hash.ts) taken over the bytes as they were served,
- *  in disk order; or through the export folder. */
+ *  (raw), its block hash list (`blocks`, block-hash.ts) taken over the bytes as they were served, in disk order;
+ *  or through the export folder. */
 export function dataPath(x: PlannedDisk, sums: Sums) {
   if (x.extent?.target) {
     const sum = sums.get(x.extent.local)!;
-    return { mode: 'one_pass', volume: x.extent.target, format: 'raw', sha256: `sha256:${sum.sha256}`, blocks: sum.blocks,
+    return { mode: 'one_pass', volume: x.extent.target, format: 'raw', blocks: sum.blocks,
       source: `[${x.extent.datastore}] ${x.extent.path}` };
   }
   return { mode: 'export_folder', reason: x.fallback ?? 'one pass was not asked for' };
@@ -54,10 +56,10 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
       ...(d.guest_os ? { os_version: d.guest_os } : {}) },
     disks: disks.map((x, i) => ({
       id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
-      checksum: `sha256:${sums.get(x.top.local)!.sha256}`, boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
+      ...(sums.get(x.top.local)?.sha256 ? { checksum: `sha256:${sums.get(x.top.local)!.sha256}` } : {}), boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
       // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
       source_path: x.disk.file_path, chain_length: x.chainLength, data_path: dataPath(x, sums),
-      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, sha256: sums.get(f.local)!.sha256 })),
+      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, ...sha(sums.get(f.local)) })),
     })),
     nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),
     notes,

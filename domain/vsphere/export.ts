@@ -60,8 +60,8 @@ export const STATE_FILE = '.ferry-export.json';
 
 /** `planned`: the files the export meant to write (a state file of an older Ferry has none). */
 interface ExportState { export_id: string; vm_path: string; files: Record<string, FileSum>; planned?: string[] }
-/** A finished file's checksum; a one-pass target's also its block hash list (block-hash.ts). */
-type FileSum = { size: number; sha256: string; blocks?: BlockHashes };
+/** A finished file's checksum; a one-pass target's block hash list (block-hash.ts) instead. */
+type FileSum = { size: number; sha256?: string; blocks?: BlockHashes };
 
 /** The files an export created (absolute paths): the only ones it resumes, replaces or removes. */
 export interface ExportLedger {
@@ -183,8 +183,9 @@ export interface ExportResult {
   manifest_path: string;
   manifest: Record<string, unknown>;
   vm_path: string;
-  /** `target`: the volume a one-pass file was written into (`path` is then where its resume state was kept) */
-  files: { path: string; bytes: number; sha256: string; target?: string }[];
+  /** `target`: the volume a one-pass file was written into (`path` is then where its resume state was kept; no
+   *  `sha256`: its record is the manifest's block hash list) */
+  files: { path: string; bytes: number; sha256?: string; target?: string }[];
   total_bytes: number;
   streams: number;
   resumes: number;
@@ -251,6 +252,10 @@ async function prepareVm(m: Manager, r: ExportRequest, act: (msg: string) => Pro
 }
 
 type Sums = Map<string, FileSum>;
+
+/** What a downloaded file's record keeps: its size, and its sha256 or (one pass) its block hash list. */
+const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum => ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
+const sha256Of = (f: { sha256?: string }) => (f.sha256 ? { sha256: f.sha256 } : {});
 
 /** Which planned files this export may write, and which are complete already. Only what the ledger says this
  *  export created is continued or replaced: a file, a partial download or a state file it did not create
@@ -329,7 +334,7 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
   const dl = await downloadFiles(m, todo, {
     streams: r.parallel, signal: watch.signal, onProgress,
     onFile: (f) => {
-      state.files[f.local] = { size: f.size, sha256: f.sha256, ...(f.blocks ? { blocks: f.blocks } : {}) };
+      state.files[f.local] = fileSum(f);
       stateWrite = stateWrite.then(() => writeState(r.outputDir, state)).catch(
         ignoreError('could not write the export state; it is written again after the next file and at the end (a missed write only costs a longer resume)'));
       return stateWrite;
@@ -338,7 +343,7 @@ async function download(m: Manager, r: ExportRequest, d: VmDetail, todo: RemoteF
   await watch.final();
   await stateWrite;
   const sums: Sums = new Map(claim.have);
-  for (const f of dl.files) sums.set(f.local, { size: f.size, sha256: f.sha256, ...(f.blocks ? { blocks: f.blocks } : {}) });
+  for (const f of dl.files) sums.set(f.local, fileSum(f));
   return { dl, sums };
 }
 
@@ -389,7 +394,7 @@ export async function exportVm(r: ExportRequest): Promise<ExportResult> {
   const mp = await writeManifest(r.outputDir, manifest);
   return {
     manifest_path: mp, manifest, vm_path: r.vmPath,
-    files: all.map((f) => ({ path: f.local, bytes: f.size, sha256: sums.get(f.local)!.sha256, ...(f.target ? { target: f.target } : {}) })),
+    files: all.map((f) => ({ path: f.local, bytes: f.size, ...sha256Of(sums.get(f.local)!), ...(f.target ? { target: f.target } : {}) })),
     total_bytes: totalBytes, streams: r.parallel, resumes: dl.resumes, bytes_refetched: dl.bytes_refetched, bytes_rehashed: dl.bytes_rehashed,
     bytes_reused: claim.reused, bytes_sparse: dl.bytes_sparse, actions, warnings, seconds: (Date.now() - t0) / 1000,
   };

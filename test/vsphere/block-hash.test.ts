@@ -35,6 +35,11 @@ describe('one pass: the block hash list (issue 36 item 3)', () => {
       const dd = execFileSync('sh', ['-c', `dd if="$0" bs=${BLOCK} skip=${i} count=1 status=none | sha256sum`, disk], { encoding: 'utf8' }).split(' ')[0];
       expect(h.blocks[i], `block ${i}`).to.equal(dd);
     }
+    // A one-pass disk's hash keeps the list only (no whole-disk sha256): the same list.
+    const listOnly = new StreamHash(BLOCK, false);
+    for (let off = 0; off < bytes.length; off += 65_536) listOnly.update(bytes.subarray(off, off + 65_536));
+    expect(listOnly.digest('hex')).to.equal(undefined);
+    expect(listOnly.blocks).to.deep.equal(h.blocks);
   });
 
   it('hashes a block of zeros, and a block that is zeros before its data, as dd does, whatever the pieces', () => {

@@ -29,7 +29,7 @@ interface BlockCheck { block_bytes: number; blocks: number; checked_after_merge:
 interface JobResult {
   volumes: { path: string; format: string }[]; data_path: { mode: string; reason?: string; volume?: string; sha256?: string; verified?: string; block_check?: BlockCheck }[];
   conversion: { report_path: string; artifacts: { disk_id: string; path: string; modified_by_fix?: boolean }[] };
-  export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number }; boot: { status: string };
+  export: { manifest_path: string; resumes: number; bytes_rehashed: number; bytes_sparse: number; files: { target?: string; sha256?: string }[] }; boot: { status: string };
   repair_beside_copy: { ran: boolean; reason?: string; repair?: Span; copy?: Span; overlap_seconds?: number };
   stage_seconds?: { repair: number; import: number; boot: number };
 }
@@ -38,6 +38,10 @@ interface Span { started_at: string; finished_at: string }
 interface StoredEvent { phase: string; timestamp: string; message: string }
 
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
+/** The block hash list a user recomputes over a raw disk (`dd bs=1M skip=i count=1 | sha256sum` for each i). */
+const blockList = (f: string) => { const b = readFileSync(f); return Array.from({ length: Math.ceil(b.length / MIB) }, (_, i) => createHash('sha256').update(b.subarray(i * MIB, (i + 1) * MIB)).digest('hex')); };
+/** The block hash list an export's manifest recorded for its first disk. */
+const manifestBlocks = (manifestPath: string) => (JSON.parse(readFileSync(manifestPath, 'utf8')) as { disks: { data_path: { blocks: { sha256: string[] } } }[] }).disks[0].data_path.blocks.sha256;
 const qemuImg = (args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
 /** qemu-img compare's verdict: exit 0 identical, 1 different. */
 const identical = (args: string[]) => { try { qemuImg(['compare', '-U', ...args]); return true; } catch (e) { if ((e as { status?: number }).status === 1) return false; throw e; } };
@@ -133,7 +137,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(res.boot.status).to.equal('passed');
     const [b, d] = res.data_path;
     expect(b.mode).to.equal('one_pass');
-    expect(b.sha256, 'the stream hash is the sha256 a user recomputes over the source disk').to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(b, 'a one-pass disk\'s record is its block hash list: no whole-disk sha256').to.not.have.property('sha256');
     expect(b.verified).to.be.a('string');
     expect(d.mode).to.equal('export_folder');
     expect(d.reason).to.include('snapshot delta chain of 2 files');
@@ -144,14 +148,13 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     const report = JSON.parse(readFileSync(res.conversion.report_path, 'utf8')) as { data_path: { mode: string; reason?: string }[] };
     expect(report.data_path.map((x) => x.mode)).to.deep.equal(['one_pass', 'export_folder']);
     const manifest = JSON.parse(readFileSync(res.export.manifest_path, 'utf8')) as { disks: { data_path: { mode: string; sha256?: string; verified?: string; blocks: { block_bytes: number; sha256: string[] }; block_check: BlockCheck } }[] };
-    expect(manifest.disks[0].data_path).to.include({ mode: 'one_pass', sha256: b.sha256 });
+    expect(manifest.disks[0].data_path).to.include({ mode: 'one_pass' }).and.not.have.property('sha256');
+    expect(res.export.files.find((f) => f.target), 'the export result\'s one-pass file').to.not.have.property('sha256');
     expect(manifest.disks[0].data_path.verified).to.be.a('string');
     // The block hash list: each entry is what a user recomputes over the source, block by block.
-    const src = readFileSync(boot.raw);
-    const block = (buf: Buffer, i: number) => createHash('sha256').update(buf.subarray(i * MIB, (i + 1) * MIB)).digest('hex');
     const list = manifest.disks[0].data_path.blocks;
     expect(list.block_bytes).to.equal(MIB);
-    expect(list.sha256).to.deep.equal(Array.from({ length: BOOT_BYTES / MIB }, (_, i) => block(src, i)));
+    expect(list.sha256).to.deep.equal(blockList(boot.raw));
     // The check after the merge: the blocks the repair wrote are named, every other one was re-hashed and matched.
     const check = b.block_check!;
     expect(check).to.deep.equal(manifest.disks[0].data_path.block_check);
@@ -172,8 +175,8 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, bv.path]), 'the repair wrote into the volume').to.equal(false);
     expect(repairedExactly(bv.path, overlay.path)).to.equal(true);
     // Every block where the volume now differs from the source is one the check names as the repair's.
-    const vol = readFileSync(bv.path);
-    const changed = Array.from({ length: 48 }, (_, i) => i).filter((i) => block(vol, i) !== list.sha256[i]);
+    const vol = blockList(bv.path);
+    const changed = Array.from({ length: 48 }, (_, i) => i).filter((i) => vol[i] !== list.sha256[i]);
     expect(changed.length).to.be.above(0);
     expect(check.repair_written).to.include.members(changed);
     // The data disk: its whole chain as the source reads.
@@ -223,7 +226,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     // The merge: the blocks the repair wrote come from its overlay's map, every other block re-hashed as served.
     const b = res.data_path[0];
     expect(b.mode).to.equal('one_pass');
-    expect(b.sha256).to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(manifestBlocks(res.export.manifest_path)).to.deep.equal(blockList(boot.raw));
     expect(b.block_check!.repair_written.length).to.be.above(0).and.below(48);
     expect(b.block_check!.checked_after_merge).to.equal(48 - b.block_check!.repair_written.length);
     const overlay = res.conversion.artifacts[0];
@@ -264,7 +267,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(statSync(res.volumes[0].path).ino).to.equal(inode);
     expect(res.export.bytes_rehashed).to.be.at.least(4 * MIB);
     expect(proxy.bytesDown - before, 'the disk was not downloaded twice').to.be.below(BOOT_BYTES * 1.6);
-    expect(res.data_path[0].sha256).to.equal(`sha256:${sha256(boot.raw)}`);
+    expect(manifestBlocks(res.export.manifest_path), 'the resumed hash: every block as a user recomputes it').to.deep.equal(blockList(boot.raw));
     expect(repairedExactly(res.volumes[0].path, res.conversion.artifacts[0].path)).to.equal(true);
     expect(r.ledger.map((e) => e.id)).to.include(file);
   });

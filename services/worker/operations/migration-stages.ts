@@ -40,7 +40,7 @@ export interface AfterExportInput {
 }
 
 /** How each exported disk's bytes travelled (the manifest's data_path, domain/vsphere/export-manifest.ts). */
-type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; sha256: string; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
+type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 
 /** The repair (and, without one pass, the conversion) of the exported disks, then each disk as the import takes
