@@ -5,10 +5,12 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomFillSync } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { blocksWritten, checkBlocks, StreamHash } from '../../domain/vsphere/block-hash';
+import { blocksWritten, StreamHash } from '../../domain/vsphere/block-hash';
+import { checkBlocks } from '../../domain/vsphere/block-check';
+import { until } from '../helpers/http';
 
 const KIB = 1024;
 const BLOCK = 64 * KIB;
@@ -79,8 +81,17 @@ describe('one pass: the block hash list (issue 36 item 3)', () => {
     // One byte changed in a block the repair did not write (block 9): the check fails naming it.
     const fd = openSync(disk, 'r+');
     try { writeSync(fd, Buffer.from([bytes[9 * BLOCK + 7] ^ 0xff]), 0, 1, 9 * BLOCK + 7); } finally { closeSync(fd); }
+    const fds = readdirSync('/proc/self/fd').length;
     const bad = await checkBlocks(disk, list, others, 'after the merge').then(() => null, (e: Error) => e);
     expect(bad?.message).to.match(/block 9 \(bytes 589824-655359\) after the merge has sha256 [0-9a-f]{64}, the bytes as served had [0-9a-f]{64}/);
+    expect(readdirSync('/proc/self/fd').length, 'every hashing lane closed the volume before the failure was thrown').to.equal(fds);
+    // Stopped by the job's signal: it fails, nothing left open.
+    const ac = new AbortController();
+    ac.abort(new Error('cancelled by the test'));
+    const aborted = await checkBlocks(disk, list, others, 'after', ac.signal).then(() => null, (e: Error) => e);
+    expect(aborted, 'a cancelled check fails').to.be.an('error');
+    // (the killed qemu-img's pipes close when it has exited, a moment after the rejection)
+    await until(() => readdirSync('/proc/self/fd').length === fds, 10_000, 'every file of the cancelled check to be closed');
     expect(readFileSync(disk).length).to.equal(bytes.length);
   });
 
