@@ -11,6 +11,8 @@
 //     repair side by side on this machine's cores (printed beside ferry's time, not part of the last line);
 //   - ferry: the shape B job (migrate_vm) of the VM into the pool, its wall time from submit until the boot check
 //     starts (the job's phase turns `boot`), so the boot check is not counted.
+// A line gives each phase's CPU use, all processes of the machine (/proc/stat), against its cores x seconds: what the
+// work of a phase costs, so a wall time above the floor can be told from the cores being full.
 // `written` is the sum of write_bytes in /proc/<pid>/io over the worker's process tree (a reaped child's count is
 // added to its parent's, so qemu-img is in it), after the job less before, plus the last count sampled of the
 // processes that detach from it (guestfish --listen and its appliance, found by the job's folder in their command
@@ -116,6 +118,16 @@ function tree(root: number): number[] {
   return out;
 }
 
+const HZ = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+/** CPU seconds the whole machine has been busy (every process: the simulator, the worker, the appliance), from
+ *  /proc/stat: all time but idle and iowait. What a phase took of the cores is the difference. */
+function busySeconds(): number {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  return (f.reduce((a, b) => a + b, 0) - f[3] - f[4]) / HZ;
+}
+/** How much of the cores a phase used: "<busy> core-s of <cores x seconds> (<share>%)". */
+const cpuUse = (busy: number, seconds: number) => `${busy.toFixed(0)} core-s of ${(os.cpus().length * seconds).toFixed(0)} (${((busy / (os.cpus().length * seconds)) * 100).toFixed(0)}%)`;
+
 /** write_bytes of a process tree (each process's count includes its reaped children). */
 const writeBytes = (root: number) => tree(root).reduce((a, p) => {
   try { return a + Number(/write_bytes: (\d+)/.exec(readFileSync(`/proc/${p}/io`, 'utf8'))![1]); } catch { return a; }
@@ -140,7 +152,7 @@ interface JobView {
   result?: { repair_beside_copy?: { ran: boolean; repair?: { started_at: string; finished_at?: string }; copy?: { started_at: string; finished_at?: string } }; conversion?: { report_path?: string } };
 }
 interface ReportView { stages: Record<string, { started_at?: string; duration_seconds?: number }>; summary: { timings: Record<string, number> } }
-interface Run { seconds: number; written: number; scratchPeak: number; phases: string }
+interface Run { seconds: number; written: number; scratchPeak: number; phases: string; busy: number }
 
 /** Processes outside the worker's tree that work for the job: libguestfs's `guestfish --listen` detaches (its
  *  parent becomes init) with the appliance below it; found by the job's export folder in their command line. */
@@ -166,6 +178,8 @@ function sampleWrites(pids: number[], seen: Map<number, number>) {
 async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
   const worker = s.workers.dp.proc.pid!;
   const w0 = writeBytes(worker);
+  const b0 = busySeconds();
+  let busy = 0;
   const t0 = Date.now();
   const parameters = { vm_path: s.vm('dp'), source_type: 'vsphere', destination: { type: 'kvm', virt_uri: s.lv.uri }, network_mapping: { 'VM Network': s.net }, pool: s.lv.pool, power_off: 'force', parallel_downloads: STREAMS, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 900 } };
   const r = await req<{ job_id: string }>(s.url, 'POST', '/jobs/operation', { operation: 'migrate_vm', parameters });
@@ -181,7 +195,7 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
     const j = (await req<JobView>(s.url, 'GET', `/jobs/${id}`)).body;
     const phase = j.progress?.phase ?? '';
     if (phase && !phases.some((x) => x.startsWith(`${phase} `))) phases.push(`${phase} ${((Date.now() - t0) / 1000).toFixed(0)}`);
-    if (!bootAt && phase === 'boot') bootAt = Date.now();
+    if (!bootAt && phase === 'boot') { bootAt = Date.now(); busy = busySeconds() - b0; }
     sampleWrites(detached(exportDir).filter((p) => !tree(worker).includes(p)), outside);
     for (const f of readdirSync(s.lv.poolDir)) if (f.startsWith(`.ferry-${id}-disk0.raw`)) volume.add(lstatSync(path.join(s.lv.poolDir, f)).ino);
     peak = Math.max(peak, allocated(exportDir, volume) + allocated(guestfsTmp, volume) + allocated(s.lv.poolDir, volume));
@@ -194,7 +208,7 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
   if (!bootAt) throw new Error('the job never reported its boot phase');
   const apart = [...outside.values()].reduce((a, b) => a + b, 0);
   const spans = await repairSpans(s, id, t0);
-  return { seconds: (bootAt - t0) / 1000, written: writeBytes(worker) - w0 + apart, scratchPeak: peak, phases: `${phases.join(' s, ')} s; detached processes wrote ${apart} bytes\n  ${spans}` };
+  return { seconds: (bootAt - t0) / 1000, written: writeBytes(worker) - w0 + apart, scratchPeak: peak, busy, phases: `${phases.join(' s, ')} s; detached processes wrote ${apart} bytes\n  ${spans}` };
 }
 
 /** Where the job's time went beside the sampled phases: the copy's and the repair's spans (the job result) and
@@ -222,14 +236,15 @@ async function main() {
     const { extent, data } = await makeSource(s);
     const loads = [`before: ${load()}`];
     const bareFile = path.join(s.dir, 'bare.raw');
-    const bare = await bareDownload(s, bareFile);
+    const measure = async <T>(f: () => Promise<T>) => { const b0 = busySeconds(); const r = await f(); return { r, busy: busySeconds() - b0 }; };
+    const { r: bare, busy: bareBusy } = await measure(() => bareDownload(s, bareFile));
     rmSync(bareFile, { force: true });
     loads.push(`after the bare download: ${load()}`);
     const repairDir = path.join(s.dir, 'repair-alone');
-    const repair = await repairAlone(extent, repairDir);
+    const { r: repair, busy: repairBusy } = await measure(() => repairAlone(extent, repairDir));
     rmSync(repairDir, { recursive: true, force: true });
     loads.push(`after the repair alone: ${load()}`);
-    const both = await bothAtOnce(s, extent);
+    const { r: both, busy: bothBusy } = await measure(() => bothAtOnce(s, extent));
     loads.push(`after both at once: ${load()}`);
     const f = await ferryJob(s, guestfsTmp);
     loads.push(`after ferry: ${load()}`);
@@ -239,6 +254,7 @@ async function main() {
     console.log(`bench:datapath, commit ${commit}, ${os.cpus().length} CPUs, ${STREAMS} streams, load average (1, 5, 15 min) ${loads.join('; ')}`);
     console.log(`  bare download ${bare.toFixed(1)} s (${(DISK / MIB / bare).toFixed(0)} MiB/s of the disk); repair alone ${repair.toFixed(1)} s; ferry (to its boot check) ${f.seconds.toFixed(1)} s`);
     console.log(`  the bare download and the repair alone at once: ${both.toFixed(1)} s (what these cores allow for a copy and a repair side by side); ferry against it: ${(f.seconds / both).toFixed(2)}x`);
+    console.log(`  CPU busy, all processes: bare download ${cpuUse(bareBusy, bare)}; repair alone ${cpuUse(repairBusy, repair)}; both at once ${cpuUse(bothBusy, both)}; ferry ${cpuUse(f.busy, f.seconds)}: at least ${(f.busy / os.cpus().length).toFixed(1)} s on these cores for its work as it is`);
     console.log(`  ferry's phases, each from its first sample (seconds after submit): ${f.phases}`);
     console.log(`  worker tree wrote ${f.written} bytes (${(f.written / DISK).toFixed(3)} per byte of the disk, ${written.toFixed(3)} per byte of its data); scratch peak ${f.scratchPeak} bytes`);
     console.log(`  target ratio <= 1.2: ${verdict(ratio <= 1.2)}; written <= 1.1: ${verdict(written <= 1.1)}; scratch <= 5%: ${verdict(scratch <= 5)}`);
