@@ -84,7 +84,8 @@ export async function openFile(f: RemoteFile, streams: number, chunkBytes: numbe
   const chunk = streams === 1 && !f.ranges ? Math.max(1, f.size) : Math.max(64 * 1024, chunkBytes);
   const chunks = Math.max(1, Math.ceil(f.size / chunk));
   const j: FileJob = { f, name: path.basename(f.local), chunk, chunks, written: new Array<number>(chunks).fill(0), done: new Array<boolean>(chunks).fill(false),
-    hash: new StreamHash(f.target ? setting('FERRY_ONE_PASS_BLOCK_BYTES') : 0, !f.target || !!f.ranges), frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0,
+    hash: new StreamHash(f.target ? setting('FERRY_ONE_PASS_BLOCK_BYTES') : 0, !f.target || !!f.ranges),
+    frontier: 0, pending: new Map(), rehash: new Set(), bytes: 0, resumedFrom: 0,
     finished: false, stateDirty: false, lock: Promise.resolve() };
   await fs.mkdir(path.dirname(f.local), { recursive: true });
   await resume(j);

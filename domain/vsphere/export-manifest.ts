@@ -56,7 +56,8 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
       ...(d.guest_os ? { os_version: d.guest_os } : {}) },
     disks: disks.map((x, i) => ({
       id: `disk-${i}`, source_format: 'vmdk', bytes: x.disk.capacity_bytes, local_path: x.top.local,
-      ...(sums.get(x.top.local)?.sha256 ? { checksum: `sha256:${sums.get(x.top.local)!.sha256}` } : {}), boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
+      ...(sums.get(x.top.local)?.sha256 ? { checksum: `sha256:${sums.get(x.top.local)!.sha256}` } : {}),
+      boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
       // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
       source_path: x.disk.file_path, chain_length: x.chainLength, data_path: dataPath(x, sums),
       files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, ...sha(sums.get(f.local)) })),

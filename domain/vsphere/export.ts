@@ -254,7 +254,8 @@ async function prepareVm(m: Manager, r: ExportRequest, act: (msg: string) => Pro
 type Sums = Map<string, FileSum>;
 
 /** What a downloaded file's record keeps: its size, and its sha256 or (one pass) its block hash list. */
-const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum => ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
+const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum =>
+  ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
 const sha256Of = (f: { sha256?: string }) => (f.sha256 ? { sha256: f.sha256 } : {});
 
 /** Which planned files this export may write, and which are complete already. Only what the ledger says this

@@ -71,7 +71,8 @@ export async function startRepairBesideCopy(ctx: OpContext, o: { dir: string; ma
     progress: (phase, pct, message, details) => ctx.progress(phase, pct, `${message} (beside the copy)`, details),
   };
   ctx.log.info('the repair starts beside the copy, on overlays over nbdkit readers of the sources', { job_id: ctx.spec.job_id, disks: o.disks.length });
-  const report = awaitedLater(migrateManifest(sub, new Set(Object.values(volumes)), { sources, applianceNice: setting('FERRY_REPAIR_BESIDE_COPY_NICE') }).finally(() => { repair.finished_at = new Date().toISOString(); }));
+  const beside = { sources, applianceNice: setting('FERRY_REPAIR_BESIDE_COPY_NICE') };
+  const report = awaitedLater(migrateManifest(sub, new Set(Object.values(volumes)), beside).finally(() => { repair.finished_at = new Date().toISOString(); }));
   const abort = async (why: string) => {
     ac.abort(new Error(why));
     await report.catch(dropped(ctx.log, `the repair beside the copy was stopped: ${why}`, { job_id: ctx.spec.job_id }));
