@@ -23,10 +23,10 @@ const { file, blocks, chunk, stop } = workerData;
 const fd = fs.openSync(file, 'r');
 const buf = Buffer.allocUnsafe(chunk);
 try {
-  for (const [i, start, len] of blocks) {
+  lane: for (const [i, start, len] of blocks) {
     const h = createHash('sha256');
     for (let off = 0; off < len;) {
-      if (Atomics.load(stop, 0)) process.exit(0);
+      if (Atomics.load(stop, 0)) break lane;
       const n = fs.readSync(fd, buf, 0, Math.min(chunk, len - off), start + off);
       if (!n) break;
       h.update(buf.subarray(0, n));
