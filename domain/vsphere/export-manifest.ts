@@ -21,7 +21,8 @@ export interface PlannedDisk {
 
 /** By local path: a file's sha256, or a one-pass extent's block hash list (its only record: block-hash.ts). */
 type Sums = Map<string, { sha256?: string; blocks?: BlockHashes }>;
-const sha = (s: { sha256?: string } | undefined) => (s?.sha256 ? { sha256: s.sha256 } : {});
+/** A record's sha256 as a field, or nothing (a one-pass extent has none). */
+export const sha256Of = (s: { sha256?: string }) => (s.sha256 ? { sha256: s.sha256 } : {});
 
 /** The manifest's account of how a disk's bytes travel (docs/pipeline.md, one pass): straight into `volume`
  *  (raw), its block hash list (`blocks`, block-hash.ts) taken over the bytes as they were served, in disk order;
@@ -60,7 +61,7 @@ export function buildManifest({ d, disks, sums, notes, warnings, exportId }: Man
       boot_order_hint: i, label: x.disk.label, disk_type: i === 0 ? 'boot' : 'data',
       // Beyond the seed (unknown keys are allowed): every file of the disk with its checksum, and its datastore path.
       source_path: x.disk.file_path, chain_length: x.chainLength, data_path: dataPath(x, sums),
-      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, ...sha(sums.get(f.local)) })),
+      files: x.files.map((f) => ({ path: f.local, datastore_path: `[${f.datastore}] ${f.path}`, bytes: f.size, ...sha256Of(sums.get(f.local)!) })),
     })),
     nics: d.nics.map((n) => ({ id: n.label, mac: n.mac, network: n.network, adapter: n.adapter })),
     notes,

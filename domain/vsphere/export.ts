@@ -18,7 +18,7 @@ import { DescriptorInfo, parseDatastorePath, resolveSibling, SNIFF_BYTES, sniffV
 import type { PowerOption } from './options';
 import { createLogger, ignoreError } from '../../platform/log';
 import { resolveReal } from '../../platform/roots';
-import { buildManifest, MANIFEST_FILE, PlannedDisk, writeManifest } from './export-manifest';
+import { buildManifest, MANIFEST_FILE, PlannedDisk, sha256Of, writeManifest } from './export-manifest';
 import type { BlockHashes } from './block-hash';
 
 const log = createLogger('vsphere');
@@ -256,7 +256,6 @@ type Sums = Map<string, FileSum>;
 /** What a downloaded file's record keeps: its size, and its sha256 or (one pass) its block hash list. */
 const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum =>
   ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
-const sha256Of = (f: { sha256?: string }) => (f.sha256 ? { sha256: f.sha256 } : {});
 
 /** Which planned files this export may write, and which are complete already. Only what the ledger says this
  *  export created is continued or replaced: a file, a partial download or a state file it did not create
