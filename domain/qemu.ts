@@ -41,6 +41,16 @@ export async function imageInfo(path: string, format: string, backingChain = fal
   return Array.isArray(parsed) ? parsed[0] : parsed;
 }
 
+/** One extent of `qemu-img map --output=json`: `depth` 0 is the image itself, deeper its backing files. */
+export interface MapExtent { start: number; length: number; depth: number; data: boolean; zero: boolean }
+
+/** `qemu-img map --output=json` of an image opened as `format`: where it holds data, a hole or its backing file's. */
+export async function imageMap(path: string, format: string, signal?: AbortSignal): Promise<MapExtent[]> {
+  const r = await run(QEMU_IMG, ['map', '--output=json', '-f', format, path], { signal });
+  if (r.code !== 0) throw new OperationError(`qemu-img map of ${path}: ${r.stderr.trim() || 'failed'}`, false);
+  return JSON.parse(r.stdout) as MapExtent[];
+}
+
 /** Bytes a process has read so far: `rchar` in /proc/<pid>/io counts every read(2)/pread(2), page-cache hits
  *  included (`read_bytes` counts only what came from the disk, which is nothing for a cached source). Undefined
  *  where /proc does not say (not Linux, or hidepid). */

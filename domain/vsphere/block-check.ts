@@ -7,7 +7,7 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { OperationError } from '../../platform/errors';
-import { run as runTool, QEMU_IMG } from '../qemu';
+import { imageMap } from '../qemu';
 import { zeroHash, type BlockHashes } from './block-hash';
 
 const CHUNK = 4 << 20;
@@ -49,10 +49,7 @@ function holdsData(ranges: { start: number; end: number }[], start: number, end:
 /** The ranges of a raw file that hold data (`qemu-img map`, SEEK_DATA underneath); everything else is a hole and
  *  reads as zeros. */
 async function dataRanges(file: string, signal?: AbortSignal): Promise<{ start: number; end: number }[]> {
-  const r = await runTool(QEMU_IMG, ['map', '--output=json', '-f', 'raw', file], { signal });
-  if (r.code !== 0) throw new OperationError(`qemu-img map of ${file}: ${r.stderr.trim()}`, false);
-  const map = JSON.parse(r.stdout) as { start: number; length: number; data: boolean }[];
-  return map.filter((e) => e.data).map((e) => ({ start: e.start, end: e.start + e.length }));
+  return (await imageMap(file, 'raw', signal)).filter((e) => e.data).map((e) => ({ start: e.start, end: e.start + e.length }));
 }
 
 type Entry = [block: number, start: number, len: number];

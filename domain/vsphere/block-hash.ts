@@ -5,8 +5,7 @@
 // before the merge (the volume then still holds the bytes as served; block-check.ts). A user recomputes any entry
 // with `dd if=<source flat extent> bs=<block_bytes> skip=<i> count=1 | sha256sum`.
 import { createHash, type Hash } from 'node:crypto';
-import { OperationError } from '../../platform/errors';
-import { run as runTool, QEMU_IMG } from '../qemu';
+import { imageMap } from '../qemu';
 
 /** The manifest's record of a disk's blocks: `sha256[i]` covers bytes [i*block_bytes, (i+1)*block_bytes). */
 export interface BlockHashes { block_bytes: number; sha256: string[] }
@@ -87,10 +86,8 @@ export class StreamHash {
 /** The blocks an overlay (qcow2 over the volume) holds data or zeros for: exactly what the repair wrote, from
  *  `qemu-img map` (depth 0 is the overlay itself; deeper entries are its backing file). */
 export async function blocksWritten(overlay: string, blockBytes: number, signal?: AbortSignal): Promise<Set<number>> {
-  const r = await runTool(QEMU_IMG, ['map', '--output=json', '-f', 'qcow2', overlay], { signal });
-  if (r.code !== 0) throw new OperationError(`qemu-img map of the repair's overlay ${overlay}: ${r.stderr.trim()}`, false);
   const out = new Set<number>();
-  for (const e of JSON.parse(r.stdout) as { start: number; length: number; depth: number }[]) {
+  for (const e of await imageMap(overlay, 'qcow2', signal)) {
     if (e.depth !== 0) continue;
     for (let i = Math.floor(e.start / blockBytes); i * blockBytes < e.start + e.length; i++) out.add(i);
   }
