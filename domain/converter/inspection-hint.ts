@@ -34,7 +34,7 @@ const PACKAGE_DBS: Record<string, string[]> = {
 };
 
 /** The disk under a device name: btrfsvol:/dev/sda2/@home is on /dev/sda2. */
-const fsDevice = (dev: string) => /^btrfsvol:(\/dev\/[^/]+)/.exec(dev)?.[1] ?? dev;
+export const fsDevice = (dev: string): string => /^btrfsvol:(\/dev\/[^/]+)/.exec(dev)?.[1] ?? dev;
 
 /** libguestfs's name of the appliance's i-th disk: sda..sdz, sdaa... */
 export function diskName(i: number): string {
@@ -58,7 +58,8 @@ export function jobDevice(dev: string, disks: string[]): string | undefined {
 /** sha256 of each file of `paths`, null where it is absent (read in the mounted guest). */
 async function digests(g: GuestSession, paths: string[]): Promise<Record<string, string | null>> {
   const out: Record<string, string | null> = {};
-  for (const p of paths) out[p] = (await g.isFile(p)) ? (await g.cmd('checksum', 'sha256', p)).trim() : null;
+  // One call a file: the checksum fails where there is no file (absent, or a directory).
+  for (const p of paths) out[p] = (await g.tryCmd('checksum', 'sha256', p))?.trim() ?? null;
   return out;
 }
 
@@ -69,15 +70,16 @@ const evidenceFiles = (format: string) => [...EVIDENCE, ...(PACKAGE_DBS[format] 
  *  here, a device without a UUID). */
 export async function inspectionHint(g: GuestSession, info: GuestInfo, disks: string[]): Promise<InspectionHint | undefined> {
   if (info.os !== 'linux' || !info.package_format || !PACKAGE_DBS[info.package_format]) return undefined;
-  const rename = (d: string) => jobDevice(d, disks);
-  const root = rename(info.root_device);
+  let root: string | undefined;
   const mountpoints: Record<string, string> = {};
   const uuids: Record<string, string> = {};
+  // '' is the root itself, which fstab may not list.
   for (const [mp, dev] of [['', info.root_device], ...Object.entries(info.mountpoints)]) {
-    const job = rename(dev);
+    const job = jobDevice(dev, disks);
     const uuid = (await g.blkid(fsDevice(dev))).UUID;
     if (!job || !uuid) return undefined;
     if (mp) mountpoints[mp] = job;
+    else root = job;
     uuids[fsDevice(job)] = uuid;
   }
   return {

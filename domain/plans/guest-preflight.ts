@@ -13,7 +13,7 @@ import { GuestSession } from '../converter/guestfs';
 import { fixGuest, inspectAndMount, MIGRATION_REPAIR, type GuestScope } from '../converter/guest';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from '../converter/types';
 import { chooseFirmware } from '../converter/firmware';
-import { inspectionHint } from '../converter/inspection-hint';
+import { fsDevice, inspectionHint } from '../converter/inspection-hint';
 import { readGuestSpace, unsupportedReason } from '../converter/prechecks';
 import type { Manager } from '../vsphere/client';
 import { datacenterOf } from '../vsphere/inventory';
@@ -47,8 +47,7 @@ const plainId = (u: string) => u.replace(/-/g, '').toLowerCase();
 /** Whether a device (partition, LV, btrfs subvolume) lies on `disks`: LVs through their VG's PVs. */
 function ownsFn(g: GuestSession, disks: string[], pvs: Set<string>) {
   return async (dev: string): Promise<boolean> => {
-    const sub = /^btrfsvol:(\/dev\/[^/]+)/.exec(dev)?.[1];
-    const d = sub ?? dev;
+    const d = fsDevice(dev);
     if (/^\/dev\/(sd|vd|hd)[a-z]+\d*$/.test(d)) return disks.includes(/\d$/.test(d) ? (await g.cmd('part-to-dev', d)).trim() : d);
     const lv = (await g.tryCmd('lvm-canonical-lv-name', d))?.trim();
     const vg = lv && /^\/dev\/([^/]+)\//.exec(lv)?.[1];
