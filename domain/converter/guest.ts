@@ -7,9 +7,11 @@ import { runSteps } from './steps';
 import { INITRAMFS_TOOLS, installedHvPackages } from './linux/tools';
 import { detectBoot } from './firmware';
 import type { FixAction, FixOptions, FixResult, GuestInfo } from './types';
-import { ignoreError } from '../../platform/log';
 import { ConverterError } from './errors';
 import { evidenceDiffers, hintedInfo, type InspectionHint } from './inspection-hint';
+import { readLinuxGuest } from './linux-reading';
+import { chooseRoot } from './root-choice';
+import { mountGuest } from './mounts';
 
 /** Which guest an appliance shared by several guests inspects: its root and its disks, and whether a device
  *  (a partition, an LV) lies on them. */
@@ -17,19 +19,27 @@ export interface GuestScope { root: string; devices: string[]; owns: (dev: strin
 
 /** Inspects the guest and mounts its filesystems (read-write unless the session is read-only). With `hint` (a plan
  *  preflight's inspection of the same disks, inspection-hint.ts) inspection is skipped when the disks still hold
- *  what the preflight read; `info.inspection` says which happened. */
-export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope, hint?: InspectionHint): Promise<GuestInfo> {
+ *  what the preflight read; `info.inspection` says which happened. Otherwise Ferry's own reading (linux-reading.ts)
+ *  serves where it can, libguestfs's `inspect-os` where it declines; `info.reading` says which, and why. With
+ *  several systems on the disks, `root` (the fix stage's option) chooses one (root-choice.ts). */
+export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?: GuestScope, hint?: InspectionHint, root?: string): Promise<GuestInfo> {
   const reused = hint ? await fromPreflight(g, hint, readonly) : {};
+  // The appliance's file systems, listed once: Ferry's reading starts from them and the repairs need them.
+  const listed = await listFilesystems(g);
   let info = reused.info;
-  if (!info) {
-    info = await inspectedInfo(g, scope);
-    await mountGuest(g, info, readonly);
+  if (info) info.reading = { by: 'preflight' };
+  else {
+    const own = scope ? { why: 'the plan preflight\'s shared appliance names the root' } : await readLinuxGuest(g, listed);
+    // The one system Ferry's reading found must still be the one `root` names, if it names one.
+    if ('info' in own) chooseRoot([own.info.root_device], root);
+    info = 'info' in own ? { ...own.info, reading: { by: 'ferry' } } : await inspectedInfo(g, own.why, scope, root);
+    await mountGuest(g, info.mountpoints, readonly);
   }
   if (hint) info.inspection = reused.info ? { from: 'preflight' } : { from: 'appliance', why: `the preflight's was not taken: ${reused.why}` };
-  info.filesystems = await guestFilesystems(g, scope);
+  info.filesystems = await owned(listed, scope);
   if (scope) info.devices = scope.devices;
   info.lvm = Object.keys(info.filesystems).some((d) => d.startsWith('/dev/mapper/') || /^\/dev\/[^/]+\/[^/]+$/.test(d) && !/^\/dev\/(sd|vd|hd)/.test(d));
-  if (info.os === 'linux') await linuxFacts(g, info, scope, !!reused.info);
+  if (info.os === 'linux') await linuxFacts(g, info, scope, info.reading?.by !== 'libguestfs');
   return info;
 }
 
@@ -37,23 +47,26 @@ export async function inspectAndMount(g: GuestSession, readonly: boolean, scope?
 async function fromPreflight(g: GuestSession, hint: InspectionHint, readonly: boolean): Promise<{ info?: GuestInfo; why?: string }> {
   const r = await hintedInfo(g, hint);
   if (!r.info) return r;
-  await mountGuest(g, r.info, readonly);
+  await mountGuest(g, r.info.mountpoints, readonly);
   const why = await evidenceDiffers(g, hint);
   if (!why) return r;
   await g.cmd('umount-all');
   return { why };
 }
 
-/** libguestfs's inspection: the root (the scope's, or the first found) and what it says of the OS. */
-async function inspectedInfo(g: GuestSession, scope?: GuestScope): Promise<GuestInfo> {
+/** libguestfs's inspection (`declined`: why Ferry's reading did not serve): the root (the scope's, or the one
+ *  `root` chooses among those found) and what it says of the OS. */
+async function inspectedInfo(g: GuestSession, declined: string, scope?: GuestScope, rootOption?: string): Promise<GuestInfo> {
   const roots = scope ? [scope.root] : g.lines(await g.cmd('inspect-os'));
   if (!roots.length) throw new ConverterError('guest inspection found no operating system', 'guest');
-  const root = roots[0];
+  const choice = chooseRoot(roots, rootOption);
+  const root = choice.root;
   const get = async (c: string) => (await g.tryCmd(c, root))?.trim() || undefined;
   const os = (await get('inspect-get-type')) || 'unknown';
   const info: GuestInfo = {
     os, distro: await get('inspect-get-distro'), product_name: await get('inspect-get-product-name'),
     hostname: await get('inspect-get-hostname'), root_device: root, mountpoints: {}, filesystems: {}, lvm: false, kernels: [], hypervisor_tools: [],
+    reading: { by: 'libguestfs', why: declined, ...(roots.length > 1 ? { roots, root_choice: choice.why } : {}) },
   };
   const maj = await get('inspect-get-major-version');
   const min = await get('inspect-get-minor-version');
@@ -62,20 +75,11 @@ async function inspectedInfo(g: GuestSession, scope?: GuestScope): Promise<Guest
   return info;
 }
 
-/** Mounts the guest's mount points, shortest first (/ before /boot). */
-async function mountGuest(g: GuestSession, info: GuestInfo, readonly: boolean) {
-  for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) {
-    // A mount point the appliance cannot mount (a swap or foreign filesystem listed there) is left out; the
-    // repairs read what they need and report what they could not find.
-    await g.cmd(readonly ? 'mount-ro' : 'mount', info.mountpoints[mp], mp).catch(ignoreError('could not mount a guest mount point in the appliance; inspection and repair go on without what it holds', { mountpoint: mp }));
-  }
-}
-
 /** What the Linux repairs read from the mounted guest: kernels, packages (the hint's, when taken), tools' files,
  *  the boot loader. */
-async function linuxFacts(g: GuestSession, info: GuestInfo, scope: GuestScope | undefined, hinted: boolean) {
+async function linuxFacts(g: GuestSession, info: GuestInfo, scope: GuestScope | undefined, packagesRead: boolean) {
   if (await g.isDir('/lib/modules')) info.kernels = g.lines(await g.tryCmd('ls', '/lib/modules'));
-  if (!hinted) {
+  if (!packagesRead) {
     info.package_format = (await g.tryCmd('inspect-get-package-format', info.root_device))?.trim() || undefined;
     // libguestfs reads the guest's package database (dpkg, rpm, apk, pacman) for the installed applications.
     info.hypervisor_tools.push(...(await installedHvPackages(g, info.root_device)));
@@ -86,12 +90,19 @@ async function linuxFacts(g: GuestSession, info: GuestInfo, scope: GuestScope | 
   info.boot = await detectBoot(g, info.mountpoints, scope?.devices);
 }
 
-/** Every filesystem and swap device on the guest's disks with its type. `list-filesystems` (2-4 s under TCG), not
- *  inspection's own list (`inspect-get-filesystems`): inspection leaves out what fstab names in a way it cannot
+/** Every filesystem and swap device on the appliance's disks with its type. `list-filesystems` (2-4 s under TCG),
+ *  not inspection's own list (`inspect-get-filesystems`): inspection leaves out what fstab names in a way it cannot
  *  resolve (a by-path or by-id swap), which is what the fstab rewrite must find (the pipeline test's plain guest). */
-async function guestFilesystems(g: GuestSession, scope?: GuestScope): Promise<Record<string, string>> {
+async function listFilesystems(g: GuestSession): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
-  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); if (!scope || await scope.owns(dev)) out[dev] = type; }
+  for (const l of g.lines(await g.cmd('list-filesystems'))) { const [dev, type] = l.split(': '); out[dev] = type; }
+  return out;
+}
+
+/** The listed file systems that are the guest's (the scope's, in an appliance shared by several guests). */
+async function owned(listed: Record<string, string>, scope?: GuestScope): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const [dev, type] of Object.entries(listed)) if (!scope || await scope.owns(dev)) out[dev] = type;
   return out;
 }
 

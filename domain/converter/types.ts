@@ -33,6 +33,9 @@ export interface GuestInfo {
   /** The appliance's disks that are this guest's (an appliance shared by several guests, the plans' preflight);
    *  unset: every disk of the appliance. */
   devices?: string[];
+  /** Who read the facts above: Ferry's own reading (linux-reading.ts), libguestfs's inspect-os (`why`: why Ferry's
+   *  declined) or the plan preflight's. With several systems on the disks, all of them and why the root was chosen. */
+  reading?: { by: 'ferry' | 'libguestfs' | 'preflight'; why?: string; roots?: string[]; root_choice?: string };
   /** Set when a plan preflight's inspection was offered (inspection-hint.ts): taken, or inspected again and why. */
   inspection?: { from: 'preflight' | 'appliance'; why?: string };
 }

@@ -4,6 +4,7 @@
 import Joi from 'joi';
 import { absolutePath, DISK_FORMATS, OUTPUT_FORMATS } from './common';
 import { manifestFstabMode } from './fstab-modes';
+import { ROOT_CHOICES } from '../converter/root-choice';
 
 const open = (keys: Record<string, Joi.Schema>) => Joi.object(keys).unknown(true);
 const dateTime = Joi.string().isoDate();
@@ -48,6 +49,10 @@ export const pipelineSchema = Joi.object({
     remove_source_hv_tools: Joi.boolean().default(false),
     // An extension (the converter config's virtio_win): a host path, so a job's must lie in an input root (domain/operations.ts).
     virtio_win: absolutePath.description('virtio-win driver tree (a directory, or an ISO image) for inject_virtio_drivers'),
+    // An extension: which system to repair when the disks hold several (domain/converter/root-choice.ts).
+    root: Joi.string().pattern(new RegExp(`^(${ROOT_CHOICES.join('|')}|(btrfsvol:)?/dev/[\\w/.@-]+)$`))
+      .messages({ 'string.pattern.base': '{{#label}} must be auto, first, single, or a device such as /dev/sda2' })
+      .description('the system to repair when the disks hold several: auto (the first on the boot disk), first, single (refuse), or its device'),
   }),
   convert: stage({
     compress: Joi.boolean().default(false),
@@ -103,6 +108,8 @@ export interface ManifestDisk {
 export interface FixStage {
   enabled: boolean; backup: boolean; print_fstab: boolean; update_grub: boolean; regen_initramfs: boolean;
   fstab_mode: string; remove_source_hv_tools: boolean;
+  /** Which system to repair when the disks hold several (root-choice.ts); default auto. */
+  root?: string;
   // Converter-config extensions (the CLI maps its keys onto these; see docs/pipeline.md).
   xfs_regenerate_uuid?: boolean; inject_virtio_drivers?: boolean; windows_version?: string; virtio_win?: string;
 }

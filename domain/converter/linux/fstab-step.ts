@@ -5,7 +5,7 @@ import type { GuestSession } from '../guestfs';
 import { DeviceIds, FstabContext, rewriteFstab } from '../fstab';
 import type { GuestInfo } from '../types';
 import type { FixRun } from '../steps';
-import { ignoreError } from '../../../platform/log';
+import { mountGuest } from '../mounts';
 
 /** Identifiers of every filesystem and swap device, for the fstab rewrite. */
 export async function deviceContext(g: GuestSession, info: GuestInfo): Promise<FstabContext> {
@@ -32,8 +32,7 @@ export async function regenerateXfsUuids({ g, info, o, r, act, ctx }: FixRun): P
       ctx!.ids[d] = { ...ctx!.ids[d], uuid: neu };
       act({ action: 'xfs_regenerate_uuid', status: 'done', detail: `${d}: ${old} -> ${neu}`, device: d, old_uuid: old, new_uuid: neu });
     }
-    for (const mp of Object.keys(info.mountpoints).sort((a, b) => a.length - b.length)) await g.cmd('mount', info.mountpoints[mp],
-      mp).catch(ignoreError('could not remount after the xfs UUID change: a mount point that was not mounted before stays unmounted', { mountpoint: mp }));
+    await mountGuest(g, info.mountpoints, false);
     r.modified = true;
   }
 }

@@ -14,6 +14,7 @@ import { fixGuest, inspectAndMount } from '../guest';
 import { chooseFirmware } from '../firmware';
 import { ConverterError } from '../errors';
 import type { Repair, Run, StageReport } from './run';
+import type { GuestInfo } from '../types';
 
 /** A qcow2 overlay at `file` whose backing file is the (untouched) source `src`, a file or (the repair beside a
  *  copy, PipelineOptions.sources) an NBD URI Ferry made. */
@@ -28,7 +29,7 @@ async function repair(run: Run, disks: GuestDisk[], signal?: AbortSignal): Promi
   const s = await GuestSession.open(disks, { readonly: run.dry, signal, nice: run.opts.applianceNice, log: (l) => run.warn(`fix: ${l}`) });
   run.session = s;
   try {
-    const gi = await inspectAndMount(s, run.dry, undefined, run.opts.inspection);
+    const gi = await inspectAndMount(s, run.dry, undefined, run.opts.inspection, run.st.fix!.root);
     const nicMacs = (run.m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
     const firmware = chooseFirmware(run.m.vm?.firmware, gi.boot);
     const res = await fixGuest(s, gi, { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs, firmware: firmware.firmware }, (msg) => run.log(1, msg));
@@ -68,6 +69,15 @@ export async function stopRepairBesideConvert(run: Run, why: string) {
   await run.early.catch(expectedError(`the repair beside the conversion was stopped: ${why}`));
 }
 
+/** Into the log and warnings: whose reading of the guest the repair took, and which root it chose among several. */
+function sayHowRead(run: Run, gi: GuestInfo) {
+  if (gi.inspection?.from === 'preflight') run.log(1, 'fix: the plan preflight\'s inspection of these disks was taken (every UUID and file it read unchanged)');
+  // The guest changed since the plan read it: its preflight findings may no longer hold.
+  else if (gi.inspection) run.warn(`fix: inspected again: ${gi.inspection.why}; the plan preflight's findings for this VM may no longer hold`);
+  if (gi.reading?.by === 'libguestfs') run.log(1, `fix: libguestfs's inspection read the guest: ${gi.reading.why}`);
+  if (gi.reading?.roots) run.warn(`fix: the disks hold ${gi.reading.roots.length} systems; ${gi.root_device} was repaired (${gi.reading.root_choice})`);
+}
+
 export async function fix(run: Run, fixReport: StageReport): Promise<Record<string, unknown>> {
   const { m, work, early, dry } = run;
   const disksFor = dry ? work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })) : work.map((w) => ({ path: w.tmp, format: run.formatOf(w) }));
@@ -78,10 +88,8 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
   run.firmware = firmware;
   run.log(1, `firmware: ${firmware.firmware}: ${firmware.reason}`);
   if (run.stages.inspect.result && run.st.inspect?.collect_guest_info) run.stages.inspect.result.guest = gi;
-  if (gi.inspection?.from === 'preflight') run.log(1, 'fix: the plan preflight\'s inspection of these disks was taken (every UUID and file it read unchanged)');
-  // The guest changed since the plan read it: its preflight findings may no longer hold.
-  else if (gi.inspection) run.warn(`fix: inspected again: ${gi.inspection.why}; the plan preflight's findings for this VM may no longer hold`);
-  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot, inspection: gi.inspection }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
+  sayHowRead(run, gi);
+  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot, reading: gi.reading, inspection: gi.inspection }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
   for (const wmsg of res.warnings) run.warnings.push(`fix: ${wmsg}`);
   // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
   if (res.failures.length) { fixReport.result = result; throw new ConverterError(`repairs that did not hold: ${res.failures.join('; ')}`, 'guest', 'verify'); }

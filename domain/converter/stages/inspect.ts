@@ -49,7 +49,7 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
   if (st.inspect?.collect_guest_info && !st.fix?.enabled) {
     // No fix session to share: a read-only appliance on the sources.
     const session = run.session = await GuestSession.open(run.work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })), { readonly: true, signal: opts.signal, nice: opts.applianceNice, log: (l) => run.warn(`inspect: ${l}`) });
-    run.guest = await inspectAndMount(session, true);
+    run.guest = await inspectAndMount(session, true, undefined, undefined, st.fix?.root);
     r.guest = run.guest;
     run.firmware = chooseFirmware(run.m.vm?.firmware, run.guest.boot);
     await session.close();
