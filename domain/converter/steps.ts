@@ -20,7 +20,8 @@ export interface ConverterStep {
   name: string;
   /** One line: what the step does (ferry-convert --explain). */
   does: string;
-  /** A pre-check: it reads only, and a failure refuses the guest before any change. */
+  /** A pre-check: it writes no file of the guest (a checker's preen mode may mend file system metadata, on the
+   *  output, as the guest's own boot would), and a failure refuses the guest before any change. */
   precheck?: boolean;
   run(x: FixRun): Promise<void> | void;
 }

@@ -21,8 +21,9 @@ import { req, until } from '../helpers/http';
 import type { JobStatus } from '../helpers/api-types';
 
 const CLI = path.join(__dirname, '..', '..', 'services', 'converter', 'ferry-convert.js');
-const LINUX_ORDER = ['check_supported', 'check_free_space', 'inject_virtio_drivers', 'device_ids', 'xfs_regenerate_uuid', 'fstab', 'remove_source_hv_tools',
-  'configuration', 'unpin_old_disk', 'nic_names', 'regen_initramfs', 'update_grub', 'uefi_fallback', 'verify', 'sync'];
+const LINUX_ORDER = ['check_supported', 'check_filesystems', 'check_free_space', 'inject_virtio_drivers', 'device_ids', 'xfs_regenerate_uuid', 'fstab', 'remove_source_hv_tools',
+  'configuration', 'unpin_old_disk', 'nic_names', 'regen_initramfs', 'update_grub', 'uefi_fallback', 'verify', 'sync',
+  'recheck_filesystems'];
 const WINDOWS_ORDER = ['check_supported', 'inject_virtio_drivers', 'linux_fixes', 'sync'];
 const TINY_FSTAB = '/dev/sda1 / ext4 errors=remount-ro 0 1\n';
 
@@ -58,7 +59,8 @@ describe('the converter\'s steps per OS family: ferry-convert --explain', () => 
     expect(r.status, r.stderr).to.equal(0);
     expect(sections(r.stdout)).to.deep.equal({ Linux: LINUX_ORDER, Windows: WINDOWS_ORDER });
     expect(r.stdout).to.match(/^ {2}1\. check_supported \[pre-check\]: refuses, by name and before any change/m);
-    expect(r.stdout).to.match(/^ {2}2\. check_free_space \[pre-check\]: reads the free space on \/ and \/boot/m);
+    expect(r.stdout).to.match(/^ {2}2\. check_filesystems \[pre-check\]: checks the file systems the repair writes on/m);
+    expect(r.stdout).to.match(/^ {2}3\. check_free_space \[pre-check\]: reads the free space on \/ and \/boot/m);
   });
 
   it('--os picks one family; an unknown one is a usage error naming --os', () => {

@@ -4,6 +4,7 @@
 import type { ConverterFamily, ConverterStep, FixRun } from '../steps';
 import type { LinuxFix } from './context';
 import { CHECK_FREE_SPACE, CHECK_SUPPORTED } from '../prechecks';
+import { CHECK_FILESYSTEMS, RECHECK_FILESYSTEMS } from '../fs-check';
 import { deviceContext, fixFstab, regenerateXfsUuids } from './fstab-step';
 import { removeHvTools } from './hv-tools';
 import { applyConfiguration } from '../configuration';
@@ -24,6 +25,7 @@ const lx = (x: FixRun): LinuxFix => {
 
 const LINUX_STEPS: ConverterStep[] = [
   CHECK_SUPPORTED,
+  CHECK_FILESYSTEMS,
   CHECK_FREE_SPACE,
   { name: 'inject_virtio_drivers', does: 'nothing to inject: a Linux kernel brings its own virtio drivers (regen_initramfs puts them in the initramfs)',
     run: ({ o, act }) => { if (o.inject_virtio_drivers) act({ action: 'inject_virtio_drivers', status: 'skipped',
@@ -56,6 +58,7 @@ const LINUX_STEPS: ConverterStep[] = [
     run: async (x) => { if (!x.o.dry_run) await verifyLinux(lx(x)); } },
   { name: 'sync', does: 'flushes the guest\'s writes to the disk',
     run: async ({ g, o, r }) => { if (!o.dry_run && r.modified) await g.cmd('sync'); } },
+  RECHECK_FILESYSTEMS,
 ];
 
 export const LINUX: ConverterFamily = { os: 'linux', title: 'Linux', steps: LINUX_STEPS };
