@@ -83,7 +83,9 @@ const USERSPACE_SIGNS: RegExp[] = [/\[\s*OK\s*\] (?:Started|Reached target|Finis
  * `failed`, whatever the firmware did (stayed silent, a hung loader). With `strict` (the caller's own milestone)
  * it is always `failed`. Either way the detail says what the console showed last.
  */
-export function timeoutVerdict(text: string, expect: RegExp, strict: boolean, seconds: number, firmware: string): { status: 'failed' | 'inconclusive'; detail: string } {
+export function timeoutVerdict(
+  text: string, expect: RegExp, strict: boolean, seconds: number, firmware: string,
+): { status: 'failed' | 'inconclusive'; detail: string } {
   const lines = printableConsole(text).split('\n').map((l) => l.trim()).filter(Boolean);
   const seen = lines.length ? `; its last line: "${lines[lines.length - 1].slice(0, 200)}"` : '; it showed nothing at all';
   const userspace = [...lines].reverse().find((l) => USERSPACE_SIGNS.some((re) => re.test(l)));

@@ -110,7 +110,8 @@ export function rewriteFstab(text: string, mode: FstabMode, ctx: FstabContext): 
     }
     const to = stableSpec(ctx.ids[device], mode);
     if (!to) {
-      warnings.push(`fstab line ${i + 1}: ${device} (${spec}, ${mountpoint}) has no ${mode === 'uuid-only' ? 'UUID' : 'UUID, PARTUUID or LABEL'}; left unchanged`);
+      const wanted = mode === 'uuid-only' ? 'UUID' : 'UUID, PARTUUID or LABEL';
+      warnings.push(`fstab line ${i + 1}: ${device} (${spec}, ${mountpoint}) has no ${wanted}; left unchanged`);
       return line;
     }
     changes.push({ line: i + 1, mountpoint, from: spec, to, device });

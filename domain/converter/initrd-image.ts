@@ -55,7 +55,10 @@ export async function readInitrd(image: Buffer): Promise<InitrdArchive[]> {
       continue;
     }
     const c = detect(image, at);
-    if (!c) throw new InitrdParseError(at, `invalid magic ${image.subarray(at, at + 6).toString('hex')}: neither a cpio archive on a 4-byte boundary nor a compression this reader unpacks`, at === 0);
+    if (!c) {
+      throw new InitrdParseError(at, `invalid magic ${image.subarray(at, at + 6).toString('hex')}: `
+        + 'neither a cpio archive on a 4-byte boundary nor a compression this reader unpacks', at === 0);
+    }
     const { data, end } = await decompressAt(c, image, at);
     out.push({ offset: at, end, compression: c, entries: parseCpioStream(data, at, c) });
     at = end;
@@ -77,7 +80,9 @@ function parseCpioStream(data: Buffer, offset: number, c: Compression): CpioEntr
   let at = 0;
   while (at < data.length) {
     if (data[at] === 0) { at++; continue; }
-    if (at % 4 !== 0 || !isCpioMagic(data, at)) throw new InitrdParseError(offset, `the ${c} archive decompresses to something that is not a cpio archive at its byte ${at}`);
+    if (at % 4 !== 0 || !isCpioMagic(data, at)) {
+      throw new InitrdParseError(offset, `the ${c} archive decompresses to something that is not a cpio archive at its byte ${at}`);
+    }
     const r = parseCpio(data, at, offset);
     entries.push(...r.entries);
     at = r.end;
@@ -101,7 +106,9 @@ function parseCpio(b: Buffer, start: number, reportAt = start): { entries: CpioE
     const mode = field(1); const size = field(6); const nameSize = field(11);
     const nameEnd = at + 110 + nameSize;
     const dataAt = align(nameEnd);
-    if (nameSize < 1 || dataAt + size > b.length || size > MAX_OUT) throw new InitrdParseError(reportAt, `cpio archive truncated: the member at ${at} runs past the end`);
+    if (nameSize < 1 || dataAt + size > b.length || size > MAX_OUT) {
+      throw new InitrdParseError(reportAt, `cpio archive truncated: the member at ${at} runs past the end`);
+    }
     if (b[nameEnd - 1] !== 0) throw new InitrdParseError(reportAt, `cpio header at ${at}: the name is not terminated`);
     const raw = b.toString('utf8', at + 110, nameEnd - 1);
     at = align(dataAt + size);
@@ -136,7 +143,9 @@ function gunzipMember(b: Buffer, at: number): { data: Buffer; end: number } {
   }
   const end = p + r.engine.bytesWritten + 8;
   if (end > b.length) throw new InitrdParseError(at, 'gzip member truncated (no trailer)');
-  if (b.readUInt32LE(end - 8) !== zlib.crc32(r.buffer) || b.readUInt32LE(end - 4) !== (r.buffer.length >>> 0)) throw new InitrdParseError(at, 'gzip member decompresses wrong (CRC32 or size mismatch)');
+  if (b.readUInt32LE(end - 8) !== zlib.crc32(r.buffer) || b.readUInt32LE(end - 4) !== (r.buffer.length >>> 0)) {
+    throw new InitrdParseError(at, 'gzip member decompresses wrong (CRC32 or size mismatch)');
+  }
   return { data: r.buffer, end };
 }
 
@@ -185,7 +194,9 @@ function lz4LegacyCheck(b: Buffer, at: number): void {
     if (p + 4 > b.length) throw new InitrdParseError(at, 'lz4 legacy stream truncated in a chunk header');
     const n = b.readUInt32LE(p);
     if (n === 0x184c2102) { p += 4; continue; }
-    if (n > (8 << 20) + (8 << 20) / 255 + 16) throw new InitrdParseError(at, `lz4 legacy stream: a chunk of ${n} bytes at ${p} (data after the stream, or corruption)`);
+    if (n > (8 << 20) + (8 << 20) / 255 + 16) {
+      throw new InitrdParseError(at, `lz4 legacy stream: a chunk of ${n} bytes at ${p} (data after the stream, or corruption)`);
+    }
     if (p + 4 + n > b.length) throw new InitrdParseError(at, 'lz4 legacy stream truncated');
     p += 4 + n;
   }
@@ -199,8 +210,12 @@ function pipe(cmd: string, args: string[], input: Buffer, at: number): Promise<B
     let size = 0; let err = '';
     child.stdout.on('data', (d: Buffer) => { size += d.length; if (size > MAX_OUT) child.kill(); else out.push(d); });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
-    child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT' ? new OperationError(`${cmd} is not installed on this host: an initramfs compressed with it cannot be read`, false) : e));
-    child.on('close', (code) => (code === 0 ? resolve(Buffer.concat(out)) : reject(new InitrdParseError(at, `${cmd} cannot decompress the archive: ${err.trim() || `exit ${code}`}`))));
+    child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT'
+      ? new OperationError(`${cmd} is not installed on this host: an initramfs compressed with it cannot be read`, false)
+      : e));
+    child.on('close', (code) => (code === 0
+      ? resolve(Buffer.concat(out))
+      : reject(new InitrdParseError(at, `${cmd} cannot decompress the archive: ${err.trim() || `exit ${code}`}`))));
     // A decompressor that fails early closes its stdin: that is its answer, given on close.
     child.stdin.on('error', () => undefined);
     child.stdin.end(input);

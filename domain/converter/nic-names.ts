@@ -97,7 +97,10 @@ export function planNicRenames(names: string[], bindings: { mac: string; name: s
   let matches: NicMatch[];
   if (bound.every(Boolean)) matches = bound.map((mac) => ({ mac: normMac(mac!) }));
   else if (names.length === 1) matches = [vmMacs.length === 1 ? { mac: vmMacs[0] } : { driver: 'virtio_net' }];
-  else return { renames: [], problem: `the guest configures ${names.length} NICs (${names.join(', ')}) and which new NIC is which cannot be told (no MAC-to-name rules in the guest); the names are left as they are and may not match the NICs on KVM` };
+  else {
+    return { renames: [], problem: `the guest configures ${names.length} NICs (${names.join(', ')}) and which new NIC is which cannot be told `
+      + '(no MAC-to-name rules in the guest); the names are left as they are and may not match the NICs on KVM' };
+  }
   const places = matches.map((m) => ('mac' in m ? vmMacs.indexOf(m.mac) : -1));
   const taken = new Set(places.filter((i) => i >= 0));
   let next = 0;
@@ -133,7 +136,9 @@ const IFCFG_DIR = '/etc/sysconfig/network-scripts';
  * the new text, and RHEL's `ifcfg-<old>` moves to `ifcfg-<new>` (`dest`). `renamed` is what its text renames
  * (empty when only its file name changes); files with nothing to change are left out.
  */
-export function planNicFileEdits(files: { path: string; text: string }[], renames: Map<string, string>): { path: string; dest: string; text: string; renamed: Record<string, string> }[] {
+export function planNicFileEdits(
+  files: { path: string; text: string }[], renames: Map<string, string>,
+): { path: string; dest: string; text: string; renamed: Record<string, string> }[] {
   const out = [];
   for (const f of files) {
     const text = renameInterfaces(f.text, renames);

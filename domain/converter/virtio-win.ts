@@ -22,7 +22,8 @@ export interface WindowsFacts {
 
 /** The virtio-win version directory for a guest: an explicit windows_version wins; otherwise inspection decides. */
 export function windowsVersionDir(explicit: string | number | undefined, f: WindowsFacts): { dir: string; reason: string } | { error: string } {
-  const seen = `${f.productName || 'unknown product'} (${f.major ?? '?'}.${f.minor ?? '?'}${f.build ? `, build ${f.build}` : ''}, ${f.variant || 'variant unknown'})`;
+  const build = f.build ? `, build ${f.build}` : '';
+  const seen = `${f.productName || 'unknown product'} (${f.major ?? '?'}.${f.minor ?? '?'}${build}, ${f.variant || 'variant unknown'})`;
   if (explicit !== undefined && explicit !== '') {
     const key = String(explicit);
     let dir = WINDOWS_VERSION_DIRS[key];
@@ -34,7 +35,9 @@ export function windowsVersionDir(explicit: string | number | undefined, f: Wind
   const server = f.variant && f.variant !== 'unknown' ? /server/i.test(f.variant) : /server/i.test(f.productName || '');
   const name = f.productName || '';
   let dir: string | undefined;
-  if (f.major === 6 && f.minor !== undefined && f.minor >= 0 && f.minor <= 3) dir = (server ? ['2k8', '2k8R2', '2k12', '2k12R2'] : ['vista', 'w7', 'w8', 'w8.1'])[f.minor];
+  if (f.major === 6 && f.minor !== undefined && f.minor >= 0 && f.minor <= 3) {
+    dir = (server ? ['2k8', '2k8R2', '2k12', '2k12R2'] : ['vista', 'w7', 'w8', 'w8.1'])[f.minor];
+  }
   else if (f.major === 10 && server) {
     const m = /\b(2016|2019|2022|2025)\b/.exec(name);
     if (m) dir = `2k${m[1].slice(2)}`;
@@ -53,7 +56,9 @@ export function pickVersionDir(available: string[], wanted: string): { dir: stri
   if (has(wanted)) return { dir: has(wanted)!, fallback: false };
   const line = [SERVER_DIRS, CLIENT_DIRS].find((l) => l.some((d) => d.toLowerCase() === wanted.toLowerCase()));
   if (!line) return undefined;
-  for (let i = line.findIndex((d) => d.toLowerCase() === wanted.toLowerCase()) - 1; i >= 0; i--) if (has(line[i])) return { dir: has(line[i])!, fallback: true };
+  for (let i = line.findIndex((d) => d.toLowerCase() === wanted.toLowerCase()) - 1; i >= 0; i--) {
+    if (has(line[i])) return { dir: has(line[i])!, fallback: true };
+  }
   return undefined;
 }
 
@@ -100,7 +105,9 @@ export async function driverSet(tree: string, version: string, arch: string): Pr
 /** Where the driver tree may be, in order: the virtio_win config key, FERRY_VIRTIO_WIN, the default. */
 export function virtioWinCandidates(configured: string | undefined, env: NodeJS.ProcessEnv = process.env): { path: string; from: string }[] {
   const c = [
-    { path: configured, from: 'virtio_win' }, { path: setting('FERRY_VIRTIO_WIN', env), from: 'FERRY_VIRTIO_WIN' }, { path: VIRTIO_WIN_DEFAULT, from: 'default' },
+    { path: configured, from: 'virtio_win' },
+    { path: setting('FERRY_VIRTIO_WIN', env), from: 'FERRY_VIRTIO_WIN' },
+    { path: VIRTIO_WIN_DEFAULT, from: 'default' },
   ].filter((x): x is { path: string; from: string } => !!x.path);
   return c.filter((x, i) => c.findIndex((y) => path.resolve(y.path) === path.resolve(x.path)) === i);
 }
@@ -109,15 +116,20 @@ export function virtioWinCandidates(configured: string | undefined, env: NodeJS.
  * The first candidate that is a directory, or an ISO image (virtio-win is shipped as one), which is unpacked with
  * bsdtar into a private temporary directory that `cleanup` removes. Each candidate not used says why.
  */
-export async function locateVirtioWin(cands: { path: string; from: string }[]): Promise<{ root?: string; from?: string; looked: string[]; cleanup?: () => Promise<void> }> {
+export async function locateVirtioWin(
+  cands: { path: string; from: string }[],
+): Promise<{ root?: string; from?: string; looked: string[]; cleanup?: () => Promise<void> }> {
   const looked: string[] = [];
   for (const c of cands) {
     const st = await statIfExists(c.path);
     if (st?.isDirectory()) return { root: path.resolve(c.path), from: c.from, looked };
     if (st?.isFile() && /\.iso$/i.test(c.path)) {
       const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-virtio-win-'));
-      const ok = await new Promise<string | undefined>((resolve) => execFile('bsdtar', ['-xf', c.path, '-C', dir], { maxBuffer: 1 << 20 }, (e, _o, err) => resolve(e ? (String(err).trim() || e.message) : undefined)));
-      if (ok === undefined) return { root: dir, from: `${c.from}, unpacked from ${path.resolve(c.path)}`, looked, cleanup: () => fs.rm(dir, { recursive: true, force: true }) };
+      const ok = await new Promise<string | undefined>((resolve) => execFile('bsdtar', ['-xf', c.path, '-C', dir], { maxBuffer: 1 << 20 },
+        (e, _o, err) => resolve(e ? (String(err).trim() || e.message) : undefined)));
+      if (ok === undefined) {
+        return { root: dir, from: `${c.from}, unpacked from ${path.resolve(c.path)}`, looked, cleanup: () => fs.rm(dir, { recursive: true, force: true }) };
+      }
       await fs.rm(dir, { recursive: true, force: true });
       looked.push(`${c.path} (${c.from}: an ISO image bsdtar could not unpack: ${ok.split('\n')[0]})`);
       continue;

@@ -17,12 +17,20 @@ export async function regenGrub(x: LinuxFix): Promise<void> {
   // grub.cfg at all): the images keep their names, and the kernel lines' device names are mended in place below,
   // which is what grub-mkconfig with the mended defaults writes (10-16 s of the repair under TCG otherwise).
   const cfgThere = !!cfg && (await g.isFile(cfg));
-  if (bin && cfgThere && !x.initrdCreated) act({ action: 'update_grub', status: 'skipped', detail: `${bin} not run: nothing ${tool.cfg} lists changed (every kernel keeps its image's name); its root=/resume= arguments are mended in place, and the mended /etc/default/grub serves the guest's next grub-mkconfig` });
-  else if (!bin) act({ action: 'update_grub', status: 'warning', detail: `grub-mkconfig is not installed in the guest (looked for ${tool.bin.join(', ')}); grub.cfg edited in place only` });
-  else if (o.dry_run) act({ action: 'update_grub', status: 'would_do', detail: `would run ${bin} -o ${tool.cfg}` });
-  else {
-    try { await g.cmd('command', `${bin} -o ${tool.cfg}`); x.r.modified = true; act({ action: 'update_grub', status: 'done', detail: `ran ${bin} -o ${tool.cfg}` }); }
-    catch (e) { act({ action: 'update_grub', status: 'warning', detail: `${bin} failed in the guest: ${(e as Error).message}` }); }
+  if (bin && cfgThere && !x.initrdCreated) {
+    act({ action: 'update_grub', status: 'skipped', detail: `${bin} not run: nothing ${tool.cfg} lists changed (every kernel keeps its image's name); `
+      + "its root=/resume= arguments are mended in place, and the mended /etc/default/grub serves the guest's next grub-mkconfig" });
+  } else if (!bin) {
+    act({ action: 'update_grub', status: 'warning',
+      detail: `grub-mkconfig is not installed in the guest (looked for ${tool.bin.join(', ')}); grub.cfg edited in place only` });
+  } else if (o.dry_run) {
+    act({ action: 'update_grub', status: 'would_do', detail: `would run ${bin} -o ${tool.cfg}` });
+  } else {
+    try {
+      await g.cmd('command', `${bin} -o ${tool.cfg}`);
+      x.r.modified = true;
+      act({ action: 'update_grub', status: 'done', detail: `ran ${bin} -o ${tool.cfg}` });
+    } catch (e) { act({ action: 'update_grub', status: 'warning', detail: `${bin} failed in the guest: ${(e as Error).message}` }); }
   }
   const final = cfg || (bin && (await g.isFile(tool.cfg)) ? tool.cfg : undefined);
   if (!final) { act({ action: 'update_grub', status: 'warning', detail: 'no GRUB configuration found (/boot/grub/grub.cfg, /boot/grub2/grub.cfg)' }); return; }

@@ -21,7 +21,10 @@ export async function verifyLinux(x: LinuxFix): Promise<void> {
 
   if (x.mode !== 'noop') {
     const fstab = await read('/etc/fstab');
-    if (fstab !== undefined) check('/etc/fstab', rewriteFstab(fstab, x.mode, ctx).changes.map((c) => `line ${c.line} still names ${c.from}`), 'no entry names a device that changes on the new bus');
+    if (fstab !== undefined) {
+      check('/etc/fstab', rewriteFstab(fstab, x.mode, ctx).changes.map((c) => `line ${c.line} still names ${c.from}`),
+        'no entry names a device that changes on the new bus');
+    }
     const crypttab = await read(CRYPTTAB);
     if (crypttab !== undefined) check(CRYPTTAB, crypttabLeftovers(crypttab).map((d) => `still names ${d}`), 'every encrypted device is named stably');
     for (const f of RESUME_FILES) { const t = await read(f); if (t !== undefined && /RESUME=/.test(t)) check(f, resumeLeftovers(t).map((d) => `RESUME still names ${d}`), 'the resume device is named stably'); }
@@ -50,18 +53,28 @@ export async function verifyLinux(x: LinuxFix): Promise<void> {
   }
   for (const a of x.r.actions.filter((y) => y.action === 'nic_names' && y.status === 'done')) {
     const t = await read(String(a.file));
-    if (typeof a.name === 'string' && a.name) { check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`); continue; }
+    if (typeof a.name === 'string' && a.name) {
+      check(String(a.file), t && t.includes(`Name=${a.name}`) ? [] : ['is missing or does not set the name'], `names the NIC ${a.name}`);
+      continue;
+    }
     const renamed = Object.entries(a.renamed as Record<string, string>);
-    check(String(a.file), t === undefined ? ['is missing'] : renamed.flatMap(([from, to]) => [...(namesInterface(t, from) ? [`still names ${from}`] : []), ...(namesInterface(t, to) ? [] : [`does not name ${to}`])]),
+    check(String(a.file), t === undefined ? ['is missing'] : renamed.flatMap(([from, to]) => [
+      ...(namesInterface(t, from) ? [`still names ${from}`] : []),
+      ...(namesInterface(t, to) ? [] : [`does not name ${to}`]),
+    ]),
       renamed.length ? `names ${renamed.map(([, to]) => to).join(', ')}, not ${renamed.map(([from]) => from).join(', ')}` : 'is in place');
   }
   if (o.remove_source_hv_tools) {
     const installed = x.purged?.length ? await installedHvPackages(g, info.root_device) : [];
     const left = (x.purged || []).filter((p) => installed.includes(p));
     const links: string[] = [];
-    for (const unit of HV_TOOL_UNITS) for (const dir of WANTS) if ((await g.tryCmd('is-symlink', `${dir}/${unit}`))?.trim() === 'true') links.push(`${dir}/${unit}`);
+    for (const unit of HV_TOOL_UNITS) {
+      for (const dir of WANTS) if ((await g.tryCmd('is-symlink', `${dir}/${unit}`))?.trim() === 'true') links.push(`${dir}/${unit}`);
+    }
     const atBoot = await purgeUnitProblems(x);
     check('source hypervisor tools', [...left.map((p) => `package ${p} is still installed`), ...links.map((l) => `${l} still enables it`), ...atBoot],
-      x.purgeAtBoot?.length ? `no unit enabled; ${x.purgeAtBoot.join(', ')} removed at the first boot by ${HV_PURGE.name}, in place and enabled` : 'no package installed, no unit enabled');
+      x.purgeAtBoot?.length
+        ? `no unit enabled; ${x.purgeAtBoot.join(', ')} removed at the first boot by ${HV_PURGE.name}, in place and enabled`
+        : 'no package installed, no unit enabled');
   }
 }

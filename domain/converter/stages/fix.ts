@@ -32,7 +32,9 @@ async function repair(run: Run, disks: GuestDisk[], signal?: AbortSignal): Promi
     const gi = await inspectAndMount(s, run.dry, undefined, run.opts.inspection, run.st.fix!.root);
     const nicMacs = (run.m.nics || []).map((n) => n.mac).filter((x): x is string => !!x);
     const firmware = chooseFirmware(run.m.vm?.firmware, gi.boot);
-    const res = await fixGuest(s, gi, { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs, firmware: firmware.firmware }, (msg) => run.log(1, msg));
+    const res = await fixGuest(s, gi,
+      { ...run.st.fix!, dry_run: run.dry, configuration: run.m.configuration, nic_macs: nicMacs, firmware: firmware.firmware },
+      (msg) => run.log(1, msg));
     return { guest: gi, res, firmware };
   } finally {
     // Where the appliance's time went (GuestSession.timings), beside the pipeline's own timings.
@@ -89,7 +91,13 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
   run.log(1, `firmware: ${firmware.firmware}: ${firmware.reason}`);
   if (run.stages.inspect.result && run.st.inspect?.collect_guest_info) run.stages.inspect.result.guest = gi;
   sayHowRead(run, gi);
-  const result = { guest: { os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot, reading: gi.reading, inspection: gi.inspection }, firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}) };
+  const result = {
+    guest: {
+      os: gi.os, distro: gi.distro, version: gi.version, root_device: gi.root_device, lvm: gi.lvm, boot: gi.boot,
+      reading: gi.reading, inspection: gi.inspection,
+    },
+    firmware, ...res, dry_run: dry, ...(early ? { side_by_side_with_convert: true } : {}),
+  };
   for (const wmsg of res.warnings) run.warnings.push(`fix: ${wmsg}`);
   // A repair the read-back found undone fails the stage; the actions stay in the report for a look.
   if (res.failures.length) { fixReport.result = result; throw new ConverterError(`repairs that did not hold: ${res.failures.join('; ')}`, 'guest', 'verify'); }
@@ -97,7 +105,10 @@ export async function fix(run: Run, fixReport: StageReport): Promise<Record<stri
     run.progress('fix', 0.8, 'writing the repairs into the outputs');
     for (const w of work) {
       // The overlay's backing becomes the output (same content as the source, so -u is exact), then commit.
-      const steps = [['rebase', '-u', '-f', 'qcow2', '-b', path.resolve(w.tmp), '-F', m.output.format, w.fixOverlay!], ['commit', '-q', '-f', 'qcow2', w.fixOverlay!]];
+      const steps = [
+        ['rebase', '-u', '-f', 'qcow2', '-b', path.resolve(w.tmp), '-F', m.output.format, w.fixOverlay!],
+        ['commit', '-q', '-f', 'qcow2', w.fixOverlay!],
+      ];
       for (const a of steps) {
         const r = await run.timed('qemu_img_commit', () => runTool(QEMU_IMG, a, { signal: run.opts.signal }));
         if (r.code !== 0) throw new ConverterError(`disk ${w.disk.id}: qemu-img ${a[0]} of the repair overlay: ${r.stderr.trim()}`, 'host');

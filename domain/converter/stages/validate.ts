@@ -26,7 +26,9 @@ export async function validate(run: Run): Promise<Record<string, unknown>> {
     const info = await run.timed('qemu_img_info', () => imageInfo(file, fmt));
     w.outInfo = info;
     c.virtual_size = info['virtual-size'];
-    if (w.sourceVirtual !== undefined && info['virtual-size'] !== w.sourceVirtual) throw new Error(`disk ${w.disk.id}: output virtual size ${info['virtual-size']} differs from the source's ${w.sourceVirtual}`);
+    if (w.sourceVirtual !== undefined && info['virtual-size'] !== w.sourceVirtual) {
+      throw new Error(`disk ${w.disk.id}: output virtual size ${info['virtual-size']} differs from the source's ${w.sourceVirtual}`);
+    }
     if (!w.modified && !w.overlay) {
       const cmp = await run.timed('qemu_img_compare', () => compare(w.disk.local_path, w.sourceFormat, file, fmt));
       c.compare = cmp.identical ? 'identical to source' : 'differs';
