@@ -52,7 +52,11 @@ export interface ImportSpec {
   ledger?: Ledger;
 }
 
-export interface ImportResult { domain: string; uuid: string; pool: string; volumes: { name: string; key: string | null; path: string | null; format: string | null; capacity: number | null }[]; firmware: 'bios' | 'uefi'; domain_type: string; interfaces: unknown[] }
+export interface ImportResult {
+  domain: string; uuid: string; pool: string;
+  volumes: { name: string; key: string | null; path: string | null; format: string | null; capacity: number | null }[];
+  firmware: 'bios' | 'uefi'; domain_type: string; interfaces: unknown[];
+}
 
 /** `virsh capabilities`, as far as the domain type is read from it: each guest arch with its domain types. */
 interface CapabilitiesDoc { capabilities: { guest?: Many<{ arch?: XmlAttrs & { domain?: Many<XmlAttrs> } }> } }
@@ -78,23 +82,38 @@ function macOf(mac: string | undefined, i: number): string | undefined {
 }
 
 /** The <domain> document of an import (built as an object; every value escaped by the XML builder). */
-export function importDomainDoc(o: { name: string; uuid?: string; type: string; memoryMiB: number; cpus: number; firmware: 'bios' | 'uefi'; disks: { path: string; format: string }[]; nics: { type: 'network' | 'bridge'; source: string; mac?: string }[] }) {
+export function importDomainDoc(o: {
+  name: string; uuid?: string; type: string; memoryMiB: number; cpus: number; firmware: 'bios' | 'uefi';
+  disks: { path: string; format: string }[]; nics: { type: 'network' | 'bridge'; source: string; mac?: string }[];
+}) {
   const letters = 'abcdefghijklmnopqrstuvwxyz';
   return { domain: {
     '@_type': o.type, name: o.name, ...(o.uuid ? { uuid: o.uuid } : {}),
     memory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) }, currentMemory: { '@_unit': 'MiB', '#text': String(o.memoryMiB) },
     vcpu: String(o.cpus),
     // UEFI without Secure Boot: the secure-boot builds of OVMF need SMM, which TCG guests here do not get.
-    os: { ...(o.firmware === 'uefi' ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } } : {}), type: { '@_arch': 'x86_64', '@_machine': 'q35', '#text': 'hvm' }, boot: { '@_dev': 'hd' } },
+    os: {
+      ...(o.firmware === 'uefi'
+        ? { '@_firmware': 'efi', firmware: { feature: [{ '@_enabled': 'no', '@_name': 'secure-boot' }, { '@_enabled': 'no', '@_name': 'enrolled-keys' }] } }
+        : {}),
+      type: { '@_arch': 'x86_64', '@_machine': 'q35', '#text': 'hvm' }, boot: { '@_dev': 'hd' },
+    },
     features: { acpi: '', apic: '' },
     on_poweroff: 'destroy', on_reboot: 'restart', on_crash: 'destroy',
     devices: {
-      disk: o.disks.map((d, i) => ({ '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path }, target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' } })),
+      disk: o.disks.map((d, i) => ({
+        '@_type': 'file', '@_device': 'disk', driver: { '@_name': 'qemu', '@_type': d.format }, source: { '@_file': d.path },
+        target: { '@_dev': `vd${letters[i]}`, '@_bus': 'virtio' },
+      })),
       // Each NIC alone behind its own PCIe root port (nic-layout.ts), so the guest names it what Ferry's repair
       // named its configuration. libvirt adds the root ports the disks and the balloon need after these.
-      controller: [{ '@_type': 'pci', '@_index': '0', '@_model': 'pcie-root' }, ...o.nics.map((_, i) => ({ '@_type': 'pci', '@_index': String(nicBus(i)), '@_model': 'pcie-root-port' }))],
+      controller: [
+        { '@_type': 'pci', '@_index': '0', '@_model': 'pcie-root' },
+        ...o.nics.map((_, i) => ({ '@_type': 'pci', '@_index': String(nicBus(i)), '@_model': 'pcie-root-port' })),
+      ],
       interface: o.nics.map((n, i) => ({
-        '@_type': n.type, ...(n.mac ? { mac: { '@_address': n.mac } } : {}), source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' },
+        '@_type': n.type, ...(n.mac ? { mac: { '@_address': n.mac } } : {}),
+        source: n.type === 'network' ? { '@_network': n.source } : { '@_bridge': n.source }, model: { '@_type': 'virtio' },
         address: { '@_type': 'pci', '@_domain': '0x0000', '@_bus': `0x${nicBus(i).toString(16).padStart(2, '0')}`, '@_slot': '0x00', '@_function': '0x0' },
       })),
       serial: { '@_type': 'pty', target: { '@_port': '0' } },
@@ -108,7 +127,8 @@ export function importDomainDoc(o: { name: string; uuid?: string; type: string; 
  *  (made here a moment ago, so certainly this import's) and throws. */
 async function recordOrUndo(ledger: Ledger, e: Made, undo: () => Promise<unknown>) {
   try { await ledger.record(e); } catch (err) {
-    await undo().catch(ignoreError(`the ${e.kind} was made but is in no ledger, so no rollback removes it: remove it by hand`, { id: e.id, virt_uri: e.virt_uri }));
+    await undo().catch(ignoreError(`the ${e.kind} was made but is in no ledger, so no rollback removes it: remove it by hand`,
+      { id: e.id, virt_uri: e.virt_uri }));
     throw err;
   }
 }
@@ -125,7 +145,10 @@ async function linkNew(part: string, dest: string, taken: () => Error) {
   }
 }
 
-interface Placing { pool: string; dirPool: string | null; target: { type: string; path: string | null } | null; vol: { name: string; format: string }; file: string; part?: string }
+interface Placing {
+  pool: string; dirPool: string | null; target: { type: string; path: string | null } | null;
+  vol: { name: string; format: string }; file: string; part?: string;
+}
 
 /** One disk into its volume, the volume recorded in the ledger the moment it exists (its key; in a dir pool its
  *  path). Returns how to remove it again. A volume name taken meanwhile is a 409, never replaced: the local copy
@@ -141,7 +164,8 @@ async function placeOne(v: Virsh, ledger: Ledger, p: Placing): Promise<() => Pro
     return undo;
   }
   const size = statSync(p.file).size;
-  await v.run(['vol-create-as', p.pool, p.vol.name, String(size), '--format', p.vol.format]).catch((e) => { throw e instanceof LibvirtError && e.status === 409 ? taken() : e; });
+  await v.run(['vol-create-as', p.pool, p.vol.name, String(size), '--format', p.vol.format])
+    .catch((e) => { throw e instanceof LibvirtError && e.status === 409 ? taken() : e; });
   const info = await volumeInfo(v, p.pool, p.vol.name);
   const key = info.key ?? info.path; // libvirt gives every volume a key; its path names it as well
   if (!key) {
@@ -200,7 +224,9 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
       if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
     }
     const copies = await early;
-    if (!copies && s.disks.some((d) => d.inPool)) throw new ApiError(500, `pool ${pool} is not a local dir pool, so a disk already in its folder cannot be taken`);
+    if (!copies && s.disks.some((d) => d.inPool)) {
+      throw new ApiError(500, `pool ${pool} is not a local dir pool, so a disk already in its folder cannot be taken`);
+    }
     for (const [i, d] of s.disks.entries()) {
       s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
       if (copies) await copies[i].done;
@@ -243,11 +269,16 @@ export async function importDisk(v: Virsh, s: ImportSpec): Promise<ImportResult>
   checkName(pool, 'pool');
   const { dirPool, vols, type, nics, placed } = await placeDisks(v, s, pool);
   const firmware = s.firmware || 'bios';
-  const define = (paths: string[]) => defineNew(v, s.ledger ?? NO_LEDGER, s.name, (uuid) => importDomainDoc({ name: s.name, uuid, type, memoryMiB: s.memoryMiB, cpus: s.cpus, firmware, disks: vols.map((x, i) => ({ path: paths[i], format: x.format })), nics }));
+  const define = (paths: string[]) => defineNew(v, s.ledger ?? NO_LEDGER, s.name, (uuid) => importDomainDoc({
+    name: s.name, uuid, type, memoryMiB: s.memoryMiB, cpus: s.cpus, firmware, disks: vols.map((x, i) => ({ path: paths[i], format: x.format })), nics,
+  }));
   const described = v.run(['pool-refresh', pool]).then(() => Promise.all(vols.map((x) => volumeInfo(v, pool, x.name))));
   // In a dir pool the disks' paths are known: the domain is defined while libvirt refreshes and describes the
   // volumes (a definition only names the files).
-  const [vis, info] = await Promise.all([described, dirPool ? define(vols.map((x) => path.join(dirPool, x.name))) : described.then((vi) => define(vi.map((x) => x.path!)))])
+  const [vis, info] = await Promise.all([
+    described,
+    dirPool ? define(vols.map((x) => path.join(dirPool, x.name))) : described.then((vi) => define(vi.map((x) => x.path!))),
+  ])
     .catch(async (e) => { await undoAll(placed); throw e; });
   return {
     domain: s.name, uuid: info.uuid!, pool, firmware, domain_type: type, interfaces: info.interfaces,
@@ -273,7 +304,10 @@ export async function importForMigration(o: {
     if (NAME_OK.test(src) && (await networkExists(v, src))) { networks.push(src); fields.push('options.network_mapping'); continue; }
     throw new ApiError(400, `options.network_mapping has no target for the source network "${src}" and ${v.uri} has no network of that name`);
   }
-  const r = await importDisk(v, { disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, networkField: (i) => fields[i], macs: o.sourceMacs, firmware: o.firmware, pool: o.pool, onProgress: o.onProgress, ledger: o.ledger });
+  const r = await importDisk(v, {
+    disks: o.disks, name: o.name, memoryMiB: o.memoryMiB, cpus: o.cpus, networks, networkField: (i) => fields[i], macs: o.sourceMacs,
+    firmware: o.firmware, pool: o.pool, onProgress: o.onProgress, ledger: o.ledger,
+  });
   return { ...r, virt_uri: v.uri };
 }
 

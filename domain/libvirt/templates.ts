@@ -56,7 +56,9 @@ export async function createTemplate(v: Virsh, s: { domain: string; name?: strin
   await setMark(v, target, { description: s.description ?? null, created_at: new Date().toISOString(), source: s.domain, metadata: s.metadata || {} });
   // Without its "customize" operation: that one runs last and writes a fresh random /etc/machine-id (and random
   // seed), which every clone of the template would then share. Left empty, each guest makes its own at first boot.
-  if (s.seal) await runTool('virt-sysprep', ['-c', v.uri, '-d', target, '--operations', 'defaults,-customize'], v.uri, { env: guestfsEnv(), timeoutMs: 3_600_000 });
+  if (s.seal) {
+    await runTool('virt-sysprep', ['-c', v.uri, '-d', target, '--operations', 'defaults,-customize'], v.uri, { env: guestfsEnv(), timeoutMs: 3_600_000 });
+  }
   return { name: target, source: s.domain, sealed: !!s.seal, template: await readMark(v, target) };
 }
 
@@ -70,7 +72,12 @@ export async function listTemplates(v: Virsh) {
   for (const d of doms) {
     const mark = await readMark(v, d.name);
     const reason = mark ? 'marked' : NAME_RULE.test(d.name) ? 'name' : d.state === 'shut off' ? 'shut off' : null;
-    if (reason) out.push({ name: d.name, state: d.state, marked: !!mark, reason, description: mark?.description ?? null, created_at: mark?.created_at ?? null, metadata: mark?.metadata ?? {} });
+    if (reason) {
+      out.push({
+        name: d.name, state: d.state, marked: !!mark, reason,
+        description: mark?.description ?? null, created_at: mark?.created_at ?? null, metadata: mark?.metadata ?? {},
+      });
+    }
   }
   return out;
 }
@@ -90,7 +97,9 @@ export function customizeArgs(c: Customize): string[] {
 
 /** Clone of a template with its own memory (MiB), vCPUs, network, autostart and guest customisation; the clone
  *  loses the template marker. */
-export async function deployTemplate(v: Virsh, s: { template: string; name: string; memory?: number; vcpus?: number; network?: string; autostart?: boolean; customize?: Customize }) {
+export async function deployTemplate(v: Virsh, s: {
+  template: string; name: string; memory?: number; vcpus?: number; network?: string; autostart?: boolean; customize?: Customize;
+}) {
   checkName(s.template, 'template'); checkDomainName(s.name, 'name');
   if (s.network) checkName(s.network, 'network');
   await cloneDomain(v, { source: s.template, target: s.name });
@@ -106,7 +115,10 @@ export async function deployTemplate(v: Virsh, s: { template: string; name: stri
     const to = await nicSource(v, s.network, 'network');
     const devices = d.devices!; // every domain definition has <devices>
     const nics = list(devices.interface);
-    const nic = { '@_type': to.type, source: to.type === 'network' ? { '@_network': to.source } : { '@_bridge': to.source }, mac: nics[0]?.mac, model: { '@_type': 'virtio' } };
+    const nic = {
+      '@_type': to.type, source: to.type === 'network' ? { '@_network': to.source } : { '@_bridge': to.source },
+      mac: nics[0]?.mac, model: { '@_type': 'virtio' },
+    };
     devices.interface = [nic, ...nics.slice(1)];
   }
   await defineDomain(v, doc);
@@ -149,7 +161,9 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
     for (const d of info.disks.filter((x): x is typeof x & { source: string } => x.device === 'disk' && !!x.source)) {
       const raw = path.join(part, `${d.target}.${d.format || 'raw'}`);
       await downloadVolume(v, '', d.source, raw).catch((e: unknown) => {
-        if (e instanceof LibvirtError && e.status === 404) throw new ApiError(409, `disk ${d.source} of ${s.template} is not a volume of any storage pool: it cannot be exported`);
+        if (e instanceof LibvirtError && e.status === 404) {
+          throw new ApiError(409, `disk ${d.source} of ${s.template} is not a volume of any storage pool: it cannot be exported`);
+        }
         throw e;
       });
       let file = raw;
@@ -161,7 +175,9 @@ export async function exportTemplate(v: Virsh, s: { template: string; export_pat
         await fs.rename(tmp, file);
       }
       await fs.chmod(file, 0o600); // vol-download and qemu-img create files with the umask's mode
-      files.push({ target: d.target, source: d.source, file: path.join(dir, path.basename(file)), bytes: (await fs.stat(file)).size, compressed: !!s.compress });
+      files.push({
+        target: d.target, source: d.source, file: path.join(dir, path.basename(file)), bytes: (await fs.stat(file)).size, compressed: !!s.compress,
+      });
     }
     await fs.rename(part, dir);
     return { template: s.template, export_path: dir, xml: path.join(dir, 'domain.xml'), disks: files };
