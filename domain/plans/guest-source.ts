@@ -40,7 +40,9 @@ export async function diskData(m: Manager, file: string, dcPath: string, signal?
     }
     if (info.kind === 'sparse') return { ...ref, format: 'vmdk', size, notes };
     if (info.kind === 'other') return { ...ref, format: 'raw', size, notes };
-    if (info.extents.length !== 1) throw new VsphereError('state', `[${ref.datastore}] ${ref.path} has ${info.extents.length} extents; the preflight reads single-extent disks only`);
+    if (info.extents.length !== 1) {
+      throw new VsphereError('state', `[${ref.datastore}] ${ref.path} has ${info.extents.length} extents; the preflight reads single-extent disks only`);
+    }
     const x = info.extents[0];
     const ext = { ...resolveSibling(ref, x.file), dcPath };
     return { ...ext, format: /SPARSE/i.test(x.type) ? 'vmdk' : 'raw', size: await remoteSize(m, ext, signal), notes };
@@ -69,7 +71,8 @@ export interface NbdSource { uri: string; qemuUri: string; format: string; stop:
 export async function serveDisk(m: Manager, d: DiskData, signal?: AbortSignal, o: { retry?: boolean } = {}): Promise<NbdSource> {
   const dir = privateDir();
   const sock = path.join(dir, 'nbd.sock');
-  const args = ['--readonly', '--foreground', '--exit-with-parent', '--unix', sock, '--filter=cache', ...(o.retry ? ['--filter=retry'] : []), 'curl', `url=${folderUrl(m, d).href}`,
+  const args = ['--readonly', '--foreground', '--exit-with-parent', '--unix', sock, '--filter=cache', ...(o.retry ? ['--filter=retry'] : []),
+    'curl', `url=${folderUrl(m, d).href}`,
     'cookie=-3', 'protocols=https,http', 'followlocation=false', 'timeout=60', 'cache-on-read=true', `cache-max-size=${cacheMiB()}M`];
   if (m.creds.insecure) args.push('sslverify=false');
   else if (m.creds.ca) {

@@ -30,7 +30,11 @@ export function nameCollisions(names: Map<string, string>): Map<string, Finding[
   for (const [n, vms] of by) {
     if (vms.length < 2) continue;
     for (const vm of vms) {
-      out.set(vm, [{ rule: 'name_collision', severity: 'blocker', message: `the target name "${n}" is also that of ${vms.filter((x) => x !== vm).join(', ')} in this plan`, fix: 'change options.target_name (for the plan or these VMs) so that each VM gets its own name' }]);
+      out.set(vm, [{
+        rule: 'name_collision', severity: 'blocker',
+        message: `the target name "${n}" is also that of ${vms.filter((x) => x !== vm).join(', ')} in this plan`,
+        fix: 'change options.target_name (for the plan or these VMs) so that each VM gets its own name',
+      }]);
     }
   }
   return out;

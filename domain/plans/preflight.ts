@@ -16,7 +16,8 @@ import type { Override, Plan, PlanOptions } from './types';
 export type ReadGuests = (p: Plan, facts: VmFacts[]) => Promise<Map<string, Finding[]>>;
 
 /** Blockers no override can lift: without them the job itself cannot run (or would destroy what is there). */
-export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing', 'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running',
+export const NOT_OVERRIDABLE = new Set(['vm_not_found', 'target_unreachable', 'network_unmapped', 'datastore_unmapped', 'pool_missing',
+  'name', 'name_exists', 'name_collision', 'network_missing', 'vm_running',
   // The warm job itself refuses such a VM (services/worker/operations/warm-rounds.ts): accepting it changes nothing.
   'warm_vm_off', 'warm_snapshots', 'warm_cbt_off']);
 
@@ -60,16 +61,26 @@ export async function preflight(p: Plan, readGuests: ReadGuests): Promise<VmResu
     const power_off = String(vmOption(p, v.vm_path, 'power_off') ?? (warm ? 'shutdown' : 'none'));
     const target = placer.pick(x.memory_mb);
     const domain = names.get(v.vm_path)!;
-    const findings = [...checkVm(x, target, { network_map: p.network_map, storage_map: p.storage_map, power_off, warm, enable_cbt: warmOpts?.enable_cbt !== false, poolUse: placer.poolUse.get(target.uri)!, domain }), ...(clashes.get(v.vm_path) ?? []), ...(collisions.get(v.vm_path) ?? [])];
+    const findings = [
+      ...checkVm(x, target, {
+        network_map: p.network_map, storage_map: p.storage_map, power_off, warm, enable_cbt: warmOpts?.enable_cbt !== false,
+        poolUse: placer.poolUse.get(target.uri)!, domain,
+      }),
+      ...(clashes.get(v.vm_path) ?? []), ...(collisions.get(v.vm_path) ?? []),
+    ];
     const datastores = [...new Set(x.disks.map((d) => d.datastore))];
     return {
       vm_path: v.vm_path,
       findings: withOverrides(v, findings),
-      placement: { esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain, target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn' },
+      placement: {
+        esxi_host: x.esxi_host, datastores, virt_uri: target.uri, pool: p.storage_map[datastores[0]] ?? '', domain,
+        target_existed: target.domains.has(domain), source_was_on: x.power_state === 'poweredOn',
+      },
     };
   });
   // The guests of the VMs nothing else stops, read in place on a worker (guest-preflight.ts), unless the plan or VM says no.
-  const read = results.filter((r) => !blocks(r) && (vmOption(p, r.vm_path, 'guest_preflight') ?? guestPreflightDefault()) !== false).map((r) => facts.get(r.vm_path) as VmFacts);
+  const read = results.filter((r) => !blocks(r) && (vmOption(p, r.vm_path, 'guest_preflight') ?? guestPreflightDefault()) !== false)
+    .map((r) => facts.get(r.vm_path) as VmFacts);
   if (read.length) {
     const guest = await readGuests(p, read);
     for (const r of results) r.findings.push(...withOverrides(p.vms.find((v) => v.vm_path === r.vm_path)!, guest.get(r.vm_path) ?? []));
@@ -87,7 +98,8 @@ function refuseConfusable(p: Plan, names: Map<string, string>) {
     const own = v.options?.target_name !== undefined;
     if (!why || (!own && p.options.target_name === undefined)) continue;
     const field = own ? `vms.${i}.options.target_name` : 'options.target_name';
-    throw fieldError(400, field, `gives ${v.vm_path} the domain name "${name}", which virsh could take for another domain: it ${why}; give a name with a letter`);
+    throw fieldError(400, field,
+      `gives ${v.vm_path} the domain name "${name}", which virsh could take for another domain: it ${why}; give a name with a letter`);
   }
 }
 

@@ -37,14 +37,18 @@ const targetName = Joi.object({
   const name = nameFor(rule, { name: '', vm_path: '/-/vm/-' });
   const why = confusableName(name);
   return why ? h.error('string.confusable', { name, why }) : rule;
-}).messages({ 'string.confusable': 'gives every VM the domain name "{{#name}}", which virsh could take for another domain: it {{#why}}; give a name with a letter' })
+}).messages({
+  'string.confusable': 'gives every VM the domain name "{{#name}}", which virsh could take for another domain: it {{#why}}; give a name with a letter',
+})
   .label('PlanTargetName').description('the target domain name: prefix + template + suffix, lowercased when asked; characters libvirt refuses become "-"');
 
 // Options that only the plan understands (the runner takes them out before a VM's job is built).
 export const PLAN_ONLY_OPTIONS = ['rollback', 'remove_source', 'target_name', 'guest_preflight'] as const;
 const planOptions = jobOptions.keys({
-  rollback: Joi.boolean().default(true).description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
-  remove_source: Joi.boolean().default(false).description('after the VM\'s job completed (its boot check passed): delete the source VM on vSphere; default false (keep)'),
+  rollback: Joi.boolean().default(true)
+    .description('on failure after the source was powered off: remove what Ferry created on the target, power the source back on'),
+  remove_source: Joi.boolean().default(false)
+    .description('after the VM\'s job completed (its boot check passed): delete the source VM on vSphere; default false (keep)'),
   target_name: targetName,
   guest_preflight: Joi.boolean().description('read the guest on its datastore before the copy (guest_* findings; default FERRY_GUEST_PREFLIGHT, on)'),
 });
@@ -59,7 +63,10 @@ export const planLimitsSchema = Joi.object({
 
 const window = Joi.object({ start: Joi.date().iso().required(), end: Joi.date().iso().greater(Joi.ref('start')).required() }).label('PlanWindow');
 
-const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({ vm_path: vmPath.required(), options: planOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)') }))
+const planVmEntry = Joi.alternatives().try(vmPath, Joi.object({
+  vm_path: vmPath.required(),
+  options: planOptions.prefs({ noDefaults: true }).description('per-VM overrides of the plan options (only what is given overrides)'),
+}))
   .description('a VM path, or {vm_path, options} with per-VM overrides');
 
 const selector = Joi.object({
@@ -76,16 +83,23 @@ const planFields = {
     manager_url: Joi.string().uri({ scheme: ['http', 'https'] }).max(2048).description('default GOVC_URL; one of FERRY_VSPHERE_MANAGERS'),
     insecure: Joi.boolean(),
   }).description('the vSphere manager; its credentials come from the environment (plans are stored in Redis, so never carry a password)'),
-  vms: Joi.array().items(planVmEntry).max(10_000).description('at most FERRY_PLAN_MAX_VMS (default 1000) with the selected ones; 10,000 is the body\'s own bound'),
-  selectors: Joi.array().items(selector).min(1).max(20).description('VMs chosen by folder, name glob and power state (a VM matching any selector is in the plan)'),
+  vms: Joi.array().items(planVmEntry).max(10_000)
+    .description('at most FERRY_PLAN_MAX_VMS (default 1000) with the selected ones; 10,000 is the body\'s own bound'),
+  selectors: Joi.array().items(selector).min(1).max(20)
+    .description('VMs chosen by folder, name glob and power state (a VM matching any selector is in the plan)'),
   destination: Joi.object({
     type: Joi.string().valid('kvm').default('kvm'),
     virt_uri: virtUriSchema.description('target host (default FERRY_LIBVIRT_URI); one of FERRY_LIBVIRT_URIS'),
-    virt_uris: Joi.array().items(virtUriSchema).min(1).max(64).unique().description('several target hosts, each one of FERRY_LIBVIRT_URIS; VMs are spread over them by placement'),
-    placement: Joi.string().valid(...PLACEMENTS).default('round_robin').description('round_robin: in turn, in the order of virt_uris; most_free_memory: the host with the most free memory (libvirt\'s nodememstats) after the plan\'s VMs already placed there'),
+    virt_uris: Joi.array().items(virtUriSchema).min(1).max(64).unique()
+      .description('several target hosts, each one of FERRY_LIBVIRT_URIS; VMs are spread over them by placement'),
+    placement: Joi.string().valid(...PLACEMENTS).default('round_robin')
+      .description('round_robin: in turn, in the order of virt_uris; most_free_memory: the host with the most free memory '
+        + '(libvirt\'s nodememstats) after the plan\'s VMs already placed there'),
   }).oxor('virt_uri', 'virt_uris'),
-  network_map: Joi.object().pattern(mapName, virtName).description('source network or port group -> target network (a name libvirt and Ferry accept: no spaces)'),
-  storage_map: Joi.object().pattern(mapName, virtName).description('source datastore -> target storage pool (a name libvirt and Ferry accept: no spaces)'),
+  network_map: Joi.object().pattern(mapName, virtName)
+    .description('source network or port group -> target network (a name libvirt and Ferry accept: no spaces)'),
+  storage_map: Joi.object().pattern(mapName, virtName)
+    .description('source datastore -> target storage pool (a name libvirt and Ferry accept: no spaces)'),
   options: planOptions,
   limits: planLimitsSchema,
   start_at: Joi.date().iso().description('no VM starts before this time'),
@@ -110,15 +124,21 @@ export const findingSchema = Joi.object({
   rule: Joi.string(), severity: Joi.string().valid(...SEVERITIES), message: Joi.string(), fix: Joi.string(),
   overridable: Joi.boolean().description('whether POST /plans/{id}/overrides accepts this rule'),
   overridden: Joi.object({ by: Joi.string(), at: Joi.string().isoDate(), reason: Joi.string().allow('') }).description('a blocker an operator accepted'),
-  guest: Joi.object().unknown(true).description('guest_inspected only: OS, boot loader, file systems, free bytes, files_changed and packages_removed by the repair, network files it rewrites'),
+  guest: Joi.object().unknown(true)
+    .description('guest_inspected only: OS, boot loader, file systems, free bytes, files_changed and packages_removed by the repair, '
+      + 'network files it rewrites'),
 }).label('PlanFinding');
 
 export const overrideSchema = Joi.object<{ vm_path: string; rule: string; reason: string }>({
   vm_path: vmPath.required(), rule: Joi.string().max(64).required(), reason: Joi.string().allow('').max(1024).default(''),
 }).label('PlanOverride');
 
-export const planCutoverSchema = Joi.object<{ vm_path?: string }>({ vm_path: vmPath.description('only this VM; without it, every warm VM of the plan that is copying') }).label('PlanCutover');
-export const planVmCancelSchema = Joi.object<{ vm_path?: string }>({ vm_path: vmPath.description('only this VM; without it, the whole plan') }).label('PlanCancel');
+export const planCutoverSchema = Joi.object<{ vm_path?: string }>({
+  vm_path: vmPath.description('only this VM; without it, every warm VM of the plan that is copying'),
+}).label('PlanCutover');
+export const planVmCancelSchema = Joi.object<{ vm_path?: string }>({
+  vm_path: vmPath.description('only this VM; without it, the whole plan'),
+}).label('PlanCancel');
 
 const placementSchema = Joi.object({
   esxi_host: Joi.string(), datastores: Joi.array().items(Joi.string()), virt_uri: Joi.string(), pool: Joi.string(),
@@ -129,21 +149,28 @@ export const planVmSchema = Joi.object({
   vm_path: Joi.string(), status: Joi.string().valid(...PLAN_VM_STATUSES), job_id: Joi.string().allow(null),
   findings: Joi.array().items(findingSchema), waiting_reason: Joi.string().allow(null), error: Joi.string().allow(null),
   stage: Joi.string().allow(null), bytes_done: Joi.number().integer(), total_bytes: Joi.number().integer(),
-  rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'), eta_seconds: Joi.number().integer().allow(null),
+  rate_bytes_per_second: Joi.number().integer().allow(null).description('its job\'s transfer rate while it runs'),
+  eta_seconds: Joi.number().integer().allow(null),
   placement: placementSchema,
   warm: Joi.object({
-    status: Joi.string(), rounds: Joi.array().items(Joi.object().unknown(true)).description('each copy round: snapshot_at, changed_bytes, bytes_copied, copy_seconds, overhead_seconds'),
+    status: Joi.string(),
+    rounds: Joi.array().items(Joi.object().unknown(true))
+      .description('each copy round: snapshot_at, changed_bytes, bytes_copied, copy_seconds, overhead_seconds'),
     prediction: Joi.object().unknown(true).allow(null).description('predicted downtime of a cutover now (seconds, parts, change and copy rates, basis)'),
-    cutover: Joi.object().unknown(true).description('why and when the cutover began, the last delta'), cutover_requested: Joi.object().unknown(true).description('a manual cutover request (at, by)'),
+    cutover: Joi.object().unknown(true).description('why and when the cutover began, the last delta'),
+    cutover_requested: Joi.object().unknown(true).description('a manual cutover request (at, by)'),
     downtime: Joi.object().unknown(true).description('measured: power-off to the boot milestone, split into power_off, last_delta, repair, import, boot'),
   }).unknown(true).description('a warm VM (options.warm): its rounds, prediction and cutover (docs/plans.md, Warm migration)'),
   selected_by: Joi.array().items(Joi.number().integer()).description('the selectors (their index) that chose this VM; absent for a listed VM'),
-  source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() }).description('what happened to the source VM after success (options.remove_source)'),
+  source: Joi.object({ action: Joi.string().valid('removed', 'kept', 'remove_failed'), at: Joi.string().isoDate(), detail: Joi.string() })
+    .description('what happened to the source VM after success (options.remove_source)'),
   jobs: Joi.array().items(Joi.string()).description('every job this VM ran, oldest first'),
   actions: Joi.array().items(Joi.object({
-    action: Joi.string().valid('submit', 'rollback', 'remove_source'), key: Joi.string().description('the job it is for (api-<time>-<random>: a rollback through the API)'),
+    action: Joi.string().valid('submit', 'rollback', 'remove_source'),
+    key: Joi.string().description('the job it is for (api-<time>-<random>: a rollback through the API)'),
     claimed_by: Joi.string(), fence: Joi.number().integer().allow(null).description('the plan leader lease\'s token (null: through the API)'),
-    at: Joi.string().isoDate(), done_at: Joi.string().isoDate().allow(null), result: Joi.any(), resumed: Joi.number().integer().description('times a later leader took the claim over'),
+    at: Joi.string().isoDate(), done_at: Joi.string().isoDate().allow(null), result: Joi.any(),
+    resumed: Joi.number().integer().description('times a later leader took the claim over'),
   }).label('PlanVmAction')).description('each side effect done for this VM, claimed before it was done (docs/plans.md, Claims)'),
 }).unknown(true).label('PlanVm');
 
@@ -156,7 +183,9 @@ export const planSchema = Joi.object({
   id: Joi.string(), name: Joi.string(), status: Joi.string().valid(...PLAN_STATUSES), archived: Joi.boolean(),
   created_at: Joi.string().isoDate(), updated_at: Joi.string().isoDate(), started_at: Joi.string().isoDate().allow(null),
   finished_at: Joi.string().isoDate().allow(null), created_by: planCallerSchema.description('who created the plan'),
-  started_by: planCallerSchema.allow(null).description('who started the plan (or last retried it): every job the plan submits carries this caller, and is checked as its direct request would be (docs/plans.md, "What each role may do through a plan")'),
+  started_by: planCallerSchema.allow(null)
+    .description('who started the plan (or last retried it): every job the plan submits carries this caller, and is checked as its direct request would be '
+      + '(docs/plans.md, "What each role may do through a plan")'),
   counts: Joi.object().pattern(Joi.string(), Joi.number().integer()).description('VMs per status'),
   vms: Joi.array().items(planVmSchema),
 }).unknown(true).label('Plan');
