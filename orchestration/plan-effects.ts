@@ -36,7 +36,9 @@ const log = createLogger('plans');
 
 /** Submits the effect's job unless it exists (a resumed claim); answers its end when it has one already, a
  *  refusal of the submission (a caller without the role, a bad parameter) as a failed end, else null. */
-export async function submitEffect(life: Lifecycle, o: { id: string; op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null; meta: Record<string, unknown> }): Promise<EffectEnd | null> {
+export async function submitEffect(
+  life: Lifecycle, o: { id: string; op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null; meta: Record<string, unknown> },
+): Promise<EffectEnd | null> {
   const seen = await effectEnd(life, o.id);
   if (seen) return seen;
   if (await life.store.raw(o.id)) {
@@ -46,8 +48,14 @@ export async function submitEffect(life: Lifecycle, o: { id: string; op: EffectO
   }
   try {
     // A rollback goes before the plan's next migrations; each effect checks first, so another attempt is safe.
-    const spec = validate<JobSpec>(jobSpecSchema, { job_id: o.id, operation: o.op, parameters: o.parameters, execution_policy: { timeout_seconds: 900, retry_count: 3, priority: 90 } }, 'body');
-    await life.submit(spec, { enqueue: true, meta: { kind: 'operation', name: o.op, ...o.meta, acting_as: o.caller ? { name: o.caller.name, role: o.caller.role } : null }, caller: o.caller, planRunner: true });
+    const spec = validate<JobSpec>(jobSpecSchema, {
+      job_id: o.id, operation: o.op, parameters: o.parameters, execution_policy: { timeout_seconds: 900, retry_count: 3, priority: 90 },
+    }, 'body');
+    await life.submit(spec, {
+      enqueue: true,
+      meta: { kind: 'operation', name: o.op, ...o.meta, acting_as: o.caller ? { name: o.caller.name, role: o.caller.role } : null },
+      caller: o.caller, planRunner: true,
+    });
   } catch (e) {
     // Created meanwhile by another submission of the same claim: that job is the effect's.
     if (e instanceof ApiError && e.status === 409 && (await life.store.raw(o.id))) return effectEnd(life, o.id);

@@ -63,7 +63,9 @@ export class PlanHub {
       const p = await this.d.plans.get(id);
       if (p?.status === 'running') this.track(id, p.vms.filter((v) => v.status === 'running' && v.job_id).map((v) => v.job_id!));
     }
-    this.heartbeat = setInterval(() => { for (const set of this.sse.values()) for (const c of set) this.write(c, ': heartbeat\n\n'); }, this.d.heartbeatSeconds * 1000);
+    this.heartbeat = setInterval(() => {
+      for (const set of this.sse.values()) for (const c of set) this.write(c, ': heartbeat\n\n');
+    }, this.d.heartbeatSeconds * 1000);
     this.heartbeat.unref();
   }
 

@@ -28,7 +28,9 @@ function scpOnce(o: FetchOptions, dest: string, onBytes: (n: number) => void): P
     let err = '';
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (err.length < 8192) err += s; });
     // Before scp creates the file there is nothing to count (ENOENT); any other stat error ends the byte count.
-    const poll = setInterval(() => { fs.stat(dest).then((s) => onBytes(s.size), (e: NodeJS.ErrnoException) => { if (e.code !== 'ENOENT') clearInterval(poll); }); }, 500);
+    const poll = setInterval(() => {
+      fs.stat(dest).then((s) => onBytes(s.size), (e: NodeJS.ErrnoException) => { if (e.code !== 'ENOENT') clearInterval(poll); });
+    }, 500);
     const killer = setTimeout(() => child.kill('SIGKILL'), o.timeoutSeconds * 1000);
     child.on('error', (e: NodeJS.ErrnoException) => reject(e.code === 'ENOENT' ? new OperationError('scp is not installed (openssh-client)', false) : e));
     child.on('close', (code, sig) => {
