@@ -29,7 +29,10 @@ interface Viewer { ws: WebSocket; caller: ConsoleCaller }
 interface Session { con: ConsoleSession; viewers: Set<Viewer>; writer?: Viewer; ready: boolean; state: string; exited: Promise<void> }
 
 const send = (ws: WebSocket, m: Record<string, unknown>) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(m)); };
-const refuse = (ws: WebSocket, code: number, error: string) => { send(ws, { type: 'error', error }); ws.close(code, error.slice(0, 100)); }; // a close reason holds 123 bytes
+const refuse = (ws: WebSocket, code: number, error: string) => {
+  send(ws, { type: 'error', error });
+  ws.close(code, error.slice(0, 100)); // a close reason holds 123 bytes
+};
 
 /** What the caller asked for, or the reason it may not have it (4403). */
 function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: string; write: boolean; force: boolean } | { refused: string } {
@@ -38,8 +41,12 @@ function wanted(req: http.IncomingMessage, caller: ConsoleCaller): { name: strin
   const force = ['1', 'true'].includes(q.get('force') || '');
   if (!may(caller, 'view')) return { refused: `viewing a console needs role ${CONSOLE_ROLES.view}` };
   if (mode !== null && mode !== 'read' && mode !== 'write') return { refused: 'mode: give read or write' };
-  if (mode === 'write' && !may(caller, 'input')) return { refused: `mode: typing into a console needs role ${CONSOLE_ROLES.input}; ${who(caller)} has role ${caller!.role} (open it with mode=read)` };
-  if (force && !may(caller, 'force')) return { refused: `force: taking over a console needs role ${CONSOLE_ROLES.force}; ${who(caller)} has role ${caller!.role}` };
+  if (mode === 'write' && !may(caller, 'input')) {
+    return { refused: `mode: typing into a console needs role ${CONSOLE_ROLES.input}; ${who(caller)} has role ${caller!.role} (open it with mode=read)` };
+  }
+  if (force && !may(caller, 'force')) {
+    return { refused: `force: taking over a console needs role ${CONSOLE_ROLES.force}; ${who(caller)} has role ${caller!.role}` };
+  }
   // Without a mode, whoever may type is the writer (the console page), everyone else a reader.
   return { name: q.get('name') || '', write: mode === null ? may(caller, 'input') : mode === 'write', force };
 }
@@ -68,7 +75,9 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
     return s;
   }
 
-  const status = (s: Session, x: Viewer, name: string) => send(x.ws, { type: 'status', status: 'connected', domain: name, state: s.state, mode: s.writer === x ? 'write' : 'read' });
+  const status = (s: Session, x: Viewer, name: string) => send(x.ws, {
+    type: 'status', status: 'connected', domain: name, state: s.state, mode: s.writer === x ? 'write' : 'read',
+  });
 
   function leave(name: string, s: Session, x: Viewer) {
     s.viewers.delete(x);
@@ -83,8 +92,15 @@ export function consoleEndpoints(v: Virsh, onWriter?: OnWriter) {
   /** Makes `x` the writer: refused while another holds it, unless `force` (the other is then told and closed). */
   function takeWriter(s: Session, x: Viewer, force: boolean): string | null {
     const cur = s.writer;
-    if (cur && !force) return `the console already has a writer (${who(cur.caller)}); one at a time: open it with mode=read${may(x.caller, 'force') ? ', or take it with force=1' : ''}`;
-    if (cur) { send(cur.ws, { type: 'closed', error: `the console was taken over by ${who(x.caller)}` }); cur.ws.close(4409, 'taken over'); s.viewers.delete(cur); }
+    if (cur && !force) {
+      return `the console already has a writer (${who(cur.caller)}); one at a time: `
+        + `open it with mode=read${may(x.caller, 'force') ? ', or take it with force=1' : ''}`;
+    }
+    if (cur) {
+      send(cur.ws, { type: 'closed', error: `the console was taken over by ${who(x.caller)}` });
+      cur.ws.close(4409, 'taken over');
+      s.viewers.delete(cur);
+    }
     s.writer = x;
     return null;
   }
@@ -127,7 +143,8 @@ function upgradeWith(upgrade: Upgrade): Upgrade {
     let release: () => void;
     try { release = spawnSlots.console.take(); } catch (e) {
       const err = e as ApiError;
-      return refuseUpgrade(socket, err.status || 503, err.message, (err.details as { retryAfter?: number } | undefined)?.retryAfter); // a 429's details (platform/limits.ts)
+      return refuseUpgrade(socket, err.status || 503, err.message,
+        (err.details as { retryAfter?: number } | undefined)?.retryAfter); // a 429's details (platform/limits.ts)
     }
     socket.once('close', release);
     upgrade(req, socket, head, caller);
@@ -144,6 +161,10 @@ function inputOf(s: Session, x: Viewer) {
     // The browser's message: only {type: 'input', data: string} is input.
     if (typeof m !== 'object' || m === null || !('type' in m) || m.type !== 'input' || !('data' in m) || typeof m.data !== 'string') return;
     if (s.writer === x) return s.con.write(Buffer.from(m.data, 'utf8'));
-    if (!told) { told = true; send(x.ws, { type: 'error', error: `read-only: ${may(x.caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`}; input ignored` }); }
+    if (!told) {
+      told = true;
+      const why = may(x.caller, 'input') ? 'another viewer is the writer' : `typing needs role ${CONSOLE_ROLES.input}`;
+      send(x.ws, { type: 'error', error: `read-only: ${why}; input ignored` });
+    }
   };
 }

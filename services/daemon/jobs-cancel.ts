@@ -8,7 +8,10 @@ import { jobViews } from '../../orchestration/daemon-views';
 import { statesOf } from './jobs';
 import { err, now } from './route-kit';
 
-const cancelled = Joi.object({ cancelled: Joi.array().items(Joi.string()), failed: Joi.array().items(Joi.string()), errors: Joi.object().pattern(Joi.string(), Joi.string()), timestamp: Joi.string(), message: Joi.string(), count: Joi.number().integer() });
+const cancelled = Joi.object({
+  cancelled: Joi.array().items(Joi.string()), failed: Joi.array().items(Joi.string()), errors: Joi.object().pattern(Joi.string(), Joi.string()),
+  timestamp: Joi.string(), message: Joi.string(), count: Joi.number().integer(),
+});
 
 /** Cancels every job of a daemon status, page by page (no limit), and names each job it could not cancel. */
 async function cancelAll(life: Lifecycle, status: string) {
@@ -54,9 +57,13 @@ async function cancelEach(life: Lifecycle, ids: string[], status: string | undef
 
 export function addCancelRoute(api: Api, life: Lifecycle) {
   api.add({
-    method: 'post', role: 'submit', path: '/jobs/cancel', summary: 'Cancel jobs by id (per-id result) or every job of a status', tags: ['jobs'], body: cancelSchema,
+    method: 'post', role: 'submit', path: '/jobs/cancel', summary: 'Cancel jobs by id (per-id result) or every job of a status', tags: ['jobs'],
+    body: cancelSchema,
     responses: {
-      200: { description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): every such job, {message, count, failed, errors}', schema: cancelled },
+      200: {
+        description: 'form 1 (job_ids): {cancelled, failed, errors, timestamp}; form 2 (status only): every such job, {message, count, failed, errors}',
+        schema: cancelled,
+      },
       400: err('neither job_ids nor status'),
     },
     handler: (_ctx, { body }) => (body.job_ids ? cancelEach(life, body.job_ids, body.status) : cancelAll(life, body.status)),

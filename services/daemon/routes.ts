@@ -26,9 +26,13 @@ export interface RouteDeps {
   libvirt: () => { uri: string; state: 'unknown' | 'reachable' | 'unreachable'; checked_at: string | null };
 }
 
-const libvirtStateSchema = Joi.object({ uri: Joi.string(), state: Joi.string().valid('unknown', 'reachable', 'unreachable'), checked_at: Joi.string().allow(null) })
+const libvirtStateSchema = Joi.object({
+  uri: Joi.string(), state: Joi.string().valid('unknown', 'reachable', 'unreachable'), checked_at: Joi.string().allow(null),
+})
   .description('the libvirt connection of /virt, shown and not judged: a daemon without libvirt is still ready');
-const healthSchema = Joi.object({ status: Joi.string().valid('ok', 'unavailable'), redis: Joi.string().valid('reachable', 'unreachable'), libvirt: libvirtStateSchema });
+const healthSchema = Joi.object({
+  status: Joi.string().valid('ok', 'unavailable'), redis: Joi.string().valid('reachable', 'unreachable'), libvirt: libvirtStateSchema,
+});
 
 function addStatusRoutes(api: Api, d: Pick<RouteDeps, 'status' | 'life' | 'libvirt'>) {
   api.add({

@@ -10,7 +10,8 @@ import { callerOf, err } from './route-kit';
 export function addScheduleChangeRoutes(api: Api, d: { schedules: ScheduleStore; runDeps: RunDeps }) {
   const { schedules } = d;
   api.add({
-    method: 'put', role: 'submit', path: '/schedules/:id', summary: 'Change name, schedule, enabled, description, timezone or job_template', tags: ['schedules'], params: scheduleParams, body: scheduleUpdateSchema,
+    method: 'put', role: 'submit', path: '/schedules/:id', summary: 'Change name, schedule, enabled, description, timezone or job_template',
+    tags: ['schedules'], params: scheduleParams, body: scheduleUpdateSchema,
     responses: { 200: scheduleResponse, 400: err('invalid change'), 404: err('unknown schedule') },
     handler: async (ctx, { params, body }) => {
       refusePasswords(body.job_template, 'job_template');
@@ -30,7 +31,8 @@ export function addScheduleChangeRoutes(api: Api, d: { schedules: ScheduleStore;
   });
   for (const [action, enabled] of [['enable', true], ['disable', false]] as const) {
     api.add({
-      method: 'post', role: 'submit', path: `/schedules/:id/${action}`, summary: `${action[0].toUpperCase()}${action.slice(1)} a schedule`, tags: ['schedules'], params: scheduleParams,
+      method: 'post', role: 'submit', path: `/schedules/:id/${action}`, summary: `${action[0].toUpperCase()}${action.slice(1)} a schedule`, tags: ['schedules'],
+      params: scheduleParams,
       responses: { 200: scheduleResponse, 404: err('unknown schedule') },
       handler: async (_ctx, { params }) => {
         await scheduleOr404(schedules, params.id);
@@ -41,11 +43,18 @@ export function addScheduleChangeRoutes(api: Api, d: { schedules: ScheduleStore;
   }
   api.add({
     method: 'post', role: 'submit', path: '/schedules/:id/trigger', summary: 'Run the job template once, now', tags: ['schedules'], params: scheduleParams,
-    responses: { 200: { description: 'triggered', schema: Joi.object({ message: Joi.string(), job_id: Joi.string().allow(null) }) }, 404: err('unknown schedule') },
+    responses: {
+      200: { description: 'triggered', schema: Joi.object({ message: Joi.string(), job_id: Joi.string().allow(null) }) }, 404: err('unknown schedule'),
+    },
     handler: async (_ctx, { params }) => {
       await scheduleOr404(schedules, params.id);
       const job_id = await runSchedule(d.runDeps, params.id, { manual: true });
-      return { message: job_id ? `schedule ${params.id} triggered: job ${job_id}` : `schedule ${params.id} triggered but created no job (it has no usable job template)`, job_id };
+      return {
+        message: job_id
+          ? `schedule ${params.id} triggered: job ${job_id}`
+          : `schedule ${params.id} triggered but created no job (it has no usable job template)`,
+        job_id,
+      };
     },
   });
 }
