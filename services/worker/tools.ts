@@ -11,7 +11,9 @@ import { setting } from '../../platform/settings';
 export interface Missing { what: string; capability: string }
 
 /** Programs whose path an operator may set (the code runs the variable's value instead of the name). */
-const OVERRIDES: Record<string, string> = { guestfish: 'GUESTFISH', nbdkit: 'NBDKIT', 'qemu-img': 'QEMU_IMG', hivexregedit: 'HIVEXREGEDIT', '/usr/share/OVMF/OVMF_CODE_4M.fd': 'FERRY_OVMF_CODE' };
+const OVERRIDES: Record<string, string> = {
+  guestfish: 'GUESTFISH', nbdkit: 'NBDKIT', 'qemu-img': 'QEMU_IMG', hivexregedit: 'HIVEXREGEDIT', '/usr/share/OVMF/OVMF_CODE_4M.fd': 'FERRY_OVMF_CODE',
+};
 
 /** An absolute path whose last part may hold `*` and `?` (as the list's entries do: /boot/vmlinuz-*). */
 function globMatches(p: string): boolean {
@@ -55,7 +57,9 @@ function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
   if (caps.includes('libvirt_access') && uri) {
     const socks = localLibvirtSockets(uri, env);
     if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${uri.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
-    if (socks && setting('FERRY_LIBVIRT_DOMAIN_TYPE', env) === 'kvm' && !existsSync('/dev/kvm')) out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
+    if (socks && setting('FERRY_LIBVIRT_DOMAIN_TYPE', env) === 'kvm' && !existsSync('/dev/kvm')) {
+      out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
+    }
   }
   const exportDir = setting('FERRY_EXPORT_DIR', env);
   if (caps.includes('vsphere_access') && exportDir) {
@@ -80,7 +84,9 @@ export function missingTools(caps: string[], env: NodeJS.ProcessEnv = process.en
   const out: Missing[] = [];
   for (const e of programsFor(caps)) {
     const needs = e.capabilities.filter((c) => caps.includes(c)).join(', ');
-    for (const name of e.names.length ? e.names : [e.check]) if (!present(name, env)) out.push({ what: `${name} (Debian package ${e.package})`, capability: needs });
+    for (const name of e.names.length ? e.names : [e.check]) {
+      if (!present(name, env)) out.push({ what: `${name} (Debian package ${e.package})`, capability: needs });
+    }
   }
   return [...out, ...hostFacts(caps, env)];
 }

@@ -71,7 +71,9 @@ export function jobLedger(store: JobStore, jobId: string): ExportLedger {
 const cancelled = (signal: AbortSignal) => signal.aborted && (signal.reason as Error)?.message === 'cancelled';
 
 /** The export stage, shared by "export" and "migrate_vm": progress as the daemon seed's shape A record. */
-export async function runExport(ctx: OpContext, p: ExportParameters, named: string, phase = 'exporting', field = 'output_path', place?: ExportRequest['place']): Promise<ExportResult> {
+export async function runExport(
+  ctx: OpContext, p: ExportParameters, named: string, phase = 'exporting', field = 'output_path', place?: ExportRequest['place'],
+): Promise<ExportResult> {
   // Checked again here, on the resolved path, right before anything is written (the roots may differ from the
   // submitting process's, and the folder may have changed since).
   const outputDir = await checkRunPath({ field, path: named, kind: 'output_dir' });
@@ -96,16 +98,24 @@ export async function runExport(ctx: OpContext, p: ExportParameters, named: stri
           rate_bytes_per_second: s.rate_bytes_per_second, ...(s.eta_seconds !== null ? { eta_seconds: s.eta_seconds } : {}),
         };
         if (p.show_individual_progress) {
-          details.files = JSON.stringify(s.files.map((f) => ({ ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100 })));
+          details.files = JSON.stringify(s.files.map((f) => ({
+            ...f, percent_complete: f.total_bytes ? Math.round((f.bytes_downloaded / f.total_bytes) * 1000) / 10 : 100,
+          })));
         }
-        const msg = s.phase === 'exporting' ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}` : s.phase;
-        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details)).catch(dropped(ctx.log, 'could not publish a progress event; the next one superseded by the next one', { job_id: ctx.spec.job_id }));
+        const msg = s.phase === 'exporting'
+          ? `${s.files_downloaded}/${s.total_files} files, ${s.bytes_downloaded} of ${s.total_bytes} bytes${s.current_file ? ` (${s.current_file})` : ''}`
+          : s.phase;
+        pending = pending.then(() => ctx.progress(s.phase === 'exporting' ? phase : s.phase, Math.min(99, s.percent_complete), msg, details))
+          .catch(dropped(ctx.log, 'could not publish a progress event; the next one superseded by the next one', { job_id: ctx.spec.job_id }));
       },
     });
   } catch (e) {
     // Cancelled: every stream has stopped; nothing of this export stays. Other endings keep the partial files
     // (marked .ferry-part) for the next attempt to continue from.
-    if (cancelled(ctx.signal)) await removeExportOutput(outputDir, ledger).catch((c) => ctx.log.warn('cancelled export: its partial files could not all be removed', { job_id: ctx.spec.job_id, output_dir: outputDir, error: (c as Error).message }));
+    if (cancelled(ctx.signal)) {
+      await removeExportOutput(outputDir, ledger).catch((c) => ctx.log.warn('cancelled export: its partial files could not all be removed',
+        { job_id: ctx.spec.job_id, output_dir: outputDir, error: (c as Error).message }));
+    }
     throw asOperationError(e);
   } finally {
     await pending;

@@ -12,13 +12,17 @@ import { asOperationError } from './export';
 import type { Operation } from './types';
 
 /** The parameters as domain/operations.ts's guest_preflight schema gives them. */
-type GuestPreflightParameters = { manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_paths: string[]; seconds: number; deadline: number };
+type GuestPreflightParameters = {
+  manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_paths: string[]; seconds: number; deadline: number;
+};
 
 export const guestPreflightOp: Operation = async (ctx) => {
   const p = ctx.spec.parameters as GuestPreflightParameters;
   const password = await jobPassword(ctx.store.redis, ctx.store.k, ctx.spec.job_id, p.credentials).catch((e) => { throw asOperationError(e); });
   let m;
-  try { m = managerFor(resolveCredentials({ manager_url: p.manager_url, username: p.username, password, insecure: p.insecure })); } catch (e) { throw asOperationError(e); }
+  try {
+    m = managerFor(resolveCredentials({ manager_url: p.manager_url, username: p.username, password, insecure: p.insecure }));
+  } catch (e) { throw asOperationError(e); }
   const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(Math.max(0, p.deadline - Date.now()))]);
   const early = new Map<string, Finding[]>();
   const facts: VmFacts[] = [];

@@ -37,7 +37,8 @@ async function privateDir(dir: string): Promise<void> {
   const st = await fs.lstat(dir);
   const uid = process.getuid?.();
   if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) {
-    throw new OperationError(`export folder ${dir} is ${st.isSymbolicLink() ? 'a symbolic link' : st.isDirectory() ? `owned by uid ${st.uid}` : 'not a folder'}; Ferry exports only into a folder of its own (FERRY_DATA_DIR)`, false);
+    const what = st.isSymbolicLink() ? 'a symbolic link' : st.isDirectory() ? `owned by uid ${st.uid}` : 'not a folder';
+    throw new OperationError(`export folder ${dir} is ${what}; Ferry exports only into a folder of its own (FERRY_DATA_DIR)`, false);
   }
   if (st.mode & 0o077) await fs.chmod(dir, 0o700);
 }
@@ -55,16 +56,24 @@ export async function makeExportDir(jobId: string, env: NodeJS.ProcessEnv = proc
 }
 
 export const migrateVm: Operation = async (ctx) => {
-  const p = ctx.spec.parameters as ExportParameters & { destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string; conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number }; warm?: WarmOptions; plan?: PlanParams };
+  const p = ctx.spec.parameters as ExportParameters & {
+    destination: { type: string; virt_uri?: string }; network_mapping: Record<string, string>; pool?: string; domain_name?: string;
+    conversion_method?: string; virt_test?: { expect?: string; timeout_seconds?: number }; warm?: WarmOptions; plan?: PlanParams;
+  };
   const virtUri = jobUri(p.destination.virt_uri, 'destination.virt_uri'); // refused before the source is touched
   const dir = await makeExportDir(ctx.spec.job_id);
   // One pass (docs/pipeline.md): the disks that can go straight into their volumes are chosen, and the space
   // checked, after the export's plan and before any byte moves.
   const target = { virtUri, pool: p.pool, exportDir: dir };
-  const stagesAfter = (c: OpContext, exported: ExportResult, beside?: BesideCopy) => afterExport(c, { exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name, conversion_method: p.conversion_method, virt_test: p.virt_test, beside });
+  const stagesAfter = (c: OpContext, exported: ExportResult, beside?: BesideCopy) => afterExport(c, {
+    exported, destination: p.destination, network_mapping: p.network_mapping, pool: p.pool, domain_name: p.domain_name,
+    conversion_method: p.conversion_method, virt_test: p.virt_test, beside,
+  });
   // Warm (issue 37, warm-rounds.ts): rounds of changed areas into the same volumes while the VM runs, then the
   // cold path's stages. The source changes until the last delta, so its repair runs after it, not beside a round.
-  if (p.warm) return migrateWarm(ctx, { p: { ...p, warm: p.warm }, dir, place: (disks) => placeForOnePass(ctx, target, disks), after: (c, e) => stagesAfter(c, e) });
+  if (p.warm) {
+    return migrateWarm(ctx, { p: { ...p, warm: p.warm }, dir, place: (disks) => placeForOnePass(ctx, target, disks), after: (c, e) => stagesAfter(c, e) });
+  }
   return migrateCold(ctx, p, dir, target, stagesAfter);
 };
 

@@ -40,7 +40,9 @@ export interface AfterExportInput {
 }
 
 /** How each exported disk's bytes travelled (the manifest's data_path, domain/vsphere/export-manifest.ts). */
-type DataPath = { mode: 'one_pass'; volume: string; format: 'raw'; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck } | { mode: 'export_folder'; reason: string };
+type DataPath =
+  | { mode: 'one_pass'; volume: string; format: 'raw'; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck }
+  | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 
 /** The repair (and, without one pass, the conversion) of the exported disks, then each disk as the import takes
@@ -50,8 +52,11 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
   const volumes = disks.map((d) => (d.data_path?.mode === 'one_pass' ? d.data_path.volume : undefined));
   const manifest = pipelineManifest(input.exported.manifest, dir, volumes);
   // migrate's result is the pipeline's report (runPipeline); one pass's volumes are Ferry's own, not job input.
-  const report = input.beside ? await finishBesideCopy(ctx, input.beside) : await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: repairParameters(ctx, manifest) } }, new Set(volumes.filter((x): x is string => !!x)));
-  const artifacts = [...(report.artifacts as { disk_id: string; path: string; format: string; boot_order: number; modified_by_fix?: boolean }[])].sort((a, b) => a.boot_order - b.boot_order);
+  const report = input.beside
+    ? await finishBesideCopy(ctx, input.beside)
+    : await migrateManifest({ ...ctx, spec: { ...ctx.spec, parameters: repairParameters(ctx, manifest) } }, new Set(volumes.filter((x): x is string => !!x)));
+  const artifacts = [...(report.artifacts as { disk_id: string; path: string; format: string; boot_order: number; modified_by_fix?: boolean }[])]
+    .sort((a, b) => a.boot_order - b.boot_order);
   // What an earlier attempt made goes, except the volumes this attempt resumed into and has just repaired.
   await clearEarlierAttempts(ctx, 'import', new Set(volumes.filter((x): x is string => !!x)));
   if (!volumes.some(Boolean)) return { report, importDisks: artifacts.map((a) => ({ path: a.path, format: a.format })), dataPath: disks };
@@ -62,7 +67,9 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
     return { overlay: a.path, volume: volumes[index.get(a.disk_id)!], modified: !!a.modified_by_fix, blocks: dp?.mode === 'one_pass' ? dp.blocks : undefined };
   }));
   const checks = new Map(merged.map((m) => [m.path, m.check]));
-  const verified = disks.map((d) => (d.data_path?.mode === 'one_pass' ? { ...d, data_path: { ...d.data_path, ...verifiedBy(checks.get(d.data_path.volume)) } } : d));
+  const verified = disks.map((d) => (d.data_path?.mode === 'one_pass'
+    ? { ...d, data_path: { ...d.data_path, ...verifiedBy(checks.get(d.data_path.volume)) } }
+    : d));
   await recordDataPath(input.exported.manifest_path, report.report_path, verified);
   return { report, importDisks: merged.map((m) => ({ path: m.path, format: m.format, inPool: m.inPool })), dataPath: verified };
 }
@@ -71,7 +78,11 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
 function verifiedBy(c: BlockCheck | undefined): { verified: string; block_check?: BlockCheck } {
   if (!c) return { verified: 'not checked: this export recorded no block hash list' };
   const wrote = c.repair_written.length;
-  return { verified: `every block (${c.blocks} of ${c.block_bytes} bytes) re-hashed from the volume matches the bytes as served: the ${wrote} the repair wrote before its merge, the other ${c.checked_after_merge} after it`, block_check: c };
+  return {
+    verified: `every block (${c.blocks} of ${c.block_bytes} bytes) re-hashed from the volume matches the bytes as served: `
+      + `the ${wrote} the repair wrote before its merge, the other ${c.checked_after_merge} after it`,
+    block_check: c,
+  };
 }
 
 /** A data path without its block hash list (thousands of entries on a large disk; the manifest keeps it). */
@@ -116,19 +127,28 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   // By its UUID from here on: the one identity of this domain virsh cannot resolve to another.
   await v.run(['start', '--paused', imported.uuid]);
   const boot = await testBootLibvirt(
-    { disks: [], firmware: imported.firmware, expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`) },
+    {
+      disks: [], firmware: imported.firmware, expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined,
+      timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`),
+    },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.uuid, signal); return { domain_type: imported.domain_type }; },
   );
   if (boot.status !== 'passed') {
     await v.run(['destroy', imported.uuid]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
-    throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
+    throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; `
+      + `it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
   }
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);
   return {
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
-    firmware: imported.firmware, firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`, domain_type: imported.domain_type, boot,
-    export: { manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes, bytes_refetched: input.exported.bytes_refetched, bytes_rehashed: input.exported.bytes_rehashed, bytes_sparse: input.exported.bytes_sparse },
+    firmware: imported.firmware,
+    firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`,
+    domain_type: imported.domain_type, boot,
+    export: {
+      manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes,
+      bytes_refetched: input.exported.bytes_refetched, bytes_rehashed: input.exported.bytes_rehashed, bytes_sparse: input.exported.bytes_sparse,
+    },
     data_path: dataPath.map((d) => ({ disk_id: d.id, label: d.label, ...withoutList(d.data_path) })),
     conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
   };

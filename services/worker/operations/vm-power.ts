@@ -12,7 +12,9 @@ import { vmGuardHolder } from '../../../orchestration/vm-guard';
 import type { Operation } from './types';
 
 /** The parameters as domain/operations.ts's vm_power schema gives them. */
-type VmPowerParameters = { manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_path: string; action: 'shutdown' | 'poweroff' };
+type VmPowerParameters = {
+  manager_url?: string; username?: string; insecure?: boolean; credentials?: string; vm_path: string; action: 'shutdown' | 'poweroff';
+};
 
 
 export const vmPower: Operation = async (ctx) => {
