@@ -12,7 +12,9 @@ const UNIT = /^[A-Za-z0-9@._-]+\.(service|timer|socket)$/;
 const field = (v: unknown, key: string): unknown => (v && typeof v === 'object' ? (v as Record<string, unknown>)[key] : undefined);
 
 /** Applies every part present; true when the guest was modified. `write` honours dry_run. */
-export async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a: FixAction) => void, write: (p: string, t: string) => Promise<void>): Promise<boolean> {
+export async function applyConfiguration(
+  g: GuestSession, o: FixOptions, act: (a: FixAction) => void, write: (p: string, t: string) => Promise<void>,
+): Promise<boolean> {
   const c = o.configuration;
   if (!c) return false;
   let modified = false;
@@ -32,12 +34,21 @@ export async function applyConfiguration(g: GuestSession, o: FixOptions, act: (a
   const enable = field(c.services, 'enable') ?? [];
   const disable = field(c.services, 'disable') ?? [];
   for (const [list, key] of [[enable, 'enable'], [disable, 'disable']] as const) {
-    if (!Array.isArray(list)) { act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: must be an array of unit names` }); continue; }
+    if (!Array.isArray(list)) {
+      act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: must be an array of unit names` });
+      continue;
+    }
     for (const unit of list as unknown[]) {
-      if (typeof unit !== 'string' || !UNIT.test(unit)) { act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: invalid unit name ${String(unit)}` }); continue; }
+      if (typeof unit !== 'string' || !UNIT.test(unit)) {
+        act({ action: 'configuration.services', status: 'warning', detail: `configuration.services.${key}: invalid unit name ${String(unit)}` });
+        continue;
+      }
       const link = `/etc/systemd/system/multi-user.target.wants/${unit}`;
       if (key === 'disable') {
-        if ((await g.tryCmd('is-symlink', link))?.trim() !== 'true') { act({ action: 'configuration.services', status: 'skipped', detail: `${unit} is not enabled` }); continue; }
+        if ((await g.tryCmd('is-symlink', link))?.trim() !== 'true') {
+          act({ action: 'configuration.services', status: 'skipped', detail: `${unit} is not enabled` });
+          continue;
+        }
         if (!o.dry_run) { await g.cmd('rm', link); modified = true; }
         act({ action: 'configuration.services', status: st, detail: `disabled ${unit}` });
         continue;

@@ -20,7 +20,9 @@ const FALLBACK = 'BOOTX64.EFI';
 export interface FirmwareChoice { firmware: Firmware; reason: string }
 
 /** Each partition's type: the GPT type GUID, or the MBR id in decimal (0xef = 239: an ESP). */
-async function partitionTypes(g: GuestSession, disks: string[], tableOf: (dev: string) => Promise<string | undefined>): Promise<[string, string | undefined][]> {
+async function partitionTypes(
+  g: GuestSession, disks: string[], tableOf: (dev: string) => Promise<string | undefined>,
+): Promise<[string, string | undefined][]> {
   const out: [string, string | undefined][] = [];
   for (const p of g.lines(await g.cmd('list-partitions'))) {
     const dev = (await g.cmd('part-to-dev', p)).trim();
@@ -58,13 +60,41 @@ export async function detectBoot(g: GuestSession, mountpoints: Record<string, st
 /** The firmware the domain needs, and why (the report's `firmware`). `vm` is the manifest's vm.firmware. */
 export function chooseFirmware(vm: string | undefined, boot: GuestBoot | undefined): FirmwareChoice {
   const stated = vm === 'uefi' || vm === 'bios' ? vm : undefined;
-  if (!boot) return stated === 'uefi' ? { firmware: 'uefi', reason: 'the VM\'s firmware is UEFI (manifest vm.firmware); the guest was not inspected' } : { firmware: 'bios', reason: `${stated ? 'the VM\'s firmware is BIOS (manifest vm.firmware)' : 'the manifest names no firmware'}; the guest was not inspected` };
+  if (!boot) {
+    return stated === 'uefi'
+      ? { firmware: 'uefi', reason: 'the VM\'s firmware is UEFI (manifest vm.firmware); the guest was not inspected' }
+      : {
+        firmware: 'bios',
+        reason: `${stated ? 'the VM\'s firmware is BIOS (manifest vm.firmware)' : 'the manifest names no firmware'}; the guest was not inspected`,
+      };
+  }
   const efi = Object.entries(boot.efi_loaders).map(([v, f]) => `\\EFI\\${v}\\{${f.join(',')}}`).join(' ');
   const esp = `${boot.partition_table || 'a'} disk with an EFI system partition ${boot.esp} on ${boot.esp_mount} holding ${efi}`;
-  if (efi && !boot.bios_loader) return { firmware: 'uefi', reason: `the guest boots only through UEFI: a ${esp}, and no GRUB for BIOS${stated === 'bios' ? ' (the manifest says bios, which could not boot it)' : ''}` };
-  if (!efi && boot.bios_loader) return { firmware: 'bios', reason: `the guest boots through GRUB for BIOS and has no EFI loader${stated === 'uefi' ? ' (the manifest says uefi, which could not boot it)' : ''}` };
-  if (efi) return { firmware: stated || 'uefi', reason: `the guest has both a ${esp} and GRUB for BIOS; ${stated ? `the VM's firmware (manifest vm.firmware) is ${stated}` : 'the manifest names no firmware, so UEFI, as it was installed'}` };
-  return { firmware: stated || 'bios', reason: `no boot loader found in the guest (no EFI loader on an ESP, no GRUB for BIOS); ${stated ? `the manifest's vm.firmware ${stated}` : 'BIOS by default'}` };
+  if (efi && !boot.bios_loader) {
+    return {
+      firmware: 'uefi',
+      reason: `the guest boots only through UEFI: a ${esp}, and no GRUB for BIOS`
+        + `${stated === 'bios' ? ' (the manifest says bios, which could not boot it)' : ''}`,
+    };
+  }
+  if (!efi && boot.bios_loader) {
+    return {
+      firmware: 'bios',
+      reason: `the guest boots through GRUB for BIOS and has no EFI loader${stated === 'uefi' ? ' (the manifest says uefi, which could not boot it)' : ''}`,
+    };
+  }
+  if (efi) {
+    return {
+      firmware: stated || 'uefi',
+      reason: `the guest has both a ${esp} and GRUB for BIOS; `
+        + `${stated ? `the VM's firmware (manifest vm.firmware) is ${stated}` : 'the manifest names no firmware, so UEFI, as it was installed'}`,
+    };
+  }
+  return {
+    firmware: stated || 'bios',
+    reason: 'no boot loader found in the guest (no EFI loader on an ESP, no GRUB for BIOS); '
+      + `${stated ? `the manifest's vm.firmware ${stated}` : 'BIOS by default'}`,
+  };
 }
 
 /** The vendor directory whose loader the fallback path gets: one with shim first, the distribution's own first. */
@@ -83,11 +113,21 @@ const bootCsv = (vendor: string) => Buffer.from(`\ufeffshimx64.efi,${vendor},,Th
  * shim would run it on every boot from the fallback path, and it resets the VM after writing an NVRAM entry. An
  * existing fallback loader is left as it is. Returns the files written (guest paths).
  */
-export async function installFallbackLoader(g: GuestSession, boot: GuestBoot, distro: string | undefined, dry: boolean, act: (a: FixAction) => void): Promise<string[]> {
+export async function installFallbackLoader(
+  g: GuestSession, boot: GuestBoot, distro: string | undefined, dry: boolean, act: (a: FixAction) => void,
+): Promise<string[]> {
   const base = { action: 'uefi_fallback' };
   if (boot.fallback) { act({ ...base, status: 'skipped', detail: `${boot.fallback} is already there` }); return []; }
   const vendor = pickVendor(boot, distro);
-  if (!vendor || !boot.esp_mount) { act({ ...base, status: 'failed', detail: `no EFI loader to make the fallback from (ESP ${boot.esp || 'none'}${boot.esp ? `, mounted on ${boot.esp_mount || 'nothing in fstab'}` : ''}): a fresh NVRAM would not boot the guest` }); return []; }
+  if (!vendor || !boot.esp_mount) {
+    act({
+      ...base,
+      status: 'failed',
+      detail: `no EFI loader to make the fallback from (ESP ${boot.esp || 'none'}${boot.esp ? `, mounted on ${boot.esp_mount || 'nothing in fstab'}` : ''}): `
+        + 'a fresh NVRAM would not boot the guest',
+    });
+    return [];
+  }
   const files = boot.efi_loaders[vendor];
   const has = (n: string) => files.find((f) => f.toLowerCase() === n);
   const src = `${boot.esp_mount}/EFI/${vendor}`;

@@ -27,7 +27,9 @@ export const regValue = {
 export function describeValue(v: RegValue): string {
   const name = v.name || '(default)';
   if (v.type === REG.DWORD) return `${name}=dword:${v.data.readUInt32LE(0)}`;
-  if (v.type === REG.SZ || v.type === REG.EXPAND_SZ) return `${name}=${v.type === REG.SZ ? 'sz' : 'expand_sz'}:"${v.data.toString('utf16le').replace(/\0$/, '')}"`;
+  if (v.type === REG.SZ || v.type === REG.EXPAND_SZ) {
+    return `${name}=${v.type === REG.SZ ? 'sz' : 'expand_sz'}:"${v.data.toString('utf16le').replace(/\0$/, '')}"`;
+  }
   if (v.type === REG.MULTI_SZ) return `${name}=multi_sz:[${v.data.toString('utf16le').split('\0').filter(Boolean).map((s) => `"${s}"`).join(',')}]`;
   return `${name}=hex(${v.type}):${v.data.toString('hex')}`;
 }
@@ -55,7 +57,10 @@ export function regFile(prefix: string, keys: RegKey[]): string {
   for (const k of withParents(keys)) {
     if (k.path.some((p) => !p || /[\\\]\r\n]/.test(p))) throw new Error(`invalid registry key name in ${k.path.join('\\')}`);
     lines.push(`[${prefix}\\${k.path.join('\\')}]`);
-    for (const v of k.values || []) lines.push(`${v.name === '' ? '@' : quoteReg(v.name)}=hex(${v.type.toString(16)}):${[...v.data].map((b) => b.toString(16).padStart(2, '0')).join(',')}`);
+    for (const v of k.values || []) {
+      const hex = [...v.data].map((b) => b.toString(16).padStart(2, '0')).join(',');
+      lines.push(`${v.name === '' ? '@' : quoteReg(v.name)}=hex(${v.type.toString(16)}):${hex}`);
+    }
     lines.push('');
   }
   return lines.join('\n');
@@ -102,7 +107,9 @@ export async function hivexregedit(hive: string, prefix: string, reg: string): P
   await new Promise<void>((resolve, reject) => {
     execFile(HIVEXREGEDIT, ['--merge', '--prefix', prefix, hive, reg], (e, _out, err) => {
       if (!e) return resolve();
-      reject(new Error(e.code === 'ENOENT' ? `${HIVEXREGEDIT} is not installed (Debian package libwin-hivex-perl)` : `hivexregedit --merge failed: ${String(err).trim() || e.message}`));
+      reject(new Error(e.code === 'ENOENT'
+        ? `${HIVEXREGEDIT} is not installed (Debian package libwin-hivex-perl)`
+        : `hivexregedit --merge failed: ${String(err).trim() || e.message}`));
     });
   });
 }

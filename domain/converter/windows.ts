@@ -15,7 +15,9 @@ import path from 'node:path';
 import type { FixAction } from './types';
 import { GuestSession } from './guestfs';
 import { HIVEXREGEDIT, HiveReader, RegKey, hasHivexregedit, hivexregedit, regFile, regValue, describeValue, extendDevicePath } from './registry';
-import { ARCH_DIRS, WindowsFacts, driverSet, driverVersions, locateVirtioWin, pickVersionDir, underSystemRoot, virtioWinCandidates, windowsVersionDir } from './virtio-win';
+import {
+  ARCH_DIRS, WindowsFacts, driverSet, driverVersions, locateVirtioWin, pickVersionDir, underSystemRoot, virtioWinCandidates, windowsVersionDir,
+} from './virtio-win';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Registry edits (pure)
@@ -27,7 +29,10 @@ export const BOOT_DRIVERS: Record<string, string[]> = {
   vioscsi: ['VEN_1AF4&DEV_1004&SUBSYS_00081AF4&REV_00', 'VEN_1AF4&DEV_1048&SUBSYS_11001AF4&REV_01'],
 };
 // Version of a DriverDatabase package entry, as virt-v2v writes it (needed by Windows-Kernel-Pnp on 10/2016).
-const DDB_VERSION = Buffer.concat([Buffer.from([0x00, 0xff, 0x09, 0x00, 0, 0, 0, 0, 0x7b, 0xe9, 0x36, 0x4d, 0x25, 0xe3, 0xce, 0x11, 0xbf, 0xc1, 0x08, 0x00, 0x2b, 0xe1, 0x03, 0x18]), Buffer.alloc(24)]);
+const DDB_VERSION = Buffer.concat([
+  Buffer.from([0x00, 0xff, 0x09, 0x00, 0, 0, 0, 0, 0x7b, 0xe9, 0x36, 0x4d, 0x25, 0xe3, 0xce, 0x11, 0xbf, 0xc1, 0x08, 0x00, 0x2b, 0xe1, 0x03, 0x18]),
+  Buffer.alloc(24),
+]);
 
 /** SYSTEM hive edits that make `drivers` (viostor/vioscsi) load at boot and bind to the virtio disk. */
 export function systemHiveEdits(controlSet: string, drivers: string[], driverDatabase: boolean): RegKey[] {
@@ -38,15 +43,24 @@ export function systemHiveEdits(controlSet: string, drivers: string[], driverDat
       regValue.sz('Group', 'SCSI miniport'), regValue.expandSz('ImagePath', `system32\\drivers\\${drv}.sys`),
     ] });
     for (const id of BOOT_DRIVERS[drv]) {
-      keys.push({ path: [controlSet, 'Control', 'CriticalDeviceDatabase', `pci#${id.toLowerCase()}`], values: [regValue.sz('Service', drv), regValue.sz('ClassGUID', SCSI_CLASS_GUID)] });
+      keys.push({
+        path: [controlSet, 'Control', 'CriticalDeviceDatabase', `pci#${id.toLowerCase()}`],
+        values: [regValue.sz('Service', drv), regValue.sz('ClassGUID', SCSI_CLASS_GUID)],
+      });
     }
     if (driverDatabase) {
       const inf = `ferry-${drv}.inf`;
       const label = `${inf}_tmp`;
       const conf = `ferry_${drv}_conf`;
-      keys.push({ path: ['DriverDatabase', 'DriverInfFiles', inf], values: [regValue.multiSz('', [label]), regValue.sz('Active', label), regValue.multiSz('Configurations', [conf])] });
+      keys.push({
+        path: ['DriverDatabase', 'DriverInfFiles', inf],
+        values: [regValue.multiSz('', [label]), regValue.sz('Active', label), regValue.multiSz('Configurations', [conf])],
+      });
       keys.push({ path: ['DriverDatabase', 'DriverPackages', label], values: [regValue.binary('Version', DDB_VERSION)] });
-      keys.push({ path: ['DriverDatabase', 'DriverPackages', label, 'Configurations', conf], values: [regValue.dword('ConfigFlags', 0), regValue.sz('Service', drv)] });
+      keys.push({
+        path: ['DriverDatabase', 'DriverPackages', label, 'Configurations', conf],
+        values: [regValue.dword('ConfigFlags', 0), regValue.sz('Service', drv)],
+      });
       for (const id of BOOT_DRIVERS[drv]) {
         keys.push({ path: ['DriverDatabase', 'DeviceIds', 'PCI', id], values: [regValue.binary(inf, Buffer.from([0x01, 0xff, 0x00, 0x00]))] });
         keys.push({ path: ['DriverDatabase', 'DriverPackages', label, 'Descriptors', 'PCI', id], values: [regValue.sz('Configuration', conf)] });
@@ -85,12 +99,15 @@ export interface WindowsFixOptions { dry_run: boolean; backup: boolean; windows_
 export async function injectVirtioDrivers(g: GuestSession, root: string, o: WindowsFixOptions, act: (a: FixAction) => void): Promise<boolean> {
   const A = 'inject_virtio_drivers';
   const would = o.dry_run ? 'would_do' : 'done';
-  const step = (s: string, status: FixAction['status'], detail: string, extra: Record<string, unknown> = {}) => act({ action: A, step: s, status, detail, ...extra });
+  const step = (s: string, status: FixAction['status'], detail: string, extra: Record<string, unknown> = {}) => act({
+    action: A, step: s, status, detail, ...extra,
+  });
 
   // 1. The driver tree (an ISO is unpacked for the time of the injection).
   const src = await locateVirtioWin(virtioWinCandidates(o.virtio_win, o.env));
   if (!src.root) {
-    step('source', 'warning', `no virtio-win driver tree found (looked in ${src.looked.join('; ')}); Windows ${o.windows_version || 'version unknown'} drivers not injected`, { looked: src.looked });
+    step('source', 'warning', `no virtio-win driver tree found (looked in ${src.looked.join('; ')}); `
+      + `Windows ${o.windows_version || 'version unknown'} drivers not injected`, { looked: src.looked });
     return false;
   }
   try {
@@ -142,20 +159,26 @@ async function pickDriverSet(o: WindowsFixOptions, facts: WindowsFacts, src: { r
   const available = await driverVersions(src.root, 'viostor', arch);
   const picked = pickVersionDir(available, ver.dir);
   if (!picked) {
-    step('version', 'warning', `${src.root} has no viostor driver for ${ver.dir}/${arch} or an older version of that line (it has: ${available.join(', ') || 'none'}); drivers not injected`);
+    step('version', 'warning', `${src.root} has no viostor driver for ${ver.dir}/${arch} or an older version of that line `
+      + `(it has: ${available.join(', ') || 'none'}); drivers not injected`);
     return null;
   }
   const set = await driverSet(src.root, picked.dir, arch);
   const versionDetail = `${picked.dir}/${arch} from ${src.root} (${src.from}); ${ver.reason}`;
-  if (picked.fallback) step('version', 'warning', `${ver.dir}/${arch} is not in ${src.root}; using the nearest older ${picked.dir}/${arch} (${ver.reason})`, { wanted: ver.dir, version_dir: picked.dir, arch });
-  else step('version', 'done', versionDetail, { version_dir: picked.dir, arch, source: src.root });
+  if (picked.fallback) {
+    step('version', 'warning', `${ver.dir}/${arch} is not in ${src.root}; using the nearest older ${picked.dir}/${arch} (${ver.reason})`, {
+      wanted: ver.dir, version_dir: picked.dir, arch,
+    });
+  } else step('version', 'done', versionDetail, { version_dir: picked.dir, arch, source: src.root });
   const missing = ['viostor', 'vioscsi'].filter((d) => !set.some((s) => s.driver.toLowerCase() === d));
   if (missing.length) step('version', 'warning', `${missing.join(', ')} not available for ${picked.dir}/${arch}`);
 
   return set;
 }
 
-async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: Step, would: 'would_do' | 'done'): Promise<boolean> {
+async function injectFrom(
+  g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: Step, would: 'would_do' | 'done',
+): Promise<boolean> {
   const guest = await readWindowsGuest(g, root);
   if (!guest) { step('source', 'warning', 'inspection found no Windows systemroot; drivers not injected'); return false; }
   const { systemroot, controlSet, systemHive, softwareHive, facts, devicePath, driverDatabase } = guest;
@@ -163,7 +186,8 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
   if (!set) return false;
 
   if (!o.dry_run && !(await hasHivexregedit())) {
-    step('registry', 'warning', `${HIVEXREGEDIT} is not installed on this host (Debian package libwin-hivex-perl); nothing injected, since drivers without their registry entries would not load`);
+    step('registry', 'warning', `${HIVEXREGEDIT} is not installed on this host (Debian package libwin-hivex-perl); `
+      + 'nothing injected, since drivers without their registry entries would not load');
     return false;
   }
 
@@ -192,7 +216,9 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
     if (!o.dry_run) await g.cmd('mkdir-p', to);
     for (const f of d.files) await upload(path.join(d.dir, f), `${to}/${f}`);
     copied[d.driver] = d.files;
-    step('driver_store', would, `${d.driver}: ${d.files.length} file(s) (${d.files.join(', ')}) from ${d.dir} -> ${to}`, { driver: d.driver, dir: to, files: d.files });
+    step('driver_store', would, `${d.driver}: ${d.files.length} file(s) (${d.files.join(', ')}) from ${d.dir} -> ${to}`, {
+      driver: d.driver, dir: to, files: d.files,
+    });
   }
 
   // 5. Registry.
@@ -212,25 +238,33 @@ async function injectFrom(g: GuestSession, root: string, o: WindowsFixOptions, s
   const keyList = (prefix: string, keys: RegKey[]) => keys.map((k) => `${prefix}\\${k.path.join('\\')} {${(k.values || []).map(describeValue).join(', ')}}`);
 
   if (!bootDrivers.length) step('system_hive', 'warning', 'no boot disk driver was copied; SYSTEM hive left as it is');
-  else if (!systemHive || !controlSet) step('system_hive', 'warning', `inspection found no ${!systemHive ? 'SYSTEM hive' : 'current control set'}; boot drivers copied but not registered, the guest will not boot from a virtio disk`);
-  else {
+  else if (!systemHive || !controlSet) {
+    step('system_hive', 'warning', `inspection found no ${!systemHive ? 'SYSTEM hive' : 'current control set'}; `
+      + 'boot drivers copied but not registered, the guest will not boot from a virtio disk');
+  } else {
     const keys = systemHiveEdits(controlSet, bootDrivers, driverDatabase);
     const bak = await backup(systemHive);
     await merge(systemHive, 'HKLM\\SYSTEM', keys);
-    step('system_hive', would, `${systemHive}${bak ? ` (backup ${bak})` : ''}: ${keyList('HKLM\\SYSTEM', keys).join('; ')}`, { hive: systemHive, backup: bak, keys: keys.map((k) => k.path.join('\\')), driver_database: driverDatabase });
+    step('system_hive', would, `${systemHive}${bak ? ` (backup ${bak})` : ''}: ${keyList('HKLM\\SYSTEM', keys).join('; ')}`, {
+      hive: systemHive, backup: bak, keys: keys.map((k) => k.path.join('\\')), driver_database: driverDatabase,
+    });
   }
 
   const winStore = '%SystemRoot%\\Drivers\\VirtIO';
   const add = [winStore, ...Object.keys(copied).map((d) => `${winStore}\\${d}`)];
-  if (!softwareHive) step('software_hive', 'warning', 'inspection found no SOFTWARE hive; DevicePath not extended, Plug and Play will not find the other drivers by itself');
-  else {
+  if (!softwareHive) {
+    step('software_hive', 'warning', 'inspection found no SOFTWARE hive; DevicePath not extended, Plug and Play will not find the other drivers by itself');
+  } else {
     const dp = extendDevicePath(devicePath ?? '%SystemRoot%\\inf', add);
     if (!dp.added.length) step('software_hive', 'skipped', `DevicePath already lists ${add.join(';')}`);
     else {
       const keys: RegKey[] = [{ path: ['Microsoft', 'Windows', 'CurrentVersion'], values: [regValue.expandSz('DevicePath', dp.value)] }];
       const bak = await backup(softwareHive);
       await merge(softwareHive, 'HKLM\\SOFTWARE', keys);
-      step('software_hive', would, `${softwareHive}${bak ? ` (backup ${bak})` : ''}: HKLM\\SOFTWARE\\Microsoft\\Windows\\CurrentVersion DevicePath "${devicePath ?? '(absent)'}" -> "${dp.value}"`, { hive: softwareHive, backup: bak, device_path: dp.value });
+      step('software_hive', would, `${softwareHive}${bak ? ` (backup ${bak})` : ''}: `
+        + `HKLM\\SOFTWARE\\Microsoft\\Windows\\CurrentVersion DevicePath "${devicePath ?? '(absent)'}" -> "${dp.value}"`, {
+        hive: softwareHive, backup: bak, device_path: dp.value,
+      });
     }
   }
   return modified;

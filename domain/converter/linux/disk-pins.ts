@@ -49,10 +49,19 @@ export async function unpinOldDisk(x: LinuxFix): Promise<string[]> {
   }
   for (const f of STALE_CACHES) await removePin(x, f, 'a cache of the devices as VMware presented them, rebuilt on demand');
   const devices = await lvmDevicesFile(x);
-  if (await removePin(x, devices, 'LVM\'s devices file names the PVs by the old disk\'s WWID or name and would hide them on virtio; without it LVM scans every disk (run `vgimportdevices -a` on KVM to make a new one)')) baked.push(devices);
+  const devicesWhy = 'LVM\'s devices file names the PVs by the old disk\'s WWID or name and would hide them on virtio; '
+    + 'without it LVM scans every disk (run `vgimportdevices -a` on KVM to make a new one)';
+  if (await removePin(x, devices, devicesWhy)) baked.push(devices);
   if (await g.isFile(MULTIPATH_BINDINGS)) {
     const used = multipathAliasesUsed(await g.read(MULTIPATH_BINDINGS), (await g.isFile('/etc/fstab')) ? await g.read('/etc/fstab') : '');
-    for (const a of used) x.act({ action: 'disk_pins', status: 'warning', detail: `/etc/fstab mounts the multipath alias ${a}, bound to a WWID of the VMware disk in ${MULTIPATH_BINDINGS}: a virtio disk has no WWID, so the alias will not appear; mount it by UUID=` });
+    for (const a of used) {
+      x.act({
+        action: 'disk_pins',
+        status: 'warning',
+        detail: `/etc/fstab mounts the multipath alias ${a}, bound to a WWID of the VMware disk in ${MULTIPATH_BINDINGS}: `
+          + 'a virtio disk has no WWID, so the alias will not appear; mount it by UUID=',
+      });
+    }
   }
   return baked;
 }

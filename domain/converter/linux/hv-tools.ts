@@ -35,7 +35,13 @@ async function purgePackages(x: LinuxFix, tool: { cmd: string; env?: string[] },
   if (await runsSystemd(g)) {
     const files = await writeFirstBootUnit(x, HV_PURGE, purgeScript(cmdline, pkgs));
     x.purgeAtBoot = pkgs;
-    act({ action: 'remove_source_hv_tools', status: 'done', detail: `${tool.cmd} ${pkgs.join(' ')} runs at the first boot on KVM (${HV_PURGE.name}, which then removes itself); the units are disabled now`, deferred_to_first_boot: true, files });
+    act({
+      action: 'remove_source_hv_tools',
+      status: 'done',
+      detail: `${tool.cmd} ${pkgs.join(' ')} runs at the first boot on KVM (${HV_PURGE.name}, which then removes itself); the units are disabled now`,
+      deferred_to_first_boot: true,
+      files,
+    });
     return;
   }
   x.purged = pkgs;
@@ -56,8 +62,10 @@ export async function removeHvTools(x: LinuxFix): Promise<void> {
   if (pkgs.length) {
     const tool = PURGE[info.package_format || ''];
     const bin = tool && await g.firstFile(tool.bin);
-    if (!tool || !bin) act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but ${tool ? `${tool.bin[0]} is not in the guest` : `the package format "${info.package_format || 'unknown'}" has no removal tool here`}; services disabled only` });
-    else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would run ${tool.cmd} ${pkgs.join(' ')}` });
+    if (!tool || !bin) {
+      const missing = tool ? `${tool.bin[0]} is not in the guest` : `the package format "${info.package_format || 'unknown'}" has no removal tool here`;
+      act({ action: 'remove_source_hv_tools', status: 'warning', detail: `packages ${pkgs.join(', ')} are installed but ${missing}; services disabled only` });
+    } else if (o.dry_run) act({ action: 'remove_source_hv_tools', status: 'would_do', detail: `would run ${tool.cmd} ${pkgs.join(' ')}` });
     else {
       try { await purgePackages(x, tool, pkgs); did++; }
       catch (e) { act({ action: 'remove_source_hv_tools', status: 'warning', detail: `${tool.cmd} failed: ${(e as Error).message}` }); }

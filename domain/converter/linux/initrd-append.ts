@@ -39,18 +39,24 @@ const SUPPORT = ['modules.builtin', 'modules.builtin.modinfo', 'modules.order'];
 const INDEX = /^modules\.(dep|dep\.bin|alias|alias\.bin|softdep|symbols|symbols\.bin|builtin\.bin|builtin\.alias\.bin|devname|weakdep|weakdep\.bin)$/;
 
 /** Why the image cannot take an appended archive, or its unpacked files when it can. */
-async function appendable(image: Buffer, kver: string, tool: string): Promise<{ why: string } | { tree: Map<string, CpioEntry>; prefix: string; archives: InitrdArchive[] }> {
+async function appendable(
+  image: Buffer, kver: string, tool: string,
+): Promise<{ why: string } | { tree: Map<string, CpioEntry>; prefix: string; archives: InitrdArchive[] }> {
   if (!APPENDABLE.includes(tool)) return { why: `its generator is ${tool}, whose image layout Ferry does not append to` };
   let archives;
   try { archives = await readInitrd(image); } catch (e) {
     if (e instanceof InitrdParseError) return { why: `the image does not parse (${e.message})` };
     throw e;
   }
-  if (archives.some((a) => a.compression === 'lz4-legacy')) return { why: 'an lz4 legacy archive has no end marker: the kernel reads it to the end of the file, so nothing can follow it' };
+  if (archives.some((a) => a.compression === 'lz4-legacy')) {
+    return { why: 'an lz4 legacy archive has no end marker: the kernel reads it to the end of the file, so nothing can follow it' };
+  }
   const tree = effectiveTree(archives);
   const prefix = modulesPrefix(tree, kver);
   if (!prefix) return { why: `the image has no modules.dep for ${kver}` };
-  if (![...tree.keys()].some((n) => /^(usr\/)?lib\/udev\/rules\.d\/80-drivers\.rules$/.test(n))) return { why: 'its udev has no 80-drivers.rules: it would not load the drivers by device alias' };
+  if (![...tree.keys()].some((n) => /^(usr\/)?lib\/udev\/rules\.d\/80-drivers\.rules$/.test(n))) {
+    return { why: 'its udev has no 80-drivers.rules: it would not load the drivers by device alias' };
+  }
   return { tree, prefix, archives };
 }
 
@@ -58,13 +64,16 @@ async function appendable(image: Buffer, kver: string, tool: string): Promise<{ 
 function imagePathOf(f: string, tool: string, tree: Map<string, CpioEntry>, prefix: string): { image?: string; why?: string } {
   const rel = f.replace(/^\//, '');
   const usr = prefix.startsWith('usr/') ? 'usr/' : '';
-  if (f === '/etc/crypttab') return tree.has('cryptroot/crypttab') || tree.has(rel) ? { why: `${f} changed and the generator derives the image's copy from it` } : {};
+  if (f === '/etc/crypttab') {
+    return tree.has('cryptroot/crypttab') || tree.has(rel) ? { why: `${f} changed and the generator derives the image's copy from it` } : {};
+  }
   if (f.startsWith('/etc/dracut.conf.d/')) return { why: `${f} (dracut's configuration) changed: the image it builds differs` };
   if (tool === 'update-initramfs') {
     // initramfs-tools copies /etc/initramfs-tools/X to conf/X, .link files and custom rules under /lib.
     if (f.startsWith('/etc/initramfs-tools/')) { const p = `conf/${f.slice('/etc/initramfs-tools/'.length)}`; return tree.has(p) ? { image: p } : {}; }
     // Beside the .link files the image already has (systemd's 99-default.link), else where the modules' /lib is.
-    const linkDir = ['usr/lib/systemd/network/', 'lib/systemd/network/'].find((d) => [...tree.keys()].some((n) => n.startsWith(d))) ?? `${usr}lib/systemd/network/`;
+    const linkDir = ['usr/lib/systemd/network/', 'lib/systemd/network/']
+      .find((d) => [...tree.keys()].some((n) => n.startsWith(d))) ?? `${usr}lib/systemd/network/`;
     if (f.endsWith('.link')) return { image: `${linkDir}${path.posix.basename(f)}` };
     if (f.startsWith('/etc/udev/rules.d/')) { const p = `${usr}lib/udev/rules.d/${path.posix.basename(f)}`; return tree.has(p) ? { image: p } : {}; }
   }
@@ -74,7 +83,9 @@ function imagePathOf(f: string, tool: string, tree: Map<string, CpioEntry>, pref
 }
 
 /** The changed files the image must see, or why it cannot by appending. */
-async function placedFiles(baked: string[], tool: string, tree: Map<string, CpioEntry>, prefix: string, guest: GuestReader): Promise<{ why: string } | { files: (PlacedFile & { guest: string })[] }> {
+async function placedFiles(
+  baked: string[], tool: string, tree: Map<string, CpioEntry>, prefix: string, guest: GuestReader,
+): Promise<{ why: string } | { files: (PlacedFile & { guest: string })[] }> {
   const files: (PlacedFile & { guest: string })[] = [];
   const got = await guest(baked);
   for (const f of baked) {
@@ -94,7 +105,9 @@ async function placedFiles(baked: string[], tool: string, tree: Map<string, Cpio
  * The appended image for `kver`, or why it cannot be made (the caller then rebuilds). `image`: the image's bytes;
  * `baked`: the guest files the repair changed that an image may carry; `guest` reads the guest's files.
  */
-export async function planAppend(image: Buffer, kver: string, tool: string, wanted: string[], baked: string[], guest: GuestReader): Promise<AppendPlan | { why: string }> {
+export async function planAppend(
+  image: Buffer, kver: string, tool: string, wanted: string[], baked: string[], guest: GuestReader,
+): Promise<AppendPlan | { why: string }> {
   const ok = await appendable(image, kver, tool);
   if ('why' in ok) return ok;
   const { tree, prefix, archives } = ok;
@@ -116,7 +129,10 @@ export async function planAppend(image: Buffer, kver: string, tool: string, want
     if (!data) return { why: `the guest lacks ${modDir}/${f}, which its modules.dep lists` };
     newFiles.push({ name: prefix + f, data });
   }
-  const index = await depmod(tree, prefix, kver, newFiles, new Map(SUPPORT.flatMap((f) => { const d = meta.get(`${modDir}/${f}`); return d ? [[f, d] as const] : []; })));
+  const index = await depmod(tree, prefix, kver, newFiles, new Map(SUPPORT.flatMap((f) => {
+    const d = meta.get(`${modDir}/${f}`);
+    return d ? [[f, d] as const] : [];
+  })));
   if ('why' in index) return index;
   const entries = withParents(tree, [...newFiles, ...index.files, ...placed.files.map((p) => ({ name: p.image, data: p.data }))]);
   const gz = zlib.gzipSync(newcArchive(entries));
@@ -126,23 +142,38 @@ export async function planAppend(image: Buffer, kver: string, tool: string, want
   const after = effectiveTree([...archives, ...(await readInitrd(Buffer.concat([pad, gz])))]);
   const problems = initrdProblems(after, kver, need.files, placed.files);
   if (problems.length) return { why: `the appended image would still be wrong: ${problems.join('; ')}` };
-  return { image: out, added: add.map((f) => path.posix.basename(f)), present: need.files.filter((f) => !add.includes(f)).map((f) => path.posix.basename(f)), placed: placed.files.map((p) => ({ image: p.image, guest: p.guest })), bytes: gz.length };
+  return {
+    image: out,
+    added: add.map((f) => path.posix.basename(f)),
+    present: need.files.filter((f) => !add.includes(f)).map((f) => path.posix.basename(f)),
+    placed: placed.files.map((p) => ({ image: p.image, guest: p.guest })),
+    bytes: gz.length,
+  };
 }
 
 /** The module index for the image's modules plus `added`: the host's depmod on a copy of them in a temp folder,
  *  with the guest's modules.builtin, modules.builtin.modinfo and modules.order. Returns the index files to append. */
-async function depmod(tree: Map<string, CpioEntry>, prefix: string, kver: string, added: { name: string; data: Buffer }[], support: Map<string, Buffer>): Promise<{ why: string } | { files: { name: string; data: Buffer }[] }> {
+async function depmod(
+  tree: Map<string, CpioEntry>, prefix: string, kver: string, added: { name: string; data: Buffer }[], support: Map<string, Buffer>,
+): Promise<{ why: string } | { files: { name: string; data: Buffer }[] }> {
   const base = mkdtempSync(path.join(os.tmpdir(), 'ferry-depmod-'));
   try {
     const dir = path.join(base, 'lib', 'modules', kver);
     const put = (rel: string, data: Buffer) => { mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true }); writeFileSync(path.join(dir, rel), data); };
-    for (const [name, e] of tree) if (name.startsWith(prefix) && /\.ko(\.\w+)?$/.test(name) && (e.mode & S_IFMT) === S_IFREG) put(name.slice(prefix.length), e.data);
+    for (const [name, e] of tree) {
+      if (name.startsWith(prefix) && /\.ko(\.\w+)?$/.test(name) && (e.mode & S_IFMT) === S_IFREG) put(name.slice(prefix.length), e.data);
+    }
     for (const f of added) put(f.name.slice(prefix.length), f.data);
     const copied: string[] = [];
     for (const [f, data] of support) { put(f, data); if (!tree.has(prefix + f)) copied.push(f); }
-    const err = await new Promise<string | undefined>((resolve) => execFile('depmod', ['-b', base, kver], (e, _o, stderr) => resolve(e ? (String(stderr).trim() || e.message) : undefined)));
+    const err = await new Promise<string | undefined>((resolve) => execFile(
+      'depmod', ['-b', base, kver], (e, _o, stderr) => resolve(e ? (String(stderr).trim() || e.message) : undefined),
+    ));
     if (err !== undefined) return { why: `depmod on the image's modules failed: ${err}` };
-    const files = readdirSync(dir).filter((f) => INDEX.test(f) || copied.includes(f)).sort().map((f) => ({ name: prefix + f, data: readFileSync(path.join(dir, f)) }));
+    const files = readdirSync(dir)
+      .filter((f) => INDEX.test(f) || copied.includes(f))
+      .sort()
+      .map((f) => ({ name: prefix + f, data: readFileSync(path.join(dir, f)) }));
     return { files };
   } finally { rmSync(base, { recursive: true, force: true }); }
 }
@@ -154,5 +185,8 @@ function withParents(tree: Map<string, CpioEntry>, files: { name: string; data: 
   for (const f of files) {
     for (let d = path.posix.dirname(f.name); d !== '.' && !tree.has(d); d = path.posix.dirname(d)) dirs.add(d);
   }
-  return [...[...dirs].sort((a, b) => a.length - b.length).map((name) => ({ name, mode: S_IFDIR | 0o755 })), ...files.map((f) => ({ ...f, mode: S_IFREG | 0o644 }))];
+  return [
+    ...[...dirs].sort((a, b) => a.length - b.length).map((name) => ({ name, mode: S_IFDIR | 0o755 })),
+    ...files.map((f) => ({ ...f, mode: S_IFREG | 0o644 })),
+  ];
 }

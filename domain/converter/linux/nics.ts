@@ -9,13 +9,19 @@ import { configuredInterfaces, LINK_DIR, persistentNetNames, planNicFileEdits, p
  *  rules rewritten, RHEL's ifcfg-<name> files renamed, a .link file per NIC. Returns the .link files written. */
 export async function renameNics(x: LinuxFix): Promise<string[]> {
   const { g, o, act } = x;
-  if (o.configuration?.network !== undefined) { act({ action: 'nic_names', status: 'skipped', detail: 'configuration.network gives the network configuration' }); return []; }
+  if (o.configuration?.network !== undefined) {
+    act({ action: 'nic_names', status: 'skipped', detail: 'configuration.network gives the network configuration' });
+    return [];
+  }
   const files: { path: string; text: string }[] = [];
   for (const f of ['/etc/network/interfaces', ...(await Promise.all(NET_DIRS.map((d) => filesIn(g, d)))).flat()]) {
     if (await g.isFile(f)) files.push({ path: f, text: await g.read(f) });
   }
   const names = configuredInterfaces(files);
-  if (!names.length) { act({ action: 'nic_names', status: 'skipped', detail: 'the guest\'s network configuration names no NIC (DHCP on any, or no configuration)' }); return []; }
+  if (!names.length) {
+    act({ action: 'nic_names', status: 'skipped', detail: 'the guest\'s network configuration names no NIC (DHCP on any, or no configuration)' });
+    return [];
+  }
   await holdCloudInit(x);
   const rules = (await g.isFile(PERSISTENT_NET_RULES)) ? await g.read(PERSISTENT_NET_RULES) : undefined;
   const plan = planNicRenames(names, rules ? persistentNetNames(rules) : [], (o.nic_macs || []).filter(Boolean));
@@ -41,7 +47,13 @@ export async function renameNics(x: LinuxFix): Promise<string[]> {
     if ((await g.isFile(p)) && (await g.read(p)) === text) continue;
     if (!o.dry_run) { await g.cmd('mkdir-p', LINK_DIR); await x.write(p, text); await g.cmd('chmod', '0644', p); x.r.modified = true; }
     written.push(p);
-    act({ action: 'nic_names', status: st, detail: `${p}: the NIC ${'mac' in r.match ? `with MAC ${r.match.mac}` : 'of the virtio driver'} is named ${r.to} (it was ${r.from})`, file: p, name: r.to });
+    act({
+      action: 'nic_names',
+      status: st,
+      detail: `${p}: the NIC ${'mac' in r.match ? `with MAC ${r.match.mac}` : 'of the virtio driver'} is named ${r.to} (it was ${r.from})`,
+      file: p,
+      name: r.to,
+    });
   }
   return written;
 }
@@ -57,9 +69,22 @@ export async function holdCloudInit(x: LinuxFix): Promise<void> {
   const { g, o, act } = x;
   if (!(await g.isFile('/etc/cloud/cloud.cfg'))) return;
   for (const f of ['/etc/cloud/cloud.cfg', ...(await filesIn(g, '/etc/cloud/cloud.cfg.d', '.cfg'))]) {
-    if (CLOUD_NET_DISABLED.test(await g.read(f))) { act({ action: 'cloud_init', status: 'skipped', detail: `${f} already disables cloud-init's network configuration` }); return; }
+    if (CLOUD_NET_DISABLED.test(await g.read(f))) {
+      act({ action: 'cloud_init', status: 'skipped', detail: `${f} already disables cloud-init's network configuration` });
+      return;
+    }
   }
   if (!o.dry_run) await g.cmd('mkdir-p', '/etc/cloud/cloud.cfg.d');
-  await x.write(CLOUD_INIT_HOLD, '# Written by Ferry: cloud-init would render the network again at boot from a datasource that stayed on\n# VMware, undoing the renamed configuration. The files it rendered last are the configuration now.\nnetwork: {config: disabled}\n');
-  act({ action: 'cloud_init', status: o.dry_run ? 'would_do' : 'done', detail: `${CLOUD_INIT_HOLD}: cloud-init's network configuration disabled (it would rewrite the renamed configuration at boot)`, file: CLOUD_INIT_HOLD });
+  await x.write(
+    CLOUD_INIT_HOLD,
+    '# Written by Ferry: cloud-init would render the network again at boot from a datasource that stayed on\n'
+      + '# VMware, undoing the renamed configuration. The files it rendered last are the configuration now.\n'
+      + 'network: {config: disabled}\n',
+  );
+  act({
+    action: 'cloud_init',
+    status: o.dry_run ? 'would_do' : 'done',
+    detail: `${CLOUD_INIT_HOLD}: cloud-init's network configuration disabled (it would rewrite the renamed configuration at boot)`,
+    file: CLOUD_INIT_HOLD,
+  });
 }

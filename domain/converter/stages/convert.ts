@@ -8,7 +8,8 @@ import type { Run } from './run';
 let zstdSupport: Promise<boolean> | undefined;
 /** qemu-img >= 5.1 has qcow2 compression_type=zstd; asked once per process. */
 function supportsZstd(): Promise<boolean> {
-  zstdSupport ??= runTool(QEMU_IMG, ['create', '-f', 'qcow2', '-o', 'help', '/dev/null']).then((r) => /compression_type/.test(r.stdout + r.stderr), () => false);
+  zstdSupport ??= runTool(QEMU_IMG, ['create', '-f', 'qcow2', '-o', 'help', '/dev/null'])
+    .then((r) => /compression_type/.test(r.stdout + r.stderr), () => false);
   return zstdSupport;
 }
 
@@ -26,7 +27,8 @@ export async function convert(run: Run): Promise<Record<string, unknown>> {
     else notes.push('qemu-img has no zstd support here; zlib compression used');
   }
   if (c.compress_level !== undefined) {
-    warnings.push(`convert: compress_level ${c.compress_level} is not honoured: qemu-img has no compression-level setting${compress ? ' (zstd/zlib default level used)' : ''}`);
+    warnings.push(`convert: compress_level ${c.compress_level} is not honoured: qemu-img has no compression-level setting`
+      + `${compress ? ' (zstd/zlib default level used)' : ''}`);
   }
   const extra = opts.parallelStreams && opts.parallelStreams > 1 ? ['-m', String(Math.min(16, opts.parallelStreams))] : [];
   const total = work.reduce((a, w) => a + (w.sourceVirtual || w.disk.bytes), 0) || 1;
@@ -40,12 +42,20 @@ export async function convert(run: Run): Promise<Record<string, unknown>> {
     // The checksum is computed while qemu-img reads the same file: one pass through the page cache.
     const sha = w.disk.checksum ? awaitedLater(sha256File(w.disk.local_path, undefined, opts.signal)) : undefined;
     try {
-      await run.timed('qemu_img_convert', () => qemuConvert({ src: w.disk.local_path, srcFormat: w.sourceFormat, dest: w.tmp, destFormat: fmt, compress, options, extra }, (pct) => {
-        run.progress('convert', (doneBytes + (pct / 100) * size) / total, `converting ${w.disk.id} ${pct.toFixed(1)}%`, { disk_id: w.disk.id, bytes_processed: Math.round(doneBytes + (pct / 100) * size), total_bytes: total });
-      }, opts.signal));
+      await run.timed('qemu_img_convert', () => qemuConvert(
+        { src: w.disk.local_path, srcFormat: w.sourceFormat, dest: w.tmp, destFormat: fmt, compress, options, extra },
+        (pct) => {
+          run.progress('convert', (doneBytes + (pct / 100) * size) / total, `converting ${w.disk.id} ${pct.toFixed(1)}%`, {
+            disk_id: w.disk.id, bytes_processed: Math.round(doneBytes + (pct / 100) * size), total_bytes: total,
+          });
+        },
+        opts.signal,
+      ));
       if (sha) {
         w.sourceSha = await run.timed('source_sha256_wait', () => sha);
-        if (`sha256:${w.sourceSha}` !== w.disk.checksum) throw new Error(`disk ${w.disk.id}: checksum mismatch: manifest ${w.disk.checksum}, file sha256:${w.sourceSha}`);
+        if (`sha256:${w.sourceSha}` !== w.disk.checksum) {
+          throw new Error(`disk ${w.disk.id}: checksum mismatch: manifest ${w.disk.checksum}, file sha256:${w.sourceSha}`);
+        }
       }
     } catch (e) { await fs.rm(w.tmp, { force: true }); throw e; }
     doneBytes += size;

@@ -19,7 +19,12 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
       // Still being copied into local_path: qemu reads the source through its NBD reader; the copy hashes it.
       const info = await run.timed('qemu_img_info', () => imageInfo(src.qemuUri, src.format));
       w.sourceVirtual = info['virtual-size'];
-      disksOut.push({ disk_id: d.id, detected_format: info.format, virtual_size: info['virtual-size'], read_from: 'the source through nbdkit, while the copy writes local_path' });
+      disksOut.push({
+        disk_id: d.id,
+        detected_format: info.format,
+        virtual_size: info['virtual-size'],
+        read_from: 'the source through nbdkit, while the copy writes local_path',
+      });
       continue;
     }
     await fs.access(d.local_path).catch(() => { throw new Error(`disk ${d.id}: ${d.local_path} does not exist or cannot be read`); });
@@ -27,15 +32,22 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
     const header = await inspectImage(d.local_path);
     if (header.format !== w.sourceFormat) throw new Error(`disk ${d.id}: source_format is ${d.source_format} but ${d.local_path} is ${header.format}`);
     const detected = await run.timed('qemu_img_info', () => imageInfo(d.local_path, w.sourceFormat));
-    const entry: Record<string, unknown> = { disk_id: d.id, detected_format: detected.format, virtual_size: detected['virtual-size'], actual_size: detected['actual-size'] };
+    const entry: Record<string, unknown> = {
+      disk_id: d.id, detected_format: detected.format, virtual_size: detected['virtual-size'], actual_size: detected['actual-size'],
+    };
     w.sourceVirtual = detected['virtual-size'];
-    if (detected['virtual-size'] !== d.bytes) warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
+    if (detected['virtual-size'] !== d.bytes) {
+      warnings.push(`inspect: disk ${d.id}: bytes ${d.bytes} differs from the image's virtual size ${detected['virtual-size']}`);
+    }
     if (detected['backing-filename']) {
       entry.backing_chain = detected['full-backing-filename'] || detected['backing-filename'];
       warnings.push(`inspect: disk ${d.id} has a backing file ${String(entry.backing_chain)}; the output is flattened`);
     }
     const snaps = detected.snapshots;
-    if (snaps?.length) { entry.snapshots = snaps.length; warnings.push(`inspect: disk ${d.id} has ${snaps.length} internal snapshot(s); only the active layer is converted`); }
+    if (snaps?.length) {
+      entry.snapshots = snaps.length;
+      warnings.push(`inspect: disk ${d.id} has ${snaps.length} internal snapshot(s); only the active layer is converted`);
+    }
     if (d.checksum && !verifyDuringConvert) {
       const sha = await sha256File(d.local_path, undefined, opts.signal);
       if (`sha256:${sha}` !== d.checksum) throw new Error(`disk ${d.id}: checksum mismatch: manifest ${d.checksum}, file sha256:${sha}`);
@@ -48,7 +60,10 @@ export async function inspect(run: Run): Promise<Record<string, unknown>> {
   const r: Record<string, unknown> = { disks: disksOut };
   if (st.inspect?.collect_guest_info && !st.fix?.enabled) {
     // No fix session to share: a read-only appliance on the sources.
-    const session = run.session = await GuestSession.open(run.work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })), { readonly: true, signal: opts.signal, nice: opts.applianceNice, log: (l) => run.warn(`inspect: ${l}`) });
+    const session = run.session = await GuestSession.open(
+      run.work.map((w) => ({ path: w.disk.local_path, format: w.sourceFormat })),
+      { readonly: true, signal: opts.signal, nice: opts.applianceNice, log: (l) => run.warn(`inspect: ${l}`) },
+    );
     run.guest = await inspectAndMount(session, true, undefined, undefined, st.fix?.root);
     r.guest = run.guest;
     run.firmware = chooseFirmware(run.m.vm?.firmware, run.guest.boot);

@@ -40,7 +40,9 @@ export async function testBootOutputs(run: Run) {
   // The firmware the import gives the domain: the guest's (inspected by fix or inspect), else the manifest's.
   run.firmware ??= chooseFirmware(m.vm?.firmware, undefined);
   const firmware = run.firmware.firmware;
-  const tb = await run.timed('test_boot', () => testBoot({ ...opts.testBoot, mac, consoleLog, firmware, disks: work.map((w) => ({ path: w.out, format: run.formatOf(w) })), signal: opts.signal }));
+  const tb = await run.timed('test_boot', () => testBoot({
+    ...opts.testBoot, mac, consoleLog, firmware, disks: work.map((w) => ({ path: w.out, format: run.formatOf(w) })), signal: opts.signal,
+  }));
   run.testBootResult = { ...tb, console_log: consoleLog };
   run.log(1, `test boot (${tb.accelerator}, ${tb.firmware}): ${tb.status}: ${tb.detail}`);
   if (tb.status === 'inconclusive') run.warnings.push(`virt_test: inconclusive: ${tb.detail}`);

@@ -13,12 +13,22 @@ export async function planOutputs(run: Run) {
   const names = outputNames(m, dir);
   for (const d of [...m.disks].sort((a, b) => a.boot_order_hint - b.boot_order_hint)) {
     const out = names.get(d.id)!;
-    if (path.resolve(out) === path.resolve(d.local_path)) throw new OperationError(`$.disks: output ${out} is the source of disk ${d.id}; sources are never modified`, false);
+    if (path.resolve(out) === path.resolve(d.local_path)) {
+      throw new OperationError(`$.disks: output ${out} is the source of disk ${d.id}; sources are never modified`, false);
+    }
     const overlay = !st.convert?.enabled && !!st.fix?.enabled;
     const final = overlay ? out.replace(/\.[^.]+$/, '') + '.overlay.qcow2' : out;
     run.work.push({
-      disk: d, out: final, tmp: path.join(path.dirname(final), `.${path.basename(final)}.partial`), overlay, sourceFormat: qemuFormat(d.source_format), modified: false,
-      artifact: { disk_id: d.id, path: final, format: overlay ? 'qcow2' : m.output.format, boot_order: d.boot_order_hint, source_path: d.local_path, source_format: d.source_format },
+      disk: d,
+      out: final,
+      tmp: path.join(path.dirname(final), `.${path.basename(final)}.partial`),
+      overlay,
+      sourceFormat: qemuFormat(d.source_format),
+      modified: false,
+      artifact: {
+        disk_id: d.id, path: final, format: overlay ? 'qcow2' : m.output.format, boot_order: d.boot_order_hint,
+        source_path: d.local_path, source_format: d.source_format,
+      },
     });
   }
   if (run.dry) return;
