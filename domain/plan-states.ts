@@ -47,5 +47,6 @@ export const vmMayMove = (from: string, to: string) => (VM_TRANSITIONS[from as P
 /** The table as an ES module for the dashboard (plain JS, no build step): served, never copied by hand. */
 export function planStatesModule(): string {
   const out = { PLAN_STATUSES, PLAN_VM_STATUSES, PLAN_FINAL, VM_FINAL, VM_RETRYABLE, PLAN_TRANSITIONS, VM_TRANSITIONS };
-  return `// Generated from domain/plan-states.ts by the daemon: the plan and plan-VM state table.\n${Object.entries(out).map(([k, v]) => `export const ${k} = ${JSON.stringify(v)};`).join('\n')}\n`;
+  return '// Generated from domain/plan-states.ts by the daemon: the plan and plan-VM state table.\n'
+    + `${Object.entries(out).map(([k, v]) => `export const ${k} = ${JSON.stringify(v)};`).join('\n')}\n`;
 }

@@ -32,7 +32,15 @@ export async function planView(store: JobStore, p: Plan) {
     };
   });
   const { events_sent: _e, ...plan } = p;
-  return { ...plan, counts, bytes_done: done, total_bytes: total, rate_bytes_per_second: Math.round(rate), eta_seconds: rate > 0 && total > done ? Math.round((total - done) / rate) : null, vms };
+  return {
+    ...plan,
+    counts,
+    bytes_done: done,
+    total_bytes: total,
+    rate_bytes_per_second: Math.round(rate),
+    eta_seconds: rate > 0 && total > done ? Math.round((total - done) / rate) : null,
+    vms,
+  };
 }
 
 /** One running VM's rate (its job's, the daemon's one rule for it) and the ETA of its bytes at that rate. */

@@ -47,7 +47,10 @@ export const planKeys = (k: Keys) => ({ plan: (id: string) => `${k.prefix}:plan:
 
 export function newVm(entry: string | { vm_path: string; options?: PlanOptions }): PlanVm {
   const e = typeof entry === 'string' ? { vm_path: entry } : entry;
-  return { vm_path: e.vm_path, ...(e.options ? { options: e.options } : {}), status: 'pending', job_id: null, jobs: [], findings: [], overrides: {}, error: null, waiting_reason: null, stage: null };
+  return {
+    vm_path: e.vm_path, ...(e.options ? { options: e.options } : {}), status: 'pending', job_id: null, jobs: [], findings: [], overrides: {},
+    error: null, waiting_reason: null, stage: null,
+  };
 }
 
 /** Writes a resolution into the plan's VM list: listed VMs stay as they are; VMs chosen by selectors are added,
@@ -63,7 +66,9 @@ export function applySelection(p: Plan, selected: Map<string, number[]>) {
 /** A plan holds at most config.planMaxVms VMs, listed and selected together: past it 400 naming vms. */
 export function checkPlanSize(n: number) {
   const max = config.planMaxVms;
-  if (max && n > max) throw fieldError(400, 'vms', `more than ${max} VMs`, `vms: a plan holds at most ${max} VMs (FERRY_PLAN_MAX_VMS); this one would hold ${n}`);
+  if (max && n > max) {
+    throw fieldError(400, 'vms', `more than ${max} VMs`, `vms: a plan holds at most ${max} VMs (FERRY_PLAN_MAX_VMS); this one would hold ${n}`);
+  }
 }
 
 /** Stores a new plan unless its id exists (0) or config.planMaxStored plans are stored already (-1). */
@@ -116,7 +121,11 @@ export class PlanStore {
     checkPlanSize(plan.vms.length);
     const max = config.planMaxStored;
     const ok = await this.redis.eval(CREATE, 2, this.pk.plan(id), this.pk.index, JSON.stringify(plan), Date.now(), max, id);
-    if (ok === -1) throw conflict(`${max} plans are stored (FERRY_PLAN_MAX_STORED): delete plans that are done before creating another`, { fields: [{ field: 'id', message: 'too many stored plans' }] });
+    if (ok === -1) {
+      throw conflict(`${max} plans are stored (FERRY_PLAN_MAX_STORED): delete plans that are done before creating another`, {
+        fields: [{ field: 'id', message: 'too many stored plans' }],
+      });
+    }
     if (!ok) throw conflict(`plan ${id} exists`);
     this.changed(id, plan);
     return plan;

@@ -46,7 +46,8 @@ export interface PlanSelector { folder?: string; name?: string; power_state?: st
 export interface PlanCaller { name: string; role: KeyRole | null }
 export interface Plan {
   id: string; name: string; description: string; source: { manager_url?: string; insecure?: boolean };
-  destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[]; network_map: Record<string, string>; storage_map: Record<string, string>;
+  destination: { type: string; virt_uri?: string; virt_uris?: string[]; placement?: string }; selectors?: PlanSelector[];
+  network_map: Record<string, string>; storage_map: Record<string, string>;
   options: PlanOptions; limits: Record<string, number>; start_at: string | null; windows: { start: string; end: string }[];
   status: string; archived: boolean; created_at: string; updated_at: string; started_at: string | null; finished_at: string | null;
   created_by: PlanCaller; started_by?: PlanCaller | null; validated_at: string | null; events_sent: string[]; cancel_requested?: boolean; vms: PlanVm[];

@@ -7,16 +7,28 @@ import type { VmDetail } from './inventory';
 import type { ExportResult } from './export';
 import { config } from '../../platform/config';
 
-export async function buildWarmManifest(o: { d: VmDetail; targets: string[]; dir: string; exportId: string; actions: string[]; seconds: number; bytes: number }): Promise<ExportResult> {
+export async function buildWarmManifest(
+  o: { d: VmDetail; targets: string[]; dir: string; exportId: string; actions: string[]; seconds: number; bytes: number },
+): Promise<ExportResult> {
   const { d } = o;
   const now = new Date().toISOString();
   const notes = [`warm migration of ${d.path}: ${o.bytes} bytes copied in rounds of changed areas into ${o.targets.length} raw volume(s)`, ...o.actions];
   const manifest = {
     manifest_version: '1.0',
-    source: { provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter, export_timestamp: now, export_method: 'warm-cbt-rounds' },
-    vm: { cpu: Math.max(1, d.hardware.num_cpu), mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)), firmware: d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown', os_hint: osHint(d.guest_id), ...(d.guest_os ? { os_version: d.guest_os } : {}) },
+    source: {
+      provider: 'vsphere', vm_id: d.instance_uuid || d.uuid, vm_name: d.name, datacenter: d.datacenter,
+      export_timestamp: now, export_method: 'warm-cbt-rounds',
+    },
+    vm: {
+      cpu: Math.max(1, d.hardware.num_cpu),
+      mem_gb: Math.max(1, Math.round(d.hardware.memory_mb / 1024)),
+      firmware: d.firmware === 'efi' ? 'uefi' : d.firmware === 'bios' ? 'bios' : 'unknown',
+      os_hint: osHint(d.guest_id),
+      ...(d.guest_os ? { os_version: d.guest_os } : {}),
+    },
     disks: d.disks.map((disk, i) => ({
-      id: `disk-${i}`, source_format: 'raw', bytes: disk.capacity_bytes, local_path: o.targets[i], boot_order_hint: i, label: disk.label, disk_type: i === 0 ? 'boot' : 'data',
+      id: `disk-${i}`, source_format: 'raw', bytes: disk.capacity_bytes, local_path: o.targets[i], boot_order_hint: i, label: disk.label,
+      disk_type: i === 0 ? 'boot' : 'data',
       source_path: disk.file_path, chain_length: disk.chain.length,
       data_path: { mode: 'one_pass', volume: o.targets[i], format: 'raw', source: disk.file_path, warm: true },
     })),

@@ -31,7 +31,10 @@ export function findingRows(vms: { vm_path: string; findings?: Finding[] }[]): s
     .map(({ v, f }) => [f.overridden ? `${f.severity} (overridden)` : f.severity, v.vm_path, f.rule, f.message, f.fix || '']);
 }
 
-export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce((n, v) => n + (v.findings || []).filter((f) => f.severity === 'blocker' && !f.overridden).length, 0);
+export const blockers = (vms: { findings?: Finding[] }[]) => vms.reduce(
+  (n, v) => n + (v.findings || []).filter((f) => f.severity === 'blocker' && !f.overridden).length,
+  0,
+);
 
 /** What the CLI reads of one VM of a plan as the daemon shows it (orchestration/plan-view.ts); the daemon's answer is
  *  read as it comes, so every field may be missing. */
@@ -39,7 +42,10 @@ export interface PlanVmView {
   vm_path?: string; status?: string; total_bytes?: number | null; bytes_done?: number | null;
   waiting_reason?: string | null; error?: string | null; stage?: string | null;
   /** a warm VM (docs/plans.md, Warm migration) */
-  warm?: { status?: string; rounds?: { bytes_copied?: number }[]; prediction?: { seconds?: number } | null; downtime?: { seconds?: number }; cutover_requested?: unknown };
+  warm?: {
+    status?: string; rounds?: { bytes_copied?: number }[]; prediction?: { seconds?: number } | null; downtime?: { seconds?: number };
+    cutover_requested?: unknown;
+  };
 }
 /** What the CLI reads of a plan record (GET /plans/:id, POST /plans and its actions). */
 export interface PlanView {
