@@ -62,7 +62,10 @@ type Stores = ReturnType<typeof openStores>;
 async function startPlans(api: Api, cfg: DaemonConfig, s: Stores, metrics: Registry, log: Logger) {
   const { q, live } = s;
   const plans = new PlanStore(q.redis, q.store.k);
-  const runner = new PlanRunner({ plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms, auth: cfg.keys });
+  const runner = new PlanRunner({
+    plans, life: q.life, hooks: s.webhooks, bus: s.bus, log, jobTimeoutSeconds: cfg.jobTimeoutSeconds,
+    parallelDownloads: cfg.daemon.parallel_downloads, webhookBackoffMs: cfg.webhooks.backoff_ms, auth: cfg.keys,
+  });
   const hub = new PlanHub({
     bus: s.bus, store: q.store, plans, intervalMs: PLAN_UPDATE_INTERVAL_MS, heartbeatSeconds: config.sseHeartbeatSeconds,
     wsWants: () => !!live.hub?.hasEventClients(), toWs: (id, view) => live.hub?.planUpdate(id, view),
@@ -100,7 +103,11 @@ function libvirtState(virsh: Virsh, log: Logger): RouteDeps['libvirt'] {
       s.state = up ? 'reachable' : 'unreachable';
       s.checked_at = new Date().toISOString();
       if (changed && up) log.info('libvirt answers', { uri: s.uri });
-      else if (changed) log.warn(`no libvirtd answers at ${s.uri}${virsh instanceof JobVirsh ? ' (or no worker with libvirt_access takes its calls: FERRY_LIBVIRT_VIA=worker)' : ''}: /virt routes answer 503 until one does`);
+      else if (changed) {
+        log.warn(`no libvirtd answers at ${s.uri}`
+          + `${virsh instanceof JobVirsh ? ' (or no worker with libvirt_access takes its calls: FERRY_LIBVIRT_VIA=worker)' : ''}`
+          + ': /virt routes answer 503 until one does');
+      }
     }).finally(() => { probing = false; });
   };
   probe();
@@ -142,7 +149,9 @@ async function listenWith(app: Koa, hub: WsHub, planHub: PlanHub, port: number, 
 }
 
 /** Stops what the steps started, the servers first, Redis last. */
-function closer(s: Stores, parts: { hub: WsHub; plans: Awaited<ReturnType<typeof startPlans>>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server; calls: Leader }) {
+function closer(s: Stores, parts: {
+  hub: WsHub; plans: Awaited<ReturnType<typeof startPlans>>; dashboard: { stop(): void }; server: http.Server; metricsServer?: http.Server; calls: Leader;
+}) {
   return async () => {
     parts.hub.close();
     await parts.calls.stop();
@@ -160,7 +169,9 @@ function closer(s: Stores, parts: { hub: WsHub; plans: Awaited<ReturnType<typeof
   };
 }
 
-export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host?: string; hostSetting?: string; extend?: Extend } = {}): Promise<DaemonHandle> {
+export async function startDaemon(
+  cfg: DaemonConfig, opts: { port?: number; host?: string; hostSetting?: string; extend?: Extend } = {},
+): Promise<DaemonHandle> {
   const log = createLogger('daemon');
   const host = listenHost(cfg.keys, opts.host ?? config.host, opts.host ? (opts.hostSetting || 'daemon.addr') : 'FERRY_HOST');
   const s = openStores(log);
@@ -170,14 +181,19 @@ export async function startDaemon(cfg: DaemonConfig, opts: { port?: number; host
   const reports = statusReports(q, Date.now(), wsClients);
   const runDeps = { life: q.life, schedules: s.schedules, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, log };
   const virsh = daemonVirsh({ life: q.life, bus: s.bus }, configuredUri());
-  const api = buildDaemonApi({ life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log) });
+  const api = buildDaemonApi({
+    life: q.life, bus: s.bus, cfg, schedules: s.schedules, webhooks: s.webhooks, runDeps, status: reports.status, libvirt: libvirtState(virsh, log),
+  });
   const plans = await startPlans(api, cfg, s, metrics, log);
   const calls = callRetention(q.store, log); // the call lane's records: minutes, not FERRY_JOB_RETENTION
   addVirt(api, cfg, q.life, virsh);
   const audit = new AuditLog(q.redis, q.store.k.prefix, log, 'daemon');
   addOwnRoutes(api, { cfg, q, metrics, audit });
   const statics = staticMounts();
-  const app = createApp(api, { log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit, listenHost: host, limiter: new RateLimiter(q.redis, q.store.k.prefix), publicFiles: [statics.middleware] });
+  const app = createApp(api, {
+    log, metrics: httpMetrics, envelope: daemonEnvelope, auth: cfg.keys, audit, listenHost: host,
+    limiter: new RateLimiter(q.redis, q.store.k.prefix), publicFiles: [statics.middleware],
+  });
   const hub = s.live.hub = createWsHub({ cfg, q, bus: s.bus, audit, virsh, host, log, status: reports.status, metrics: reports.wsMetrics });
   const dashboard = await addDashboard(api, cfg, s, statics.mountStatic);
   opts.extend?.({ api, app, life: q.life, mountStatic: statics.mountStatic });

@@ -12,7 +12,10 @@ import type { Lifecycle } from '../../queue/lifecycle';
 import { callerOf, err, now } from './route-kit';
 
 const submitted = Joi.alternatives().try(
-  Joi.object({ job_ids: Joi.array().items(Joi.string()), accepted: Joi.number().integer(), rejected: Joi.number().integer(), errors: Joi.array().items(Joi.object({ index: Joi.number().integer(), error: Joi.string() })), timestamp: Joi.string().isoDate() }),
+  Joi.object({
+    job_ids: Joi.array().items(Joi.string()), accepted: Joi.number().integer(), rejected: Joi.number().integer(),
+    errors: Joi.array().items(Joi.object({ index: Joi.number().integer(), error: Joi.string() })), timestamp: Joi.string().isoDate(),
+  }),
   Joi.object({ job_id: Joi.string(), message: Joi.string() }));
 
 export function addSubmitRoute(api: Api, d: { life: Lifecycle; cfg: DaemonConfig }) {
@@ -20,7 +23,9 @@ export function addSubmitRoute(api: Api, d: { life: Lifecycle; cfg: DaemonConfig
   async function submitOne(def: unknown, where: string, caller: ApiKey | null, warnings?: string[]) {
     const built = buildSpec(def, { where, jobTimeoutSeconds: cfg.jobTimeoutSeconds, parallelDownloads: cfg.daemon.parallel_downloads, warnings });
     const mp = built.spec.parameters as { manager_url?: string; insecure?: boolean };
-    if (built.shape !== 'operation') checkInsecure(caller, mp.manager_url, mp.insecure, [where, built.shape === 'A' ? 'insecure' : 'source.insecure'].filter(Boolean).join('.'));
+    if (built.shape !== 'operation') {
+      checkInsecure(caller, mp.manager_url, mp.insecure, [where, built.shape === 'A' ? 'insecure' : 'source.insecure'].filter(Boolean).join('.'));
+    }
     checkPasswordStorable(built.passwordField!, built.password);
     if (built.password) await storePassword(life.store.redis, life.store.k, built.spec.job_id, built.password, cfg.jobTimeoutSeconds + 86400);
     await life.submit(built.spec, { enqueue: true, meta: built.meta, caller });
@@ -28,7 +33,8 @@ export function addSubmitRoute(api: Api, d: { life: Lifecycle; cfg: DaemonConfig
   }
 
   api.add({
-    method: 'post', role: 'submit', path: '/jobs/submit', summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
+    method: 'post', role: 'submit', path: '/jobs/submit',
+    summary: 'Submit an export job (shape A), a migration job (shape B) or a batch {jobs}', tags: ['jobs'],
     body: submitBodySchema,
     responses: {
       200: { description: 'shape A or batch: {job_ids, accepted, rejected, errors, timestamp}; shape B: {job_id, message}', schema: submitted },

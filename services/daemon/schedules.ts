@@ -36,13 +36,21 @@ export function addScheduleRoutes(api: Api, d: { schedules: ScheduleStore; runDe
     const caller = callerOf(ctx) ?? null;
     checkTemplate(d.runDeps, template, caller, field);
     // scheduleCreateSchema's xor(): exactly one of schedule, cron and cron_expr is given.
-    const s = await schedules.create({ id: body.id, name: body.name, description: body.description, schedule: (body.schedule ?? body.cron ?? body.cron_expr)!, timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller) });
+    const s = await schedules.create({
+      id: body.id, name: body.name, description: body.description, schedule: (body.schedule ?? body.cron ?? body.cron_expr)!,
+      timezone: body.timezone, enabled: body.enabled, job_template: template, owner: ownerOf(caller),
+    });
     ctx.status = 201;
     return { message: `schedule ${s.id} created`, schedule: await schedules.view(s) };
   }
   api.add({
     method: 'get', role: 'read', path: '/schedules', summary: 'All schedules', tags: ['schedules'],
-    responses: { 200: { description: 'schedules', schema: Joi.object({ schedules: Joi.array().items(scheduleSchema), total: Joi.number().integer(), timestamp: Joi.string() }) } },
+    responses: {
+      200: {
+        description: 'schedules',
+        schema: Joi.object({ schedules: Joi.array().items(scheduleSchema), total: Joi.number().integer(), timestamp: Joi.string() }),
+      },
+    },
     handler: async () => { const all = await views(); return { schedules: all, total: all.length, timestamp: now() }; },
   });
   api.add({
@@ -54,18 +62,23 @@ export function addScheduleRoutes(api: Api, d: { schedules: ScheduleStore; runDe
       return {
         total_schedules: all.length, enabled_schedules: all.filter((s) => s.enabled).length, disabled_schedules: all.filter((s) => !s.enabled).length,
         total_runs: sum('run_count'), successful_runs: sum('successful_runs'), failed_runs: sum('failed_runs'),
-        schedules: all.map((s) => ({ id: s.id, name: s.name, enabled: s.enabled, run_count: s.run_count, successful_runs: s.successful_runs, failed_runs: s.failed_runs, last_run: s.last_run, next_run: s.next_run })),
+        schedules: all.map((s) => ({
+          id: s.id, name: s.name, enabled: s.enabled, run_count: s.run_count, successful_runs: s.successful_runs, failed_runs: s.failed_runs,
+          last_run: s.last_run, next_run: s.next_run,
+        })),
         timestamp: now(),
       };
     },
   });
   api.add({
-    method: 'post', role: 'submit', path: '/schedules', summary: 'Create a schedule (schedule + job_template, or cron + job_definition)', tags: ['schedules'], body: scheduleCreateSchema,
+    method: 'post', role: 'submit', path: '/schedules', summary: 'Create a schedule (schedule + job_template, or cron + job_definition)', tags: ['schedules'],
+    body: scheduleCreateSchema,
     responses: { 201: scheduleResponse, 400: err('invalid schedule or cron expression'), 409: err('id exists') },
     handler: (ctx, { body }) => create(ctx, body),
   });
   api.add({
-    method: 'post', role: 'submit', path: '/schedules/create', summary: 'Create a schedule ({name, cron_expr} form)', tags: ['schedules'], body: scheduleCreateSchema,
+    method: 'post', role: 'submit', path: '/schedules/create', summary: 'Create a schedule ({name, cron_expr} form)', tags: ['schedules'],
+    body: scheduleCreateSchema,
     responses: { 201: scheduleResponse, 400: err('invalid schedule or cron expression') },
     handler: (ctx, { body }) => create(ctx, body),
   });

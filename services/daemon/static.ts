@@ -7,7 +7,8 @@ import { fieldError } from '../../platform/errors';
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
-  '.json': 'application/json', '.png': 'image/png', '.svg': 'image/svg+xml', '.ico': 'image/x-icon', '.map': 'application/json', '.txt': 'text/plain; charset=utf-8',
+  '.json': 'application/json', '.png': 'image/png', '.svg': 'image/svg+xml', '.ico': 'image/x-icon', '.map': 'application/json',
+  '.txt': 'text/plain; charset=utf-8',
   '.woff2': 'font/woff2', '.yaml': 'application/yaml',
 };
 
@@ -67,6 +68,10 @@ export function swaggerMount(prefix: string, specUrl: string): StaticMount {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- swagger-ui-dist ships no type declarations; one call
   const swaggerUi = require('swagger-ui-dist') as { getAbsoluteFSPath: () => string }; // its documented API
   const dir = swaggerUi.getAbsoluteFSPath();
-  const init = `window.onload = function () {\n  window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specUrl)}, dom_id: '#swagger-ui', deepLinking: true,\n    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset], plugins: [SwaggerUIBundle.plugins.DownloadUrl], layout: 'StandaloneLayout' });\n};\n`;
+  const init = 'window.onload = function () {\n'
+    + `  window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specUrl)}, dom_id: '#swagger-ui', deepLinking: true,\n`
+    + '    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset], plugins: [SwaggerUIBundle.plugins.DownloadUrl], '
+    + 'layout: \'StandaloneLayout\' });\n'
+    + '};\n';
   return { prefix, dir, overrides: { 'swagger-initializer.js': { type: 'text/javascript; charset=utf-8', body: init } } };
 }
