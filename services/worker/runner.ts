@@ -29,18 +29,31 @@ export interface WorkerOptions {
 type Me = { worker_id: string; capabilities: string[]; execution_mode: string };
 
 /** Registration with this machine's facts; again whenever a heartbeat finds the registration gone. */
-const registerAs = (q: QueueLayer, me: Me) => () => q.registry.register({ ...me, system_info: { hostname: os.hostname(), os: `${os.type()} ${os.release()}`, kernel: os.release(), architecture: os.arch(), memory_mb: Math.round(os.totalmem() / 1048576), disk_space_mb: 0, pid: process.pid } }, 'native');
+const registerAs = (q: QueueLayer, me: Me) => () => q.registry.register({
+  ...me,
+  system_info: {
+    hostname: os.hostname(), os: `${os.type()} ${os.release()}`, kernel: os.release(), architecture: os.arch(),
+    memory_mb: Math.round(os.totalmem() / 1048576), disk_space_mb: 0, pid: process.pid,
+  },
+}, 'native');
 
 /** The heartbeat and the renewal of every running job's lock (a third of the lease), until the returned stop. */
 function keepAlive(q: QueueLayer, me: Me, running: Map<string, Running>, log: Logger) {
   const register = registerAs(q, me);
   const beat = async () => { if (!(await q.registry.heartbeat(me.worker_id))) await register(); };
   const heartbeat = setInterval(() => {
-    beat().catch((e: Error) => log.warn('heartbeat failed; the next beat tries again, and a worker silent for FERRY_WORKER_STALE_SECONDS loses its HTTP-claimed jobs', { error: e.message }));
+    beat().catch((e: Error) => log.warn(
+      'heartbeat failed; the next beat tries again, and a worker silent for FERRY_WORKER_STALE_SECONDS loses its HTTP-claimed jobs',
+      { error: e.message },
+    ));
   }, config.heartbeatSeconds * 1000);
   // One lock after the other; each failure is handled where it happens, so renewAll never rejects.
   const renewAll = async () => {
-    for (const r of running.values()) await q.router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id }));
+    for (const r of running.values()) {
+      await q.router.extendLocks(r.lease.queue, [r.lease.job_id], [r.lease.token], config.leaseSeconds).catch(dropped(
+        log, 'the lease is renewed again within a third of its time; a lock that lapses hands the job back', { job_id: r.lease.job_id },
+      ));
+    }
   };
   const renew = setInterval(() => void renewAll(), Math.max(500, (config.leaseSeconds * 1000) / 3));
   return () => { clearInterval(heartbeat); clearInterval(renew); };
@@ -90,7 +103,9 @@ async function slot(d: ExecDeps, me: Me, myQueues: () => Promise<string[]>, idle
       const id = lease.job_id;
       // Reporting the outcome can fail if Redis is gone longer than the client's retry budget; the lease then
       // expires and the job is requeued, so the worker carries on rather than exiting.
-      await execute(d, lease).catch((e) => d.log.warn('could not report a job outcome; its lease will expire and it will be requeued', { job_id: id, error: (e as Error).message }));
+      await execute(d, lease).catch((e) => d.log.warn(
+        'could not report a job outcome; its lease will expire and it will be requeued', { job_id: id, error: (e as Error).message },
+      ));
       continue;
     }
     if (stopping()) break;
@@ -109,7 +124,11 @@ export async function startWorker(o: WorkerOptions) {
   const idleCalls = sleepers(); // the call slots sleep apart: a job's wake-up never lands on them, nor a call's on a job slot
   const metrics = workerMetrics(o, () => running.size);
   // The metrics port first: a worker that cannot open it stops before it registers or takes a job.
-  const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0 ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, { log, audit: new AuditLog(q.redis, q.store.k.prefix, log, 'worker'), refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals') }, () => q.redis.ping()).catch((e: Error) => { q.redis.disconnect(); throw e; }) : undefined;
+  const metricsServer = o.metricsPort !== undefined && o.metricsPort >= 0
+    ? await serveWorkerMetrics(o, o.metricsPort, metrics.metrics, () => running.size, {
+      log, audit: new AuditLog(q.redis, q.store.k.prefix, log, 'worker'), refusals: new RateLimiter(q.redis, q.store.k.prefix, 'refusals'),
+    }, () => q.redis.ping()).catch((e: Error) => { q.redis.disconnect(); throw e; })
+    : undefined;
   await registerAs(q, me)();
   const stopKeepAlive = keepAlive(q, me, running, log);
   await bus.on('cancel', (id) => {
@@ -125,7 +144,9 @@ export async function startWorker(o: WorkerOptions) {
     ...Array.from({ length: o.callSlots }, () => slot(d, me, myQueues.calls, idleCalls, () => stopping)),
   ];
   const metricsPort = metricsServer ? (metricsServer.address() as AddressInfo).port : undefined;
-  log.info('worker started', { capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, call_slots: o.callSlots, metrics_port: metricsPort ?? null });
+  log.info('worker started', {
+    capabilities: o.capabilities, execution_mode: o.executionMode, concurrency: o.concurrency, call_slots: o.callSlots, metrics_port: metricsPort ?? null,
+  });
 
   return {
     metricsPort,
@@ -140,7 +161,9 @@ export async function startWorker(o: WorkerOptions) {
       for (const r of running.values()) { r.why = 'shutdown'; r.abort.abort(new Error('shutdown')); }
       await Promise.all(slots);
       stopKeepAlive();
-      await q.registry.remove(o.workerId).catch((e) => log.warn('shutting down: the registration stays until it is pruned as stale', { error: (e as Error).message }));
+      await q.registry.remove(o.workerId).catch((e) => log.warn(
+        'shutting down: the registration stays until it is pruned as stale', { error: (e as Error).message },
+      ));
       metricsServer?.close();
       await q.router.close();
       await bus.close();

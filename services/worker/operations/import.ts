@@ -50,7 +50,8 @@ export const importKvm: Operation = async (ctx) => {
   await clearEarlierAttempts(ctx, 'importing');
   await ctx.progress('importing', 0, `importing into ${v.uri}`);
   const r = await importDisk(v, {
-    disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, networkField: (i) => `parameters.networks[${i}]`, pool: p.pool, firmware: p.firmware,
+    disks, name: p.name, memoryMiB: p.memory, cpus: p.cpus, networks: p.networks, networkField: (i) => `parameters.networks[${i}]`,
+    pool: p.pool, firmware: p.firmware,
     onProgress: (stage, pct) => void ctx.progress('importing', pct, stage), ledger: ctx.ledger,
   }).catch(finalRefusal);
   await ctx.progress('importing', 100, `domain ${r.domain} defined`);
@@ -62,5 +63,8 @@ export const importKvm: Operation = async (ctx) => {
  *  removes it), and its import already removed what it had made when it failed. */
 export async function cleanupImport(spec: JobSpec, _includeOutput: boolean, store: JobStore): Promise<void> {
   if ((await store.raw(spec.job_id))?.state !== 'CANCELLED') return;
-  await removeMade(await store.made(spec.job_id)).catch(ignoreError('what the cancelled job made stays on the target; its ledger (GET /jobs/{id}) lists it, and a plan rollback or an operator removes it', { job_id: spec.job_id }));
+  await removeMade(await store.made(spec.job_id)).catch(ignoreError(
+    'what the cancelled job made stays on the target; its ledger (GET /jobs/{id}) lists it, and a plan rollback or an operator removes it',
+    { job_id: spec.job_id },
+  ));
 }

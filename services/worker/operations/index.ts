@@ -16,7 +16,9 @@ import { virtClone } from './virt-clone';
 import { virtFiles } from './virt-files';
 import { virtConsole } from './virt-console';
 
-export const IMPLEMENTATIONS: Record<string, { run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit }> = {
+export const IMPLEMENTATIONS: Record<string, {
+  run: Operation; cleanup?: (spec: JobSpec, includeOutput: boolean, store: JobStore) => Promise<void>; admit?: Admit;
+}> = {
   convert: { run: convert, cleanup: cleanupConvert },
   noop: { run: noop },
   import_kvm: { run: importKvm, cleanup: cleanupImport },

@@ -58,8 +58,12 @@ export const rollbackKvm: Operation = async (ctx) => {
   // No manager is contacted when the source stays off (source_was_on false): the target alone is rolled back.
   // A warm job's snapshots still recorded (its worker died before removing them) go first, by their references.
   const snaps = (await warmSnapshots(ctx.store.redis, ctx.store.k, of)).length
-    ? await removeRecordedSnapshots({ store: ctx.store, spec: job.spec, log: ctx.log }, (src ?? await sourceOf(ctx, job)).m).catch((e) => { throw asOperationError(e); }) : [];
-  const rolled = await rollbackVm(src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger).catch((e) => { throw asOperationError(e); });
+    ? await removeRecordedSnapshots({ store: ctx.store, spec: job.spec, log: ctx.log }, (src ?? await sourceOf(ctx, job)).m)
+      .catch((e) => { throw asOperationError(e); })
+    : [];
+  const rolled = await rollbackVm(
+    src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger,
+  ).catch((e) => { throw asOperationError(e); });
   const detail = [...snaps, rolled].join('; ');
   await ctx.progress('rollback', 100, detail);
   await audited(ctx, { of_job: of, vm_path: (job.spec.parameters as SourceParameters).vm_path });
@@ -72,9 +76,17 @@ export const removeSource: Operation = async (ctx) => {
   if (job.state !== 'COMPLETED') throw new OperationError(`job ${of} is ${job.state}: only a completed migration's source is removed`, false);
   const { m, p } = await sourceOf(ctx, job);
   const manager = managerName(m.creds.url);
-  const gone = await findVm(m, p.vm_path).then(() => false, (e) => { if (e instanceof VsphereError && e.kind === 'not_found') return true; throw asOperationError(e); });
+  const gone = await findVm(m, p.vm_path).then(() => false, (e) => {
+    if (e instanceof VsphereError && e.kind === 'not_found') return true;
+    throw asOperationError(e);
+  });
   // An earlier attempt of this job that deleted it and died before it reported: its work is done.
-  if (gone && ctx.attempt > 1) return { of_job: of, vm_path: p.vm_path, manager, removed: true, detail: `${p.vm_path} was already gone from ${manager} (an earlier attempt of this job deleted it)` };
+  if (gone && ctx.attempt > 1) {
+    return {
+      of_job: of, vm_path: p.vm_path, manager, removed: true,
+      detail: `${p.vm_path} was already gone from ${manager} (an earlier attempt of this job deleted it)`,
+    };
+  }
   if (gone) throw new OperationError(`${p.vm_path} is not on ${manager}: nothing of job ${of}'s to remove`, false);
   const holder = await vmGuardHolder(ctx.store.redis, ctx.store.k, manager, p.vm_path);
   if (holder) throw new OperationError(`${p.vm_path} is being exported by job ${holder}; the source stays`, false);

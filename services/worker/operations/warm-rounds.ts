@@ -77,11 +77,19 @@ export async function removeRecordedSnapshots(ctx: Pick<OpContext, 'store' | 'sp
  *  pass's rule (a local dir pool, the space checked, the volume in the ledger before it exists) and created sparse. */
 async function prepare(ctx: OpContext, p: WarmParameters, m: Manager, dir: string, place: (disks: PlannedDisk[]) => Promise<void>) {
   const d = await vmDetail(m, p.vm_path);
-  if (d.power_state !== 'poweredOn') throw new OperationError(`${p.vm_path} is ${d.power_state}: a warm migration copies a running VM; migrate it cold (without options.warm)`, false);
-  if (d.snapshots.length) throw new OperationError(`${p.vm_path} has ${d.snapshots.length} snapshot(s) Ferry did not make (${d.snapshots.map((s) => s.name).join(', ')}): its disks are delta chains, which a warm round cannot copy by changed areas; remove them first (preflight rule warm_snapshots)`, false);
+  if (d.power_state !== 'poweredOn') {
+    throw new OperationError(`${p.vm_path} is ${d.power_state}: a warm migration copies a running VM; migrate it cold (without options.warm)`, false);
+  }
+  if (d.snapshots.length) {
+    throw new OperationError(`${p.vm_path} has ${d.snapshots.length} snapshot(s) Ferry did not make (${d.snapshots.map((s) => s.name).join(', ')}): `
+      + 'its disks are delta chains, which a warm round cannot copy by changed areas; remove them first (preflight rule warm_snapshots)', false);
+  }
   let cbtByFerry = false;
   if (!(await cbtEnabled(m, d.moref))) {
-    if (!p.warm.enable_cbt) throw new OperationError(`changed-block tracking is off on ${p.vm_path} and options.warm.enable_cbt is false: enable it on the VM, or let Ferry (enable_cbt true)`, false);
+    if (!p.warm.enable_cbt) {
+      throw new OperationError(`changed-block tracking is off on ${p.vm_path} and options.warm.enable_cbt is false: `
+        + 'enable it on the VM, or let Ferry (enable_cbt true)', false);
+    }
     await enableCbt(m, d.moref, ctx.signal);
     cbtByFerry = true;
     await ctx.progress('preparing', 0, `enabled changed-block tracking on ${p.vm_path} (options.warm.enable_cbt)`);
@@ -93,7 +101,10 @@ async function prepare(ctx: OpContext, p: WarmParameters, m: Manager, dir: strin
   });
   await place(planned);
   const targets = planned.map((x) => {
-    if (!x.extent?.target) throw new OperationError(`disk ${x.disk.label}: a warm migration writes its rounds into a raw volume in a local dir pool, and ${x.fallback ?? 'this pool is not one'}`, false);
+    if (!x.extent?.target) {
+      throw new OperationError(`disk ${x.disk.label}: a warm migration writes its rounds into a raw volume in a local dir pool, `
+        + `and ${x.fallback ?? 'this pool is not one'}`, false);
+    }
     return x.extent.target;
   });
   for (const [i, t] of targets.entries()) {
@@ -110,19 +121,27 @@ async function copyRound(r: Run, n: number): Promise<WarmRound> {
   const { ctx, m } = r;
   const t0 = Date.now();
   const snap = await createSnapshot(m, r.vm, `ferry-warm-${ctx.spec.job_id}-round-${n}`, {
-    signal: ctx.signal, onCreated: (ref) => recordSnapshot(ctx.store.redis, ctx.store.k, ctx.spec.job_id, { vm: r.vm.value, snapshot: ref.value, round: n, at: new Date().toISOString() }),
+    signal: ctx.signal,
+    onCreated: (ref) => recordSnapshot(ctx.store.redis, ctx.store.k, ctx.spec.job_id, {
+      vm: r.vm.value, snapshot: ref.value, round: n, at: new Date().toISOString(),
+    }),
   });
   const snapshotAt = new Date().toISOString();
   let overhead = (Date.now() - t0) / 1000, copySeconds = 0, changed = 0, copied = 0;
   for (const [i, disk] of r.d.disks.entries()) {
     const sd = snap.disks.find((x) => x.key === disk.key);
-    if (!sd?.change_id) throw new OperationError(`round ${n}: the snapshot of ${r.p.vm_path} has no change id for disk ${disk.label}: changed-block tracking is not active on it`, false);
+    if (!sd?.change_id) {
+      throw new OperationError(`round ${n}: the snapshot of ${r.p.vm_path} has no change id for disk ${disk.label}: `
+        + 'changed-block tracking is not active on it', false);
+    }
     const q0 = Date.now();
     const { areas } = await changedAreas(m, r.vm, snap.ref, sd, n === 1 ? '*' : r.changeIds[i]);
     overhead += (Date.now() - q0) / 1000;
     changed += areas.reduce((a, x) => a + x.length, 0);
     const c0 = Date.now();
-    copied += (await copyAreas(m, { dcPath: r.d.datacenter, disk: sd, areas, target: r.targets[i], streams: r.p.parallel_downloads, signal: ctx.signal })).bytes_fetched;
+    copied += (await copyAreas(m, {
+      dcPath: r.d.datacenter, disk: sd, areas, target: r.targets[i], streams: r.p.parallel_downloads, signal: ctx.signal,
+    })).bytes_fetched;
     copySeconds += (Date.now() - c0) / 1000;
     r.changeIds[i] = sd.change_id;
   }
@@ -133,7 +152,10 @@ async function copyRound(r: Run, n: number): Promise<WarmRound> {
     overhead += (Date.now() - x0) / 1000;
   }
   r.prev = snap;
-  return { round: n, snapshot_at: snapshotAt, changed_bytes: changed, bytes_copied: copied, copy_seconds: copySeconds, overhead_seconds: overhead, seconds: (Date.now() - t0) / 1000 };
+  return {
+    round: n, snapshot_at: snapshotAt, changed_bytes: changed, bytes_copied: copied, copy_seconds: copySeconds, overhead_seconds: overhead,
+    seconds: (Date.now() - t0) / 1000,
+  };
 }
 
 /** A forced power-off takes about a second; a guest shutdown, as long as it takes (a tenth of its timeout guessed). */
@@ -182,8 +204,14 @@ async function publish(r: Run, message: string) {
   const last = r.state.rounds[r.state.rounds.length - 1];
   const pr = r.state.prediction;
   await r.ctx.progress('warm', 0, message, {
-    rounds: r.state.rounds.length, ...(last ? { last_round_changed_bytes: last.changed_bytes, last_round_bytes_copied: last.bytes_copied, last_round_seconds: Math.round(last.seconds * 100) / 100 } : {}),
-    ...(pr ? { predicted_downtime_seconds: pr.seconds, change_rate_bytes_per_second: pr.change_rate_bytes_per_second, copy_rate_bytes_per_second: pr.copy_rate_bytes_per_second } : {}),
+    rounds: r.state.rounds.length,
+    ...(last ? {
+      last_round_changed_bytes: last.changed_bytes, last_round_bytes_copied: last.bytes_copied, last_round_seconds: Math.round(last.seconds * 100) / 100,
+    } : {}),
+    ...(pr ? {
+      predicted_downtime_seconds: pr.seconds, change_rate_bytes_per_second: pr.change_rate_bytes_per_second,
+      copy_rate_bytes_per_second: pr.copy_rate_bytes_per_second,
+    } : {}),
   });
 }
 
@@ -215,7 +243,10 @@ async function cutoverCopy(r: Run, reason: string) {
   r.state.rounds.push(last);
   await removeRecordedSnapshots(r.ctx, r.m);
   r.prev = null;
-  r.state.cutover = { reason, powered_off_at: new Date(offAt).toISOString(), last_delta_bytes: last.bytes_copied, last_delta_seconds: Math.round(((Date.now() - offAt) / 1000) * 100) / 100 };
+  r.state.cutover = {
+    reason, powered_off_at: new Date(offAt).toISOString(), last_delta_bytes: last.bytes_copied,
+    last_delta_seconds: Math.round(((Date.now() - offAt) / 1000) * 100) / 100,
+  };
   await publish(r, `last delta: ${last.bytes_copied} bytes after the power-off; every snapshot Ferry made is removed`);
   return { action, poweredOffAt: offAt, powerOffSeconds: (offAt - off0) / 1000 };
 }
@@ -224,10 +255,23 @@ async function cutoverCopy(r: Run, reason: string) {
  *  back off when Ferry turned it on (the VM keeps running, as it was). */
 async function undoSource(r: Run | null, ctx: OpContext, m: Manager | null) {
   if (!m) return;
-  const did: string[] = await removeRecordedSnapshots(ctx, m).catch((e) => { ctx.log.error('a warm job\'s snapshots could not all be removed; its record (warm_snapshots) still lists them and its next attempt or rollback removes them', { job_id: ctx.spec.job_id, error: (e as Error).message }); return []; });
+  const did: string[] = await removeRecordedSnapshots(ctx, m).catch((e) => {
+    ctx.log.error(
+      'a warm job\'s snapshots could not all be removed; its record (warm_snapshots) still lists them and its next attempt or rollback removes them',
+      { job_id: ctx.spec.job_id, error: (e as Error).message },
+    );
+    return [];
+  });
   if (r?.cbtByFerry) {
-    const off = async () => waitForTask(m, moref(await m.call('ReconfigVM_Task', r.vm, `<spec>${el('changeTrackingEnabled', false)}</spec>`))!, `turning changed-block tracking back off on ${r.vm.value}`, AbortSignal.timeout(STOP_TIMEOUT_MS));
-    await off().then(() => did.push('changed-block tracking turned back off'), dropped(ctx.log, 'changed-block tracking stays on the source VM (harmless; turn it off by hand if unwanted)', { job_id: ctx.spec.job_id }));
+    const off = async () => waitForTask(
+      m,
+      moref(await m.call('ReconfigVM_Task', r.vm, `<spec>${el('changeTrackingEnabled', false)}</spec>`))!,
+      `turning changed-block tracking back off on ${r.vm.value}`,
+      AbortSignal.timeout(STOP_TIMEOUT_MS),
+    );
+    await off().then(() => did.push('changed-block tracking turned back off'), dropped(
+      ctx.log, 'changed-block tracking stays on the source VM (harmless; turn it off by hand if unwanted)', { job_id: ctx.spec.job_id },
+    ));
   }
   if (did.length) ctx.log.info('warm job ended without cutover; source restored', { job_id: ctx.spec.job_id, did });
 }
@@ -235,7 +279,13 @@ async function undoSource(r: Run | null, ctx: OpContext, m: Manager | null) {
 /** Seconds of the stages after the copy, from when each phase was first seen. */
 export function phaseClock(ctx: OpContext) {
   const first = new Map<string, number>();
-  const wrapped: OpContext = { ...ctx, progress: (phase, pct, msg, det) => { if (!first.has(phase)) first.set(phase, Date.now()); return ctx.progress(phase, pct, msg, det); } };
+  const wrapped: OpContext = {
+    ...ctx,
+    progress: (phase, pct, msg, det) => {
+      if (!first.has(phase)) first.set(phase, Date.now());
+      return ctx.progress(phase, pct, msg, det);
+    },
+  };
   return {
     ctx: wrapped,
     stages: (copied: number, end: number): StageSeconds | null => {
@@ -259,14 +309,19 @@ export async function measured(ctx: OpContext, copy: (c: OpContext) => Promise<E
   const span = beside?.repair;
   const whole = span?.finished_at ? Date.parse(span.finished_at) - Date.parse(span.started_at) : 0;
   if (st) Object.assign(st, { repair: Math.max(st.repair, whole / 1000), from: 'cold' as const });
-  if (st) await recordStageTimes(ctx.store.redis, ctx.store.k, st).catch(dropped(ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: ctx.spec.job_id }));
+  if (st) {
+    await recordStageTimes(ctx.store.redis, ctx.store.k, st)
+      .catch(dropped(ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: ctx.spec.job_id }));
+  }
   return { ...res, ...(st ? { stage_seconds: st } : {}) };
 }
 
 /** Rounds until a cutover is due. */
 async function rounds(r: Run) {
   for (let n = 1; ; n++) {
-    await r.ctx.progress('warm', 0, n === 1 ? `round 1: the whole disk as of a snapshot, while ${r.p.vm_path} runs` : `round ${n}: the changes since round ${n - 1}`);
+    await r.ctx.progress('warm', 0, n === 1
+      ? `round 1: the whole disk as of a snapshot, while ${r.p.vm_path} runs`
+      : `round ${n}: the changes since round ${n - 1}`);
     r.state.rounds.push(await copyRound(r, n));
     r.state.prediction = predictNow(r);
     const last = r.state.rounds[n - 1];
@@ -278,7 +333,9 @@ async function rounds(r: Run) {
 
 /** The warm job: rounds, cutover, then the stages after the copy (`after`, the cold path's), with the prediction
  *  and the measured downtime (power-off to the boot milestone) in the result. */
-export async function migrateWarm(ctx: OpContext, o: { p: WarmParameters; dir: string; place: (disks: PlannedDisk[]) => Promise<void>; after: After }): Promise<Record<string, unknown>> {
+export async function migrateWarm(
+  ctx: OpContext, o: { p: WarmParameters; dir: string; place: (disks: PlannedDisk[]) => Promise<void>; after: After },
+): Promise<Record<string, unknown>> {
   const t0 = Date.now();
   let m: Manager | null = null;
   let r: Run | null = null;
@@ -288,16 +345,25 @@ export async function migrateWarm(ctx: OpContext, o: { p: WarmParameters; dir: s
     if (earlier.length) await ctx.progress('preparing', 0, `what an earlier attempt made on the source: ${earlier.join('; ')}`);
     const prep = await prepare(ctx, o.p, m, o.dir, o.place);
     const stages = await recentStageTimes(ctx.store.redis, ctx.store.k);
-    r = { ctx, p: o.p, m, vm: prep.d.moref, d: prep.d, dir: o.dir, targets: prep.targets, prev: null, changeIds: [], state: { status: 'copying', rounds: [] , prediction: null }, stages, cbtByFerry: prep.cbtByFerry };
+    r = {
+      ctx, p: o.p, m, vm: prep.d.moref, d: prep.d, dir: o.dir, targets: prep.targets, prev: null, changeIds: [],
+      state: { status: 'copying', rounds: [], prediction: null }, stages, cbtByFerry: prep.cbtByFerry,
+    };
     const reason = await rounds(r);
     const cut = await cutoverCopy(r, reason);
-    const exported = await buildWarmManifest({ d: r.d, targets: r.targets, dir: o.dir, exportId: ctx.spec.job_id, actions: [cut.action], seconds: (Date.now() - t0) / 1000, bytes: r.state.rounds.reduce((a, x) => a + x.bytes_copied, 0) });
+    const exported = await buildWarmManifest({
+      d: r.d, targets: r.targets, dir: o.dir, exportId: ctx.spec.job_id, actions: [cut.action],
+      seconds: (Date.now() - t0) / 1000, bytes: r.state.rounds.reduce((a, x) => a + x.bytes_copied, 0),
+    });
     return await finish(r, cut, exported, o.after);
   } catch (e) {
     if (r) r.state.status = ctx.signal.aborted ? 'cancelled' : 'failed';
     // Before the power-off the source only lost its snapshots; after it, a plan's rollback powers it back on.
     await undoSource(r?.state.cutover?.powered_off_at ? null : r, ctx, m);
-    if (r) await writeWarmState(ctx.store.redis, ctx.store.k, ctx.spec.job_id, r.state).catch(dropped(ctx.log, 'the warm state shows the last round', { job_id: ctx.spec.job_id }));
+    if (r) {
+      await writeWarmState(ctx.store.redis, ctx.store.k, ctx.spec.job_id, r.state)
+        .catch(dropped(ctx.log, 'the warm state shows the last round', { job_id: ctx.spec.job_id }));
+    }
     throw asOperationError(e);
   }
 }
@@ -310,12 +376,18 @@ async function finish(r: Run, cut: { poweredOffAt: number; powerOffSeconds: numb
   const end = Date.now();
   const st = clock.stages(copied, end);
   if (st) st.from = 'warm';
-  if (st) await recordStageTimes(r.ctx.store.redis, r.ctx.store.k, st).catch(dropped(r.ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: r.ctx.spec.job_id }));
+  if (st) {
+    await recordStageTimes(r.ctx.store.redis, r.ctx.store.k, st)
+      .catch(dropped(r.ctx.log, 'this migration\'s stage times are left out of warm predictions', { job_id: r.ctx.spec.job_id }));
+  }
   const round2 = (x: number) => Math.round(x * 100) / 100;
   r.state.status = 'completed';
   r.state.downtime = {
     seconds: round2((end - cut.poweredOffAt) / 1000 + cut.powerOffSeconds),
-    parts: { power_off: round2(cut.powerOffSeconds), last_delta: round2((copied - cut.poweredOffAt) / 1000), repair: round2(st?.repair ?? 0), import: round2(st?.import ?? 0), boot: round2(st?.boot ?? 0) },
+    parts: {
+      power_off: round2(cut.powerOffSeconds), last_delta: round2((copied - cut.poweredOffAt) / 1000),
+      repair: round2(st?.repair ?? 0), import: round2(st?.import ?? 0), boot: round2(st?.boot ?? 0),
+    },
   };
   await publish(r, `downtime ${r.state.downtime.seconds} s (predicted ${r.state.prediction?.seconds ?? '?'} s)`);
   return { ...res, ...(st ? { stage_seconds: st } : {}), warm: r.state };
