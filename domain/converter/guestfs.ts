@@ -41,7 +41,10 @@ export function launchSeconds(env: NodeJS.ProcessEnv = process.env): number {
 export const LAUNCH_TRIES = 2;
 
 export class LaunchTimeout extends ConverterError {
-  constructor(seconds: number) { super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); its server and appliance were killed`, 'appliance'); }
+  constructor(seconds: number) {
+    super(`the appliance gave no answer within ${seconds} s of its launch (a hung emulated boot); `
+      + 'its server and appliance were killed', 'appliance');
+  }
 }
 
 /** The emulated appliance died at launch (qemu exited, the appliance closed its connection): a fault of the host or
@@ -103,7 +106,8 @@ export class GuestSession {
         if (!(e instanceof LaunchTimeout || crashed) || attempt >= LAUNCH_TRIES) throw e;
         // A crash says nothing of the guest; the next launch keeps qemu's own words in case it crashes again.
         debug = crashed;
-        opts.log?.(`${(e as Error).message.split('\n')[0]}: launching again (try ${attempt + 1} of ${LAUNCH_TRIES}${crashed ? ', with libguestfs\'s debug output kept' : ''})`);
+        const kept = crashed ? ', with libguestfs\'s debug output kept' : '';
+        opts.log?.(`${(e as Error).message.split('\n')[0]}: launching again (try ${attempt + 1} of ${LAUNCH_TRIES}${kept})`);
       }
     }
   }
@@ -117,7 +121,9 @@ export class GuestSession {
     const child = (() => { try { return spawn(GUESTFISH, args, { env: guestfsEnv(), stdio: ['pipe', 'pipe', errFd] }); } finally { closeSync(errFd); } })();
     const spawned = await new Promise<string | undefined>((resolve) => {
       child.once('spawn', () => resolve(undefined));
-      child.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ENOENT' ? 'guestfish is not installed (Debian package libguestfs-tools)' : e.message));
+      child.once('error', (e: NodeJS.ErrnoException) => resolve(
+        e.code === 'ENOENT' ? 'guestfish is not installed (Debian package libguestfs-tools)' : e.message,
+      ));
     });
     if (spawned || !child.pid) { rmSync(errFile, { force: true }); throw new OperationError(`guestfish failed to start: ${spawned}`, false); }
     const pid = child.pid;

@@ -42,7 +42,8 @@ export function readInterfaces(net: unknown, warn: Warn): Iface[] {
     const raw = item as Record<string, unknown>;
     const mac = typeof raw.mac === 'string' ? raw.mac.toLowerCase().replace(/-/g, ':') : raw.mac;
     if (raw.name === undefined && mac === undefined && bad('name', 'give name or mac (or both)')) return;
-    if (raw.name !== undefined && !(typeof raw.name === 'string' && IFNAME.test(raw.name)) && bad('name', 'is not an interface name (at most 15 of A-Z a-z 0-9 _ . -)')) return;
+    if (raw.name !== undefined && !(typeof raw.name === 'string' && IFNAME.test(raw.name))
+      && bad('name', 'is not an interface name (at most 15 of A-Z a-z 0-9 _ . -)')) return;
     if (mac !== undefined && !(typeof mac === 'string' && MAC.test(mac)) && bad('mac', 'must look like 00:50:56:aa:bb:cc')) return;
     const addresses = raw.addresses ?? [];
     if (!listOf(addresses, cidr)) { bad('addresses', 'must be an array of addresses with a prefix length ("10.0.0.5/24")'); return; }
@@ -50,14 +51,18 @@ export function readInterfaces(net: unknown, warn: Warn): Iface[] {
     const dhcp4 = typeof raw.dhcp4 === 'boolean' ? raw.dhcp4 : !addresses.length;
     if (!dhcp4 && !addresses.length && bad('addresses', 'a static interface (dhcp4: false) needs at least one address')) return;
     const { gateway4, gateway6 } = raw;
-    for (const [f, g, v] of [['gateway4', gateway4, 4], ['gateway6', gateway6, 6]] as const) if (g !== undefined && (typeof g !== 'string' || isIP(g) !== v) && bad(f, `must be an IPv${v} address`)) return;
+    for (const [f, g, v] of [['gateway4', gateway4, 4], ['gateway6', gateway6, 6]] as const) {
+      if (g !== undefined && (typeof g !== 'string' || isIP(g) !== v) && bad(f, `must be an IPv${v} address`)) return;
+    }
     const dns = raw.dns ?? [];
     if (!listOf(dns, (d) => typeof d === 'string' && isIP(d) !== 0)) { bad('dns', 'must be an array of IP addresses'); return; }
     const mtu = raw.mtu;
-    if (mtu !== undefined && !(typeof mtu === 'number' && Number.isInteger(mtu) && mtu >= 576 && mtu <= 65535) && bad('mtu', 'must be an integer from 576 to 65535')) return;
+    if (mtu !== undefined && !(typeof mtu === 'number' && Number.isInteger(mtu) && mtu >= 576 && mtu <= 65535)
+      && bad('mtu', 'must be an integer from 576 to 65535')) return;
     out.push({
       name: typeof raw.name === 'string' ? raw.name : undefined, mac: typeof mac === 'string' ? mac : undefined, dhcp4, addresses,
-      gateway4: typeof gateway4 === 'string' ? gateway4 : undefined, gateway6: typeof gateway6 === 'string' ? gateway6 : undefined, dns, mtu: typeof mtu === 'number' ? mtu : undefined,
+      gateway4: typeof gateway4 === 'string' ? gateway4 : undefined, gateway6: typeof gateway6 === 'string' ? gateway6 : undefined,
+      dns, mtu: typeof mtu === 'number' ? mtu : undefined,
     });
   });
   return out;
@@ -104,7 +109,8 @@ export function render(r: Renderer, ifaces: Iface[]): { path: string; text: stri
         return {
           path: `/etc/NetworkManager/system-connections/ferry-${label(f, i)}.nmconnection`, mode: 0o600,
           text: head + [
-            '[connection]', `id=ferry-${label(f, i)}`, `uuid=${randomUUID()}`, 'type=ethernet', ...(f.name && !f.mac ? [`interface-name=${f.name}`] : []), 'autoconnect=true', '',
+            '[connection]', `id=ferry-${label(f, i)}`, `uuid=${randomUUID()}`, 'type=ethernet',
+            ...(f.name && !f.mac ? [`interface-name=${f.name}`] : []), 'autoconnect=true', '',
             '[ethernet]', ...(f.mac ? [`mac-address=${f.mac.toUpperCase()}`] : []), ...(f.mtu ? [`mtu=${f.mtu}`] : []), '',
             '[ipv4]', `method=${f.dhcp4 ? 'auto' : a4.length ? 'manual' : 'disabled'}`,
             ...a4.map((a, k) => `address${k + 1}=${a}${k === 0 && f.gateway4 ? `,${f.gateway4}` : ''}`),
@@ -123,7 +129,10 @@ export function render(r: Renderer, ifaces: Iface[]): { path: string; text: stri
             `DEVICE=${label(f, i)}`, ...(f.mac ? [`HWADDR=${f.mac}`] : []), 'TYPE=Ethernet', 'ONBOOT=yes', `BOOTPROTO=${f.dhcp4 ? 'dhcp' : 'none'}`,
             ...a4.flatMap((a, k) => { const [ip, len] = a.split('/'); const n = k ? String(k) : ''; return [`IPADDR${n}=${ip}`, `PREFIX${n}=${len}`]; }),
             ...(f.gateway4 ? [`GATEWAY=${f.gateway4}`] : []), ...f.dns.map((d, k) => `DNS${k + 1}=${d}`), ...(f.mtu ? [`MTU=${f.mtu}`] : []),
-            ...(f.addresses.some((a) => !v4(a)) ? ['IPV6INIT=yes', `IPV6ADDR=${f.addresses.find((a) => !v4(a))}`, ...(f.gateway6 ? [`IPV6_DEFAULTGW=${f.gateway6}`] : [])] : []), '',
+            ...(f.addresses.some((a) => !v4(a))
+              ? ['IPV6INIT=yes', `IPV6ADDR=${f.addresses.find((a) => !v4(a))}`, ...(f.gateway6 ? [`IPV6_DEFAULTGW=${f.gateway6}`] : [])]
+              : []),
+            '',
           ].join('\n'),
         };
       });
@@ -141,7 +150,10 @@ export function render(r: Renderer, ifaces: Iface[]): { path: string; text: stri
             if (k === 0 && f.dns.length) lines.push(`    dns-nameservers ${f.dns.join(' ')}`);
             if (k === 0 && f.mtu) lines.push(`    mtu ${f.mtu}`);
           });
-          a6.forEach((a, k) => { lines.push(`iface ${f.name} inet6 static`, `    address ${a}`); if (k === 0 && f.gateway6) lines.push(`    gateway ${f.gateway6}`); });
+          a6.forEach((a, k) => {
+            lines.push(`iface ${f.name} inet6 static`, `    address ${a}`);
+            if (k === 0 && f.gateway6) lines.push(`    gateway ${f.gateway6}`);
+          });
           return lines.join('\n') + '\n';
         }).join('\n'),
       }];
@@ -158,7 +170,11 @@ export function disableIfupdownStanzas(text: string, names: string[]): { text: s
     if (m) {
       const which = m[1] === 'iface' ? [m[2].split(/\s+/)[0]] : m[2].split(/\s+/);
       inside = m[1] === 'iface' && names.includes(which[0]);
-      if (which.some((n) => names.includes(n))) { which.filter((n) => names.includes(n)).forEach((n) => disabled.add(n)); out.push(`# ferry: ${line}`); continue; }
+      if (which.some((n) => names.includes(n))) {
+        which.filter((n) => names.includes(n)).forEach((n) => disabled.add(n));
+        out.push(`# ferry: ${line}`);
+        continue;
+      }
     } else if (/^\S/.test(line)) inside = false;
     out.push(inside && line.trim() ? `# ferry: ${line}` : line);
   }
@@ -168,7 +184,8 @@ export function disableIfupdownStanzas(text: string, names: string[]): { text: s
 /** Which network stack the guest uses, from what is installed; the first found wins. */
 export async function detectRenderer(g: GuestSession): Promise<Renderer | undefined> {
   if (await g.isDir('/etc/netplan')) return 'netplan';
-  if ((await g.isFile('/etc/NetworkManager/NetworkManager.conf')) && ((await g.exists('/usr/sbin/NetworkManager')) || (await g.isDir('/etc/NetworkManager/system-connections')))) return 'networkmanager';
+  if ((await g.isFile('/etc/NetworkManager/NetworkManager.conf'))
+    && ((await g.exists('/usr/sbin/NetworkManager')) || (await g.isDir('/etc/NetworkManager/system-connections')))) return 'networkmanager';
   if (await g.isDir('/etc/sysconfig/network-scripts')) return 'ifcfg';
   if (await g.isFile('/etc/network/interfaces')) return 'ifupdown';
   if (await g.isDir('/etc/systemd/network')) return 'networkd';
@@ -184,12 +201,21 @@ export async function applyNetwork(g: GuestSession, given: unknown, o: { dry_run
   const warn: Warn = (path, message) => act({ action: 'configuration.network', status: 'warning', detail: `${path}: ${message}` });
   if (!given || typeof given !== 'object' || Array.isArray(given)) { warn('configuration.network', 'must be an object'); return false; }
   const net = given as Record<string, unknown>;
-  if (net.renderer !== undefined && net.renderer !== 'auto' && !isRenderer(net.renderer)) { warn('configuration.network.renderer', `must be auto or one of ${RENDERERS.join(', ')}`); return false; }
+  if (net.renderer !== undefined && net.renderer !== 'auto' && !isRenderer(net.renderer)) {
+    warn('configuration.network.renderer', `must be auto or one of ${RENDERERS.join(', ')}`);
+    return false;
+  }
   const ifaces = readInterfaces(net, warn);
   if (!ifaces.length) return false;
   const renderer = isRenderer(net.renderer) ? net.renderer : await detectRenderer(g);
-  if (!renderer) { warn('configuration.network', 'no network configuration system found in the guest (netplan, NetworkManager, ifcfg, ifupdown, systemd-networkd); set configuration.network.renderer'); return false; }
-  const usable = renderer === 'ifupdown' ? ifaces.filter((f, i) => f.name || (warn(`configuration.network.interfaces[${i}].name`, 'ifupdown matches interfaces by name only; give name'), false)) : ifaces;
+  if (!renderer) {
+    warn('configuration.network', 'no network configuration system found in the guest '
+      + '(netplan, NetworkManager, ifcfg, ifupdown, systemd-networkd); set configuration.network.renderer');
+    return false;
+  }
+  const usable = renderer === 'ifupdown'
+    ? ifaces.filter((f, i) => f.name || (warn(`configuration.network.interfaces[${i}].name`, 'ifupdown matches interfaces by name only; give name'), false))
+    : ifaces;
   if (!usable.length) return false;
   const files = render(renderer, usable);
   const st = o.dry_run ? 'would_do' : 'done';
@@ -211,7 +237,11 @@ export async function applyNetwork(g: GuestSession, given: unknown, o: { dry_run
     const next = sources ? dis.text : `${dis.text.replace(/\n?$/, '\n')}source /etc/network/interfaces.d/*\n`;
     if (next !== text) {
       if (!o.dry_run) { if (o.backup && text) await g.backup(main); await g.writeFile(main, next); modified = true; }
-      act({ action: 'configuration.network', status: st, detail: `${main}: ${[dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '', sources ? '' : 'added "source /etc/network/interfaces.d/*"'].filter(Boolean).join('; ')}` });
+      const done = [
+        dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '',
+        sources ? '' : 'added "source /etc/network/interfaces.d/*"',
+      ].filter(Boolean).join('; ');
+      act({ action: 'configuration.network', status: st, detail: `${main}: ${done}` });
     }
   }
   // Old MAC-to-name bindings from the source hypervisor would rename the new NICs unpredictably.

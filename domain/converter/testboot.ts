@@ -80,7 +80,11 @@ export async function againAfterTimerPanic(boot: () => Promise<TestBootResult>):
   const first = await boot();
   if (first.status !== 'failed' || first.accelerator !== 'tcg' || !TCG_TIMER_PANIC.test(`${first.detail}\n${first.console_tail}`)) return first;
   const again = await boot();
-  return { ...again, detail: `${again.detail} (the second boot: the first panicked in the kernel's timer check, "IO-APIC + timer doesn't work!", which a busy host causes under emulation)` };
+  return {
+    ...again,
+    detail: `${again.detail} (the second boot: the first panicked in the kernel's timer check, "IO-APIC + timer doesn't work!", `
+      + 'which a busy host causes under emulation)',
+  };
 }
 
 /** A domain's console text from its first instruction, ending with the domain's type (kvm or qemu). */
@@ -95,7 +99,13 @@ function closeLog(log: WriteStream | undefined): Promise<void> {
   return log ? new Promise((resolve) => log.end(() => resolve())) : Promise.resolve();
 }
 
-export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: ConsoleSource = (signal) => bootDomain(v, { disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined, memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, firmware: o.firmware, signal })): Promise<TestBootResult> {
+export async function testBootLibvirt(
+  o: TestBootOptions, v: Virsh,
+  boot: ConsoleSource = (signal) => bootDomain(v, {
+    disks: o.disks, name: o.name ? `${o.name}-${Date.now().toString(36)}` : undefined,
+    memoryMiB: o.memoryMiB || 1024, vcpus: o.vcpus, firmware: o.firmware, signal,
+  }),
+): Promise<TestBootResult> {
   const firmware = o.firmware || 'bios';
   const expect = o.expect || DEFAULT_EXPECT;
   const strict = !!o.expect;
@@ -117,7 +127,12 @@ export async function testBootLibvirt(o: TestBootOptions, v: Virsh, boot: Consol
         accelerator = next.value.domain_type === 'kvm' ? 'kvm' : 'tcg';
         if (o.signal?.aborted) r = { status: 'failed', detail: 'aborted' };
         else if (stop.signal.aborted) r = timeoutVerdict(serial, expect, strict, timeout / 1000, firmware);
-        else r = { status: 'failed', detail: 'the domain stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)' };
+        else {
+          r = {
+            status: 'failed',
+            detail: 'the domain stopped by itself before the console showed a boot milestone (a reset: no bootable disk, or the guest crashed)',
+          };
+        }
         break;
       }
       log?.write(next.value);
@@ -163,7 +178,8 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
     '-name', o.name || 'ferry-virt-test', '-machine', `q35,accel=${accel}`,
     // Native PCIe hotplug (pciehp) registers the root port's physical slot number, which names the NIC; with qemu's
     // ACPI hotplug the slot would be ACPI's instead.
-    ...(o.nicSlot === undefined ? [] : ['-global', 'ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off']), '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
+    ...(o.nicSlot === undefined ? [] : ['-global', 'ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off']),
+    '-m', String(o.memoryMiB || 1024), '-smp', String(o.vcpus || 1),
     '-nodefaults', '-display', 'none', '-monitor', 'none', '-serial', 'stdio', ...fw.args,
     // A reset ends qemu (-no-reboot), and with no bootable disk SeaBIOS resets after 1 s instead of 60.
     '-no-reboot', '-boot', 'strict=on,reboot-timeout=1000',
@@ -197,7 +213,11 @@ export function testBootQemu(o: TestBootOptions): Promise<TestBootResult> {
       if (v.status !== 'running') stop(v);
     });
     child.stderr.setEncoding('utf8').on('data', (s: string) => { if (stderr.length < 8192) stderr += s; });
-    child.on('error', (e: NodeJS.ErrnoException) => { clearTimeout(timer); fw.cleanup(); reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e); });
+    child.on('error', (e: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      fw.cleanup();
+      reject(e.code === 'ENOENT' ? new Error(`${QEMU} is not installed (Debian qemu-system-x86)`) : e);
+    });
     child.on('close', (code, sig) => {
       clearTimeout(timer);
       fw.cleanup();

@@ -34,17 +34,24 @@ export function readUserSpecs(users: unknown, warn: Warn): [string, UserSpec][] 
   for (const [name, raw] of Object.entries(users as Record<string, unknown>)) {
     const p = `configuration.users.${name}`;
     if (!NAME.test(name)) { warn(p, 'is not a valid user name (lower case letters, digits, _ and -, at most 32)'); continue; }
-    if (name === 'root' && raw && typeof raw === 'object' && ('uid' in raw || 'home' in raw)) { warn(p, 'root can only get a password, keys or groups'); continue; }
+    if (name === 'root' && raw && typeof raw === 'object' && ('uid' in raw || 'home' in raw)) {
+      warn(p, 'root can only get a password, keys or groups');
+      continue;
+    }
     if (!raw || typeof raw !== 'object' || Array.isArray(raw)) { warn(p, 'must be an object'); continue; }
     const u = raw as Record<string, unknown>;
     const bad = (f: string, m: string) => { warn(`${p}.${f}`, m); return true; };
     const str = (f: string) => u[f] !== undefined && typeof u[f] !== 'string' && bad(f, 'must be a string');
-    const int = (f: string) => u[f] !== undefined && !(Number.isInteger(u[f]) && (u[f] as number) >= 0 && (u[f] as number) < 2 ** 31) && bad(f, 'must be a non-negative integer');
-    const strs = (f: string) => u[f] !== undefined && !(Array.isArray(u[f]) && (u[f] as unknown[]).every((x) => typeof x === 'string')) && bad(f, 'must be an array of strings');
-    if (str('password') || str('password_hash') || str('shell') || str('home') || str('gecos') || int('uid') || int('gid') || strs('groups') || strs('ssh_authorized_keys')) continue;
+    const int = (f: string) => u[f] !== undefined && !(Number.isInteger(u[f]) && (u[f] as number) >= 0 && (u[f] as number) < 2 ** 31)
+      && bad(f, 'must be a non-negative integer');
+    const strs = (f: string) => u[f] !== undefined && !(Array.isArray(u[f]) && (u[f] as unknown[]).every((x) => typeof x === 'string'))
+      && bad(f, 'must be an array of strings');
+    if (str('password') || str('password_hash') || str('shell') || str('home') || str('gecos')
+      || int('uid') || int('gid') || strs('groups') || strs('ssh_authorized_keys')) continue;
     if (u.sudo !== undefined && typeof u.sudo !== 'boolean' && bad('sudo', 'must be a boolean')) continue;
     if (u.password !== undefined && u.password_hash !== undefined && bad('password', 'give password or password_hash, not both')) continue;
-    if (typeof u.password_hash === 'string' && !CRYPT.test(u.password_hash) && bad('password_hash', 'is not a crypt(3) hash ($6$..., $y$..., or ! / * to lock)')) continue;
+    if (typeof u.password_hash === 'string' && !CRYPT.test(u.password_hash)
+      && bad('password_hash', 'is not a crypt(3) hash ($6$..., $y$..., or ! / * to lock)')) continue;
     if (typeof u.shell === 'string' && !u.shell.startsWith('/') && bad('shell', 'must be an absolute path')) continue;
     if (typeof u.home === 'string' && !u.home.startsWith('/') && bad('home', 'must be an absolute path')) continue;
     if (typeof u.gecos === 'string' && /[:\n]/.test(u.gecos) && bad('gecos', 'must not contain ":" or a newline')) continue;
@@ -65,7 +72,9 @@ const join = (rs: string[][]) => rs.map((r) => r.join(':')).join('\n') + '\n';
  * Existing accounts are updated (password, groups), never duplicated; new ones get the next free uid from 1000,
  * a primary group of their own name and a locked password unless one is given.
  */
-export function planUsers(files: AccountFiles, specs: [string, UserSpec][], hashes: Record<string, string>, today: number, warn: Warn): { files: AccountFiles; plans: UserPlan[] } {
+export function planUsers(
+  files: AccountFiles, specs: [string, UserSpec][], hashes: Record<string, string>, today: number, warn: Warn,
+): { files: AccountFiles; plans: UserPlan[] } {
   const passwd = rows(files.passwd);
   const shadow = files.shadow !== undefined ? rows(files.shadow) : undefined;
   const group = rows(files.group);
@@ -78,14 +87,19 @@ export function planUsers(files: AccountFiles, specs: [string, UserSpec][], hash
     const uids = new Set(passwd.map((r) => Number(r[2])));
     const gids = new Set(group.map((r) => Number(r[2])));
     let row = passwd.find((r) => r[0] === name);
-    const plan: UserPlan = { name, uid: 0, gid: 0, home: '', created: !row, group_created: false, groups_added: [], keys: u.ssh_authorized_keys || [], sudo: !!u.sudo };
+    const plan: UserPlan = {
+      name, uid: 0, gid: 0, home: '', created: !row, group_created: false, groups_added: [], keys: u.ssh_authorized_keys || [], sudo: !!u.sudo,
+    };
     if (row) {
       if (u.uid !== undefined && Number(row[2]) !== u.uid) warn(`${p}.uid`, `${name} exists with uid ${row[2]}; uid left unchanged`);
       if (u.shell) row[6] = u.shell;
       if (u.gecos !== undefined) row[4] = u.gecos;
     } else {
       if (u.uid !== undefined && uids.has(u.uid)) { warn(`${p}.uid`, `uid ${u.uid} is taken by ${passwd.find((r) => Number(r[2]) === u.uid)![0]}`); continue; }
-      const uid = u.uid ?? nextFree(new Set([...uids].filter((x) => x >= FIRST_UID && x < LAST_UID)), Math.max(FIRST_UID, ...[...uids].filter((x) => x < LAST_UID).map((x) => x + 1)));
+      const uid = u.uid ?? nextFree(
+        new Set([...uids].filter((x) => x >= FIRST_UID && x < LAST_UID)),
+        Math.max(FIRST_UID, ...[...uids].filter((x) => x < LAST_UID).map((x) => x + 1)),
+      );
       let gid = u.gid;
       let grp = gid !== undefined ? group.find((r) => Number(r[2]) === gid) : group.find((r) => r[0] === name);
       if (gid !== undefined && !grp) { warn(`${p}.gid`, `no group has gid ${gid}`); continue; }
@@ -136,7 +150,9 @@ export function cryptPassword(password: string): Promise<string> {
     p.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
     p.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
     p.on('error', (e) => reject(new Error(`openssl is needed to hash configuration.users passwords: ${e.message}`)));
-    p.on('close', (code) => (code === 0 && out.startsWith('$6$') ? resolve(out.trim()) : reject(new Error(`openssl passwd failed: ${err.trim() || `exit ${code}`}`))));
+    p.on('close', (code) => (code === 0 && out.startsWith('$6$')
+      ? resolve(out.trim())
+      : reject(new Error(`openssl passwd failed: ${err.trim() || `exit ${code}`}`))));
     p.stdin.end(`${password}\n`);
   });
 }
@@ -146,9 +162,14 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
   const warn: Warn = (path, message) => act({ action: 'configuration.users', status: 'warning', detail: `${path}: ${message}` });
   const specs = readUserSpecs(users, warn);
   if (!specs.length) return false;
-  if (!(await g.isFile('/etc/passwd')) || !(await g.isFile('/etc/group'))) { warn('configuration.users', 'the guest has no /etc/passwd or /etc/group'); return false; }
+  if (!(await g.isFile('/etc/passwd')) || !(await g.isFile('/etc/group'))) {
+    warn('configuration.users', 'the guest has no /etc/passwd or /etc/group');
+    return false;
+  }
   const opt = async (f: string) => ((await g.isFile(f)) ? g.read(f) : undefined);
-  const before: AccountFiles = { passwd: await g.read('/etc/passwd'), shadow: await opt('/etc/shadow'), group: await g.read('/etc/group'), gshadow: await opt('/etc/gshadow') };
+  const before: AccountFiles = {
+    passwd: await g.read('/etc/passwd'), shadow: await opt('/etc/shadow'), group: await g.read('/etc/group'), gshadow: await opt('/etc/gshadow'),
+  };
   const hashes: Record<string, string> = {};
   for (const [name, u] of specs) {
     if (u.password_hash) hashes[name] = u.password_hash;
@@ -157,8 +178,11 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
     }
   }
   const { files, plans } = planUsers(before, specs, hashes, Math.floor(Date.now() / 86_400_000), warn);
-  const summary = (p: UserPlan) => [p.created ? `created ${p.name} (uid ${p.uid}, gid ${p.gid}${p.group_created ? ', new group' : ''}, home ${p.home})` : `updated ${p.name}`,
-    p.hash ? 'password set' : '', p.groups_added.length ? `added to ${p.groups_added.join(', ')}` : '', p.keys.length ? `${p.keys.length} authorized key(s)` : '', p.sudo ? 'sudo' : ''].filter(Boolean).join('; ');
+  const summary = (p: UserPlan) => [
+    p.created ? `created ${p.name} (uid ${p.uid}, gid ${p.gid}${p.group_created ? ', new group' : ''}, home ${p.home})` : `updated ${p.name}`,
+    p.hash ? 'password set' : '', p.groups_added.length ? `added to ${p.groups_added.join(', ')}` : '',
+    p.keys.length ? `${p.keys.length} authorized key(s)` : '', p.sudo ? 'sudo' : '',
+  ].filter(Boolean).join('; ');
   if (o.dry_run) { for (const p of plans) act({ action: 'configuration.users', status: 'would_do', detail: summary(p), user: p.name }); return false; }
 
   // The account files: same mode and owner as before.

@@ -26,7 +26,8 @@ export interface LinuxFix extends FixRun {
 export const CRYPTTAB = '/etc/crypttab';
 export const RESUME_FILES = ['/etc/initramfs-tools/conf.d/resume', '/etc/initramfs-tools/initramfs.conf'];
 export const WANTS = ['/etc/systemd/system/multi-user.target.wants', '/etc/systemd/system/default.target.wants'];
-export const NET_DIRS = ['/etc/network/interfaces.d', '/etc/netplan', '/etc/systemd/network', '/etc/NetworkManager/system-connections', '/etc/sysconfig/network-scripts'];
+export const NET_DIRS = ['/etc/network/interfaces.d', '/etc/netplan', '/etc/systemd/network', '/etc/NetworkManager/system-connections',
+  '/etc/sysconfig/network-scripts'];
 export const PERSISTENT_NET_RULES = '/etc/udev/rules.d/70-persistent-net.rules';
 export const INITRD_NAMES = (k: string) => [`/boot/initrd.img-${k}`, `/boot/initramfs-${k}.img`, `/boot/initrd-${k}`, `/boot/initramfs-linux.img`];
 
@@ -44,7 +45,10 @@ export async function blsFiles(g: GuestSession): Promise<string[]> {
 }
 
 /** Rewrites one file with `fn` (backup first); true when it changed. */
-export async function edit(x: LinuxFix, file: string, action: string, fn: (t: string) => { text: string; changes: { from: string; to: string }[]; unresolved?: string[] }): Promise<boolean> {
+export async function edit(
+  x: LinuxFix, file: string, action: string,
+  fn: (t: string) => { text: string; changes: { from: string; to: string }[]; unresolved?: string[] },
+): Promise<boolean> {
   if (!(await x.g.isFile(file))) return false;
   const before = await x.g.read(file);
   const res = fn(before);
@@ -52,7 +56,8 @@ export async function edit(x: LinuxFix, file: string, action: string, fn: (t: st
   if (!res.changes.length) return false;
   const bak = await x.backup(file);
   await x.write(file, res.text);
-  x.act({ action, status: x.o.dry_run ? 'would_do' : 'done', detail: `${file}: ${res.changes.map((c) => `${c.from} -> ${c.to}`).join(', ')}`, file, backup: bak });
+  const detail = `${file}: ${res.changes.map((c) => `${c.from} -> ${c.to}`).join(', ')}`;
+  x.act({ action, status: x.o.dry_run ? 'would_do' : 'done', detail, file, backup: bak });
   return true;
 }
 
@@ -94,6 +99,8 @@ export async function guestFiles(g: GuestSession, paths: string[]): Promise<Map<
  *  left behind by a removed kernel boots nothing and is not checked). */
 export async function kernelsWithInitrd(x: LinuxFix): Promise<{ k: string; img?: string; installed: boolean }[]> {
   return Promise.all(x.info.kernels.map(async (k) => ({
-    k, img: await x.g.firstFile(INITRD_NAMES(k)), installed: !!(await x.g.firstFile([`/boot/vmlinuz-${k}`, `/boot/vmlinuz-linux`, `/lib/modules/${k}/vmlinuz`])),
+    k,
+    img: await x.g.firstFile(INITRD_NAMES(k)),
+    installed: !!(await x.g.firstFile([`/boot/vmlinuz-${k}`, `/boot/vmlinuz-linux`, `/lib/modules/${k}/vmlinuz`])),
   })));
 }

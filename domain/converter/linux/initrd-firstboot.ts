@@ -33,11 +33,19 @@ images still boot, and this runs again at the next boot.`,
  *  update, with virtio in its configuration). */
 export async function installRebuildUnit(x: LinuxFix, t: InitramfsTool, images: { k: string; img: string }[]): Promise<void> {
   if (!(await runsSystemd(x.g))) {
-    x.act({ action: 'initramfs_rebuild_unit', status: 'warning', detail: `the guest does not run systemd: the appended images stay until ${t.tool} runs next (a kernel update), with virtio in its configuration` });
+    x.act({
+      action: 'initramfs_rebuild_unit', status: 'warning',
+      detail: `the guest does not run systemd: the appended images stay until ${t.tool} runs next (a kernel update), `
+        + 'with virtio in its configuration',
+    });
     return;
   }
   const files = await writeFirstBootUnit(x, REBUILD, rebuildScript(t, images));
-  x.act({ action: 'initramfs_rebuild_unit', status: 'done', detail: `${files[0]} (enabled) runs ${t.tool} for ${images.map((i) => i.k).join(', ')} at the first boot on KVM, then removes itself`, files });
+  x.act({
+    action: 'initramfs_rebuild_unit', status: 'done',
+    detail: `${files[0]} (enabled) runs ${t.tool} for ${images.map((i) => i.k).join(', ')} at the first boot on KVM, then removes itself`,
+    files,
+  });
 }
 
 /** verify.ts's part: the unit, its script and its link are in place when it was installed. */

@@ -47,7 +47,9 @@ async function offered(x: LinuxFix): Promise<BootEntry[]> {
   const listed: BootEntry[] = [];
   for (const e of bootEntries(texts)) {
     // An entry whose kernel is not in /boot boots nothing: it is not checked (as a modules directory without one).
-    if (await x.g.firstFile([`/boot/vmlinuz-${e.kver}`, `/lib/modules/${e.kver}/vmlinuz`])) listed.push({ ...e, initrds: e.initrds.filter((n) => !n.startsWith('$')) });
+    if (await x.g.firstFile([`/boot/vmlinuz-${e.kver}`, `/lib/modules/${e.kver}/vmlinuz`])) {
+      listed.push({ ...e, initrds: e.initrds.filter((n) => !n.startsWith('$')) });
+    }
   }
   if (listed.length) return listed;
   return (await kernelsWithInitrd(x)).filter((e) => e.installed).map((e) => ({ kver: e.k, initrds: e.img ? [e.img.replace(/^\/boot\//, '')] : [] }));
@@ -59,13 +61,22 @@ export async function verifyInitrds(x: LinuxFix, check: (what: string, bad: stri
     if (!initrds.length) {
       const builtin = (await guestBytes(x.g, `/lib/modules/${kver}/modules.builtin`))?.toString('utf8') ?? '';
       const missing = VIRTIO_BOOT_MODULES.filter((m) => !new RegExp(`/${m}\\.ko$`, 'm').test(builtin));
-      check(`kernel ${kver}`, missing.map((m) => `has no initramfs and ${m} is not built in`), `has no initramfs; ${VIRTIO_BOOT_MODULES.join(', ')} are built in`);
+      check(`kernel ${kver}`, missing.map((m) => `has no initramfs and ${m} is not built in`),
+        `has no initramfs; ${VIRTIO_BOOT_MODULES.join(', ')} are built in`);
       continue;
     }
     const imgs = initrds.map((n) => `/boot/${n}`);
     const placed = imgs.some((i) => x.initrdPlaced?.[i]?.length) ? ' and the files Ferry placed in it' : '';
     const problems = await imageProblems(x, kver, imgs);
-    if (!problems) x.act({ action: 'verify', status: 'warning', detail: `${imgs.join(' + ')}: its format is not one Ferry reads (gzip, xz, zstd, lz4 legacy, bzip2 or uncompressed cpio); the virtio modules are not verified`, check: 'initramfs' });
-    else check(imgs.join(' + '), problems, `carries ${VIRTIO_MODULES.join(', ')} with their dependencies, indexed, for kernel ${kver}${placed}`);
+    if (!problems) {
+      x.act({
+        action: 'verify', status: 'warning',
+        detail: `${imgs.join(' + ')}: its format is not one Ferry reads (gzip, xz, zstd, lz4 legacy, bzip2 or uncompressed cpio); `
+          + 'the virtio modules are not verified',
+        check: 'initramfs',
+      });
+    } else {
+      check(imgs.join(' + '), problems, `carries ${VIRTIO_MODULES.join(', ')} with their dependencies, indexed, for kernel ${kver}${placed}`);
+    }
   }
 }

@@ -3,7 +3,8 @@
 import type { GuestSession } from '../guestfs';
 
 // Source hypervisors' guest tools, under their Debian, RHEL/SUSE and Alpine names.
-export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities', 'xe-guest-utilities-latest',
+export const HV_TOOL_PACKAGES = ['open-vm-tools', 'open-vm-tools-desktop', 'open-vm-tools-sdmp', 'vmware-tools', 'xe-guest-utilities',
+  'xe-guest-utilities-latest',
   'hyperv-daemons', 'hypervkvpd', 'hypervvssd', 'hypervfcopyd', 'walinuxagent', 'WALinuxAgent'];
 export const HV_TOOL_UNITS = ['vmtoolsd.service', 'open-vm-tools.service', 'vmware-tools.service', 'vgauth.service', 'xe-linux-distribution.service'];
 /** How to remove packages with the guest's own package tool, by package format (`env`: set for that run only). */
@@ -30,16 +31,33 @@ export interface InitramfsTool {
 export const INITRAMFS_TOOLS: InitramfsTool[] = [
   // The image named: Debian's dracut writes initrd.img-<k>, RHEL's initramfs-<k>.img; a host-only guest stays
   // host-only (dracut.conf.d's own settings) and gets the drivers from add_drivers.
-  { tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'], args: (k, img) => (img ? ['dracut', '-f', img, k] : ['dracut', '-f', '--kver', k]),
-    conf: { path: '/etc/dracut.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nadd_drivers+=" ${add.join(' ')} "\n` } },
+  {
+    tool: 'dracut', paths: ['/usr/bin/dracut', '/sbin/dracut', '/usr/sbin/dracut'],
+    args: (k, img) => (img ? ['dracut', '-f', img, k] : ['dracut', '-f', '--kver', k]),
+    conf: {
+      path: '/etc/dracut.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES,
+      text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nadd_drivers+=" ${add.join(' ')} "\n`,
+    },
+  },
   // COMPRESSLEVEL from the environment counts only when the guest's initramfs.conf sets none (mkinitramfs reads
   // the file after): zstd's own default level 3 instead of initramfs-tools' -9, which under TCG took 13-40 s of
   // the run for ~9% less size (9.5 MB against 10.4 MB on the Debian 12 guest). Only this build; nothing persisted.
-  { tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'], args: (k) => ['update-initramfs', '-u', '-k', k], env: ['COMPRESSLEVEL=3'],
-    conf: { path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n` } },
+  {
+    tool: 'update-initramfs', paths: ['/usr/sbin/update-initramfs', '/sbin/update-initramfs'],
+    args: (k) => ['update-initramfs', '-u', '-k', k], env: ['COMPRESSLEVEL=3'],
+    conf: {
+      path: '/etc/initramfs-tools/modules', modules: VIRTIO_MODULES,
+      text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\n${add.join('\n')}\n`,
+    },
+  },
   // mkinitcpio 36+ reads /etc/mkinitcpio.conf.d/*.conf after mkinitcpio.conf.
-  { tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'],
-    conf: { path: '/etc/mkinitcpio.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES, text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nMODULES+=(${add.join(' ')})\n` } },
+  {
+    tool: 'mkinitcpio', paths: ['/usr/bin/mkinitcpio'], args: () => ['mkinitcpio', '-P'],
+    conf: {
+      path: '/etc/mkinitcpio.conf.d/ferry-virtio.conf', modules: VIRTIO_MODULES,
+      text: (add) => `# Ferry: the virtio drivers KVM's disks and NICs need\nMODULES+=(${add.join(' ')})\n`,
+    },
+  },
 ];
 /** Initramfs generators Ferry does not drive: found without a known one, the repair fails naming it. */
 export const UNSUPPORTED_INITRAMFS_TOOLS = [

@@ -30,7 +30,8 @@ export function buildReport(run: Run) {
       total_source_bytes: work.reduce((a, w) => a + (w.sourceVirtual || 0), 0),
       total_output_bytes: !written ? 0 : work.reduce((a, w) => a + Number(w.artifact.file_size || 0), 0),
       timings: Object.fromEntries(Object.entries(run.timings).map(([k, v]) => [k, Math.round(v * 1000) / 1000])),
-      message: failed ? `failed: ${errors[0]}` : dry ? `dry run: ${work.length} disk(s) would be converted; nothing written` : `${work.length} disk(s) migrated`,
+      message: failed ? `failed: ${errors[0]}`
+        : dry ? `dry run: ${work.length} disk(s) would be converted; nothing written` : `${work.length} disk(s) migrated`,
     },
   };
 }

@@ -45,7 +45,10 @@ export interface PipelineOptions {
   applianceNice?: number;
 }
 
-export interface StageReport { enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>; error?: string; skipped_reason?: string }
+export interface StageReport {
+  enabled: boolean; success: boolean | null; started_at?: string; duration_seconds?: number; result?: Record<string, unknown>;
+  error?: string; skipped_reason?: string;
+}
 export interface Work {
   disk: ManifestDisk; out: string; tmp: string; overlay: boolean; sourceFormat: string; sourceVirtual?: number;
   sourceSha?: string; modified: boolean; artifact: Record<string, unknown>;
@@ -59,7 +62,14 @@ export interface Repair { guest: GuestInfo; res: FixResult; firmware: FirmwareCh
 /** Stage settings with the pipeline's rule: without `pipeline`, inspect+convert+validate run and fix does not. */
 export function stagesOf(m: Manifest) {
   const p = m.pipeline;
-  if (!p) return { inspect: { enabled: true, collect_guest_info: false }, convert: { enabled: true, compress: false } as NonNullable<Manifest['pipeline']>['convert'] & object, fix: undefined, validate: { enabled: true, check_image_integrity: true } };
+  if (!p) {
+    return {
+      inspect: { enabled: true, collect_guest_info: false },
+      convert: { enabled: true, compress: false } as NonNullable<Manifest['pipeline']>['convert'] & object,
+      fix: undefined,
+      validate: { enabled: true, check_image_integrity: true },
+    };
+  }
   return { inspect: p.inspect, convert: p.convert, fix: p.fix, validate: p.validate };
 }
 
