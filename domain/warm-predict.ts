@@ -47,7 +47,11 @@ export interface WarmState {
 /** With no migration measured yet on this Ferry: conservative guesses, named as such in `basis`. */
 export const DEFAULT_STAGE_SECONDS: StageSeconds = { repair: 120, import: 15, boot: 90 };
 
-const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+};
 
 /** The downtime of a cutover now: the power-off (a forced one is about a second; a guest shutdown as the VM's
  *  shutdown took before, else its timeout's tenth), the changes since the last snapshot at the last round's change
@@ -67,13 +71,17 @@ export function predictDowntime(o: { rounds: WarmRound[]; now: number; stages: S
   }
   const since = Math.max(0, (o.now - Date.parse(last.snapshot_at)) / 1000);
   const delta = Math.round(changeRate * since);
-  const lastDelta = (copyRate > 0 ? delta / copyRate : 0) + median(r.slice(1).map((x) => x.overhead_seconds).concat(r.length === 1 ? [last.overhead_seconds] : []));
+  const overheads = r.slice(1).map((x) => x.overhead_seconds).concat(r.length === 1 ? [last.overhead_seconds] : []);
+  const lastDelta = (copyRate > 0 ? delta / copyRate : 0) + median(overheads);
   const stages = stageTerms(o.stages);
   const parts = { power_off: o.powerOffSeconds, last_delta: lastDelta, repair: stages.repair, import: stages.import, boot: stages.boot };
   const round2 = (x: number) => Math.round(x * 100) / 100;
   return {
     seconds: round2(parts.power_off + parts.last_delta + parts.repair + parts.import + parts.boot),
-    parts: { power_off: round2(parts.power_off), last_delta: round2(parts.last_delta), repair: round2(parts.repair), import: round2(parts.import), boot: round2(parts.boot) },
+    parts: {
+      power_off: round2(parts.power_off), last_delta: round2(parts.last_delta), repair: round2(parts.repair), import: round2(parts.import),
+      boot: round2(parts.boot),
+    },
     change_rate_bytes_per_second: Math.round(changeRate), copy_rate_bytes_per_second: Math.round(copyRate), expected_delta_bytes: delta,
     basis: stages.basis,
     at: new Date(o.now).toISOString(),
@@ -90,6 +98,8 @@ function stageTerms(all: StageSeconds[]): StageSeconds & { basis: string } {
   const repairs = warm.length ? warm : all;
   return {
     repair: median(repairs.map((s) => s.repair)), import: median(all.map((s) => s.import)), boot: median(all.map((s) => s.boot)),
-    basis: `repair: median of ${warm.length ? `the ${warm.length} warm cutovers'` : `the ${all.length} cold migrations' whole`} repairs${warm.length ? '' : ' (no warm cutover measured yet)'}; import and boot: median of the ${all.length} most recent migrations measured on this Ferry`,
+    basis: `repair: median of ${warm.length ? `the ${warm.length} warm cutovers'` : `the ${all.length} cold migrations' whole`} repairs`
+      + `${warm.length ? '' : ' (no warm cutover measured yet)'}; import and boot: median of the ${all.length} most recent migrations `
+      + 'measured on this Ferry',
   };
 }

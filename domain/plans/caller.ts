@@ -27,7 +27,10 @@ export function checkPlanCaller(p: PlanAsked, caller: Caller | null | undefined)
   for (const [field, rule] of Object.entries(PLAN_OPTION_ROLES)) {
     if (grantsRole(caller.role, rule.role)) continue;
     const option = field.slice('options.'.length);
-    const refuse = (f: string) => { throw fieldError(403, f, `needs role ${rule.role}: ${rule.why}`, `${f} needs role ${rule.role} (${rule.why}); the key "${caller.name}" has role ${caller.role}`); };
+    const refuse = (f: string) => {
+      throw fieldError(403, f, `needs role ${rule.role}: ${rule.why}`,
+        `${f} needs role ${rule.role} (${rule.why}); the key "${caller.name}" has role ${caller.role}`);
+    };
     if (p.options?.[option] === true) refuse(field);
     (p.vms ?? []).forEach((v, i) => { if (typeof v === 'object' && v.options?.[option] === true) refuse(`vms[${i}].${field}`); });
   }

@@ -59,7 +59,10 @@ export async function targetInventory(uri: string, isDefault: boolean): Promise<
   const v = virshFor(uri);
   try {
     const [p, n] = await Promise.all([pools(v), v.run(['net-list', '--all', '--name'])]);
-    return { virt_uri: uri, default: isDefault, reachable: true, error: null, networks: lines(n).sort(), pools: [...p].map(([name, x]) => ({ name, ...x })).sort((a, b) => a.name.localeCompare(b.name)) };
+    return {
+      virt_uri: uri, default: isDefault, reachable: true, error: null, networks: lines(n).sort(),
+      pools: [...p].map(([name, x]) => ({ name, ...x })).sort((a, b) => a.name.localeCompare(b.name)),
+    };
   } catch (e) {
     if (e instanceof LibvirtError) return { virt_uri: uri, default: isDefault, reachable: false, error: e.message, networks: [], pools: [] };
     throw e;
@@ -75,7 +78,10 @@ async function freeMemory(v: Virsh) {
 
 export async function targetFacts(uri: string): Promise<TargetFacts> {
   const v = virshFor(uri);
-  const empty: TargetFacts = { uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false, free_memory_bytes: 0 };
+  const empty: TargetFacts = {
+    uri, reachable: false, pools: new Map(), domains: new Set(), macs: new Map(), networks: new Set(), uefi: false, secureBoot: false,
+    free_memory_bytes: 0,
+  };
   try {
     const doms = (await listDomains(v)).map((d) => d.name);
     const [p, m, n, fw, mem] = await Promise.all([pools(v), macs(v, doms), v.run(['net-list', '--all', '--name']), firmware(v), freeMemory(v)]);
@@ -93,5 +99,8 @@ export async function targetFacts(uri: string): Promise<TargetFacts> {
 export async function recheckTarget(placement: { virt_uri: string; domain: string }): Promise<void> {
   checkDomainName(placement.domain, 'options.target_name');
   const names = lines(await virshFor(placement.virt_uri).run(['list', '--all', '--name']));
-  if (names.includes(placement.domain)) throw conflict(`${placement.virt_uri} has had a domain named ${placement.domain} since the plan's preflight found the name free: not migrated, so nothing of that domain is touched`);
+  if (names.includes(placement.domain)) {
+    throw conflict(`${placement.virt_uri} has had a domain named ${placement.domain} since the plan's preflight found the name free: `
+      + 'not migrated, so nothing of that domain is touched');
+  }
 }

@@ -17,7 +17,8 @@ const perMigration = {
   regen_initramfs: Joi.boolean(),
   update_grub: Joi.boolean(),
   xfs_regenerate_uuid: Joi.boolean(),
-  remove_source_hv_tools: Joi.boolean().description('remove the source hypervisor\'s guest tools (open-vm-tools...) with the guest\'s package tool and disable their units (default false)'),
+  remove_source_hv_tools: Joi.boolean().description('remove the source hypervisor\'s guest tools (open-vm-tools...) '
+    + 'with the guest\'s package tool and disable their units (default false)'),
   inject_virtio_drivers: Joi.boolean(),
   virtio_win: path.description('extension: virtio-win driver tree (directory) for inject_virtio_drivers; else FERRY_VIRTIO_WIN, else /usr/share/virtio-win'),
   windows_version: Joi.alternatives(Joi.string().valid('2012', '2016', '2019', '2022', '10', '11'), Joi.number().valid(2012, 2016, 2019, 2022, 10, 11)),
@@ -60,8 +61,12 @@ export const converterConfigSchema = Joi.object({
   batch_continue_on_error: Joi.boolean().default(false),
   dry_run: Joi.boolean().default(false).description('extension: run the pipeline without writing anything'),
 })
-  .when(Joi.object({ command: 'local', batch_manifest: Joi.forbidden() }).unknown(), { then: Joi.object({ vmdk: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }) })
-  .when(Joi.object({ command: 'fetch-and-fix', batch_manifest: Joi.forbidden() }).unknown(), { then: Joi.object({ host: Joi.required(), user: Joi.required(), remote: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }) })
+  .when(Joi.object({ command: 'local', batch_manifest: Joi.forbidden() }).unknown(), {
+    then: Joi.object({ vmdk: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }),
+  })
+  .when(Joi.object({ command: 'fetch-and-fix', batch_manifest: Joi.forbidden() }).unknown(), {
+    then: Joi.object({ host: Joi.required(), user: Joi.required(), remote: Joi.required(), output_dir: Joi.required(), to_output: Joi.required() }),
+  })
   .when(Joi.object({ command: 'manager_export' }).unknown(), { then: Joi.object({ manager_host: Joi.required(), vm_name: Joi.required() }) })
   .unknown(false)
   .label('ConverterConfig');
@@ -105,7 +110,9 @@ export function substituteEnv(doc: unknown, env: NodeJS.ProcessEnv = process.env
   if (typeof doc === 'string') {
     return doc.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
       const v = env[name];
-      if (v === undefined || v === '') throw new ConfigError(`${at || 'value'}: environment variable ${name} is not set`, [{ path: at, message: `environment variable ${name} is not set` }]);
+      if (v === undefined || v === '') {
+        throw new ConfigError(`${at || 'value'}: environment variable ${name} is not set`, [{ path: at, message: `environment variable ${name} is not set` }]);
+      }
       return v;
     });
   }

@@ -60,4 +60,5 @@ export function watchSource(m: Manager, vmPath: string, was: SourceFingerprint, 
   };
 }
 
-const refusal = (vmPath: string, why: string) => `the source ${vmPath} changed while its disks were copied: ${why}; the copy would mix two states, so this VM fails (run it again once the source is as it should be)`;
+const refusal = (vmPath: string, why: string) => `the source ${vmPath} changed while its disks were copied: ${why}; `
+  + 'the copy would mix two states, so this VM fails (run it again once the source is as it should be)';
