@@ -28,7 +28,10 @@ async function jobBytes(store: JobStore, id: string, h: Record<string, string> |
   if (h.state === 'COMPLETED' && num(last.total_bytes) !== undefined) bytes = Math.max(bytes, num(last.total_bytes)!);
   else {
     const rows = (await store.redis.xrevrange(store.k.events(id), '+', '-', 'COUNT', 500)) as [string, string[]][];
-    for (const [, f] of rows) bytes = Math.max(bytes, num(parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' })?.details?.bytes_downloaded) ?? 0);
+    for (const [, f] of rows) {
+      const event = parseField<ProgressEvent | null>(f[1], null, { job_id: id, field: 'events' });
+      bytes = Math.max(bytes, num(event?.details?.bytes_downloaded) ?? 0);
+    }
   }
   if (isTerminal(h.state)) { if (done.size > 50_000) done.clear(); done.set(id, bytes); }
   return bytes;
@@ -76,9 +79,12 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
   registerComputed(registry, 'mtv_migrated_vms_total', 'VMs of each plan migrated (completed)', 'gauge', async () =>
     (await snapshot()).plans.map((p) => ({ labels: { plan: p.id }, value: p.vms.filter((v) => v.status === 'completed').length })));
   registerComputed(registry, 'mtv_workload_migrations_status_total', `VMs of each plan by status (${VM_STATUSES.join(', ')})`, 'gauge', async () =>
-    (await snapshot()).plans.flatMap((p) => VM_STATUSES.map((status) => ({ labels: { plan: p.id, status }, value: p.vms.filter((v) => v.status === status).length }))));
+    (await snapshot()).plans.flatMap((p) => VM_STATUSES.map((status) => ({
+      labels: { plan: p.id, status }, value: p.vms.filter((v) => v.status === status).length,
+    }))));
   const finishedBytes = new Map<string, number>();
-  registerComputed(registry, 'mtv_migration_data_transferred_bytes', 'Bytes moved for each plan, over every job of its VMs (retries included)', 'counter', async () => {
+  registerComputed(registry, 'mtv_migration_data_transferred_bytes',
+    'Bytes moved for each plan, over every job of its VMs (retries included)', 'counter', async () => {
     const { plans: ps, jobs } = await snapshot();
     const out: Sample[] = [];
     for (const p of ps) {
@@ -88,17 +94,23 @@ export function registerPlanMetrics(registry: client.Registry, plans: PlanStore,
     }
     return out;
   });
-  registerComputed(registry, 'mtv_migration_duration_seconds', "A VM's migration time (its last job, RUNNING to its end), by plan and the VM's final status", 'histogram', async () => {
+  registerComputed(registry, 'mtv_migration_duration_seconds',
+    "A VM's migration time (its last job, RUNNING to its end), by plan and the VM's final status", 'histogram', async () => {
     const { plans: ps, jobs } = await snapshot();
     return ps.flatMap((p) => durationSamples(p, jobs));
   });
   registerComputed(registry, 'mtv_plan_findings', 'Preflight findings by plan, rule, severity and whether an override accepted them', 'gauge', async () =>
     findingSamples((await snapshot()).plans));
-  registerComputed(registry, 'ferry_plan_vm_predicted_downtime_seconds', 'A warm VM\'s predicted downtime of a cutover now (its last prediction), by plan and the VM\'s position in the plan', 'gauge', async () =>
+  registerComputed(registry, 'ferry_plan_vm_predicted_downtime_seconds',
+    'A warm VM\'s predicted downtime of a cutover now (its last prediction), by plan and the VM\'s position in the plan', 'gauge', async () =>
     warmSamples((await snapshot()), (w) => w.prediction?.seconds));
-  registerComputed(registry, 'ferry_plan_vm_downtime_seconds', 'A warm VM\'s measured downtime after its cutover (power-off to the boot milestone), by plan and the VM\'s position in the plan', 'gauge', async () =>
+  registerComputed(registry, 'ferry_plan_vm_downtime_seconds',
+    'A warm VM\'s measured downtime after its cutover (power-off to the boot milestone), by plan and the VM\'s position in the plan', 'gauge',
+    async () =>
     warmSamples((await snapshot()), (w) => w.downtime?.seconds));
-  registerComputed(registry, 'mtv_plan_vm_stage_seconds', "How long the running VM that has been longest in its current stage has been there, by plan and stage (the job's phase; queued while it waits for a worker or a slot)", 'gauge', async () => {
+  registerComputed(registry, 'mtv_plan_vm_stage_seconds',
+    "How long the running VM that has been longest in its current stage has been there, by plan and stage "
+      + "(the job's phase; queued while it waits for a worker or a slot)", 'gauge', async () => {
     const { plans: ps, jobs } = await snapshot();
     return stageSamples(store, ps, jobs);
   });
@@ -116,7 +128,9 @@ function durationSamples(p: Plan, jobs: Snapshot['jobs']): Sample[] {
   }
   for (const [status, xs] of by) {
     const labels = { plan: p.id, status };
-    for (const le of [...PLAN_DURATION_BUCKETS, '+Inf' as const]) out.push({ metricName: 'mtv_migration_duration_seconds_bucket', labels: { ...labels, le }, value: xs.filter((x) => le === '+Inf' || x <= le).length });
+    for (const le of [...PLAN_DURATION_BUCKETS, '+Inf' as const]) {
+      out.push({ metricName: 'mtv_migration_duration_seconds_bucket', labels: { ...labels, le }, value: xs.filter((x) => le === '+Inf' || x <= le).length });
+    }
     out.push({ metricName: 'mtv_migration_duration_seconds_sum', labels, value: xs.reduce((a, b) => a + b, 0) });
     out.push({ metricName: 'mtv_migration_duration_seconds_count', labels, value: xs.length });
   }

@@ -162,7 +162,9 @@ export class PlanRunner {
       if (q.status !== 'pending') throw conflict(`plan ${q.id} is ${q.status}`);
       applyResults(q, results, () => true);
       q.status = 'running'; q.started_at = now(); q.validated_at = now(); q.started_by = by;
-      q.outbox = [...(q.outbox ?? []), outbox(q, q.started_at, 'plan.started', { plan_id: q.id, name: q.name, vms: q.vms.length, blocked: q.vms.filter((v) => v.status === 'blocked').length })];
+      q.outbox = [...(q.outbox ?? []), outbox(q, q.started_at, 'plan.started', {
+        plan_id: q.id, name: q.name, vms: q.vms.length, blocked: q.vms.filter((v) => v.status === 'blocked').length,
+      })];
     });
     await this.flush(p);
     void this.nudge(id);
@@ -173,7 +175,9 @@ export class PlanRunner {
   async retry(id: string, results: VmResult[], by: PlanCaller) {
     const p = await this.d.plans.mutate(id, (q) => {
       q.started_by = by;
-      if (q.status === 'running' && !q.vms.some((v) => isVmRetryable(v.status))) throw conflict(`plan ${q.id} has no failed, cancelled, blocked or rolled back VM`);
+      if (q.status === 'running' && !q.vms.some((v) => isVmRetryable(v.status))) {
+        throw conflict(`plan ${q.id} has no failed, cancelled, blocked or rolled back VM`);
+      }
       for (const v of q.vms) {
         if (!isVmRetryable(v.status)) continue;
         Object.assign(v, { ...newVm(v), jobs: v.jobs, overrides: v.overrides, ...(v.actions ? { actions: v.actions } : {}) });
@@ -201,7 +205,10 @@ export class PlanRunner {
       }
       if (!vmPath && q.status === 'pending') { q.status = 'cancelled'; q.finished_at = now(); }
     });
-    for (const j of toCancel) await this.d.life.cancel(j, `plan ${id} cancelled${vmPath ? ` for ${vmPath}` : ''}`).catch((e) => this.d.log.info('job already finished when its plan was cancelled', { job_id: j, error: (e as Error).message }));
+    for (const j of toCancel) {
+      await this.d.life.cancel(j, `plan ${id} cancelled${vmPath ? ` for ${vmPath}` : ''}`)
+        .catch((e) => this.d.log.info('job already finished when its plan was cancelled', { job_id: j, error: (e as Error).message }));
+    }
     void this.nudge(id);
     return p;
   }
@@ -219,7 +226,10 @@ export class PlanRunner {
     const claim = await this.claim(p.id, v, 'rollback', key, null, v.placement ? jobId : undefined);
     if (!claim.run) throw conflict(`a rollback of ${vmPath} is under way`);
     if (!v.placement || !jobId) return { plan: await this.rolledBack(id, vmPath, key, why, 'nothing was placed'), pending: false };
-    const end = (await submitEffect(this.d.life, { id: jobId, op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: by, meta: { plan_id: id, vm_path: vmPath, of_job: v.job_id } }))
+    const end = (await submitEffect(this.d.life, {
+      id: jobId, op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: by,
+      meta: { plan_id: id, vm_path: vmPath, of_job: v.job_id },
+    }))
       ?? (await awaitEffect(this.d.life, jobId, API_ROLLBACK_WAIT_MS));
     if (!end) return { plan: await this.d.plans.must(id), pending: true };
     return { plan: await this.apiRollbackEnded(id, vmPath, key, why, jobId, end), pending: false };
@@ -230,7 +240,10 @@ export class PlanRunner {
     const v = vmOf(await this.d.plans.must(id), vmPath);
     for (const a of (v.actions ?? []).filter((x) => x.action === 'rollback' && x.fence === null && x.job_id && !x.done_at)) {
       const end = await effectEnd(this.d.life, a.job_id!);
-      if (end) await this.apiRollbackEnded(id, vmPath, a.key, why, a.job_id!, end).catch((e) => this.d.log.info('an earlier API rollback that failed is recorded as failed', { plan_id: id, vm_path: vmPath, error: (e as Error).message }));
+      if (end) {
+        await this.apiRollbackEnded(id, vmPath, a.key, why, a.job_id!, end).catch((e) => this.d.log.info(
+          'an earlier API rollback that failed is recorded as failed', { plan_id: id, vm_path: vmPath, error: (e as Error).message }));
+      }
     }
   }
 
@@ -284,7 +297,11 @@ export class PlanRunner {
       if (a?.done_at) { out = { run: false, done: a }; return; }
       if (a && a.fence === null) return;
       if (a?.claimed_by === mine.claimed_by && a.fence === mine.fence) { out = { run: true, resumed: false }; return; }
-      if (a) { Object.assign(a, { claimed_by: mine.claimed_by, fence: mine.fence, at: mine.at, resumed: (a.resumed ?? 0) + 1 }); out = { run: true, resumed: true }; return; }
+      if (a) {
+        Object.assign(a, { claimed_by: mine.claimed_by, fence: mine.fence, at: mine.at, resumed: (a.resumed ?? 0) + 1 });
+        out = { run: true, resumed: true };
+        return;
+      }
       actions.push(mine);
       out = { run: true, resumed: false };
     }, fence);
@@ -309,13 +326,18 @@ export class PlanRunner {
   /** A claimed effect of the leader done by a worker job (rollback_kvm, remove_source), keyed by the VM's job:
    *  what `settle` makes of the job's end (the claim marked done with it), the recorded result of a claim done
    *  already, or null while the job runs or another holds the claim (its end steps the plan again). */
-  private async viaJob<T>(p: Plan, v: PlanVm, action: 'rollback' | 'remove_source', o: { op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null }, settle: (end: EffectEnd) => T): Promise<T | null> {
+  private async viaJob<T>(
+    p: Plan, v: PlanVm, action: 'rollback' | 'remove_source',
+    o: { op: EffectOp; parameters: Record<string, unknown>; caller: Caller | null }, settle: (end: EffectEnd) => T,
+  ): Promise<T | null> {
     const key = v.job_id!;
     const id = effectJobId(key, action, key);
     const c = await this.claim(p.id, v, action, key, this.leaderFence(), id);
     if (!c.run) return c.done ? (c.done.result as T) : null;
     this.jobPlan.set(id, p.id);
-    const end = await submitEffect(this.d.life, { id, op: o.op, parameters: o.parameters, caller: o.caller, meta: { plan_id: p.id, vm_path: v.vm_path, of_job: key } });
+    const end = await submitEffect(this.d.life, {
+      id, op: o.op, parameters: o.parameters, caller: o.caller, meta: { plan_id: p.id, vm_path: v.vm_path, of_job: key },
+    });
     if (!end) return null;
     this.jobPlan.delete(id);
     const r = settle(end);
@@ -330,11 +352,22 @@ export class PlanRunner {
       // Claimed but never submitted (the leader stopped in between): the next leader submits it.
       if (!h) { await this.resubmit(p, v); continue; }
       // Its job exists but the submission was never marked done (the leader stopped in between): a fact to record.
-      if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
+      if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) {
+        await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
+      }
       const w = windowNow(p);
-      if (h.state === 'QUEUED' && !w.open) { await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log, 'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual', { plan_id: p.id, job_id: v.job_id })); await this.settle(p, v, 'pending', null); continue; }
+      if (h.state === 'QUEUED' && !w.open) {
+        await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log,
+          'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual',
+          { plan_id: p.id, job_id: v.job_id }));
+        await this.settle(p, v, 'pending', null);
+        continue;
+      }
       if (!isTerminal(h.state)) {
-        if (v.cancel_requested) await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`).catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
+        if (v.cancel_requested) {
+          await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`)
+            .catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
+        }
         continue;
       }
       const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
@@ -342,14 +375,17 @@ export class PlanRunner {
       let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
       if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
         // The job acts on the ledger of the VM's job alone (services/worker/operations/plan-effects.ts).
-        const r = await this.viaJob(p, v, 'rollback', { op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: jobCallerOf(p) }, rollbackDetail);
+        const r = await this.viaJob(p, v, 'rollback', {
+          op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: jobCallerOf(p),
+        }, rollbackDetail);
         if (r === null) continue;
         if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
         detail = `${detail}; ${r}`;
       }
       const source = outcome === 'completed' ? await this.afterSuccess(p, v) : undefined;
       if (source === null) continue;
-      const events = [outbox(p, v.job_id!, outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled', { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail })];
+      const event = outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled';
+      const events = [outbox(p, v.job_id!, event, { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail })];
       if (status === 'rolled_back') events.push(outbox(p, v.job_id!, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail }));
       await this.settle(p, v, status, detail, source, events);
     }
@@ -363,7 +399,8 @@ export class PlanRunner {
     // A claim from before claims were recorded: after a minute it is pending again.
     if (!a) { if (Date.now() - Date.parse(v.claimed_at ?? '') > 60_000) await this.settle(p, v, 'pending', null); return; }
     if (a.done_at) { await this.settle(p, v, 'failed', `its job ${v.job_id} is no longer in the store`); return; }
-    const r = await this.once(p, v, 'submit', () => this.submitVm(p, v, windowNow(p).until).then(() => 'submitted', (e) => `could not submit its job: ${(e as Error).message}`));
+    const r = await this.once(p, v, 'submit', () => this.submitVm(p, v, windowNow(p).until)
+      .then(() => 'submitted', (e) => `could not submit its job: ${(e as Error).message}`));
     if (r && r !== 'submitted') await this.settle(p, v, 'failed', r);
   }
 
@@ -377,8 +414,15 @@ export class PlanRunner {
     // starter, who must hold the role the direct deletion needs (the job's submission checks it too: checkCaller).
     const starter = this.starterNow(p);
     const need = PLAN_OPTION_ROLES['options.remove_source'].role;
-    if (typeof starter === 'string') return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and ${starter}` };
-    if (starter && !grantsRole(starter.role, need)) return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and the plan's starter "${starter.name}" has role ${starter.role}` };
+    if (typeof starter === 'string') {
+      return { action: 'remove_failed', at: now(), detail: `the source stays: options.remove_source needs role ${need}, and ${starter}` };
+    }
+    if (starter && !grantsRole(starter.role, need)) {
+      return {
+        action: 'remove_failed', at: now(),
+        detail: `the source stays: options.remove_source needs role ${need}, and the plan's starter "${starter.name}" has role ${starter.role}`,
+      };
+    }
     return this.viaJob(p, v, 'remove_source', { op: 'remove_source', parameters: { of_job: v.job_id }, caller: starter }, (end): PlanVm['source'] => {
       if (end.ok) return { action: 'removed', at: now(), detail: detailOf(end, `${v.vm_path} deleted`) };
       this.d.log.warn('a migrated VM\'s source could not be removed; it stays on vSphere', { plan_id: p.id, vm_path: v.vm_path, error: end.error });
@@ -426,7 +470,10 @@ export class PlanRunner {
       for (const v of x.vms) {
         if (v.status !== 'pending') continue;
         const j = jobIds.get(v.vm_path);
-        if (j) { v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; v.claimed_at = now(); v.actions = [...(v.actions ?? []), this.newClaim('submit', j, fence)]; } else v.waiting_reason = reason;
+        if (j) {
+          v.status = 'running'; v.job_id = j; v.jobs = [...v.jobs, j]; v.waiting_reason = null; v.claimed_at = now();
+          v.actions = [...(v.actions ?? []), this.newClaim('submit', j, fence)];
+        } else v.waiting_reason = reason;
       }
     }, fence);
     for (const v of q.vms.filter((x) => jobIds.has(x.vm_path) && x.job_id === jobIds.get(x.vm_path))) {
@@ -442,11 +489,20 @@ export class PlanRunner {
   private async submitVm(p: Plan, v: PlanVm, until: number | null) {
     const opts = { ...p.options, ...(v.options ?? {}) };
     for (const k of PLAN_ONLY_OPTIONS) delete opts[k];
-    const destination = { type: 'kvm', ...(v.placement?.virt_uri ? { virt_uri: v.placement.virt_uri } : p.destination.virt_uri ? { virt_uri: p.destination.virt_uri } : {}) };
-    const def = { name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination, options: { ...opts, network_mapping: p.network_map } };
+    const destination = {
+      type: 'kvm',
+      ...(v.placement?.virt_uri ? { virt_uri: v.placement.virt_uri } : p.destination.virt_uri ? { virt_uri: p.destination.virt_uri } : {}),
+    };
+    const def = {
+      name: v.placement?.domain, vm_path: v.vm_path, source: { type: 'vsphere', ...p.source }, destination,
+      options: { ...opts, network_mapping: p.network_map },
+    };
     if (v.placement) await recheckTarget(v.placement);
     const b = buildSpec(def, { where: '', jobTimeoutSeconds: this.d.jobTimeoutSeconds, parallelDownloads: this.d.parallelDownloads, jobId: v.job_id! });
-    b.spec.parameters = { ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined, plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}), inspection: preflightInspection(v.findings) } };
+    b.spec.parameters = {
+      ...b.spec.parameters, pool: v.placement?.pool || undefined, domain_name: v.placement?.domain || undefined,
+      plan: { id: p.id, slots: planSlots(p, v, planManagerName(p)), ...(until ? { not_after: until } : {}), inspection: preflightInspection(v.findings) },
+    };
     // As its starter, checked as a direct request (checkCaller); parameters.plan only the runner may set.
     await this.d.life.submit(b.spec, { enqueue: true, meta: { ...b.meta, plan_id: p.id }, caller: jobCallerOf(p), planRunner: true });
   }
@@ -490,7 +546,10 @@ export class PlanRunner {
   }
 
   private newClaim(action: PlanAction['action'], key: string, fence: Fence | null): PlanAction {
-    return { action, key, claimed_by: this.leader?.id ?? `${process.pid}:api`, fence: fence ? Number(fence.value.split('#').pop()) : null, at: now(), done_at: null };
+    return {
+      action, key, claimed_by: this.leader?.id ?? `${process.pid}:api`, fence: fence ? Number(fence.value.split('#').pop()) : null, at: now(),
+      done_at: null,
+    };
   }
 }
 
