@@ -23,7 +23,8 @@ export class DaemonClient {
     if (body !== undefined) { headers['content-type'] = type; payload = typeof body === 'string' ? body : JSON.stringify(body); }
     let res: Response;
     try { res = await fetch(`${this.base}${path}`, { method, headers, body: payload }); } catch (e) {
-      throw new DaemonError(0, `cannot reach the daemon at ${this.base} (FERRY_URL): ${(e as Error & { cause?: Error }).cause?.message || (e as Error).message}`);
+      const why = (e as Error & { cause?: Error }).cause?.message || (e as Error).message;
+      throw new DaemonError(0, `cannot reach the daemon at ${this.base} (FERRY_URL): ${why}`);
     }
     const text = await res.text();
     let parsed: unknown;

@@ -84,7 +84,9 @@ function options(list: string[] | undefined): Record<string, unknown> | undefine
 export function planBody(v: Values): PlanBody {
   // The file's shape is the daemon's to check; only "a mapping" is checked here.
   const body = (v.file ? yaml.load(readFileSync(v.file, 'utf8'), { schema: yaml.JSON_SCHEMA }) ?? {} : {}) as PlanBody;
-  if (typeof body !== 'object' || Array.isArray(body)) throw new UsageError(`${v.file}: a plan is a mapping (name, vms, destination, network_map, storage_map, options)`);
+  if (typeof body !== 'object' || Array.isArray(body)) {
+    throw new UsageError(`${v.file}: a plan is a mapping (name, vms, destination, network_map, storage_map, options)`);
+  }
   if (v.name) body.name = v.name;
   if (v.vm) body.vms = v.vm;
   const uris = v['virt-uri'];
@@ -107,7 +109,8 @@ const vmsList: Command = async (c, _a, v, io) => {
   const power = v.power ? `powered${v.power[0].toUpperCase()}${v.power.slice(1).toLowerCase()}` : undefined;
   const vms = r.vms.filter((x) => (!name || name.test(x.name)) && (!power || x.power_state === power));
   if (v.json) { json(io, { ...r, vms, total: vms.length }); return EXIT.ok; }
-  print(io, table(['PATH', 'POWER', 'CPU', 'MEMORY', 'STORAGE', 'GUEST OS'], vms.map((x) => [x.path, x.power_state, x.num_cpu, `${x.memory_mb} MiB`, bytes(x.storage), x.guest_os])));
+  print(io, table(['PATH', 'POWER', 'CPU', 'MEMORY', 'STORAGE', 'GUEST OS'],
+    vms.map((x) => [x.path, x.power_state, x.num_cpu, `${x.memory_mb} MiB`, bytes(x.storage), x.guest_os])));
   return EXIT.ok;
 };
 
@@ -224,7 +227,8 @@ const COMMANDS: Record<string, Command> = {
   'plan start': planStart, 'plan cancel': planCancel, 'plan cutover': planCutover, 'plan retry': planRetry, 'plan rollback': planRollback,
   'job cutover': jobCutover,
 };
-const HELP = `usage: ferry <command> [--json] [--url URL]   (FERRY_URL, FERRY_API_KEY from the environment)\n${Object.keys(COMMANDS).map((k) => `  ferry ${k}`).join('\n')}\n`;
+const HELP = 'usage: ferry <command> [--json] [--url URL]   (FERRY_URL, FERRY_API_KEY from the environment)\n'
+  + `${Object.keys(COMMANDS).map((k) => `  ferry ${k}`).join('\n')}\n`;
 
 export async function main(argv: string[], io: Io = { out: process.stdout, err: process.stderr, isTTY: !!process.stdout.isTTY }): Promise<number> {
   let parsed: ReturnType<typeof parse>;

@@ -21,7 +21,9 @@ import { logoutAll } from '../../domain/vsphere/client';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
-const FORMAT_BY_EXT: Record<string, string> = { '.vmdk': 'vmdk', '.qcow2': 'qcow2', '.raw': 'raw', '.img': 'raw', '.vhd': 'vhd', '.vhdx': 'vhdx', '.vdi': 'vdi' };
+const FORMAT_BY_EXT: Record<string, string> = {
+  '.vmdk': 'vmdk', '.qcow2': 'qcow2', '.raw': 'raw', '.img': 'raw', '.vhd': 'vhd', '.vhdx': 'vhdx', '.vdi': 'vdi',
+};
 const VERBOSE: Record<string, number> = { DEBUG: 3, INFO: 1, WARNING: 1, ERROR: 0 };
 
 
@@ -94,16 +96,20 @@ export async function manifestFromSettings(s: MigrationSettings, baseDir: string
   return m;
 }
 
-async function runOne(label: string, s: MigrationSettings, baseDir: string, out: Out, inBatch = false): Promise<{ ok: boolean; report?: PipelineReport; error?: string }> {
+async function runOne(
+  label: string, s: MigrationSettings, baseDir: string, out: Out, inBatch = false,
+): Promise<{ ok: boolean; report?: PipelineReport; error?: string }> {
   let fetched: string | undefined;
   try {
     const warn: string[] = [];
     if (s.command === 'fetch-and-fix') {
       const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir!, '.ferry-fetch'));
       out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
-      const r = await fetchRemote({ host: s.host!, port: s.port, user: s.user!, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote!, destDir: dir,
-        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote!)}`, timeoutSeconds: s.timeout, retries: s.network_retry },
-        (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
+      const r = await fetchRemote({
+        host: s.host!, port: s.port, user: s.user!, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote!, destDir: dir,
+        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote!)}`,
+        timeoutSeconds: s.timeout, retries: s.network_retry,
+      }, (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
       fetched = r.path;
       out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
       s = { ...s, vmdk: fetched };
@@ -121,7 +127,10 @@ async function runOne(label: string, s: MigrationSettings, baseDir: string, out:
     if (exported) m = withExport(m, exported);
     const report = await runPipeline(m, {
       parallelStreams: s.parallel_streams,
-      testBoot: s.virt_test ? { name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? linearRegExp(s.virt_test_expect) : undefined, timeoutSeconds: s.virt_test_timeout } : undefined,
+      testBoot: s.virt_test ? {
+        name: s.vm_name, memoryMiB: s.memory, vcpus: s.vcpus, expect: s.virt_test_expect ? linearRegExp(s.virt_test_expect) : undefined,
+        timeoutSeconds: s.virt_test_timeout,
+      } : undefined,
       onProgress: (stage: StageName, pct, msg) => out.progress(label, pct, `${stage}: ${msg}`),
       log: (_lvl, msg) => out.line(`${label}: ${msg}`),
     });
@@ -154,9 +163,17 @@ async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promis
 function batchSettings(migrations: MigrationEntry[], common: MigrationSettings, baseDir: string) {
   const settings = migrations.map((entry, i) => {
     const s: MigrationSettings = { ...common, ...entry, report_path: `${String(entry.to_output).replace(/\.[^.]+$/, '')}.report.json` };
-    if (!s.output_dir) throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`, [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
-    if (s.command === 'local' && !entry.vmdk) throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
-    if (s.command === 'fetch-and-fix' && !entry.remote) throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`, [{ path: `migrations[${i}].remote`, message: 'is required' }]);
+    if (!s.output_dir) {
+      throw new ConfigError(`migrations[${i}]: output_dir is required (in the entry or the configuration file)`,
+        [{ path: `migrations[${i}].output_dir`, message: 'is required' }]);
+    }
+    if (s.command === 'local' && !entry.vmdk) {
+      throw new ConfigError(`migrations[${i}].vmdk is required in mode local`, [{ path: `migrations[${i}].vmdk`, message: 'is required' }]);
+    }
+    if (s.command === 'fetch-and-fix' && !entry.remote) {
+      throw new ConfigError(`migrations[${i}].remote is required in mode fetch-and-fix`,
+        [{ path: `migrations[${i}].remote`, message: 'is required' }]);
+    }
     return s;
   });
   // Two entries writing one file would overwrite each other's output (and, side by side, corrupt it).
@@ -164,7 +181,10 @@ function batchSettings(migrations: MigrationEntry[], common: MigrationSettings, 
   settings.forEach((s, i) => {
     const target = path.resolve(baseDir, String(s.output_dir), String(s.to_output));
     const j = seen.get(target);
-    if (j !== undefined) throw new ConfigError(`migrations[${i}].to_output: ${target} is also the output of migrations[${j}]`, [{ path: `migrations[${i}].to_output`, message: `same output file as migrations[${j}]` }]);
+    if (j !== undefined) {
+      throw new ConfigError(`migrations[${i}].to_output: ${target} is also the output of migrations[${j}]`,
+        [{ path: `migrations[${i}].to_output`, message: `same output file as migrations[${j}]` }]);
+    }
     seen.set(target, i);
   });
   return settings;
@@ -196,7 +216,9 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
   const configPath = arg('--config');
   const manifestPath = arg('--manifest');
   if (argv.includes('--help') || (!configPath && !manifestPath)) {
-    (configPath || manifestPath || argv.includes('--help') ? stdout : stderr).write('usage: ferry-convert --config file.yaml\n       ferry-convert --manifest manifest.json [--output-dir DIR]\n       ferry-convert --explain [--os linux|windows]\n');
+    (configPath || manifestPath || argv.includes('--help') ? stdout : stderr).write('usage: ferry-convert --config file.yaml\n'
+      + '       ferry-convert --manifest manifest.json [--output-dir DIR]\n'
+      + '       ferry-convert --explain [--os linux|windows]\n');
     return argv.includes('--help') ? EXIT.ok : EXIT.usage;
   }
   try {
@@ -204,7 +226,9 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
       const doc: unknown = JSON.parse(readFileSync(manifestPath, 'utf8')); // checked by validateManifest
       const m = validateManifest(doc);
       const out = output(stderr);
-      const report = await runPipeline(m, { outputDir: arg('--output-dir'), onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg) });
+      const report = await runPipeline(m, {
+        outputDir: arg('--output-dir'), onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg),
+      });
       out.done();
       stdout.write(JSON.stringify(report, null, 2) + '\n');
       return report.success ? EXIT.ok : EXIT.failed;
@@ -239,7 +263,10 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
       failed: results.filter((r) => r && !r.ok).length,
       not_run: results.filter((r) => !r).length,
       duration_seconds: (Date.now() - t0) / 1000,
-      migrations: results.map((r, i) => r || { index: i, to_output: batch.migrations[i].to_output, ok: false, error: 'not run: an earlier migration failed and batch_continue_on_error is false' }),
+      migrations: results.map((r, i) => r || {
+        index: i, to_output: batch.migrations[i].to_output, ok: false,
+        error: 'not run: an earlier migration failed and batch_continue_on_error is false',
+      }),
     };
     const summaryDir = path.resolve(baseDir, String(common.output_dir || path.dirname(batchPath)));
     await fs.mkdir(summaryDir, { recursive: true });
@@ -248,7 +275,8 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
     stdout.write(JSON.stringify({ total: summary.total, succeeded: summary.succeeded, failed: summary.failed, not_run: summary.not_run }) + '\n');
     return summary.succeeded === summary.total ? EXIT.ok : EXIT.failed;
   } catch (e) {
-    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError || (e as { name?: unknown } | null)?.name === 'YAMLException' || (e as { code?: unknown } | null)?.code === 'ENOENT') {
+    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError
+      || (e as { name?: unknown } | null)?.name === 'YAMLException' || (e as { code?: unknown } | null)?.code === 'ENOENT') {
       stderr.write(`ferry-convert: ${(e as Error).message}\n`);
       return EXIT.usage;
     }
