@@ -18,7 +18,8 @@ export function daemonMetrics(q: QueueLayer, wsClients: () => number) {
   const metrics = createRegistry('daemon');
   const httpMetrics = new HttpMetrics(metrics);
   registerJobMetrics(metrics, q.store, q.registry);
-  registerComputed(metrics, 'svc_webhook_deliveries_total', 'Webhook delivery attempts by outcome (delivered, retrying, failed), all notifiers', 'counter', async () => {
+  registerComputed(metrics, 'svc_webhook_deliveries_total',
+    'Webhook delivery attempts by outcome (delivered, retrying, failed), all notifiers', 'counter', async () => {
     const s = await q.redis.hgetall(q.store.k.webhookStats);
     return ['delivered', 'retrying', 'failed'].map((status) => ({ labels: { status }, value: Number(s[status] || 0) }));
   });
@@ -46,7 +47,9 @@ export function statusReports(q: QueueLayer, started: number, wsClients: () => n
     const qc = queues.map((name) => perQueue[name]);
     return {
       jobs: by, workers: { total: st.worker_count, active: st.active_workers },
-      queues: Object.fromEntries(queues.map((name, i) => [name, { queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0) }])),
+      queues: Object.fromEntries(queues.map((name, i) => [name, {
+        queued: Number(qc[i].QUEUED || 0), assigned: Number(qc[i].ASSIGNED || 0), running: Number(qc[i].RUNNING || 0),
+      }])),
       websocket_clients: wsClients(), uptime_seconds: st.uptime_seconds, memory_rss_bytes: process.memoryUsage().rss,
     };
   };
@@ -55,13 +58,19 @@ export function statusReports(q: QueueLayer, started: number, wsClients: () => n
 
 /** /metrics alone on metrics.port (same keys, headers and refusal budget as the API, refusals audited with its
  *  own: `gate`); undefined when metrics are off or served by the API. */
-export async function serveMetricsPort(cfg: DaemonConfig, metrics: Registry, host: string, gate: Omit<PlainPort, 'auth' | 'envelope'>): Promise<http.Server | undefined> {
+export async function serveMetricsPort(
+  cfg: DaemonConfig, metrics: Registry, host: string, gate: Omit<PlainPort, 'auth' | 'envelope'>,
+): Promise<http.Server | undefined> {
   if (!cfg.metrics.enabled || cfg.metrics.port === undefined) return undefined;
   const { log } = gate;
   const port: PlainPort = { ...gate, auth: cfg.keys, envelope: daemonEnvelope };
   const answer = async (req: http.IncomingMessage, res: http.ServerResponse) => {
     if (!(await guardPlain(port, req, res, 'read'))) return;
-    if ((req.url || '').split('?')[0] !== '/metrics') { res.writeHead(404, { 'content-type': 'application/json' }); res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || ''))); return; }
+    if ((req.url || '').split('?')[0] !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(daemonEnvelope(404, 'only /metrics is served here', req.url || '')));
+      return;
+    }
     const text = await metrics.metrics();
     res.writeHead(200, { 'content-type': metrics.contentType });
     res.end(text);

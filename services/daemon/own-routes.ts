@@ -12,7 +12,8 @@ import type { QueueLayer } from '../../queue/connect';
 import type { Registry } from './daemon-metrics';
 import { callerOf } from './route-kit';
 
-const DESCRIPTION = 'Export and migration jobs, schedules, webhooks, WebSocket updates (/ws, /api/v1/ws/metrics). Every path also answers under /api/v1. See docs/daemon.md.';
+const DESCRIPTION = 'Export and migration jobs, schedules, webhooks, WebSocket updates (/ws, /api/v1/ws/metrics). '
+  + 'Every path also answers under /api/v1. See docs/daemon.md.';
 
 export function addOwnRoutes(api: Api, d: { cfg: DaemonConfig; q: QueueLayer; metrics: Registry; audit: AuditLog }) {
   api.add({
@@ -24,7 +25,10 @@ export function addOwnRoutes(api: Api, d: { cfg: DaemonConfig; q: QueueLayer; me
     },
   });
   api.add({
-    method: 'post', role: 'read', path: '/ws/ticket', summary: 'A single-use ticket (valid 30 s) for opening /ws or /ws/metrics as ?ticket=...: browsers cannot send a key header on a WebSocket, and keys never go in URLs', tags: ['status'],
+    method: 'post', role: 'read', path: '/ws/ticket',
+    summary: 'A single-use ticket (valid 30 s) for opening /ws or /ws/metrics as ?ticket=...: '
+      + 'browsers cannot send a key header on a WebSocket, and keys never go in URLs',
+    tags: ['status'],
     responses: { 200: { description: 'the ticket', schema: Joi.object({ ticket: Joi.string(), expires_in: Joi.number().integer() }) } },
     handler: (ctx) => issueTicket(d.q.redis, d.q.store.k.prefix, callerOf(ctx) ?? null),
   });

@@ -62,13 +62,16 @@ const TEXT = { binary: false };
 const FLUSH_GAP_MS = 100;
 const PATHS: Record<string, 'events' | 'metrics'> = { '/ws': 'events', '/api/v1/ws': 'events', '/ws/metrics': 'metrics', '/api/v1/ws/metrics': 'metrics' };
 
-const REASONS: Record<number, string> = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 421: 'Misdirected Request', 429: 'Too Many Requests', 503: 'Service Unavailable' };
+const REASONS: Record<number, string> = {
+  401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 421: 'Misdirected Request', 429: 'Too Many Requests', 503: 'Service Unavailable',
+};
 
 /** Answers an upgrade with an HTTP error in the daemon's envelope and closes the socket. */
 export function refuseUpgrade(socket: Duplex, code: number, text: string, retryAfter?: number) {
   const body = JSON.stringify(daemonEnvelope(code, text));
   const extra = (code === 401 ? 'WWW-Authenticate: Bearer\r\n' : '') + (retryAfter ? `Retry-After: ${retryAfter}\r\n` : '');
-  socket.end(`HTTP/1.1 ${code} ${REASONS[code] || 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${extra}\r\n${body}`);
+  socket.end(`HTTP/1.1 ${code} ${REASONS[code] || 'Error'}\r\nContent-Type: application/json\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${extra}\r\n${body}`);
 }
 
 /** `?internal=true` on /ws: true for an admin (or with auth off), the 403's message for another role; false unasked. */
@@ -114,7 +117,10 @@ export class WsHub {
       const kind = PATHS[path];
       const other = this.d.others?.[path];
       const refused = browserRefusal(this.d.browser, 'GET', req.headers, true);
-      if (refused) { this.d.audit?.(req, { path, status: refused.status, reason: refused.message }); return refuseUpgrade(socket, refused.status, refused.message); }
+      if (refused) {
+        this.d.audit?.(req, { path, status: refused.status, reason: refused.message });
+        return refuseUpgrade(socket, refused.status, refused.message);
+      }
       if (!kind && !other) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${path}`);
       this.d.authorize(req).then((v) => {
         if (v.status) { this.d.audit?.(req, { path, status: v.status, reason: v.message }); return refuseUpgrade(socket, v.status, v.message); }
@@ -127,7 +133,10 @@ export class WsHub {
     await this.d.bus.on('jobs', (m) => m?.job_id && this.mark({ id: m.job_id, state: m.state, at: m.timestamp }));
     await this.d.bus.on('events', (m) => m?.job_id && this.mark({ id: m.job_id, event: m.event }));
     await this.d.bus.on('schedules', (m) => this.broadcast('events', msg('schedule_event', m)));
-    this.timers.push(setInterval(() => void this.tick().catch(ignoreError('a status tick could not read Redis; the next tick sends fresh figures')), this.d.statusIntervalMs));
+    this.timers.push(setInterval(
+      () => void this.tick().catch(ignoreError('a status tick could not read Redis; the next tick sends fresh figures')),
+      this.d.statusIntervalMs,
+    ));
     this.timers.push(setInterval(() => this.ping(), this.d.pingIntervalMs));
     for (const t of this.timers) t.unref();
   }
@@ -202,7 +211,8 @@ export class WsHub {
         if (this.changed.length && wait > 0) await new Promise((r) => setTimeout(r, wait));
       }
     } catch (e) {
-      log.warn('could not send job updates to WebSocket clients (Redis did not answer); the next change or status tick catches up', { error: (e as Error).message });
+      log.warn('could not send job updates to WebSocket clients (Redis did not answer); the next change or status tick catches up',
+        { error: (e as Error).message });
     } finally { this.flushing = false; }
   }
 
