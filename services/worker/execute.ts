@@ -21,7 +21,9 @@ type Impl = (typeof IMPLEMENTATIONS)[string];
 function claimsOf(store: JobStore, id: string, lease: string): OutputClaims {
   return {
     record: async (st) => {
-      if (!(await store.recordOutput(id, lease, outputId(st)))) throw new OperationError(`job ${id}: the lease of this attempt is gone; its output is not recorded as the job's`, false);
+      if (!(await store.recordOutput(id, lease, outputId(st)))) {
+        throw new OperationError(`job ${id}: the lease of this attempt is gone; its output is not recorded as the job's`, false);
+      }
     },
     owns: async (st) => (await store.ownedOutputs(id)).includes(outputId(st)),
   };
@@ -33,7 +35,10 @@ function ledgerOf(store: JobStore, id: string, lease: string, attempt: number): 
   return {
     record: async (e) => {
       const r = await store.recordMade(id, lease, { ...e, attempt, at: new Date().toISOString() });
-      if (r !== 'added' && r !== 'known') throw new OperationError(`job ${id}: ${r === 'full' ? 'its ledger is full' : 'this attempt no longer holds the job'}; ${e.kind} ${e.name} is not recorded as the job's, so nothing more is made`, false);
+      if (r !== 'added' && r !== 'known') {
+        const why = r === 'full' ? 'its ledger is full' : 'this attempt no longer holds the job';
+        throw new OperationError(`job ${id}: ${why}; ${e.kind} ${e.name} is not recorded as the job's, so nothing more is made`, false);
+      }
     },
   };
 }
@@ -46,10 +51,14 @@ async function runAttempt(d: ExecDeps, r: Running, impl: Impl): Promise<string> 
   if (!(await d.life.start(lease.job_id, d.workerId, lease.token, record.attempts))) return 'lost';
   let lastBytes = 0;
   const result = await impl.run({
-    job: record, spec, workerId: d.workerId, attempt: record.attempts, signal: r.abort.signal, log: d.log, claims: claimsOf(d.store, lease.job_id, lease.token), ledger: ledgerOf(d.store, lease.job_id, lease.token, record.attempts), store: d.store,
+    job: record, spec, workerId: d.workerId, attempt: record.attempts, signal: r.abort.signal, log: d.log,
+    claims: claimsOf(d.store, lease.job_id, lease.token), ledger: ledgerOf(d.store, lease.job_id, lease.token, record.attempts), store: d.store,
     progress: async (phase, percentage, message, details = {}) => {
       const det = Object.fromEntries(Object.entries(details).map(([k, v]) => [k, String(v)]));
-      if (phase === 'conversion' && det.bytes_processed) { const b = Number(det.bytes_processed); if (b > lastBytes) { d.metrics.bytesTotal.inc(b - lastBytes); lastBytes = b; } }
+      if (phase === 'conversion' && det.bytes_processed) {
+        const b = Number(det.bytes_processed);
+        if (b > lastBytes) { d.metrics.bytesTotal.inc(b - lastBytes); lastBytes = b; }
+      }
       const ok = await d.life.progress(lease.job_id, lease.token, { phase, percentage, message, details: det });
       if (!ok.ok && !r.abort.signal.aborted) { r.why = 'cancel'; r.abort.abort(new Error('lease lost')); }
     },

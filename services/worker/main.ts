@@ -32,14 +32,21 @@ const mp = values['metrics-port'] ?? setting('FERRY_WORKER_METRICS_PORT');
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
 const unknown = caps.filter((c) => !CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c));
-if (unknown.length) die(`unknown capabilit${unknown.length > 1 ? 'ies' : 'y'} ${unknown.map((c) => `"${c}"`).join(', ')}: known are ${allowedCapabilities().join(', ')} (others with FERRY_EXTRA_CAPABILITIES)`);
+if (unknown.length) {
+  die(`unknown capabilit${unknown.length > 1 ? 'ies' : 'y'} ${unknown.map((c) => `"${c}"`).join(', ')}: known are ${allowedCapabilities().join(', ')} `
+    + '(others with FERRY_EXTRA_CAPABILITIES)');
+}
 if (!(EXECUTION_MODES as readonly string[]).includes(mode)) die(`--execution-mode must be one of ${EXECUTION_MODES.join(', ')}`);
 if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) die('--concurrency must be an integer from 1 to 64');
 if (!Number.isInteger(callSlots) || callSlots < 1 || callSlots > 16) die('--call-slots must be an integer from 1 to 16');
 
 // What the capabilities need is checked before registering: a worker without it would take jobs and fail each.
 const missing = missingTools(caps);
-if (missing.length) die(`refusing to start: this host lacks what the declared capabilities need:\n${missing.map((m) => `  - ${m.what}, needed by ${m.capability}`).join('\n')}\n(install them, see scripts/programs.txt, or drop the capability from FERRY_WORKER_CAPABILITIES)`);
+if (missing.length) {
+  die('refusing to start: this host lacks what the declared capabilities need:\n'
+    + `${missing.map((m) => `  - ${m.what}, needed by ${m.capability}`).join('\n')}\n`
+    + '(install them, see scripts/programs.txt, or drop the capability from FERRY_WORKER_CAPABILITIES)');
+}
 
 // Running jobs get the grace period to finish (runner.stop); the exit is bounded 10 s after it. The vSphere
 // sessions the jobs opened (exports, power actions) are logged out once the jobs are done.

@@ -14,11 +14,21 @@ export interface WorkerIdentity { workerId: string; capabilities: string[]; exec
 /** `active` is read at scrape time. */
 export function workerMetrics(o: WorkerIdentity, active: () => number) {
   const metrics = createRegistry('worker');
-  const jobsTotal = new client.Counter({ name: 'ferry_worker_jobs_total', help: 'Jobs this worker finished, by operation and outcome', labelNames: ['operation', 'outcome'], registers: [metrics] });
-  const jobSeconds = new client.Histogram({ name: 'ferry_worker_job_seconds', help: 'Run time of jobs on this worker', labelNames: ['operation'], buckets: [1, 5, 15, 60, 300, 600, 1800, 3600], registers: [metrics] });
-  const bytesTotal = new client.Counter({ name: 'ferry_worker_bytes_converted_total', help: 'Bytes of source image converted on this worker', registers: [metrics] });
+  const jobsTotal = new client.Counter({
+    name: 'ferry_worker_jobs_total', help: 'Jobs this worker finished, by operation and outcome', labelNames: ['operation', 'outcome'], registers: [metrics],
+  });
+  const jobSeconds = new client.Histogram({
+    name: 'ferry_worker_job_seconds', help: 'Run time of jobs on this worker', labelNames: ['operation'],
+    buckets: [1, 5, 15, 60, 300, 600, 1800, 3600], registers: [metrics],
+  });
+  const bytesTotal = new client.Counter({
+    name: 'ferry_worker_bytes_converted_total', help: 'Bytes of source image converted on this worker', registers: [metrics],
+  });
   new client.Gauge({ name: 'ferry_worker_active_jobs', help: 'Jobs running on this worker', registers: [metrics], collect() { this.set(active()); } });
-  new client.Gauge({ name: 'ferry_worker_info', help: 'Worker identity and capabilities', labelNames: ['worker_id', 'capabilities', 'execution_mode'], registers: [metrics], collect() { this.set({ worker_id: o.workerId, capabilities: o.capabilities.join(','), execution_mode: o.executionMode }, 1); } });
+  new client.Gauge({
+    name: 'ferry_worker_info', help: 'Worker identity and capabilities', labelNames: ['worker_id', 'capabilities', 'execution_mode'], registers: [metrics],
+    collect() { this.set({ worker_id: o.workerId, capabilities: o.capabilities.join(','), execution_mode: o.executionMode }, 1); },
+  });
   return { metrics, jobsTotal, jobSeconds, bytesTotal };
 }
 export type WorkerMetrics = ReturnType<typeof workerMetrics>;
@@ -27,7 +37,10 @@ export type WorkerMetrics = ReturnType<typeof workerMetrics>;
  *  `redisUp` within 2 s, since the worker can then neither claim nor report) and /livez (public: liveness, the
  *  process answers) on `port`, with the APIs' headers on every answer and refusals counted against the APIs'
  *  refusal budget and audited (`gate`). A port that cannot be opened (in use) rejects, naming the port. */
-export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, gate: Omit<PlainPort, 'auth' | 'envelope'>, redisUp: () => Promise<unknown>) {
+export async function serveWorkerMetrics(
+  o: WorkerIdentity, port: number, metrics: WorkerMetrics['metrics'], active: () => number, gate: Omit<PlainPort, 'auth' | 'envelope'>,
+  redisUp: () => Promise<unknown>,
+) {
   const { log } = gate;
   const auth = processAuth();
   const host = listenHost(auth, config.host, 'FERRY_HOST');
@@ -43,7 +56,11 @@ export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metric
       res.end(JSON.stringify({ status: up ? 'healthy' : 'unhealthy', worker_id: o.workerId, active_jobs: active(), redis: up ? 'reachable' : 'unreachable' }));
       return;
     }
-    if (req.url === '/livez') { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ status: 'alive', worker_id: o.workerId })); return; }
+    if (req.url === '/livez') {
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify({ status: 'alive', worker_id: o.workerId }));
+      return;
+    }
     res.statusCode = 404; res.end();
   };
   const server = http.createServer((req, res) => {
@@ -58,6 +75,7 @@ export async function serveWorkerMetrics(o: WorkerIdentity, port: number, metric
     server.listen(port, host, resolve);
   });
   // Once listening an error is not expected; it is logged, and /health stops answering, so the probe restarts us.
-  server.on('error', (e: Error) => log.error('the metrics server failed; /health no longer answers, so the orchestrator restarts this worker', { error: e.message }));
+  server.on('error', (e: Error) => log.error('the metrics server failed; /health no longer answers, so the orchestrator restarts this worker',
+    { error: e.message }));
   return server;
 }

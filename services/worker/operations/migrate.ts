@@ -16,8 +16,11 @@ import type { InspectionHint } from '../../../domain/converter/inspection-hint';
 import { dropped } from '../../../platform/log';
 
 /** `inspection`: set only by migrate_vm's stages for a plan's VM (parameters.plan.inspection), never a caller's. */
-type MigrateParams = { manifest: Manifest; output_dir?: string; overwrite: boolean; virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number };
-  inspection?: InspectionHint };
+type MigrateParams = {
+  manifest: Manifest; output_dir?: string; overwrite: boolean;
+  virt_test?: { expect?: string; timeout_seconds?: number; memory_mib?: number; vcpus?: number };
+  inspection?: InspectionHint;
+};
 
 export const migrate: Operation = (ctx) => migrateManifest(ctx, new Set());
 
@@ -40,17 +43,24 @@ export async function migrateManifest(ctx: OpContext, made: Set<string>, beside?
   for (const jp of OPERATIONS.migrate.paths!(ctx.spec)) real.set(jp.field, made.has(jp.path) ? jp.path : await checkRunPath(jp));
   // Each disk's header and everything it references (an export's delta chain, extents) before any tool opens it.
   const served = new Set(p.manifest.disks.flatMap((d, i) => (beside?.sources?.[d.id] ? [`parameters.manifest.disks[${i}].local_path`] : [])));
-  for (const img of OPERATIONS.migrate.images!(ctx.spec)) if (!served.has(img.field)) await checkRunImage({ ...img, path: real.get(img.field)!, ...(made.has(img.path) ? { selfContained: true } : {}) });
+  for (const img of OPERATIONS.migrate.images!(ctx.spec)) {
+    if (!served.has(img.field)) await checkRunImage({ ...img, path: real.get(img.field)!, ...(made.has(img.path) ? { selfContained: true } : {}) });
+  }
   const m: Manifest = {
     ...p.manifest,
     disks: p.manifest.disks.map((d, i) => ({ ...d, local_path: real.get(`parameters.manifest.disks[${i}].local_path`)! })),
     output: { ...p.manifest.output, ...(p.manifest.output.directory ? { directory: real.get('parameters.manifest.output.directory') } : {}) },
     // The driver tree checked above, by its real path: what the repair copies into the guest comes from there.
-    ...(p.manifest.pipeline?.fix?.virtio_win ? { pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } } } : {}),
+    ...(p.manifest.pipeline?.fix?.virtio_win ? {
+      pipeline: { ...p.manifest.pipeline, fix: { ...p.manifest.pipeline.fix, virtio_win: real.get('parameters.manifest.pipeline.fix.virtio_win') } },
+    } : {}),
   };
   const report = await runManifest(ctx, m, p, p.output_dir && real.get('parameters.output_dir'), beside);
   // Retryable only when every failure said so (a hung or crashed appliance launch), as the report records.
-  if (!report.success) throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`, report.retryable === true);
+  if (!report.success) {
+    throw new OperationError(`migration failed: ${report.errors.join('; ')}${report.report_path ? ` (report ${report.report_path})` : ''}`,
+      report.retryable === true);
+  }
   return report;
 }
 
@@ -68,11 +78,15 @@ async function runManifest(ctx: OpContext, m: Manifest, p: MigrateParams, output
     claims: ctx.claims,
     signal: ctx.signal,
     tool: `ferry-worker ${ctx.workerId}`,
-    testBoot: vt ? { name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? jobPattern(vt.expect, 'parameters.virt_test.expect') : undefined, timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus } : undefined,
+    testBoot: vt ? {
+      name: `ferry-${ctx.spec.job_id}`.slice(0, 64), expect: vt.expect ? jobPattern(vt.expect, 'parameters.virt_test.expect') : undefined,
+      timeoutSeconds: vt.timeout_seconds, memoryMiB: vt.memory_mib, vcpus: vt.vcpus,
+    } : undefined,
     onProgress: (stage, pct, message, details) => {
       if (stage === lastStage && !due(pct)) return;
       lastStage = stage;
-      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details)).catch(dropped(ctx.log, 'could not publish a progress event; the next one supersedes it', { job_id: ctx.spec.job_id }));
+      last = last.then(() => ctx.progress(stage, Math.min(99, pct), message, details))
+        .catch(dropped(ctx.log, 'could not publish a progress event; the next one supersedes it', { job_id: ctx.spec.job_id }));
     },
     log: (_l, msg) => ctx.log.info(msg, { job_id: ctx.spec.job_id }),
   });

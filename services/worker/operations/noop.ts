@@ -17,6 +17,9 @@ export const noop: Operation = async (ctx) => {
 function sleep(ms: number, signal: AbortSignal) {
   return new Promise<void>((resolve, reject) => {
     const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason as Error); /* an AbortError, or the Error the runner aborts with */ }, { once: true });
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      reject(signal.reason as Error); /* an AbortError, or the Error the runner aborts with */
+    }, { once: true });
   });
 }

@@ -4,7 +4,8 @@
 // resumes into the same file). The guest repair then runs on qcow2 overlays over those volumes (the pipeline's
 // repair-only mode) and its writes are committed into them, every block checked against the block hash list of
 // the bytes as served (commitChecked); a disk one pass cannot take (a snapshot delta, a sparse VMDK, another
-// host) goes through the export folder, and its repaired overlay is converted straight into the pool. Before any byte moves, the pool and the worker's scratch folder must hold what the job will write.
+// host) goes through the export folder, and its repaired overlay is converted straight into the pool. Before any
+// byte moves, the pool and the worker's scratch folder must hold what the job will write.
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../platform/errors';
@@ -39,7 +40,12 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   const dir = t?.type === 'dir' && t.path ? t.path : null;
   for (const [i, x] of disks.entries()) {
     if (!x.extent) continue;
-    if (!dir) { x.fallback = local ? `pool ${pool} is a ${t?.type} pool; one pass writes into local dir pools` : `${v.uri} is another host; one pass writes into local dir pools`; continue; }
+    if (!dir) {
+      x.fallback = local
+        ? `pool ${pool} is a ${t?.type} pool; one pass writes into local dir pools`
+        : `${v.uri} is another host; one pass writes into local dir pools`;
+      continue;
+    }
     x.extent.target = path.join(dir, partialName(ctx.spec.job_id, i, 'raw'));
   }
   await checkSpace(v, pool, disks, o.exportDir);
@@ -67,7 +73,9 @@ async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch:
   const st = await fs.statfs(scratch);
   const room = st.bavail * st.bsize + have;
   if (want > room) {
-    throw new OperationError(`the export folder ${scratch} (the worker's scratch space) has ${sizeText(room)} free; the disks that go through it need ${sizeText(want)} (${through.map((x) => `${x.disk.label}: ${x.fallback ?? 'export folder'}`).join('; ')}): refused before any byte moved`, false);
+    const routes = through.map((x) => `${x.disk.label}: ${x.fallback ?? 'export folder'}`).join('; ');
+    throw new OperationError(`the export folder ${scratch} (the worker's scratch space) has ${sizeText(room)} free; `
+      + `the disks that go through it need ${sizeText(want)} (${routes}): refused before any byte moved`, false);
   }
 }
 
@@ -77,7 +85,9 @@ export interface BlockCheck { block_bytes: number; blocks: number; checked_after
 /** The repair's overlay committed into a one-pass volume (`-d` keeps the overlay, the record of exactly what the
  *  repair wrote), with the block check around it (domain/vsphere/block-hash.ts): the blocks the repair wrote are
  *  re-hashed from the volume before the commit (it still holds the bytes as served), every other block after. */
-async function commitChecked(ctx: OpContext, i: number, d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes }): Promise<BlockCheck | undefined> {
+async function commitChecked(
+  ctx: OpContext, i: number, d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes },
+): Promise<BlockCheck | undefined> {
   const list = d.blocks;
   const written = list && d.modified ? await blocksWritten(d.overlay, list.block_bytes, ctx.signal) : new Set<number>();
   const all = list ? list.sha256.map((_, k) => k) : [];
@@ -96,10 +106,14 @@ async function commitChecked(ctx: OpContext, i: number, d: { overlay: string; vo
 /** What the repair left in each disk's overlay, merged into the pool: committed into a one-pass volume
  *  (commitChecked), converted into a new qcow2 partial volume otherwise. Returns each disk for the import, boot
  *  order kept, with a one-pass disk's block check. */
-export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: string; poolDir: string }, disks: { overlay: string; volume?: string; modified: boolean; blocks?: BlockHashes }[]) {
+export async function mergeIntoPool(
+  ctx: OpContext, o: { virtUri: string; pool: string; poolDir: string },
+  disks: { overlay: string; volume?: string; modified: boolean; blocks?: BlockHashes }[],
+) {
   const out: { path: string; format: string; inPool: true; check?: BlockCheck }[] = [];
   for (const [i, d] of disks.entries()) {
-    await ctx.progress('merge', Math.round((i / disks.length) * 100), d.volume ? `committing the repair of disk ${i} into its volume, its blocks checked` : `converting disk ${i} with its repair into the pool`);
+    await ctx.progress('merge', Math.round((i / disks.length) * 100),
+      d.volume ? `committing the repair of disk ${i} into its volume, its blocks checked` : `converting disk ${i} with its repair into the pool`);
     if (d.volume) {
       const check = await commitChecked(ctx, i, { ...d, volume: d.volume });
       out.push({ path: d.volume, format: 'raw', inPool: true, ...(check ? { check } : {}) });
@@ -108,7 +122,8 @@ export async function mergeIntoPool(ctx: OpContext, o: { virtUri: string; pool: 
     const part = path.join(o.poolDir, partialName(ctx.spec.job_id, i, 'qcow2'));
     await ctx.ledger.record({ kind: 'volume', id: part, name: path.basename(part), virt_uri: o.virtUri, pool: o.pool });
     await fs.rm(part, { force: true });
-    await convert({ src: d.overlay, srcFormat: 'qcow2', dest: part, destFormat: 'qcow2' }, (pct) => void ctx.progress('merge', Math.round(((i + pct / 100) / disks.length) * 100), `converting disk ${i} into the pool`), ctx.signal);
+    await convert({ src: d.overlay, srcFormat: 'qcow2', dest: part, destFormat: 'qcow2' },
+      (pct) => void ctx.progress('merge', Math.round(((i + pct / 100) / disks.length) * 100), `converting disk ${i} into the pool`), ctx.signal);
     out.push({ path: part, format: 'qcow2', inPool: true });
   }
   return out;
@@ -123,7 +138,9 @@ export function pipelineManifest(exported: Record<string, unknown>, dir: string,
   const onePass = volumes.some(Boolean);
   return validateManifest({
     ...raw,
-    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass' ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: undefined } : d)),
+    disks: raw.disks.map((d, i) => (volumes[i] && d.data_path?.mode === 'one_pass'
+      ? { ...d, local_path: volumes[i], source_format: 'raw', checksum: undefined }
+      : d)),
     pipeline: { inspect: { enabled: true }, convert: { enabled: !onePass }, validate: { enabled: true }, fix: MIGRATION_REPAIR },
     output: { directory: path.join(dir, 'converted'), format: 'qcow2' },
   });

@@ -38,7 +38,10 @@ export interface BesideCopy {
 /** Why the repair waits for the copy instead, or undefined when it can run beside it. */
 export function besideCopyRefused(disks: PlannedDisk[]): string | undefined {
   const other = disks.find((x) => !x.extent?.target);
-  if (other) return `disk ${other.disk.label} goes through the export folder (${other.fallback ?? 'not one pass'}): the repair reads every disk of the guest, so it runs after the copy`;
+  if (other) {
+    return `disk ${other.disk.label} goes through the export folder (${other.fallback ?? 'not one pass'}): `
+      + 'the repair reads every disk of the guest, so it runs after the copy';
+  }
   return undefined;
 }
 
@@ -53,7 +56,8 @@ export async function startRepairBesideCopy(ctx: OpContext, o: { dir: string; ma
   try {
     for (const [i, x] of o.disks.entries()) {
       const e = x.extent!;
-      const r = await serveDisk(o.manager, { datastore: e.datastore, path: e.path, dcPath: e.dcPath, format: 'raw', size: e.size, notes: [] }, ctx.signal, { retry: true });
+      const r = await serveDisk(o.manager, { datastore: e.datastore, path: e.path, dcPath: e.dcPath, format: 'raw', size: e.size, notes: [] },
+        ctx.signal, { retry: true });
       readers.push(r);
       sources[raw.disks[i].id] = r;
       volumes[raw.disks[i].id] = e.target!;
