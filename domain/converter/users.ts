@@ -32,40 +32,70 @@ export function readUserSpecs(users: unknown, warn: Warn): [string, UserSpec][] 
   if (!users || typeof users !== 'object' || Array.isArray(users)) { warn('configuration.users', 'must be an object keyed by user name'); return []; }
   const out: [string, UserSpec][] = [];
   for (const [name, raw] of Object.entries(users as Record<string, unknown>)) {
-    const p = `configuration.users.${name}`;
-    if (!NAME.test(name)) { warn(p, 'is not a valid user name (lower case letters, digits, _ and -, at most 32)'); continue; }
-    if (name === 'root' && raw && typeof raw === 'object' && ('uid' in raw || 'home' in raw)) {
-      warn(p, 'root can only get a password, keys or groups');
-      continue;
-    }
-    if (!raw || typeof raw !== 'object' || Array.isArray(raw)) { warn(p, 'must be an object'); continue; }
-    const u = raw as Record<string, unknown>;
-    const bad = (f: string, m: string) => { warn(`${p}.${f}`, m); return true; };
-    const str = (f: string) => u[f] !== undefined && typeof u[f] !== 'string' && bad(f, 'must be a string');
-    const int = (f: string) => u[f] !== undefined && !(Number.isInteger(u[f]) && (u[f] as number) >= 0 && (u[f] as number) < 2 ** 31)
-      && bad(f, 'must be a non-negative integer');
-    const strs = (f: string) => u[f] !== undefined && !(Array.isArray(u[f]) && (u[f] as unknown[]).every((x) => typeof x === 'string'))
-      && bad(f, 'must be an array of strings');
-    if (str('password') || str('password_hash') || str('shell') || str('home') || str('gecos')
-      || int('uid') || int('gid') || strs('groups') || strs('ssh_authorized_keys')) continue;
-    if (u.sudo !== undefined && typeof u.sudo !== 'boolean' && bad('sudo', 'must be a boolean')) continue;
-    if (u.password !== undefined && u.password_hash !== undefined && bad('password', 'give password or password_hash, not both')) continue;
-    if (typeof u.password_hash === 'string' && !CRYPT.test(u.password_hash)
-      && bad('password_hash', 'is not a crypt(3) hash ($6$..., $y$..., or ! / * to lock)')) continue;
-    if (typeof u.shell === 'string' && !u.shell.startsWith('/') && bad('shell', 'must be an absolute path')) continue;
-    if (typeof u.home === 'string' && !u.home.startsWith('/') && bad('home', 'must be an absolute path')) continue;
-    if (typeof u.gecos === 'string' && /[:\n]/.test(u.gecos) && bad('gecos', 'must not contain ":" or a newline')) continue;
-    const badGroup = (u.groups as string[] | undefined)?.find((g) => !NAME.test(g));
-    if (badGroup !== undefined && bad('groups', `"${badGroup}" is not a valid group name`)) continue;
-    const badKey = (u.ssh_authorized_keys as string[] | undefined)?.find((k) => /\n/.test(k) || !/^(ssh-|ecdsa-|sk-)\S+ \S+/.test(k.trim()));
-    if (badKey !== undefined && bad('ssh_authorized_keys', 'every entry must be one public key line ("ssh-ed25519 AAAA... comment")')) continue;
-    out.push([name, u]);
+    const u = readUserSpec(name, raw, warn);
+    if (u) out.push([name, u]);
   }
   return out;
 }
 
+/** Warns about field `f` of an account and returns true, so a check reads `cond && bad(f, message)`. */
+type Bad = (f: string, m: string) => boolean;
+
+/** One account of configuration.users, checked; undefined (after a warning) when it is to be skipped. */
+function readUserSpec(name: string, raw: unknown, warn: Warn): UserSpec | undefined {
+  const p = `configuration.users.${name}`;
+  if (!NAME.test(name)) { warn(p, 'is not a valid user name (lower case letters, digits, _ and -, at most 32)'); return undefined; }
+  if (name === 'root' && raw && typeof raw === 'object' && ('uid' in raw || 'home' in raw)) {
+    warn(p, 'root can only get a password, keys or groups');
+    return undefined;
+  }
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) { warn(p, 'must be an object'); return undefined; }
+  const u = raw as Record<string, unknown>;
+  const bad: Bad = (f, m) => { warn(`${p}.${f}`, m); return true; };
+  if (badFieldType(u, bad) || badFieldValue(u, bad) || badListEntry(u, bad)) return undefined;
+  return u;
+}
+
+/** True (after a warning) when a string, integer or string-array field of the account has another type. */
+function badFieldType(u: Record<string, unknown>, bad: Bad): boolean {
+  const str = (f: string) => u[f] !== undefined && typeof u[f] !== 'string' && bad(f, 'must be a string');
+  const int = (f: string) => u[f] !== undefined && !(Number.isInteger(u[f]) && (u[f] as number) >= 0 && (u[f] as number) < 2 ** 31)
+    && bad(f, 'must be a non-negative integer');
+  const strs = (f: string) => u[f] !== undefined && !(Array.isArray(u[f]) && (u[f] as unknown[]).every((x) => typeof x === 'string'))
+    && bad(f, 'must be an array of strings');
+  return str('password') || str('password_hash') || str('shell') || str('home') || str('gecos')
+    || int('uid') || int('gid') || strs('groups') || strs('ssh_authorized_keys');
+}
+
+/** True (after a warning) when sudo, the password, the shell, the home or the gecos of the account is unusable. */
+function badFieldValue(u: Record<string, unknown>, bad: Bad): boolean {
+  if (u.sudo !== undefined && typeof u.sudo !== 'boolean' && bad('sudo', 'must be a boolean')) return true;
+  if (u.password !== undefined && u.password_hash !== undefined && bad('password', 'give password or password_hash, not both')) return true;
+  if (typeof u.password_hash === 'string' && !CRYPT.test(u.password_hash)
+    && bad('password_hash', 'is not a crypt(3) hash ($6$..., $y$..., or ! / * to lock)')) return true;
+  if (typeof u.shell === 'string' && !u.shell.startsWith('/') && bad('shell', 'must be an absolute path')) return true;
+  if (typeof u.home === 'string' && !u.home.startsWith('/') && bad('home', 'must be an absolute path')) return true;
+  if (typeof u.gecos === 'string' && /[:\n]/.test(u.gecos) && bad('gecos', 'must not contain ":" or a newline')) return true;
+  return false;
+}
+
+/** True (after a warning) when a group name or an authorized key of the account is malformed. */
+function badListEntry(u: Record<string, unknown>, bad: Bad): boolean {
+  const badGroup = (u.groups as string[] | undefined)?.find((g) => !NAME.test(g));
+  if (badGroup !== undefined && bad('groups', `"${badGroup}" is not a valid group name`)) return true;
+  const badKey = (u.ssh_authorized_keys as string[] | undefined)?.find((k) => /\n/.test(k) || !/^(ssh-|ecdsa-|sk-)\S+ \S+/.test(k.trim()));
+  if (badKey !== undefined && bad('ssh_authorized_keys', 'every entry must be one public key line ("ssh-ed25519 AAAA... comment")')) return true;
+  return false;
+}
+
 const rows = (text: string) => text.split('\n').filter((l) => l.length).map((l) => l.split(':'));
 const join = (rs: string[][]) => rs.map((r) => r.join(':')).join('\n') + '\n';
+
+/** The account files as rows of fields, edited in place while planning. */
+interface AccountRows { passwd: string[][]; shadow?: string[][]; group: string[][]; gshadow?: string[][] }
+
+/** The first number from `from` up that is not in `taken`. */
+function nextFree(taken: Set<number>, from: number): number { let i = from; while (taken.has(i)) i++; return i; }
 
 /**
  * The new contents of the account files for `specs` (hash: the crypt(3) hash per user whose password is set).
@@ -79,66 +109,93 @@ export function planUsers(
   const shadow = files.shadow !== undefined ? rows(files.shadow) : undefined;
   const group = rows(files.group);
   const gshadow = files.gshadow !== undefined ? rows(files.gshadow) : undefined;
+  const t: AccountRows = { passwd, shadow, group, gshadow };
   const plans: UserPlan[] = [];
-  const nextFree = (taken: Set<number>, from: number) => { let i = from; while (taken.has(i)) i++; return i; };
 
   for (const [name, u] of specs) {
     const p = `configuration.users.${name}`;
-    const uids = new Set(passwd.map((r) => Number(r[2])));
-    const gids = new Set(group.map((r) => Number(r[2])));
     let row = passwd.find((r) => r[0] === name);
     const plan: UserPlan = {
       name, uid: 0, gid: 0, home: '', created: !row, group_created: false, groups_added: [], keys: u.ssh_authorized_keys || [], sudo: !!u.sudo,
     };
-    if (row) {
-      if (u.uid !== undefined && Number(row[2]) !== u.uid) warn(`${p}.uid`, `${name} exists with uid ${row[2]}; uid left unchanged`);
-      if (u.shell) row[6] = u.shell;
-      if (u.gecos !== undefined) row[4] = u.gecos;
-    } else {
-      if (u.uid !== undefined && uids.has(u.uid)) { warn(`${p}.uid`, `uid ${u.uid} is taken by ${passwd.find((r) => Number(r[2]) === u.uid)![0]}`); continue; }
-      const uid = u.uid ?? nextFree(
-        new Set([...uids].filter((x) => x >= FIRST_UID && x < LAST_UID)),
-        Math.max(FIRST_UID, ...[...uids].filter((x) => x < LAST_UID).map((x) => x + 1)),
-      );
-      let gid = u.gid;
-      let grp = gid !== undefined ? group.find((r) => Number(r[2]) === gid) : group.find((r) => r[0] === name);
-      if (gid !== undefined && !grp) { warn(`${p}.gid`, `no group has gid ${gid}`); continue; }
-      if (!grp) {
-        gid = gids.has(uid) ? nextFree(gids, FIRST_UID) : uid;
-        grp = [name, 'x', String(gid), ''];
-        group.push(grp);
-        gshadow?.push([name, '!', '', '']);
-        plan.group_created = true;
-      }
-      gid = Number(grp[2]);
-      row = [name, 'x', String(uid), String(gid), u.gecos ?? '', u.home || `/home/${name}`, u.shell || '/bin/bash'];
-      passwd.push(row);
-      if (shadow) shadow.push([name, '!', String(today), '0', '99999', '7', '', '', '']);
+    if (row) updateAccount(row, name, u, p, warn);
+    else {
+      row = createAccount(t, name, u, plan, today, p, warn);
+      if (!row) continue;
     }
     plan.uid = Number(row[2]);
     plan.gid = Number(row[3]);
     plan.home = row[5];
-    if (hashes[name] !== undefined) {
-      plan.hash = hashes[name];
-      if (shadow) {
-        const s = shadow.find((r) => r[0] === name) || (shadow.push([name, '', '', '0', '99999', '7', '', '', '']), shadow[shadow.length - 1]);
-        s[1] = hashes[name];
-        s[2] = String(today);
-      } else row[1] = hashes[name]; // no shadow file: the hash lives in passwd, as on very old systems
-    }
-    for (const gname of u.groups || []) {
-      const g = group.find((r) => r[0] === gname);
-      if (!g) { warn(`${p}.groups`, `group ${gname} does not exist in the guest; not added`); continue; }
-      const members = g[3] ? g[3].split(',') : [];
-      if (members.includes(name) || Number(g[2]) === plan.gid) continue;
-      g[3] = [...members, name].join(',');
-      const gs = gshadow?.find((r) => r[0] === gname);
-      if (gs) { const m = gs[3] ? gs[3].split(',') : []; if (!m.includes(name)) gs[3] = [...m, name].join(','); }
-      plan.groups_added.push(gname);
-    }
+    if (hashes[name] !== undefined) setPassword(t, row, plan, hashes[name], today);
+    addToGroups(t, name, u, plan, p, warn);
     plans.push(plan);
   }
   return { files: { passwd: join(passwd), shadow: shadow && join(shadow), group: join(group), gshadow: gshadow && join(gshadow) }, plans };
+}
+
+/** Updates the passwd row of an existing account (shell, gecos); its uid stays, with a warning when another is asked. */
+function updateAccount(row: string[], name: string, u: UserSpec, p: string, warn: Warn): void {
+  if (u.uid !== undefined && Number(row[2]) !== u.uid) warn(`${p}.uid`, `${name} exists with uid ${row[2]}; uid left unchanged`);
+  if (u.shell) row[6] = u.shell;
+  if (u.gecos !== undefined) row[4] = u.gecos;
+}
+
+/** Adds a new account (and its primary group when it has none) to the rows; returns its passwd row, or undefined
+ *  (after a warning) when its uid is taken or its gid names no group. */
+function createAccount(t: AccountRows, name: string, u: UserSpec, plan: UserPlan, today: number, p: string, warn: Warn): string[] | undefined {
+  const { passwd, shadow, group, gshadow } = t;
+  const uids = new Set(passwd.map((r) => Number(r[2])));
+  const gids = new Set(group.map((r) => Number(r[2])));
+  if (u.uid !== undefined && uids.has(u.uid)) {
+    warn(`${p}.uid`, `uid ${u.uid} is taken by ${passwd.find((r) => Number(r[2]) === u.uid)![0]}`);
+    return undefined;
+  }
+  const uid = u.uid ?? nextFree(
+    new Set([...uids].filter((x) => x >= FIRST_UID && x < LAST_UID)),
+    Math.max(FIRST_UID, ...[...uids].filter((x) => x < LAST_UID).map((x) => x + 1)),
+  );
+  let gid = u.gid;
+  let grp = gid !== undefined ? group.find((r) => Number(r[2]) === gid) : group.find((r) => r[0] === name);
+  if (gid !== undefined && !grp) { warn(`${p}.gid`, `no group has gid ${gid}`); return undefined; }
+  if (!grp) {
+    gid = gids.has(uid) ? nextFree(gids, FIRST_UID) : uid;
+    grp = [name, 'x', String(gid), ''];
+    group.push(grp);
+    gshadow?.push([name, '!', '', '']);
+    plan.group_created = true;
+  }
+  gid = Number(grp[2]);
+  const row = [name, 'x', String(uid), String(gid), u.gecos ?? '', u.home || `/home/${name}`, u.shell || '/bin/bash'];
+  passwd.push(row);
+  if (shadow) shadow.push([name, '!', String(today), '0', '99999', '7', '', '', '']);
+  return row;
+}
+
+/** Puts the account's new password hash in /etc/shadow (a row added when missing), or in passwd without shadow. */
+function setPassword(t: AccountRows, row: string[], plan: UserPlan, hash: string, today: number): void {
+  const { shadow } = t;
+  const name = plan.name;
+  plan.hash = hash;
+  if (shadow) {
+    const s = shadow.find((r) => r[0] === name) || (shadow.push([name, '', '', '0', '99999', '7', '', '', '']), shadow[shadow.length - 1]);
+    s[1] = hash;
+    s[2] = String(today);
+  } else row[1] = hash; // no shadow file: the hash lives in passwd, as on very old systems
+}
+
+/** Adds the account to the member lists of its `groups` (and gshadow), warning about groups the guest lacks. */
+function addToGroups(t: AccountRows, name: string, u: UserSpec, plan: UserPlan, p: string, warn: Warn): void {
+  const { group, gshadow } = t;
+  for (const gname of u.groups || []) {
+    const g = group.find((r) => r[0] === gname);
+    if (!g) { warn(`${p}.groups`, `group ${gname} does not exist in the guest; not added`); continue; }
+    const members = g[3] ? g[3].split(',') : [];
+    if (members.includes(name) || Number(g[2]) === plan.gid) continue;
+    g[3] = [...members, name].join(',');
+    const gs = gshadow?.find((r) => r[0] === gname);
+    if (gs) { const m = gs[3] ? gs[3].split(',') : []; if (!m.includes(name)) gs[3] = [...m, name].join(','); }
+    plan.groups_added.push(gname);
+  }
 }
 
 /** SHA-512 crypt(3) of a password, by `openssl passwd -6 -stdin`: the password goes through a pipe, never argv. */
@@ -170,6 +227,23 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
   const before: AccountFiles = {
     passwd: await g.read('/etc/passwd'), shadow: await opt('/etc/shadow'), group: await g.read('/etc/group'), gshadow: await opt('/etc/gshadow'),
   };
+  const hashes = await hashPasswords(specs, warn);
+  const { files, plans } = planUsers(before, specs, hashes, Math.floor(Date.now() / 86_400_000), warn);
+  if (o.dry_run) { for (const p of plans) act({ action: 'configuration.users', status: 'would_do', detail: summary(p), user: p.name }); return false; }
+
+  await writeAccountFiles(g, files, before, o.backup);
+  const sudoGroup = group(files.group, ['sudo', 'wheel']);
+  for (const p of plans) {
+    if (p.created && p.home !== '/' && !(await g.exists(p.home))) await makeHome(g, p);
+    if (p.keys.length) await addAuthorizedKeys(g, p);
+    if (p.sudo) await grantSudo(g, p, sudoGroup, warn);
+    act({ action: 'configuration.users', status: 'done', detail: summary(p), user: p.name });
+  }
+  return true;
+}
+
+/** The crypt(3) hash per user whose password is set: given, or hashed here (a failure is a warning). */
+async function hashPasswords(specs: [string, UserSpec][], warn: Warn): Promise<Record<string, string>> {
   const hashes: Record<string, string> = {};
   for (const [name, u] of specs) {
     if (u.password_hash) hashes[name] = u.password_hash;
@@ -177,61 +251,67 @@ export async function applyUsers(g: GuestSession, users: unknown, o: { dry_run: 
       try { hashes[name] = await cryptPassword(u.password); } catch (e) { warn(`configuration.users.${name}.password`, (e as Error).message); }
     }
   }
-  const { files, plans } = planUsers(before, specs, hashes, Math.floor(Date.now() / 86_400_000), warn);
-  const summary = (p: UserPlan) => [
+  return hashes;
+}
+
+/** What is done to one account, as the action's detail. */
+function summary(p: UserPlan): string {
+  return [
     p.created ? `created ${p.name} (uid ${p.uid}, gid ${p.gid}${p.group_created ? ', new group' : ''}, home ${p.home})` : `updated ${p.name}`,
     p.hash ? 'password set' : '', p.groups_added.length ? `added to ${p.groups_added.join(', ')}` : '',
     p.keys.length ? `${p.keys.length} authorized key(s)` : '', p.sudo ? 'sudo' : '',
   ].filter(Boolean).join('; ');
-  if (o.dry_run) { for (const p of plans) act({ action: 'configuration.users', status: 'would_do', detail: summary(p), user: p.name }); return false; }
+}
 
-  // The account files: same mode and owner as before.
+/** Writes the account files that changed, with the same mode and owner as before. */
+async function writeAccountFiles(g: GuestSession, files: AccountFiles, before: AccountFiles, backup: boolean): Promise<void> {
   for (const k of ['passwd', 'group', 'shadow', 'gshadow'] as const) {
     const f = `/etc/${k}`;
     const text = files[k];
     const old = before[k];
     if (text === undefined || text === (old?.endsWith('\n') ? old : `${old}\n`)) continue;
-    if (o.backup) await g.backup(f);
+    if (backup) await g.backup(f);
     const st = await g.stat(f);
     // Through a private file, not argv: the shadow files hold hashes, and so does passwd on a guest without shadow.
     await g.writeFile(f, text);
     await g.cmd('chown', String(st.uid), String(st.gid), f);
     await g.cmd('chmod', `0${(st.mode & 0o7777).toString(8)}`, f);
   }
-  const sudoGroup = group(files.group, ['sudo', 'wheel']);
-  for (const p of plans) {
-    if (p.created && p.home !== '/' && !(await g.exists(p.home))) {
-      await g.cmd('mkdir-p', p.home);
-      if (await g.isDir('/etc/skel')) for (const f of g.lines(await g.cmd('ls', '/etc/skel'))) await g.cmd('cp-a', `/etc/skel/${f}`, `${p.home}/${f}`);
-      for (const f of g.lines(await g.cmd('find', p.home))) await g.cmd('lchown', String(p.uid), String(p.gid), `${p.home}/${f}`);
-      await g.cmd('chown', String(p.uid), String(p.gid), p.home);
-      await g.cmd('chmod', '0750', p.home);
-    }
-    if (p.keys.length) {
-      const dir = `${p.home}/.ssh`;
-      const file = `${dir}/authorized_keys`;
-      await g.cmd('mkdir-p', dir);
-      const cur = (await g.isFile(file)) ? await g.read(file) : '';
-      const have = new Set(cur.split('\n').map((l) => l.trim()).filter(Boolean));
-      const add = p.keys.map((k) => k.trim()).filter((k) => !have.has(k));
-      if (add.length) await g.writeFile(file, `${cur}${cur && !cur.endsWith('\n') ? '\n' : ''}${add.join('\n')}\n`);
-      await g.cmd('chown', String(p.uid), String(p.gid), dir);
-      await g.cmd('chmod', '0700', dir);
-      await g.cmd('chown', String(p.uid), String(p.gid), file);
-      await g.cmd('chmod', '0600', file);
-    }
-    if (p.sudo) {
-      if (await g.isDir('/etc/sudoers.d')) {
-        const f = `/etc/sudoers.d/90-ferry-${p.name}`;
-        await g.writeFile(f, `# written by Ferry (configuration.users.${p.name}.sudo)\n${p.name} ALL=(ALL:ALL) ALL\n`);
-        await g.cmd('chown', '0', '0', f);
-        await g.cmd('chmod', '0440', f);
-      } else if (!sudoGroup) warn(`configuration.users.${p.name}.sudo`, 'the guest has neither /etc/sudoers.d nor a sudo or wheel group');
-      else warn(`configuration.users.${p.name}.sudo`, `no /etc/sudoers.d in the guest; add ${p.name} to the ${sudoGroup} group with "groups" instead`);
-    }
-    act({ action: 'configuration.users', status: 'done', detail: summary(p), user: p.name });
-  }
-  return true;
+}
+
+/** Creates a new account's home from /etc/skel, owned by the account. */
+async function makeHome(g: GuestSession, p: UserPlan): Promise<void> {
+  await g.cmd('mkdir-p', p.home);
+  if (await g.isDir('/etc/skel')) for (const f of g.lines(await g.cmd('ls', '/etc/skel'))) await g.cmd('cp-a', `/etc/skel/${f}`, `${p.home}/${f}`);
+  for (const f of g.lines(await g.cmd('find', p.home))) await g.cmd('lchown', String(p.uid), String(p.gid), `${p.home}/${f}`);
+  await g.cmd('chown', String(p.uid), String(p.gid), p.home);
+  await g.cmd('chmod', '0750', p.home);
+}
+
+/** Adds the account's keys that are not there yet to ~/.ssh/authorized_keys, owned by the account. */
+async function addAuthorizedKeys(g: GuestSession, p: UserPlan): Promise<void> {
+  const dir = `${p.home}/.ssh`;
+  const file = `${dir}/authorized_keys`;
+  await g.cmd('mkdir-p', dir);
+  const cur = (await g.isFile(file)) ? await g.read(file) : '';
+  const have = new Set(cur.split('\n').map((l) => l.trim()).filter(Boolean));
+  const add = p.keys.map((k) => k.trim()).filter((k) => !have.has(k));
+  if (add.length) await g.writeFile(file, `${cur}${cur && !cur.endsWith('\n') ? '\n' : ''}${add.join('\n')}\n`);
+  await g.cmd('chown', String(p.uid), String(p.gid), dir);
+  await g.cmd('chmod', '0700', dir);
+  await g.cmd('chown', String(p.uid), String(p.gid), file);
+  await g.cmd('chmod', '0600', file);
+}
+
+/** Writes the account's sudoers drop-in, or warns (naming the sudo or wheel group when there is one) without sudoers.d. */
+async function grantSudo(g: GuestSession, p: UserPlan, sudoGroup: string | undefined, warn: Warn): Promise<void> {
+  if (await g.isDir('/etc/sudoers.d')) {
+    const f = `/etc/sudoers.d/90-ferry-${p.name}`;
+    await g.writeFile(f, `# written by Ferry (configuration.users.${p.name}.sudo)\n${p.name} ALL=(ALL:ALL) ALL\n`);
+    await g.cmd('chown', '0', '0', f);
+    await g.cmd('chmod', '0440', f);
+  } else if (!sudoGroup) warn(`configuration.users.${p.name}.sudo`, 'the guest has neither /etc/sudoers.d nor a sudo or wheel group');
+  else warn(`configuration.users.${p.name}.sudo`, `no /etc/sudoers.d in the guest; add ${p.name} to the ${sudoGroup} group with "groups" instead`);
 }
 
 function group(text: string, names: string[]): string | undefined {
