@@ -22,27 +22,9 @@ export function configuredInterfaces(files: { path: string; text: string }[]): s
   const names = new Set<string>();
   for (const f of files) {
     const lines = f.text.split('\n').map((l) => l.replace(/#.*/, '').trim()).filter(Boolean);
-    if (f.path.startsWith('/etc/network/interfaces')) {
-      for (const l of lines) {
-        const m = /^(iface|auto|allow-hotplug|allow-auto)\s+(.*)$/.exec(l);
-        if (m) (m[1] === 'iface' ? [m[2].split(/\s+/)[0]] : m[2].split(/\s+/)).forEach((n) => names.add(n));
-      }
-    } else if (f.path.startsWith('/etc/netplan/')) {
-      // ethernets keys without a `match:` use the key as the interface name.
-      const text = f.text.replace(/#.*/g, '');
-      const eth = /^(\s*)ethernets:\s*\n((?:\1\s+.*\n?|\s*\n)*)/m.exec(text);
-      if (eth) {
-        const body = eth[2];
-        const indent = /^(\s+)\S/m.exec(body)?.[1] ?? '';
-        const blocks = body.split(new RegExp(`^${indent}(?=\\S)`, 'm')).filter((b) => b.trim());
-        for (const b of blocks) {
-          const key = /^["']?([^:"'\s]+)["']?:/.exec(b)?.[1];
-          if (key && !/\bmatch:/.test(b)) names.add(key);
-          const set = /\bset-name:\s*["']?([^\s"']+)/.exec(b)?.[1];
-          if (set) names.add(set);
-        }
-      }
-    } else if (f.path.startsWith('/etc/systemd/network/') && f.path.endsWith('.network')) {
+    if (f.path.startsWith('/etc/network/interfaces')) addIfupdownNames(lines, names);
+    else if (f.path.startsWith('/etc/netplan/')) addNetplanNames(f.text, names);
+    else if (f.path.startsWith('/etc/systemd/network/') && f.path.endsWith('.network')) {
       for (const l of lines) { const m = /^Name=(.+)$/.exec(l); if (m) m[1].split(/\s+/).forEach((n) => names.add(n)); }
     } else if (f.path.startsWith('/etc/NetworkManager/')) {
       for (const l of lines) { const m = /^interface-name=(\S+)$/.exec(l); if (m) names.add(m[1]); }
@@ -51,6 +33,31 @@ export function configuredInterfaces(files: { path: string; text: string }[]): s
     }
   }
   return [...names].filter((n) => NIC_NAME.test(n)).sort();
+}
+
+/** Adds the interfaces an ifupdown file's iface, auto and allow-* stanzas name (`lines` without comments). */
+function addIfupdownNames(lines: string[], names: Set<string>): void {
+  for (const l of lines) {
+    const m = /^(iface|auto|allow-hotplug|allow-auto)\s+(.*)$/.exec(l);
+    if (m) (m[1] === 'iface' ? [m[2].split(/\s+/)[0]] : m[2].split(/\s+/)).forEach((n) => names.add(n));
+  }
+}
+
+/** Adds the interfaces a netplan file's ethernets name: keys without a `match:` (the key is the name), and set-name. */
+function addNetplanNames(raw: string, names: Set<string>): void {
+  const text = raw.replace(/#.*/g, '');
+  const eth = /^(\s*)ethernets:\s*\n((?:\1\s+.*\n?|\s*\n)*)/m.exec(text);
+  if (eth) {
+    const body = eth[2];
+    const indent = /^(\s+)\S/m.exec(body)?.[1] ?? '';
+    const blocks = body.split(new RegExp(`^${indent}(?=\\S)`, 'm')).filter((b) => b.trim());
+    for (const b of blocks) {
+      const key = /^["']?([^:"'\s]+)["']?:/.exec(b)?.[1];
+      if (key && !/\bmatch:/.test(b)) names.add(key);
+      const set = /\bset-name:\s*["']?([^\s"']+)/.exec(b)?.[1];
+      if (set) names.add(set);
+    }
+  }
 }
 
 /** MAC-to-name bindings of udev's old persistent-net rules (as VMware-era guests carry them). */
