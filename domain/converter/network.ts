@@ -219,6 +219,21 @@ export async function applyNetwork(g: GuestSession, given: unknown, o: { dry_run
   if (!usable.length) return false;
   const files = render(renderer, usable);
   const st = o.dry_run ? 'would_do' : 'done';
+  let modified = await writeRendered(g, files, renderer, o, act);
+  if (renderer === 'ifupdown' && (await includeFerryStanzas(g, usable, o, act))) modified = true;
+  // Old MAC-to-name bindings from the source hypervisor would rename the new NICs unpredictably.
+  if (net.remove_persistent_rules !== false && (await g.isFile(PERSISTENT_NET_RULES))) {
+    if (!o.dry_run) { if (o.backup) await g.backup(PERSISTENT_NET_RULES); await g.cmd('rm', PERSISTENT_NET_RULES); modified = true; }
+    act({ action: 'configuration.network', status: st, detail: `removed ${PERSISTENT_NET_RULES} (MAC bindings of the source NICs)` });
+  }
+  return modified;
+}
+
+/** Writes the rendered files (not on a dry run), each with its action; true when the guest was modified. */
+async function writeRendered(
+  g: GuestSession, files: { path: string; text: string; mode: number }[], renderer: Renderer, o: { dry_run: boolean }, act: (a: FixAction) => void,
+): Promise<boolean> {
+  const st = o.dry_run ? 'would_do' : 'done';
   let modified = false;
   for (const f of files) {
     if (!o.dry_run) {
@@ -229,25 +244,28 @@ export async function applyNetwork(g: GuestSession, given: unknown, o: { dry_run
     }
     act({ action: 'configuration.network', status: st, detail: `${renderer}: wrote ${f.path}`, file: f.path, renderer });
   }
-  if (renderer === 'ifupdown') {
-    const main = '/etc/network/interfaces';
-    const text = (await g.isFile(main)) ? await g.read(main) : '';
-    const dis = disableIfupdownStanzas(text, usable.map((f) => f.name!));
-    const sources = /^\s*source(-directory)?\s+\/etc\/network\/interfaces\.d/m.test(dis.text);
-    const next = sources ? dis.text : `${dis.text.replace(/\n?$/, '\n')}source /etc/network/interfaces.d/*\n`;
-    if (next !== text) {
-      if (!o.dry_run) { if (o.backup && text) await g.backup(main); await g.writeFile(main, next); modified = true; }
-      const done = [
-        dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '',
-        sources ? '' : 'added "source /etc/network/interfaces.d/*"',
-      ].filter(Boolean).join('; ');
-      act({ action: 'configuration.network', status: st, detail: `${main}: ${done}` });
-    }
-  }
-  // Old MAC-to-name bindings from the source hypervisor would rename the new NICs unpredictably.
-  if (net.remove_persistent_rules !== false && (await g.isFile(PERSISTENT_NET_RULES))) {
-    if (!o.dry_run) { if (o.backup) await g.backup(PERSISTENT_NET_RULES); await g.cmd('rm', PERSISTENT_NET_RULES); modified = true; }
-    act({ action: 'configuration.network', status: st, detail: `removed ${PERSISTENT_NET_RULES} (MAC bindings of the source NICs)` });
+  return modified;
+}
+
+/** Comments out ifupdown's own stanzas of the interfaces and sources interfaces.d from /etc/network/interfaces;
+ *  true when the guest was modified. */
+async function includeFerryStanzas(
+  g: GuestSession, usable: Iface[], o: { dry_run: boolean; backup: boolean }, act: (a: FixAction) => void,
+): Promise<boolean> {
+  const st = o.dry_run ? 'would_do' : 'done';
+  let modified = false;
+  const main = '/etc/network/interfaces';
+  const text = (await g.isFile(main)) ? await g.read(main) : '';
+  const dis = disableIfupdownStanzas(text, usable.map((f) => f.name!));
+  const sources = /^\s*source(-directory)?\s+\/etc\/network\/interfaces\.d/m.test(dis.text);
+  const next = sources ? dis.text : `${dis.text.replace(/\n?$/, '\n')}source /etc/network/interfaces.d/*\n`;
+  if (next !== text) {
+    if (!o.dry_run) { if (o.backup && text) await g.backup(main); await g.writeFile(main, next); modified = true; }
+    const done = [
+      dis.disabled.length ? `commented out the stanzas of ${dis.disabled.join(', ')}` : '',
+      sources ? '' : 'added "source /etc/network/interfaces.d/*"',
+    ].filter(Boolean).join('; ');
+    act({ action: 'configuration.network', status: st, detail: `${main}: ${done}` });
   }
   return modified;
 }
