@@ -4,6 +4,7 @@
 import type { LinuxFix } from './context';
 import { filesIn, NET_DIRS, PERSISTENT_NET_RULES } from './context';
 import { configuredInterfaces, LINK_DIR, persistentNetNames, planNicFileEdits, planNicRenames } from '../nic-names';
+import type { NicRename } from '../nic-names';
 
 /** Renames the configured NICs to their KVM names (nic-names.ts): the configuration files and the old MAC-to-name
  *  rules rewritten, RHEL's ifcfg-<name> files renamed, a .link file per NIC. Returns the .link files written. */
@@ -28,6 +29,16 @@ export async function renameNics(x: LinuxFix): Promise<string[]> {
   if (plan.problem) { act({ action: 'nic_names', status: 'warning', detail: plan.problem }); return []; }
   const st = o.dry_run ? 'would_do' : 'done';
   const map = new Map(plan.renames.filter((r) => r.from !== r.to).map((r) => [r.from, r.to]));
+  const written = await writeNicFileEdits(x, files, rules, map, st);
+  await writeLinkFiles(x, plan.renames, st, written);
+  return written;
+}
+
+/** Carries the renames through the configuration files and the old rules; returns the ones udev reads (.link, rules). */
+async function writeNicFileEdits(
+  x: LinuxFix, files: { path: string; text: string }[], rules: string | undefined, map: Map<string, string>, st: 'would_do' | 'done',
+): Promise<string[]> {
+  const { g, o, act } = x;
   const summary = [...map].map(([f, t]) => `${f} -> ${t}`).join(', ');
   const written: string[] = [];
   // The configuration, and the old rules (they would give the NIC its old name back after the .link file).
@@ -42,7 +53,13 @@ export async function renameNics(x: LinuxFix): Promise<string[]> {
     const moved = e.dest !== e.path ? ` (renamed to ${e.dest})` : '';
     act({ action: 'nic_names', status: st, detail: `${e.path}: ${summary}${moved}`, file: e.dest, renamed: e.renamed, backup });
   }
-  for (const r of plan.renames) {
+  return written;
+}
+
+/** Writes the .link file of each rename that the guest does not have yet, adding its path to `written`. */
+async function writeLinkFiles(x: LinuxFix, renames: NicRename[], st: 'would_do' | 'done', written: string[]): Promise<void> {
+  const { g, o, act } = x;
+  for (const r of renames) {
     const { path: p, text } = r.link;
     if ((await g.isFile(p)) && (await g.read(p)) === text) continue;
     if (!o.dry_run) { await g.cmd('mkdir-p', LINK_DIR); await x.write(p, text); await g.cmd('chmod', '0644', p); x.r.modified = true; }
@@ -55,7 +72,6 @@ export async function renameNics(x: LinuxFix): Promise<string[]> {
       name: r.to,
     });
   }
-  return written;
 }
 
 export const CLOUD_INIT_HOLD = '/etc/cloud/cloud.cfg.d/99-ferry-network.cfg';
