@@ -24,30 +24,44 @@ export interface WindowsFacts {
 export function windowsVersionDir(explicit: string | number | undefined, f: WindowsFacts): { dir: string; reason: string } | { error: string } {
   const build = f.build ? `, build ${f.build}` : '';
   const seen = `${f.productName || 'unknown product'} (${f.major ?? '?'}.${f.minor ?? '?'}${build}, ${f.variant || 'variant unknown'})`;
-  if (explicit !== undefined && explicit !== '') {
-    const key = String(explicit);
-    let dir = WINDOWS_VERSION_DIRS[key];
-    if (!dir) return { error: `windows_version ${key} is not one of ${Object.keys(WINDOWS_VERSION_DIRS).join(', ')}` };
-    // 2012 covers both 2012 (6.2) and 2012 R2 (6.3): inspection tells them apart.
-    if (key === '2012' && f.major === 6 && f.minor === 3) dir = '2k12R2';
-    return { dir, reason: `windows_version ${key}; inspection: ${seen}` };
-  }
+  if (explicit !== undefined && explicit !== '') return explicitVersionDir(String(explicit), f, seen);
+  const dir = inspectedVersionDir(f);
+  if (!dir) return { error: `cannot tell which virtio-win version directory fits ${seen}; set windows_version` };
+  return { dir, reason: `inspection: ${seen}` };
+}
+
+/** The version directory for an explicit windows_version `key`, or why it is not one. */
+function explicitVersionDir(key: string, f: WindowsFacts, seen: string): { dir: string; reason: string } | { error: string } {
+  let dir = WINDOWS_VERSION_DIRS[key];
+  if (!dir) return { error: `windows_version ${key} is not one of ${Object.keys(WINDOWS_VERSION_DIRS).join(', ')}` };
+  // 2012 covers both 2012 (6.2) and 2012 R2 (6.3): inspection tells them apart.
+  if (key === '2012' && f.major === 6 && f.minor === 3) dir = '2k12R2';
+  return { dir, reason: `windows_version ${key}; inspection: ${seen}` };
+}
+
+/** The version directory that inspection's facts point to, or undefined when they do not tell. */
+function inspectedVersionDir(f: WindowsFacts): string | undefined {
   const server = f.variant && f.variant !== 'unknown' ? /server/i.test(f.variant) : /server/i.test(f.productName || '');
   const name = f.productName || '';
   let dir: string | undefined;
   if (f.major === 6 && f.minor !== undefined && f.minor >= 0 && f.minor <= 3) {
     dir = (server ? ['2k8', '2k8R2', '2k12', '2k12R2'] : ['vista', 'w7', 'w8', 'w8.1'])[f.minor];
   }
-  else if (f.major === 10 && server) {
-    const m = /\b(2016|2019|2022|2025)\b/.exec(name);
-    if (m) dir = `2k${m[1].slice(2)}`;
-    else if (f.build) dir = f.build >= 26100 ? '2k25' : f.build >= 20348 ? '2k22' : f.build >= 17763 ? '2k19' : f.build >= 14393 ? '2k16' : undefined;
-  } else if (f.major === 10) {
+  else if (f.major === 10 && server) dir = server10Dir(name, f.build);
+  else if (f.major === 10) {
     // Windows 11 keeps "Windows 10" in ProductName; its build number (22000 and later) tells it apart.
     dir = /windows 11/i.test(name) || (f.build ?? 0) >= 22000 ? 'w11' : 'w10';
   }
-  if (!dir) return { error: `cannot tell which virtio-win version directory fits ${seen}; set windows_version` };
-  return { dir, reason: `inspection: ${seen}` };
+  return dir;
+}
+
+/** The directory of a Windows Server on kernel 10: the year in its product name, else the one its build number falls in. */
+function server10Dir(name: string, build: number | undefined): string | undefined {
+  let dir: string | undefined;
+  const m = /\b(2016|2019|2022|2025)\b/.exec(name);
+  if (m) dir = `2k${m[1].slice(2)}`;
+  else if (build) dir = build >= 26100 ? '2k25' : build >= 20348 ? '2k22' : build >= 17763 ? '2k19' : build >= 14393 ? '2k16' : undefined;
+  return dir;
 }
 
 /** The directory actually used: `wanted` when present, else the nearest older one of the same line. */
