@@ -16,7 +16,7 @@ import type { FixAction } from './types';
 import { GuestSession } from './guestfs';
 import { HIVEXREGEDIT, HiveReader, RegKey, hasHivexregedit, hivexregedit, regFile, regValue, describeValue, extendDevicePath } from './registry';
 import {
-  ARCH_DIRS, WindowsFacts, driverSet, driverVersions, locateVirtioWin, pickVersionDir, underSystemRoot, virtioWinCandidates, windowsVersionDir,
+  ARCH_DIRS, DriverDir, WindowsFacts, driverSet, driverVersions, locateVirtioWin, pickVersionDir, underSystemRoot, virtioWinCandidates, windowsVersionDir,
 } from './virtio-win';
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -176,26 +176,12 @@ async function pickDriverSet(o: WindowsFixOptions, facts: WindowsFacts, src: { r
   return set;
 }
 
-async function injectFrom(
-  g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: Step, would: 'would_do' | 'done',
-): Promise<boolean> {
-  const guest = await readWindowsGuest(g, root);
-  if (!guest) { step('source', 'warning', 'inspection found no Windows systemroot; drivers not injected'); return false; }
-  const { systemroot, controlSet, systemHive, softwareHive, facts, devicePath, driverDatabase } = guest;
-  const set = await pickDriverSet(o, facts, src, step);
-  if (!set) return false;
+type Upload = (from: string, to: string) => Promise<void>;
 
-  if (!o.dry_run && !(await hasHivexregedit())) {
-    step('registry', 'warning', `${HIVEXREGEDIT} is not installed on this host (Debian package libwin-hivex-perl); `
-      + 'nothing injected, since drivers without their registry entries would not load');
-    return false;
-  }
-
-  // 4. Files. case-sensitive-path finds the real spelling of existing components (System32\drivers vs Drivers).
-  const ci = (p: string) => guestPathCi(g, p);
-  let modified = false;
-  const upload = async (from: string, to: string) => { if (!o.dry_run) { await g.cmd('upload', from, to); modified = true; } };
-  const driversDir = await ci(underSystemRoot(systemroot, 'System32\\drivers'));
+/** 4a. Copies each boot disk driver's .sys into System32\drivers (`driversDir`); returns the drivers copied. */
+async function copyBootDrivers(
+  g: GuestSession, set: DriverDir[], driversDir: string, ci: (p: string) => Promise<string>, upload: Upload, step: Step, would: 'would_do' | 'done',
+): Promise<string[]> {
   const bootDrivers: string[] = [];
   if (!(await g.isDir(driversDir))) step('boot_drivers', 'warning', `${driversDir} is not a directory in the guest; boot drivers not copied`);
   else {
@@ -209,7 +195,13 @@ async function injectFrom(
       step('boot_drivers', would, `${path.join(d.dir, sys)} -> ${to}`, { driver: drv, file: to });
     }
   }
-  const storeDir = await ci(underSystemRoot(systemroot, 'Drivers\\VirtIO'));
+  return bootDrivers;
+}
+
+/** 4b. Copies every driver's files into the guest's driver store (`storeDir`); returns the files copied per driver. */
+async function copyToDriverStore(
+  g: GuestSession, o: WindowsFixOptions, set: DriverDir[], storeDir: string, upload: Upload, step: Step, would: 'would_do' | 'done',
+): Promise<Record<string, string[]>> {
   const copied: Record<string, string[]> = {};
   for (const d of set) {
     const to = `${storeDir}/${d.driver}`;
@@ -220,21 +212,20 @@ async function injectFrom(
       driver: d.driver, dir: to, files: d.files,
     });
   }
+  return copied;
+}
 
-  // 5. Registry.
-  const backup = async (hive: string) => (o.backup && !o.dry_run ? g.backup(hive) : undefined);
-  const merge = async (hive: string, prefix: string, keys: RegKey[]) => {
-    if (o.dry_run) return;
-    const tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-hive-'));
-    try {
-      const local = path.join(tmp, path.basename(hive));
-      await g.cmd('download', hive, local);
-      await fs.writeFile(`${local}.reg`, regFile(prefix, keys));
-      await hivexregedit(local, prefix, `${local}.reg`);
-      await g.cmd('upload', local, hive);
-      modified = true;
-    } finally { await fs.rm(tmp, { recursive: true, force: true }); }
-  };
+type WindowsGuest = NonNullable<Awaited<ReturnType<typeof readWindowsGuest>>>;
+/** The registry edits' two actions: back a hive up (its backup's path, when made), merge keys into it. */
+interface HiveEdit {
+  backup: (hive: string) => Promise<string | undefined>;
+  merge: (hive: string, prefix: string, keys: RegKey[]) => Promise<void>;
+}
+
+/** 5a. Registers the copied boot drivers in the SYSTEM hive, or says why it is left as it is. */
+async function registerBootDrivers(guest: WindowsGuest, bootDrivers: string[], hives: HiveEdit, step: Step, would: 'would_do' | 'done'): Promise<void> {
+  const { systemHive, controlSet, driverDatabase } = guest;
+  const { backup, merge } = hives;
   const keyList = (prefix: string, keys: RegKey[]) => keys.map((k) => `${prefix}\\${k.path.join('\\')} {${(k.values || []).map(describeValue).join(', ')}}`);
 
   if (!bootDrivers.length) step('system_hive', 'warning', 'no boot disk driver was copied; SYSTEM hive left as it is');
@@ -249,7 +240,14 @@ async function injectFrom(
       hive: systemHive, backup: bak, keys: keys.map((k) => k.path.join('\\')), driver_database: driverDatabase,
     });
   }
+}
 
+/** 5b. Adds the driver store folders to the SOFTWARE hive's DevicePath, or says why it is not extended. */
+async function extendGuestDevicePath(
+  guest: WindowsGuest, copied: Record<string, string[]>, hives: HiveEdit, step: Step, would: 'would_do' | 'done',
+): Promise<void> {
+  const { softwareHive, devicePath } = guest;
+  const { backup, merge } = hives;
   const winStore = '%SystemRoot%\\Drivers\\VirtIO';
   const add = [winStore, ...Object.keys(copied).map((d) => `${winStore}\\${d}`)];
   if (!softwareHive) {
@@ -267,5 +265,48 @@ async function injectFrom(
       });
     }
   }
+}
+
+async function injectFrom(
+  g: GuestSession, root: string, o: WindowsFixOptions, src: { root: string; from: string }, step: Step, would: 'would_do' | 'done',
+): Promise<boolean> {
+  const guest = await readWindowsGuest(g, root);
+  if (!guest) { step('source', 'warning', 'inspection found no Windows systemroot; drivers not injected'); return false; }
+  const { systemroot, facts } = guest;
+  const set = await pickDriverSet(o, facts, src, step);
+  if (!set) return false;
+
+  if (!o.dry_run && !(await hasHivexregedit())) {
+    step('registry', 'warning', `${HIVEXREGEDIT} is not installed on this host (Debian package libwin-hivex-perl); `
+      + 'nothing injected, since drivers without their registry entries would not load');
+    return false;
+  }
+
+  // 4. Files. case-sensitive-path finds the real spelling of existing components (System32\drivers vs Drivers).
+  const ci = (p: string) => guestPathCi(g, p);
+  let modified = false;
+  const upload = async (from: string, to: string) => { if (!o.dry_run) { await g.cmd('upload', from, to); modified = true; } };
+  const driversDir = await ci(underSystemRoot(systemroot, 'System32\\drivers'));
+  const bootDrivers = await copyBootDrivers(g, set, driversDir, ci, upload, step, would);
+  const storeDir = await ci(underSystemRoot(systemroot, 'Drivers\\VirtIO'));
+  const copied = await copyToDriverStore(g, o, set, storeDir, upload, step, would);
+
+  // 5. Registry.
+  const backup = async (hive: string) => (o.backup && !o.dry_run ? g.backup(hive) : undefined);
+  const merge = async (hive: string, prefix: string, keys: RegKey[]) => {
+    if (o.dry_run) return;
+    const tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-hive-'));
+    try {
+      const local = path.join(tmp, path.basename(hive));
+      await g.cmd('download', hive, local);
+      await fs.writeFile(`${local}.reg`, regFile(prefix, keys));
+      await hivexregedit(local, prefix, `${local}.reg`);
+      await g.cmd('upload', local, hive);
+      modified = true;
+    } finally { await fs.rm(tmp, { recursive: true, force: true }); }
+  };
+  const hives: HiveEdit = { backup, merge };
+  await registerBootDrivers(guest, bootDrivers, hives, step, would);
+  await extendGuestDevicePath(guest, copied, hives, step, would);
   return modified;
 }
