@@ -64,8 +64,7 @@ export async function manifestFromSettings(s: MigrationSettings, baseDir: string
   const warnings = [...extraWarnings];
   // With every guest change switched off there is nothing to open the guest for: no appliance is launched (and
   // so no guest inspection either); the run is a checked conversion.
-  const fixWanted = (s.fstab_mode ?? 'stabilize-all') !== 'preserve' || s.update_grub !== false || s.regen_initramfs !== false
-    || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers || !!s.remove_source_hv_tools;
+  const fixWanted = wantsGuestChange(s);
   const doc = {
     manifest_version: '1.0',
     source: { provider: 'ferry-convert', vm_name: s.vm_name, export_method: s.command },
@@ -84,6 +83,18 @@ export async function manifestFromSettings(s: MigrationSettings, baseDir: string
     warnings: warnings.map((message) => ({ stage: 'config', message })),
   };
   const m = validateManifest(doc);
+  applyConfigOnlyFix(m, s, baseDir);
+  return m;
+}
+
+/** Whether any guest change is switched on (fstab, grub, initramfs, xfs UUIDs, Windows drivers, source tools). */
+function wantsGuestChange(s: MigrationSettings): boolean {
+  return (s.fstab_mode ?? 'stabilize-all') !== 'preserve' || s.update_grub !== false || s.regen_initramfs !== false
+    || !!s.xfs_regenerate_uuid || !!s.inject_virtio_drivers || !!s.remove_source_hv_tools;
+}
+
+/** Sets on `m`'s fix stage the settings the manifest schema has no key for. */
+function applyConfigOnlyFix(m: Manifest, s: MigrationSettings, baseDir: string): void {
   // Config-only settings the manifest schema has no key for: uuid-only/preserve modes, xfs, Windows drivers.
   const fix = m.pipeline!.fix!;
   fix.fstab_mode = s.fstab_mode === 'preserve' ? 'noop' : s.fstab_mode || 'stabilize-all';
@@ -93,7 +104,19 @@ export async function manifestFromSettings(s: MigrationSettings, baseDir: string
     fix.windows_version = s.windows_version !== undefined ? String(s.windows_version) : undefined;
     if (s.virtio_win) fix.virtio_win = path.resolve(baseDir, s.virtio_win);
   }
-  return m;
+}
+
+/** Fetches a fetch-and-fix migration's remote disk into its conversion directory; returns the local path. */
+async function fetchSource(label: string, s: MigrationSettings, baseDir: string, out: Out): Promise<string> {
+  const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir!, '.ferry-fetch'));
+  out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
+  const r = await fetchRemote({
+    host: s.host!, port: s.port, user: s.user!, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote!, destDir: dir,
+    destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote!)}`,
+    timeoutSeconds: s.timeout, retries: s.network_retry,
+  }, (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
+  out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
+  return r.path;
 }
 
 async function runOne(
@@ -103,15 +126,7 @@ async function runOne(
   try {
     const warn: string[] = [];
     if (s.command === 'fetch-and-fix') {
-      const dir = path.resolve(baseDir, s.conversion_dir || path.join(s.output_dir!, '.ferry-fetch'));
-      out.line(`${label}: fetching ${s.user}@${s.host}:${s.remote}`);
-      const r = await fetchRemote({
-        host: s.host!, port: s.port, user: s.user!, identity: s.identity && path.resolve(baseDir, s.identity), remote: s.remote!, destDir: dir,
-        destName: `${String(s.to_output).replace(/[^A-Za-z0-9._-]/g, '_')}--${path.posix.basename(s.remote!)}`,
-        timeoutSeconds: s.timeout, retries: s.network_retry,
-      }, (bytes) => out.progress(label, 0, `fetched ${(bytes / 1048576).toFixed(1)} MiB`));
-      fetched = r.path;
-      out.line(`${label}: fetched ${r.bytes} bytes in ${r.attempts} attempt(s)`);
+      fetched = await fetchSource(label, s, baseDir, out);
       s = { ...s, vmdk: fetched };
     }
     let exported: Awaited<ReturnType<typeof exportForConvert>> | undefined;
@@ -210,6 +225,66 @@ function explain(os: string | undefined, stdout: typeof process.stdout, stderr: 
   return EXIT.ok;
 }
 
+/** Runs one manifest file (--manifest) and writes its report to stdout; returns the exit status. */
+async function runManifest(
+  manifestPath: string, outputDir: string | undefined, stdout: typeof process.stdout, stderr: typeof process.stderr,
+): Promise<number> {
+  const doc: unknown = JSON.parse(readFileSync(manifestPath, 'utf8')); // checked by validateManifest
+  const m = validateManifest(doc);
+  const out = output(stderr);
+  const report = await runPipeline(m, {
+    outputDir, onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg),
+  });
+  out.done();
+  stdout.write(JSON.stringify(report, null, 2) + '\n');
+  return report.success ? EXIT.ok : EXIT.failed;
+}
+
+/** Runs the batch manifest's migrations, writes batch-summary.json and the counts to stdout; returns the exit status. */
+async function runBatch(
+  batch_manifest: string, batch_parallel: ConverterConfig['batch_parallel'], batch_continue_on_error: ConverterConfig['batch_continue_on_error'],
+  common: MigrationSettings, baseDir: string, out: Out, stdout: typeof process.stdout,
+): Promise<number> {
+  const batchPath = path.resolve(baseDir, batch_manifest);
+  const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')) as unknown);
+  const settings = batchSettings(batch.migrations, common, baseDir);
+  let failedOnce = false;
+  const t0 = Date.now();
+  const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {
+    const s = settings[i];
+    const started = new Date().toISOString();
+    const r = await runOne(`[${i + 1}/${batch.migrations.length}] ${entry.to_output}`, s, baseDir, out, true);
+    if (!r.ok) failedOnce = true;
+    return {
+      index: i, to_output: entry.to_output, ok: r.ok, error: r.error || r.report?.errors?.[0], report: r.report?.report_path,
+      output: r.report?.artifacts?.[0]?.path, seconds: r.report?.duration_seconds, started_at: started, finished_at: new Date().toISOString(),
+    };
+  }, () => failedOnce && !batch_continue_on_error);
+  const summary = {
+    total: results.length,
+    succeeded: results.filter((r) => r?.ok).length,
+    failed: results.filter((r) => r && !r.ok).length,
+    not_run: results.filter((r) => !r).length,
+    duration_seconds: (Date.now() - t0) / 1000,
+    migrations: results.map((r, i) => r || {
+      index: i, to_output: batch.migrations[i].to_output, ok: false,
+      error: 'not run: an earlier migration failed and batch_continue_on_error is false',
+    }),
+  };
+  const summaryDir = path.resolve(baseDir, String(common.output_dir || path.dirname(batchPath)));
+  await fs.mkdir(summaryDir, { recursive: true });
+  await fs.writeFile(path.join(summaryDir, 'batch-summary.json'), JSON.stringify(summary, null, 2) + '\n');
+  out.line(`batch: ${summary.succeeded} succeeded, ${summary.failed} failed, ${summary.not_run} not run (${summary.duration_seconds.toFixed(1)} s)`);
+  stdout.write(JSON.stringify({ total: summary.total, succeeded: summary.succeeded, failed: summary.failed, not_run: summary.not_run }) + '\n');
+  return summary.succeeded === summary.total ? EXIT.ok : EXIT.failed;
+}
+
+/** Whether `e` is the user's mistake (a bad setting, manifest, JSON or YAML, or a missing file): exit 2, not 1. */
+function isUsageError(e: unknown): boolean {
+  return e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError
+    || (e as { name?: unknown } | null)?.name === 'YAMLException' || (e as { code?: unknown } | null)?.code === 'ENOENT';
+}
+
 async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof process.stderr): Promise<number> {
   const arg = (name: string) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : undefined; };
   if (argv.includes('--explain')) return explain(arg('--os'), stdout, stderr);
@@ -222,17 +297,7 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
     return argv.includes('--help') ? EXIT.ok : EXIT.usage;
   }
   try {
-    if (manifestPath) {
-      const doc: unknown = JSON.parse(readFileSync(manifestPath, 'utf8')); // checked by validateManifest
-      const m = validateManifest(doc);
-      const out = output(stderr);
-      const report = await runPipeline(m, {
-        outputDir: arg('--output-dir'), onProgress: (s, p, msg) => out.progress('manifest', p, `${s}: ${msg}`), log: (_l, msg) => out.line(msg),
-      });
-      out.done();
-      stdout.write(JSON.stringify(report, null, 2) + '\n');
-      return report.success ? EXIT.ok : EXIT.failed;
-    }
+    if (manifestPath) return await runManifest(manifestPath, arg('--output-dir'), stdout, stderr);
     const baseDir = path.dirname(path.resolve(configPath!));
     const cfg: ConverterConfig = validateConfig(yaml.load(readFileSync(configPath!, 'utf8')));
     const out = output(stderr, cfg.log_file && path.resolve(baseDir, cfg.log_file));
@@ -242,41 +307,9 @@ async function run(argv: string[], stdout: typeof process.stdout, stderr: typeof
       if (r.report) stdout.write(JSON.stringify(r.report.summary) + '\n');
       return r.ok ? EXIT.ok : EXIT.failed;
     }
-    const batchPath = path.resolve(baseDir, batch_manifest);
-    const batch = validateBatch(JSON.parse(readFileSync(batchPath, 'utf8')) as unknown);
-    const settings = batchSettings(batch.migrations, common, baseDir);
-    let failedOnce = false;
-    const t0 = Date.now();
-    const results = await pool(batch.migrations, batch_parallel, async (entry, i) => {
-      const s = settings[i];
-      const started = new Date().toISOString();
-      const r = await runOne(`[${i + 1}/${batch.migrations.length}] ${entry.to_output}`, s, baseDir, out, true);
-      if (!r.ok) failedOnce = true;
-      return {
-        index: i, to_output: entry.to_output, ok: r.ok, error: r.error || r.report?.errors?.[0], report: r.report?.report_path,
-        output: r.report?.artifacts?.[0]?.path, seconds: r.report?.duration_seconds, started_at: started, finished_at: new Date().toISOString(),
-      };
-    }, () => failedOnce && !batch_continue_on_error);
-    const summary = {
-      total: results.length,
-      succeeded: results.filter((r) => r?.ok).length,
-      failed: results.filter((r) => r && !r.ok).length,
-      not_run: results.filter((r) => !r).length,
-      duration_seconds: (Date.now() - t0) / 1000,
-      migrations: results.map((r, i) => r || {
-        index: i, to_output: batch.migrations[i].to_output, ok: false,
-        error: 'not run: an earlier migration failed and batch_continue_on_error is false',
-      }),
-    };
-    const summaryDir = path.resolve(baseDir, String(common.output_dir || path.dirname(batchPath)));
-    await fs.mkdir(summaryDir, { recursive: true });
-    await fs.writeFile(path.join(summaryDir, 'batch-summary.json'), JSON.stringify(summary, null, 2) + '\n');
-    out.line(`batch: ${summary.succeeded} succeeded, ${summary.failed} failed, ${summary.not_run} not run (${summary.duration_seconds.toFixed(1)} s)`);
-    stdout.write(JSON.stringify({ total: summary.total, succeeded: summary.succeeded, failed: summary.failed, not_run: summary.not_run }) + '\n');
-    return summary.succeeded === summary.total ? EXIT.ok : EXIT.failed;
+    return await runBatch(batch_manifest, batch_parallel, batch_continue_on_error, common, baseDir, out, stdout);
   } catch (e) {
-    if (e instanceof ConfigError || e instanceof ManifestError || e instanceof SyntaxError
-      || (e as { name?: unknown } | null)?.name === 'YAMLException' || (e as { code?: unknown } | null)?.code === 'ENOENT') {
+    if (isUsageError(e)) {
       stderr.write(`ferry-convert: ${(e as Error).message}\n`);
       return EXIT.usage;
     }
