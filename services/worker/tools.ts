@@ -54,19 +54,31 @@ function writable(dir: string): boolean {
 function hostFacts(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
   const out: Missing[] = [];
   const uri = setting('FERRY_LIBVIRT_URI', env);
-  if (caps.includes('libvirt_access') && uri) {
-    const socks = localLibvirtSockets(uri, env);
-    if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${uri.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
-    if (socks && setting('FERRY_LIBVIRT_DOMAIN_TYPE', env) === 'kvm' && !existsSync('/dev/kvm')) {
-      out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
-    }
-  }
+  if (caps.includes('libvirt_access') && uri) out.push(...missingLibvirt(uri, env));
   const exportDir = setting('FERRY_EXPORT_DIR', env);
   if (caps.includes('vsphere_access') && exportDir) {
     const dir = path.resolve(exportDir);
     try { mkdirSync(dir, { recursive: true, mode: 0o700 }); } catch { /* judged by the write below */ }
     if (!writable(dir)) out.push({ what: `a writable export folder (FERRY_EXPORT_DIR ${dir})`, capability: 'vsphere_access' });
   }
+  out.push(...missingScratch(caps, env));
+  return out;
+}
+
+/** What a local libvirt at `uri` lacks on this host: its daemon's socket, and /dev/kvm when the domain type is kvm. */
+function missingLibvirt(uri: string, env: NodeJS.ProcessEnv): Missing[] {
+  const out: Missing[] = [];
+  const socks = localLibvirtSockets(uri, env);
+  if (socks && !socks.some((s) => existsSync(s))) out.push({ what: `libvirt's socket ${socks.join(' or ')} (FERRY_LIBVIRT_URI ${uri.replace(/\?.*$/, '')})`, capability: 'libvirt_access' });
+  if (socks && setting('FERRY_LIBVIRT_DOMAIN_TYPE', env) === 'kvm' && !existsSync('/dev/kvm')) {
+    out.push({ what: '/dev/kvm (FERRY_LIBVIRT_DOMAIN_TYPE=kvm on a local libvirt)', capability: 'libvirt_access' });
+  }
+  return out;
+}
+
+/** The libguestfs scratch folders that are not writable, once per capability that starts appliances. */
+function missingScratch(caps: string[], env: NodeJS.ProcessEnv): Missing[] {
+  const out: Missing[] = [];
   // libguestfs keeps its appliance in LIBGUESTFS_CACHEDIR and the disks' overlays in LIBGUESTFS_TMPDIR (each
   // TMPDIR unless set).
   const tmp = env.TMPDIR || os.tmpdir();
