@@ -41,55 +41,29 @@ export function toJsonSchema(schema: Joi.Schema | JsonSchema): JsonSchema {
   return convert(d);
 }
 
+/** The JSON Schema of one described joi schema: its description and default, its type's keywords, then enum and nullable. */
 function convert(d: Described): JsonSchema {
   const out: JsonSchema = {};
   const flags = d.flags || {};
   if (flags.description) out.description = flags.description;
   if (flags.default !== undefined && typeof flags.default !== 'function' && !isSpecial(flags.default)) out.default = flags.default;
+  convertType(d, out);
+  if (d.allow?.length && flags.only) out.enum = d.allow.filter((v) => v !== null);
+  if (d.allow?.includes(null)) out.nullable = true;
+  return out;
+}
+
+/** Sets the keywords of the schema's joi type on `out` (none for a type without a JSON Schema counterpart). */
+function convertType(d: Described, out: JsonSchema) {
   const rules = d.rules || [];
-  const rule = (name: string) => rules.find((r) => r.name === name);
+  const rule: RuleOf = (name: string) => rules.find((r) => r.name === name);
   switch (d.type) {
-    case 'object': {
-      out.type = 'object';
-      const props: Record<string, JsonSchema> = {};
-      const required: string[] = [];
-      for (const [k, v] of Object.entries(d.keys || {})) {
-        if (v.flags?.presence === 'forbidden') continue; // a field named only to be refused by name (never offered)
-        props[k] = convert(v);
-        if (v.flags?.presence === 'required') required.push(k);
-      }
-      if (Object.keys(props).length) out.properties = props;
-      if (required.length) out.required = required;
-      if (d.patterns?.length) out.additionalProperties = convert(d.patterns[0].rule);
-      else out.additionalProperties = flags.unknown === true || !d.keys;
-      const xor = (d.dependencies || []).find((x) => x.rel === 'xor');
-      if (xor) out.oneOf = xor.peers.map((p) => ({ required: [p] }));
-      break;
-    }
-    case 'string': {
-      out.type = 'string';
-      const pat = rule('pattern');
-      if (pat) out.pattern = String(pat.args.regex).replace(/^\/|\/[a-z]*$/g, '');
-      if (rule('isoDate')) out.format = 'date-time';
-      if (rule('min')) out.minLength = rule('min')!.args.limit;
-      if (rule('max')) out.maxLength = rule('max')!.args.limit;
-      break;
-    }
-    case 'number': {
-      out.type = rule('integer') ? 'integer' : 'number';
-      if (rule('min')) out.minimum = rule('min')!.args.limit;
-      if (rule('max')) out.maximum = rule('max')!.args.limit;
-      break;
-    }
+    case 'object': convertObject(d, out); break;
+    case 'string': convertString(out, rule); break;
+    case 'number': convertNumber(out, rule); break;
     case 'boolean': out.type = 'boolean'; break;
     case 'date': out.type = 'string'; out.format = 'date-time'; break;
-    case 'array': {
-      out.type = 'array';
-      out.items = d.items?.length === 1 ? convert(d.items[0]) : d.items?.length ? { oneOf: d.items.map(convert) } : {};
-      if (rule('min')) out.minItems = rule('min')!.args.limit;
-      if (rule('max')) out.maxItems = rule('max')!.args.limit;
-      break;
-    }
+    case 'array': convertArray(d, out, rule); break;
     case 'alternatives':
     case 'any': {
       // Joi.alternatives() lists its choices under matches; Joi.when() on a key puts them under whens.
@@ -98,9 +72,53 @@ function convert(d: Described): JsonSchema {
       break;
     }
   }
-  if (d.allow?.length && flags.only) out.enum = d.allow.filter((v) => v !== null);
-  if (d.allow?.includes(null)) out.nullable = true;
-  return out;
+}
+
+/** A described schema's rule by name (undefined when it has none). */
+type RuleOf = (name: string) => NonNullable<Described['rules']>[number] | undefined;
+
+/** Sets an object's keywords on `out`: properties, required, additionalProperties and an xor as oneOf. */
+function convertObject(d: Described, out: JsonSchema) {
+  const flags = d.flags || {};
+  out.type = 'object';
+  const props: Record<string, JsonSchema> = {};
+  const required: string[] = [];
+  for (const [k, v] of Object.entries(d.keys || {})) {
+    if (v.flags?.presence === 'forbidden') continue; // a field named only to be refused by name (never offered)
+    props[k] = convert(v);
+    if (v.flags?.presence === 'required') required.push(k);
+  }
+  if (Object.keys(props).length) out.properties = props;
+  if (required.length) out.required = required;
+  if (d.patterns?.length) out.additionalProperties = convert(d.patterns[0].rule);
+  else out.additionalProperties = flags.unknown === true || !d.keys;
+  const xor = (d.dependencies || []).find((x) => x.rel === 'xor');
+  if (xor) out.oneOf = xor.peers.map((p) => ({ required: [p] }));
+}
+
+/** Sets a string's keywords on `out`: pattern, date-time format, min and max length. */
+function convertString(out: JsonSchema, rule: RuleOf) {
+  out.type = 'string';
+  const pat = rule('pattern');
+  if (pat) out.pattern = String(pat.args.regex).replace(/^\/|\/[a-z]*$/g, '');
+  if (rule('isoDate')) out.format = 'date-time';
+  if (rule('min')) out.minLength = rule('min')!.args.limit;
+  if (rule('max')) out.maxLength = rule('max')!.args.limit;
+}
+
+/** Sets a number's keywords on `out`: integer or number, minimum and maximum. */
+function convertNumber(out: JsonSchema, rule: RuleOf) {
+  out.type = rule('integer') ? 'integer' : 'number';
+  if (rule('min')) out.minimum = rule('min')!.args.limit;
+  if (rule('max')) out.maximum = rule('max')!.args.limit;
+}
+
+/** Sets an array's keywords on `out`: items (one schema, or oneOf several), min and max items. */
+function convertArray(d: Described, out: JsonSchema, rule: RuleOf) {
+  out.type = 'array';
+  out.items = d.items?.length === 1 ? convert(d.items[0]) : d.items?.length ? { oneOf: d.items.map(convert) } : {};
+  if (rule('min')) out.minItems = rule('min')!.args.limit;
+  if (rule('max')) out.maxItems = rule('max')!.args.limit;
 }
 
 /** The schemas a conditional can resolve to: plain choices, then/otherwise, and switch cases. */
