@@ -80,12 +80,20 @@ export async function refusal(jp: JobPath, roots: Roots, opts: { mustExist?: boo
     reason: `${jp.path}${via} is a device or system path (/dev, /proc, /sys); refused unless a root names it` };
   if (opts.mustExist && read && !stat) return { real, reason: `${jp.path} does not exist or cannot be read` };
   if (stat) {
-    const want = jp.kind === 'output_dir' ? stat.isDirectory() : jp.kind === 'input_tree' ? stat.isDirectory() || stat.isFile() : stat.isFile() ||
-      (device && isSystem(root));
-    if (!want) return { real,
-      reason: `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : jp.kind === 'input_tree' ? 'directory or regular file' : 'regular file'}` };
+    const reason = wrongKind(jp, stat, device, root, via);
+    if (reason) return { real, reason };
   }
   return { real, reason: null };
+}
+
+/** Why an existing path is not of the kind `jp` needs (null when it is); a device counts as a file under a system root. */
+function wrongKind(jp: JobPath, stat: Stats, device: boolean, root: string, via: string): string | null {
+  const want = jp.kind === 'output_dir' ? stat.isDirectory() : jp.kind === 'input_tree' ? stat.isDirectory() || stat.isFile() : stat.isFile() ||
+    (device && isSystem(root));
+  if (!want) {
+    return `${jp.path}${via} is not a ${jp.kind === 'output_dir' ? 'directory' : jp.kind === 'input_tree' ? 'directory or regular file' : 'regular file'}`;
+  }
+  return null;
 }
 
 /** At submission: 400 naming every field whose path is outside the roots this process knows. */
