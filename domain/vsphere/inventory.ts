@@ -3,7 +3,7 @@
 // disks with their backing chains, CD-ROMs, NICs with network and MAC, firmware and snapshots.
 import type { Manager } from './client';
 import { VsphereError } from './errors';
-import { retrieve, retrieveInventory } from './properties';
+import { retrieve, retrieveInventory, type ObjectContent } from './properties';
 import { arr, child, el, moref, MoRef, num, text, XmlValue, xsiType } from './xml';
 
 export interface VmSummary {
@@ -141,7 +141,11 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
   const portgroups = new Map(objs.filter((o) => o.obj.type === 'DistributedVirtualPortgroup').map(
     (o) => [text(o.props.key) ?? o.obj.value, text(o.props.name) ?? '']));
   const p = me.props;
-  const devices = virtualDevices(p['config.hardware.device']);
+  return detailOf(vmPath, vm, p, detailDevices(virtualDevices(p['config.hardware.device']), portgroups));
+}
+
+/** The VM's disks (with their backing chain), CD-ROMs and NICs (named by network, or by portgroup key or opaque id). */
+function detailDevices(devices: VirtualDeviceXml[], portgroups: Map<string, string>) {
   const disks: VmDisk[] = [];
   const nics: VmNic[] = [];
   const cdroms: VmCdrom[] = [];
@@ -163,6 +167,12 @@ export async function vmDetail(m: Manager, vmPath: string): Promise<VmDetail> {
         (pgKey ? portgroups.get(pgKey) ?? pgKey : text(b.opaqueNetworkId) ?? '') });
     }
   }
+  return { disks, nics, cdroms };
+}
+
+/** The VmDetail of the VM's properties and its devices (missing properties read as empty or their defaults). */
+function detailOf(vmPath: string, vm: MoRef, p: ObjectContent['props'], devices: Pick<VmDetail, 'disks' | 'nics' | 'cdroms'>): VmDetail {
+  const { disks, nics, cdroms } = devices;
   const snap = p.snapshot;
   return {
     name: text(p.name) ?? '', path: vmPath, uuid: text(p['config.uuid']) ?? '', instance_uuid: text(p['config.instanceUuid']) ?? '',
