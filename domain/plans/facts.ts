@@ -3,8 +3,8 @@
 // tolerance, encryption, its ESXi host and sizes. Two property calls per VM (vmDetail names the networks).
 import type { Manager } from '../vsphere/client';
 import { retrieve } from '../vsphere/properties';
-import { DeviceBackingXml, virtualDevices, vmDetail } from '../vsphere/inventory';
-import { bool, moref, num, text, xsiType } from '../vsphere/xml';
+import { DeviceBackingXml, VirtualDeviceXml, virtualDevices, vmDetail } from '../vsphere/inventory';
+import { bool, moref, num, text, xsiType, type XmlValue } from '../vsphere/xml';
 
 export interface FactDisk { label: string; datastore: string; file: string; capacity_bytes: number; backing: string; mode: string; sharing: string }
 export interface VmFacts {
@@ -24,11 +24,8 @@ const EXTRA = ['config.hardware.device', 'runtime.host', 'config.cpuHotAddEnable
 /** "[LocalDS_0] vm/disk.vmdk" -> "LocalDS_0". */
 export const datastoreOf = (file: string) => /^\[([^\]]+)\]/.exec(file)?.[1] ?? '';
 
-export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
-  const d = await vmDetail(m, vmPath);
-  const [me] = await retrieve(m, [d.moref], [{ type: 'VirtualMachine', paths: EXTRA }]);
-  const p = me?.props ?? {};
-  const devs = virtualDevices(p['config.hardware.device']);
+/** The VM's virtual disks with their datastore, size, backing kind, mode and sharing. */
+function factDisks(devs: VirtualDeviceXml[]): FactDisk[] {
   const disks: FactDisk[] = [];
   for (const dev of devs.filter((x) => xsiType(x) === 'VirtualDisk')) {
     const b: DeviceBackingXml = dev.backing ?? {};
@@ -39,12 +36,27 @@ export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
       backing: xsiType(b) ?? '', mode: text(b.diskMode) ?? 'persistent', sharing: text(b.sharing) ?? 'sharingNone',
     });
   }
-  const host = moref(p['runtime.host']);
+  return disks;
+}
+
+/** The name of the VM's ESXi host (its moref value when the name is not read; '' without a host). */
+async function hostNameOf(m: Manager, runtimeHost: XmlValue | undefined): Promise<string> {
+  const host = moref(runtimeHost);
   let hostName = host?.value ?? '';
   if (host) {
     const [h] = await retrieve(m, [host], [{ type: 'HostSystem', paths: ['name'] }]);
     hostName = text(h?.props.name) ?? host.value;
   }
+  return hostName;
+}
+
+export async function vmFacts(m: Manager, vmPath: string): Promise<VmFacts> {
+  const d = await vmDetail(m, vmPath);
+  const [me] = await retrieve(m, [d.moref], [{ type: 'VirtualMachine', paths: EXTRA }]);
+  const p = me?.props ?? {};
+  const devs = virtualDevices(p['config.hardware.device']);
+  const disks = factDisks(devs);
+  const hostName = await hostNameOf(m, p['runtime.host']);
   const committed = num(p['summary.storage.committed']) ?? 0;
   return {
     vm_path: vmPath, name: d.name, power_state: d.power_state, guest_id: d.guest_id, firmware: d.firmware,
