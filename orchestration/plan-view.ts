@@ -6,6 +6,9 @@ import { jobViews } from './daemon-views';
 import { parseField } from '../queue/store';
 import type { WarmState } from '../domain/warm-predict';
 
+/** A job as jobViews shows it. */
+type JobView = Awaited<ReturnType<typeof jobViews>>[number];
+
 /** A plan as GET /plans/:id answers it. */
 export type PlanView = Awaited<ReturnType<typeof planView>>;
 
@@ -23,13 +26,7 @@ export async function planView(store: JobStore, p: Plan) {
     done += bytes; total += tb;
     if (v.status === 'running' && pr?.rate_bytes_per_second) rate += pr.rate_bytes_per_second;
     counts[v.status] = (counts[v.status] ?? 0) + 1;
-    const { options: _o, ...rest } = v;
-    return {
-      ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
-      waiting_reason: v.status === 'running' && j?.status === 'pending' ? j.waiting_reason ?? 'queued for a worker' : v.waiting_reason,
-      ...(v.job_id && warm.get(v.job_id) ? { warm: warm.get(v.job_id) } : {}),
-      bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null, ...vmRate(v.status === 'running' ? pr?.rate_bytes_per_second : undefined, bytes, tb),
-    };
+    return vmView(v, j, warm, bytes, tb);
   });
   const { events_sent: _e, ...plan } = p;
   return {
@@ -40,6 +37,18 @@ export async function planView(store: JobStore, p: Plan) {
     rate_bytes_per_second: Math.round(rate),
     eta_seconds: rate > 0 && total > done ? Math.round((total - done) / rate) : null,
     vms,
+  };
+}
+
+/** One VM as the plan view shows it: the stored VM (without its options) with its job's stage, wait, warm state, bytes and rate. */
+function vmView(v: Plan['vms'][number], j: JobView | undefined, warm: Awaited<ReturnType<typeof warmViews>>, bytes: number, tb: number) {
+  const pr = j?.progress;
+  const { options: _o, ...rest } = v;
+  return {
+    ...rest, stage: j && v.status === 'running' ? pr?.stage ?? null : v.stage,
+    waiting_reason: v.status === 'running' && j?.status === 'pending' ? j.waiting_reason ?? 'queued for a worker' : v.waiting_reason,
+    ...(v.job_id && warm.get(v.job_id) ? { warm: warm.get(v.job_id) } : {}),
+    bytes_done: bytes, total_bytes: tb, job_status: j?.status ?? null, ...vmRate(v.status === 'running' ? pr?.rate_bytes_per_second : undefined, bytes, tb),
   };
 }
 
