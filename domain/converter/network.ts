@@ -71,6 +71,25 @@ export function readInterfaces(net: unknown, warn: Warn): Iface[] {
 const v4 = (a: string) => isIP(a.split('/')[0]) === 4;
 const label = (f: Iface, i: number) => f.name || `ferry${i}`;
 
+/** The ifupdown stanzas of one interface (auto, allow-hotplug and its iface blocks), ending with a newline. */
+function ifupdownStanza(f: Iface): string {
+  const a4 = f.addresses.filter(v4);
+  const a6 = f.addresses.filter((a) => !v4(a));
+  const lines = [`auto ${f.name}`, `allow-hotplug ${f.name}`];
+  if (f.dhcp4) lines.push(`iface ${f.name} inet dhcp`);
+  a4.forEach((a, k) => {
+    lines.push(`iface ${f.name} inet static`, `    address ${a}`);
+    if (k === 0 && f.gateway4) lines.push(`    gateway ${f.gateway4}`);
+    if (k === 0 && f.dns.length) lines.push(`    dns-nameservers ${f.dns.join(' ')}`);
+    if (k === 0 && f.mtu) lines.push(`    mtu ${f.mtu}`);
+  });
+  a6.forEach((a, k) => {
+    lines.push(`iface ${f.name} inet6 static`, `    address ${a}`);
+    if (k === 0 && f.gateway6) lines.push(`    gateway ${f.gateway6}`);
+  });
+  return lines.join('\n') + '\n';
+}
+
 /** The files a renderer writes for `ifaces`: [{path, text, mode}]. */
 export function render(r: Renderer, ifaces: Iface[]): { path: string; text: string; mode: number }[] {
   const head = '# Written by Ferry from the manifest\'s configuration.network.\n';
@@ -139,23 +158,7 @@ export function render(r: Renderer, ifaces: Iface[]): { path: string; text: stri
     case 'ifupdown':
       return [{
         path: '/etc/network/interfaces.d/90-ferry', mode: 0o644,
-        text: head + ifaces.map((f) => {
-          const a4 = f.addresses.filter(v4);
-          const a6 = f.addresses.filter((a) => !v4(a));
-          const lines = [`auto ${f.name}`, `allow-hotplug ${f.name}`];
-          if (f.dhcp4) lines.push(`iface ${f.name} inet dhcp`);
-          a4.forEach((a, k) => {
-            lines.push(`iface ${f.name} inet static`, `    address ${a}`);
-            if (k === 0 && f.gateway4) lines.push(`    gateway ${f.gateway4}`);
-            if (k === 0 && f.dns.length) lines.push(`    dns-nameservers ${f.dns.join(' ')}`);
-            if (k === 0 && f.mtu) lines.push(`    mtu ${f.mtu}`);
-          });
-          a6.forEach((a, k) => {
-            lines.push(`iface ${f.name} inet6 static`, `    address ${a}`);
-            if (k === 0 && f.gateway6) lines.push(`    gateway ${f.gateway6}`);
-          });
-          return lines.join('\n') + '\n';
-        }).join('\n'),
+        text: head + ifaces.map(ifupdownStanza).join('\n'),
       }];
   }
 }

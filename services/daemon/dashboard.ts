@@ -37,6 +37,18 @@ export async function registerDashboard(d: {
   const hub = new EventHub(d.bus, store, config.sseHeartbeatSeconds);
   await hub.start();
 
+  addDashboardJobRoutes(d, hub);
+  addDashboardWorkerRoutes(api, life);
+
+  // plan-states.js: the plan state table (domain/plan-states.ts) as a module, generated rather than copied.
+  d.mountStatic('/web/dashboard', DASHBOARD_DIR, { 'plan-states.js': { type: 'text/javascript; charset=utf-8', body: planStatesModule() } });
+  return hub;
+}
+
+/** Registers the job routes: POST /jobs/operation, GET /jobs/:id/record and the SSE /jobs/:id/events/stream, in that order. */
+function addDashboardJobRoutes(d: { api: Api; life: Lifecycle; jobTimeoutSeconds: number }, hub: EventHub) {
+  const { api, life } = d;
+  const store = life.store;
   api.add({
     method: 'post', role: 'submit', path: '/jobs/operation',
     summary: 'Submit a job naming an operation of the 8000 API (for example convert: image, parameters, execution_policy.priority)', tags: ['jobs'],
@@ -79,6 +91,10 @@ export async function registerDashboard(d: {
     role: 'read', path: '/jobs/:id/events/stream', param: 'id', params: idParams,
     summary: 'Progress events as Server-Sent Events (as on the 8000 API; honours Last-Event-ID)', tags: ['jobs'], notFound: err('unknown job'),
   }));
+}
+
+/** Registers GET /workers, GET /queue and GET /whoami, in that order. */
+function addDashboardWorkerRoutes(api: Api, life: Lifecycle) {
   api.add({
     method: 'get', role: 'read', path: '/workers',
     summary: 'Registered workers with capabilities and last heartbeat (as GET /workers on the 8000 API)', tags: ['workers'],
@@ -112,8 +128,4 @@ export async function registerDashboard(d: {
       return { auth: !!key, name: key?.name ?? null, role: key?.role ?? null, roles: ROLES.filter((r) => !key || grants(key, r)) };
     },
   });
-
-  // plan-states.js: the plan state table (domain/plan-states.ts) as a module, generated rather than copied.
-  d.mountStatic('/web/dashboard', DASHBOARD_DIR, { 'plan-states.js': { type: 'text/javascript; charset=utf-8', body: planStatesModule() } });
-  return hub;
 }

@@ -76,8 +76,16 @@ export function addPlanRoutes(api: Api, d: PlanDeps) {
   addPlanCutoverRoute(d, kit.add, kit.view, vmOf);
 }
 
+type PlanKit = ReturnType<typeof planRouteKit>;
+
 /** The plan as a resource: create, list, get, its event stream, change, delete, archive. */
-function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<typeof planRouteKit>) {
+function addPlanResourceRoutes(api: Api, d: PlanDeps, kit: PlanKit) {
+  addPlanCreateReadRoutes(api, d, kit);
+  addPlanChangeRoutes(api, d, kit);
+}
+
+/** Registers create, list, get and the event stream of a plan. */
+function addPlanCreateReadRoutes(api: Api, d: PlanDeps, { view, add }: PlanKit) {
   const { plans } = d;
   api.add({
     method: 'post', path: '/plans', summary: 'Create a migration plan (VMs, destination, network_map, storage_map, options, limits, windows)',
@@ -116,6 +124,11 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
     },
     handler: async (ctx, { params }) => { await d.events.serve(ctx, params.id); return undefined; },
   });
+}
+
+/** Registers change, delete and archive of a plan. */
+function addPlanChangeRoutes(api: Api, d: PlanDeps, { view, add }: PlanKit) {
+  const { plans } = d;
   add('/plans/:id', 'Change a plan that has not started (any field of the create body)', 'submit',
     { method: 'put', body: planUpdateSchema, responses: { 403: err('the plan would ask for what this key may not (names the field)') } },
     async (ctx, { params, body }) => {
@@ -161,10 +174,18 @@ function addPlanResourceRoutes(api: Api, d: PlanDeps, { view, add }: ReturnType<
 }
 
 /** What a plan does: preflight, overrides, start, cancel, retry, and one VM's rollback. */
-function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: ReturnType<typeof planRouteKit>) {
-  const { plans, runner } = d;
+function addPlanActionRoutes(api: Api, d: PlanDeps, kit: PlanKit) {
   // The guest read is a worker's job, submitted as this request's caller.
   const preflightAs = (ctx: Koa.Context, p: Plan) => preflight(p, guestReader(d.work, callerOf(ctx) ?? null));
+  addPlanCheckRoutes(api, d, kit, preflightAs);
+  addPlanRunRoutes(d, kit, preflightAs);
+}
+
+type PreflightAs = (ctx: Koa.Context, p: Plan) => ReturnType<typeof preflight>;
+
+/** Registers preflight (validate) and the overrides of a blocker. */
+function addPlanCheckRoutes(api: Api, d: PlanDeps, { view, select, add }: PlanKit, preflightAs: PreflightAs) {
+  const { plans } = d;
   api.add({
     method: 'post', path: '/plans/:id/validate',
     summary: 'Preflight: per VM findings {rule, severity blocker|warning|info, message, fix}, before any copy: vSphere properties, the target, '
@@ -208,6 +229,11 @@ function addPlanActionRoutes(api: Api, d: PlanDeps, { view, select, add }: Retur
         v.overrides[body.rule] = { by, at: new Date().toISOString(), reason: body.reason };
       }));
     });
+}
+
+/** Registers start, cancel, retry and one VM's rollback. */
+function addPlanRunRoutes(d: PlanDeps, { view, select, add }: PlanKit, preflightAs: PreflightAs) {
+  const { plans, runner } = d;
   add('/plans/:id/start',
     'Start: preflight again, then each VM without an unaccepted blocker runs as a shape B job, paced by the limits and windows; '
       + 'the jobs act as the caller (started_by), so what the plan asks needs the role its direct request needs',

@@ -98,14 +98,20 @@ async function powerJob(d: WorkerJobDeps, body: VmAction, action: 'shutdown' | '
   throw new ApiError(kind ? httpStatusOf(new VsphereError(kind, '')) : 502, end.error ?? `${what} failed (job ${end.job_id})`);
 }
 
-export function addVmRoutes(api: Api, d: WorkerJobDeps) {
-  const store = d.life.store;
-  const errors = {
+/** The errors every vms route documents: invalid input, refused login, unknown VM, manager out of reach. */
+function vmErrors() {
+  return {
     400: err('invalid input (names the field)'),
     401: err('the manager refused the login (the password is never echoed)'),
     404: err('no VM at that path'),
     502: err('the manager cannot be reached or its certificate is not trusted (names the manager)'),
   };
+}
+
+type VmErrors = ReturnType<typeof vmErrors>;
+
+/** Registers the read routes /vms/list, /vms/managers, /vms/resources and /vms/info, in that order. */
+function addVmReadRoutes(api: Api, errors: VmErrors) {
   api.add({
     method: 'get', role: 'read', path: '/vms/list',
     summary: 'VMs of a vSphere manager (query server, insecure; headers X-VSphere-Username, X-VSphere-Password; defaults GOVC_*; '
@@ -145,6 +151,11 @@ export function addVmRoutes(api: Api, d: WorkerJobDeps) {
       return detail(await vsphere(async () => vmDetail(m, query.path !== undefined ? query.path : await pathByName(m, query.name))));
     },
   });
+}
+
+/** Registers the admin actions /vms/shutdown, /vms/poweroff and /vms/remove-cdrom, in that order. */
+function addVmActionRoutes(api: Api, d: WorkerJobDeps, errors: VmErrors) {
+  const store = d.life.store;
   // Powering off or reconfiguring a source VM directly (not as a job's recorded step) changes the source
   // environment, with the daemon's default credentials when none are given: admin (docs/security.md).
   // A VM a job is exporting is refused with a 409 naming that job (orchestration/vm-guard.ts).
@@ -177,6 +188,10 @@ export function addVmRoutes(api: Api, d: WorkerJobDeps) {
     const removed = await removeCdroms(m, p);
     return removed.length ? `removed ${removed.length} CD-ROM device(s) from ${p}: ${removed.join(', ')}` : `${p} has no CD-ROM devices`;
   });
+}
+
+/** Registers /vms/discover: the default manager's whole inventory with counts by power state. */
+function addVmDiscoverRoute(api: Api, errors: VmErrors) {
   api.add({
     method: 'get', role: 'read', path: '/vms/discover',
     summary: 'The whole VM inventory of the default manager (GOVC_URL), with counts by power state', tags: ['vms'],
@@ -200,4 +215,11 @@ export function addVmRoutes(api: Api, d: WorkerJobDeps) {
       };
     },
   });
+}
+
+export function addVmRoutes(api: Api, d: WorkerJobDeps) {
+  const errors = vmErrors();
+  addVmReadRoutes(api, errors);
+  addVmActionRoutes(api, d, errors);
+  addVmDiscoverRoute(api, errors);
 }

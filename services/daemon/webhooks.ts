@@ -22,12 +22,13 @@ const added = Joi.object({
 });
 
 export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: DaemonConfig }) {
+  addWebhookListRoutes(api, d);
+  addWebhookActionRoutes(api, d);
+}
+
+/** Registers GET /webhooks (the list) and POST /webhooks (add one). */
+function addWebhookListRoutes(api: Api, d: { webhooks: WebhookStore; cfg: DaemonConfig }) {
   const { webhooks, cfg } = d;
-  const hookAt = async (index: number) => {
-    const all = await webhooks.list();
-    if (!all[index]) throw notFound(`no webhook at index ${index}`);
-    return all[index];
-  };
   api.add({
     method: 'get', role: 'read', path: '/webhooks',
     summary: 'Configured webhooks (secrets and sensitive headers never shown; the URL\'s query and userinfo redacted unless the key is admin)',
@@ -62,6 +63,16 @@ export function addWebhookRoutes(api: Api, d: { webhooks: WebhookStore; cfg: Dae
       return { message: `webhook ${webhook.id} added at index ${index}`, webhook: createdView(webhook, index) };
     },
   });
+}
+
+/** Registers POST /webhooks/test, GET /webhooks/:index/deliveries and DELETE /webhooks/:index. */
+function addWebhookActionRoutes(api: Api, d: { webhooks: WebhookStore; cfg: DaemonConfig }) {
+  const { webhooks, cfg } = d;
+  const hookAt = async (index: number) => {
+    const all = await webhooks.list();
+    if (!all[index]) throw notFound(`no webhook at index ${index}`);
+    return all[index];
+  };
   api.add({
     method: 'post', role: 'submit', path: '/webhooks/test',
     summary: "Send a webhook.test delivery to every enabled webhook, to one index, or (the seed's {url, event: test}) to the webhooks with that url",
