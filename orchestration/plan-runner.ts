@@ -347,48 +347,63 @@ export class PlanRunner {
 
   /** Running VMs whose job has ended: their outcome, a rollback or clean-up, and the event. */
   private async follow(p: Plan) {
-    for (const v of p.vms.filter((x) => x.status === 'running' && x.job_id)) {
-      const h = await this.d.life.store.raw(v.job_id!);
-      // Claimed but never submitted (the leader stopped in between): the next leader submits it.
-      if (!h) { await this.resubmit(p, v); continue; }
-      // Its job exists but the submission was never marked done (the leader stopped in between): a fact to record.
-      if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) {
-        await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
-      }
-      const w = windowNow(p);
-      if (h.state === 'QUEUED' && !w.open) {
-        await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log,
-          'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual',
-          { plan_id: p.id, job_id: v.job_id }));
-        await this.settle(p, v, 'pending', null);
-        continue;
-      }
-      if (!isTerminal(h.state)) {
-        if (v.cancel_requested) {
-          await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`)
-            .catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
-        }
-        continue;
-      }
-      const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
-      let status = outcome;
-      let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
-      if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
-        // The job acts on the ledger of the VM's job alone (services/worker/operations/plan-effects.ts).
-        const r = await this.viaJob(p, v, 'rollback', {
-          op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: jobCallerOf(p),
-        }, rollbackDetail);
-        if (r === null) continue;
-        if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
-        detail = `${detail}; ${r}`;
-      }
-      const source = outcome === 'completed' ? await this.afterSuccess(p, v) : undefined;
-      if (source === null) continue;
-      const event = outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled';
-      const events = [outbox(p, v.job_id!, event, { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail })];
-      if (status === 'rolled_back') events.push(outbox(p, v.job_id!, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail }));
-      await this.settle(p, v, status, detail, source, events);
+    for (const v of p.vms.filter((x) => x.status === 'running' && x.job_id)) await this.followVm(p, v);
+  }
+
+  /** One running VM: its job submitted again when missing, its submission recorded when that record was lost,
+   *  then its job followed until it ends. */
+  private async followVm(p: Plan, v: PlanVm) {
+    const h = await this.d.life.store.raw(v.job_id!);
+    // Claimed but never submitted (the leader stopped in between): the next leader submits it.
+    if (!h) { await this.resubmit(p, v); return; }
+    // Its job exists but the submission was never marked done (the leader stopped in between): a fact to record.
+    if (v.actions?.some((a) => a.action === 'submit' && a.key === v.job_id && !a.done_at)) {
+      await this.done(p.id, v.vm_path, 'submit', v.job_id!, 'submitted (its job was found by a later step)');
     }
+    if (await this.stillGoing(p, v, h.state)) return;
+    await this.ended(p, v, h);
+  }
+
+  /** A job that has not ended: a queued one whose window closed is cancelled and its VM pending again; a running
+   *  one whose VM the plan cancelled is cancelled. False once the job has ended. */
+  private async stillGoing(p: Plan, v: PlanVm, state: string): Promise<boolean> {
+    const w = windowNow(p);
+    if (state === 'QUEUED' && !w.open) {
+      await this.d.life.cancel(v.job_id!, `window closed before it started: ${w.why}`).catch(dropped(this.d.log,
+        'could not cancel a queued job whose window closed; the VM goes back to pending, and a job that starts anyway is followed as usual',
+        { plan_id: p.id, job_id: v.job_id }));
+      await this.settle(p, v, 'pending', null);
+      return true;
+    }
+    if (isTerminal(state)) return false;
+    if (v.cancel_requested) {
+      await this.d.life.cancel(v.job_id!, `plan ${p.id} cancelled for ${v.vm_path}`)
+        .catch(dropped(this.d.log, 'could not cancel a plan VM\'s job; the next step tries again', { plan_id: p.id, job_id: v.job_id }));
+    }
+    return true;
+  }
+
+  /** An ended job: its outcome, a rollback when the plan says so (claimed first: nothing is settled while another
+   *  holds the claim), the source's fate after a success, and the events. */
+  private async ended(p: Plan, v: PlanVm, h: Record<string, string>) {
+    const outcome = h.state === 'COMPLETED' ? 'completed' : h.state === 'CANCELLED' ? 'cancelled' : 'failed';
+    let status = outcome;
+    let detail: string | null = outcome === 'completed' ? null : h.error || outcome;
+    if (outcome !== 'completed' && v.placement && (outcome === 'cancelled' || vmOption(p, v.vm_path, 'rollback') !== false)) {
+      // The job acts on the ledger of the VM's job alone (services/worker/operations/plan-effects.ts).
+      const r = await this.viaJob(p, v, 'rollback', {
+        op: 'rollback_kvm', parameters: { of_job: v.job_id, power_on_source: !!v.placement.source_was_on }, caller: jobCallerOf(p),
+      }, rollbackDetail);
+      if (r === null) return;
+      if (outcome === 'failed' && !/^rollback failed/.test(r)) status = 'rolled_back';
+      detail = `${detail}; ${r}`;
+    }
+    const source = outcome === 'completed' ? await this.afterSuccess(p, v) : undefined;
+    if (source === null) return;
+    const event = outcome === 'completed' ? 'plan.vm_completed' : outcome === 'failed' ? 'plan.vm_failed' : 'plan.vm_cancelled';
+    const events = [outbox(p, v.job_id!, event, { plan_id: p.id, vm_path: v.vm_path, job_id: v.job_id, status, error: detail })];
+    if (status === 'rolled_back') events.push(outbox(p, v.job_id!, 'plan.vm_rolled_back', { plan_id: p.id, vm_path: v.vm_path, detail }));
+    await this.settle(p, v, status, detail, source, events);
   }
 
   /** A VM claimed for submission whose job does not exist. Claimed by a leader that died before it submitted:

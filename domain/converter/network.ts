@@ -30,42 +30,47 @@ function cidr(s: unknown): boolean {
 /** An array of strings each passing `ok`. */
 const listOf = (v: unknown, ok: (s: unknown) => boolean): v is string[] => Array.isArray(v) && v.every(ok);
 
+type RawIface = Record<string, unknown>;
+const isStr = (v: unknown): v is string => typeof v === 'string';
+const strOr = (v: unknown) => (isStr(v) ? v : undefined);
+type IfaceRule = readonly [field: string, message: string, broken: (r: RawIface) => boolean];
+const gatewayRule = (f: 'gateway4' | 'gateway6', v: 4 | 6): IfaceRule =>
+  [f, `must be an IPv${v} address`, (r) => { const g = r[f]; return g !== undefined && !(isStr(g) && isIP(g) === v); }];
+const mtuOk = (m: unknown) => typeof m === 'number' && Number.isInteger(m) && m >= 576 && m <= 65535;
+
+/** The checks of one interface in the order they are reported; the first broken one skips the interface. The address
+ * rules come before the static-interface rule, which may then read `addresses` as an array. */
+const IFACE_RULES: readonly IfaceRule[] = [
+  ['name', 'give name or mac (or both)', (r) => r.name === undefined && r.mac === undefined],
+  ['name', 'is not an interface name (at most 15 of A-Z a-z 0-9 _ . -)', (r) => r.name !== undefined && !(isStr(r.name) && IFNAME.test(r.name))],
+  ['mac', 'must look like 00:50:56:aa:bb:cc', (r) => r.mac !== undefined && !(isStr(r.mac) && MAC.test(r.mac))],
+  ['addresses', 'must be an array of addresses with a prefix length ("10.0.0.5/24")', (r) => !listOf(r.addresses ?? [], cidr)],
+  ['dhcp4', 'must be a boolean', (r) => r.dhcp4 !== undefined && typeof r.dhcp4 !== 'boolean'],
+  ['addresses', 'a static interface (dhcp4: false) needs at least one address', (r) => r.dhcp4 === false && !(r.addresses as string[] | undefined)?.length],
+  gatewayRule('gateway4', 4), gatewayRule('gateway6', 6),
+  ['dns', 'must be an array of IP addresses', (r) => !listOf(r.dns ?? [], (d) => isStr(d) && isIP(d) !== 0)],
+  ['mtu', 'must be an integer from 576 to 65535', (r) => r.mtu !== undefined && !mtuOk(r.mtu)],
+];
+
+/** One interface, checked against IFACE_RULES; undefined (after a warning naming the field) when it is skipped. */
+function readInterface(item: unknown, p: string, warn: Warn): Iface | undefined {
+  if (!item || typeof item !== 'object') { warn(p, 'must be an object'); return undefined; }
+  const src = item as RawIface;
+  const r: RawIface = { ...src, mac: isStr(src.mac) ? src.mac.toLowerCase().replace(/-/g, ':') : src.mac };
+  const broken = IFACE_RULES.find(([, , isBroken]) => isBroken(r));
+  if (broken) { warn(`${p}.${broken[0]}`, broken[1]); return undefined; }
+  const addresses = (r.addresses ?? []) as string[];
+  return {
+    name: strOr(r.name), mac: strOr(r.mac), dhcp4: typeof r.dhcp4 === 'boolean' ? r.dhcp4 : !addresses.length, addresses,
+    gateway4: strOr(r.gateway4), gateway6: strOr(r.gateway6), dns: (r.dns ?? []) as string[], mtu: typeof r.mtu === 'number' ? r.mtu : undefined,
+  };
+}
+
 /** configuration.network.interfaces, checked: a bad interface is a warning naming its path and is skipped. */
 export function readInterfaces(net: unknown, warn: Warn): Iface[] {
   const list = net && typeof net === 'object' ? (net as Record<string, unknown>).interfaces : undefined;
   if (!Array.isArray(list) || !list.length) { warn('configuration.network.interfaces', 'must be a non-empty array of interfaces'); return []; }
-  const out: Iface[] = [];
-  list.forEach((item: unknown, i: number) => {
-    const p = `configuration.network.interfaces[${i}]`;
-    const bad = (f: string, m: string) => { warn(`${p}.${f}`, m); return true; };
-    if (!item || typeof item !== 'object') { warn(p, 'must be an object'); return; }
-    const raw = item as Record<string, unknown>;
-    const mac = typeof raw.mac === 'string' ? raw.mac.toLowerCase().replace(/-/g, ':') : raw.mac;
-    if (raw.name === undefined && mac === undefined && bad('name', 'give name or mac (or both)')) return;
-    if (raw.name !== undefined && !(typeof raw.name === 'string' && IFNAME.test(raw.name))
-      && bad('name', 'is not an interface name (at most 15 of A-Z a-z 0-9 _ . -)')) return;
-    if (mac !== undefined && !(typeof mac === 'string' && MAC.test(mac)) && bad('mac', 'must look like 00:50:56:aa:bb:cc')) return;
-    const addresses = raw.addresses ?? [];
-    if (!listOf(addresses, cidr)) { bad('addresses', 'must be an array of addresses with a prefix length ("10.0.0.5/24")'); return; }
-    if (raw.dhcp4 !== undefined && typeof raw.dhcp4 !== 'boolean' && bad('dhcp4', 'must be a boolean')) return;
-    const dhcp4 = typeof raw.dhcp4 === 'boolean' ? raw.dhcp4 : !addresses.length;
-    if (!dhcp4 && !addresses.length && bad('addresses', 'a static interface (dhcp4: false) needs at least one address')) return;
-    const { gateway4, gateway6 } = raw;
-    for (const [f, g, v] of [['gateway4', gateway4, 4], ['gateway6', gateway6, 6]] as const) {
-      if (g !== undefined && (typeof g !== 'string' || isIP(g) !== v) && bad(f, `must be an IPv${v} address`)) return;
-    }
-    const dns = raw.dns ?? [];
-    if (!listOf(dns, (d) => typeof d === 'string' && isIP(d) !== 0)) { bad('dns', 'must be an array of IP addresses'); return; }
-    const mtu = raw.mtu;
-    if (mtu !== undefined && !(typeof mtu === 'number' && Number.isInteger(mtu) && mtu >= 576 && mtu <= 65535)
-      && bad('mtu', 'must be an integer from 576 to 65535')) return;
-    out.push({
-      name: typeof raw.name === 'string' ? raw.name : undefined, mac: typeof mac === 'string' ? mac : undefined, dhcp4, addresses,
-      gateway4: typeof gateway4 === 'string' ? gateway4 : undefined, gateway6: typeof gateway6 === 'string' ? gateway6 : undefined,
-      dns, mtu: typeof mtu === 'number' ? mtu : undefined,
-    });
-  });
-  return out;
+  return list.flatMap((item: unknown, i: number) => readInterface(item, `configuration.network.interfaces[${i}]`, warn) ?? []);
 }
 
 const v4 = (a: string) => isIP(a.split('/')[0]) === 4;

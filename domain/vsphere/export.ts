@@ -257,6 +257,24 @@ type Sums = Map<string, FileSum>;
 const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum =>
   ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
 
+/** One planned file against the ledger (`mine`) and the state file: complete (its checksum), to be fetched, or
+ *  refused because it belongs to someone else. */
+async function claimFile(r: ExportRequest, f: RemoteFile, mine: boolean, prev: ExportState | null): Promise<FileSum | 'fetch'> {
+  const st = await fs.lstat(f.target ?? f.local).catch(() => null);
+  const rec = prev?.files?.[f.local];
+  // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
+  // (A record of an older Ferry, without the block hash list, is not complete: the target is fetched again.)
+  if (f.target && !(mine && rec?.size === f.size && rec.blocks && st?.size === f.size)) return 'fetch';
+  if (st && mine && st.isFile() && st.size === f.size) {
+    // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
+    return rec && rec.size === f.size ? rec : { size: f.size, sha256: await sha256File(f.local, undefined, r.signal) };
+  }
+  if (st) throw new VsphereError('state', `${f.local} already exists and is not part of this export; remove it or choose another output_path`);
+  if (!mine && await partialExists(f.local)) throw new VsphereError('state',
+    `${f.local} has a partial download (${PART}) that this export did not start; remove it or choose another output_path`);
+  return 'fetch';
+}
+
 /** Which planned files this export may write, and which are complete already. Only what the ledger says this
  *  export created is continued or replaced: a file, a partial download or a state file it did not create
  *  belongs to someone else and is neither resumed nor removed. New files enter the ledger before any is written. */
@@ -273,23 +291,8 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
   const fresh: string[] = [];
   for (const f of all) {
     const mine = owned.has(f.local);
-    const st = await fs.lstat(f.target ?? f.local).catch(() => null);
-    // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
-    // (A record of an older Ferry, without the block hash list, is not complete: the target is fetched again.)
-    if (f.target && !(mine && prev?.files?.[f.local]?.size === f.size && prev.files[f.local].blocks && st?.size === f.size)) {
-      if (!mine) fresh.push(f.local); continue; }
-    if (st && mine && st.isFile() && st.size === f.size) {
-      // Complete from an earlier attempt; one that died before recording it has its checksum read back once.
-      const rec = prev?.files?.[f.local];
-      const sum = rec && rec.size === f.size ? rec : { size: f.size, sha256: await sha256File(f.local, undefined, r.signal) };
-      state.files[f.local] = sum;
-      have.set(f.local, sum);
-      continue;
-    }
-    if (st) throw new VsphereError('state', `${f.local} already exists and is not part of this export; remove it or choose another output_path`);
-    if (!mine && await partialExists(f.local)) throw new VsphereError('state',
-      `${f.local} has a partial download (${PART}) that this export did not start; remove it or choose another output_path`);
-    if (!mine) fresh.push(f.local);
+    const got = await claimFile(r, f, mine, prev);
+    if (got !== 'fetch') { state.files[f.local] = got; have.set(f.local, got); } else if (!mine) fresh.push(f.local);
   }
   await ledger.add([...fresh, ...ownFiles(r.outputDir).filter((p) => !owned.has(p))]);
   await writeState(r.outputDir, state);

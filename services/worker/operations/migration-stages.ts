@@ -102,11 +102,12 @@ async function recordDataPath(manifestPath: string, reportPath: string | undefin
   await fs.rename(`${reportPath}.tmp`, reportPath);
 }
 
-export async function afterExport(ctx: OpContext, input: AfterExportInput): Promise<Record<string, unknown>> {
-  const exported = validateManifest(input.exported.manifest);
-  const dir = path.dirname(input.exported.manifest_path);
-  const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
-  const { report, importDisks, dataPath } = await repairDisks(ctx, input, dir, v);
+type Repaired = Awaited<ReturnType<typeof repairDisks>>;
+type Imported = Awaited<ReturnType<typeof importForMigration>>;
+type Exported = ReturnType<typeof validateManifest>;
+
+/** The repaired disks defined as a domain on the destination, named after the VM unless the job names it. */
+async function importStage(ctx: OpContext, input: AfterExportInput, exported: Exported, dir: string, v: Virsh, { report, importDisks }: Repaired) {
   const vmName: unknown = exported.source?.vm_name;
   const name = input.domain_name || (typeof vmName === 'string' && vmName ? vmName : path.basename(dir));
   const nics = (exported.nics || []).filter((n) => n.network); // a NIC on no network gets none on KVM either
@@ -120,16 +121,21 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
     onProgress: (stage, pct) => void ctx.progress('import', Math.min(99, pct), stage), ledger: ctx.ledger,
   }).catch(finalRefusal);
   await ctx.progress('import', 100, `domain ${imported.domain} (${imported.uuid}) defined on ${v.uri}`);
+  return imported;
+}
 
-  // The first start of the imported domain is the test boot: paused, console attached, resumed, judged.
+/** The first start of the imported domain is the test boot: paused, console attached, resumed, judged. A domain
+ *  that does not boot fails the job and is left defined and shut off, its console kept. */
+async function bootStage(ctx: OpContext, input: AfterExportInput, dir: string, v: Virsh, imported: Imported) {
   const vt = input.virt_test || {};
+  const consoleLog = path.join(dir, `${imported.domain}.console.log`);
   await ctx.progress('boot', 0, `starting ${imported.domain} and watching its serial console`);
   // By its UUID from here on: the one identity of this domain virsh cannot resolve to another.
   await v.run(['start', '--paused', imported.uuid]);
   const boot = await testBootLibvirt(
     {
       disks: [], firmware: imported.firmware, expect: vt.expect ? jobPattern(vt.expect, 'options.virt_test.expect') : undefined,
-      timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog: path.join(dir, `${imported.domain}.console.log`),
+      timeoutSeconds: vt.timeout_seconds ?? 600, signal: ctx.signal, consoleLog,
     },
     v,
     async function* (signal) { yield* watchFromStart(v, imported.uuid, signal); return { domain_type: imported.domain_type }; },
@@ -137,19 +143,37 @@ export async function afterExport(ctx: OpContext, input: AfterExportInput): Prom
   if (boot.status !== 'passed') {
     await v.run(['destroy', imported.uuid]).catch(dropped(ctx.log, 'the domain is already off when it stopped by itself', { domain: imported.domain }));
     throw new OperationError(`the imported domain ${imported.domain} on ${v.uri} did not boot (${boot.status}): ${boot.detail}; `
-      + `it is left defined and shut off, its console in ${path.join(dir, `${imported.domain}.console.log`)}`, false);
+      + `it is left defined and shut off, its console in ${consoleLog}`, false);
   }
   await ctx.progress('boot', 100, `${imported.domain} is running: ${boot.detail}`);
+  return boot;
+}
+
+/** The migrate job's result: the domain, its boot, and what the export, the data path and the repair did. */
+function migrationResult(input: AfterExportInput, exported: Exported, v: Virsh, { report, dataPath }: Repaired, imported: Imported,
+  boot: Awaited<ReturnType<typeof bootStage>>): Record<string, unknown> {
+  const e = input.exported;
   return {
     success: true, domain: imported.domain, uuid: imported.uuid, virt_uri: v.uri, pool: imported.pool, volumes: imported.volumes,
     firmware: imported.firmware,
     firmware_reason: report.firmware?.reason ?? `the VM's firmware (manifest vm.firmware ${exported.vm?.firmware ?? 'not given'})`,
     domain_type: imported.domain_type, boot,
     export: {
-      manifest_path: input.exported.manifest_path, files: input.exported.files, total_bytes: input.exported.total_bytes, resumes: input.exported.resumes,
-      bytes_refetched: input.exported.bytes_refetched, bytes_rehashed: input.exported.bytes_rehashed, bytes_sparse: input.exported.bytes_sparse,
+      manifest_path: e.manifest_path, files: e.files, total_bytes: e.total_bytes, resumes: e.resumes,
+      bytes_refetched: e.bytes_refetched, bytes_rehashed: e.bytes_rehashed, bytes_sparse: e.bytes_sparse,
     },
     data_path: dataPath.map((d) => ({ disk_id: d.id, label: d.label, ...withoutList(d.data_path) })),
     conversion: { report_path: report.report_path, artifacts: report.artifacts, summary: report.summary, warnings: report.warnings },
   };
+}
+
+/** After the export: the repair, the import and the test boot, in that order. */
+export async function afterExport(ctx: OpContext, input: AfterExportInput): Promise<Record<string, unknown>> {
+  const exported = validateManifest(input.exported.manifest);
+  const dir = path.dirname(input.exported.manifest_path);
+  const v = new Virsh(jobUri(input.destination.virt_uri, 'destination.virt_uri'));
+  const repaired = await repairDisks(ctx, input, dir, v);
+  const imported = await importStage(ctx, input, exported, dir, v, repaired);
+  const boot = await bootStage(ctx, input, dir, v, imported);
+  return migrationResult(input, exported, v, repaired, imported, boot);
 }
