@@ -32,7 +32,9 @@ export const defaultPoolDir = () => setting('FERRY_LIBVIRT_POOL_DIR');
 export interface ImportSpec {
   /** Disk images, boot disk first (a local path on the machine running this). `inPool`: the image is already a
    *  partial file in the local dir pool's folder, recorded in the ledger by its maker (one pass): it is taken
-   *  under its volume name as it is, never copied. */
+   *  under its volume name as it is, never copied. On another host (one pass there, remote-one-pass.ts) `path`
+   *  is the volume's path in the pool there, the volume already has the name this import gives it, and `format`
+   *  is given: nothing reads it here. */
   disks: { path: string; format?: string; inPool?: boolean }[];
   /** The request field that named disk i, for a 400 about it (default `disks[i].path`). */
   diskField?: (i: number) => string;
@@ -150,6 +152,37 @@ interface Placing {
   vol: { name: string; format: string }; file: string; part?: string;
 }
 
+/** Each disk's format: the one given, else the header's (read by Ferry), so qemu-img never probes; a disk already
+ *  in its volume on another host is not read here. */
+function diskFormats(v: Virsh, s: ImportSpec) {
+  return Promise.all(s.disks.map((d, i) => (remoteInPool(v, d) ? Promise.resolve({ format: qemuFormat(d.format!) })
+    : (d.format ? Promise.resolve(qemuFormat(d.format)) : inspectImage(d.path).then((h) => h.format))
+      .then((fmt) => imageInfo(d.path, fmt))).catch((e: Error) => {
+      throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
+    })));
+}
+
+/** Every volume name the import gives must be free, except a remote one-pass disk's, which must be that volume. */
+async function checkVolumeNames(v: Virsh, s: ImportSpec, pool: string, dirPool: string | null, vols: { name: string }[]) {
+  for (const [i, vol] of vols.entries()) {
+    if (remoteInPool(v, s.disks[i])) { await ownRemoteVolume(v, pool, vol.name, s.disks[i].path); continue; }
+    // In a local dir pool a volume is a file of the folder: the same answer without a round trip.
+    const taken = dirPool ? await fs.access(path.join(dirPool, vol.name)).then(() => true, () => false) : await volumeExists(v, pool, vol.name);
+    if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
+  }
+}
+
+/** A disk the job already wrote into its volume on another host (one pass there). */
+const remoteInPool = (v: Virsh, d: ImportSpec['disks'][number]) => !!d.inPool && !isLocalUri(v.uri);
+
+/** The volume a remote one-pass disk is in must be the one this import names, at the path the job wrote. */
+async function ownRemoteVolume(v: Virsh, pool: string, name: string, file: string) {
+  const info = await volumeInfo(v, pool, name).catch((e: unknown) => {
+    throw e instanceof LibvirtError && e.status === 404 ? new ApiError(500, `volume ${name} the job wrote is gone from pool ${pool} on ${v.uri}`) : e;
+  });
+  if (info.path !== file) throw new ApiError(500, `volume ${name} in pool ${pool} on ${v.uri} is at ${info.path}, not at ${file} where the job wrote it`);
+}
+
 /** One disk into its volume, the volume recorded in the ledger the moment it exists (its key; in a dir pool its
  *  path). Returns how to remove it again. A volume name taken meanwhile is a 409, never replaced: the local copy
  *  is linked (linkNew), elsewhere vol-create-as refuses a name that exists. */
@@ -206,11 +239,7 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
     // The checks are independent round trips: run together, they cost one.
     const [exists, infos, target, nics, type] = await Promise.all([
       domainExists(v, s.name),
-      // The format given, else the header's (read by Ferry): qemu-img never probes.
-      Promise.all(s.disks.map((d, i) => (d.format ? Promise.resolve(qemuFormat(d.format)) : inspectImage(d.path).then((h) => h.format))
-        .then((fmt) => imageInfo(d.path, fmt)).catch((e: Error) => {
-          throw fieldError(400, s.diskField?.(i) ?? `disks[${i}].path`, `${d.path} is not a disk image qemu-img can read (${e.message})`);
-        }))),
+      diskFormats(v, s),
       targetP,
       Promise.all(s.networks.map(async (n, i) => ({ ...(await nicSource(v, n, s.networkField?.(i) ?? `networks[${i}]`)), mac: macOf(s.macs?.[i], i) }))),
       domainType(v),
@@ -218,18 +247,15 @@ async function placeDisks(v: Virsh, s: ImportSpec, pool: string) {
     if (exists) throw new ApiError(409, `a domain named ${s.name} already exists`);
     const dirPool = target?.type === 'dir' && target.path ? target.path : null;
     const vols = infos.map((info, i) => ({ name: `${s.name}${i ? `-disk${i}` : ''}.${outputExtension(info.format)}`, format: info.format }));
-    for (const vol of vols) {
-      // In a local dir pool a volume is a file of the folder: the same answer without a round trip.
-      const taken = dirPool ? await fs.access(path.join(dirPool, vol.name)).then(() => true, () => false) : await volumeExists(v, pool, vol.name);
-      if (taken) throw new ApiError(409, `volume ${vol.name} already exists in pool ${pool}`);
-    }
+    await checkVolumeNames(v, s, pool, dirPool, vols);
     const copies = await early;
-    if (!copies && s.disks.some((d) => d.inPool)) {
+    if (!copies && s.disks.some((d) => d.inPool && !remoteInPool(v, d))) {
       throw new ApiError(500, `pool ${pool} is not a local dir pool, so a disk already in its folder cannot be taken`);
     }
     for (const [i, d] of s.disks.entries()) {
       s.onProgress?.(`copying ${path.basename(d.path)}`, (i / s.disks.length) * 100);
       if (copies) await copies[i].done;
+      if (remoteInPool(v, d)) continue; // made and recorded by the job; a failed import leaves it to the job's retry or rollback
       placed.push(await placeOne(v, s.ledger ?? NO_LEDGER, { pool, dirPool, target, vol: vols[i], file: d.path, part: copies?.[i].part }));
     }
     return { dirPool, vols, type, nics, placed };

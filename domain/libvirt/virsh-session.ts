@@ -139,3 +139,11 @@ export function virshSession(uri: string): VirshSession {
   }
   return s;
 }
+
+/** A session of the caller's own for `uri`, not shared with other callers (a volume stream's lane runs long
+ *  commands that must not queue behind, or hold up, the shared session); the caller closes it. */
+export function ownVirshSession(uri: string): VirshSession {
+  return new VirshSession(uri, () => { /* not in the shared map */ });
+}
+
+export type { VirshSession };

@@ -9,7 +9,7 @@ import { request } from 'undici';
 import type { Manager } from './client';
 import { networkError, VsphereError } from './errors';
 import { ignoreError, awaitedLater } from '../../platform/log';
-import { dataPath, feed, FileJob, label, openFile, readRange, RemoteFile, saveState, writeAt, PART, STATE, WRITE_BATCH } from './download-file';
+import { feed, FileJob, label, openFile, RemoteFile, saveState, writeAt, PART, STATE } from './download-file';
 import { setting } from '../../platform/settings';
 import type { BlockHashes } from './block-hash';
 
@@ -158,7 +158,7 @@ class Download {
         const i = j.frontier;
         if (j.rehash.has(i)) {
           j.rehash.delete(i);
-          await readRange(j.fh!, i * j.chunk, j.written[i], (b) => j.hash.update(b));
+          await j.fh!.read(i * j.chunk, j.written[i], (b) => j.hash.update(b));
           this.result.bytes_rehashed += j.written[i];
         }
         j.frontier++;
@@ -175,11 +175,9 @@ class Download {
     if (j.finished || j.frontier !== j.chunks) return;
     j.finished = true;
     j.sha256 = j.hash.digest('hex');
-    await j.fh!.sync();
-    await j.fh!.close();
+    const size = await j.fh!.finish();
     j.fh = undefined;
-    const st = await fs.stat(dataPath(j.f));
-    if (st.size !== j.f.size) throw new VsphereError('http', `${label(j.f)}: wrote ${st.size} bytes, expected ${j.f.size}`);
+    if (size !== j.f.size) throw new VsphereError('http', `${label(j.f)}: wrote ${size} bytes, expected ${j.f.size}`);
     // A target is already where it belongs; a partial file takes its final name.
     if (!j.f.target) await fs.rename(j.f.local + PART, j.f.local);
     await fs.rm(j.f.local + STATE, { force: true });
@@ -197,7 +195,7 @@ class Download {
     // A range with a prefix from an earlier attempt: that prefix goes into the hash first (read once from disk).
     if (j.rehash.has(i)) {
       j.rehash.delete(i);
-      await readRange(j.fh!, start, j.written[i], (b) => feed(j, i, b));
+      await j.fh!.read(start, j.written[i], (b) => feed(j, i, b));
       this.result.bytes_rehashed += j.written[i];
     }
     let failures = 0;
@@ -275,7 +273,7 @@ class Download {
         const room = end - queued - batchLen;
         if (b.length > room) b = b.subarray(0, room);
         batch.push(b); batchLen += b.length;
-        if (batchLen >= WRITE_BATCH) await flush();
+        if (batchLen >= j.batch) await flush();
         if (queued + batchLen >= end) break;
       }
     } finally {

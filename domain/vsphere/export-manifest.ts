@@ -31,7 +31,7 @@ export function dataPath(x: PlannedDisk, sums: Sums) {
   if (x.extent?.target) {
     const sum = sums.get(x.extent.local)!;
     return { mode: 'one_pass', volume: x.extent.target, format: 'raw', blocks: sum.blocks,
-      source: `[${x.extent.datastore}] ${x.extent.path}` };
+      source: `[${x.extent.datastore}] ${x.extent.path}`, ...(x.extent.remote ? { virt_uri: x.extent.remote.uri } : {}) };
   }
   return { mode: 'export_folder', reason: x.fallback ?? 'one pass was not asked for' };
 }

@@ -257,11 +257,18 @@ type Sums = Map<string, FileSum>;
 const fileSum = (f: { size: number; sha256?: string; blocks?: BlockHashes }): FileSum =>
   ({ size: f.size, ...sha256Of(f), ...(f.blocks ? { blocks: f.blocks } : {}) });
 
+/** A volume on another host is not a local file: complete when this export recorded its block hash list (its size
+ *  is libvirt's, checked when its download finished); else it is resumed. */
+function remoteClaim(f: RemoteFile, mine: boolean, prev: ExportState | null): FileSum | 'fetch' {
+  const rec = prev?.files?.[f.local];
+  return mine && rec?.size === f.size && rec.blocks ? rec : 'fetch';
+}
+
 /** One planned file against the ledger (`mine`) and the state file: complete (its checksum), to be fetched, or
  *  refused because it belongs to someone else. */
 async function claimFile(r: ExportRequest, f: RemoteFile, mine: boolean, prev: ExportState | null): Promise<FileSum | 'fetch'> {
-  const st = await fs.lstat(f.target ?? f.local).catch(() => null);
   const rec = prev?.files?.[f.local];
+  const st = await fs.lstat(f.target ?? f.local).catch(() => null);
   // A target (one pass) is complete when this export recorded its checksum; else it is resumed or rewritten.
   // (A record of an older Ferry, without the block hash list, is not complete: the target is fetched again.)
   if (f.target && !(mine && rec?.size === f.size && rec.blocks && st?.size === f.size)) return 'fetch';
@@ -291,7 +298,7 @@ async function claimFiles(r: ExportRequest, all: RemoteFile[]) {
   const fresh: string[] = [];
   for (const f of all) {
     const mine = owned.has(f.local);
-    const got = await claimFile(r, f, mine, prev);
+    const got = f.remote ? remoteClaim(f, mine, prev) : await claimFile(r, f, mine, prev);
     if (got !== 'fetch') { state.files[f.local] = got; have.set(f.local, got); } else if (!mine) fresh.push(f.local);
   }
   await ledger.add([...fresh, ...ownFiles(r.outputDir).filter((p) => !owned.has(p))]);

@@ -17,6 +17,8 @@ import { jobUri } from '../../../domain/libvirt/uri';
 import { setting } from '../../../platform/settings';
 import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
 import { placeForOnePass } from './one-pass';
+import { unplaceRemote } from './remote-one-pass';
+import { Virsh } from '../../../domain/libvirt';
 import { besideCopyRefused, besideCopyResult, startRepairBesideCopy, type BesideCopy } from './repair-beside-copy';
 import type { Manager } from '../../../domain/vsphere/client';
 import type { VmDetail } from '../../../domain/vsphere/inventory';
@@ -79,19 +81,23 @@ export const migrateVm: Operation = async (ctx) => {
 
 /** The cold migration: when every disk goes one pass, the repair starts at the placement, beside the copy
  *  (repair-beside-copy.ts); its repair, import and boot times are recorded for warm predictions (`measured`). */
-async function migrateCold(ctx: OpContext, p: ExportParameters, dir: string, target: Parameters<typeof placeForOnePass>[1],
+async function migrateCold(ctx: OpContext, p: ExportParameters & { domain_name?: string }, dir: string, target: Parameters<typeof placeForOnePass>[1],
   stagesAfter: (c: OpContext, exported: ExportResult, beside?: BesideCopy) => Promise<Record<string, unknown>>): Promise<Record<string, unknown>> {
   let beside: BesideCopy | undefined;
   let refused: string | undefined;
   const place = async (disks: PlannedDisk[], src: { manager: Manager; vm: VmDetail }) => {
-    await placeForOnePass(ctx, target, disks);
+    // Another host's volumes are named after the domain from the start (remote-one-pass.ts).
+    const remote = { domain: p.domain_name || src.vm.name, lanes: p.parallel_downloads };
+    await placeForOnePass(ctx, { ...target, remote }, disks);
     refused = besideCopyRefused(disks);
     if (refused) return;
-    // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy.
-    beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks }).catch((e: Error) => {
+    // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy;
+    // a copy onto another host then goes through the export folder (its volumes cannot be repaired here).
+    beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks }).catch(async (e: Error) => {
       if (ctx.signal.aborted) throw e;
       refused = `the reader of the source did not start (${e.message}): the repair runs after the copy`;
       ctx.log.warn(refused, { job_id: ctx.spec.job_id });
+      await unplaceRemote(new Virsh(target.virtUri), disks, refused);
       return undefined;
     });
   };

@@ -20,6 +20,7 @@ import type { ExportResult } from '../../../domain/vsphere/export';
 import { testBootLibvirt } from '../../../domain/converter/testboot';
 import { migrateManifest, repairParameters } from './migrate';
 import { clearEarlierAttempts, finalRefusal } from './import';
+import { mergeIntoRemotePool } from './remote-one-pass';
 import type { OpContext } from './types';
 import { dropped } from '../../../platform/log';
 
@@ -41,7 +42,7 @@ export interface AfterExportInput {
 
 /** How each exported disk's bytes travelled (the manifest's data_path, domain/vsphere/export-manifest.ts). */
 type DataPath =
-  | { mode: 'one_pass'; volume: string; format: 'raw'; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck }
+  | { mode: 'one_pass'; volume: string; format: 'raw'; blocks?: BlockHashes; source: string; verified?: string; block_check?: BlockCheck; virt_uri?: string }
   | { mode: 'export_folder'; reason: string };
 type ExportedDisk = { id: string; label?: string; data_path?: DataPath };
 
@@ -60,18 +61,33 @@ async function repairDisks(ctx: OpContext, input: AfterExportInput, dir: string,
   // What an earlier attempt made goes, except the volumes this attempt resumed into and has just repaired.
   await clearEarlierAttempts(ctx, 'import', new Set(volumes.filter((x): x is string => !!x)));
   if (!volumes.some(Boolean)) return { report, importDisks: artifacts.map((a) => ({ path: a.path, format: a.format })), dataPath: disks };
-  const poolDir = path.dirname(volumes.find(Boolean)!);
   const index = new Map(disks.map((d, i) => [d.id, i]));
-  const merged = await mergeIntoPool(ctx, { virtUri: v.uri, pool: input.pool || defaultPool(), poolDir }, artifacts.map((a) => {
+  const merging = artifacts.map((a) => {
     const dp = disks[index.get(a.disk_id)!].data_path;
     return { overlay: a.path, volume: volumes[index.get(a.disk_id)!], modified: !!a.modified_by_fix, blocks: dp?.mode === 'one_pass' ? dp.blocks : undefined };
-  }));
+  });
+  const merged = await mergeDisks(ctx, input, dir, v, disks, merging);
   const checks = new Map(merged.map((m) => [m.path, m.check]));
   const verified = disks.map((d) => (d.data_path?.mode === 'one_pass'
     ? { ...d, data_path: { ...d.data_path, ...verifiedBy(checks.get(d.data_path.volume)) } }
     : d));
   await recordDataPath(input.exported.manifest_path, report.report_path, verified);
   return { report, importDisks: merged.map((m) => ({ path: m.path, format: m.format, inPool: m.inPool })), dataPath: verified };
+}
+
+/** The repaired disks into the pool: on this host (mergeIntoPool), or uploaded onto another one (the volumes' data
+ *  path names its URI: remote-one-pass.ts), whose readers of the source stop once the repair is uploaded. */
+async function mergeDisks(ctx: OpContext, input: AfterExportInput, dir: string, v: Virsh, disks: ExportedDisk[],
+  merging: Parameters<typeof mergeIntoPool>[2]) {
+  const pool = input.pool || defaultPool();
+  if (!disks.some((d) => d.data_path?.mode === 'one_pass' && d.data_path.virt_uri)) {
+    return mergeIntoPool(ctx, { virtUri: v.uri, pool, poolDir: path.dirname(merging.find((m) => m.volume)!.volume!) }, merging);
+  }
+  try {
+    return await mergeIntoRemotePool(ctx, { v, pool, lanes: input.exported.streams ?? 4, dir }, merging);
+  } finally {
+    await input.beside?.stop();
+  }
 }
 
 /** What a one-pass disk's block check showed, in words and figures (docs/pipeline.md, "Shape B: one pass (issue 36)", its Integrity item). */

@@ -20,6 +20,8 @@ import { checkBlocks } from '../../../domain/vsphere/block-check';
 import { validateManifest } from '../../../domain/schemas/manifest';
 import { MIGRATION_REPAIR } from '../../../domain/converter/guest';
 import type { OpContext } from './types';
+import { placeRemote, remoteRefused } from './remote-one-pass';
+import { volumeSizes } from '../../../domain/libvirt/volume-stream';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
 export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') => `.ferry-${jobId}-disk${i}.${format}.ferry-partial`;
@@ -27,7 +29,18 @@ export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') =
 /** Bytes a file already takes on its device (0 when it is not there). */
 const allocated = (f: string) => fs.stat(f).then((s) => s.blocks * 512, () => 0);
 
-export interface Placement { virtUri: string; pool?: string; exportDir: string }
+/** What a one-pass volume already holds (an earlier attempt's bytes count as room): on another host, libvirt's
+ *  allocation of it. */
+const ownBytes = async (v: Virsh, pool: string, target: string, remote: boolean) => (remote
+  ? (await volumeSizes((a) => v.run(a), { uri: v.uri, pool, name: path.basename(target) }))?.allocation ?? 0
+  : allocated(target));
+
+export interface Placement {
+  virtUri: string; pool?: string; exportDir: string;
+  /** One pass onto another host (remote-one-pass.ts): the domain's name (its volumes are named after it) and the
+   *  job's download streams (as many upload lanes). Without it (warm rounds) another host goes through the export folder. */
+  remote?: { domain: string; lanes: number };
+}
 
 /** ExportRequest.place for a migration job: which disks go straight into the pool, then the space check, then the
  *  partial volumes recorded in the job's ledger (before the download creates them). */
@@ -36,14 +49,17 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   const pool = o.pool || defaultPool();
   if (!o.pool) await ensureDirPool(v, pool, defaultPoolDir());
   const local = isLocalUri(v.uri);
-  const t = local ? await poolTarget(v, pool) : null;
+  const t = local || o.remote ? await poolTarget(v, pool) : null;
   const dir = t?.type === 'dir' && t.path ? t.path : null;
+  if (!local && o.remote && dir && !remoteRefused(disks)) {
+    await placeRemote(ctx, { v, pool, poolDir: dir, domain: o.remote.domain, lanes: o.remote.lanes, exportDir: o.exportDir }, disks);
+    await checkSpace(v, pool, disks, o.exportDir);
+    return;
+  }
   for (const [i, x] of disks.entries()) {
     if (!x.extent) continue;
     if (!dir) {
-      x.fallback = local
-        ? `pool ${pool} is a ${t?.type} pool; one pass writes into local dir pools`
-        : `${v.uri} is another host; one pass writes into local dir pools`;
+      x.fallback = fallbackReason(v.uri, pool, local, t, o.remote ? remoteRefused(disks) : undefined);
       continue;
     }
     x.extent.target = path.join(dir, partialName(ctx.spec.job_id, i, 'raw'));
@@ -54,6 +70,14 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   }
 }
 
+/** Why a disk with a flat extent still goes through the export folder. */
+function fallbackReason(uri: string, pool: string, local: boolean, t: { type: string } | null, refused: string | undefined): string {
+  if (refused) return refused;
+  if (local) return `pool ${pool} is a ${t?.type} pool; one pass writes into dir pools`;
+  if (t) return `pool ${pool} on ${uri} is a ${t.type} pool; one pass writes into dir pools`;
+  return `${uri} is another host, and warm rounds write into local dir pools only`;
+}
+
 /** Refuses, naming the numbers, a job whose disks do not fit the target pool (domain/libvirt/space.ts, the rule a
  *  plan's preflight applies too) or whose downloads do not fit the worker's scratch folder (the export folder: the
  *  files of the disks one pass does not take, and with no one-pass disk also today's converted copy). What this job's earlier
@@ -62,7 +86,7 @@ async function checkSpace(v: Virsh, pool: string, disks: PlannedDisk[], scratch:
   await v.run(['pool-refresh', pool]);
   const free = sizeBytes(parseXml<PoolDoc>(await v.run(['pool-dumpxml', pool])).pool.available) ?? 0;
   let own = 0;
-  for (const x of disks) if (x.extent?.target) own += await allocated(x.extent.target);
+  for (const x of disks) if (x.extent?.target) own += await ownBytes(v, pool, x.extent.target, !!x.extent.remote);
   const short = poolShortfall(pool, disks.map((x) => x.disk), free + own);
   if (short) throw new OperationError(`${short}: refused before any byte moved`, false);
   const onePass = disks.some((x) => x.extent?.target);

@@ -33,6 +33,9 @@ export interface BesideCopy {
   abort: (why: string) => Promise<void>;
   /** stops the readers (after the merge's rebase no file refers to them) */
   stop: () => Promise<void>;
+  /** the volumes are on another host (remote-one-pass.ts): the overlays keep the readers as their backing until
+   *  the merge has uploaded the repair, and the caller stops them then */
+  remote: boolean;
 }
 
 /** Why the repair waits for the copy instead, or undefined when it can run beside it. */
@@ -82,13 +85,14 @@ export async function startRepairBesideCopy(ctx: OpContext, o: { dir: string; ma
     await report.catch(dropped(ctx.log, `the repair beside the copy was stopped: ${why}`, { job_id: ctx.spec.job_id }));
     await stop();
   };
-  return { report, repair, copy: { started_at: new Date().toISOString() }, volumes, abort, stop };
+  return { report, repair, copy: { started_at: new Date().toISOString() }, volumes, abort, stop, remote: o.disks.some((x) => !!x.extent?.remote) };
 }
 
 /** Both have finished: the repair's report, each overlay now backed by its volume (the merge commits it). */
 export async function finishBesideCopy(ctx: OpContext, b: BesideCopy): Promise<PipelineReport> {
   b.copy.finished_at ??= new Date().toISOString();
   let report: PipelineReport;
+  if (b.remote) return b.report;
   try {
     report = await b.report;
     for (const a of report.artifacts as { disk_id: string; path: string }[]) {

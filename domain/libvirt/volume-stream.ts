@@ -1,0 +1,150 @@
+// Bytes into and out of a volume on any libvirt host at an offset, with no scratch file (issue 36: one pass onto
+// another host): `virsh vol-upload` / `vol-download` with `--offset` and `--length` through a named pipe in a
+// private folder. Each lane is a long-lived virsh of its own with its own pipe: a virsh runs one command at a time,
+// and a new process per piece would cost a new connection (an ssh login on qemu+ssh://) each time.
+// An upload's pipe is opened for writing once virsh has opened it for reading, and closing it is the end of the data;
+// a download's is opened read-write by Ferry (so opening never blocks and no end of file comes early) and ends by the
+// byte count.
+import { execFile } from 'node:child_process';
+import { promises as fs, constants, open as openCb } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { LibvirtError, mapLibvirtError } from './virsh';
+import { ownVirshSession, type VirshSession } from './virsh-session';
+
+const mkfifo = promisify(execFile);
+const openFd = promisify(openCb);
+
+/** A volume Ferry writes on a host it reaches only through libvirt. */
+export interface VolumeRef { uri: string; pool: string; name: string }
+
+/** The pipe opened for writing, without blocking: it opens once a reader has it open (virsh, for its upload);
+ *  until then each try fails with ENXIO, and `gaveUp` says when virsh will never open it. */
+async function openWriter(fifo: string, gaveUp: () => Error | undefined): Promise<number> {
+  for (let wait = 1; ; wait = Math.min(wait * 2, 20)) {
+    try { return await openFd(fifo, constants.O_WRONLY | constants.O_NONBLOCK); } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENXIO') throw e;
+    }
+    const why = gaveUp();
+    if (why) throw why;
+    await new Promise((r) => setTimeout(r, wait));
+  }
+}
+
+/** A promise whose failure is awaited further down (or no longer matters once the other side failed). */
+const settledBelow = () => { /* awaited below */ };
+
+/** How long one piece may take (a piece is at most a few MiB, or one block of the check). */
+const PIECE_MS = 15 * 60_000;
+
+interface Lane { session: VirshSession; fifo: string }
+
+/** `n` lanes of uploads and downloads of one volume (`dir`: a private folder of the job for the pipes). */
+export class VolumeStreams {
+  private free: Lane[] = [];
+  private waiting: ((l: Lane) => void)[] = [];
+  private all: Lane[] = [];
+
+  private constructor(readonly ref: VolumeRef) {}
+
+  /** How many pieces can move at once. */
+  get lanes(): number { return this.all.length; }
+
+  static async open(ref: VolumeRef, lanes: number, dir: string): Promise<VolumeStreams> {
+    const s = new VolumeStreams(ref);
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    for (let k = 0; k < Math.max(1, lanes); k++) {
+      const fifo = path.join(dir, `lane-${k}.fifo`);
+      await fs.rm(fifo, { force: true });
+      await mkfifo('mkfifo', ['-m', '0600', fifo]);
+      const lane = { session: ownVirshSession(ref.uri), fifo };
+      s.all.push(lane);
+      s.free.push(lane);
+    }
+    return s;
+  }
+
+  /** `bufs` written into the volume from byte `at`, in one upload; resolves once libvirt has them. */
+  async write(at: number, bufs: Buffer[]): Promise<void> {
+    const len = bufs.reduce((a, b) => a + b.length, 0);
+    if (!len) return;
+    await this.withLane(async (l) => {
+      const cmd = this.command(l, ['vol-upload', '--pool', this.ref.pool, this.ref.name, l.fifo, '--offset', String(at), '--length', String(len)]);
+      let ended: Error | undefined;
+      cmd.then(() => { ended = new Error(`virsh vol-upload of ${this.ref.name} ended before it read its data`); }, (e: Error) => { ended = e; });
+      // Opened for writing once virsh has it open for reading: closing it then is the end of the data virsh reads.
+      const sock = new net.Socket({ fd: await openWriter(l.fifo, () => ended), readable: false, writable: true });
+      // Every byte handed to the pipe: closed, which virsh reads as the end of the data.
+      sock.once('finish', () => sock.destroy());
+      const sent = new Promise<void>((resolve, reject) => { sock.once('error', reject); sock.once('close', () => resolve()); });
+      sent.catch(settledBelow);
+      for (const b of bufs) sock.write(b);
+      sock.end();
+      try {
+        await sent;
+        await cmd;
+      } finally { sock.destroy(); }
+    });
+  }
+
+  /** `len` bytes of the volume from byte `at`, handed to `each` as they arrive, in one download. */
+  async read(at: number, len: number, each: (b: Buffer) => void): Promise<void> {
+    if (!len) return;
+    await this.withLane(async (l) => {
+      const sock = new net.Socket({ fd: await openFd(l.fifo, constants.O_RDWR | constants.O_NONBLOCK), readable: true, writable: false });
+      let got = 0;
+      const received = new Promise<void>((resolve, reject) => {
+        sock.once('error', reject);
+        sock.on('data', (b: Buffer) => {
+          const part = b.subarray(0, Math.max(0, len - got));
+          got += part.length;
+          if (part.length) each(part);
+          if (got >= len) resolve();
+        });
+      });
+      const cmd = this.command(l, ['vol-download', '--pool', this.ref.pool, this.ref.name, l.fifo, '--offset', String(at), '--length', String(len)]);
+      cmd.catch(settledBelow);
+      received.catch(settledBelow);
+      try {
+        // The download may fail before it sends a byte: whichever settles first with an error ends the wait.
+        await Promise.race([received, cmd.then(() => received)]);
+        await cmd;
+      } finally { sock.destroy(); }
+    });
+  }
+
+  /** Ends every lane's virsh and removes the pipes. */
+  async close(): Promise<void> {
+    for (const l of this.all.splice(0)) {
+      l.session.close();
+      await fs.rm(l.fifo, { force: true });
+    }
+    this.free = [];
+  }
+
+  private async command(l: Lane, args: string[]): Promise<void> {
+    const r = await l.session.run(args, PIECE_MS);
+    if (r.failed) throw mapLibvirtError(r.stderr, this.ref.uri);
+  }
+
+  private async withLane<T>(fn: (l: Lane) => Promise<T>): Promise<T> {
+    const l = this.free.pop() ?? await new Promise<Lane>((resolve) => this.waiting.push(resolve));
+    try { return await fn(l); } finally {
+      const next = this.waiting.shift();
+      if (next) next(l); else this.free.push(l);
+    }
+  }
+}
+
+/** A volume's capacity and allocation on its host (bytes), or null when it does not exist. */
+export async function volumeSizes(run: (args: string[]) => Promise<string>, ref: VolumeRef): Promise<{ capacity: number; allocation: number } | null> {
+  try {
+    const out = await run(['vol-info', '--bytes', '--pool', ref.pool, ref.name]);
+    const num = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(out)?.[1] ?? NaN);
+    return { capacity: num('Capacity'), allocation: num('Allocation') };
+  } catch (e) {
+    if (e instanceof LibvirtError && e.status === 404) return null;
+    throw e;
+  }
+}
