@@ -10,6 +10,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../platform/errors';
 import { Virsh } from '../../../domain/libvirt';
+import { checkDomainName } from '../../../domain/libvirt/names';
 import { VolumeStreams, volumeSizes, type VolumeRef } from '../../../domain/libvirt/volume-stream';
 import { imageMap, run as runTool, QEMU_IMG } from '../../../domain/qemu';
 import { removePartial, type Sink } from '../../../domain/vsphere/download-file';
@@ -51,6 +52,10 @@ export function remoteRefused(disks: PlannedDisk[]): string | undefined {
 /** Each disk's volume on the other host, made (recorded first) or, on a retry, this job's own found again; a volume
  *  of that name Ferry did not make for this job is refused before any byte moves. */
 export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: PlannedDisk[]): Promise<void> {
+  // The import refuses the same name; here it is refused before a volume is named after it.
+  try { checkDomainName(o.domain, 'the domain name (options.target_name, else the VM\'s)'); } catch (e) {
+    throw new OperationError((e as Error).message, false);
+  }
   const made = await ctx.store.made(ctx.spec.job_id);
   for (const [i, x] of disks.entries()) {
     const e = x.extent!;
