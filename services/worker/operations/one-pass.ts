@@ -52,8 +52,8 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   const t = local || o.remote ? await poolTarget(v, pool) : null;
   const dir = t?.type === 'dir' && t.path ? t.path : null;
   if (!local && o.remote && dir && !remoteRefused(disks)) {
-    await placeRemote(ctx, { v, pool, poolDir: dir, domain: o.remote.domain, lanes: o.remote.lanes, exportDir: o.exportDir }, disks);
-    await checkSpace(v, pool, disks, o.exportDir);
+    await placeRemote(ctx, { v, pool, poolDir: dir, domain: o.remote.domain, lanes: o.remote.lanes, exportDir: o.exportDir }, disks,
+      () => checkSpace(v, pool, disks, o.exportDir));
     return;
   }
   for (const [i, x] of disks.entries()) {

@@ -50,13 +50,15 @@ export function remoteRefused(disks: PlannedDisk[]): string | undefined {
 }
 
 /** Each disk's volume on the other host, made (recorded first) or, on a retry, this job's own found again; a volume
- *  of that name Ferry did not make for this job is refused before any byte moves. */
-export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: PlannedDisk[]): Promise<void> {
+ *  of that name Ferry did not make for this job is refused before any byte moves. `check` (the space check) runs
+ *  once every volume is named and before any is made. */
+export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: PlannedDisk[], check: () => Promise<void>): Promise<void> {
   // The import refuses the same name; here it is refused before a volume is named after it.
   try { checkDomainName(o.domain, 'the domain name (options.target_name, else the VM\'s)'); } catch (e) {
     throw new OperationError((e as Error).message, false);
   }
   const made = await ctx.store.made(ctx.spec.job_id);
+  const todo: { ref: VolumeRef; file: string; size: number; local: string }[] = [];
   for (const [i, x] of disks.entries()) {
     const e = x.extent!;
     const ref = { uri: o.v.uri, pool: o.pool, name: remoteVolumeName(o.domain, i) };
@@ -71,13 +73,15 @@ export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: Pla
       throw new OperationError(`volume ${ref.name} on ${o.v.uri}, made by an earlier attempt, holds ${have.capacity} bytes `
         + `where the disk has ${e.size}`, false);
     }
-    if (!have) {
-      await ctx.ledger.record({ kind: 'volume', id: file, name: ref.name, virt_uri: o.v.uri, pool: o.pool });
-      await o.v.run(['vol-create-as', o.pool, ref.name, String(e.size), '--format', 'raw', '--allocation', '0']);
-      await removePartial(e.local); // an earlier volume's resume state does not describe this one
-    }
+    if (!have) todo.push({ ref, file, size: e.size, local: e.local });
     e.target = file;
     e.remote = volumeSink(ref, o.lanes, o.exportDir);
+  }
+  await check();
+  for (const t of todo) {
+    await ctx.ledger.record({ kind: 'volume', id: t.file, name: t.ref.name, virt_uri: o.v.uri, pool: o.pool });
+    await o.v.run(['vol-create-as', o.pool, t.ref.name, String(t.size), '--format', 'raw', '--allocation', '0']);
+    await removePartial(t.local); // an earlier volume's resume state does not describe this one
   }
 }
 
