@@ -1,11 +1,14 @@
 // Bytes into and out of a volume on any libvirt host at an offset, with no scratch file (issue 36: one pass onto
 // another host): `virsh vol-upload` / `vol-download` with `--offset` and `--length` through a named pipe in a
-// private folder. Each lane is a long-lived virsh of its own with its own pipe: a virsh runs one command at a time,
-// and a new process per piece would cost a new connection (an ssh login on qemu+ssh://) each time.
+// private folder, through a long-lived virsh of its own (a new process per piece would cost a new connection, an
+// ssh login on qemu+ssh://, each time). libvirt lets one stream at a time use a volume ("volume ... is still in
+// use"), so the pieces of one volume go one after the other, and a piece refused because an earlier stream (a
+// killed worker's) still holds the volume is tried again for a while.
 // An upload's pipe is opened for writing once virsh has opened it for reading, and closing it is the end of the data;
 // a download's is opened read-write by Ferry (so opening never blocks and no end of file comes early) and ends by the
 // byte count.
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { promises as fs, constants, open as openCb } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -35,12 +38,18 @@ async function openWriter(fifo: string, gaveUp: () => Error | undefined): Promis
 /** A promise whose failure is awaited further down (or no longer matters once the other side failed). */
 const settledBelow = () => { /* awaited below */ };
 
+/** libvirt's refusal while another stream holds the volume, and how long Ferry waits for that one to end (a killed
+ *  worker's virsh ends its piece when it reads the end of its pipe, within a second). */
+const IN_USE = /is still in use/;
+const IN_USE_WAIT_MS = 60_000;
+const IN_USE_RETRY_MS = 500;
+
 /** How long one piece may take (a piece is at most a few MiB, or one block of the check). */
 const PIECE_MS = 15 * 60_000;
 
 interface Lane { session: VirshSession; fifo: string }
 
-/** `n` lanes of uploads and downloads of one volume (`dir`: a private folder of the job for the pipes). */
+/** Uploads and downloads of one volume, one piece at a time (`dir`: a private folder of the job for the pipe). */
 export class VolumeStreams {
   private free: Lane[] = [];
   private waiting: ((l: Lane) => void)[] = [];
@@ -48,20 +57,17 @@ export class VolumeStreams {
 
   private constructor(readonly ref: VolumeRef) {}
 
-  /** How many pieces can move at once. */
-  get lanes(): number { return this.all.length; }
-
-  static async open(ref: VolumeRef, lanes: number, dir: string): Promise<VolumeStreams> {
+  static async open(ref: VolumeRef, dir: string): Promise<VolumeStreams> {
     const s = new VolumeStreams(ref);
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    for (let k = 0; k < Math.max(1, lanes); k++) {
-      const fifo = path.join(dir, `lane-${k}.fifo`);
-      await fs.rm(fifo, { force: true });
-      await mkfifo('mkfifo', ['-m', '0600', fifo]);
-      const lane = { session: ownVirshSession(ref.uri), fifo };
-      s.all.push(lane);
-      s.free.push(lane);
-    }
+    // Pipes of earlier streams go first. Each pipe's name is new: a virsh of a killed worker that has not yet
+    // opened its pipe must never open this one (it would read these bytes into its own piece's offset).
+    for (const old of await fs.readdir(dir)) if (old.endsWith('.fifo')) await fs.rm(path.join(dir, old), { force: true });
+    const fifo = path.join(dir, `lane-${randomBytes(4).toString('hex')}.fifo`);
+    await mkfifo('mkfifo', ['-m', '0600', fifo]);
+    const lane = { session: ownVirshSession(ref.uri), fifo };
+    s.all.push(lane);
+    s.free.push(lane);
     return s;
   }
 
@@ -124,8 +130,12 @@ export class VolumeStreams {
   }
 
   private async command(l: Lane, args: string[]): Promise<void> {
-    const r = await l.session.run(args, PIECE_MS);
-    if (r.failed) throw mapLibvirtError(r.stderr, this.ref.uri);
+    for (let waited = 0; ; waited += IN_USE_RETRY_MS) {
+      const r = await l.session.run(args, PIECE_MS);
+      if (!r.failed) return;
+      if (!IN_USE.test(r.stderr) || waited >= IN_USE_WAIT_MS) throw mapLibvirtError(r.stderr, this.ref.uri);
+      await new Promise((resolve) => setTimeout(resolve, IN_USE_RETRY_MS));
+    }
   }
 
   private async withLane<T>(fn: (l: Lane) => Promise<T>): Promise<T> {

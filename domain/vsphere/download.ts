@@ -237,8 +237,9 @@ class Download {
     if (c.pos < c.end) throw new VsphereError('http', `the connection to vSphere manager ${m.name} closed ${c.end - c.pos} bytes early in ${label(f)}`);
   }
 
-  /** Received bytes are hashed at once (in order) and written in batches with one write in flight, so the next
-   *  bytes arrive while the previous batch goes to disk. `c.pos` moves as each batch is on disk. */
+  /** Received bytes are written in batches with one write in flight, so the next bytes arrive while the previous
+   *  batch goes to disk, and each batch is hashed (in order) once it is written. `c.pos` moves as each batch is on
+   *  disk. */
   private async write(c: RangeCursor, body: AsyncIterable<unknown> & { destroy(): void }, skip: number) {
     const { j, i, end } = c;
     let batch: Buffer[] = [];
@@ -251,10 +252,11 @@ class Download {
       const n = batchLen;
       const at = queued;
       batch = []; batchLen = 0; queued += n;
-      for (const b of bufs) feed(j, i, b);
       await inflight;
       const write = (async () => {
         this.result.bytes_sparse += await writeAt(j.fh!, bufs, at, !!j.f.target && !j.f.ranges);
+        // Hashed once written: a write that fails is fetched again from c.pos, and must not be hashed twice.
+        for (const b of bufs) feed(j, i, b);
         this.result.bytes_fetched += n;
         c.pos = at + n;
         j.written[i] += n;

@@ -9,21 +9,17 @@
 // in the job's recorded spans and progress events, the volume equal to its source plus exactly the repair's writes,
 // the source's files unchanged.
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
-import { createHash, randomFillSync } from 'node:crypto';
-import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, truncateSync } from 'node:fs';
 import path from 'node:path';
-import { req, until } from '../helpers/http';
-import { awaitWorkers, type Proc, startWorkerProc } from '../helpers/procs';
+import { until } from '../helpers/http';
+import type { Proc } from '../helpers/procs';
 import { startProxy, type ProxyControl } from '../helpers/tcp-proxy';
-import { ensureTinyGuest, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
-import { createPlanVm, PLAN_CAPS, type PlanStack, startPlanStack } from '../plans/fixture';
+import { createPlanVm, type PlanStack, startPlanStack } from '../plans/fixture';
 import { makeSnapshotChain, upload } from './fixture';
 import { tolerate } from '../helpers/teardown';
+import { BOOT_BYTES, blockList, flatBootDisk, identical, jobDriver, MIB, qemuImg, repairedExactly, sha256, walk } from './one-pass-jobs';
 import { keys } from '../../platform/redis';
 
-const MIB = 1024 * 1024;
-const BOOT_BYTES = 48 * MIB;
 interface Rec { status: string; attempts: number; state_history: { state: string; reason?: string }[]; result?: Record<string, unknown> & JobResult; error?: string; ledger: { id: string; kind: string }[] }
 interface BlockCheck { block_bytes: number; blocks: number; checked_after_merge: number; repair_written: number[] }
 interface JobResult {
@@ -37,32 +33,8 @@ interface Span { started_at: string; finished_at: string }
 /** A progress event as the job store keeps it in its Redis stream (queue/store.ts). */
 interface StoredEvent { phase: string; timestamp: string; message: string }
 
-const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
-/** The block hash list a user recomputes over a raw disk (`dd bs=1M skip=i count=1 | sha256sum` for each i). */
-const blockList = (f: string) => { const b = readFileSync(f); return Array.from({ length: Math.ceil(b.length / MIB) }, (_, i) => createHash('sha256').update(b.subarray(i * MIB, (i + 1) * MIB)).digest('hex')); };
 /** The block hash list an export's manifest recorded for its first disk. */
 const manifestBlocks = (manifestPath: string) => (JSON.parse(readFileSync(manifestPath, 'utf8')) as { disks: { data_path: { blocks: { sha256: string[] } } }[] }).disks[0].data_path.blocks.sha256;
-const qemuImg = (args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
-/** qemu-img compare's verdict: exit 0 identical, 1 different. */
-const identical = (args: string[]) => { try { qemuImg(['compare', '-U', ...args]); return true; } catch (e) { if ((e as { status?: number }).status === 1) return false; throw e; } };
-
-/** The tiny guest grown to 48 MiB with random data after its partition (bytes a real disk has beyond the zeros),
- *  as a monolithicFlat pair <dir>/<name>.vmdk + <name>-flat.vmdk. Returns the raw source too. */
-async function flatBootDisk(dir: string, name: string) {
-  const raw = path.join(dir, `${name}.raw`);
-  qemuImg(['convert', '-f', 'vmdk', '-O', 'raw', await ensureTinyGuest(), raw]);
-  qemuImg(['resize', '-q', '-f', 'raw', raw, String(BOOT_BYTES)]);
-  const fd = openSync(raw, 'r+');
-  try { const b = Buffer.alloc(16 * MIB); randomFillSync(b); writeSync(fd, b, 0, b.length, 24 * MIB); } finally { closeSync(fd); }
-  const flatDir = path.join(dir, name);
-  mkdirSync(flatDir, { recursive: true });
-  const desc = path.join(flatDir, `${name}.vmdk`);
-  qemuImg(['convert', '-f', 'raw', '-O', 'vmdk', '-o', 'subformat=monolithicFlat', raw, desc]);
-  return { raw, desc, extent: path.join(flatDir, `${name}-flat.vmdk`) };
-}
-
-const walk = (d: string): string[] => (existsSync(d) ? readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : [path.join(d, e.name)])) : []);
-
 describe('one pass: shape B writes each disk straight into its target volume (issue 36) @vm', function () {
   this.timeout(1_800_000);
   let s: PlanStack;
@@ -70,32 +42,13 @@ describe('one pass: shape B writes each disk straight into its target volume (is
   const workers: Proc[] = [];
   let boot: Awaited<ReturnType<typeof flatBootDisk>>;
   let chain: ReturnType<typeof makeSnapshotChain>;
-  const record = async (id: string) => (await req<Rec>(s.url, 'GET', `/jobs/${id}/record`)).body;
-  const finished = (id: string, ms = 1_500_000) => until(async () => { const r = await record(id); return ['completed', 'failed', 'cancelled'].includes(r.status) && r; }, ms, `job ${id} to end`);
-  const worker = async (id: string) => {
-    const w = await startWorkerProc({ ...s.env, GOVC_URL: `https://127.0.0.1:${proxy.port}/sdk`, FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${proxy.port}` }, id, PLAN_CAPS);
-    workers.push(w);
-    await awaitWorkers(s.url, [w]);
-    return w;
-  };
-  const submit = async (vm: string) => {
-    const parameters = { vm_path: s.vm(vm), source_type: 'vsphere', destination: { type: 'kvm', virt_uri: s.lv.uri }, network_mapping: { 'VM Network': s.net }, pool: s.lv.pool, power_off: 'force', parallel_downloads: 4, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 300 } };
-    const r = await req<{ job_id: string }>(s.url, 'POST', '/jobs/operation', { operation: 'migrate_vm', parameters });
-    expect(r.status, r.text).to.equal(201);
-    return r.body.job_id;
-  };
+  const { finished, worker, submit: submitTo } = jobDriver<Rec>(() => s, () => proxy, workers);
+  const submit = (vm: string) => submitTo(vm, s.lv.uri);
   const addVm = async (name: string, mac: string, disks: { file: string; bytes: number; local: [string, string][] }[]) => {
     await createPlanVm(s.m, { name, mac, disks: disks.map((d) => ({ ds: 'LocalDS_0', file: `${name}/${d.file}`, bytes: d.bytes })) });
     for (const d of disks) for (const [local, remote] of d.local) await upload(s.v, local, `${name}/${remote}`);
   };
-  /** The boot volume equals its source with exactly the repair's writes: the repair's own overlay, put over the
-   *  source instead of the volume it was committed into, reads the same as the volume. */
-  const repairedExactly = (volume: string, overlay: string) => {
-    const copy = path.join(s.dir, `check-${path.basename(overlay)}`);
-    copyFileSync(overlay, copy);
-    qemuImg(['rebase', '-u', '-f', 'qcow2', '-b', boot.raw, '-F', 'raw', copy]);
-    return identical(['-f', 'qcow2', '-F', 'raw', copy, volume]);
-  };
+  const repaired = (volume: string, overlay: string) => repairedExactly(s.dir, boot.raw, volume, overlay);
 
   before(async function () {
     this.timeout(300_000);
@@ -173,7 +126,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     const overlay = res.conversion.artifacts.find((a) => a.disk_id === 'disk-0')!;
     expect(overlay.modified_by_fix).to.equal(true);
     expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, bv.path]), 'the repair wrote into the volume').to.equal(false);
-    expect(repairedExactly(bv.path, overlay.path)).to.equal(true);
+    expect(repaired(bv.path, overlay.path)).to.equal(true);
     // Every block where the volume now differs from the source is one the check names as the repair's.
     const vol = blockList(bv.path);
     const changed = Array.from({ length: 48 }, (_, i) => i).filter((i) => vol[i] !== list.sha256[i]);
@@ -236,7 +189,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     const info = JSON.parse(qemuImg(['info', '--output=json', '-U', '-f', 'qcow2', overlay.path])) as { 'backing-filename': string };
     expect(info['backing-filename']).to.equal(b.volume);
     expect(identical(['-f', 'raw', '-F', 'raw', boot.raw, res.volumes[0].path]), 'the repair was merged').to.equal(false);
-    expect(repairedExactly(res.volumes[0].path, overlay.path)).to.equal(true);
+    expect(repaired(res.volumes[0].path, overlay.path)).to.equal(true);
     // The source VM's files on the datastore are as uploaded: nbdkit read them, nothing wrote them.
     const ds = path.join(s.v.datastores.LocalDS_0, 'ov');
     expect(sha256(path.join(ds, 'boot-flat.vmdk'))).to.equal(sha256(boot.extent));
@@ -268,7 +221,7 @@ describe('one pass: shape B writes each disk straight into its target volume (is
     expect(res.export.bytes_rehashed).to.be.at.least(4 * MIB);
     expect(proxy.bytesDown - before, 'the disk was not downloaded twice').to.be.below(BOOT_BYTES * 1.6);
     expect(manifestBlocks(res.export.manifest_path), 'the resumed hash: every block as a user recomputes it').to.deep.equal(blockList(boot.raw));
-    expect(repairedExactly(res.volumes[0].path, res.conversion.artifacts[0].path)).to.equal(true);
+    expect(repaired(res.volumes[0].path, res.conversion.artifacts[0].path)).to.equal(true);
     expect(r.ledger.map((e) => e.id)).to.include(file);
   });
 

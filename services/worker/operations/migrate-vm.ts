@@ -87,7 +87,7 @@ async function migrateCold(ctx: OpContext, p: ExportParameters & { domain_name?:
   let refused: string | undefined;
   const place = async (disks: PlannedDisk[], src: { manager: Manager; vm: VmDetail }) => {
     // Another host's volumes are named after the domain from the start (remote-one-pass.ts).
-    const remote = { domain: p.domain_name || src.vm.name, lanes: p.parallel_downloads };
+    const remote = { domain: p.domain_name || src.vm.name };
     await placeForOnePass(ctx, { ...target, remote }, disks);
     refused = besideCopyRefused(disks);
     if (refused) return;

@@ -25,9 +25,10 @@ type MigrateParams = {
 export const migrate: Operation = (ctx) => migrateManifest(ctx, new Set());
 
 /** The parameters of a migrate_vm job's own repair (`ctx`: that job's): its exported manifest, and the plan
- *  preflight's inspection the plan runner gave it (parameters.plan.inspection). */
+ *  preflight's inspection the plan runner gave it (parameters.plan.inspection). Its outputs (overlays) are in the
+ *  job's private export folder, so an attempt replaces what an earlier attempt of the job left there. */
 export const repairParameters = (ctx: OpContext, manifest: Manifest): MigrateParams =>
-  ({ manifest, overwrite: false, inspection: (ctx.spec.parameters as { plan?: { inspection?: InspectionHint } }).plan?.inspection });
+  ({ manifest, overwrite: true, inspection: (ctx.spec.parameters as { plan?: { inspection?: InspectionHint } }).plan?.inspection });
 
 type Beside = Pick<PipelineOptions, 'sources' | 'applianceNice'>;
 

@@ -84,7 +84,7 @@ async function mergeDisks(ctx: OpContext, input: AfterExportInput, dir: string, 
     return mergeIntoPool(ctx, { virtUri: v.uri, pool, poolDir: path.dirname(merging.find((m) => m.volume)!.volume!) }, merging);
   }
   try {
-    return await mergeIntoRemotePool(ctx, { v, pool, lanes: input.exported.streams ?? 4, dir }, merging);
+    return await mergeIntoRemotePool(ctx, { v, pool, dir }, merging);
   } finally {
     await input.beside?.stop();
   }

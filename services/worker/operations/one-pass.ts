@@ -37,9 +37,9 @@ const ownBytes = async (v: Virsh, pool: string, target: string, remote: boolean)
 
 export interface Placement {
   virtUri: string; pool?: string; exportDir: string;
-  /** One pass onto another host (remote-one-pass.ts): the domain's name (its volumes are named after it) and the
-   *  job's download streams (as many upload lanes). Without it (warm rounds) another host goes through the export folder. */
-  remote?: { domain: string; lanes: number };
+  /** One pass onto another host (remote-one-pass.ts): the domain's name (its volumes are named after it). Without
+   *  it (warm rounds) another host goes through the export folder. */
+  remote?: { domain: string };
 }
 
 /** ExportRequest.place for a migration job: which disks go straight into the pool, then the space check, then the
@@ -52,7 +52,7 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   const t = local || o.remote ? await poolTarget(v, pool) : null;
   const dir = t?.type === 'dir' && t.path ? t.path : null;
   if (!local && o.remote && dir && !remoteRefused(disks)) {
-    await placeRemote(ctx, { v, pool, poolDir: dir, domain: o.remote.domain, lanes: o.remote.lanes, exportDir: o.exportDir }, disks,
+    await placeRemote(ctx, { v, pool, poolDir: dir, domain: o.remote.domain, exportDir: o.exportDir }, disks,
       () => checkSpace(v, pool, disks, o.exportDir));
     return;
   }

@@ -21,15 +21,15 @@ import type { OpContext } from './types';
 /** Disk i's volume on the other host: the name the import would give it (domain/libvirt/import.ts). */
 export const remoteVolumeName = (domain: string, i: number) => `${domain}${i ? `-disk${i}` : ''}.raw`;
 
-/** Upload and download lanes of one volume, its pipes in `dir` (the job's private export folder). */
+/** The folder of a volume's stream pipe, in `dir` (the job's private export folder). */
 const lanesDir = (dir: string, name: string) => path.join(dir, `.ferry-lanes-${name}`);
 
-/** The download's sink for a volume on another host: its lanes, its size read back from libvirt at the end. */
-function volumeSink(ref: VolumeRef, lanes: number, dir: string): { uri: string; open: () => Promise<Sink> } {
+/** The download's sink for a volume on another host: its stream, its size read back from libvirt at the end. */
+function volumeSink(ref: VolumeRef, dir: string): { uri: string; open: () => Promise<Sink> } {
   return {
     uri: ref.uri,
     open: async () => {
-      const s = await VolumeStreams.open(ref, lanes, lanesDir(dir, ref.name));
+      const s = await VolumeStreams.open(ref, lanesDir(dir, ref.name));
       return {
         writev: (bufs, at) => s.write(at, bufs),
         read: (start, len, each) => s.read(start, len, each),
@@ -40,7 +40,7 @@ function volumeSink(ref: VolumeRef, lanes: number, dir: string): { uri: string; 
   };
 }
 
-export interface RemotePlacement { v: Virsh; pool: string; poolDir: string; domain: string; lanes: number; exportDir: string }
+export interface RemotePlacement { v: Virsh; pool: string; poolDir: string; domain: string; exportDir: string }
 
 /** Why one pass onto another host cannot take this VM (every disk must: the repair reads the guest's disks from
  *  the source while they are copied, and a disk through the export folder is repaired after its copy, locally). */
@@ -75,7 +75,7 @@ export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: Pla
     }
     if (!have) todo.push({ ref, file, size: e.size, local: e.local });
     e.target = file;
-    e.remote = volumeSink(ref, o.lanes, o.exportDir);
+    e.remote = volumeSink(ref, o.exportDir);
   }
   await check();
   for (const t of todo) {
@@ -109,7 +109,7 @@ function blocksMet(extents: { start: number; length: number }[], blockBytes: num
   return out;
 }
 
-/** The given blocks of the volume read back over its lanes and compared with the list; fails naming a block. */
+/** The given blocks of the volume read back and compared with the list; fails naming a block. */
 async function checkRemoteBlocks(s: VolumeStreams, size: number, list: BlockHashes, which: number[], when: string): Promise<void> {
   await Promise.all(which.map(async (i) => {
     const start = i * list.block_bytes;
@@ -142,18 +142,13 @@ async function uploadRepair(ctx: OpContext, s: VolumeStreams, overlay: string, e
   try {
     const pieces = extents.flatMap((e) => Array.from({ length: Math.ceil(e.length / PIECE) }, (_, k) =>
       ({ at: e.start + k * PIECE, len: Math.min(PIECE, e.length - k * PIECE) })));
-    // As many pieces in flight as the volume has lanes: each read just before its upload.
-    let next = 0;
-    const lane = async () => {
-      while (next < pieces.length) {
-        const p = pieces[next++];
-        const b = Buffer.alloc(p.len);
-        await fh.read(b, 0, p.len, p.at);
-        await s.write(p.at, [b]);
-        sent += p.len;
-      }
-    };
-    await Promise.all(Array.from({ length: s.lanes }, lane));
+    // One piece at a time (a volume takes one stream at a time), each read just before its upload.
+    for (const p of pieces) {
+      const b = Buffer.alloc(p.len);
+      await fh.read(b, 0, p.len, p.at);
+      await s.write(p.at, [b]);
+      sent += p.len;
+    }
   } finally {
     await fh.close();
     await fs.rm(raw, { force: true });
@@ -166,13 +161,13 @@ export interface RemoteCheck { block_bytes: number; blocks: number; checked_afte
 
 /** The repair of one disk merged into its volume on the other host: the blocks the repair wrote checked against the
  *  list before (the volume still holds the bytes as served), its extents uploaded, every other block checked after. */
-export async function mergeRemote(ctx: OpContext, o: { v: Virsh; pool: string; lanes: number; dir: string },
+export async function mergeRemote(ctx: OpContext, o: { v: Virsh; pool: string; dir: string },
   d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes }): Promise<RemoteCheck | undefined> {
   const ref = { uri: o.v.uri, pool: o.pool, name: path.basename(d.volume) };
   const size = (await volumeSizes((a) => o.v.run(a), ref))?.capacity;
   if (size === undefined) throw new OperationError(`volume ${ref.name} is gone from pool ${o.pool} on ${o.v.uri} before the repair was merged`, false);
   const extents = d.modified ? await overlayExtents(d.overlay, ctx.signal) : [];
-  const s = await VolumeStreams.open(ref, o.lanes, lanesDir(o.dir, ref.name));
+  const s = await VolumeStreams.open(ref, lanesDir(o.dir, ref.name));
   try {
     const list = d.blocks;
     const written = list ? blocksMet(extents, list.block_bytes) : new Set<number>();
@@ -190,7 +185,7 @@ export async function mergeRemote(ctx: OpContext, o: { v: Virsh; pool: string; l
 }
 
 /** Every disk's repair merged into its volume on the other host (mergeRemote), boot order kept, for the import. */
-export async function mergeIntoRemotePool(ctx: OpContext, o: { v: Virsh; pool: string; lanes: number; dir: string },
+export async function mergeIntoRemotePool(ctx: OpContext, o: { v: Virsh; pool: string; dir: string },
   disks: { overlay: string; volume?: string; modified: boolean; blocks?: BlockHashes }[]) {
   const out: { path: string; format: string; inPool: true; check?: RemoteCheck }[] = [];
   for (const [i, d] of disks.entries()) {
