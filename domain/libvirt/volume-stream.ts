@@ -13,7 +13,7 @@ import { promises as fs, constants, open as openCb } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { LibvirtError, mapLibvirtError } from './virsh';
+import { mapLibvirtError } from './virsh';
 import { ownVirshSession, type VirshSession } from './virsh-session';
 
 const mkfifo = promisify(execFile);
@@ -51,24 +51,19 @@ interface Lane { session: VirshSession; fifo: string }
 
 /** Uploads and downloads of one volume, one piece at a time (`dir`: a private folder of the job for the pipe). */
 export class VolumeStreams {
-  private free: Lane[] = [];
-  private waiting: ((l: Lane) => void)[] = [];
-  private all: Lane[] = [];
+  /** the end of the last piece asked for: the next one starts after it */
+  private last: Promise<unknown> = Promise.resolve();
 
-  private constructor(readonly ref: VolumeRef) {}
+  private constructor(readonly ref: VolumeRef, private readonly lane: Lane) {}
 
   static async open(ref: VolumeRef, dir: string): Promise<VolumeStreams> {
-    const s = new VolumeStreams(ref);
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
     // Pipes of earlier streams go first. Each pipe's name is new: a virsh of a killed worker that has not yet
     // opened its pipe must never open this one (it would read these bytes into its own piece's offset).
     for (const old of await fs.readdir(dir)) if (old.endsWith('.fifo')) await fs.rm(path.join(dir, old), { force: true });
     const fifo = path.join(dir, `lane-${randomBytes(4).toString('hex')}.fifo`);
     await mkfifo('mkfifo', ['-m', '0600', fifo]);
-    const lane = { session: ownVirshSession(ref.uri), fifo };
-    s.all.push(lane);
-    s.free.push(lane);
-    return s;
+    return new VolumeStreams(ref, { session: ownVirshSession(ref.uri), fifo });
   }
 
   /** `bufs` written into the volume from byte `at`, in one upload; resolves once libvirt has them. */
@@ -120,13 +115,10 @@ export class VolumeStreams {
     });
   }
 
-  /** Ends every lane's virsh and removes the pipes. */
+  /** Ends the virsh and removes the pipe. */
   async close(): Promise<void> {
-    for (const l of this.all.splice(0)) {
-      l.session.close();
-      await fs.rm(l.fifo, { force: true });
-    }
-    this.free = [];
+    this.lane.session.close();
+    await fs.rm(this.lane.fifo, { force: true });
   }
 
   private async command(l: Lane, args: string[]): Promise<void> {
@@ -138,23 +130,10 @@ export class VolumeStreams {
     }
   }
 
-  private async withLane<T>(fn: (l: Lane) => Promise<T>): Promise<T> {
-    const l = this.free.pop() ?? await new Promise<Lane>((resolve) => this.waiting.push(resolve));
-    try { return await fn(l); } finally {
-      const next = this.waiting.shift();
-      if (next) next(l); else this.free.push(l);
-    }
-  }
-}
-
-/** A volume's capacity and allocation on its host (bytes), or null when it does not exist. */
-export async function volumeSizes(run: (args: string[]) => Promise<string>, ref: VolumeRef): Promise<{ capacity: number; allocation: number } | null> {
-  try {
-    const out = await run(['vol-info', '--bytes', '--pool', ref.pool, ref.name]);
-    const num = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(out)?.[1] ?? NaN);
-    return { capacity: num('Capacity'), allocation: num('Allocation') };
-  } catch (e) {
-    if (e instanceof LibvirtError && e.status === 404) return null;
-    throw e;
+  /** `fn` once every piece asked for before it has ended (whatever its outcome). */
+  private withLane<T>(fn: (l: Lane) => Promise<T>): Promise<T> {
+    const mine = this.last.then(() => fn(this.lane));
+    this.last = mine.catch(settledBelow);
+    return mine;
   }
 }

@@ -41,6 +41,11 @@ export async function volumeInfo(v: Virsh, pool: string, volume: string) {
   };
 }
 
+/** volumeInfo, or null when the pool has no volume of that name. */
+export async function findVolume(v: Virsh, pool: string, volume: string) {
+  try { return await volumeInfo(v, pool, volume); } catch (e) { if (e instanceof LibvirtError && e.status === 404) return null; throw e; }
+}
+
 export async function volumeExists(v: Virsh, pool: string, volume: string): Promise<boolean> {
   try { await v.run(['vol-key', '--pool', pool, volume]); return true; } catch (e) { if (e instanceof LibvirtError && e.status === 404) return false; throw e; }
 }

@@ -86,10 +86,12 @@ export class StreamHash {
 /** The blocks an overlay (qcow2 over the volume) holds data or zeros for: exactly what the repair wrote, from
  *  `qemu-img map` (depth 0 is the overlay itself; deeper entries are its backing file). */
 export async function blocksWritten(overlay: string, blockBytes: number, signal?: AbortSignal): Promise<Set<number>> {
+  return blocksMet((await imageMap(overlay, 'qcow2', signal)).filter((e) => e.depth === 0), blockBytes);
+}
+
+/** The blocks (of `blockBytes`) that any of `extents` meets. */
+export function blocksMet(extents: { start: number; length: number }[], blockBytes: number): Set<number> {
   const out = new Set<number>();
-  for (const e of await imageMap(overlay, 'qcow2', signal)) {
-    if (e.depth !== 0) continue;
-    for (let i = Math.floor(e.start / blockBytes); i * blockBytes < e.start + e.length; i++) out.add(i);
-  }
+  for (const e of extents) for (let i = Math.floor(e.start / blockBytes); i * blockBytes < e.start + e.length; i++) out.add(i);
   return out;
 }

@@ -8,7 +8,8 @@ import { mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { releaseLibvirt, type TestLibvirt, useLibvirt } from '../helpers/libvirt';
-import { VolumeStreams, volumeSizes } from '../../domain/libvirt/volume-stream';
+import { VolumeStreams } from '../../domain/libvirt/volume-stream';
+import { findVolume } from '../../domain/libvirt/volumes';
 import { LibvirtError, Virsh } from '../../domain/libvirt/virsh';
 
 const MIB = 1024 * 1024;
@@ -43,10 +44,10 @@ describe('volume streams: pieces into and out of a volume at their offsets (doma
       const got: Buffer[] = [];
       await s.read(9 * MIB + 100, MIB, (b) => got.push(Buffer.from(b)));
       expect(Buffer.concat(got).equals(bytes.subarray(9 * MIB + 100, 10 * MIB + 100))).to.equal(true);
-      const sizes = await volumeSizes((a) => new Virsh(lv.uri).run(a), { uri: lv.uri, pool: lv.pool, name });
+      const sizes = await findVolume(new Virsh(lv.uri), lv.pool, name);
       expect(sizes!.capacity).to.equal(32 * MIB);
       expect(sizes!.allocation).to.be.at.least(5 * MIB).and.at.most(6 * MIB);
-      expect(await volumeSizes((a) => new Virsh(lv.uri).run(a), { uri: lv.uri, pool: lv.pool, name: 'not-there.raw' })).to.equal(null);
+      expect(await findVolume(new Virsh(lv.uri), lv.pool, 'not-there.raw')).to.equal(null);
     } finally { await s.close(); }
     expect(readdirSync(path.join(dir, 'lanes'))).to.deep.equal([]);
   });

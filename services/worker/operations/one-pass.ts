@@ -10,7 +10,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { OperationError } from '../../../platform/errors';
 import { defaultPool, defaultPoolDir, Virsh } from '../../../domain/libvirt';
-import { ensureDirPool, isLocalUri, poolTarget, type PoolDoc } from '../../../domain/libvirt/volumes';
+import { ensureDirPool, findVolume, isLocalUri, poolTarget, type PoolDoc } from '../../../domain/libvirt/volumes';
 import { parseXml, sizeBytes } from '../../../domain/libvirt/xml';
 import { poolShortfall, sizeText } from '../../../domain/libvirt/space';
 import { convert, run as runTool, QEMU_IMG } from '../../../domain/qemu';
@@ -21,7 +21,6 @@ import { validateManifest } from '../../../domain/schemas/manifest';
 import { MIGRATION_REPAIR } from '../../../domain/converter/guest';
 import type { OpContext } from './types';
 import { placeRemote, remoteRefused } from './remote-one-pass';
-import { volumeSizes } from '../../../domain/libvirt/volume-stream';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
 export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') => `.ferry-${jobId}-disk${i}.${format}.ferry-partial`;
@@ -32,7 +31,7 @@ const allocated = (f: string) => fs.stat(f).then((s) => s.blocks * 512, () => 0)
 /** What a one-pass volume already holds (an earlier attempt's bytes count as room): on another host, libvirt's
  *  allocation of it. */
 const ownBytes = async (v: Virsh, pool: string, target: string, remote: boolean) => (remote
-  ? (await volumeSizes((a) => v.run(a), { uri: v.uri, pool, name: path.basename(target) }))?.allocation ?? 0
+  ? (await findVolume(v, pool, path.basename(target)))?.allocation ?? 0
   : allocated(target));
 
 export interface Placement {

@@ -11,11 +11,12 @@ import path from 'node:path';
 import { OperationError } from '../../../platform/errors';
 import { Virsh } from '../../../domain/libvirt';
 import { checkDomainName } from '../../../domain/libvirt/names';
-import { VolumeStreams, volumeSizes, type VolumeRef } from '../../../domain/libvirt/volume-stream';
+import { VolumeStreams, type VolumeRef } from '../../../domain/libvirt/volume-stream';
+import { findVolume } from '../../../domain/libvirt/volumes';
 import { imageMap, run as runTool, QEMU_IMG } from '../../../domain/qemu';
 import { removePartial, type Sink } from '../../../domain/vsphere/download-file';
 import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
-import { zeroHash, type BlockHashes } from '../../../domain/vsphere/block-hash';
+import { blocksMet, type BlockHashes } from '../../../domain/vsphere/block-hash';
 import type { OpContext } from './types';
 
 /** Disk i's volume on the other host: the name the import would give it (domain/libvirt/import.ts). */
@@ -33,7 +34,7 @@ function volumeSink(ref: VolumeRef, dir: string): { uri: string; open: () => Pro
       return {
         writev: (bufs, at) => s.write(at, bufs),
         read: (start, len, each) => s.read(start, len, each),
-        finish: async () => { try { return (await volumeSizes((a) => new Virsh(ref.uri).run(a), ref))?.capacity ?? -1; } finally { await s.close(); } },
+        finish: async () => { try { return (await findVolume(new Virsh(ref.uri), ref.pool, ref.name))?.capacity ?? -1; } finally { await s.close(); } },
         close: () => s.close(),
       };
     },
@@ -64,7 +65,7 @@ export async function placeRemote(ctx: OpContext, o: RemotePlacement, disks: Pla
     const ref = { uri: o.v.uri, pool: o.pool, name: remoteVolumeName(o.domain, i) };
     const file = path.join(o.poolDir, ref.name); // a dir pool's volume key is its path
     const mine = made.some((m) => m.kind === 'volume' && m.id === file && m.virt_uri === o.v.uri);
-    const have = await volumeSizes((a) => o.v.run(a), ref);
+    const have = await findVolume(o.v, ref.pool, ref.name);
     if (have && !mine) {
       throw new OperationError(`volume ${ref.name} already exists in pool ${o.pool} on ${o.v.uri} and this job did not make it: `
         + 'refused before any byte moved (choose another options.target_name, or remove it)', false);
@@ -102,13 +103,6 @@ async function overlayExtents(overlay: string, signal: AbortSignal) {
   return (await imageMap(overlay, 'qcow2', signal)).filter((e) => e.depth === 0);
 }
 
-/** Blocks (of `blockBytes`) that any of `extents` meets. */
-function blocksMet(extents: { start: number; length: number }[], blockBytes: number): Set<number> {
-  const out = new Set<number>();
-  for (const e of extents) for (let i = Math.floor(e.start / blockBytes); i * blockBytes < e.start + e.length; i++) out.add(i);
-  return out;
-}
-
 /** The given blocks of the volume read back and compared with the list; fails naming a block. */
 async function checkRemoteBlocks(s: VolumeStreams, size: number, list: BlockHashes, which: number[], when: string): Promise<void> {
   await Promise.all(which.map(async (i) => {
@@ -116,7 +110,7 @@ async function checkRemoteBlocks(s: VolumeStreams, size: number, list: BlockHash
     const len = Math.max(0, Math.min(list.block_bytes, size - start));
     const h = createHash('sha256');
     await s.read(start, len, (b) => h.update(b));
-    const got = len ? h.digest('hex') : zeroHash(0);
+    const got = h.digest('hex');
     if (got !== list.sha256[i]) {
       throw new OperationError(`${s.ref.name} on ${s.ref.uri}: block ${i} (bytes ${start}-${start + list.block_bytes - 1}) ${when} has sha256 ${got}, `
         + `the bytes as served had ${list.sha256[i]}`, false);
@@ -164,8 +158,8 @@ export interface RemoteCheck { block_bytes: number; blocks: number; checked_afte
 export async function mergeRemote(ctx: OpContext, o: { v: Virsh; pool: string; dir: string },
   d: { overlay: string; volume: string; modified: boolean; blocks?: BlockHashes }): Promise<RemoteCheck | undefined> {
   const ref = { uri: o.v.uri, pool: o.pool, name: path.basename(d.volume) };
-  const size = (await volumeSizes((a) => o.v.run(a), ref))?.capacity;
-  if (size === undefined) throw new OperationError(`volume ${ref.name} is gone from pool ${o.pool} on ${o.v.uri} before the repair was merged`, false);
+  const size = (await findVolume(o.v, ref.pool, ref.name))?.capacity;
+  if (size == null) throw new OperationError(`volume ${ref.name} is gone from pool ${o.pool} on ${o.v.uri} before the repair was merged`, false);
   const extents = d.modified ? await overlayExtents(d.overlay, ctx.signal) : [];
   const s = await VolumeStreams.open(ref, lanesDir(o.dir, ref.name));
   try {
