@@ -2,7 +2,8 @@
 # The btrfs variant of the Debian guest fixture, as a layer on the plain variant (same root file system, ifupdown
 # and GRUB defaults): one btrfs file system on /dev/sda1 with the subvolumes `@` (mounted as /) and `@home`
 # (/home), both named by device in fstab with `subvol=`, as a Debian or SUSE installer lays btrfs out. The guest
-# installs btrfs-progs, GRUB and its MODULES=dep initramfs itself on a first boot from AHCI (grub-mkconfig adds
+# gets btrfs-progs from a chroot on this host (layer-lib.sh's native_install) and installs GRUB and its MODULES=dep
+# initramfs itself on a first boot from AHCI (grub-mkconfig adds
 # `rootflags=subvol=@` to the kernel line), as on VMware.
 # Usage: btrfs.sh <plain disk.vmdk> <rootfs.tar it was built from> <output dir>. Writes <output dir>/disk.vmdk,
 # firstboot.log.
@@ -21,6 +22,10 @@ trap 'rm -rf "$cfg"' EXIT
 
 step "fetching btrfs-progs and what the guest lacks for it (apt-get --download-only against the guest's dpkg status)"
 fetch_for_guest "$rootfs" "$cfg/ferry-debs" btrfs-progs
+step "installing them into the guest's root at this host's speed (chroot)"
+mkdir "$cfg/native"
+native_install "$rootfs" "$cfg/ferry-debs" "$cfg/native"
+mapfile -t lay < <(lay_native_install "$cfg/native")
 
 cat > "$cfg/fstab" <<'EOF'
 # /etc/fstab: static file system information (device names, as the VMware template had).
@@ -36,17 +41,16 @@ guestfish -- add "$plain" readonly:true format:vmdk : add "$raw" format:raw : ru
   : part-init /dev/sdb mbr : part-add /dev/sdb p 2048 -1 : part-set-bootable /dev/sdb 1 true \
   : mkfs btrfs /dev/sdb1 label:root : mount /dev/sdb1 / : btrfs-subvolume-create /@ : btrfs-subvolume-create /@home : umount / \
   : mount-options subvol=@ /dev/sdb1 / : mkdir /home : mount-options subvol=@home /dev/sdb1 /home \
-  : tar-in "$cfg/root.tar" / xattrs:true : write /home/ferry-home "the home subvolume" \
+  : tar-in "$cfg/root.tar" / xattrs:true "${lay[@]}" : write /home/ferry-home "the home subvolume" \
   : upload "$cfg/fstab" /etc/fstab : write /etc/hostname "ferry-guest-btrfs" \
   : command "sed -i -e s/ferry-guest-plain/ferry-guest-btrfs/ /etc/hosts" \
   : upload "$here/guest-ready-mounts.sh" /usr/local/sbin/ferry-guest-ready : chmod 0755 /usr/local/sbin/ferry-guest-ready \
-  : copy-in "$cfg/ferry-debs" /var/cache \
   : upload "$cfg/ferry-firstboot" /usr/local/sbin/ferry-firstboot : chmod 0755 /usr/local/sbin/ferry-firstboot \
   : touch /etc/ferry-firstboot : command "systemctl enable ferry-firstboot.service" : sync
 rm -f "$cfg/root.tar"
 
 # The plain disk's initramfs (MODULES=dep for ext4) has no btrfs: the first boot uses debootstrap's (MODULES=most).
-step "first boot on AHCI (btrfs-progs, grub-pc, grub.cfg, the initramfs with MODULES=dep; then it powers off)"
+step "first boot on AHCI (grub-pc, grub.cfg, the initramfs with MODULES=dep; then it powers off)"
 tar -xf "$rootfs" -C "$cfg" --wildcards './boot/vmlinuz-*' './boot/initrd.img-*'
 accel=tcg; [ "${FERRY_GUESTFS_KVM:-}" = 1 ] && accel=kvm
 timeout --kill-after=10 "${FERRY_FIRSTBOOT_TIMEOUT:-1800}" qemu-system-x86_64 \

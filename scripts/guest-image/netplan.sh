@@ -5,8 +5,9 @@
 # name, `/dev/sdb1 /data` in fstab without `nofail`, so the guest does not reach its marker unless that disk is
 # found. The data disk sits on VMware's paravirtual SCSI controller (pvscsi), as data disks often do: its driver is
 # not in the MODULES=dep initramfs, so it loads after the root disk is named and is always sdb (two disks on one
-# AHCI controller are probed at once, and the first build saw the data disk become sda). The guest installs
-# netplan.io itself on a first boot from AHCI, the data disk on pvscsi, as on VMware.
+# AHCI controller are probed at once, and the first build saw the data disk become sda). netplan.io is installed by
+# the guest's own apt in a chroot on this host (layer-lib.sh's native_install); the guest generates its networkd
+# configuration on a first boot from AHCI, the data disk on pvscsi, as on VMware.
 # Usage: netplan.sh <plain disk.vmdk> <rootfs.tar it was built from> <output dir>. Writes <output dir>/disk.vmdk
 # (the system disk), data.vmdk (the data disk), firstboot.log.
 set -euo pipefail
@@ -24,6 +25,10 @@ trap 'rm -rf "$cfg"' EXIT
 
 step "fetching netplan.io and what the guest lacks for it (apt-get --download-only against the guest's dpkg status)"
 fetch_for_guest "$rootfs" "$cfg/ferry-debs" netplan.io
+step "installing them into the guest's root at this host's speed (chroot)"
+mkdir "$cfg/native"
+native_install "$rootfs" "$cfg/ferry-debs" "$cfg/native"
+mapfile -t lay < <(lay_native_install "$cfg/native")
 
 cat > "$cfg/fstab" <<'EOF'
 # /etc/fstab: static file system information (device names, as the VMware template had).
@@ -51,23 +56,22 @@ network:
 EOF
 write_firstboot "$cfg/ferry-firstboot" "netplan generate && systemctl enable systemd-networkd.service && netplan get ethernets"
 
-step "copying the plain variant, adding the data disk, netplan's configuration and the packages (libguestfs appliance)"
+step "copying the plain variant, adding the data disk, the packages and netplan's configuration (libguestfs appliance)"
 qemu-img convert -f vmdk -O raw "$plain" "$raw"
 qemu-img create -q -f raw "$dataraw" 1G
 guestfish -- add "$raw" format:raw : add "$dataraw" format:raw : run \
   : part-init /dev/sdb mbr : part-add /dev/sdb p 2048 -1 : mkfs ext4 /dev/sdb1 label:data \
-  : mount /dev/sda1 / : mkdir /data : mount /dev/sdb1 /data : write /data/ferry-data "the data disk" : umount /data \
+  : mount /dev/sda1 / : mkdir /data : mount /dev/sdb1 /data : write /data/ferry-data "the data disk" : umount /data "${lay[@]}" \
   : upload "$cfg/fstab" /etc/fstab : upload "$cfg/interfaces" /etc/network/interfaces \
   : mkdir-p /etc/netplan : upload "$cfg/netplan.yaml" /etc/netplan/01-vmware.yaml : chmod 0600 /etc/netplan/01-vmware.yaml \
   : write /etc/hostname "ferry-guest-netplan" : command "sed -i -e s/ferry-guest-plain/ferry-guest-netplan/ /etc/hosts" \
   : upload "$here/guest-ready-mounts.sh" /usr/local/sbin/ferry-guest-ready : chmod 0755 /usr/local/sbin/ferry-guest-ready \
-  : copy-in "$cfg/ferry-debs" /var/cache \
   : upload "$cfg/ferry-firstboot" /usr/local/sbin/ferry-firstboot : chmod 0755 /usr/local/sbin/ferry-firstboot \
   : touch /etc/ferry-firstboot : command "systemctl enable ferry-firstboot.service" \
   : download /vmlinuz "$cfg/vmlinuz" : download /initrd.img "$cfg/initrd.img" : sync
 # /initrd.img is the plain disk's own (MODULES=dep: ahci, no pvscsi), handed to qemu as the boot loader would.
 
-step "first boot on AHCI with the data disk on pvscsi, its own initramfs (apt installs netplan.io, netplan generate, systemd-networkd enabled; then it powers off)"
+step "first boot on AHCI with the data disk on pvscsi, its own initramfs (netplan generate, systemd-networkd enabled; then it powers off)"
 accel=tcg; [ "${FERRY_GUESTFS_KVM:-}" = 1 ] && accel=kvm
 timeout --kill-after=10 "${FERRY_FIRSTBOOT_TIMEOUT:-1800}" qemu-system-x86_64 \
   -machine "pc,accel=$accel" -m 1024 -smp 1 -nodefaults -display none -monitor none \
@@ -78,7 +82,7 @@ timeout --kill-after=10 "${FERRY_FIRSTBOOT_TIMEOUT:-1800}" qemu-system-x86_64 \
   -drive "file=$dataraw,format=raw,if=none,id=d1,cache=unsafe" -device scsi-hd,drive=d1,bus=scsi0.0 \
   || { echo "netplan.sh: the first boot did not power off in time (exit $?); console: $out/firstboot.log" >&2; tail -n 40 "$out/firstboot.log" >&2; exit 1; }
 grep -q FERRY-FIRSTBOOT-DONE "$out/firstboot.log" \
-  || { echo "netplan.sh: the first boot did not install netplan; console: $out/firstboot.log" >&2; tail -n 40 "$out/firstboot.log" >&2; exit 1; }
+  || { echo "netplan.sh: the first boot did not generate netplan's configuration; console: $out/firstboot.log" >&2; tail -n 40 "$out/firstboot.log" >&2; exit 1; }
 
 step "checking netplan, networkd and the data disk"
 guestfish --ro --format=raw -a "$raw" -a "$dataraw" -- run : mount-ro /dev/sda1 / : mount-ro /dev/sdb1 /data \

@@ -8,9 +8,10 @@
 # - LVM's devices file: use_devicesfile=1, /etc/lvm/devices/system.devices made by vgimportdevices on the SATA
 #   disk (so LVM ignores a PV that shows up on another disk: on virtio /home's LV is never activated);
 # - NetworkManager with a keyfile for the VMware NIC (ens192, static 10.0.2.15/24); ifupdown configures only lo.
-# All of it is done by the guest itself on a first boot from AHCI (the debootstrap initramfs, generic, boots it);
-# about 50 packages and a dracut run under TCG: the boot is bounded by FERRY_FIRSTBOOT_TIMEOUT, default 3600 s
-# (at load 50 on 2 cores, 1800 s was not enough).
+# The packages (about 50) are installed by the guest's own apt in a chroot on this host (layer-lib.sh's
+# native_install); what depends on the disk it boots from (the devices file, GRUB, the host-only dracut images) is
+# done by the guest itself on a first boot from AHCI (the debootstrap initramfs, generic, boots it), bounded by
+# FERRY_FIRSTBOOT_TIMEOUT, default 3600 s (at load 50 on 2 cores, 1800 s was not enough).
 # Usage: rhel-shaped.sh <plain disk.vmdk> <rootfs.tar it was built from> <output dir>. Writes disk.vmdk, firstboot.log.
 set -euo pipefail
 plain=$1 rootfs=$2 out=$3
@@ -27,6 +28,10 @@ trap 'rm -rf "$cfg"' EXIT
 
 step "fetching dracut, network-manager, xfsprogs and what the guest lacks for them (apt-get --download-only against the guest's dpkg status)"
 for pkg in dracut network-manager xfsprogs; do fetch_for_guest "$rootfs" "$cfg/ferry-debs" "$pkg"; done
+step "installing them into the guest's root at this host's speed (chroot)"
+mkdir "$cfg/native"
+native_install "$rootfs" "$cfg/ferry-debs" "$cfg/native"
+mapfile -t lay < <(lay_native_install "$cfg/native")
 
 # /home waits up to 5 min for its LV (systemd's default is 90 s): under TCG on a loaded machine the booted system's
 # LVM activated it later than that and the boot ended in emergency mode.
@@ -82,17 +87,17 @@ hostonly="yes"
 hostonly_mode="strict"
 omit_dracutmodules+=" qemu "
 EOF
-# After apt has installed the packages (its dracut hook builds the host-only images: Debian's dracut 059 does not
-# copy LVM's devices file into them, so the initramfs finds the root LV on any disk and only the booted system's
-# LVM obeys the file): LVM's devices file from the SATA disk (Debian 12's lvm2 has vgimportdevices only as an lvm
-# subcommand), GRUB on the disk, and each kernel's image listed for the checks below (built here if apt's hook
-# did not). Drivers are counted by their module files: dracut's virtiofs module adds scripts named virtiofs to
+# On the first boot: LVM's devices file from the SATA disk (Debian 12's lvm2 has vgimportdevices only as an lvm
+# subcommand), GRUB on the disk, and each kernel's host-only image built here (an image the chroot's dracut hook may
+# have made read this host's hardware) and listed for the checks below. Debian's dracut 059 does not copy LVM's
+# devices file into the images, so the initramfs finds the root LV on any disk and only the booted system's LVM obeys
+# the file. Drivers are counted by their module files: dracut's virtiofs module adds scripts named virtiofs to
 # every image, which hold no driver.
 cat > "$cfg/ferry-dracut-images" <<'EOF'
 #!/bin/sh
 for k in $(ls /lib/modules); do
   l=/root/initrd-$k.list
-  { lsinitrd "/boot/initrd.img-$k" | grep -q usr/lib/dracut; } || dracut -f "/boot/initrd.img-$k" "$k" || exit 1
+  dracut -f "/boot/initrd.img-$k" "$k" || exit 1
   lsinitrd "/boot/initrd.img-$k" > "$l" || exit 1
   echo "ferry-initrd $k virtio=$(grep -cE '/virtio(_[a-z]+)?\.ko' "$l") ahci=$(grep -c /ahci.ko "$l") xfs=$(grep -c /xfs.ko "$l") lvm=$(grep -c 'sbin/lvm$' "$l")"
 done
@@ -110,7 +115,7 @@ guestfish -- add "$plain" readonly:true format:vmdk : add "$raw" format:raw : ru
   : pvcreate /dev/sdb2 : vgcreate rhel /dev/sdb2 : lvcreate swap rhel 128 : lvcreate home rhel 320 : lvcreate-free root rhel 100 \
   : mkfs ext4 /dev/sdb1 label:boot : mkfs xfs /dev/rhel/root : mkfs xfs /dev/rhel/home : mkswap /dev/rhel/swap \
   : mount /dev/rhel/root / : mkdir /boot : mount /dev/sdb1 /boot : mkdir /home : mount /dev/rhel/home /home \
-  : tar-in "$cfg/root.tar" / xattrs:true \
+  : tar-in "$cfg/root.tar" / xattrs:true "${lay[@]}" \
   : upload "$cfg/fstab" /etc/fstab : upload "$cfg/interfaces" /etc/network/interfaces : upload "$cfg/grub" /etc/default/grub \
   : mkdir-p /etc/NetworkManager/system-connections \
   : upload "$cfg/ens192.nmconnection" /etc/NetworkManager/system-connections/ens192.nmconnection \
@@ -118,14 +123,13 @@ guestfish -- add "$plain" readonly:true format:vmdk : add "$raw" format:raw : ru
   : mkdir-p /etc/dracut.conf.d : upload "$cfg/hostonly.conf" /etc/dracut.conf.d/10-hostonly.conf \
   : write /etc/hostname "ferry-guest-rhel-shaped" \
   : command "sed -i -e s/ferry-guest-plain/ferry-guest-rhel-shaped/ /etc/hosts" \
-  : copy-in "$cfg/ferry-debs" /var/cache \
   : upload "$here/guest-ready-mounts.sh" /usr/local/sbin/ferry-guest-ready : chmod 0755 /usr/local/sbin/ferry-guest-ready \
   : upload "$cfg/ferry-dracut-images" /usr/local/sbin/ferry-dracut-images : chmod 0755 /usr/local/sbin/ferry-dracut-images \
   : upload "$cfg/ferry-firstboot" /usr/local/sbin/ferry-firstboot : chmod 0755 /usr/local/sbin/ferry-firstboot \
   : touch /etc/ferry-firstboot : command "systemctl enable ferry-firstboot.service" : sync
 rm -f "$cfg/root.tar"
 
-step "first boot on AHCI (packages, the devices file, GRUB, host-only dracut images; then it powers off)"
+step "first boot on AHCI (the devices file, GRUB, host-only dracut images; then it powers off)"
 # debootstrap's initramfs (initramfs-tools, every storage and file system driver, LVM) boots the new layout once.
 tar -xf "$rootfs" -C "$cfg" --wildcards './boot/vmlinuz-*' './boot/initrd.img-*'
 accel=tcg; [ "${FERRY_GUESTFS_KVM:-}" = 1 ] && accel=kvm
