@@ -52,9 +52,11 @@ export function jobDriver<R extends { status: string }>(s: () => PlanStack, prox
   return {
     record,
     finished: (id: string, ms = 1_500_000) => until(async () => { const r = await record(id); return ['completed', 'failed', 'cancelled'].includes(r.status) && r; }, ms, `job ${id} to end`),
-    worker: async (id: string) => {
+    /** `env`: this worker's own settings over the stack's (a worker host set up differently). */
+    worker: async (id: string, env: Record<string, string> = {}) => {
       const port = proxy().port;
-      const w = await startWorkerProc({ ...s().env, GOVC_URL: `https://127.0.0.1:${port}/sdk`, FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${port}` }, id, PLAN_CAPS);
+      const w = await startWorkerProc({ ...s().env, GOVC_URL: `https://127.0.0.1:${port}/sdk`, FERRY_VSPHERE_MANAGERS: `127.0.0.1,https://127.0.0.1:${port}`, ...env },
+        id, PLAN_CAPS);
       workers.push(w);
       await awaitWorkers(s().url, [w]);
       return w;

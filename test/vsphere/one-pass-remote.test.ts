@@ -3,11 +3,13 @@
 // libvirt's upload streams, with nothing of the disk landing on the worker. Checked as its operator would: the
 // volume on the host (named after the domain, its zero runs holes) equals the source plus exactly the repair's
 // writes, the domain boots, the data path names the host, the block check ran, the worker's export folder holds no
-// copy, the connection went through ssh; a worker killed mid-copy resumes into the same volume; and a volume of
-// that name Ferry did not make is refused before any byte moves, left as it was.
+// copy, the connection went through ssh; a worker killed mid-copy resumes into the same volume; a volume of that
+// name Ferry did not make is refused before any byte moves, left as it was; and a worker whose reader of the source
+// cannot start, so that the disk would go through its export folder instead, is refused before any byte moves when
+// that folder is too small for it, its volume on the host removed again.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
@@ -39,6 +41,7 @@ describe('one pass onto another host: each disk streamed once into its volume ov
   let uri: string;
   let proxy: ProxyControl;
   let boot: Awaited<ReturnType<typeof flatBootDisk>>;
+  let small: string | undefined; // a tmpfs the last test mounts as a worker's export folder
   const workers: Proc[] = [];
   const { finished, worker, submit: submitTo } = jobDriver<Rec>(() => s, () => proxy, workers);
   const submit = (vm: string) => submitTo(vm, uri);
@@ -61,6 +64,7 @@ describe('one pass onto another host: each disk streamed once into its volume ov
     await addVm('ra', '00:50:56:36:01:01');
     await addVm('rk', '00:50:56:36:01:02');
     await addVm('rx', '00:50:56:36:01:03');
+    await addVm('rs', '00:50:56:36:01:04');
     await worker('rp-1');
   });
   after(async () => {
@@ -71,6 +75,9 @@ describe('one pass onto another host: each disk streamed once into its volume ov
       await s?.lv.virsh(['undefine', d, '--remove-all-storage']).catch(tolerate(`undefine ${d}`));
     }
     await s?.lv.virsh(['vol-delete', '--pool', s.lv.pool, 'rx.raw']).catch(tolerate('the planted volume'));
+    await s?.lv.virsh(['vol-delete', '--pool', s.lv.pool, 'rs.raw']).catch(tolerate('rs.raw (expected gone)'));
+    // Unmounted before the stack's folder, which holds it, is removed.
+    if (small) { try { execFileSync('umount', [small]); } catch (e) { tolerate(`umount ${small}`)(e as Error); } }
     await s?.stop();
     await sshd?.stop();
     await releaseLibvirt();
@@ -163,6 +170,40 @@ describe('one pass onto another host: each disk streamed once into its volume ov
     expect(JSON.stringify(r.state_history) + (r.error ?? '')).to.include('volume rx.raw already exists in pool').and.include('this job did not make it');
     expect(sha256(planted)).to.equal(was);
     expect(r.ledger).to.deep.equal([]);
+    expect(proxy.bytesDown - before).to.be.below(MIB);
+  });
+
+  it('the reader of the source cannot start and the export folder is too small for the disk instead: refused before any byte moves, naming both sizes and why', async () => {
+    // A worker host with no nbdkit (NBDKIT names no program) whose export folder is an 8 MiB tmpfs: the disk is placed
+    // one pass onto the host, the reader fails, and the disk would now be downloaded and converted in that folder.
+    small = path.join(s.dir, 'small-exports');
+    mkdirSync(small);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m,mode=0700', 'ferry-small-exports', small]);
+    await Promise.all(workers.map((w) => w.kill()));
+    await worker('rp-small', { NBDKIT: path.join(s.dir, 'no-nbdkit', 'nbdkit'), FERRY_EXPORT_DIR: small });
+    const before = proxy.bytesDown;
+    const id = await submit('rs');
+    const r = await finished(id, 300_000);
+    expect(r.status, JSON.stringify(r.state_history)).to.equal('failed');
+    expect(r.attempts, 'not retried').to.equal(1);
+    const dir = path.join(small, id);
+    const msg = r.error ?? '';
+    expect(msg).to.include(`the export folder ${dir} (the worker's scratch space) has `).and.include(': refused before any byte moved')
+      .and.include('the reader of the source did not start (nbdkit is not installed (Debian package nbdkit)): the repair runs after the copy');
+    // Both sizes: the folder's free bytes (at most the tmpfs), and the download (descriptor and extent) plus its converted copy.
+    const [, free, need] = /has [\d.]+ GiB \((\d+) bytes\) free; the disks that go through it need [\d.]+ GiB \((\d+) bytes\)/.exec(msg) ?? [];
+    expect(Number(free), msg).to.be.above(0).and.at.most(8 * MIB);
+    expect(Number(need), msg).to.equal(statSync(boot.desc).size + 2 * BOOT_BYTES);
+    // The volume placed on the host for it was recorded, then removed: no volume of the domain is left in the pool.
+    const volume = path.join(s.lv.poolDir, 'rs.raw');
+    expect(r.ledger.filter((e) => e.kind === 'volume').map((e) => [e.id, e.virt_uri])).to.deep.equal([[volume, uri]]);
+    expect((await s.volumes()).filter((v) => v.startsWith('rs'))).to.deep.equal([]);
+    expect(existsSync(volume)).to.equal(false);
+    // No byte of the disk on the worker, none fetched: the folder holds no download, the tmpfs is all but empty.
+    const files = walk(dir);
+    expect(files.filter((f) => /flat\.vmdk|\.ferry-part|\.raw$|\.qcow2$/.test(f)), files.join('\n')).to.deep.equal([]);
+    const st = statfsSync(small);
+    expect((st.blocks - st.bfree) * st.bsize, 'bytes used in the export folder').to.be.below(MIB);
     expect(proxy.bytesDown - before).to.be.below(MIB);
   });
 });

@@ -16,9 +16,7 @@ import { takePlanSlots, type PlanParams } from '../../../orchestration/plan-slot
 import { jobUri } from '../../../domain/libvirt/uri';
 import { setting } from '../../../platform/settings';
 import type { PlannedDisk } from '../../../domain/vsphere/export-manifest';
-import { placeForOnePass } from './one-pass';
-import { unplaceRemote } from './remote-one-pass';
-import { Virsh } from '../../../domain/libvirt';
+import { placeForOnePass, unplaceForOnePass } from './one-pass';
 import { besideCopyRefused, besideCopyResult, startRepairBesideCopy, type BesideCopy } from './repair-beside-copy';
 import type { Manager } from '../../../domain/vsphere/client';
 import type { VmDetail } from '../../../domain/vsphere/inventory';
@@ -92,12 +90,13 @@ async function migrateCold(ctx: OpContext, p: ExportParameters & { domain_name?:
     refused = besideCopyRefused(disks);
     if (refused) return;
     // A reader that does not start (nbdkit missing, refused by the manager) leaves the repair for after the copy;
-    // a copy onto another host then goes through the export folder (its volumes cannot be repaired here).
+    // a copy onto another host then goes through the export folder (its volumes cannot be repaired here), whose
+    // space is checked again for it before any byte moves.
     beside = await startRepairBesideCopy(ctx, { dir, manager: src.manager, vm: src.vm, disks }).catch(async (e: Error) => {
       if (ctx.signal.aborted) throw e;
       refused = `the reader of the source did not start (${e.message}): the repair runs after the copy`;
       ctx.log.warn(refused, { job_id: ctx.spec.job_id });
-      await unplaceRemote(new Virsh(target.virtUri), disks, refused);
+      await unplaceForOnePass(target, disks, refused);
       return undefined;
     });
   };

@@ -20,7 +20,7 @@ import { checkBlocks } from '../../../domain/vsphere/block-check';
 import { validateManifest } from '../../../domain/schemas/manifest';
 import { MIGRATION_REPAIR } from '../../../domain/converter/guest';
 import type { OpContext } from './types';
-import { placeRemote, remoteRefused } from './remote-one-pass';
+import { placeRemote, remoteRefused, unplaceRemote } from './remote-one-pass';
 
 /** Disk i's partial volume in the pool folder: raw (one pass, resumed by a retry) or qcow2 (converted there). */
 export const partialName = (jobId: string, i: number, format: 'raw' | 'qcow2') => `.ferry-${jobId}-disk${i}.${format}.ferry-partial`;
@@ -67,6 +67,17 @@ export async function placeForOnePass(ctx: OpContext, o: Placement, disks: Plann
   for (const x of disks) {
     if (x.extent?.target) await ctx.ledger.record({ kind: 'volume', id: x.extent.target, name: path.basename(x.extent.target), virt_uri: v.uri, pool });
   }
+}
+
+/** placeForOnePass undone for another host (the repair beside the copy could not start): the volumes made there
+ *  removed (unplaceRemote), the disks taken back to the export folder with `why`, and the space checked again for
+ *  these routes, since the folder must now hold each disk's download and its converted copy, which the first check
+ *  did not ask of it. */
+export async function unplaceForOnePass(o: Placement, disks: PlannedDisk[], why: string): Promise<void> {
+  if (!disks.some((x) => x.extent?.remote)) return; // a local one-pass volume stays: the repair runs on it after the copy
+  const v = new Virsh(o.virtUri);
+  await unplaceRemote(v, disks, why);
+  await checkSpace(v, o.pool || defaultPool(), disks, o.exportDir);
 }
 
 /** Why a disk with a flat extent still goes through the export folder. */
