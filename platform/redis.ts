@@ -67,6 +67,8 @@ export function keys(prefix = config.prefix) {
      *  after their own short retention (JobStore.purgeCalls). */
     jobsCalls: `${prefix}:jobs:calls`,
     job: (id: string) => `${prefix}:job:${id}`,
+    /** which job owns each thing made on a target (queue/commands/includes/made.lua) */
+    madeOwners: `${prefix}:made-owners`,
     /** The state history list of the layout before it became the record's `history` field (read and purged only). */
     history: (id: string) => `${prefix}:job:${id}:history`,
     events: (id: string) => `${prefix}:job:${id}:events`,

@@ -67,6 +67,8 @@ export interface FerryCommands {
   ferryRemoveJob(...keysThenArgs: Arg[]): Reply<number>;
   ferryAddOutput(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryAddMade(...keysThenArgs: Arg[]): Reply<[string, string]>;
+  ferryMadeOwners(...keysThenArgs: Arg[]): Reply<string[]>;
+  ferryReleaseMade(...keysThenArgs: Arg[]): Reply<number>;
   ferryHoldLease(...keysThenArgs: Arg[]): Reply<[string, string]>;
   ferryDropLease(...keysThenArgs: Arg[]): Reply<number>;
   ferryReadFields(numberOfKeys: number, ...keysThenFields: Arg[]): Reply<string>;

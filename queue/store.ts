@@ -7,7 +7,7 @@ import { config } from '../platform/config';
 import { randomBytes } from 'node:crypto';
 import { withCommands, FerryCommands } from './scripts';
 import { createLogger } from '../platform/log';
-import type { MadeEntry } from '../domain/libvirt/ledger';
+import type { Made, MadeEntry, MadeGuard } from '../domain/libvirt/ledger';
 
 export interface HistoryEntry { state: JobState; timestamp: string; reason: string; worker_id?: string }
 
@@ -197,11 +197,33 @@ export class JobStore {
     return parseField<string[]>(await this.redis.hget(this.k.job(id), 'owned_outputs'), [], { job_id: id, field: 'owned_outputs' });
   }
 
-  /** Writes what the attempt holding `lease` made into the job's ledger (addMade-1.lua): 'added', 'known' (already
-   *  there), or why not ('lease': the attempt no longer holds the job; 'missing'; 'full'). */
+  /** Writes what the attempt holding `lease` made into the job's ledger and makes the job its owner
+   *  (addMade-2.lua): 'added', 'known' (already there), or why not ('lease': the attempt no longer holds the job;
+   *  'missing'; 'full'). */
   async recordMade(id: string, lease: string, e: MadeEntry): Promise<string> {
-    const [code, what] = await this.redis.ferryAddMade(this.k.job(id), lease, JSON.stringify(e), e.kind, e.id, LEDGER_MAX);
+    const [code, what] = await this.redis.ferryAddMade(this.k.job(id), this.k.madeOwners, lease, JSON.stringify(e), LEDGER_MAX, id);
     return code === 'ok' ? what : code;
+  }
+
+  /** The job's ledger, each entry with the job that owns it now (madeOwners-2.lua): the job itself, another job
+   *  that made the same volume path after this one's was removed, or null (removed by Ferry already). */
+  async madeOwners(id: string): Promise<{ entry: MadeEntry; owner: string | null }[]> {
+    const [raw, ...owners] = await this.redis.ferryMadeOwners(this.k.job(id), this.k.madeOwners);
+    const list = parseField<MadeEntry[] | Record<string, never>>(raw, [], { job_id: id, field: 'ledger' });
+    return (Array.isArray(list) ? list : []).map((entry, i) => ({ entry, owner: owners[i] || null }));
+  }
+
+  /** What rollback, cancel clean-up and retries may remove for this job: its ledger as it owns it now. */
+  madeGuard(id: string): MadeGuard {
+    const same = (a: Made, b: Made) => a.kind === b.kind && a.id === b.id && a.virt_uri === b.virt_uri;
+    return {
+      owner: async (e) => (await this.madeOwners(id)).find((x) => same(x.entry, e))?.owner ?? null,
+      job: id,
+      released: async (es) => {
+        const which = es.map(({ kind, id: x, virt_uri }) => ({ kind, id: x, virt_uri }));
+        if (which.length) await this.redis.ferryReleaseMade(this.k.madeOwners, id, JSON.stringify(which));
+      },
+    };
   }
 
   /** The job's ledger: what its attempts made (recordMade), oldest first. */
@@ -319,7 +341,7 @@ export class JobStore {
     return added;
   }
 
-  /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-8.lua call per job,
+  /** Removes finished jobs that finished more than `retentionMs` ago, in batches (one removeJob-9.lua call per job,
    *  a pipeline per batch); returns how many. */
   async purgeFinished(retentionMs: number, still: () => Promise<boolean> = () => Promise.resolve(true), batch = 500): Promise<number> {
     const k = this.k;
@@ -331,7 +353,7 @@ export class JobStore {
       if (!ids.length) return total;
       const p = this.redis.pipeline() as unknown as FerryCommands & { exec(): Promise<[Error | null, unknown][] | null> };
       // In a pipeline the call only queues the command (typed as FerryCommands' promise); exec() below answers it.
-      for (const id of ids) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
+      for (const id of ids) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, k.madeOwners, id);
       for (const [err, n] of (await p.exec()) || []) {
         if (err) throw err;
         total += Number(n);
@@ -341,7 +363,7 @@ export class JobStore {
   }
 
   /** Removes the call lane's jobs (jobs:calls) once `completedMs` (COMPLETED) or `failedMs` (FAILED, CANCELLED,
-   *  kept longer to be looked at) have passed since they ended, with removeJob-8.lua as the retention sweep does,
+   *  kept longer to be looked at) have passed since they ended, with removeJob-9.lua as the retention sweep does,
    *  and forgets the ids whose record is gone; returns how many it removed. A call not ended yet stays: its own
    *  timeout_seconds ends it. */
   async purgeCalls(completedMs: number, failedMs: number, still: () => Promise<boolean> = () => Promise.resolve(true), page = 500): Promise<number> {
@@ -361,7 +383,7 @@ export class JobStore {
       const gone = ids.filter((_, i) => !hs[i]);
       const p = this.redis.pipeline() as unknown as FerryCommands & { zrem(key: string, ...m: string[]): unknown;
         exec(): Promise<[Error | null, unknown][] | null> };
-      for (const id of due) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, id);
+      for (const id of due) void p.ferryRemoveJob(k.job(id), k.events(id), k.credentials(id), k.history(id), k.jobsFinished, ...terminal, k.madeOwners, id);
       if (due.length + gone.length) p.zrem(k.jobsCalls, ...due, ...gone);
       const res = (await p.exec()) || [];
       for (const [i, [err, n]] of res.entries()) {

@@ -1,7 +1,8 @@
 // What Ferry made on a libvirt host, by identities virsh cannot confuse: a domain's UUID, a volume's key (in a dir
 // pool its path). The import writes each entry into its job's record at the moment it makes the thing (the
-// worker's Ledger, kept in Redis by queue/commands/addMade-1.lua), so a job killed half-way still has it; rollback,
-// cancel clean-up and a retry remove ledger entries and nothing else (removeMade). No name is ever looked up:
+// worker's Ledger, kept in Redis by queue/commands/addMade-2.lua), so a job killed half-way still has it; rollback,
+// cancel clean-up and a retry remove ledger entries and nothing else (removeMade), each only while its job owns it
+// (MadeGuard: another job may have made the same volume path since). No name is ever looked up:
 // virsh resolves a domain argument as an ID, then a UUID, then a name, so a name could reach another domain.
 import Joi from 'joi';
 import { LibvirtError, Virsh } from './virsh';
@@ -71,21 +72,44 @@ async function removeVolume(v: Virsh, vol: Made): Promise<string | null> {
   return `volume ${vol.id} removed`;
 }
 
+/** Who owns each entry now (JobStore.madeGuard): a dir pool's volume key is its path, which a later job can make
+ *  again once this job's volume is gone, so an entry is acted on only while its job still owns it. */
+export interface MadeGuard {
+  /** the job whose ledger is acted on */
+  job: string;
+  /** the job that owns the thing now; null: nobody (Ferry removed it already) */
+  owner(e: Made): Promise<string | null>;
+  /** gives up the job's ownership of things removed or found gone */
+  released(es: Made[]): Promise<void>;
+}
+
+/** One entry, checked right before it is acted on: removed only while `guard.job` owns it, its ownership given up
+ *  once it is gone. A line for what was done, or for what is left because another job made it since. */
+async function removeOwned(v: Virsh, e: Made, guard: MadeGuard): Promise<string | null> {
+  const owner = await guard.owner(e);
+  if (owner === null) return null;
+  if (owner !== guard.job) return `${e.kind} ${e.id} left: job ${owner} made it since`;
+  const r = e.kind === 'domain' ? await removeDomain(v, e) : await removeVolume(v, e);
+  await guard.released([e]);
+  return r;
+}
+
 /** Removes what the entries name (domains first, so that no domain is left with a missing disk), each found by its
- *  UUID or key and skipped when gone; returns what was done, one line each. Idempotent. */
-export async function removeMade(entries: Made[]): Promise<string[]> {
+ *  UUID or key, skipped when gone, and only while the guard's job owns it; returns what was done, one line each.
+ *  Idempotent. */
+export async function removeMade(entries: Made[], guard: MadeGuard): Promise<string[]> {
   const did: string[] = [];
   for (const uri of new Set(entries.map((e) => e.virt_uri))) {
     const v = new Virsh(uri);
     const of = (kind: Made['kind']) => [...new Map(entries.filter((e) => e.virt_uri === uri && e.kind === kind).map((e) => [e.id, e])).values()];
-    for (const d of of('domain')) { const r = await removeDomain(v, d); if (r) did.push(r); }
+    for (const d of of('domain')) { const r = await removeOwned(v, d, guard); if (r) did.push(r); }
     const vols = of('volume');
     // A file copied into a dir pool is a volume libvirt knows only after a refresh.
     for (const pool of new Set(vols.map((x) => x.pool).filter((x): x is string => !!x))) {
       await v.run(['pool-refresh', pool]).catch(expectedError('a pool that is gone or inactive holds none of these volumes; each is looked up by its key',
         { pool }));
     }
-    for (const x of vols) { const r = await removeVolume(v, x); if (r) did.push(r); }
+    for (const x of vols) { const r = await removeOwned(v, x, guard); if (r) did.push(r); }
   }
   return did;
 }

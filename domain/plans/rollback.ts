@@ -1,8 +1,9 @@
 // Rolling one VM back: what its job recorded in its ledger that it made on the target goes (the domain by its UUID,
 // with its NVRAM; each volume by its key, the import's partial copies included), and the source is powered back on
 // when it was on before. Nothing is looked up by name: a domain or volume the ledger does not list is never
-// touched, whatever it is called (domain/libvirt/ledger.ts). Idempotent: each entry is checked first.
-import { removeMade, type Made } from '../libvirt/ledger';
+// touched, whatever it is called, nor one another job made since at the same path (domain/libvirt/ledger.ts).
+// Idempotent: each entry is checked first.
+import { removeMade, type Made, type MadeGuard } from '../libvirt/ledger';
 import { findVm, waitForTask } from '../vsphere/actions';
 import { vmDetail } from '../vsphere/inventory';
 import { moref } from '../vsphere/xml';
@@ -19,10 +20,11 @@ async function powerOnSource(m: Manager | null, t: RollbackTarget): Promise<stri
   return `${t.vm_path} powered back on`;
 }
 
-/** `made`: the ledger of the VM's job (JobStore.made); `m`: its source's manager (null: the source stays as it is).
- *  Run by the worker's rollback_kvm job (services/worker/operations/plan-effects.ts), never in the daemon. */
-export async function rollbackVm(m: Manager | null, t: RollbackTarget, made: Made[]): Promise<string> {
-  const did = await removeMade(made);
+/** `made`: the ledger of the VM's job (JobStore.made), acted on while that job owns each entry (`guard`); `m`: its
+ *  source's manager (null: the source stays as it is). Run by the worker's rollback_kvm job
+ *  (services/worker/operations/plan-effects.ts), never in the daemon. */
+export async function rollbackVm(m: Manager | null, t: RollbackTarget, made: Made[], guard: MadeGuard): Promise<string> {
+  const did = await removeMade(made, guard);
   const on = await powerOnSource(m, t);
   return [...(did.length ? did : ['nothing of Ferry\'s was on the target']), ...(on ? [on] : [])].join('; ');
 }

@@ -30,7 +30,7 @@ function claimsOf(store: JobStore, id: string, lease: string): OutputClaims {
 }
 
 /** The job's ledger for this attempt: each entry written into the record under the attempt's lease, so that an
- *  attempt that lost its job (cancelled, taken over) records nothing and stops (addMade-1.lua). */
+ *  attempt that lost its job (cancelled, taken over) records nothing and stops (addMade-2.lua). */
 function ledgerOf(store: JobStore, id: string, lease: string, attempt: number): Ledger {
   return {
     record: async (e) => {

@@ -26,7 +26,7 @@ describe('Lua commands (queue/commands/)', function () {
   describe('files', () => {
     it('each <name>-<N>.lua lists KEYS[1..N] in its header (<name>-n.lua: KEYS[1..n]), resolves every include, and gets the rules generated', () => {
       const files = commandFiles();
-      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'addMade-1.lua', 'addOutput-1.lua', 'createJob-14.lua', 'dropLease-1.lua', 'holdLease-2.lua', 'readFields-n.lua', 'removeJob-8.lua', 'transitionJob-13.lua']);
+      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'addMade-2.lua', 'addOutput-1.lua', 'createJob-14.lua', 'dropLease-1.lua', 'holdLease-2.lua', 'madeOwners-2.lua', 'readFields-n.lua', 'releaseMade-1.lua', 'removeJob-9.lua', 'transitionJob-13.lua']);
       for (const f of files) {
         const listed = [...f.lua.matchAll(/^\s+KEYS\[(\d+)(?:\.\.(\d+|n))?\]/gm)].map((m) => (m[2] === 'n' ? undefined : Number(m[2] || m[1])));
         expect(listed.includes(undefined) ? undefined : Math.max(...(listed as number[])), `${f.file}: the last KEYS the header lists`).to.equal(f.numberOfKeys);
@@ -104,10 +104,10 @@ describe('Lua commands (queue/commands/)', function () {
       await life.fail(b.job_id, 'w', lb.token, 'drill', true);
       await life.cancel(b.job_id);
       expect(await store.purgeFinished(0)).to.equal(2);
-      await until(() => calls.filter((c) => c.file === 'removeJob-8.lua').length === 2, 5000, 'the sweep seen by MONITOR');
+      await until(() => calls.filter((c) => c.file === 'removeJob-9.lua').length === 2, 5000, 'the sweep seen by MONITOR');
       mon.disconnect();
 
-      expect([...new Set(calls.map((c) => c.file))].sort()).to.deep.equal(['addEvent-2.lua', 'createJob-14.lua', 'removeJob-8.lua', 'transitionJob-13.lua']);
+      expect([...new Set(calls.map((c) => c.file))].sort()).to.deep.equal(['addEvent-2.lua', 'createJob-14.lua', 'removeJob-9.lua', 'transitionJob-13.lua']);
       for (const c of calls) {
         expect(c.touched.length, `${c.file}: commands seen inside it`).to.be.above(0);
         for (const args of c.touched) {

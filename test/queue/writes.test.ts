@@ -1,6 +1,8 @@
 // Writes go through the Lua commands under the lease, and answers say what happened: an output claim of an
 // attempt whose lease is gone is refused and changes nothing (addOutput-1.lua); fail() whose transition is
-// refused answers the state the job is in, not the QUEUED it asked for.
+// refused answers the state the job is in, not the QUEUED it asked for; what a job made is owned by the last job
+// that made it (a dir pool's volume path made again by another job), given up when removed, and forgotten with the
+// job's record.
 import { expect } from 'chai';
 import { TestRedis } from '../helpers/redis';
 import { createRedis, RedisClient } from '../../platform/redis';
@@ -63,6 +65,42 @@ describe('queue: writes under the lease, answers that say what happened', functi
     await life.cancel(s.job_id);
     expect(await store.recordMade(s.job_id, l.token, { ...vol, id: '/pool/web1-disk1.qcow2' }), 'after the cancel the lease is gone').to.equal('lease');
     expect(await store.made(s.job_id)).to.have.length(2);
+  });
+
+  it('what a job made is owned by the job that made it last: another job making the same volume path takes it over; a removal gives up only its own; the retention sweep forgets it', async () => {
+    const made = async (over: Record<string, unknown> = {}) => {
+      const s = spec(over);
+      await life.submit(s, { enqueue: true });
+      const l = (await life.claim({ worker_id: 'w', capabilities: [] }))!;
+      return { id: s.job_id, lease: l.token, attempts: l.record.attempts, queue: l.queue };
+    };
+    const vol = { kind: 'volume' as const, id: '/pool/db.qcow2', name: 'db.qcow2', virt_uri: 'qemu:///system', pool: 'p', attempt: 1, at: new Date().toISOString() };
+    const dom = { kind: 'domain' as const, id: '0e6b1a52-8a43-4c1e-9f0d-3b7c2a1d4e5f', name: 'db', virt_uri: 'qemu:///system', attempt: 1, at: vol.at };
+    const a = await made();
+    expect(await store.recordMade(a.id, a.lease, vol)).to.equal('added');
+    expect(await store.recordMade(a.id, a.lease, dom)).to.equal('added');
+    const ga = store.madeGuard(a.id);
+    expect(await ga.owner(vol)).to.equal(a.id);
+    // A's volume removed (by Ferry: ownership given up), then job B makes a volume at the same path.
+    await ga.released([vol]);
+    expect(await ga.owner(vol), 'removed: nobody owns it').to.equal(null);
+    const b = await made();
+    expect(await store.recordMade(b.id, b.lease, vol)).to.equal('added');
+    expect(await ga.owner(vol), 'A\'s entry now names B\'s volume').to.equal(b.id);
+    expect((await store.madeOwners(a.id)).map((x) => [x.entry.kind, x.owner])).to.deep.equal([['volume', b.id], ['domain', a.id]]);
+    await ga.released([vol, dom]);
+    expect(await store.madeGuard(b.id).owner(vol), 'A gives up only what it owns').to.equal(b.id);
+    expect(await ga.owner(dom)).to.equal(null);
+    // A retry of B that makes the same path again keeps owning it ('known'); the sweep forgets B's ownership with B.
+    expect(await store.recordMade(b.id, b.lease, { ...vol, attempt: 2 })).to.equal('known');
+    for (const j of [a, b]) {
+      await life.start(j.id, 'w', j.lease, j.attempts);
+      await life.complete(j.id, 'w', j.lease, {}, j.queue);
+    }
+    const ownedBy = async (j: string) => Object.values(await redis.hgetall(store.k.madeOwners)).filter((x) => x === j).length;
+    expect([await ownedBy(a.id), await ownedBy(b.id)]).to.deep.equal([0, 1]);
+    expect(await store.purgeFinished(0)).to.be.at.least(2);
+    expect(await ownedBy(b.id), 'the owner of B\'s volume went with B\'s record').to.equal(0);
   });
 
   it('fail() answers the state the job is in when its transition is refused', async () => {

@@ -4,16 +4,19 @@
 // UUID is refused (400 naming the field) on plans and direct jobs; a plan whose stored target names another
 // domain's ID or UUID (one stored before the rule), cancelled while its jobs run, removes nothing of theirs; a
 // domain defined under the plan's target name after preflight is neither imported over nor removed (checked again
-// before the job is submitted, and by the job itself); and the ledger in a job's record lists the domain's UUID
-// and the volumes' keys the import made, which rollback removes, and nothing else.
+// before the job is submitted, and by the job itself); the ledger in a job's record lists the domain's UUID
+// and the volumes' keys the import made, which rollback removes, and nothing else; and a volume path that a later
+// plan made again after the first rollback (a dir pool's key is its path) is the later job's: rolling the first
+// VM back again through the API removes nothing of it.
 import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
+import { sha256File } from '../../domain/qemu';
 import { req, until } from '../helpers/http';
 import type { DaemonError } from '../helpers/http';
 import type { DaemonJob, PlanView } from '../helpers/api-types';
 import { makeDisks } from '../vsphere/fixture';
-import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
+import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
 import { tolerate } from '../helpers/teardown';
 import { createPlanVm, PlanStack, startPlanStack } from '../plans/fixture';
 import type { MadeEntry } from '../../domain/libvirt/ledger';
@@ -73,7 +76,7 @@ describe('security: rollback, cancel clean-up and retries act only on the ledger
       await virsh(['destroy', d]).catch(tolerate(`destroy ${d}`));
       await virsh(['undefine', d]).catch(tolerate(`undefine ${d}`));
     }
-    for (const v of ['db.qcow2', 'db-disk1.qcow2']) await virsh(['vol-delete', '--pool', s.lv.pool, v]).catch(tolerate(`vol-delete ${v}`));
+    for (const v of ['db.qcow2', 'db-disk1.qcow2', 'lg0.qcow2']) await virsh(['vol-delete', '--pool', s.lv.pool, v]).catch(tolerate(`vol-delete ${v}`));
     await s?.stop();
   });
 
@@ -216,5 +219,24 @@ describe('security: rollback, cancel clean-up and retries act only on the ledger
     expect((await volumes()).filter((v) => v.includes('lg0'))).to.deep.equal([]);
     expect([await state('victim-a'), await state('victim-b'), await state('db'), await state('late-lr2')]).to.deep.equal(['paused', 'shut off', 'shut off', 'shut off']);
     expect(await volumes()).to.include.members(['db.qcow2', 'db-disk1.qcow2']);
+  });
+
+  it('(e) a volume path the rollback freed and a later plan made again is the later job\'s: rolling the first VM back again through the API (admin) leaves it and its domain, byte for byte', async () => {
+    // (d) rolled plan `made` back: its job's ledger still names lg0.qcow2 by its path.
+    const vol = path.join(s.lv.poolDir, 'lg0.qcow2');
+    expect((await post('/plans', s.plan('again', ['lg0'], { options: { power_off: 'force', virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 300 } } }))).status).to.equal(201);
+    expect((await post('/plans/again/start')).status).to.equal(200);
+    const y = (await done('again')).vms[0];
+    expect(y.status, y.error!).to.equal('completed');
+    const uuid = (await virsh(['domuuid', 'lg0'])).trim();
+    const bytes = await sha256File(vol);
+    const r = await post(`/plans/made/vms/${encodeURIComponent(vm('lg0'))}/rollback`, undefined, K.admin);
+    expect(r.status, r.text).to.equal(200);
+    const detail = r.body.vms[0].rollback!.detail;
+    console.log(`      the second rollback of made: ${detail}`);
+    expect(detail).to.include(`volume ${vol} left: job ${y.job_id} made it since`).and.not.include(`volume ${vol} removed`);
+    expect((await virsh(['dominfo', uuid])).includes(uuid), 'the later domain is there').to.equal(true);
+    expect((await virsh(['vol-key', vol])).trim()).to.equal(vol);
+    expect(await sha256File(vol), 'the later volume\'s bytes').to.equal(bytes);
   });
 });

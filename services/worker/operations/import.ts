@@ -25,7 +25,7 @@ export async function clearEarlierAttempts(ctx: OpContext, phase: string, keep: 
   // `keep`: volumes this attempt has resumed into (one pass's partial volumes, by path), made by this job.
   const earlier = (await ctx.store.made(ctx.spec.job_id)).filter((e) => !(e.kind === 'volume' && keep.has(e.id)));
   if (!earlier.length) return;
-  const did = await removeMade(earlier);
+  const did = await removeMade(earlier, ctx.store.madeGuard(ctx.spec.job_id));
   await ctx.progress(phase, 0, did.length ? `removed what an earlier attempt made: ${did.join('; ')}` : 'nothing an earlier attempt made is left');
 }
 
@@ -63,7 +63,7 @@ export const importKvm: Operation = async (ctx) => {
  *  removes it), and its import already removed what it had made when it failed. */
 export async function cleanupImport(spec: JobSpec, _includeOutput: boolean, store: JobStore): Promise<void> {
   if ((await store.raw(spec.job_id))?.state !== 'CANCELLED') return;
-  await removeMade(await store.made(spec.job_id)).catch(ignoreError(
+  await removeMade(await store.made(spec.job_id), store.madeGuard(spec.job_id)).catch(ignoreError(
     'what the cancelled job made stays on the target; its ledger (GET /jobs/{id}) lists it, and a plan rollback or an operator removes it',
     { job_id: spec.job_id },
   ));

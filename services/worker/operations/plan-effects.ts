@@ -62,7 +62,7 @@ export const rollbackKvm: Operation = async (ctx) => {
       .catch((e) => { throw asOperationError(e); })
     : [];
   const rolled = await rollbackVm(
-    src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger,
+    src?.m ?? null, { source_was_on: powerOn, vm_path: (job.spec.parameters as SourceParameters).vm_path }, job.ledger, ctx.store.madeGuard(of),
   ).catch((e) => { throw asOperationError(e); });
   const detail = [...snaps, rolled].join('; ');
   await ctx.progress('rollback', 100, detail);
