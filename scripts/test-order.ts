@@ -1,8 +1,9 @@
 // Which test files a run takes, and in what order (scripts/test.ts; docs/testing.md, "Tiers and order").
 // Tiers: the whole suite (`npm test`), or the fast tier (`npm run test:fast`): every test that starts no virtual
 // machine. A VM here is any qemu-system process: an emulated guest (running or paused, booted by qemu or by
-// libvirtd) or libguestfs's appliance. The files of test/guest/ all boot real guests; elsewhere the describe or it
-// that starts one carries `@vm` in its title, and the fast tier runs mocha with `--grep @vm --invert`. The tag is
+// libvirtd) or libguestfs's appliance. The files of test/guest/ all boot real guests (and their describes carry
+// `@vm` as well); elsewhere the describe or it that starts one carries `@vm` in its title, and the fast tier runs
+// mocha with `--grep @vm --invert`. The tag is
 // checked, not trusted: in the fast tier test/helpers/tier.hooks.ts fails any file that starts a qemu-system.
 // Order: mocha --parallel takes the files in the order given, so the longest start first, by each file's time in
 // the last runs (written by the reporter, test/helpers/file-times.cjs); a file with no time yet starts before them.
@@ -10,8 +11,9 @@ import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 
 export type Tier = 'full' | 'fast';
-/** Seconds per file (relative path), per tier: what test/helpers/file-times.cjs writes. */
-export type FileTimes = Partial<Record<Tier, Record<string, number>>>;
+/** Seconds per file (relative path), per tier, and for the VM tests alone (`vm`: the second run of a new
+ *  machine's suite, scripts/test.ts): what test/helpers/file-times.cjs writes. */
+export type FileTimes = Partial<Record<Tier | 'vm', Record<string, number>>>;
 
 /** The guest files: real Debian guests booted under TCG, minutes each; the whole folder is outside the fast tier. */
 export const GUEST_DIR = 'test/guest/';
@@ -29,11 +31,14 @@ export function testFiles(root: string): string[] {
   return [...all.filter((f) => f.startsWith(GUEST_DIR)), ...all.filter((f) => !f.startsWith(GUEST_DIR))];
 }
 
-/** Whether every top-level describe of a file's text is tagged: none of its tests is in the fast tier, so the fast
+/** Whether every top-level describe of a file's text is tagged (its title carries the tag on its first line): none of its tests is in the fast tier, so the fast
  *  tier does not load it. A file this misjudges is still filtered by mocha's grep; only its load would be spent. */
 export function allTagged(text: string): boolean {
-  const tops = text.split('\n').filter((l) => /^describe(\.\w+)?\(/.test(l));
-  return tops.length > 0 && tops.every((l) => l.includes(VM_TAG));
+  // The least indented describes are the top-level ones (one made in a loop is indented: test/guest/releases.test.ts).
+  const all = text.split('\n').map((l) => /^(\s*)describe(\.\w+)?\(/.exec(l) && { l, depth: l.search(/\S/) }).filter((x) => !!x);
+  const top = Math.min(...all.map((x) => x.depth));
+  const tops = all.filter((x) => x.depth === top);
+  return tops.length > 0 && tops.every((x) => x.l.includes(VM_TAG));
 }
 
 /** The files of a tier, in the default order. */
@@ -43,10 +48,22 @@ export function tierFiles(root: string, tier: Tier): string[] {
   return files.filter((f) => !f.startsWith(GUEST_DIR) && !allTagged(readFileSync(path.join(root, f), 'utf8')));
 }
 
+/** The files holding the VM tests (`--grep @vm`): every guest file, each of whose top-level describes must carry the
+ *  tag (else its tests would be left out: that throws, naming the file), and every other file with the tag. */
+export function vmFiles(root: string): string[] {
+  return testFiles(root).filter((f) => {
+    const text = readFileSync(path.join(root, f), 'utf8');
+    if (f.startsWith(GUEST_DIR) && !allTagged(text)) throw new Error(`${f}: a top-level describe of a guest file lacks ${VM_TAG} in its title`);
+    return text.includes(VM_TAG);
+  });
+}
+
 /** The files longest first by their recorded time (this tier's, else the whole suite's); files with no time keep
  *  their default order and start first (a new file may be a long one). With no times at all: the default order. */
-export function orderFiles(files: string[], times: FileTimes, tier: Tier): string[] {
-  const timeOf = (f: string) => times[tier]?.[f] ?? times.full?.[f];
+export function orderFiles(files: string[], times: FileTimes, tier: Tier | 'vm'): string[] {
+  // After a new machine's run (its fast tier and VM tests apart) a file's whole time is the sum of its two parts.
+  const parts = (f: string) => (times.vm?.[f] !== undefined || times.fast?.[f] !== undefined ? (times.vm?.[f] ?? 0) + (times.fast?.[f] ?? 0) : undefined);
+  const timeOf = (f: string) => times[tier]?.[f] ?? times.full?.[f] ?? parts(f);
   const unknown = files.filter((f) => timeOf(f) === undefined);
   const known = files.filter((f) => timeOf(f) !== undefined).sort((a, b) => timeOf(b)! - timeOf(a)!);
   return [...unknown, ...known];

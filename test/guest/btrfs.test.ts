@@ -33,7 +33,7 @@ import type { FixAction } from '../../domain/converter/types';
 
 const BOOT_TIMEOUT = 600;
 
-describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots on virtio', function () {
+describe('Ferry on the btrfs Debian 12 guest: subvolumes kept, the output boots on virtio @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-btrfs-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

@@ -39,7 +39,7 @@ const RENDERED = '/etc/netplan/50-cloud-init.yaml';
 /** The guest's marker (scripts/guest-image/guest-ready-mounts.sh, installed by cloud-init.sh). */
 const MARKER_SCRIPT = '/usr/local/sbin/ferry-guest-ready';
 
-describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init rendered survives the move', function () {
+describe('Ferry on the cloud-init Debian 12 guest: the static address cloud-init rendered survives the move @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-cloud-init-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

@@ -10,7 +10,7 @@ import { sha256File } from '../../domain/qemu';
 import { ensureDebianGuest, DebianVariant } from '../fixtures/debian-guest';
 import { asOnKvm, asOnVmware, INITRAMFS_GAVE_UP, provedSourceBoot } from '../fixtures/source-proof';
 
-describe('the Debian 12 guest fixture (issue 12)', function () {
+describe('the Debian 12 guest fixture (issue 12) @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first (debootstrap, first boots): ~15-20 min
 
   for (const variant of ['plain', 'lvm'] as DebianVariant[]) {

@@ -37,7 +37,7 @@ type MigrationResult = {
 const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 const NETWORK = 'ferry-migration';
 
-describe('a whole migration of the real Debian guest: vSphere -> repair -> libvirt, one shape B job', function () {
+describe('a whole migration of the real Debian guest: vSphere -> repair -> libvirt, one shape B job @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the guest fixture and the simulator first
   const redis = new TestRedis();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-migration-'));

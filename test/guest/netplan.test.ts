@@ -37,7 +37,7 @@ import type { FixAction } from '../../domain/converter/types';
 
 const BOOT_TIMEOUT = 600;
 
-describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and the static address after the move', function () {
+describe('Ferry on the netplan Debian 12 guest with a data disk: both disks and the static address after the move @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-netplan-'));
   // Started only when the proof runs (a reused one needs no gateway nor worker).

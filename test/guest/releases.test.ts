@@ -38,7 +38,7 @@ import type { FixedReport } from '../helpers/api-types';
 const BOOT_TIMEOUT = 900;
 
 for (const variant of ['debian11', 'debian13'] as const) {
-  describe(`Ferry on the ${variant} guest: the output boots on virtio`, function () {
+  describe(`Ferry on the ${variant} guest: the output boots on virtio @vm`, function () {
     this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first (its own debootstrap and first boot)
     const dir = mkdtempSync(path.join(os.tmpdir(), `ferry-guest-${variant}-`));
     after(() => rmSync(dir, { recursive: true, force: true }));

@@ -46,7 +46,7 @@ function expectBooted(name: string, g: DebianGuest, report: PipelineReport, cons
   });
 }
 
-describe('Ferry on the real Debian 12 guest: the output boots on virtio', function () {
+describe('Ferry on the real Debian 12 guest: the output boots on virtio @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixture first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-repair-'));
   // Started only when a proof runs (a reused one needs no gateway nor worker).

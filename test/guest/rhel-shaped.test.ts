@@ -36,7 +36,7 @@ const BOOT_TIMEOUT = 900;
  *  devices file. */
 const ready = (g: DebianGuest) => new RegExp(`${g.ready.source} mounts=/,/boot,/home`);
 
-describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devices file, NetworkManager)', function () {
+describe('Ferry on the RHEL-shaped guest (dracut host-only, XFS on LVM, LVM devices file, NetworkManager) @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-rhel-'));
   after(() => rmSync(dir, { recursive: true, force: true }));

@@ -33,7 +33,7 @@ import { bootTwice, checkTwoBoots, expectAppended, type TwoBoots } from '../help
 
 const BOOT_TIMEOUT = 900;
 
-describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output', function () {
+describe('Ferry on the UEFI Debian 12 guest: a fresh NVRAM boots the output @vm', function () {
   this.timeout(3 * 3600 * 1000); // a fresh machine builds the fixtures first
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-guest-uefi-'));
   after(() => rmSync(dir, { recursive: true, force: true }));
