@@ -47,7 +47,7 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     expect(allTagged("describe('a', () => {\n  describe('nested @vm', () => {});\n});\n")).to.equal(false);
   });
 
-  it('the VM tests a new machine runs after its fixture builds (--grep @vm) and the fast tier cover every file; a guest file whose describe lacks the tag is refused, by name', () => {
+  it('the VM tests a new machine runs after its fixture builds (by the VM tag) and the fast tier cover every file; a guest file whose describe lacks the tag is refused, by name', () => {
     const vm = vmFiles(ROOT);
     const fast = tierFiles(ROOT, 'fast');
     expect(testFiles(ROOT).filter((f) => !vm.includes(f) && !fast.includes(f))).to.deep.equal([]);
