@@ -61,6 +61,14 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     expect(() => vmFiles(root)).to.throw('test/guest/b.test.ts: a top-level describe of a guest file lacks @vm in its title');
   });
 
+  it('the VM tag stands at the end of a describe or it title, nowhere else in one (mocha greps the full title)', () => {
+    const wrong = testFiles(ROOT).flatMap((f) => readFileSync(path.join(ROOT, f), 'utf8').split('\n').flatMap((l, i) => {
+      const title = /^\s*(?:describe|it)(?:\.\w+)?\(\s*(['"`])(.*?)\1\s*,/.exec(l)?.[2];
+      return title?.includes('@vm') && !/ @vm$/.test(title) ? [`${f}:${i + 1}`] : [];
+    }));
+    expect(wrong).to.deep.equal([]);
+  });
+
   it('with no times keeps the default order; with times starts the longest first and a file with no time before them', () => {
     const files = ['test/guest/a.test.ts', 'test/guest/b.test.ts', 'test/x/c.test.ts', 'test/x/d.test.ts', 'test/y/e.test.ts'];
     expect(orderFiles(files, {}, 'full')).to.deep.equal(files);
