@@ -285,7 +285,6 @@ export const NOT_SETTINGS: Record<string, string> = {
   FERRY_NODE_ARGS: 'test helpers: extra node flags for the services they start (benchmarks\' --cpu-prof)',
   FERRY_TEST_LOGS: 'test helpers: copy the started services\' output to the test\'s stderr',
   FERRY_TEST_TIER: 'scripts/test.ts: the fast tier', FERRY_TEST_TIMES: 'scripts/test.ts: where test times are kept',
-  FERRY_TEST_COUNTS: 'scripts/test.ts: where a mocha run writes its counts (a new machine\'s two runs)',
   FERRY_FRESH_PROOFS: 'test/helpers/proofs.ts: run every recorded proof again',
   FERRY_PROOF_DIR: 'test/helpers/proofs.ts', FERRY_PROOF_LOG: 'test/helpers/proofs.ts', FERRY_PROOF_MAIN_PID: 'test/helpers/proofs.ts',
   FERRY_CACHE_DIR: 'test fixtures: where built guest images are cached', FERRY_DEBIAN_MIRROR: 'test fixtures: the Debian mirror',

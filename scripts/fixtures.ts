@@ -1,9 +1,8 @@
-// Builds every cached test fixture before the suite's VM tests start (`npm test`, scripts/test.ts; alone:
-// `npx tsx scripts/fixtures.ts`): the nine Debian guests (test/fixtures/debian-guest.ts), the tiny guest and the
-// vSphere simulator, two builds at a time. On a machine that has them it only looks (about a second). On a new one
-// it builds them beside the checks and the fast tier only (tests that start no VM, mostly waiting on Redis and
-// HTTP), never beside a guest file: a first boot under TCG that shares the two cores with the guest test files took
-// up to three times as long (docs/testing.md), and the VM tests then wait on nobody's build.
+// Builds every cached test fixture before the suite starts (`npm test`'s pretest; alone: `npx tsx scripts/fixtures.ts`):
+// the nine Debian guests (test/fixtures/debian-guest.ts), the tiny guest and the vSphere simulator, two builds at a
+// time. On a machine that has them it only looks (about a second). On a new one it builds them while nothing else
+// runs: a first boot under TCG that shares the two cores with the guest test files took up to three times as long
+// (docs/testing.md), and the test files then wait on nobody's build.
 // FERRY_FIXTURE_JOBS sets how many builds run at once (default 2, the cores these machines have). A build that fails
 // is named with its error and the others go on; the script still exits 0, so the suite runs and the files that need
 // the fixture fail with the builder's log (a set-up that stopped here would print no test result at all). With
@@ -33,7 +32,7 @@ function builds(): Build[] {
   ];
 }
 
-export async function buildFixtures(): Promise<void> {
+async function main() {
   const jobs = Math.max(1, Number(process.env.FERRY_FIXTURE_JOBS) || 2);
   const queue = builds();
   const t0 = Date.now();
@@ -57,8 +56,4 @@ export async function buildFixtures(): Promise<void> {
   console.error(`fixtures: ${failed.length ? `${failed.join(', ')} failed; the suite runs without them` : 'all in the cache'} (${s.toFixed(0)} s)`);
 }
 
-/** Never throws: a failed build is said, and the suite runs without it. */
-export const buildFixturesSaid = () => buildFixtures()
-  .catch((e: unknown) => { console.error(`fixtures: ${errorText(e)}; the suite runs without the prebuilt fixtures`); });
-
-if (require.main === module) void buildFixturesSaid();
+main().catch((e: unknown) => { console.error(`fixtures: ${errorText(e)}; the suite runs without the prebuilt fixtures`); });

@@ -11,9 +11,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 
 export type Tier = 'full' | 'fast';
-/** Seconds per file (relative path), per tier, and for the VM tests alone (`vm`: the second run of a new
- *  machine's suite, scripts/test.ts): what test/helpers/file-times.cjs writes. */
-export type FileTimes = Partial<Record<Tier | 'vm', Record<string, number>>>;
+/** Seconds per file (relative path), per tier: what test/helpers/file-times.cjs writes. */
+export type FileTimes = Partial<Record<Tier, Record<string, number>>>;
 
 /** The guest files: real Debian guests booted under TCG, minutes each; the whole folder is outside the fast tier. */
 export const GUEST_DIR = 'test/guest/';
@@ -48,22 +47,10 @@ export function tierFiles(root: string, tier: Tier): string[] {
   return files.filter((f) => !f.startsWith(GUEST_DIR) && !allTagged(readFileSync(path.join(root, f), 'utf8')));
 }
 
-/** The files holding the VM tests (`--grep @vm`): every guest file, each of whose top-level describes must carry the
- *  tag (else its tests would be left out: that throws, naming the file), and every other file with the tag. */
-export function vmFiles(root: string): string[] {
-  return testFiles(root).filter((f) => {
-    const text = readFileSync(path.join(root, f), 'utf8');
-    if (f.startsWith(GUEST_DIR) && !allTagged(text)) throw new Error(`${f}: a top-level describe of a guest file lacks ${VM_TAG} in its title`);
-    return text.includes(VM_TAG);
-  });
-}
-
 /** The files longest first by their recorded time (this tier's, else the whole suite's); files with no time keep
  *  their default order and start first (a new file may be a long one). With no times at all: the default order. */
-export function orderFiles(files: string[], times: FileTimes, tier: Tier | 'vm'): string[] {
-  // After a new machine's run (its fast tier and VM tests apart) a file's whole time is the sum of its two parts.
-  const parts = (f: string) => (times.vm?.[f] !== undefined || times.fast?.[f] !== undefined ? (times.vm?.[f] ?? 0) + (times.fast?.[f] ?? 0) : undefined);
-  const timeOf = (f: string) => times[tier]?.[f] ?? times.full?.[f] ?? parts(f);
+export function orderFiles(files: string[], times: FileTimes, tier: Tier): string[] {
+  const timeOf = (f: string) => times[tier]?.[f] ?? times.full?.[f];
   const unknown = files.filter((f) => timeOf(f) === undefined);
   const known = files.filter((f) => timeOf(f) !== undefined).sort((a, b) => timeOf(b)! - timeOf(a)!);
   return [...unknown, ...known];

@@ -1,6 +1,5 @@
 // Mocha's spec reporter, plus the closing line CI reads: "N passed, N failed", and each file's time for the order
-// of the next run (test/helpers/file-times.cjs). With FERRY_TEST_COUNTS the counts also go to that file as JSON:
-// scripts/test.ts adds up the two mocha runs of a new machine's suite into its own closing line.
+// of the next run (test/helpers/file-times.cjs).
 'use strict';
 const Mocha = require('mocha');
 const { FileTimes } = require('./helpers/file-times.cjs');
@@ -18,9 +17,6 @@ class FerryReporter extends Spec {
     runner.once(EVENT_RUN_END, () => {
       times.save();
       const s = runner.stats || {};
-      if (process.env.FERRY_TEST_COUNTS) {
-        require('node:fs').writeFileSync(process.env.FERRY_TEST_COUNTS, JSON.stringify({ passed: s.passes || 0, failed: s.failures || 0, skipped: s.pending || 0 }));
-      }
       process.stdout.write(`\n${s.passes || 0} passed, ${s.failures || 0} failed, ${s.pending || 0} skipped\n`);
     });
   }

@@ -3,10 +3,10 @@
 // fast tier's guard (test/helpers/tier.hooks.ts) against a real qemu.
 import { expect } from 'chai';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { allTagged, orderFiles, readTimes, testFiles, tierFiles, vmFiles, type FileTimes } from '../../scripts/test-order';
+import { allTagged, orderFiles, readTimes, testFiles, tierFiles, type FileTimes } from '../../scripts/test-order';
 import { GUARD_ENV, vmsUnder } from '../helpers/tier.hooks';
 import { until } from '../helpers/http';
 
@@ -47,20 +47,6 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     expect(allTagged("describe('a', () => {\n  describe('nested @vm', () => {});\n});\n")).to.equal(false);
   });
 
-  it('the VM tests a new machine runs after its fixture builds (by the VM tag) and the fast tier cover every file; a guest file whose describe lacks the tag is refused, by name', () => {
-    const vm = vmFiles(ROOT);
-    const fast = tierFiles(ROOT, 'fast');
-    expect(testFiles(ROOT).filter((f) => !vm.includes(f) && !fast.includes(f))).to.deep.equal([]);
-    expect(vm.filter((f) => f.startsWith('test/guest/'))).to.deep.equal(testFiles(ROOT).filter((f) => f.startsWith('test/guest/')));
-    expect(vm).to.include('test/plans/scale.test.ts').and.include('test/pipeline/cli.test.ts').and.not.include('test/spine/api.test.ts');
-    const root = mkdtempSync(path.join(dir, 'root-'));
-    mkdirSync(path.join(root, 'test/guest'), { recursive: true });
-    writeFileSync(path.join(root, 'test/guest/a.test.ts'), "describe('a guest @vm', () => {});\n");
-    expect(vmFiles(root)).to.deep.equal(['test/guest/a.test.ts']);
-    writeFileSync(path.join(root, 'test/guest/b.test.ts'), "describe('a guest without the tag', () => {});\n");
-    expect(() => vmFiles(root)).to.throw('test/guest/b.test.ts: a top-level describe of a guest file lacks @vm in its title');
-  });
-
   it('the VM tag stands at the end of a describe or it title, nowhere else in one (mocha greps the full title)', () => {
     const wrong = testFiles(ROOT).flatMap((f) => readFileSync(path.join(ROOT, f), 'utf8').split('\n').flatMap((l, i) => {
       const title = /^\s*(?:describe|it)(?:\.\w+)?\(\s*(['"`])(.*?)\1\s*,/.exec(l)?.[2];
@@ -77,9 +63,6 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     // The fast tier orders by its own times where it has them (a file's tagged tests do not run there).
     const fast: FileTimes = { ...times, fast: { 'test/x/c.test.ts': 2 } };
     expect(orderFiles(['test/x/c.test.ts', 'test/y/e.test.ts'], fast, 'fast')).to.deep.equal(['test/y/e.test.ts', 'test/x/c.test.ts']);
-    // After a new machine's run (the fast tier and the VM tests apart, no whole-suite times): the sum of the parts.
-    const apart: FileTimes = { fast: { 'test/x/c.test.ts': 50, 'test/y/e.test.ts': 10 }, vm: { 'test/x/c.test.ts': 10, 'test/y/e.test.ts': 100 } };
-    expect(orderFiles(['test/x/c.test.ts', 'test/y/e.test.ts', 'test/x/d.test.ts'], apart, 'full')).to.deep.equal(['test/x/d.test.ts', 'test/y/e.test.ts', 'test/x/c.test.ts']);
   });
 
   it("orders the next run from the reporter's times file: sums per file, merged with other files' and tiers' times", () => {
