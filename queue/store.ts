@@ -65,6 +65,8 @@ let calls = 0;
 const callId = () => PROCESS_NONCE + (calls++).toString(36).padStart(6, '0');
 /** Entries a job's ledger may hold: 26 disks, their copies and a domain per attempt, many times over. */
 const LEDGER_MAX = 1024;
+/** What names a thing made in the owners hash (includes/made.lua), as the Lua commands take it. */
+const madeIds = (es: Made[]) => JSON.stringify(es.map(({ kind, id, virt_uri }) => ({ kind, id, virt_uri })));
 const iso = (ms: string | undefined) => (ms ? new Date(Number(ms)).toISOString() : null);
 
 export class JobStore {
@@ -205,24 +207,27 @@ export class JobStore {
     return code === 'ok' ? what : code;
   }
 
-  /** The job's ledger, each entry with the job that owns it now (madeOwners-2.lua): the job itself, another job
-   *  that made the same volume path after this one's was removed, or null (removed by Ferry already). */
+  /** The job's ledger, each entry with the job that owns it now: the job itself, another job that made the same
+   *  volume path after this one's was removed, or null (removed by Ferry already). */
   async madeOwners(id: string): Promise<{ entry: MadeEntry; owner: string | null }[]> {
-    const [raw, ...owners] = await this.redis.ferryMadeOwners(this.k.job(id), this.k.madeOwners);
-    const list = parseField<MadeEntry[] | Record<string, never>>(raw, [], { job_id: id, field: 'ledger' });
-    return (Array.isArray(list) ? list : []).map((entry, i) => ({ entry, owner: owners[i] || null }));
+    const ledger = await this.made(id);
+    const owners = await this.ownersOf(ledger);
+    return ledger.map((entry, i) => ({ entry, owner: owners[i] }));
   }
 
-  /** What rollback, cancel clean-up and retries may remove for this job: its ledger as it owns it now. */
+  /** Each thing's owner now (madeOwners-1.lua), null for none. */
+  private async ownersOf(es: Made[]): Promise<(string | null)[]> {
+    if (!es.length) return [];
+    return (await this.redis.ferryMadeOwners(this.k.madeOwners, madeIds(es))).map((o) => o || null);
+  }
+
+  /** What rollback, cancel clean-up and retries may remove for this job: what it owns now, asked per entry right
+   *  before each removal; its ownership given up once a thing is gone (releaseMade-1.lua). */
   madeGuard(id: string): MadeGuard {
-    const same = (a: Made, b: Made) => a.kind === b.kind && a.id === b.id && a.virt_uri === b.virt_uri;
     return {
-      owner: async (e) => (await this.madeOwners(id)).find((x) => same(x.entry, e))?.owner ?? null,
       job: id,
-      released: async (es) => {
-        const which = es.map(({ kind, id: x, virt_uri }) => ({ kind, id: x, virt_uri }));
-        if (which.length) await this.redis.ferryReleaseMade(this.k.madeOwners, id, JSON.stringify(which));
-      },
+      owner: async (e) => (await this.ownersOf([e]))[0],
+      released: async (es) => { if (es.length) await this.redis.ferryReleaseMade(this.k.madeOwners, id, madeIds(es)); },
     };
   }
 

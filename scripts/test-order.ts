@@ -3,8 +3,8 @@
 // machine. A VM here is any qemu-system process: an emulated guest (running or paused, booted by qemu or by
 // libvirtd) or libguestfs's appliance. The files of test/guest/ all boot real guests (and their describes carry
 // `@vm` as well); elsewhere the describe or it that starts one carries `@vm` in its title, and the fast tier runs
-// mocha with `--grep @vm --invert`. The tag is
-// checked, not trusted: in the fast tier test/helpers/tier.hooks.ts fails any file that starts a qemu-system.
+// mocha with `--grep @vm --invert`. The tag is checked, not trusted: in the fast tier test/helpers/tier.hooks.ts
+// fails any file that starts a qemu-system.
 // Order: mocha --parallel takes the files in the order given, so the longest start first, by each file's time in
 // the last runs (written by the reporter, test/helpers/file-times.cjs); a file with no time yet starts before them.
 import { readFileSync, readdirSync } from 'node:fs';
@@ -30,8 +30,9 @@ export function testFiles(root: string): string[] {
   return [...all.filter((f) => f.startsWith(GUEST_DIR)), ...all.filter((f) => !f.startsWith(GUEST_DIR))];
 }
 
-/** Whether every top-level describe of a file's text is tagged (its title carries the tag on its first line): none of its tests is in the fast tier, so the fast
- *  tier does not load it. A file this misjudges is still filtered by mocha's grep; only its load would be spent. */
+/** Whether every top-level describe of a file's text is tagged (on its first line): none of its tests is in the
+ *  fast tier, so the fast tier does not load it. A file this misjudges is still filtered by mocha's grep; only its
+ *  load would be spent. */
 export function allTagged(text: string): boolean {
   // The least indented describes are the top-level ones (one made in a loop is indented: test/guest/releases.test.ts).
   const all = text.split('\n').map((l) => /^(\s*)describe(\.\w+)?\(/.exec(l) && { l, depth: l.search(/\S/) }).filter((x) => !!x);

@@ -26,7 +26,7 @@ describe('Lua commands (queue/commands/)', function () {
   describe('files', () => {
     it('each <name>-<N>.lua lists KEYS[1..N] in its header (<name>-n.lua: KEYS[1..n]), resolves every include, and gets the rules generated', () => {
       const files = commandFiles();
-      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'addMade-2.lua', 'addOutput-1.lua', 'createJob-14.lua', 'dropLease-1.lua', 'holdLease-2.lua', 'madeOwners-2.lua', 'readFields-n.lua', 'releaseMade-1.lua', 'removeJob-9.lua', 'transitionJob-13.lua']);
+      expect(files.map((f) => f.file).sort()).to.deep.equal(['addEvent-2.lua', 'addMade-2.lua', 'addOutput-1.lua', 'createJob-14.lua', 'dropLease-1.lua', 'holdLease-2.lua', 'madeOwners-1.lua', 'readFields-n.lua', 'releaseMade-1.lua', 'removeJob-9.lua', 'transitionJob-13.lua']);
       for (const f of files) {
         const listed = [...f.lua.matchAll(/^\s+KEYS\[(\d+)(?:\.\.(\d+|n))?\]/gm)].map((m) => (m[2] === 'n' ? undefined : Number(m[2] || m[1])));
         expect(listed.includes(undefined) ? undefined : Math.max(...(listed as number[])), `${f.file}: the last KEYS the header lists`).to.equal(f.numberOfKeys);
