@@ -67,6 +67,22 @@ describe('reused proofs: the key covers every input (issue 32)', function () {
     }
   });
 
+  it('the files that became proofs for the docs-only figure key what they run: the services and the ledger, the guest reading, the helper their checks go through', () => {
+    const ledger = { name: 'security-ledger', entries: [path.join(ROOT, 'test/security/ledger.test.ts')], extra: { fixture: 'tiny-guest-x' } };
+    const reading = { name: 'pipeline-linux-reading', entries: [path.join(ROOT, 'test/pipeline/linux-reading.test.ts')] };
+    const live = { name: 'plans-live-kill', entries: [path.join(ROOT, 'test/plans/live.test.ts')] };
+    for (const [spec, inputs] of [
+      [ledger, ['domain/libvirt/ledger.ts', 'orchestration/plans.ts', 'services/worker/main.ts', 'test/plans/fixture.ts', 'test/helpers/proof-tests.ts', 'test/fixtures/tiny-guest.ts']],
+      [reading, ['domain/converter/linux-reading.ts', 'domain/converter/guestfs.ts', 'domain/converter/root-choice.ts', 'test/helpers/proof-tests.ts']],
+      [live, ['services/daemon/main.ts', 'queue/slots.ts', 'test/helpers/sse.ts', 'test/helpers/ws.ts']],
+    ] as const) {
+      expect(rel(closure(spec.entries))).to.include.members([...inputs]);
+      const base = proofKey(spec).key;
+      for (const f of inputs) expect(proofKey(spec, changed(f)).key, `${spec.name}: ${f}`).to.not.equal(base);
+      expect(proofKey(spec, changed('docs/testing.md')).key, `${spec.name}: docs`).to.equal(base);
+    }
+  });
+
   it('another qemu, OVMF, libguestfs or kernel version, or another fixture, changes the key', () => {
     const tools = toolVersions();
     expect(tools['qemu-system-x86']).to.match(/^\d/);
@@ -126,6 +142,27 @@ describe('reused proofs: recorded when passed, re-checked, forced fresh (issue 3
       child.on('close', (code) => resolve({ code, out }));
     });
   }
+
+  it('several tests over one proof (proof-tests.ts): a failing check fails its test alone and records nothing; passed, the next run re-checks each from the record', async () => {
+    const f = path.join(dir, 'multi.test.ts');
+    writeFileSync(f, `import { expect } from 'chai';\nimport { proofTests } from ${JSON.stringify(path.join(ROOT, 'test/helpers/proof-tests'))};\n`
+      + 'describe(\'multi\', () => { proofTests<{ n: number }>({ spec: () => ({ name: \'multi\', entries: [__filename] }), produce: async () => ({ n: Number(process.env.MULTI_N) }), '
+      + 'runTitle: \'runs\', checks: [[\'a number\', (e) => { expect(e.n).to.be.a(\'number\'); }], [\'two\', (e) => { expect(e.n).to.equal(2); }]] }); });\n');
+    const records = path.join(dir, 'multi-records');
+    const run = (n: number) => runMocha([f], { FERRY_PROOF_DIR: records, MULTI_N: String(n) });
+    const failed = await run(1);
+    expect(failed.code, failed.out).to.not.equal(0);
+    expect(failed.out.trim().split('\n').pop(), 'only the failing check fails').to.equal('2 passed, 1 failed, 0 skipped');
+    expect(failed.out).to.match(/two:\s*\n\s*AssertionError: expected 1 to equal 2/);
+    expect(existsSync(records) ? readdirSync(records) : [], 'no record of a failed proof').to.deep.equal([]);
+    const passed = await run(2);
+    expect(passed.out.trim().split('\n').pop(), passed.out).to.equal('3 passed, 0 failed, 0 skipped');
+    expect(passed.out).to.match(/Proofs: 0 reused from records \(not run again\), 1 run fresh\./);
+    // The record's evidence (n = 2), not a new run's (n = 1), is what the checks read now.
+    const reused = await run(1);
+    expect(reused.out.trim().split('\n').pop(), reused.out).to.equal('3 passed, 0 failed, 0 skipped');
+    expect(reused.out).to.match(/Proofs: 1 reused from records \(not run again\), 0 run fresh\./);
+  });
 
   it('a mocha run names the proofs it reused and their commit before its closing line', async () => {
     const specs = ['a', 'b'].map((n) => {

@@ -21,7 +21,8 @@ import { runPipeline } from '../../domain/converter/pipeline';
 import { GuestSession } from '../../domain/converter/guestfs';
 import { buildGuests, Guests, readFiles, PLAIN_FSTAB, LVM_FSTAB, IFUPDOWN_INTERFACES, NETPLAN_CLOUD, PERSISTENT_NET, TOOL_LOG } from '../fixtures/guests';
 import { errorText } from '../../platform/errors';
-import { fixtureInputs, reusedProof } from '../helpers/proofs';
+import { fixtureInputs } from '../helpers/proofs';
+import { proofTests, type Check as ProofCheck } from '../helpers/proof-tests';
 import type { PipelineReport } from '../../domain/converter/stages/report';
 import type { FixResult, GuestInfo } from '../../domain/converter/types';
 import type { FstabChange } from '../../domain/converter/fstab';
@@ -159,7 +160,7 @@ async function produce(g: Guests, tmp: string): Promise<Evidence> {
 }
 
 /** One `it`'s assertions. */
-type Check = [title: string, check: (e: Evidence) => void];
+type Check = ProofCheck<Evidence>;
 
 const RUN_CHECKS: Check[] = [
   ['completes both runs and writes a report.json that matches the documented schema', (e) => {
@@ -332,48 +333,17 @@ const READBACK_CHECKS: Check[] = [
   }],
 ];
 
-/** The proof's check: every `it`'s check on the evidence; fails naming each that failed (so no record is written). */
-class ChecksFailed extends Error {}
-function checkAll(e: Evidence) {
-  const failed: string[] = [];
-  for (const [title, check] of [...RUN_CHECKS, ...READBACK_CHECKS]) {
-    try { check(e); } catch (err) { failed.push(`${title}: ${errorText(err).split('\n')[0]}`); }
-  }
-  if (failed.length) throw new ChecksFailed(`${failed.length} check(s) failed:\n${failed.join('\n')}`);
-}
-
 describe('pipeline on real guests (libguestfs) @vm', function () {
   this.timeout(1_800_000);
   let tmp: string | undefined;
-  /** The evidence the last check saw (the record's, or the fresh run's when the record failed or was absent). */
-  let evidence: Evidence | undefined;
-  /** Why the proof did not pass, when it did not. */
-  let failure: unknown;
-
-  before(async () => {
-    const g = buildGuests();
-    const spec = { name: 'pipeline-real-guests', entries: [__filename], extra: fixtureInputs(g.plainVmdk, g.lvmVmdk, g.xfsVmdk) };
-    const fresh = async () => {
-      evidence = undefined; // a record that failed its check is not what a failed fresh run reports on
-      tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-pipeline-'));
-      return produce(g, tmp);
-    };
-    // A failure is kept, not thrown: each `it` then reports its own check on the evidence (or the run's error).
-    await reusedProof(spec, fresh, (e) => { evidence = e; checkAll(e); }).catch((err: unknown) => { failure = err; });
-  });
+  let g: Guests | undefined;
   after(async () => { if (tmp) await fs.rm(tmp, { recursive: true, force: true }); });
 
-  const each = ([title, check]: Check) => it(title, () => {
-    if (!evidence) throw failure instanceof Error ? failure : new Error(`no evidence: ${errorText(failure)}`);
-    check(evidence);
-  });
-
-  it('runs every conversion (or reuses the record of the same inputs) and records it', () => {
-    // The checks' own failures are reported by their tests below; anything else (a run that threw, a record not written) here.
-    if (failure && !(failure instanceof ChecksFailed)) throw failure instanceof Error ? failure : new Error(errorText(failure));
-  });
-  RUN_CHECKS.forEach(each);
-  describe('the outputs, read back with libguestfs (one appliance for all three disks)', () => {
-    READBACK_CHECKS.forEach(each);
+  proofTests<Evidence>({
+    spec: () => { g = buildGuests(); return { name: 'pipeline-real-guests', entries: [__filename], extra: fixtureInputs(g.plainVmdk, g.lvmVmdk, g.xfsVmdk) }; },
+    produce: async () => { tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ferry-pipeline-')); return produce(g!, tmp); },
+    runTitle: 'runs every conversion (or reuses the record of the same inputs) and records it',
+    checks: RUN_CHECKS,
+    groups: [{ title: 'the outputs, read back with libguestfs (one appliance for all three disks)', checks: READBACK_CHECKS }],
   });
 });
