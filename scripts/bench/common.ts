@@ -2,7 +2,7 @@
 // per-process CPU and RSS from /proc, Redis's command statistics, and a finished job made through the real Lua
 // scripts (queue.ts, retention.ts, fleet.ts).
 import http from 'node:http';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { TestRedis, freePort, waitForPort } from '../../test/helpers/redis';
 import type { JobStore } from '../../queue/store';
@@ -70,6 +70,39 @@ export function cpuSeconds(pid: number): number {
     const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
     return (Number(rest[11]) + Number(rest[12])) / 100; // utime, stime in clock ticks
   } catch { return 0; } // the process has exited: it uses no more CPU
+}
+
+/** CPU seconds by kind of process over a phase: every process of the machine sampled from /proc every 250 ms,
+ *  named once by `kind` (its pid, and its command line with NULs as spaces), its use since the phase began (all of it
+ *  when it started during the phase). A process that lives less than a sample apart is missed: the caller prints the
+ *  machine's busy time beside the sum, so what was missed shows. `stop()` ends the sampling and gives the sums. */
+export function cpuByKind(kind: (pid: number, cmd: string) => string) {
+  const base = new Map<number, number>();
+  const last = new Map<number, { kind: string; cpu: number }>();
+  const sample = (first: boolean) => {
+    for (const e of readdirSync('/proc')) {
+      if (!/^\d+$/.test(e)) continue;
+      const pid = Number(e);
+      const cpu = cpuSeconds(pid);
+      if (!base.has(pid)) base.set(pid, first ? cpu : 0);
+      let k = last.get(pid)?.kind;
+      if (k === undefined) {
+        try { k = kind(pid, readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ')); } catch { continue; } // gone meanwhile
+      }
+      if (cpu > 0) last.set(pid, { kind: k, cpu });
+    }
+  };
+  sample(true);
+  const timer = setInterval(() => sample(false), 250);
+  return {
+    stop(): Record<string, number> {
+      clearInterval(timer);
+      sample(false);
+      const out: Record<string, number> = {};
+      for (const [pid, x] of last) out[x.kind] = (out[x.kind] ?? 0) + x.cpu - (base.get(pid) ?? 0);
+      return out;
+    },
+  };
 }
 
 /** Resident set size of a process in bytes, from /proc; 0 once it is gone. */

@@ -27,6 +27,7 @@ import { req } from '../../test/helpers/http';
 import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
 import { makeSourceDisk } from './source-disk';
+import { cpuByKind } from './common';
 import { tolerate } from '../../test/helpers/teardown';
 import { folderUrl } from '../../domain/vsphere/download';
 import { runPipeline } from '../../domain/converter/pipeline';
@@ -163,7 +164,25 @@ interface JobView {
   result?: { repair_beside_copy?: { ran: boolean; repair?: { started_at: string; finished_at?: string }; copy?: { started_at: string; finished_at?: string } }; conversion?: { report_path?: string } };
 }
 interface ReportView { stages: Record<string, { started_at?: string; duration_seconds?: number }>; summary: { timings: Record<string, number> } }
-interface Run { seconds: number; written: number; scratchPeak: number; phases: string; busy: number }
+interface Run { seconds: number; written: number; scratchPeak: number; phases: string; busy: number; byKind: Record<string, number> }
+
+/** What a process is, for the CPU by process: this process (the bare client and the repair alone run in it), Ferry's
+ *  services, the simulator, the appliance and the tools the job runs. */
+function kindOf(s: PlanStack) {
+  const worker = s.workers.dp.proc.pid;
+  const daemons = s.daemons.map((d) => d.proc.pid);
+  const tools: [RegExp, string][] = [[/vcsim/, 'simulator'], [/qemu-system/, 'appliance (qemu)'], [/nbdkit/, 'nbdkit'], [/qemu-img/, 'qemu-img'],
+    [/guestfish|supermin/, 'guestfish'], [/redis-server/, 'redis'], [/libvirtd|virtlogd/, 'libvirtd']];
+  return (pid: number, cmd: string) => (pid === process.pid ? 'this process' : pid === worker ? 'worker' : daemons.includes(pid) ? 'daemon'
+    : tools.find(([re]) => re.test(cmd))?.[1] ?? 'other');
+}
+
+/** "<kind> <core-s>, ..." from the largest, those of 0.5 core-s or more, and what the samples missed of `busy`. */
+function byKindLine(byKind: Record<string, number>, busy: number): string {
+  const all = Object.entries(byKind).sort((a, b) => b[1] - a[1]);
+  const seen = all.reduce((a, [, v]) => a + v, 0);
+  return `${all.filter(([, v]) => v >= 0.5).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')}; not seen by the samples ${(busy - seen).toFixed(1)}`;
+}
 
 /** Processes outside the worker's tree that work for the job: libguestfs's `guestfish --listen` detaches (its
  *  parent becomes init) with the appliance below it; found by the job's export folder in their command line. */
@@ -190,6 +209,8 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
   const worker = s.workers.dp.proc.pid!;
   const w0 = writeBytes(worker);
   const b0 = busySeconds();
+  const procs = cpuByKind(kindOf(s));
+  let byKind: Record<string, number> | undefined;
   let busy = 0;
   const t0 = Date.now();
   const parameters = { vm_path: s.vm('dp'), source_type: 'vsphere', destination: { type: 'kvm', virt_uri: s.lv.uri }, network_mapping: { 'VM Network': s.net }, pool: s.lv.pool, power_off: 'force', parallel_downloads: STREAMS, virt_test: { expect: TINY_GUEST_MARKER, timeout_seconds: 900 } };
@@ -206,11 +227,12 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
     const j = (await req<JobView>(s.url, 'GET', `/jobs/${id}`)).body;
     const phase = j.progress?.phase ?? '';
     if (phase && !phases.some((x) => x.startsWith(`${phase} `))) phases.push(`${phase} ${((Date.now() - t0) / 1000).toFixed(0)}`);
-    if (!bootAt && phase === 'boot') { bootAt = Date.now(); busy = busySeconds() - b0; }
+    if (!bootAt && phase === 'boot') { bootAt = Date.now(); busy = busySeconds() - b0; byKind = procs.stop(); }
     sampleWrites(detached(exportDir).filter((p) => !tree(worker).includes(p)), outside);
     for (const f of readdirSync(s.lv.poolDir)) if (f.startsWith(`.ferry-${id}-disk0.raw`)) volume.add(lstatSync(path.join(s.lv.poolDir, f)).ino);
     peak = Math.max(peak, allocated(exportDir, volume) + allocated(guestfsTmp, volume) + allocated(s.lv.poolDir, volume));
     if (FINAL.includes(j.status)) {
+      byKind ??= procs.stop();
       if (j.status !== 'completed') throw new Error(`the job ended ${j.status}: ${JSON.stringify(j.error)}`);
       break;
     }
@@ -219,7 +241,7 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
   if (!bootAt) throw new Error('the job never reported its boot phase');
   const apart = [...outside.values()].reduce((a, b) => a + b, 0);
   const spans = await repairSpans(s, id, t0);
-  return { seconds: (bootAt - t0) / 1000, written: writeBytes(worker) - w0 + apart, scratchPeak: peak, busy, phases: `${phases.join(' s, ')} s; detached processes wrote ${apart} bytes\n  ${spans}` };
+  return { seconds: (bootAt - t0) / 1000, written: writeBytes(worker) - w0 + apart, scratchPeak: peak, busy, byKind: byKind ?? {}, phases: `${phases.join(' s, ')} s; detached processes wrote ${apart} bytes\n  ${spans}` };
 }
 
 /** Where the job's time went beside the sampled phases: the copy's and the repair's spans (the job result) and
@@ -255,7 +277,9 @@ async function main() {
     const { r: repair, busy: repairBusy } = await measure(() => repairAlone(extent, repairDir));
     rmSync(repairDir, { recursive: true, force: true });
     loads.push(`after the repair alone: ${load()}`);
+    const bothProcs = cpuByKind(kindOf(s));
     const { r: both, busy: bothBusy } = await measure(() => bothAtOnce(s, extent));
+    const bothByKind = bothProcs.stop();
     loads.push(`after both at once: ${load()}`);
     const f = await ferryJob(s, guestfsTmp);
     loads.push(`after ferry: ${load()}`);
@@ -266,6 +290,8 @@ async function main() {
     console.log(`  bare download ${bare.toFixed(1)} s (${(DISK / MIB / bare).toFixed(0)} MiB/s of the disk); repair alone ${repair.toFixed(1)} s; ferry (to its boot check) ${f.seconds.toFixed(1)} s`);
     console.log(`  the bare download and the repair alone at once: ${both.toFixed(1)} s (what these cores allow for a copy and a repair side by side); ferry against it: ${(f.seconds / both).toFixed(2)}x`);
     console.log(`  CPU busy, all processes: bare download ${cpuUse(bareBusy, bare)}; repair alone ${cpuUse(repairBusy, repair)}; both at once ${cpuUse(bothBusy, both)}; ferry ${cpuUse(f.busy, f.seconds)}: at least ${(f.busy / os.cpus().length).toFixed(1)} s on these cores for its work as it is`);
+    console.log(`  CPU by process (core-s), both at once: ${byKindLine(bothByKind, bothBusy)}`);
+    console.log(`  CPU by process (core-s), ferry to its boot check: ${byKindLine(f.byKind, f.busy)}`);
     console.log(`  ferry's phases, each from its first sample (seconds after submit): ${f.phases}`);
     console.log(`  worker tree wrote ${f.written} bytes (${(f.written / DISK).toFixed(3)} per byte of the disk, ${written.toFixed(3)} per byte of its data); scratch peak ${f.scratchPeak} bytes`);
     console.log(`  target ratio <= 1.2: ${verdict(ratio <= 1.2)}; written <= 1.1: ${verdict(written <= 1.1)}; scratch <= 5%: ${verdict(scratch <= 5)}`);
