@@ -16,7 +16,8 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync
 import path from 'node:path';
 import { GUEST_CACHE } from '../test/fixtures/debian-guest';
 import { build } from './build';
-import { orderFiles, readTimes, tierFiles, VM_GREP, type Tier } from './test-order';
+import { orderFiles, proofTimes, readTimes, tierFiles, VM_GREP, type Tier } from './test-order';
+import { proofDir } from '../test/helpers/proofs';
 
 const ROOT = path.resolve(__dirname, '..');
 const CACHE = path.join(GUEST_CACHE, 'suite');
@@ -67,7 +68,7 @@ function lint(): number {
 
 /** `named`: test files named on the command line, run instead of the tier's (still in the order of their times). */
 function mocha(tier: Tier, named: string[], extra: string[]): number {
-  const files = orderFiles(named.length ? named : tierFiles(ROOT, tier), readTimes(TIMES_FILE), tier);
+  const files = orderFiles(named.length ? named : tierFiles(ROOT, tier), readTimes(TIMES_FILE), tier, proofTimes(proofDir()));
   const grep = tier === 'fast' ? ['--grep', VM_GREP, '--invert'] : [];
   const env = { ...process.env, FERRY_TEST_TIER: tier, ...(extra.length ? {} : { FERRY_TEST_TIMES: TIMES_FILE }) };
   const what = named.length ? 'named' : tier === 'fast' ? `the fast tier: no test/guest/, no test titled ${VM_GREP}` : 'the whole suite';

@@ -3,10 +3,10 @@
 // fast tier's guard (test/helpers/tier.hooks.ts) against a real qemu.
 import { expect } from 'chai';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { allTagged, orderFiles, readTimes, testFiles, tierFiles, type FileTimes } from '../../scripts/test-order';
+import { allTagged, orderFiles, proofTimes, readTimes, testFiles, tierFiles, type FileTimes } from '../../scripts/test-order';
 import { GUARD_ENV, vmsUnder } from '../helpers/tier.hooks';
 import { until } from '../helpers/http';
 
@@ -82,6 +82,26 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     writeFileSync(file, '{"full": '); // cut short: said, and the default order
     expect(readTimes(file)).to.deep.equal({});
     expect(readFileSync(file, 'utf8')).to.equal('{"full": ');
+  });
+
+  it('a file with proofs is timed by its proofs\' fresh run too: after a run that reused them it still starts among the longest', () => {
+    const records = path.join(dir, 'proof-records');
+    mkdirSync(records, { recursive: true });
+    const record = (name: string, at: string, seconds: number, file: string) => writeFileSync(path.join(records, `${name}-${at}.json`),
+      JSON.stringify({ name, key: at, at, seconds, inputs: { files: { [file]: 'x', 'test/helpers/proofs.ts': 'y' } }, evidence: {} }));
+    // Two proofs in one file (their times add), a later record of one of them (the latest counts), and a corrupt record.
+    record('p-one', '2026-12-01T01:00:00.000Z', 300, 'test/x/p.test.ts');
+    record('p-one', '2026-12-01T02:00:00.000Z', 250, 'test/x/p.test.ts');
+    record('p-two', '2026-12-01T01:00:00.000Z', 100, 'test/x/p.test.ts');
+    record('q', '2026-12-01T01:00:00.000Z', 50, 'test/x/q.test.ts');
+    writeFileSync(path.join(records, 'broken.json'), '{');
+    const fresh = proofTimes(records);
+    expect(fresh).to.deep.equal({ 'test/x/p.test.ts': 350, 'test/x/q.test.ts': 50 });
+    expect(proofTimes(path.join(dir, 'no-records'))).to.deep.equal({});
+    // The last run reused both files' proofs (seconds each); the next one orders them by their fresh time.
+    const times: FileTimes = { full: { 'test/x/p.test.ts': 2, 'test/x/q.test.ts': 1, 'test/x/r.test.ts': 200 } };
+    expect(orderFiles(['test/x/q.test.ts', 'test/x/r.test.ts', 'test/x/p.test.ts'], times, 'full')).to.deep.equal(['test/x/r.test.ts', 'test/x/p.test.ts', 'test/x/q.test.ts']);
+    expect(orderFiles(['test/x/q.test.ts', 'test/x/r.test.ts', 'test/x/p.test.ts'], times, 'full', fresh)).to.deep.equal(['test/x/p.test.ts', 'test/x/r.test.ts', 'test/x/q.test.ts']);
   });
 
   describe("the fast tier's guard sees a VM under the process, not a capability probe @vm", function () {
