@@ -99,7 +99,8 @@ describe('reused proofs: recorded when passed, re-checked, forced fresh (issue 3
   this.timeout(180_000);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-proofs-test-'));
   const saved = { dir: process.env.FERRY_PROOF_DIR, log: process.env.FERRY_PROOF_LOG, fresh: process.env.FERRY_FRESH_PROOFS };
-  before(() => { process.env.FERRY_PROOF_DIR = path.join(dir, 'records'); process.env.FERRY_PROOF_LOG = path.join(dir, 'log'); });
+  // These tests show reuse itself, so a FERRY_FRESH_PROOFS=1 the whole run was given must not reach them.
+  before(() => { process.env.FERRY_PROOF_DIR = path.join(dir, 'records'); process.env.FERRY_PROOF_LOG = path.join(dir, 'log'); delete process.env.FERRY_FRESH_PROOFS; });
   after(() => {
     for (const [k, v] of [['FERRY_PROOF_DIR', saved.dir], ['FERRY_PROOF_LOG', saved.log], ['FERRY_FRESH_PROOFS', saved.fresh]] as const) {
       if (v === undefined) delete process.env[k]; else process.env[k] = v;
@@ -134,7 +135,7 @@ describe('reused proofs: recorded when passed, re-checked, forced fresh (issue 3
   function runMocha(specs: string[], env: Record<string, string>): Promise<{ code: number | null; out: string }> {
     return new Promise((resolve, reject) => {
       const child = spawn(process.execPath, [path.join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--parallel', '--jobs', '2', ...specs],
-        { cwd: ROOT, env: { ...process.env, NODE_PATH: path.join(ROOT, 'node_modules'), FERRY_PROOF_LOG: '', FERRY_PROOF_MAIN_PID: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+        { cwd: ROOT, env: { ...process.env, NODE_PATH: path.join(ROOT, 'node_modules'), FERRY_PROOF_LOG: '', FERRY_PROOF_MAIN_PID: '', FERRY_FRESH_PROOFS: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
       child.stderr.setEncoding('utf8').on('data', (s: string) => { out += s; });
