@@ -13,6 +13,10 @@ export type DaemonError = Omit<ReturnType<typeof daemonEnvelope>, 'fields'> & { 
  *  undefined when the text is not JSON; `unknown` until the caller names a type. */
 export interface Res<T> { status: number; body: T; text: string; headers: Headers }
 
+/** An answer as a reused proof keeps it (plain data, test/helpers/proofs.ts): its status and text. */
+export interface Answer { status: number; text: string }
+export const answer = (r: Answer): Answer => ({ status: r.status, text: r.text });
+
 export async function req<T = unknown>(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Res<T>> {
   const res = await fetch(base + path, {
     method,

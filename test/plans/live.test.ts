@@ -11,7 +11,7 @@
 // when a proof runs fresh.
 import { expect } from 'chai';
 import yaml from 'js-yaml';
-import { req, until } from '../helpers/http';
+import { answer, req, until, type Answer } from '../helpers/http';
 import { openSse } from '../helpers/sse';
 import { openWs } from '../helpers/ws';
 import { makeDisks } from '../vsphere/fixture';
@@ -39,8 +39,6 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b1: 'DC0_C0_H0' };
 const statuses = (p: Pick<PlanView, 'vms'>) => Object.fromEntries(p.vms.map((x) => [x.vm_path, x.status]));
-type Answer = { status: number; text: string };
-const answer = (r: Answer): Answer => ({ status: r.status, text: r.text });
 
 /** What the watchers saw: both streams' frames, the WebSocket's plan updates, the plan as GET shows it at the end. */
 interface WatchEvidence {

@@ -13,7 +13,7 @@
 import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
-import { req, until } from '../helpers/http';
+import { answer, req, until, type Answer } from '../helpers/http';
 import { vmDetail } from '../../domain/vsphere/inventory';
 import { makeDisks, powerOn } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES } from '../fixtures/tiny-guest';
@@ -26,8 +26,6 @@ import type { DaemonJob, DeliveryLog, PlanView } from '../helpers/api-types';
 const FINAL = ['completed', 'failed', 'cancelled'];
 const HOSTS: Record<string, string> = { a0: 'DC0_H0', a1: 'DC0_H0', b0: 'DC0_C0_H0', b2: 'DC0_C0_H0' };
 type Vm = PlanView['vms'][number];
-type Answer = { status: number; text: string };
-const answer = (r: Answer): Answer => ({ status: r.status, text: r.text });
 
 interface Evidence {
   vms: Record<string, string>; poolDir: string;

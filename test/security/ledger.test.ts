@@ -15,8 +15,7 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { sha256File } from '../../domain/qemu';
-import { req, until } from '../helpers/http';
-import type { DaemonError } from '../helpers/http';
+import { answer as plainAnswer, req, until, type Answer as PlainAnswer, type DaemonError, type Res } from '../helpers/http';
 import type { DaemonJob, PlanView } from '../helpers/api-types';
 import { makeDisks } from '../vsphere/fixture';
 import { ensureTinyGuest, TINY_GUEST_BYTES, TINY_GUEST_MARKER } from '../fixtures/tiny-guest';
@@ -24,7 +23,6 @@ import { tolerate } from '../helpers/teardown';
 import { createPlanVm, PlanStack, startPlanStack } from '../plans/fixture';
 import { fixtureInputs } from '../helpers/proofs';
 import { proofTests } from '../helpers/proof-tests';
-import type { Res } from '../helpers/http';
 import type { MadeEntry } from '../../domain/libvirt/ledger';
 import type { Plan } from '../../orchestration/plans';
 
@@ -36,8 +34,8 @@ type Vm = PlanView['vms'][number];
 type Finding = { rule: string; severity: string; overridable: boolean; message?: string; fix?: string };
 
 /** An answer as the checks read it: the status, the text, the fields a 400 names and its message. */
-interface Answer { status: number; text: string; fields?: string[]; error?: string }
-const answer = (r: Res<DaemonError & object>): Answer => ({ status: r.status, text: r.text, fields: r.body?.fields?.map((f) => f.field), error: r.body?.error });
+interface Answer extends PlainAnswer { fields?: string[]; error?: string }
+const answer = (r: Res<DaemonError & object>): Answer => ({ ...plainAnswer(r), fields: r.body?.fields?.map((f) => f.field), error: r.body?.error });
 
 /** The stack's names the checks compare with: the victims' ID and UUID, the VMs' paths, the pool. */
 interface Names { victimId: string; victimUuid: string; vms: Record<string, string>; poolDir: string; pool: string; uri: string }
