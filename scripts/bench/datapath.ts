@@ -115,8 +115,8 @@ async function bothAtOnce(s: PlanStack, extent: string): Promise<number> {
   }
 }
 
-/** Every process below `root` (itself included), from /proc. */
-function tree(root: number): number[] {
+/** Each process's children, from one scan of /proc. */
+function children(): Map<number, number[]> {
   const kids = new Map<number, number[]>();
   for (const e of readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
@@ -125,6 +125,11 @@ function tree(root: number): number[] {
       kids.set(ppid, [...(kids.get(ppid) ?? []), Number(e)]);
     } catch { /* gone meanwhile */ }
   }
+  return kids;
+}
+
+/** Every process below `root` (itself included), from one scan of /proc (or `kids`, a scan already made). */
+function tree(root: number, kids = children()): number[] {
   const out: number[] = [];
   for (let todo = [root]; todo.length;) { const p = todo.pop()!; out.push(p); todo.push(...(kids.get(p) ?? [])); }
   return out;
@@ -186,11 +191,11 @@ function byKindLine(byKind: Record<string, number>, busy: number): string {
 
 /** Processes outside the worker's tree that work for the job: libguestfs's `guestfish --listen` detaches (its
  *  parent becomes init) with the appliance below it; found by the job's export folder in their command line. */
-function detached(exportDir: string): number[] {
+function detached(exportDir: string, kids: Map<number, number[]>): number[] {
   const out: number[] = [];
   for (const e of readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
-    try { if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(exportDir)) out.push(...tree(Number(e))); } catch { /* gone meanwhile */ }
+    try { if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(exportDir)) out.push(...tree(Number(e), kids)); } catch { /* gone meanwhile */ }
   }
   return out;
 }
@@ -228,7 +233,10 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
     const phase = j.progress?.phase ?? '';
     if (phase && !phases.some((x) => x.startsWith(`${phase} `))) phases.push(`${phase} ${((Date.now() - t0) / 1000).toFixed(0)}`);
     if (!bootAt && phase === 'boot') { bootAt = Date.now(); busy = busySeconds() - b0; byKind = procs.stop(); }
-    sampleWrites(detached(exportDir).filter((p) => !tree(worker).includes(p)), outside);
+    // One scan of /proc for both trees (it was one per process found, and one more for the worker's tree).
+    const kids = children();
+    const workers = new Set(tree(worker, kids));
+    sampleWrites(detached(exportDir, kids).filter((p) => !workers.has(p)), outside);
     for (const f of readdirSync(s.lv.poolDir)) if (f.startsWith(`.ferry-${id}-disk0.raw`)) volume.add(lstatSync(path.join(s.lv.poolDir, f)).ino);
     peak = Math.max(peak, allocated(exportDir, volume) + allocated(guestfsTmp, volume) + allocated(s.lv.poolDir, volume));
     if (FINAL.includes(j.status)) {
