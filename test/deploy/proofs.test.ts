@@ -135,7 +135,7 @@ describe('reused proofs: recorded when passed, re-checked, forced fresh (issue 3
   function runMocha(specs: string[], env: Record<string, string>): Promise<{ code: number | null; out: string }> {
     return new Promise((resolve, reject) => {
       const child = spawn(process.execPath, [path.join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--parallel', '--jobs', '2', ...specs],
-        { cwd: ROOT, env: { ...process.env, NODE_PATH: path.join(ROOT, 'node_modules'), FERRY_PROOF_LOG: '', FERRY_PROOF_MAIN_PID: '', FERRY_FRESH_PROOFS: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+        { cwd: ROOT, env: { ...process.env, NODE_PATH: path.join(ROOT, 'node_modules'), FERRY_PROOF_LOG: '', FERRY_PROOF_MAIN_PID: '', FERRY_FRESH_PROOFS: '', FERRY_TEST_TIMES: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
       child.stderr.setEncoding('utf8').on('data', (s: string) => { out += s; });

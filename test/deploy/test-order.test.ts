@@ -65,11 +65,12 @@ describe('test tiers and order (scripts/test-order.ts)', function () {
     expect(orderFiles(['test/x/c.test.ts', 'test/y/e.test.ts'], fast, 'fast')).to.deep.equal(['test/y/e.test.ts', 'test/x/c.test.ts']);
   });
 
-  it("orders the next run from the reporter's times file: sums per file, merged with other files' and tiers' times", () => {
+  it("orders the next run from the reporter's times file: sums per file, merged with other files' and tiers' times, specs outside the repository left out", () => {
     const file = path.join(dir, 'times.json');
     expect(readTimes(file)).to.deep.equal({}); // a clean clone: no file, the default order
-    writeFileSync(file, JSON.stringify({ full: { 'test/x/old.test.ts': 50 }, fast: { 'test/x/c.test.ts': 9 } }));
+    writeFileSync(file, JSON.stringify({ full: { 'test/x/old.test.ts': 50, '../ferry-proofs-test-x/a.test.ts': 0.1 }, fast: { 'test/x/c.test.ts': 9 } }));
     const r = new Recorder();
+    r.add({ file: path.join(os.tmpdir(), 'ferry-proofs-test-y/b.test.ts'), duration: 100, type: 'test' }); // a spec outside: not kept
     r.add({ file: path.join(ROOT, 'test/x/c.test.ts'), duration: 1500, type: 'test' });
     r.add({ file: path.join(ROOT, 'test/x/c.test.ts'), duration: 98_500, type: 'hook' }); // a before hook: 98.5 s
     r.add({ file: path.join(ROOT, 'test/x/d.test.ts'), duration: 20_000, type: 'test' });

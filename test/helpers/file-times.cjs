@@ -10,6 +10,10 @@ const path = require('node:path');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
+/** A spec outside the repository (a test's own temporary one, run by a mocha it starts) orders nothing: a name
+ *  that never comes back would only pile up in the file. */
+const outside = (f) => f.startsWith('../') || path.isAbsolute(f);
+
 class FileTimes {
   constructor() { this.ms = new Map(); }
 
@@ -17,6 +21,7 @@ class FileTimes {
   add(runnable) {
     if (!runnable || !runnable.file || typeof runnable.duration !== 'number') return;
     const f = path.relative(ROOT, runnable.file).split(path.sep).join('/');
+    if (outside(f)) return;
     this.ms.set(f, (this.ms.get(f) || 0) + runnable.duration);
   }
 
@@ -28,6 +33,7 @@ class FileTimes {
       let all = {};
       try { all = JSON.parse(fs.readFileSync(file, 'utf8')); } catch (e) { if (e.code !== 'ENOENT') throw e; }
       all[tier] = { ...(all[tier] || {}) };
+      for (const f of Object.keys(all[tier])) if (outside(f)) delete all[tier][f];
       for (const [f, ms] of this.ms) all[tier][f] = Math.round(ms / 100) / 10;
       fs.mkdirSync(path.dirname(file), { recursive: true });
       const tmp = `${file}.${process.pid}.tmp`;
