@@ -60,7 +60,7 @@ ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_WORKER_CAPABI
 USER node
 EXPOSE 9100
 HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.FERRY_WORKER_METRICS_PORT||9100)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
-CMD ["node", "dist/services/worker/main.js"]
+CMD ["node", "--initial-old-space-size=128", "dist/services/worker/main.js"]
 
 FROM app AS worker-migrate
 USER root
@@ -77,4 +77,4 @@ ENV LIBGUESTFS_BACKEND=direct FERRY_WORKER_METRICS_PORT=9100 FERRY_EXPORT_DIR=/s
     FERRY_WORKER_CAPABILITIES=img_tool,vsphere_access,libvirt_access,mount_operations,lvm_tools,nbd_access
 EXPOSE 9100
 HEALTHCHECK --interval=15s --timeout=5s --retries=3 CMD node -e "fetch('http://127.0.0.1:'+(process.env.FERRY_WORKER_METRICS_PORT||9100)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
-CMD ["node", "dist/services/worker/main.js"]
+CMD ["node", "--initial-old-space-size=128", "dist/services/worker/main.js"]

@@ -9,12 +9,14 @@ import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { isSet, setting } from '../platform/settings';
+import { nodeFlagsFor } from '../platform/node-flags';
 
 const COMPILED = __filename.endsWith('.js');
 /** Where the services' code is (the checkout, or dist/), and the package root (.data lives there). */
 const CODE = path.resolve(__dirname, '..');
 const ROOT = COMPILED ? path.resolve(CODE, '..') : CODE;
-const entry = (script: string) => (COMPILED ? [path.join(CODE, script.replace(/\.ts$/, '.js'))] : ['--import', 'tsx', path.join(CODE, script)]);
+const entry = (script: string) => [...nodeFlagsFor(script),
+  ...(COMPILED ? [path.join(CODE, script.replace(/\.ts$/, '.js'))] : ['--import', 'tsx', path.join(CODE, script)])];
 const env = process.env;
 
 interface Svc { name: string; script: string; args?: string[]; env?: Record<string, string>; stopFirst?: boolean }

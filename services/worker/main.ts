@@ -16,6 +16,7 @@ import { errorText } from '../../platform/errors';
 import { logoutAll } from '../../domain/vsphere/client';
 import { missingTools } from './tools';
 import { setting } from '../../platform/settings';
+import { missingWorkerFlags } from '../../platform/node-flags';
 
 const { values } = parseArgs({
   options: {
@@ -31,6 +32,12 @@ const callSlots = values['call-slots'] !== undefined ? Number(values['call-slots
 const mp = values['metrics-port'] ?? setting('FERRY_WORKER_METRICS_PORT');
 
 function die(msg: string): never { process.stderr.write(`worker: ${msg}\n`); process.exit(2); }
+// Started some other way than Ferry's launchers (platform/node-flags.ts says why each flag is there): it runs, slower.
+const unflagged = missingWorkerFlags(process.execArgv);
+if (unflagged.length) {
+  process.stderr.write(`worker: warning: started without ${unflagged.join(' ')}, so a disk copy costs V8 a full collection `
+    + `every few MB received; run it as \`node ${unflagged.join(' ')} dist/services/worker/main.js\` (platform/node-flags.ts)\n`);
+}
 const unknown = caps.filter((c) => !CAPABILITY_PATTERN.test(c) || !allowedCapabilities().includes(c));
 if (unknown.length) {
   die(`unknown capabilit${unknown.length > 1 ? 'ies' : 'y'} ${unknown.map((c) => `"${c}"`).join(', ')}: known are ${allowedCapabilities().join(', ')} `

@@ -3,11 +3,13 @@
 // unknown capability names, a local libvirt socket that is not there and a metrics port in use stop it the same
 // way, and none of them leaves a registration behind. A job no live worker can take says why on both APIs.
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createRedis } from '../../platform/redis';
+import { WORKER_NODE_FLAGS } from '../../platform/node-flags';
 import { TestRedis, freePort } from '../helpers/redis';
 import { startDaemonProc, startGatewayProc, startProcess, startWorkerProc, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -59,6 +61,18 @@ describe('workers check their tools at start (issue 38)', function () {
     expect(code, out).to.not.equal(0);
     expect(out).to.include('"teleport"').and.include('"warp_drive"').and.include('known are img_tool');
     expect(await registered('unknown-caps')).to.equal(false);
+  });
+
+  it("started by Ferry's launchers a worker runs with the worker's node flags; started without them it warns, naming them", async () => {
+    const flagged = await runWorker('flagged', 'teleport');
+    expect(flagged.code).to.equal(2);
+    expect(procs[procs.length - 1].proc.spawnargs).to.include.members([...WORKER_NODE_FLAGS]);
+    expect(flagged.out).to.not.include('warning');
+    // An operator's own launch, without them: node and the entry script only.
+    const bare = spawnSync(process.execPath, ['--import', 'tsx', 'services/worker/main.ts', '--id', 'unflagged', '--capabilities', 'teleport'],
+      { cwd: path.resolve(__dirname, '..', '..'), env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60_000 });
+    expect(bare.status, bare.stderr).to.equal(2);
+    for (const f of WORKER_NODE_FLAGS) expect(bare.stderr).to.include(`worker: warning: started without ${f}`);
   });
 
   it("a local libvirt URI whose socket is not there, and an unwritable scratch folder: each named with its capability", async () => {

@@ -12,6 +12,7 @@ import yaml from 'js-yaml';
 import { OPERATIONS, migrateCapabilities } from '../../domain/operations';
 import { canServe } from '../../platform/capabilities';
 import { programList, packagesFor } from '../../platform/programs';
+import { WORKER_NODE_FLAGS, nodeFlagsFor } from '../../platform/node-flags';
 import { TestRedis } from '../helpers/redis';
 import { startGatewayProc, startWorkerProc, testEnv, type Proc } from '../helpers/procs';
 import { req, until } from '../helpers/http';
@@ -25,7 +26,7 @@ const MIGRATE_CAPS = ['img_tool', 'vsphere_access', 'libvirt_access', 'mount_ope
 interface EnvVar { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean } } }
 interface Probe { httpGet: { path: string; port: number } }
 interface Container {
-  image: string; env?: EnvVar[]; readinessProbe?: Probe; livenessProbe?: Probe;
+  image: string; command?: string[]; env?: EnvVar[]; readinessProbe?: Probe; livenessProbe?: Probe;
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> }; volumeMounts?: { name: string; mountPath: string }[];
 }
 interface Volume { name: string; secret?: { secretName: string; items?: { key: string; path: string }[] } }
@@ -35,7 +36,7 @@ interface K8sDoc {
     template?: { metadata: { labels: Record<string, string> }; spec: { terminationGracePeriodSeconds?: number; containers: Container[]; volumes?: Volume[] } } };
   data?: Record<string, string>;
 }
-interface ComposeService { build?: { target?: string }; environment?: Record<string, string>; stop_grace_period?: string; secrets?: { source: string; target?: string }[] }
+interface ComposeService { build?: { target?: string }; command?: unknown; environment?: Record<string, string>; stop_grace_period?: string; secrets?: { source: string; target?: string }[] }
 
 /** The worker stages of the Dockerfile: name, the capabilities its ARG names, and its install line. */
 function imageStages() {
@@ -126,6 +127,25 @@ describe('deploy: worker images, the workers declared, and the operations they s
       expect(composeWorkers().filter((w) => canServe(w, { capabilities: caps })).map((w) => w.name), op).to.deep.equal(['worker-migrate']);
       expect(k8sWorkers().filter((w) => canServe(w, { capabilities: caps })).map((w) => w.name), op).to.deep.equal(['ferry-worker-migrate']);
     }
+  });
+
+  it("every launch of a worker starts node with the worker's flags (platform/node-flags.ts)", () => {
+    const entryAt = (argv: string[]) => argv.findIndex((a) => /services\/worker\/main\.[jt]s$/.test(a));
+    /** The node flags of a command line: what comes before the worker's entry script. */
+    const flagsOf = (argv: string[]) => argv.slice(0, Math.max(0, entryAt(argv)));
+    const workerCmds = [...DOCKERFILE.matchAll(/^CMD (\[.*\])$/gm)].map((m) => JSON.parse(m[1]) as string[]).filter((c) => entryAt(c) >= 0);
+    expect(workerCmds, 'a CMD per worker stage').to.have.length(imageStages().length);
+    const k8s = k8sDocs().filter((d) => d.kind === 'Deployment').map((d) => d.spec.template!.spec.containers[0]).filter((c) => envOf(c).FERRY_WORKER_CAPABILITIES);
+    expect(k8s).to.have.length(k8sWorkers().length);
+    const npmWorker = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.worker.split(' ');
+    for (const argv of [...workerCmds, ...k8s.map((c) => c.command ?? []), npmWorker]) {
+      expect(flagsOf(argv), argv.join(' ')).to.include.members([...WORKER_NODE_FLAGS]);
+    }
+    // compose's workers run their image's CMD: none replaces it with a command of its own.
+    for (const [name, s] of Object.entries(composeServices())) if (s.environment?.FERRY_WORKER_CAPABILITIES) expect(s.command, name).to.equal(undefined);
+    // `npm start` and the tests' processes take them from nodeFlagsFor: from source and compiled, the worker only.
+    for (const w of ['services/worker/main.ts', '/srv/ferry/dist/services/worker/main.js']) expect(nodeFlagsFor(w), w).to.deep.equal(WORKER_NODE_FLAGS);
+    for (const other of ['services/gateway/main.ts', 'dist/services/daemon/main.js', 'services/worker/runner.ts']) expect(nodeFlagsFor(other), other).to.deep.equal([]);
   });
 
   it('the migration worker: secrets, configuration, a disruption budget, resources, and separate probes', () => {

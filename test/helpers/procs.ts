@@ -5,6 +5,7 @@ import { spawn, ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, TestRedis, waitForPort } from './redis';
+import { nodeFlagsFor } from '../../platform/node-flags';
 import { req, until } from './http';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -13,8 +14,9 @@ export interface Proc { proc: ChildProcess; port?: number; logs: string[]; stop(
 
 /** `script` is relative to the checkout, or absolute; a .js file (the compiled build) runs with plain node. */
 export function startProcess(script: string, args: string[], env: Record<string, string>, cwd = ROOT): Proc {
-  // FERRY_NODE_ARGS: extra node flags for every service started here (the benchmarks' --cpu-prof, say).
-  const nodeArgs = (process.env.FERRY_NODE_ARGS || '').split(' ').filter(Boolean);
+  // The service's own flags, as every launch gives them; FERRY_NODE_ARGS: extra node flags for every service
+  // started here (the benchmarks' --cpu-prof, say).
+  const nodeArgs = [...nodeFlagsFor(script), ...(process.env.FERRY_NODE_ARGS || '').split(' ').filter(Boolean)];
   const loader = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
   const proc = spawn(process.execPath, [...nodeArgs, ...loader, path.resolve(ROOT, script), ...args], { cwd, env: { ...process.env, LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
