@@ -15,6 +15,7 @@ import { TestRedis, freePort, waitForPort } from '../helpers/redis';
 import { Proc, startProcess, testEnv } from '../helpers/procs';
 import { req, until } from '../helpers/http';
 import { makeImage } from '../helpers/images';
+import { nodeFlagsFor } from '../../platform/node-flags';
 import type { JobStatus, StoredEvent, WorkerList } from '../helpers/api-types';
 import { buildIsCurrent } from '../../scripts/build';
 
@@ -83,10 +84,13 @@ describe('production build: compiled JavaScript with production dependencies onl
     const worker = startProcess(path.join(dist, 'services/worker/main.js'), ['--id', 'built-worker', '--capabilities', 'img_tool'], renv, app);
     procs.push(worker);
     await until(async () => (await req<WorkerList>(url, 'GET', '/workers')).body.active === 1, 30000, `the worker to register\n${worker.logs.join('')}`);
-    // Both really are the built code: their command lines name dist/ and no loader.
+    // Both really are the built code: their command lines name dist/ and no loader, after the service's own node
+    // flags (platform/node-flags.ts; the worker's).
     for (const p of [gw, worker]) {
       const argv = readFileSync(`/proc/${p.proc.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      expect(argv.slice(1, 2)[0]).to.match(new RegExp(`^${dist}/services/\\w+/main\\.js$`));
+      const entry = argv.findIndex((a) => a.endsWith('/main.js'));
+      expect(argv[entry]).to.match(new RegExp(`^${dist}/services/\\w+/main\\.js$`));
+      expect(argv.slice(1, entry)).to.deep.equal(nodeFlagsFor(argv[entry]));
       expect(argv.join(' ')).to.not.include('tsx');
     }
     const src = makeImage(tmp, 'disk', 'vmdk', 16);

@@ -6,6 +6,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import yaml from 'js-yaml';
+import { WORKER_NODE_FLAGS } from '../../platform/node-flags';
 
 /** A volume as docker-compose 1.29 resolves it: the long form, or the short "source:target[:mode]". */
 type Volume = string | { source: string; target: string };
@@ -119,7 +120,8 @@ describe('deploy: compose.yaml and Dockerfile', function () {
     for (const m of text.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) for (const src of m[1].split(/\s+/)) expect(existsSync(path.join(ROOT, src)), src).to.equal(true);
     // Every service runs the compiled code with plain node (no tsx in the image), from a source that exists.
     expect(stage('app')).to.match(/^CMD \["node", "dist\/services\/gateway\/main\.js"\]$/m);
-    expect(stage('worker')).to.match(/^CMD \["node", "dist\/services\/worker\/main\.js"\]$/m);
+    // The worker with its node flags (platform/node-flags.ts), as the Dockerfile writes a CMD.
+    expect(stage('worker').split('\n')).to.include(`CMD ${JSON.stringify(['node', ...WORKER_NODE_FLAGS, 'dist/services/worker/main.js']).replace(/","/g, '", "')}`);
     expect(text).to.not.match(/--import", "tsx"|tsx\/cjs/);
     for (const name of ['gateway', 'daemon', 'scheduler', 'notifier']) {
       const cmd: string[] = resolved.services[name].command;

@@ -15,6 +15,7 @@ import { req, until } from '../helpers/http';
 import type { JobApiError } from '../helpers/http';
 import type { JobStatus, Submitted } from '../helpers/api-types';
 import { makeImage } from '../helpers/images';
+import { nodeFlagsFor } from '../../platform/node-flags';
 
 /** What every manifest names (metadata.name: not on a Kustomization). */
 interface K8sDoc { apiVersion: string; kind: string; metadata?: { name?: string; namespace?: string } }
@@ -72,8 +73,11 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       if (!needsPrivilege) expect(d.spec.template.spec.securityContext?.runAsNonRoot, `${d.metadata.name} non-root`).to.equal(true);
       // No secret values inline: secrets only through secretKeyRef.
       for (const e of c.env || []) if (/SECRET|PASSWORD|API_KEYS/.test(e.name)) expect(e.valueFrom?.secretKeyRef, e.name).to.not.be.oneOf([null, undefined]);
-      // The compiled entry point (npm run build, as the image has it), built from a source that exists.
-      expect(c.command.join(' ')).to.match(/^node dist\/services\/\w+\/main\.js$/);
+      // The compiled entry point (npm run build, as the image has it), built from a source that exists, after the
+      // service's own node flags (platform/node-flags.ts).
+      const entry = c.command[c.command.length - 1];
+      expect(entry).to.match(/^dist\/services\/\w+\/main\.js$/);
+      expect(c.command).to.deep.equal(['node', ...nodeFlagsFor(entry), entry]);
       expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
       // Pods that listen (gateway, daemon, workers' metrics ports) require API keys from the Secret.
       if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env!.find((e) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
