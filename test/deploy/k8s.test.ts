@@ -78,7 +78,7 @@ describe('deploy: Kubernetes manifests and MigrationJob', function () {
       const entry = c.command[c.command.length - 1];
       expect(entry).to.match(/^dist\/services\/\w+\/main\.js$/);
       expect(c.command).to.deep.equal(['node', ...nodeFlagsFor(entry), entry]);
-      expect(existsSync(path.join(ROOT, c.command[c.command.length - 1].replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
+      expect(existsSync(path.join(ROOT, entry.replace(/^dist\//, '').replace(/\.js$/, '.ts'))), c.command.join(' ')).to.equal(true);
       // Pods that listen (gateway, daemon, workers' metrics ports) require API keys from the Secret.
       if (/gateway|daemon|worker/.test(d.metadata.name)) expect(c.env!.find((e) => e.name === 'FERRY_API_KEYS')?.valueFrom?.secretKeyRef, `${d.metadata.name} FERRY_API_KEYS`).to.include({ name: 'ferry-secrets', optional: false });
     }
