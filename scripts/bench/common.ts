@@ -63,38 +63,63 @@ export async function pool(total: number, width: number, task: (i: number) => Pr
   }));
 }
 
-/** CPU seconds a process has used so far (user + system), from /proc; 0 once it is gone. */
-export function cpuSeconds(pid: number): number {
+/** A process as one read of /proc/<pid>/stat gives it: its parent, its CPU seconds so far (user + system) and its
+ *  start time in clock ticks (with the pid, what names it: pids are reused, 32768 of them here). */
+export interface ProcStat { pid: number; ppid: number; cpu: number; start: number }
+function readStat(pid: number): ProcStat | undefined {
   try {
     const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) / 100; // utime, stime in clock ticks
-  } catch { return 0; } // the process has exited: it uses no more CPU
+    return { pid, ppid: Number(rest[1]), cpu: (Number(rest[11]) + Number(rest[12])) / 100, start: Number(rest[19]) }; // clock ticks
+  } catch { return undefined; } // the process has exited
 }
 
-/** CPU seconds by kind of process over a phase: every process of the machine sampled from /proc every 250 ms,
- *  named once by `kind` (its pid, and its command line with NULs as spaces), its use since the phase began (all of it
- *  when it started during the phase). A process that lives less than a sample apart is missed: the caller prints the
- *  machine's busy time beside the sum, so what was missed shows. `stop()` ends the sampling and gives the sums. */
-export function cpuByKind(kind: (pid: number, cmd: string) => string) {
+/** CPU seconds a process has used so far (user + system), from /proc; 0 once it is gone. */
+export const cpuSeconds = (pid: number): number => readStat(pid)?.cpu ?? 0;
+
+/** Every process of the machine, from one scan of /proc (one read of each stat). */
+export function procStats(): ProcStat[] {
+  return readdirSync('/proc').filter((e) => /^\d+$/.test(e)).map((e) => readStat(Number(e))).filter((p): p is ProcStat => !!p);
+}
+
+const cmdlines = new Map<string, string>();
+/** A process's command line with NULs as spaces, read once per process (it does not change after its exec);
+ *  undefined once it is gone. */
+export function cmdlineOf(p: ProcStat): string | undefined {
+  const id = `${p.pid}:${p.start}`;
+  let c = cmdlines.get(id);
+  if (c === undefined) {
+    try { c = readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').replace(/\0/g, ' '); } catch { return undefined; } // gone meanwhile
+    cmdlines.set(id, c);
+  }
+  return c;
+}
+
+/** CPU seconds by kind of process over a phase: every process of the machine sampled from /proc (every 250 ms, or
+ *  from the caller's own scans with `{ timer: false }`, so a benchmark that scans /proc for more scans it once),
+ *  named once by `kind` (its pid and command line), its use since the phase began (all of it when it started during
+ *  the phase). A process that lives less than a sample apart is missed: the caller prints the machine's busy time
+ *  beside the sum, so what was missed shows. `stop()` ends the sampling and gives the sums. */
+export function cpuByKind(kind: (pid: number, cmd: string) => string, opts: { timer?: boolean } = {}) {
   const base = new Map<number, number>();
   const last = new Map<number, { kind: string; cpu: number }>();
-  const sample = (first: boolean) => {
-    for (const e of readdirSync('/proc')) {
-      if (!/^\d+$/.test(e)) continue;
-      const pid = Number(e);
-      const cpu = cpuSeconds(pid);
-      if (!base.has(pid)) base.set(pid, first ? cpu : 0);
-      let k = last.get(pid)?.kind;
+  const sample = (first: boolean, table = procStats()) => {
+    for (const p of table) {
+      if (!base.has(p.pid)) base.set(p.pid, first ? p.cpu : 0);
+      let k = last.get(p.pid)?.kind;
       if (k === undefined) {
-        try { k = kind(pid, readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ')); } catch { continue; } // gone meanwhile
+        const cmd = cmdlineOf(p);
+        if (cmd === undefined) continue;
+        k = kind(p.pid, cmd);
       }
-      if (cpu > 0) last.set(pid, { kind: k, cpu });
+      if (p.cpu > 0) last.set(p.pid, { kind: k, cpu: p.cpu });
     }
   };
   sample(true);
-  const timer = setInterval(() => sample(false), 250);
+  const timer = opts.timer === false ? undefined : setInterval(() => sample(false), 250);
   return {
+    /** One sample from a scan the caller made. */
+    sample: (table: ProcStat[]) => sample(false, table),
     stop(): Record<string, number> {
       clearInterval(timer);
       sample(false);

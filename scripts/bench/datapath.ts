@@ -27,7 +27,7 @@ import { req } from '../../test/helpers/http';
 import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
 import { makeSourceDisk } from './source-disk';
-import { cpuByKind } from './common';
+import { cmdlineOf, cpuByKind, procStats, type ProcStat } from './common';
 import { tolerate } from '../../test/helpers/teardown';
 import { folderUrl } from '../../domain/vsphere/download';
 import { runPipeline } from '../../domain/converter/pipeline';
@@ -115,20 +115,14 @@ async function bothAtOnce(s: PlanStack, extent: string): Promise<number> {
   }
 }
 
-/** Each process's children, from one scan of /proc. */
-function children(): Map<number, number[]> {
+/** Each process's children, from one scan of /proc (or `table`, a scan already made). */
+function children(table = procStats()): Map<number, number[]> {
   const kids = new Map<number, number[]>();
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const ppid = Number(readFileSync(`/proc/${e}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
-      kids.set(ppid, [...(kids.get(ppid) ?? []), Number(e)]);
-    } catch { /* gone meanwhile */ }
-  }
+  for (const p of table) kids.set(p.ppid, [...(kids.get(p.ppid) ?? []), p.pid]);
   return kids;
 }
 
-/** Every process below `root` (itself included), from one scan of /proc (or `kids`, a scan already made). */
+/** Every process below `root` (itself included), from one scan of /proc (or `kids`, from a scan already made). */
 function tree(root: number, kids = children()): number[] {
   const out: number[] = [];
   for (let todo = [root]; todo.length;) { const p = todo.pop()!; out.push(p); todo.push(...(kids.get(p) ?? [])); }
@@ -191,13 +185,8 @@ function byKindLine(byKind: Record<string, number>, busy: number): string {
 
 /** Processes outside the worker's tree that work for the job: libguestfs's `guestfish --listen` detaches (its
  *  parent becomes init) with the appliance below it; found by the job's export folder in their command line. */
-function detached(exportDir: string, kids: Map<number, number[]>): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try { if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(exportDir)) out.push(...tree(Number(e), kids)); } catch { /* gone meanwhile */ }
-  }
-  return out;
+function detached(exportDir: string, table: ProcStat[], kids: Map<number, number[]>): number[] {
+  return table.filter((p) => cmdlineOf(p)?.includes(exportDir)).flatMap((p) => tree(p.pid, kids));
 }
 
 /** The last write_bytes seen of each process (a detached one's count is lost when it exits: the last sample stands;
@@ -214,7 +203,7 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
   const worker = s.workers.dp.proc.pid!;
   const w0 = writeBytes(worker);
   const b0 = busySeconds();
-  const procs = cpuByKind(kindOf(s));
+  const procs = cpuByKind(kindOf(s), { timer: false });
   let byKind: Record<string, number> | undefined;
   let busy = 0;
   const t0 = Date.now();
@@ -233,10 +222,14 @@ async function ferryJob(s: PlanStack, guestfsTmp: string): Promise<Run> {
     const phase = j.progress?.phase ?? '';
     if (phase && !phases.some((x) => x.startsWith(`${phase} `))) phases.push(`${phase} ${((Date.now() - t0) / 1000).toFixed(0)}`);
     if (!bootAt && phase === 'boot') { bootAt = Date.now(); busy = busySeconds() - b0; byKind = procs.stop(); }
-    // One scan of /proc for both trees (it was one per process found, and one more for the worker's tree).
-    const kids = children();
+    // One scan of /proc per sample, for the CPU by process and both trees (there were three until stop 58: this
+    // sampling's own CPU, 5 core-s over ferry's job at stop 55, is on the same cores as the job; the bare download
+    // runs with no sampling).
+    const table = procStats();
+    if (!byKind) procs.sample(table);
+    const kids = children(table);
     const workers = new Set(tree(worker, kids));
-    sampleWrites(detached(exportDir, kids).filter((p) => !workers.has(p)), outside);
+    sampleWrites(detached(exportDir, table, kids).filter((p) => !workers.has(p)), outside);
     for (const f of readdirSync(s.lv.poolDir)) if (f.startsWith(`.ferry-${id}-disk0.raw`)) volume.add(lstatSync(path.join(s.lv.poolDir, f)).ino);
     peak = Math.max(peak, allocated(exportDir, volume) + allocated(guestfsTmp, volume) + allocated(s.lv.poolDir, volume));
     if (FINAL.includes(j.status)) {
