@@ -266,6 +266,17 @@ async function main() {
   const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
   const guestfsTmp = mkdtempSync(path.join(os.tmpdir(), 'ferry-bench-dp-guestfs-'));
   const s = await startPlanStack({ prefix: 'benchdp', workers: { dp: 1 }, env: { LIBGUESTFS_TMPDIR: guestfsTmp } });
+  let stopped: Promise<void> | undefined;
+  const stopAll = () => (stopped ??= (async () => {
+    await s.lv.virsh(['destroy', 'dp']).catch(tolerate('destroy dp'));
+    await s.lv.virsh(['undefine', 'dp', '--remove-all-storage']).catch(tolerate('undefine dp'));
+    await s.stop();
+    rmSync(guestfsTmp, { recursive: true, force: true });
+  })());
+  // Ctrl-C (or a kill) stops the stack and removes its 8-16 GiB as the end of a run does: without it the services,
+  // the simulator, libvirtd and the disks outlived the benchmark (stop 58). Every signal waits for the one stop:
+  // tsx passes a signal it gets on to the script, so a kill of both processes arrives twice.
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => { void stopAll().finally(() => process.exit(130)); });
   try {
     const { extent, data } = await makeSource(s);
     const loads = [`before: ${load()}`];
@@ -298,10 +309,7 @@ async function main() {
     console.log(`  target ratio <= 1.2: ${verdict(ratio <= 1.2)}; written <= 1.1: ${verdict(written <= 1.1)}; scratch <= 5%: ${verdict(scratch <= 5)}`);
     console.log(`datapath: disk ${(DISK / GIB).toFixed(0)} GiB (${(data / GIB).toFixed(2)} GiB data), ferry ${f.seconds.toFixed(1)} s, bare download ${bare.toFixed(1)} s, ratio ${ratio.toFixed(2)}x, written ${written.toFixed(3)} bytes per source byte, scratch peak ${scratch.toFixed(2)}% of the disk`);
   } finally {
-    await s.lv.virsh(['destroy', 'dp']).catch(tolerate('destroy dp'));
-    await s.lv.virsh(['undefine', 'dp', '--remove-all-storage']).catch(tolerate('undefine dp'));
-    await s.stop();
-    rmSync(guestfsTmp, { recursive: true, force: true });
+    await stopAll();
   }
 }
 

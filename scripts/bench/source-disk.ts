@@ -33,6 +33,7 @@ export async function makeSourceDisk(s: PlanStack, d: SourceDisk): Promise<strin
       for (let at = d.dataAt; at < d.dataAt + d.data; at += b.length) {
         randomFillSync(b);
         writeSync(fd, b, 0, Math.min(b.length, d.dataAt + d.data - at), at);
+        await new Promise<void>((r) => setImmediate(r)); // a turn of the event loop per 8 MiB: Ctrl-C is heard meanwhile
       }
     } finally { closeSync(fd); }
     return extent;
