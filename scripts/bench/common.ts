@@ -63,6 +63,15 @@ export async function pool(total: number, width: number, task: (i: number) => Pr
   }));
 }
 
+/** Ctrl-C or a kill runs `stop` (once, however many signals come: tsx passes a signal it gets on to the script, so a
+ *  kill of both processes arrives twice), then exits 130. Returns the same stop for the run's own end. */
+export function stopOnSignal(stop: () => Promise<void>): () => Promise<void> {
+  let stopping: Promise<void> | undefined;
+  const once = () => (stopping ??= stop());
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => { void once().finally(() => process.exit(130)); });
+  return once;
+}
+
 /** A process as one read of /proc/<pid>/stat gives it: its parent, its CPU seconds so far (user + system) and its
  *  start time in clock ticks (with the pid, what names it: pids are reused, 32768 of them here). */
 export interface ProcStat { pid: number; ppid: number; cpu: number; start: number }

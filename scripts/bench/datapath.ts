@@ -27,7 +27,7 @@ import { req } from '../../test/helpers/http';
 import { TINY_GUEST_MARKER } from '../../test/fixtures/tiny-guest';
 import { type PlanStack, startPlanStack } from '../../test/plans/fixture';
 import { makeSourceDisk } from './source-disk';
-import { cmdlineOf, cpuByKind, procStats, type ProcStat } from './common';
+import { cmdlineOf, cpuByKind, procStats, stopOnSignal, type ProcStat } from './common';
 import { tolerate } from '../../test/helpers/teardown';
 import { folderUrl } from '../../domain/vsphere/download';
 import { runPipeline } from '../../domain/converter/pipeline';
@@ -266,17 +266,14 @@ async function main() {
   const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
   const guestfsTmp = mkdtempSync(path.join(os.tmpdir(), 'ferry-bench-dp-guestfs-'));
   const s = await startPlanStack({ prefix: 'benchdp', workers: { dp: 1 }, env: { LIBGUESTFS_TMPDIR: guestfsTmp } });
-  let stopped: Promise<void> | undefined;
-  const stopAll = () => (stopped ??= (async () => {
+  // Ctrl-C (or a kill) stops the stack and removes its 8-16 GiB as the end of a run does: without it the services,
+  // the simulator, libvirtd and the disks outlived the benchmark (stop 58).
+  const stopAll = stopOnSignal(async () => {
     await s.lv.virsh(['destroy', 'dp']).catch(tolerate('destroy dp'));
     await s.lv.virsh(['undefine', 'dp', '--remove-all-storage']).catch(tolerate('undefine dp'));
     await s.stop();
     rmSync(guestfsTmp, { recursive: true, force: true });
-  })());
-  // Ctrl-C (or a kill) stops the stack and removes its 8-16 GiB as the end of a run does: without it the services,
-  // the simulator, libvirtd and the disks outlived the benchmark (stop 58). Every signal waits for the one stop:
-  // tsx passes a signal it gets on to the script, so a kill of both processes arrives twice.
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => { void stopAll().finally(() => process.exit(130)); });
+  });
   try {
     const { extent, data } = await makeSource(s);
     const loads = [`before: ${load()}`];

@@ -17,7 +17,7 @@ import { execFileSync, fork, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startDaemonProc, startGatewayProc } from '../../test/helpers/procs';
-import { BenchRedis, pct, pool } from './common';
+import { BenchRedis, pct, pool, stopOnSignal } from './common';
 import type { RedisClient } from '../../platform/redis';
 import type { JobStore } from '../../queue/store';
 import type { JobSpec } from '../../domain/schemas/job';
@@ -93,16 +93,15 @@ async function main() {
     { name: 'redis', pid: () => redis.proc!.pid! }, { name: 'gateway', pid: () => s.gw.proc.pid! },
     { name: 'daemon', pid: () => s.daemon.proc.pid! }, { name: 'bench (the fleet)', pid: () => process.pid },
   ];
-  const stopAll = async () => {
+  // Ctrl-C stops the services and the private Redis too, as the end of a run does.
+  const stopAll = stopOnSignal(async () => {
     fleet.stop();
     rc.disconnect();
     s.inspectors.forEach((i) => i.close());
     s.bare.kill('SIGTERM');
     await Promise.all([s.gw.stop(), s.daemon.stop()]);
     await redis.stop();
-  };
-  // Ctrl-C stops the services and the private Redis too, as the end of a run does.
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => { void stopAll().finally(() => process.exit(130)); });
+  });
   const fleet = new Fleet(s.gw.url, s.daemon.url, { workers: N('workers'), running: N('running'), heartbeatSeconds: N('heartbeat'), progressSeconds: N('progress') });
   try {
     await seed(store, makeFinishedJob, spec, 0, N('baseline-jobs'));
