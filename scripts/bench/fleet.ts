@@ -14,7 +14,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { execFileSync, fork, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startDaemonProc, startGatewayProc } from '../../test/helpers/procs';
 import { BenchRedis, pct, pool, stopOnSignal } from './common';
@@ -60,7 +60,7 @@ async function startServices(redisUrl: string) {
     bare.stdout.setEncoding('utf8').once('data', (s: string) => resolve(s.trim()));
     bare.once('exit', (c) => reject(new Error(`bare-koa-server exited ${c}`)));
   });
-  return { gw, daemon, bare, bareUrl: `http://127.0.0.1:${port}`, inspectors };
+  return { gw, daemon, bare, bareUrl: `http://127.0.0.1:${port}`, inspectors, dir };
 }
 
 /** Finished jobs `from`..`to`-1 through the real Lua scripts (JobStore), 128 at a time (the last is the template
@@ -101,6 +101,7 @@ async function main() {
     s.bare.kill('SIGTERM');
     await Promise.all([s.gw.stop(), s.daemon.stop()]);
     await redis.stop();
+    rmSync(s.dir, { recursive: true, force: true }); // the daemon's configuration folder
   });
   const fleet = new Fleet(s.gw.url, s.daemon.url, { workers: N('workers'), running: N('running'), heartbeatSeconds: N('heartbeat'), progressSeconds: N('progress') });
   try {
