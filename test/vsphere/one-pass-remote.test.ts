@@ -14,7 +14,7 @@
 // passing run's, and FERRY_FRESH_PROOFS=1 runs the jobs again.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, statfsSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../helpers/http';
@@ -67,7 +67,7 @@ type Boot = Awaited<ReturnType<typeof flatBootDisk>>;
 type Driver = ReturnType<typeof jobDriver<Rec>>;
 /** What the run started (each set once started, so the clean-up stops exactly that). */
 interface Run {
-  libvirt: boolean; s?: PlanStack; sshd?: TestSshd; uri: string; proxy?: ProxyControl; boot?: Boot;
+  libvirt: boolean; s?: PlanStack; sshd?: TestSshd; sshdDir?: string; uri: string; proxy?: ProxyControl; boot?: Boot;
   small?: string; // a tmpfs the last job's worker takes as its export folder
   workers: Proc[]; drv: Driver;
 }
@@ -79,7 +79,8 @@ async function setUp(r: Run): Promise<void> {
   // The host's URI names the shared libvirtd's socket behind the sshd, so it is known before the stack starts.
   const lv = await useLibvirt();
   r.libvirt = true;
-  r.sshd = await startSshd(mkdtempSync(path.join(os.tmpdir(), 'ferry-remote1p-ssh-')));
+  r.sshdDir = mkdtempSync(path.join(os.tmpdir(), 'ferry-remote1p-ssh-'));
+  r.sshd = await startSshd(r.sshdDir);
   r.uri = `qemu+ssh://root@127.0.0.1:${r.sshd.port}/system?socket=${lv.sockDir}/libvirt-sock&keyfile=${r.sshd.key}&no_verify=1&no_tty=1`;
   const env = { FERRY_EXPORT_CHUNK_BYTES: String(MIB), FERRY_ONE_PASS_BLOCK_BYTES: String(MIB), FERRY_LIBVIRT_URIS: r.uri };
   r.s = await startPlanStack({ prefix: 'remote1p', workers: {}, env });
@@ -113,6 +114,7 @@ async function cleanUp(r: Run): Promise<void> {
   if (r.small) { try { execFileSync('umount', [r.small]); } catch (e) { tolerate(`umount ${r.small}`)(e as Error); } }
   await s?.stop();
   await r.sshd?.stop();
+  if (r.sshdDir) rmSync(r.sshdDir, { recursive: true, force: true }); // its keys and log
   if (r.libvirt) await releaseLibvirt();
 }
 
