@@ -4,6 +4,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { setting } from '../../platform/settings';
 import { StreamHash, allZero } from './block-hash';
+import { directWriter, openDirect, slice } from './direct-sink';
 
 export interface RemoteFile {
   datastore: string;
@@ -38,13 +39,16 @@ export interface Sink {
   close(): Promise<void>;
 }
 
-/** A local file as a Sink. */
-function fileSink(fh: fs.FileHandle, file: string): Sink {
+/** A local file as a Sink; with `direct` (a one-pass target's O_DIRECT descriptor, direct-sink.ts) its writes go
+ *  past the page cache. */
+function fileSink(fh: fs.FileHandle, file: string, direct?: fs.FileHandle): Sink {
+  const plain = (bufs: Buffer[], at: number) => writeRun(fh, bufs, at);
+  const closeAll = async () => { await direct?.close(); await fh.close(); };
   return {
-    writev: (bufs, at) => writeRun(fh, bufs, at),
+    writev: direct ? directWriter(file, direct, plain) : plain,
     read: (start, len, each) => readRange(fh, start, len, each),
-    finish: async () => { await fh.sync(); await fh.close(); return (await fs.stat(file)).size; },
-    close: () => fh.close(),
+    finish: async () => { await fh.sync(); await closeAll(); return (await fs.stat(file)).size; },
+    close: closeAll,
   };
 }
 
@@ -126,7 +130,7 @@ export async function openFile(f: RemoteFile, streams: number, chunkBytes: numbe
   if (f.ranges) skipOutside(j, f.ranges);
   if (f.remote) { j.fh = await f.remote.open(); return j; }
   const fh = await fs.open(dataPath(f), j.resumedFrom > 0 || f.ranges ? 'r+' : 'w');
-  j.fh = fileSink(fh, dataPath(f));
+  j.fh = fileSink(fh, dataPath(f), f.target ? await openDirect(f.target) : undefined);
   // A target starts at its full size with no block allocated: what the download skips (zeros) stays a hole.
   if (f.target && j.resumedFrom === 0 && !f.ranges) await fh.truncate(f.size);
   return j;
@@ -202,19 +206,7 @@ export async function writeAt(fh: Sink, bufs: Buffer[], at: number, holes: boole
 /** `bufs` written back to back from `at`, continued after a short writev. */
 async function writeRun(fh: fs.FileHandle, bufs: Buffer[], at: number) {
   const n = bufs.reduce((a, b) => a + b.length, 0);
-  for (let w = 0; w < n;) w += (await fh.writev(w === 0 ? bufs : sliceFrom(bufs, w), at + w)).bytesWritten;
-}
-
-/** The buffers from byte `from` on (after a short writev). */
-export function sliceFrom(bufs: Buffer[], from: number): Buffer[] {
-  const out: Buffer[] = [];
-  let skip = from;
-  for (const b of bufs) {
-    if (skip >= b.length) { skip -= b.length; continue; }
-    out.push(skip ? b.subarray(skip) : b);
-    skip = 0;
-  }
-  return out;
+  for (let w = 0; w < n;) w += (await fh.writev(w === 0 ? bufs : slice(bufs, w, n - w), at + w)).bytesWritten;
 }
 
 /** Removes a file's partial download (part file and state). */
