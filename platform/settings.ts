@@ -213,9 +213,9 @@ export const SETTINGS = {
     doc: 'a worker\'s id (--id overrides); unset: <hostname>-<pid>' }),
   FERRY_GUEST_PREFLIGHT: bool(true, { group: J, doc: 'plans run the guest-level preflight (an appliance per VM) unless a plan says otherwise' }),
   FERRY_GUEST_PREFLIGHT_SECONDS: int(600, 1, 86_400, { group: J, doc: 'time limit of one plan\'s guest preflight' }),
-  FERRY_REPAIR_BESIDE_COPY_NICE: int(10, 0, 19, { group: J,
-    doc: 'how much lower the CPU priority of the repair beside the copy is than the worker\'s (0: the same): '
-      + 'the copy keeps the CPU it needs, the repair takes what is left' }),
+  FERRY_REPAIR_BESIDE_COPY_NICE: int(0, 0, 19, { group: J,
+    doc: 'how much lower the CPU priority of the repair beside the copy is than the worker\'s (0: the same; '
+      + 'higher: the copy keeps the CPU it needs and the repair takes what is left)' }),
   FERRY_GUEST_PREFLIGHT_CACHE_MB: int(256, 16, 65_536,
     { group: J, doc: 'nbdkit cache (MiB, in /dev/shm) per source disk read by the guest preflight or the repair beside the copy' }),
   // Storage and exports
