@@ -116,7 +116,9 @@ export function closure(entries: string[], read: Reader = realRead): string[] {
  *  firmware, libguestfs and its tools (virt-sysprep, virt-customize), libvirt, the simulator's source and compiler, Redis. */
 const PACKAGES = ['qemu-system-x86', 'qemu-system-data', 'qemu-utils', 'seabios', 'ipxe-qemu', 'ovmf', 'libguestfs0', 'libguestfs-tools',
   'supermin', 'linux-image-amd64', 'libvirt-daemon-system', 'libvirt0', 'nbdkit', 'initramfs-tools-core', 'busybox-static',
-  'golang-github-vmware-govmomi-dev', 'golang-go', 'redis-server', 'guestfs-tools', 'openssl'];
+  'golang-github-vmware-govmomi-dev', 'golang-go', 'redis-server', 'guestfs-tools', 'openssl',
+  // one proof connects through sshd and counts its logins; one drives the dashboard in Chromium
+  'openssh-server', 'openssh-client', 'chromium'];
 let toolsMemo: Record<string, string> | undefined;
 
 /** qemu, firmware, libguestfs, libvirt and kernel versions on this host (once per process). */
