@@ -2,14 +2,20 @@
 // NODE_OPTIONS) and every bash script (through BASH_ENV) records the programs it runs; after the last test the
 // record is checked against scripts/programs.txt, so a program the set-up would not install on a fresh machine
 // fails the run by name (issue 17: dnsmasq was missing and only a hand-installed machine passed).
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { unlisted } from './programs';
 
 const RECORDER = path.join(__dirname, 'record-programs.cjs');
-const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-programs-'));
-export const PROGRAM_LOG = process.env.FERRY_PROGRAM_LOG ||= path.join(dir, 'programs.log');
+/** The record's folder, made by the first process that loads this file (mocha's own); the processes below it inherit
+ *  FERRY_PROGRAM_LOG, and the folder goes when that first process exits (each run used to leave one per worker). */
+function newLog(): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ferry-programs-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return path.join(dir, 'programs.log');
+}
+export const PROGRAM_LOG = process.env.FERRY_PROGRAM_LOG ||= newLog();
 const preload = `--require ${JSON.stringify(RECORDER)}`;
 // mocha's parallel workers load this file again with NODE_OPTIONS inherited: add the preload once.
 if (!process.env.NODE_OPTIONS?.includes(preload)) process.env.NODE_OPTIONS = [process.env.NODE_OPTIONS, preload].filter(Boolean).join(' ');
